@@ -1,0 +1,746 @@
+//! Configuration: the YAML file parsed once into validated types.
+//!
+//! The raw shape (`Raw*` types) mirrors the YAML with unknown keys rejected; [`Config::parse`]
+//! turns it into [`Config`], collecting every semantic problem at once, each with its key path and
+//! `line:column`. The rest of the program never sees raw YAML. Environment references `${VAR}` in
+//! `api_key` and `base_url` are expanded here; `api_key_file` is read at each probe, so a rotated
+//! secret is picked up without a restart.
+
+use crate::protocol::{Api, Message};
+use serde::Deserialize;
+use serde_saphyr::Spanned;
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A secret string (an API key). Its `Debug` and `Display` never show the value.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret value.
+    pub fn new(s: impl Into<String>) -> Self {
+        Secret(s.into())
+    }
+
+    /// The secret value, for the one place that needs it: the request header.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// Where a target's API key comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySource {
+    /// Given in the config (after `${VAR}` expansion) or by `--api-key-env`.
+    Inline(Secret),
+    /// Read from this file (trimmed) at every probe.
+    File(PathBuf),
+}
+
+impl KeySource {
+    /// The key's value now.
+    ///
+    /// # Errors
+    /// The file cannot be read (the error names the path, never the content).
+    pub fn load(&self) -> Result<Secret, String> {
+        match self {
+            KeySource::Inline(s) => Ok(s.clone()),
+            KeySource::File(p) => std::fs::read_to_string(p)
+                .map(|s| Secret::new(s.trim()))
+                .map_err(|e| format!("cannot read api_key_file {}: {e}", p.display())),
+        }
+    }
+}
+
+/// The four deadlines of a probe (MEASUREMENT.md, `timeout_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// Connection set-up (DNS, TCP, TLS).
+    pub connect: Duration,
+    /// `t0` to the first token-bearing event.
+    pub first_token: Duration,
+    /// No bytes at all for this long after the first token-bearing event.
+    pub idle: Duration,
+    /// `t0` to the end of the stream.
+    pub total: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: Duration::from_secs(5),
+            first_token: Duration::from_secs(30),
+            idle: Duration::from_secs(30),
+            total: Duration::from_secs(120),
+        }
+    }
+}
+
+/// When a job runs.
+#[derive(Debug, Clone)]
+pub enum Schedule {
+    /// Every so often, from a per-job offset.
+    Interval(Duration),
+    /// At the instants of a cron expression (UTC; seconds field optional).
+    Cron(Box<croner::Cron>),
+}
+
+impl fmt::Display for Schedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Schedule::Interval(d) => write!(f, "every {}", humantime::format_duration(*d)),
+            Schedule::Cron(c) => write!(f, "cron \"{}\"", c.pattern),
+        }
+    }
+}
+
+/// A named prompt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prompt {
+    /// Config name (a label value).
+    pub name: String,
+    /// The conversation sent.
+    pub messages: Vec<Message>,
+    /// Output cap.
+    pub max_tokens: Option<u32>,
+}
+
+/// A validated target.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// Config name (a label value).
+    pub name: String,
+    /// Base URL without a trailing slash, e.g. `http://127.0.0.1:8080/v1`.
+    pub base_url: String,
+    /// Protocol.
+    pub api: Api,
+    /// API key, if any.
+    pub api_key: Option<KeySource>,
+    /// Ask for usage in the stream (`stream_options.include_usage`); off for servers that reject it.
+    pub include_usage: bool,
+    /// Extra request headers.
+    pub headers: Vec<(String, String)>,
+    /// Extra top-level body fields (e.g. `temperature: 0`, `seed`).
+    pub extra_body: serde_json::Map<String, serde_json::Value>,
+}
+
+/// One job: a (target, model, prompt) triple with its schedule and deadlines.
+#[derive(Debug, Clone)]
+pub struct Job {
+    /// The target.
+    pub target: Arc<Target>,
+    /// Model name (a label value; from the config, never from a response).
+    pub model: String,
+    /// The prompt.
+    pub prompt: Arc<Prompt>,
+    /// When it runs.
+    pub schedule: Schedule,
+    /// Its deadlines.
+    pub timeouts: Timeouts,
+}
+
+impl Job {
+    /// `target/model/prompt`, unique per config.
+    pub fn name(&self) -> String {
+        format!("{}/{}/{}", self.target.name, self.model, self.prompt.name)
+    }
+}
+
+/// Histogram bucket upper bounds per metric (seconds, or tokens/s for decode rate).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Buckets {
+    /// TTFT and TTFO.
+    pub time_to_first_token: Vec<f64>,
+    /// TPOT and inter-chunk gaps.
+    pub time_per_output_token: Vec<f64>,
+    /// Decode tokens/s.
+    pub decode_tokens_per_second: Vec<f64>,
+    /// E2E and failed-probe durations.
+    pub request_duration: Vec<f64>,
+    /// TTFB.
+    pub time_to_headers: Vec<f64>,
+}
+
+impl Default for Buckets {
+    fn default() -> Self {
+        Buckets {
+            // 10 ms to 60 s, fine between 0.5 and 3 s; 2 s is a boundary so a 2 s alert is exact.
+            time_to_first_token: vec![
+                0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9,
+                1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0,
+                60.0,
+            ],
+            // 1 ms to 1 s.
+            time_per_output_token: vec![
+                0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075,
+                0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0,
+            ],
+            decode_tokens_per_second: vec![
+                1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 60.0, 75.0, 100.0, 125.0,
+                150.0, 200.0, 250.0, 300.0, 400.0, 500.0, 750.0, 1000.0, 2000.0,
+            ],
+            request_duration: vec![
+                0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0,
+                120.0, 180.0, 240.0, 300.0, 450.0, 600.0,
+            ],
+            time_to_headers: vec![
+                0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0,
+                3.0, 5.0, 10.0, 20.0, 30.0, 60.0,
+            ],
+        }
+    }
+}
+
+/// A validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Every job, in config order (targets × models × prompts).
+    pub jobs: Vec<Job>,
+    /// Histogram layouts.
+    pub buckets: Buckets,
+}
+
+/// One problem found in a config file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Issue {
+    /// Key path, e.g. `targets[0].interval`.
+    pub path: String,
+    /// 1-based line and column, when known.
+    pub line: u64,
+    /// 1-based column.
+    pub column: u64,
+    /// What is wrong (never a secret's value).
+    pub message: String,
+}
+
+impl fmt::Display for Issue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.line > 0 {
+            write!(f, "{}:{}: {}: {}", self.line, self.column, self.path, self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+/// Why a config could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The YAML is not well-formed or does not have the config's shape (unknown key, wrong type).
+    #[error("invalid config: {0}")]
+    Syntax(String),
+    /// The YAML has the right shape but its values are invalid; every problem is listed.
+    #[error("invalid config ({} problem{}):\n{}", .0.len(), if .0.len() == 1 { "" } else { "s" },
+        .0.iter().map(|i| format!("  {i}")).collect::<Vec<_>>().join("\n"))]
+    Invalid(Vec<Issue>),
+}
+
+// ---------------------------------------------------------------------------------------------
+// Raw YAML shape.
+
+type S<T> = Spanned<T>;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    defaults: Option<RawDefaults>,
+    #[serde(default)]
+    prompts: Vec<RawPrompt>,
+    #[serde(default)]
+    targets: Vec<RawTarget>,
+    #[serde(default)]
+    buckets: Option<RawBuckets>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDefaults {
+    interval: Option<S<String>>,
+    cron: Option<S<String>>,
+    timeouts: Option<RawTimeouts>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTimeouts {
+    connect: Option<S<String>>,
+    first_token: Option<S<String>>,
+    idle: Option<S<String>>,
+    total: Option<S<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPrompt {
+    name: S<String>,
+    messages: Vec<Message>,
+    max_tokens: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTarget {
+    name: S<String>,
+    base_url: S<String>,
+    #[serde(default = "default_api")]
+    api: Api,
+    api_key: Option<S<String>>,
+    api_key_file: Option<S<String>>,
+    models: S<Vec<String>>,
+    prompts: Option<Vec<S<String>>>,
+    interval: Option<S<String>>,
+    cron: Option<S<String>>,
+    timeouts: Option<RawTimeouts>,
+    #[serde(default = "default_true")]
+    include_usage: bool,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    #[serde(default)]
+    extra_body: serde_json::Map<String, serde_json::Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBuckets {
+    time_to_first_token: Option<S<Vec<f64>>>,
+    time_per_output_token: Option<S<Vec<f64>>>,
+    decode_tokens_per_second: Option<S<Vec<f64>>>,
+    request_duration: Option<S<Vec<f64>>>,
+    time_to_headers: Option<S<Vec<f64>>>,
+}
+
+fn default_api() -> Api {
+    Api::OpenaiChat
+}
+
+fn default_true() -> bool {
+    true
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validation.
+
+struct Issues(Vec<Issue>);
+
+impl Issues {
+    fn push<T>(&mut self, path: impl Into<String>, at: &S<T>, message: impl Into<String>) {
+        self.0.push(Issue {
+            path: path.into(),
+            line: at.referenced.line(),
+            column: at.referenced.column(),
+            message: message.into(),
+        });
+    }
+
+    fn push_here(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.0.push(Issue {
+            path: path.into(),
+            line: 0,
+            column: 0,
+            message: message.into(),
+        });
+    }
+
+    fn duration(&mut self, path: &str, v: &Option<S<String>>) -> Option<Duration> {
+        let v = v.as_ref()?;
+        match humantime::parse_duration(v.value.trim()) {
+            Ok(d) if !d.is_zero() => Some(d),
+            Ok(_) => {
+                self.push(path, v, "must be greater than zero");
+                None
+            }
+            Err(e) => {
+                self.push(path, v, format!("not a duration like 30s or 1m30s ({e})"));
+                None
+            }
+        }
+    }
+
+    fn timeouts(&mut self, path: &str, base: Timeouts, raw: &Option<RawTimeouts>) -> Timeouts {
+        let Some(raw) = raw else { return base };
+        Timeouts {
+            connect: self
+                .duration(&format!("{path}.connect"), &raw.connect)
+                .unwrap_or(base.connect),
+            first_token: self
+                .duration(&format!("{path}.first_token"), &raw.first_token)
+                .unwrap_or(base.first_token),
+            idle: self
+                .duration(&format!("{path}.idle"), &raw.idle)
+                .unwrap_or(base.idle),
+            total: self
+                .duration(&format!("{path}.total"), &raw.total)
+                .unwrap_or(base.total),
+        }
+    }
+
+    fn schedule(
+        &mut self,
+        path: &str,
+        interval: &Option<S<String>>,
+        cron: &Option<S<String>>,
+    ) -> Option<Schedule> {
+        match (interval, cron) {
+            (Some(i), Some(_)) => {
+                self.push(format!("{path}.interval"), i, "set either interval or cron, not both");
+                None
+            }
+            (Some(_), None) => self
+                .duration(&format!("{path}.interval"), interval)
+                .map(Schedule::Interval),
+            (None, Some(c)) => {
+                let parser = croner::parser::CronParser::builder()
+                    .seconds(croner::parser::Seconds::Optional)
+                    .build();
+                match parser.parse(&c.value) {
+                    Ok(cron) => Some(Schedule::Cron(Box::new(cron))),
+                    Err(e) => {
+                        self.push(format!("{path}.cron"), c, format!("not a cron expression ({e})"));
+                        None
+                    }
+                }
+            }
+            (None, None) => None,
+        }
+    }
+
+    fn buckets(&mut self, path: &str, v: &Option<S<Vec<f64>>>, default: Vec<f64>) -> Vec<f64> {
+        let Some(v) = v else { return default };
+        let ok = !v.value.is_empty()
+            && v.value.iter().all(|b| b.is_finite())
+            && v.value.windows(2).all(|w| w[0] < w[1]);
+        if !ok {
+            self.push(path, v, "bucket bounds must be finite and strictly increasing");
+            return default;
+        }
+        v.value.clone()
+    }
+}
+
+fn expand_env(s: &str) -> Result<String, String> {
+    shellexpand::env(s)
+        .map(|c| c.into_owned())
+        .map_err(|e| format!("environment variable {} is not set", e.var_name))
+}
+
+impl Config {
+    /// Reads and validates a config file.
+    ///
+    /// # Errors
+    /// [`ConfigError::Io`], [`ConfigError::Syntax`] (with the YAML location) or
+    /// [`ConfigError::Invalid`] listing every problem with its key path and `line:column`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        Config::parse(&text)
+    }
+
+    /// Parses and validates config text (see [`Config::load`]).
+    ///
+    /// # Errors
+    /// As [`Config::load`], without `Io`.
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let raw: RawConfig =
+            serde_saphyr::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
+        let mut iss = Issues(Vec::new());
+        let defaults = raw.defaults.unwrap_or_default();
+        let def_timeouts = iss.timeouts("defaults.timeouts", Timeouts::default(), &defaults.timeouts);
+        let def_schedule = iss
+            .schedule("defaults", &defaults.interval, &defaults.cron)
+            .unwrap_or(Schedule::Interval(Duration::from_secs(30)));
+
+        let mut prompts: Vec<Arc<Prompt>> = Vec::new();
+        for (i, p) in raw.prompts.iter().enumerate() {
+            let path = format!("prompts[{i}]");
+            if !valid_name(&p.name.value) {
+                iss.push(format!("{path}.name"), &p.name, NAME_RULE);
+            }
+            if prompts.iter().any(|q| q.name == p.name.value) {
+                iss.push(format!("{path}.name"), &p.name, "duplicate prompt name");
+            }
+            if p.messages.is_empty() {
+                iss.push(format!("{path}.messages"), &p.name, "a prompt needs at least one message");
+            }
+            for (j, m) in p.messages.iter().enumerate() {
+                if !["system", "user", "assistant", "developer"].contains(&m.role.as_str()) {
+                    iss.push(
+                        format!("{path}.messages[{j}].role"),
+                        &p.name,
+                        format!("unknown role {:?} (system, user, assistant, developer)", m.role),
+                    );
+                }
+            }
+            if p.max_tokens == Some(0) {
+                iss.push(format!("{path}.max_tokens"), &p.name, "must be at least 1");
+            }
+            prompts.push(Arc::new(Prompt {
+                name: p.name.value.clone(),
+                messages: p.messages.clone(),
+                max_tokens: p.max_tokens,
+            }));
+        }
+        if raw.targets.is_empty() {
+            iss.push_here("targets", "at least one target is required");
+        }
+
+        let mut jobs = Vec::new();
+        let mut target_names = HashSet::new();
+        for (i, t) in raw.targets.iter().enumerate() {
+            let path = format!("targets[{i}]");
+            if !valid_name(&t.name.value) {
+                iss.push(format!("{path}.name"), &t.name, NAME_RULE);
+            }
+            if !target_names.insert(t.name.value.clone()) {
+                iss.push(format!("{path}.name"), &t.name, "duplicate target name");
+            }
+            let base_url = match expand_env(&t.base_url.value) {
+                Ok(u) => u.trim_end_matches('/').to_owned(),
+                Err(e) => {
+                    iss.push(format!("{path}.base_url"), &t.base_url, e);
+                    String::new()
+                }
+            };
+            match reqwest::Url::parse(&base_url) {
+                Ok(u) if matches!(u.scheme(), "http" | "https") => {}
+                Ok(_) => iss.push(format!("{path}.base_url"), &t.base_url, "must be http:// or https://"),
+                Err(e) if !base_url.is_empty() => {
+                    iss.push(format!("{path}.base_url"), &t.base_url, format!("not a URL ({e})"))
+                }
+                Err(_) => {}
+            }
+            let api_key = match (&t.api_key, &t.api_key_file) {
+                (Some(k), Some(_)) => {
+                    iss.push(format!("{path}.api_key"), k, "set either api_key or api_key_file, not both");
+                    None
+                }
+                (Some(k), None) => match expand_env(&k.value) {
+                    Ok(v) => Some(KeySource::Inline(Secret::new(v))),
+                    Err(e) => {
+                        iss.push(format!("{path}.api_key"), k, e);
+                        None
+                    }
+                },
+                (None, Some(f)) => {
+                    let p = PathBuf::from(&f.value);
+                    if let Err(e) = std::fs::metadata(&p) {
+                        iss.push(format!("{path}.api_key_file"), f, format!("cannot read {}: {e}", p.display()));
+                    }
+                    Some(KeySource::File(p))
+                }
+                (None, None) => None,
+            };
+            if t.models.value.is_empty() {
+                iss.push(format!("{path}.models"), &t.models, "at least one model is required");
+            }
+            let mut seen_models = HashSet::new();
+            for m in &t.models.value {
+                if m.trim().is_empty() || !seen_models.insert(m.as_str()) {
+                    iss.push(format!("{path}.models"), &t.models, format!("empty or duplicate model {m:?}"));
+                }
+            }
+            let schedule = iss
+                .schedule(&path, &t.interval, &t.cron)
+                .unwrap_or_else(|| def_schedule.clone());
+            let timeouts = iss.timeouts(&format!("{path}.timeouts"), def_timeouts, &t.timeouts);
+            let mut headers = Vec::new();
+            for (k, v) in &t.headers {
+                let ok = reqwest::header::HeaderName::from_bytes(k.as_bytes()).is_ok()
+                    && reqwest::header::HeaderValue::from_str(v).is_ok();
+                if ok {
+                    headers.push((k.clone(), v.clone()));
+                } else {
+                    iss.push(format!("{path}.headers.{k}"), &t.name, "not a valid HTTP header");
+                }
+            }
+            let target = Arc::new(Target {
+                name: t.name.value.clone(),
+                base_url,
+                api: t.api,
+                api_key,
+                include_usage: t.include_usage,
+                headers,
+                extra_body: t.extra_body.clone(),
+            });
+            let chosen: Vec<Arc<Prompt>> = match &t.prompts {
+                None => prompts.clone(),
+                Some(names) => names
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(j, n)| {
+                        let found = prompts.iter().find(|p| p.name == n.value).cloned();
+                        if found.is_none() {
+                            iss.push(format!("{path}.prompts[{j}]"), n, format!("no prompt named {:?}", n.value));
+                        }
+                        found
+                    })
+                    .collect(),
+            };
+            if chosen.is_empty() && t.prompts.is_none() {
+                iss.push(format!("{path}.name"), &t.name, "no prompts are defined for this target");
+            }
+            for model in &t.models.value {
+                for prompt in &chosen {
+                    jobs.push(Job {
+                        target: target.clone(),
+                        model: model.clone(),
+                        prompt: prompt.clone(),
+                        schedule: schedule.clone(),
+                        timeouts,
+                    });
+                }
+            }
+        }
+
+        let d = Buckets::default();
+        let rb = raw.buckets.unwrap_or_default();
+        let buckets = Buckets {
+            time_to_first_token: iss.buckets("buckets.time_to_first_token", &rb.time_to_first_token, d.time_to_first_token),
+            time_per_output_token: iss.buckets("buckets.time_per_output_token", &rb.time_per_output_token, d.time_per_output_token),
+            decode_tokens_per_second: iss.buckets("buckets.decode_tokens_per_second", &rb.decode_tokens_per_second, d.decode_tokens_per_second),
+            request_duration: iss.buckets("buckets.request_duration", &rb.request_duration, d.request_duration),
+            time_to_headers: iss.buckets("buckets.time_to_headers", &rb.time_to_headers, d.time_to_headers),
+        };
+
+        if !iss.0.is_empty() {
+            return Err(ConfigError::Invalid(iss.0));
+        }
+        Ok(Config { jobs, buckets })
+    }
+}
+
+const NAME_RULE: &str = "names are 1-64 characters of letters, digits, '_', '-', '.'";
+
+fn valid_name(s: &str) -> bool {
+    (1..=64).contains(&s.len())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+defaults:
+  interval: 30s
+  timeouts: {connect: 5s, first_token: 30s, idle: 30s, total: 120s}
+prompts:
+  - name: hello
+    messages: [{role: user, content: "Say hello"}]
+    max_tokens: 64
+  - name: long
+    messages: [{role: user, content: "Write a poem"}]
+targets:
+  - name: local
+    base_url: http://127.0.0.1:8080/v1/
+    api: openai-chat
+    api_key: ${TOKENPROBE_TEST_KEY_SET}
+    models: [smollm2, other]
+    prompts: [hello]
+    interval: 15s
+  - name: claude
+    base_url: https://api.example.com
+    api: anthropic-messages
+    models: [c]
+    cron: "*/30 * * * * *"
+    timeouts: {first_token: 10s}
+"#;
+
+    fn with_env<R>(f: impl FnOnce() -> R) -> R {
+        // SAFETY: tests in this module only read this variable; set once, same value.
+        unsafe { std::env::set_var("TOKENPROBE_TEST_KEY_SET", "sk-test") };
+        f()
+    }
+
+    #[test]
+    fn good_config_expands_to_jobs() {
+        let c = with_env(|| Config::parse(GOOD)).unwrap();
+        let names: Vec<String> = c.jobs.iter().map(Job::name).collect();
+        assert_eq!(
+            names,
+            ["local/smollm2/hello", "local/other/hello", "claude/c/hello", "claude/c/long"]
+        );
+        let j = &c.jobs[0];
+        assert_eq!(j.target.base_url, "http://127.0.0.1:8080/v1");
+        assert!(matches!(j.schedule, Schedule::Interval(d) if d == Duration::from_secs(15)));
+        assert_eq!(
+            j.target.api_key.as_ref().unwrap().load().unwrap().expose(),
+            "sk-test"
+        );
+        let claude = &c.jobs[2];
+        assert!(matches!(claude.schedule, Schedule::Cron(_)));
+        assert_eq!(claude.timeouts.first_token, Duration::from_secs(10));
+        assert_eq!(claude.timeouts.total, Duration::from_secs(120));
+        assert_eq!(c.buckets, Buckets::default());
+    }
+
+    #[test]
+    fn unknown_key_is_a_syntax_error_with_location() {
+        let e = Config::parse("targets:\n  - name: a\n    base_url: http://x\n    modelz: [m]\n")
+            .unwrap_err();
+        let msg = e.to_string();
+        assert!(matches!(e, ConfigError::Syntax(_)));
+        assert!(msg.contains("modelz"), "{msg}");
+        assert!(msg.contains('4'), "line number expected: {msg}");
+    }
+
+    #[test]
+    fn all_semantic_errors_at_once_with_paths_and_lines() {
+        let text = "prompts:\n  - name: p\n    messages: [{role: user, content: hi}]\ntargets:\n  - name: a\n    base_url: ftp://x\n    models: [m]\n    interval: soon\n    prompts: [nope]\n    api_key: ${TOKENPROBE_SURELY_UNSET_VAR}\n";
+        let Err(ConfigError::Invalid(issues)) = Config::parse(text) else {
+            panic!("expected Invalid");
+        };
+        let paths: Vec<&str> = issues.iter().map(|i| i.path.as_str()).collect();
+        assert!(paths.contains(&"targets[0].base_url"), "{paths:?}");
+        assert!(paths.contains(&"targets[0].interval"), "{paths:?}");
+        assert!(paths.contains(&"targets[0].prompts[0]"), "{paths:?}");
+        assert!(paths.contains(&"targets[0].api_key"), "{paths:?}");
+        let interval = issues.iter().find(|i| i.path == "targets[0].interval").unwrap();
+        assert_eq!(interval.line, 8);
+        let shown = ConfigError::Invalid(issues).to_string();
+        assert!(shown.contains("TOKENPROBE_SURELY_UNSET_VAR"));
+    }
+
+    #[test]
+    fn secrets_never_print() {
+        let k = KeySource::Inline(Secret::new("sk-very-secret"));
+        assert!(!format!("{k:?}").contains("sk-very"));
+        let c = with_env(|| Config::parse(GOOD)).unwrap();
+        assert!(!format!("{c:?}").contains("sk-test"));
+    }
+
+    #[test]
+    fn bad_buckets_and_both_schedules() {
+        let text = "prompts:\n  - name: p\n    messages: [{role: user, content: hi}]\ntargets:\n  - name: a\n    base_url: http://x\n    models: [m]\n    interval: 1s\n    cron: '* * * * *'\nbuckets:\n  time_to_first_token: [1, 0.5]\n";
+        let Err(ConfigError::Invalid(issues)) = Config::parse(text) else {
+            panic!("expected Invalid");
+        };
+        assert_eq!(issues.len(), 2, "{issues:?}");
+    }
+}

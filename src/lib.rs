@@ -1,0 +1,27 @@
+//! tokenprobe: measures what users of LLM streaming endpoints feel (TTFT, TTFO, TPOT, ITL, E2E,
+//! errors) and exports it as Prometheus metrics.
+//!
+//! Layout, one module per concept:
+//! - [`sse`]: Server-Sent Events decoder (pure).
+//! - [`protocol`]: what each API's events mean, and the request bodies (pure).
+//! - [`measure`]: the measurement fold from timestamped events to a [`measure::ProbeResult`] (pure).
+//! - [`outcome`]: error types, flags and the classification rules (pure).
+//! - [`probe`]: one streaming request, timestamped in the reading task (async I/O).
+//! - [`config`]: the YAML config, validated once.
+//! - [`metrics`]: the Prometheus registry and what a result records.
+//! - [`scheduler`]: one task per job, no overlap, spread offsets.
+//! - [`server`]: `/metrics`, `/-/healthy`, `/-/ready`, `/`.
+//! - [`report`]: a probe result as JSON or as a human report.
+//!
+//! `../shared/MEASUREMENT.md` in the project's workspace is the measurement contract.
+
+pub mod config;
+pub mod measure;
+pub mod metrics;
+pub mod outcome;
+pub mod probe;
+pub mod protocol;
+pub mod report;
+pub mod scheduler;
+pub mod server;
+pub mod sse;

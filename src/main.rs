@@ -1,0 +1,307 @@
+//! The `tokenprobe` command line: `serve`, `probe`, `check-config`.
+//!
+//! Exit codes: 0 success; 1 a probe failed (`probe`); 2 bad usage or an invalid config.
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+use tokenprobe::config::{Config, KeySource, Secret, Timeouts};
+use tokenprobe::metrics::Metrics;
+use tokenprobe::probe::{ProbeSpec, Prober, effective_proxy};
+use tokenprobe::protocol::{Api, Message};
+use tokenprobe::report::{ReportContext, to_json, to_text};
+use tokenprobe::scheduler::Scheduler;
+use tokenprobe::server::{AppState, JobRow, router};
+
+#[derive(Parser, Debug)]
+#[command(name = "tokenprobe", version, about = "Measures LLM streaming endpoints as users feel them (TTFT, TPOT, errors) and exports Prometheus metrics")]
+struct Cli {
+    /// Log level: error, warn, info, debug, trace (or a tracing filter).
+    #[arg(long = "log.level", global = true, default_value = "info", env = "TOKENPROBE_LOG")]
+    log_level: String,
+    /// Log format.
+    #[arg(long = "log.format", global = true, value_enum, default_value_t = LogFormat::Logfmt)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Copy, Clone, Debug, ValueEnum)]
+enum LogFormat {
+    Logfmt,
+    Json,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum Format {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Probe the configured jobs on their schedules and serve /metrics.
+    Serve {
+        /// The YAML config file.
+        #[arg(long = "config.file", default_value = "tokenprobe.yml")]
+        config_file: PathBuf,
+        /// Address to listen on for /metrics and the other endpoints.
+        #[arg(long = "web.listen-address", default_value = "127.0.0.1:9464")]
+        listen: String,
+        /// How long in-flight probes may run after SIGTERM/SIGINT.
+        #[arg(long = "shutdown.grace", default_value = "10s", value_parser = humantime::parse_duration)]
+        grace: Duration,
+    },
+    /// Send one streaming request and report what it measured.
+    Probe(ProbeArgs),
+    /// Validate a config file: exit 0 when valid, 2 with every problem listed when not.
+    CheckConfig {
+        /// The YAML config file.
+        #[arg(long = "config.file")]
+        config_file: PathBuf,
+    },
+}
+
+#[derive(clap::Args, Debug)]
+struct ProbeArgs {
+    /// Base URL, e.g. http://127.0.0.1:8080/v1 (the protocol's path is appended).
+    #[arg(long, required_unless_present = "config_file", conflicts_with = "config_file")]
+    base_url: Option<String>,
+    /// Model name to ask for.
+    #[arg(long, required_unless_present = "config_file")]
+    model: Option<String>,
+    /// API protocol.
+    #[arg(long, value_enum, default_value = "openai-chat")]
+    api: Api,
+    /// Name of the environment variable holding the API key.
+    #[arg(long)]
+    api_key_env: Option<String>,
+    /// File holding the API key.
+    #[arg(long, conflicts_with = "api_key_env")]
+    api_key_file: Option<PathBuf>,
+    /// The user message.
+    #[arg(long, default_value = "Say hello in five words.")]
+    prompt: String,
+    /// Output cap (max_tokens).
+    #[arg(long, default_value_t = 64)]
+    max_tokens: u32,
+    /// Do not send stream_options.include_usage (for servers that reject it).
+    #[arg(long)]
+    no_usage: bool,
+    /// Connection set-up deadline.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    timeout_connect: Option<Duration>,
+    /// Deadline from sending to the first token.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    timeout_first_token: Option<Duration>,
+    /// Deadline for silence after the first token.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    timeout_idle: Option<Duration>,
+    /// Deadline for the whole request.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    timeout_total: Option<Duration>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+    /// Probe a target of this config file instead of --base-url (with --target).
+    #[arg(long = "config.file")]
+    config_file: Option<PathBuf>,
+    /// Target name in the config file (its first model and prompt, unless --model is given).
+    #[arg(long, requires = "config_file")]
+    target: Option<String>,
+}
+
+fn init_logging(level: &str, format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_new(level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => b.json().flatten_event(true).init(),
+        LogFormat::Logfmt => b.with_ansi(false).init(),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(&cli.log_level, cli.log_format);
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tokenprobe: cannot start the runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = rt.block_on(async {
+        match cli.cmd {
+            Cmd::Serve { config_file, listen, grace } => serve(config_file, listen, grace).await,
+            Cmd::Probe(args) => probe(args).await,
+            Cmd::CheckConfig { config_file } => check_config(&config_file),
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("tokenprobe: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn check_config(path: &PathBuf) -> Result<ExitCode> {
+    match Config::load(path) {
+        Ok(c) => {
+            println!("{}: valid, {} jobs", path.display(), c.jobs.len());
+            for j in &c.jobs {
+                println!("  {} ({}, {})", j.name(), j.target.api, j.schedule);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("{}: {e}", path.display());
+            Ok(ExitCode::from(2))
+        }
+    }
+}
+
+async fn serve(config_file: PathBuf, listen: String, grace: Duration) -> Result<ExitCode> {
+    let config = Config::load(&config_file).with_context(|| format!("loading {}", config_file.display()))?;
+    let metrics = Arc::new(Metrics::new(&config.buckets));
+    let listener = tokio::net::TcpListener::bind(&listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    let addr = listener.local_addr().context("listener address")?;
+    for job in &config.jobs {
+        let url = format!("{}{}", job.target.base_url, job.target.api.path());
+        if let Some(p) = effective_proxy(&url) {
+            tracing::info!(job = %job.name(), proxy = %p, "requests go through a proxy from the environment");
+        }
+    }
+    let scheduler = Scheduler::start(&config.jobs, metrics.clone())?;
+    let state = Arc::new(AppState {
+        metrics,
+        jobs: config.jobs.iter().map(JobRow::of).collect(),
+    });
+    tracing::info!(address = %addr, jobs = config.jobs.len(), config = %config_file.display(), "tokenprobe serving");
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .context("HTTP server")?;
+    tracing::info!(grace = %humantime::format_duration(grace), "shutting down: waiting for in-flight probes");
+    if !scheduler.shutdown(grace).await {
+        tracing::warn!("in-flight probes did not finish within the grace period");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "cannot listen for SIGINT");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}
+
+fn spec_from_args(a: &ProbeArgs) -> Result<ProbeSpec> {
+    if let Some(cfg) = &a.config_file {
+        let config = Config::load(cfg).with_context(|| format!("loading {}", cfg.display()))?;
+        let target = a.target.as_deref();
+        let job = config
+            .jobs
+            .iter()
+            .find(|j| {
+                target.is_none_or(|t| j.target.name == t) && a.model.as_deref().is_none_or(|m| j.model == m)
+            })
+            .with_context(|| format!("no job in {} matches --target {:?} --model {:?}", cfg.display(), a.target, a.model))?;
+        return Ok(ProbeSpec::from_job(job));
+    }
+    let (Some(base_url), Some(model)) = (&a.base_url, &a.model) else {
+        anyhow::bail!("--base-url and --model are required without --config.file");
+    };
+    let parsed = reqwest::Url::parse(base_url).with_context(|| format!("--base-url {base_url:?} is not a URL"))?;
+    anyhow::ensure!(
+        matches!(parsed.scheme(), "http" | "https"),
+        "--base-url must be http:// or https://"
+    );
+    let api_key = match (&a.api_key_env, &a.api_key_file) {
+        (Some(var), _) => Some(KeySource::Inline(Secret::new(
+            std::env::var(var).with_context(|| format!("environment variable {var} (--api-key-env) is not set"))?,
+        ))),
+        (None, Some(f)) => Some(KeySource::File(f.clone())),
+        (None, None) => None,
+    };
+    let d = Timeouts::default();
+    Ok(ProbeSpec {
+        api: a.api,
+        base_url: base_url.trim_end_matches('/').to_owned(),
+        model: model.clone(),
+        messages: vec![Message {
+            role: "user".into(),
+            content: a.prompt.clone(),
+        }],
+        max_tokens: Some(a.max_tokens),
+        include_usage: !a.no_usage,
+        headers: Vec::new(),
+        extra_body: serde_json::Map::new(),
+        api_key,
+        timeouts: Timeouts {
+            connect: a.timeout_connect.unwrap_or(d.connect),
+            first_token: a.timeout_first_token.unwrap_or(d.first_token),
+            idle: a.timeout_idle.unwrap_or(d.idle),
+            total: a.timeout_total.unwrap_or(d.total),
+        },
+    })
+}
+
+async fn probe(a: ProbeArgs) -> Result<ExitCode> {
+    let mut spec = spec_from_args(&a)?;
+    if a.config_file.is_some() {
+        // Deadline flags still apply on top of a configured target.
+        spec.timeouts = Timeouts {
+            connect: a.timeout_connect.unwrap_or(spec.timeouts.connect),
+            first_token: a.timeout_first_token.unwrap_or(spec.timeouts.first_token),
+            idle: a.timeout_idle.unwrap_or(spec.timeouts.idle),
+            total: a.timeout_total.unwrap_or(spec.timeouts.total),
+        };
+    }
+    let prober = Prober::new(spec.timeouts.connect)?;
+    let result = prober.run(&spec).await;
+    match a.format {
+        Format::Json => println!("{}", to_json(&result)),
+        Format::Text => print!(
+            "{}",
+            to_text(
+                &result,
+                &ReportContext {
+                    url: spec.url(),
+                    model: spec.model.clone(),
+                    proxy: effective_proxy(&spec.url()),
+                }
+            )
+        ),
+    }
+    Ok(if result.success() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}

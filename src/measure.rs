@@ -1,0 +1,481 @@
+//! The measurement fold: timestamped observations of one probe in, one [`ProbeResult`] out.
+//!
+//! Pure and synchronous. The I/O layer ([`crate::probe`]) stamps every observation with
+//! `Instant::now()` in the task that reads the bytes, and calls the methods here in arrival order.
+//! Every definition is MEASUREMENT.md's: instants (`t0`, `t_headers`, `t_first`, `t_first_output`,
+//! `t_last`, `t_end`), the metrics of a successful probe, the outcome precedence and the flags.
+
+use crate::outcome::{ErrorType, Flag, classify_stream_error};
+use crate::protocol::{EventMeaning, ServerTimings};
+use serde::Serialize;
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+/// Token-bearing events that all complete within this span are a burst (MEASUREMENT.md).
+pub const BURST_WINDOW: Duration = Duration::from_millis(1);
+
+/// Largest amount of answer text kept for the report and the content check (bytes).
+const MAX_TEXT: usize = 64 * 1024;
+
+/// Where the output token count came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenSource {
+    /// The server's `usage` (OpenAI `completion_tokens`, Anthropic/Responses `output_tokens`).
+    Usage,
+    /// The number of token-bearing events (no usage arrived).
+    Events,
+}
+
+/// What the fold tells the reader after an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Keep reading.
+    Continue,
+    /// The stream is over for measurement purposes (terminal marker or in-stream error): stop.
+    Stop,
+}
+
+/// A failure candidate: its type, instant and a human detail.
+#[derive(Debug, Clone)]
+struct Failure {
+    kind: ErrorType,
+    at: Instant,
+    detail: String,
+}
+
+/// The result of one probe. Durations are seconds (`f64`); absent values are `None`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProbeResult {
+    /// `None` on success, else the one error type (MEASUREMENT.md precedence).
+    pub error_type: Option<ErrorType>,
+    /// Human explanation of the failure (server message, which deadline, ...); no secrets.
+    pub error_detail: Option<String>,
+    /// HTTP status, when a response head arrived.
+    pub http_status: Option<u16>,
+    /// TTFB: `t_headers - t0`.
+    pub ttfb_s: Option<f64>,
+    /// TTFT: `t_first - t0` (successful probes only).
+    pub ttft_s: Option<f64>,
+    /// TTFO: `t_first_output - t0` (successful probes with visible answer text only).
+    pub ttfo_s: Option<f64>,
+    /// E2E: `t_end - t0` (successful probes only).
+    pub e2e_s: Option<f64>,
+    /// `t0` to the failure instant (failed probes only).
+    pub failure_s: Option<f64>,
+    /// `t_last - t0`, successful probes only (for the phase breakdown).
+    pub last_token_s: Option<f64>,
+    /// N: output tokens.
+    pub output_tokens: u64,
+    /// Where N came from.
+    pub token_source: TokenSource,
+    /// Input tokens when the server reported them.
+    pub input_tokens: Option<u64>,
+    /// TPOT: `(t_last - t_first) / (N - 1)`.
+    pub tpot_s: Option<f64>,
+    /// Decode tokens/s: `(N - 1) / (t_last - t_first)`.
+    pub decode_tokens_per_s: Option<f64>,
+    /// Gaps between consecutive token-bearing events, seconds.
+    pub chunk_gaps_s: Vec<f64>,
+    /// Number of token-bearing events.
+    pub token_events: u64,
+    /// Anomaly flags.
+    pub flags: BTreeSet<Flag>,
+    /// The wait a 429 (or other error) asked for.
+    pub retry_after_s: Option<f64>,
+    /// llama.cpp's own timings, when sent.
+    pub server_timings: Option<ServerTimings>,
+    /// Visible answer text (first 64 KiB).
+    pub text: String,
+}
+
+impl ProbeResult {
+    /// True when the probe succeeded.
+    pub fn success(&self) -> bool {
+        self.error_type.is_none()
+    }
+}
+
+/// The fold over one probe's observations.
+#[derive(Debug)]
+pub struct Measurement {
+    t0: Instant,
+    t_headers: Option<Instant>,
+    status: Option<u16>,
+    token_times: Vec<Instant>,
+    first_output: Option<Instant>,
+    usage_output: Option<u64>,
+    usage_input: Option<u64>,
+    finish: bool,
+    terminal_at: Option<Instant>,
+    eof_at: Option<Instant>,
+    failure: Option<Failure>,
+    flags: BTreeSet<Flag>,
+    retry_after: Option<Duration>,
+    server_timings: Option<ServerTimings>,
+    text: String,
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+impl Measurement {
+    /// Starts a probe whose request is handed to the HTTP client at `t0`.
+    pub fn new(t0: Instant) -> Self {
+        Measurement {
+            t0,
+            t_headers: None,
+            status: None,
+            token_times: Vec::new(),
+            first_output: None,
+            usage_output: None,
+            usage_input: None,
+            finish: false,
+            terminal_at: None,
+            eof_at: None,
+            failure: None,
+            flags: BTreeSet::new(),
+            retry_after: None,
+            server_timings: None,
+            text: String::new(),
+        }
+    }
+
+    /// `t0` of this probe.
+    pub fn t0(&self) -> Instant {
+        self.t0
+    }
+
+    /// The response head arrived at `t` with `status`.
+    pub fn headers(&mut self, t: Instant, status: u16) {
+        self.t_headers = Some(t);
+        self.status = Some(status);
+    }
+
+    /// Records an anomaly flag.
+    pub fn flag(&mut self, flag: Flag) {
+        self.flags.insert(flag);
+    }
+
+    /// Records the wait the server asked for.
+    pub fn retry_after(&mut self, wait: Duration) {
+        self.retry_after = Some(wait);
+    }
+
+    /// True once a token-bearing event has been seen (the idle deadline applies from then on).
+    pub fn first_token_seen(&self) -> bool {
+        !self.token_times.is_empty()
+    }
+
+    /// True when a failure has been recorded.
+    pub fn failed(&self) -> bool {
+        self.failure.is_some()
+    }
+
+    /// Records a failure candidate at `t`. When several are recorded, the one first in
+    /// MEASUREMENT.md's order wins (and, for equal types, the earliest).
+    pub fn fail(&mut self, kind: ErrorType, t: Instant, detail: impl Into<String>) {
+        let better = match &self.failure {
+            None => true,
+            Some(f) => kind < f.kind,
+        };
+        if better {
+            self.failure = Some(Failure {
+                kind,
+                at: t,
+                detail: detail.into(),
+            });
+        }
+    }
+
+    /// Folds one complete event that arrived (its terminating blank line was read) at `t`.
+    pub fn event(&mut self, t: Instant, m: &EventMeaning) -> Step {
+        if let Some(e) = &m.error {
+            self.fail(classify_stream_error(e), t, format!("in-stream error: {}", e.summary()));
+            return Step::Stop;
+        }
+        if m.token {
+            self.token_times.push(t);
+            if m.output && self.first_output.is_none() {
+                self.first_output = Some(t);
+            }
+        }
+        if !m.text.is_empty() && self.text.len() < MAX_TEXT {
+            self.text.push_str(&m.text);
+        }
+        if m.usage_output.is_some() {
+            self.usage_output = m.usage_output;
+        }
+        if m.usage_input.is_some() {
+            self.usage_input = m.usage_input;
+        }
+        if m.server_timings.is_some() {
+            self.server_timings = m.server_timings;
+        }
+        self.finish |= m.finish;
+        if m.terminal {
+            self.terminal_at = Some(t);
+            return Step::Stop;
+        }
+        Step::Continue
+    }
+
+    /// The connection ended (EOF) at `t`.
+    pub fn eof(&mut self, t: Instant) {
+        self.eof_at = Some(t);
+    }
+
+    /// True when the stream has ended properly so far (finish reason or terminal marker).
+    pub fn proper_end(&self) -> bool {
+        self.finish || self.terminal_at.is_some()
+    }
+
+    /// Visible answer text received so far.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// Ends the fold and computes the result.
+    pub fn finish(mut self) -> ProbeResult {
+        let end = self.terminal_at.or(self.eof_at);
+        if self.failure.is_none() {
+            let at = end.unwrap_or(self.t0);
+            if !self.proper_end() {
+                self.fail(ErrorType::Truncated, at, "the stream ended without a finish reason or end marker");
+            } else if self.token_times.is_empty() {
+                self.fail(ErrorType::EmptyResponse, at, "the stream ended properly but carried no token");
+            }
+        }
+        let n_events = self.token_times.len() as u64;
+        let (output_tokens, token_source) = match self.usage_output {
+            Some(n) => (n, TokenSource::Usage),
+            None => (n_events, TokenSource::Events),
+        };
+        let first = self.token_times.first().copied();
+        let last = self.token_times.last().copied();
+        let burst = match (first, last) {
+            (Some(f), Some(l)) => n_events >= 2 && l.duration_since(f) <= BURST_WINDOW,
+            _ => false,
+        };
+        if burst {
+            self.flags.insert(Flag::BurstDelivery);
+        }
+        let since = |t: Instant| secs(t.duration_since(self.t0));
+        let mut r = ProbeResult {
+            error_type: None,
+            error_detail: None,
+            http_status: self.status,
+            ttfb_s: self.t_headers.map(since),
+            ttft_s: None,
+            ttfo_s: None,
+            e2e_s: None,
+            failure_s: None,
+            last_token_s: None,
+            output_tokens,
+            token_source,
+            input_tokens: self.usage_input,
+            tpot_s: None,
+            decode_tokens_per_s: None,
+            chunk_gaps_s: Vec::new(),
+            token_events: n_events,
+            flags: self.flags,
+            retry_after_s: self.retry_after.map(secs),
+            server_timings: self.server_timings,
+            text: self.text,
+        };
+        if let Some(f) = self.failure {
+            r.error_type = Some(f.kind);
+            r.error_detail = Some(f.detail);
+            r.failure_s = Some(since(f.at));
+            return r;
+        }
+        // Success: a proper end and at least one token, so `first`, `last` and `end` exist.
+        let (Some(first), Some(last), Some(end)) = (first, last, end) else {
+            return r;
+        };
+        r.ttft_s = Some(since(first));
+        r.ttfo_s = self.first_output.map(since);
+        r.e2e_s = Some(since(end));
+        r.last_token_s = Some(since(last));
+        let span = last.duration_since(first);
+        // TPOT needs N >= 2 and a decode interval that the client could observe: not a burst, and
+        // at least two distinct event instants (see MEASUREMENT.md; one event with usage N > 1
+        // would otherwise give TPOT 0 and an infinite rate).
+        if !burst && output_tokens >= 2 && !span.is_zero() {
+            let tpot = secs(span) / (output_tokens - 1) as f64;
+            r.tpot_s = Some(tpot);
+            r.decode_tokens_per_s = Some((output_tokens - 1) as f64 / secs(span));
+        }
+        if !burst {
+            r.chunk_gaps_s = self
+                .token_times
+                .windows(2)
+                .map(|w| secs(w[1].duration_since(w[0])))
+                .collect();
+        }
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(t0: Instant, s: f64) -> Instant {
+        t0 + Duration::from_secs_f64(s)
+    }
+
+    fn token(output: bool) -> EventMeaning {
+        EventMeaning {
+            token: true,
+            output,
+            ..EventMeaning::default()
+        }
+    }
+
+    fn close(a: Option<f64>, b: f64) -> bool {
+        a.is_some_and(|a| (a - b).abs() < 1e-9)
+    }
+
+    #[test]
+    fn success_with_usage_follows_the_identities() {
+        let t0 = Instant::now();
+        let mut m = Measurement::new(t0);
+        m.headers(at(t0, 0.09), 200);
+        m.event(at(t0, 0.09), &EventMeaning::default());
+        for s in [0.30, 0.33, 0.36] {
+            assert_eq!(m.event(at(t0, s), &token(true)), Step::Continue);
+        }
+        m.event(at(t0, 0.39), &EventMeaning { finish: true, ..EventMeaning::default() });
+        m.event(
+            at(t0, 0.392),
+            &EventMeaning { usage_output: Some(5), usage_input: Some(24), ..EventMeaning::default() },
+        );
+        let stop = m.event(at(t0, 0.393), &EventMeaning { terminal: true, ..EventMeaning::default() });
+        assert_eq!(stop, Step::Stop);
+        let r = m.finish();
+        assert!(r.success());
+        assert!(close(r.ttfb_s, 0.09));
+        assert!(close(r.ttft_s, 0.30));
+        assert!(close(r.e2e_s, 0.393));
+        assert_eq!((r.output_tokens, r.token_source), (5, TokenSource::Usage));
+        assert!(close(r.tpot_s, 0.015));
+        // TTFT + TPOT * (N - 1) = t_last - t0, and decode TPS * TPOT = 1.
+        let lhs = r.ttft_s.unwrap() + r.tpot_s.unwrap() * 4.0;
+        assert!((lhs - 0.36).abs() < 1e-9);
+        assert!((r.decode_tokens_per_s.unwrap() * r.tpot_s.unwrap() - 1.0).abs() < 1e-9);
+        assert_eq!(r.chunk_gaps_s.len(), 2);
+    }
+
+    #[test]
+    fn reasoning_then_answer_sets_ttfo_later() {
+        let t0 = Instant::now();
+        let mut m = Measurement::new(t0);
+        m.event(at(t0, 0.3), &token(false));
+        m.event(at(t0, 1.3), &token(true));
+        m.event(at(t0, 1.4), &EventMeaning { terminal: true, ..EventMeaning::default() });
+        let r = m.finish();
+        assert!(close(r.ttft_s, 0.3));
+        assert!(close(r.ttfo_s, 1.3));
+    }
+
+    #[test]
+    fn reasoning_only_has_no_ttfo() {
+        let t0 = Instant::now();
+        let mut m = Measurement::new(t0);
+        m.event(at(t0, 0.3), &token(false));
+        m.event(at(t0, 0.4), &EventMeaning { finish: true, ..EventMeaning::default() });
+        m.eof(at(t0, 0.5));
+        let r = m.finish();
+        assert!(r.success());
+        assert_eq!(r.ttfo_s, None);
+        assert!(close(r.e2e_s, 0.5));
+        assert_eq!(r.tpot_s, None, "N = 1 has no TPOT");
+    }
+
+    #[test]
+    fn truncated_empty_and_in_stream_error() {
+        let t0 = Instant::now();
+        let mut m = Measurement::new(t0);
+        m.event(at(t0, 0.3), &token(true));
+        m.eof(at(t0, 0.5));
+        let r = m.finish();
+        assert_eq!(r.error_type, Some(ErrorType::Truncated));
+        assert!(close(r.failure_s, 0.5));
+        assert_eq!((r.ttft_s, r.e2e_s, r.tpot_s), (None, None, None));
+        assert!(r.chunk_gaps_s.is_empty());
+
+        let mut m = Measurement::new(t0);
+        m.event(at(t0, 0.05), &EventMeaning { finish: true, ..EventMeaning::default() });
+        m.event(at(t0, 0.052), &EventMeaning { terminal: true, ..EventMeaning::default() });
+        let r = m.finish();
+        assert_eq!(r.error_type, Some(ErrorType::EmptyResponse));
+        assert!(close(r.failure_s, 0.052));
+        assert_eq!(r.ttft_s, None);
+
+        let mut m = Measurement::new(t0);
+        m.event(at(t0, 0.5), &token(true));
+        let err = EventMeaning {
+            error: Some(crate::protocol::StreamError::default()),
+            ..EventMeaning::default()
+        };
+        assert_eq!(m.event(at(t0, 1.2), &err), Step::Stop);
+        let r = m.finish();
+        assert_eq!(r.error_type, Some(ErrorType::ServerError));
+        assert!(close(r.failure_s, 1.2));
+    }
+
+    #[test]
+    fn zero_byte_200_is_truncated() {
+        let t0 = Instant::now();
+        let mut m = Measurement::new(t0);
+        m.headers(at(t0, 0.01), 200);
+        m.eof(at(t0, 0.02));
+        assert_eq!(m.finish().error_type, Some(ErrorType::Truncated));
+    }
+
+    #[test]
+    fn precedence_keeps_the_first_in_order() {
+        let t0 = Instant::now();
+        let mut m = Measurement::new(t0);
+        m.fail(ErrorType::Malformed, at(t0, 0.1), "x");
+        m.fail(ErrorType::TimeoutIdle, at(t0, 0.2), "y");
+        m.fail(ErrorType::EmptyResponse, at(t0, 0.3), "z");
+        let r = m.finish();
+        assert_eq!(r.error_type, Some(ErrorType::TimeoutIdle));
+        assert!(close(r.failure_s, 0.2));
+    }
+
+    #[test]
+    fn burst_hides_tpot_and_gaps() {
+        let t0 = Instant::now();
+        let mut m = Measurement::new(t0);
+        for _ in 0..3 {
+            m.event(at(t0, 0.36), &token(true));
+        }
+        m.event(at(t0, 0.4), &EventMeaning { terminal: true, finish: true, ..EventMeaning::default() });
+        let r = m.finish();
+        assert!(r.success());
+        assert!(r.flags.contains(&Flag::BurstDelivery));
+        assert_eq!((r.tpot_s, r.decode_tokens_per_s), (None, None));
+        assert!(r.chunk_gaps_s.is_empty());
+        assert_eq!(r.output_tokens, 3);
+    }
+
+    #[test]
+    fn single_event_with_usage_has_no_infinite_rate() {
+        let t0 = Instant::now();
+        let mut m = Measurement::new(t0);
+        m.event(at(t0, 0.2), &token(true));
+        m.event(
+            at(t0, 0.3),
+            &EventMeaning { usage_output: Some(7), terminal: true, ..EventMeaning::default() },
+        );
+        let r = m.finish();
+        assert!(r.success());
+        assert_eq!(r.output_tokens, 7);
+        assert_eq!(r.tpot_s, None);
+        assert_eq!(r.decode_tokens_per_s, None);
+    }
+}

@@ -1,0 +1,382 @@
+//! The Prometheus side: one registry, the metric families, and how a [`ProbeResult`] is recorded.
+//!
+//! Labels are `target`, `model`, `prompt` (config names only, never anything from a response) plus
+//! the bounded enums `error_type`, `flag` and `reason`, so the series count is bounded by the config
+//! (shared case 36). Every counter series of a job exists at 0 from the moment the job is loaded
+//! (shared case 35). Successful probes feed the latency histograms; a failed probe feeds only the
+//! failure series (MEASUREMENT.md, "Outcome").
+
+use crate::config::Buckets;
+use crate::measure::ProbeResult;
+use crate::outcome::{ErrorType, Flag};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::{Family, MetricConstructor};
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Content-Type of the OpenMetrics text format served when the scraper asks for it.
+pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// Content-Type of the classic Prometheus text format (0.0.4), served otherwise.
+pub const TEXT_CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// The labels of one job.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct JobLabels {
+    /// Target name from the config.
+    pub target: String,
+    /// Model name from the config.
+    pub model: String,
+    /// Prompt name from the config.
+    pub prompt: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabels {
+    #[prometheus(flatten)]
+    job: JobLabels,
+    error_type: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FlagLabels {
+    #[prometheus(flatten)]
+    job: JobLabels,
+    flag: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SkipLabels {
+    #[prometheus(flatten)]
+    job: JobLabels,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+}
+
+/// Why a scheduled probe did not run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SkipReason {
+    /// The job's previous probe was still running at the tick.
+    Overlap,
+    /// The target asked to wait (`Retry-After`), and the wait had not passed.
+    RateLimited,
+}
+
+impl SkipReason {
+    /// Every reason (series are pre-created at 0).
+    pub const ALL: [SkipReason; 2] = [SkipReason::Overlap, SkipReason::RateLimited];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkipReason::Overlap => "overlap",
+            SkipReason::RateLimited => "rate_limited",
+        }
+    }
+}
+
+/// Builds histograms with a fixed bucket layout.
+#[derive(Clone, Debug)]
+pub struct Layout(Arc<[f64]>);
+
+impl MetricConstructor<Histogram> for Layout {
+    fn new_metric(&self) -> Histogram {
+        Histogram::new(self.0.iter().copied())
+    }
+}
+
+type Hist = Family<JobLabels, Histogram, Layout>;
+
+fn hist(buckets: &[f64]) -> Hist {
+    Family::new_with_constructor(Layout(buckets.into()))
+}
+
+/// All of tokenprobe's metrics.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    ttft: Hist,
+    ttfo: Hist,
+    tpot: Hist,
+    itl: Hist,
+    decode_tps: Hist,
+    e2e: Hist,
+    ttfb: Hist,
+    failed_duration: Hist,
+    probes: Family<JobLabels, Counter>,
+    errors: Family<ErrorLabels, Counter>,
+    flags: Family<FlagLabels, Counter>,
+    output_tokens: Family<JobLabels, Counter>,
+    input_tokens: Family<JobLabels, Counter>,
+    skipped: Family<SkipLabels, Counter>,
+    last_success: Family<JobLabels, Gauge>,
+    last_timestamp: Family<JobLabels, Gauge<f64, AtomicU64>>,
+}
+
+impl Metrics {
+    /// A registry with every family registered, histograms laid out by `buckets`.
+    pub fn new(buckets: &Buckets) -> Self {
+        let mut registry = Registry::with_prefix("tokenprobe");
+        let m = Metrics {
+            ttft: hist(&buckets.time_to_first_token),
+            ttfo: hist(&buckets.time_to_first_token),
+            tpot: hist(&buckets.time_per_output_token),
+            itl: hist(&buckets.time_per_output_token),
+            decode_tps: hist(&buckets.decode_tokens_per_second),
+            e2e: hist(&buckets.request_duration),
+            ttfb: hist(&buckets.time_to_headers),
+            failed_duration: hist(&buckets.request_duration),
+            probes: Family::default(),
+            errors: Family::default(),
+            flags: Family::default(),
+            output_tokens: Family::default(),
+            input_tokens: Family::default(),
+            skipped: Family::default(),
+            last_success: Family::default(),
+            last_timestamp: Family::default(),
+            registry: Registry::default(),
+        };
+        let r = &mut registry;
+        let s = Unit::Seconds;
+        r.register_with_unit("time_to_first_token", "TTFT of successful probes: from sending the request to the first token-bearing event (any channel, reasoning included)", s.clone(), m.ttft.clone());
+        r.register_with_unit("time_to_first_output_token", "TTFO of successful probes: from sending the request to the first event with visible answer text (absent for reasoning- or tool-only answers)", s.clone(), m.ttfo.clone());
+        r.register_with_unit("time_per_output_token", "TPOT of successful probes: (last token event - first token event) / (output tokens - 1); not observed for N < 2 or burst delivery", s.clone(), m.tpot.clone());
+        r.register_with_unit("inter_chunk_latency", "Gaps between consecutive token-bearing events of successful probes (time per output chunk; a chunk may hold several tokens)", s.clone(), m.itl.clone());
+        r.register("decode_tokens_per_second", "Per-request decode rate of successful probes: (output tokens - 1) / (last token event - first token event) = 1 / TPOT", m.decode_tps.clone());
+        r.register_with_unit("request_duration", "E2E of successful probes: from sending the request to the stream's end marker (or the connection's end after a finish reason)", s.clone(), m.e2e.clone());
+        r.register_with_unit("time_to_headers", "TTFB of successful probes: from sending the request to the response status line and headers", s.clone(), m.ttfb.clone());
+        r.register_with_unit("failed_probe_duration", "Failed probes: from sending the request to the failure instant (error event, close or deadline)", s, m.failed_duration.clone());
+        r.register("probes", "Probes run, successful or not", m.probes.clone());
+        r.register("probe_errors", "Failed probes by error_type (exactly one per failed probe; see MEASUREMENT.md for the order)", m.errors.clone());
+        r.register("probe_flags", "Anomalies seen in probes (not errors): no_content_type, unterminated_final_event, compressed_stream, burst_delivery", m.flags.clone());
+        r.register("output_tokens", "Output tokens of successful probes (usage when reported, else token-bearing events)", m.output_tokens.clone());
+        r.register("input_tokens", "Input tokens of successful probes, as reported by the server", m.input_tokens.clone());
+        r.register("probes_skipped", "Scheduled probes that did not run, by reason (overlap: the previous probe was still running)", m.skipped.clone());
+        r.register("last_probe_success", "1 when the job's most recent probe succeeded, else 0", m.last_success.clone());
+        r.register_with_unit("last_probe_timestamp", "When the job's most recent probe finished, Unix time", Unit::Seconds, m.last_timestamp.clone());
+        let build: Family<BuildLabels, Gauge> = Family::default();
+        build
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION"),
+            })
+            .set(1);
+        r.register("build_info", "tokenprobe's version; always 1", build);
+        Metrics { registry, ..m }
+    }
+
+    /// Creates every series of a job at 0, so `increase()` sees the first error (shared case 35).
+    pub fn register_job(&self, job: &JobLabels) {
+        for h in self.histograms() {
+            let _ = h.get_or_create(job);
+        }
+        let _ = self.probes.get_or_create(job);
+        let _ = self.output_tokens.get_or_create(job);
+        let _ = self.input_tokens.get_or_create(job);
+        let _ = self.last_success.get_or_create(job);
+        let _ = self.last_timestamp.get_or_create(job);
+        for e in ErrorType::ALL {
+            let _ = self.errors.get_or_create(&error_labels(job, e));
+        }
+        for f in Flag::ALL {
+            let _ = self.flags.get_or_create(&flag_labels(job, f));
+        }
+        for r in SkipReason::ALL {
+            let _ = self.skipped.get_or_create(&skip_labels(job, r));
+        }
+    }
+
+    /// Removes every series of a job (when a reload drops it).
+    pub fn remove_job(&self, job: &JobLabels) {
+        for h in self.histograms() {
+            h.remove(job);
+        }
+        self.probes.remove(job);
+        self.output_tokens.remove(job);
+        self.input_tokens.remove(job);
+        self.last_success.remove(job);
+        self.last_timestamp.remove(job);
+        for e in ErrorType::ALL {
+            self.errors.remove(&error_labels(job, e));
+        }
+        for f in Flag::ALL {
+            self.flags.remove(&flag_labels(job, f));
+        }
+        for r in SkipReason::ALL {
+            self.skipped.remove(&skip_labels(job, r));
+        }
+    }
+
+    fn histograms(&self) -> [&Hist; 8] {
+        [
+            &self.ttft,
+            &self.ttfo,
+            &self.tpot,
+            &self.itl,
+            &self.decode_tps,
+            &self.e2e,
+            &self.ttfb,
+            &self.failed_duration,
+        ]
+    }
+
+    /// Records one probe's result, finished at wall time `finished`.
+    pub fn record(&self, job: &JobLabels, r: &ProbeResult, finished: SystemTime) {
+        self.probes.get_or_create(job).inc();
+        for f in &r.flags {
+            self.flags.get_or_create(&flag_labels(job, *f)).inc();
+        }
+        let unix = finished
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        self.last_timestamp.get_or_create(job).set(unix);
+        match r.error_type {
+            Some(e) => {
+                self.errors.get_or_create(&error_labels(job, e)).inc();
+                if let Some(d) = r.failure_s {
+                    self.failed_duration.get_or_create(job).observe(d);
+                }
+                self.last_success.get_or_create(job).set(0);
+            }
+            None => {
+                let observe = |h: &Hist, v: Option<f64>| {
+                    if let Some(v) = v {
+                        h.get_or_create(job).observe(v);
+                    }
+                };
+                observe(&self.ttft, r.ttft_s);
+                observe(&self.ttfo, r.ttfo_s);
+                observe(&self.tpot, r.tpot_s);
+                observe(&self.decode_tps, r.decode_tokens_per_s);
+                observe(&self.e2e, r.e2e_s);
+                observe(&self.ttfb, r.ttfb_s);
+                let itl = self.itl.get_or_create(job);
+                for g in &r.chunk_gaps_s {
+                    itl.observe(*g);
+                }
+                self.output_tokens.get_or_create(job).inc_by(r.output_tokens);
+                if let Some(i) = r.input_tokens {
+                    self.input_tokens.get_or_create(job).inc_by(i);
+                }
+                self.last_success.get_or_create(job).set(1);
+            }
+        }
+    }
+
+    /// Counts a scheduled probe that did not run.
+    pub fn skipped(&self, job: &JobLabels, reason: SkipReason) {
+        self.skipped.get_or_create(&skip_labels(job, reason)).inc();
+    }
+
+    /// The OpenMetrics 1.0 text exposition (ends with `# EOF`).
+    ///
+    /// # Errors
+    /// Only a formatting error of the encoder, which writing to a `String` does not produce.
+    pub fn encode_openmetrics(&self) -> Result<String, std::fmt::Error> {
+        let mut s = String::with_capacity(64 * 1024);
+        prometheus_client::encoding::text::encode(&mut s, &self.registry)?;
+        Ok(s)
+    }
+
+    /// The classic Prometheus text exposition, version 0.0.4.
+    ///
+    /// # Errors
+    /// As [`Metrics::encode_openmetrics`].
+    pub fn encode_text(&self) -> Result<String, std::fmt::Error> {
+        let mut s = String::with_capacity(64 * 1024);
+        prometheus_client::encoding::prometheus_text::encode(&mut s, &self.registry)?;
+        Ok(s)
+    }
+}
+
+fn error_labels(job: &JobLabels, e: ErrorType) -> ErrorLabels {
+    ErrorLabels {
+        job: job.clone(),
+        error_type: e.as_str(),
+    }
+}
+
+fn flag_labels(job: &JobLabels, f: Flag) -> FlagLabels {
+    FlagLabels {
+        job: job.clone(),
+        flag: f.as_str(),
+    }
+}
+
+fn skip_labels(job: &JobLabels, r: SkipReason) -> SkipLabels {
+    SkipLabels {
+        job: job.clone(),
+        reason: r.as_str(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::measure::Measurement;
+    use crate::protocol::EventMeaning;
+    use std::time::{Duration, Instant};
+
+    fn job() -> JobLabels {
+        JobLabels {
+            target: "local".into(),
+            model: "m".into(),
+            prompt: "hello".into(),
+        }
+    }
+
+    #[test]
+    fn every_error_type_exists_at_zero_after_registration() {
+        let m = Metrics::new(&Buckets::default());
+        m.register_job(&job());
+        let text = m.encode_text().unwrap();
+        for e in ErrorType::ALL {
+            let line = format!(
+                "tokenprobe_probe_errors_total{{target=\"local\",model=\"m\",prompt=\"hello\",error_type=\"{}\"}} 0",
+                e.as_str()
+            );
+            assert!(text.contains(&line), "missing {line}\n{text}");
+        }
+        assert!(text.contains("tokenprobe_build_info{version="));
+        assert!(text.contains("# TYPE tokenprobe_time_to_first_token_seconds histogram"));
+        let om = m.encode_openmetrics().unwrap();
+        assert!(om.ends_with("# EOF\n"));
+        m.remove_job(&job());
+        assert!(!m.encode_text().unwrap().contains("target=\"local\""));
+    }
+
+    #[test]
+    fn success_feeds_histograms_and_failure_only_failure_series() {
+        let m = Metrics::new(&Buckets::default());
+        let t0 = Instant::now();
+        let mut meas = Measurement::new(t0);
+        let tok = EventMeaning { token: true, output: true, ..EventMeaning::default() };
+        meas.event(t0 + Duration::from_millis(400), &tok);
+        meas.event(t0 + Duration::from_millis(425), &tok);
+        meas.event(
+            t0 + Duration::from_millis(430),
+            &EventMeaning { terminal: true, ..EventMeaning::default() },
+        );
+        m.record(&job(), &meas.finish(), SystemTime::now());
+        let mut bad = Measurement::new(t0);
+        bad.fail(ErrorType::Auth, t0 + Duration::from_millis(60), "401");
+        m.record(&job(), &bad.finish(), SystemTime::now());
+        let text = m.encode_text().unwrap();
+        let l = "target=\"local\",model=\"m\",prompt=\"hello\"";
+        assert!(text.contains(&format!("tokenprobe_time_to_first_token_seconds_count{{{l}}} 1")), "{text}");
+        assert!(text.contains(&format!("tokenprobe_time_to_first_token_seconds_bucket{{{l},le=\"0.4\"}} 1")));
+        assert!(text.contains(&format!("tokenprobe_probes_total{{{l}}} 2")));
+        assert!(text.contains(&format!("tokenprobe_probe_errors_total{{{l},error_type=\"auth\"}} 1")));
+        assert!(text.contains(&format!("tokenprobe_failed_probe_duration_seconds_count{{{l}}} 1")));
+        assert!(text.contains(&format!("tokenprobe_output_tokens_total{{{l}}} 2")));
+        assert!(text.contains(&format!("tokenprobe_last_probe_success{{{l}}} 0")));
+    }
+}

@@ -1,0 +1,194 @@
+//! Anthropic Messages streaming (`message_start`, `content_block_delta`, `message_delta`,
+//! `message_stop`, `ping`, `error`).
+//!
+//! Source: Anthropic docs, "Messages streaming" (event flow, cumulative usage in `message_delta`,
+//! error events) and "Errors" (error types and their HTTP statuses).
+
+use super::{EventMeaning, Malformed, RequestSpec, StreamError, json_object, non_empty_str};
+use crate::sse::SseEvent;
+use serde_json::{Map, Value, json};
+
+/// HTTP status that Anthropic documents for each error type, so an in-stream error can be
+/// classified like a numeric code (MEASUREMENT.md: in-stream 4xx is `bad_request`, else
+/// `server_error`; `overloaded_error` is `overloaded`).
+fn status_of_type(kind: &str) -> Option<u16> {
+    Some(match kind {
+        "invalid_request_error" => 400,
+        "authentication_error" => 401,
+        "billing_error" => 402,
+        "permission_error" => 403,
+        "not_found_error" => 404,
+        "request_too_large" => 413,
+        "rate_limit_error" => 429,
+        "api_error" => 500,
+        "overloaded_error" => 529,
+        _ => return None,
+    })
+}
+
+/// Interprets one Anthropic Messages event.
+pub(super) fn messages(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
+    let data = ev.data.trim();
+    if data.is_empty() {
+        return Ok(EventMeaning::default());
+    }
+    let v = json_object(data)?;
+    let kind = ev
+        .event
+        .as_deref()
+        .or_else(|| v.get("type").and_then(Value::as_str))
+        .unwrap_or_default();
+    let mut m = EventMeaning::default();
+    match kind {
+        "message_start" => {
+            if let Some(u) = v.get("message").and_then(|msg| msg.get("usage")) {
+                m.usage_output = u.get("output_tokens").and_then(Value::as_u64);
+                m.usage_input = u.get("input_tokens").and_then(Value::as_u64);
+            }
+        }
+        "content_block_delta" => {
+            let delta = v.get("delta").unwrap_or(&Value::Null);
+            match delta.get("type").and_then(Value::as_str) {
+                Some("text_delta") => {
+                    if let Some(t) = non_empty_str(delta, "text") {
+                        m.token = true;
+                        m.output = true;
+                        m.text.push_str(t);
+                    }
+                }
+                Some("thinking_delta") => m.token = non_empty_str(delta, "thinking").is_some(),
+                Some("input_json_delta") => {
+                    m.token = non_empty_str(delta, "partial_json").is_some();
+                }
+                _ => {}
+            }
+        }
+        "message_delta" => {
+            if let Some(u) = v.get("usage") {
+                m.usage_output = u.get("output_tokens").and_then(Value::as_u64);
+                m.usage_input = u.get("input_tokens").and_then(Value::as_u64);
+            }
+            m.finish = v
+                .get("delta")
+                .and_then(|d| d.get("stop_reason"))
+                .is_some_and(Value::is_string);
+        }
+        "message_stop" => m.terminal = true,
+        "error" => {
+            let mut e = StreamError::from_json(&v);
+            if e.code.is_none() {
+                e.code = e.kind.as_deref().and_then(status_of_type);
+            }
+            m.error = Some(e);
+        }
+        // ping, content_block_start/stop and unknown types carry nothing we measure.
+        _ => {}
+    }
+    Ok(m)
+}
+
+/// Request body: system messages go to the top-level `system` field; `max_tokens` is required.
+pub(super) fn body(req: &RequestSpec<'_>) -> Value {
+    let system: Vec<&str> = req
+        .messages
+        .iter()
+        .filter(|m| m.role == "system")
+        .map(|m| m.content.as_str())
+        .collect();
+    let msgs: Vec<_> = req.messages.iter().filter(|m| m.role != "system").collect();
+    let mut body = Map::new();
+    body.insert("model".into(), json!(req.model));
+    body.insert("messages".into(), json!(msgs));
+    body.insert("max_tokens".into(), json!(req.max_tokens.unwrap_or(256)));
+    body.insert("stream".into(), Value::Bool(true));
+    if !system.is_empty() {
+        body.insert("system".into(), json!(system.join("\n")));
+    }
+    if let Some(extra) = req.extra_body {
+        for (k, v) in extra {
+            body.insert(k.clone(), v.clone());
+        }
+    }
+    Value::Object(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(event: &str, data: &str) -> EventMeaning {
+        messages(&SseEvent {
+            event: Some(event.into()),
+            data: data.into(),
+            has_data: true,
+            ..SseEvent::default()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn flow() {
+        let m = ev(
+            "message_start",
+            r#"{"type":"message_start","message":{"usage":{"input_tokens":25,"output_tokens":1}}}"#,
+        );
+        assert_eq!((m.usage_output, m.usage_input, m.token), (Some(1), Some(25), false));
+        assert_eq!(ev("ping", r#"{"type":"ping"}"#), EventMeaning::default());
+        let m = ev(
+            "content_block_delta",
+            r#"{"delta":{"type":"text_delta","text":"Hello"}}"#,
+        );
+        assert!(m.token && m.output);
+        let m = ev(
+            "content_block_delta",
+            r#"{"delta":{"type":"thinking_delta","thinking":"hm"}}"#,
+        );
+        assert!(m.token && !m.output);
+        let m = ev(
+            "content_block_delta",
+            r#"{"delta":{"type":"input_json_delta","partial_json":""}}"#,
+        );
+        assert!(!m.token);
+        let m = ev(
+            "message_delta",
+            r#"{"delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":4}}"#,
+        );
+        assert!(m.finish);
+        assert_eq!(m.usage_output, Some(4));
+        assert!(ev("message_stop", r#"{"type":"message_stop"}"#).terminal);
+    }
+
+    #[test]
+    fn errors_map_types_to_statuses() {
+        let m = ev("error", r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#);
+        let e = m.error.unwrap();
+        assert!(e.is_overloaded());
+        assert_eq!(e.code, Some(529));
+        let m = ev("error", r#"{"error":{"type":"invalid_request_error"}}"#);
+        assert_eq!(m.error.unwrap().code, Some(400));
+    }
+
+    #[test]
+    fn system_prompt_is_lifted() {
+        let msgs = [
+            crate::protocol::Message {
+                role: "system".into(),
+                content: "be brief".into(),
+            },
+            crate::protocol::Message {
+                role: "user".into(),
+                content: "hi".into(),
+            },
+        ];
+        let b = body(&RequestSpec {
+            model: "c",
+            messages: &msgs,
+            max_tokens: None,
+            include_usage: true,
+            extra_body: None,
+        });
+        assert_eq!(b["system"], json!("be brief"));
+        assert_eq!(b["messages"].as_array().unwrap().len(), 1);
+        assert_eq!(b["max_tokens"], json!(256));
+    }
+}

@@ -1,0 +1,342 @@
+//! Streaming LLM API protocols: how to ask for a stream, and what each decoded SSE event means.
+//!
+//! Each protocol turns one [`SseEvent`] into an [`EventMeaning`]: whether it is token-bearing, whether
+//! it carries visible answer text, usage, a finish reason, the terminal marker or an in-stream
+//! error. The rules are MEASUREMENT.md's "Token-bearing events" and "In-stream errors"; the shapes
+//! are those of the providers' API references (OpenAI Chat Completions, Completions and Responses
+//! streaming; Anthropic Messages streaming). This module is pure: no I/O, no clocks.
+
+mod anthropic;
+mod openai;
+
+use crate::sse::SseEvent;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The API protocol of a target (`api:` in the config, `--api` on the command line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Api {
+    /// OpenAI Chat Completions: `POST {base_url}/chat/completions`.
+    OpenaiChat,
+    /// OpenAI legacy Completions: `POST {base_url}/completions`.
+    OpenaiCompletions,
+    /// OpenAI Responses: `POST {base_url}/responses`, typed events.
+    OpenaiResponses,
+    /// Anthropic Messages: `POST {base_url}/v1/messages`.
+    AnthropicMessages,
+}
+
+impl Api {
+    /// The config spelling, e.g. `openai-chat`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Api::OpenaiChat => "openai-chat",
+            Api::OpenaiCompletions => "openai-completions",
+            Api::OpenaiResponses => "openai-responses",
+            Api::AnthropicMessages => "anthropic-messages",
+        }
+    }
+
+    /// The path appended to the target's `base_url` (no trailing slash on `base_url`).
+    pub fn path(self) -> &'static str {
+        match self {
+            Api::OpenaiChat => "/chat/completions",
+            Api::OpenaiCompletions => "/completions",
+            Api::OpenaiResponses => "/responses",
+            Api::AnthropicMessages => "/v1/messages",
+        }
+    }
+
+    /// Interprets one decoded event by this protocol's rules.
+    ///
+    /// # Errors
+    /// [`Malformed`] when the event's data is not valid JSON of the protocol's shape
+    /// (MEASUREMENT.md: `malformed`).
+    pub fn interpret(self, ev: &SseEvent) -> Result<EventMeaning, Malformed> {
+        if let Some(raw) = &ev.error_field {
+            // llama.cpp's non-standard `error:` field line (MEASUREMENT.md, In-stream errors).
+            return Ok(EventMeaning {
+                error: Some(StreamError::from_payload(raw)),
+                ..EventMeaning::default()
+            });
+        }
+        match self {
+            Api::OpenaiChat => openai::chat(ev),
+            Api::OpenaiCompletions => openai::completions(ev),
+            Api::OpenaiResponses => openai::responses(ev),
+            Api::AnthropicMessages => anthropic::messages(ev),
+        }
+    }
+
+    /// Builds the JSON request body for a streaming request (MEASUREMENT.md, "Requests").
+    pub fn request_body(self, req: &RequestSpec<'_>) -> Value {
+        match self {
+            Api::OpenaiChat => openai::chat_body(req),
+            Api::OpenaiCompletions => openai::completions_body(req),
+            Api::OpenaiResponses => openai::responses_body(req),
+            Api::AnthropicMessages => anthropic::body(req),
+        }
+    }
+}
+
+impl std::fmt::Display for Api {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One chat message of a prompt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Message {
+    /// `system`, `user` or `assistant`.
+    pub role: String,
+    /// The message text.
+    pub content: String,
+}
+
+/// What to ask for, independent of protocol.
+#[derive(Debug, Clone)]
+pub struct RequestSpec<'a> {
+    /// Model name sent to the server.
+    pub model: &'a str,
+    /// The conversation.
+    pub messages: &'a [Message],
+    /// Output cap, if any (`max_tokens`; Anthropic requires one, 256 is used when absent).
+    pub max_tokens: Option<u32>,
+    /// Ask for usage in the stream (`stream_options.include_usage`, OpenAI chat and completions).
+    pub include_usage: bool,
+    /// Extra top-level body fields, merged last (e.g. `temperature`, `seed`).
+    pub extra_body: Option<&'a serde_json::Map<String, Value>>,
+}
+
+/// What one event means to the measurement (MEASUREMENT.md, "Token-bearing events").
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EventMeaning {
+    /// Non-empty generated output in any channel (answer, reasoning, tool call, refusal).
+    pub token: bool,
+    /// Non-empty visible answer text (for TTFO): not reasoning, not tool calls.
+    pub output: bool,
+    /// Visible answer text carried by this event.
+    pub text: String,
+    /// A finish / stop reason was seen.
+    pub finish: bool,
+    /// The protocol's terminal marker (`[DONE]`, `message_stop`, `response.completed`).
+    pub terminal: bool,
+    /// Cumulative output tokens reported by the server, when this event carries usage.
+    pub usage_output: Option<u64>,
+    /// Input tokens reported by the server, when this event carries usage.
+    pub usage_input: Option<u64>,
+    /// An in-stream error.
+    pub error: Option<StreamError>,
+    /// llama.cpp's own `timings` object, when the server sent one.
+    pub server_timings: Option<ServerTimings>,
+}
+
+/// An error reported inside a stream, or in an HTTP error body.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StreamError {
+    /// Numeric code when the error carried one (`code: 400` or `"400"`, Anthropic types mapped to
+    /// their HTTP status).
+    pub code: Option<u16>,
+    /// The error's `type` (e.g. `overloaded_error`, `invalid_request_error`).
+    pub kind: Option<String>,
+    /// The non-numeric `code`, if any (e.g. `insufficient_quota`).
+    pub code_text: Option<String>,
+    /// The server's message, truncated to 512 characters.
+    pub message: Option<String>,
+}
+
+impl StreamError {
+    /// Reads an error payload: a JSON object with a top-level `error` object or string, a bare
+    /// error object, or plain text.
+    pub fn from_payload(raw: &str) -> Self {
+        match serde_json::from_str::<Value>(raw) {
+            Ok(v) => Self::from_json(&v),
+            Err(_) => StreamError {
+                message: Some(truncate(raw.trim(), 512)),
+                ..StreamError::default()
+            },
+        }
+    }
+
+    /// Reads an error from parsed JSON (see [`StreamError::from_payload`]).
+    pub fn from_json(v: &Value) -> Self {
+        let obj = match v.get("error") {
+            Some(Value::String(s)) => {
+                return StreamError {
+                    message: Some(truncate(s, 512)),
+                    ..StreamError::default()
+                };
+            }
+            Some(inner @ Value::Object(_)) => inner,
+            _ => v,
+        };
+        let mut e = StreamError {
+            kind: obj.get("type").and_then(Value::as_str).map(str::to_owned),
+            message: obj
+                .get("message")
+                .and_then(Value::as_str)
+                .map(|m| truncate(m, 512)),
+            ..StreamError::default()
+        };
+        match obj.get("code").or_else(|| obj.get("status")) {
+            Some(Value::Number(n)) => e.code = n.as_u64().and_then(|c| u16::try_from(c).ok()),
+            Some(Value::String(s)) => match s.trim().parse::<u16>() {
+                Ok(c) => e.code = Some(c),
+                Err(_) => e.code_text = Some(s.clone()),
+            },
+            _ => {}
+        }
+        e
+    }
+
+    /// True when the type or code says the server is overloaded (`overloaded_error`, 529).
+    pub fn is_overloaded(&self) -> bool {
+        self.code == Some(529)
+            || self
+                .kind
+                .as_deref()
+                .is_some_and(|k| k.contains("overloaded"))
+            || self
+                .code_text
+                .as_deref()
+                .is_some_and(|k| k.contains("overloaded"))
+    }
+
+    /// A one-line human summary: `type code: message`.
+    pub fn summary(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(k) = &self.kind {
+            parts.push(k.clone());
+        }
+        if let Some(c) = self.code {
+            parts.push(c.to_string());
+        } else if let Some(c) = &self.code_text {
+            parts.push(c.clone());
+        }
+        let head = parts.join(" ");
+        match (&self.message, head.is_empty()) {
+            (Some(m), true) => m.clone(),
+            (Some(m), false) => format!("{head}: {m}"),
+            (None, _) => head,
+        }
+    }
+}
+
+/// llama.cpp server's per-request `timings` object (sent in its final stream chunk).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct ServerTimings {
+    /// Prompt tokens processed.
+    pub prompt_n: Option<u64>,
+    /// Prompt processing time, ms.
+    pub prompt_ms: Option<f64>,
+    /// Tokens generated.
+    pub predicted_n: Option<u64>,
+    /// Generation time, ms.
+    pub predicted_ms: Option<f64>,
+    /// Generation time per token, ms.
+    pub predicted_per_token_ms: Option<f64>,
+}
+
+impl ServerTimings {
+    fn from_json(v: &Value) -> Option<Self> {
+        let o = v.as_object()?;
+        Some(ServerTimings {
+            prompt_n: o.get("prompt_n").and_then(Value::as_u64),
+            prompt_ms: o.get("prompt_ms").and_then(Value::as_f64),
+            predicted_n: o.get("predicted_n").and_then(Value::as_u64),
+            predicted_ms: o.get("predicted_ms").and_then(Value::as_f64),
+            predicted_per_token_ms: o.get("predicted_per_token_ms").and_then(Value::as_f64),
+        })
+    }
+}
+
+/// The event's data is not valid JSON of the protocol's shape.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("malformed event: {reason}")]
+pub struct Malformed {
+    /// What was wrong, without the payload (which may be large).
+    pub reason: String,
+}
+
+impl Malformed {
+    fn new(reason: impl Into<String>) -> Self {
+        Malformed {
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Parses an event's data as a JSON object.
+fn json_object(data: &str) -> Result<Value, Malformed> {
+    let v: Value = serde_json::from_str(data)
+        .map_err(|e| Malformed::new(format!("data is not valid JSON ({e})")))?;
+    if !v.is_object() {
+        return Err(Malformed::new("data is JSON but not an object"));
+    }
+    Ok(v)
+}
+
+/// A non-empty string at `v[key]`.
+fn non_empty_str<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
+    v.get(key).and_then(Value::as_str).filter(|s| !s.is_empty())
+}
+
+fn truncate(s: &str, max_chars: usize) -> String {
+    match s.char_indices().nth(max_chars) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_owned(),
+    }
+}
+
+/// Usage numbers at `v[key]` with the given field names; `(output, input)`.
+fn usage_at(v: &Value, output_key: &str, input_key: &str) -> (Option<u64>, Option<u64>) {
+    match v.get("usage") {
+        Some(u @ Value::Object(_)) => (
+            u.get(output_key).and_then(Value::as_u64),
+            u.get(input_key).and_then(Value::as_u64),
+        ),
+        _ => (None, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_payloads() {
+        let e = StreamError::from_payload(r#"{"code":400,"message":"too long","type":"invalid_request_error"}"#);
+        assert_eq!(e.code, Some(400));
+        assert_eq!(e.kind.as_deref(), Some("invalid_request_error"));
+        let e = StreamError::from_payload(r#"{"error":{"code":"internal_error","message":"x"}}"#);
+        assert_eq!(e.code, None);
+        assert_eq!(e.code_text.as_deref(), Some("internal_error"));
+        let e = StreamError::from_payload(r#"{"error":{"code":"429"}}"#);
+        assert_eq!(e.code, Some(429));
+        let e = StreamError::from_payload("plain text");
+        assert_eq!(e.message.as_deref(), Some("plain text"));
+        let e = StreamError::from_payload(r#"{"error":"boom"}"#);
+        assert_eq!(e.message.as_deref(), Some("boom"));
+        assert!(StreamError::from_payload(r#"{"type":"overloaded_error"}"#).is_overloaded());
+    }
+
+    #[test]
+    fn truncate_is_char_safe() {
+        assert_eq!(truncate("héllo", 2), "hé…");
+        assert_eq!(truncate("hi", 5), "hi");
+    }
+
+    #[test]
+    fn error_field_wins_for_every_api() {
+        let ev = SseEvent {
+            error_field: Some(r#"{"code":400}"#.into()),
+            ..SseEvent::default()
+        };
+        for api in [Api::OpenaiChat, Api::AnthropicMessages, Api::OpenaiResponses] {
+            assert_eq!(api.interpret(&ev).unwrap().error.unwrap().code, Some(400));
+        }
+    }
+}

@@ -1,0 +1,353 @@
+//! OpenAI streaming shapes: Chat Completions, legacy Completions and Responses.
+//!
+//! Sources: OpenAI API reference (chat completion chunk object, `stream_options.include_usage`,
+//! Responses streaming events) and MEASUREMENT.md's token-bearing rules.
+
+use super::{
+    EventMeaning, Malformed, RequestSpec, ServerTimings, StreamError, json_object, non_empty_str,
+    usage_at,
+};
+use crate::sse::SseEvent;
+use serde_json::{Map, Value, json};
+
+/// Events of a chat or completions stream that carry no JSON: `[DONE]`, empty data, other types.
+fn preamble(ev: &SseEvent) -> Option<Result<EventMeaning, Malformed>> {
+    match ev.event.as_deref() {
+        None | Some("message") => {}
+        Some("error") => {
+            return Some(Ok(EventMeaning {
+                error: Some(StreamError::from_payload(&ev.data)),
+                ..EventMeaning::default()
+            }));
+        }
+        // Unknown event types are never token-bearing and never an error by themselves.
+        Some(_) => return Some(Ok(EventMeaning::default())),
+    }
+    let data = ev.data.trim();
+    if data == "[DONE]" {
+        return Some(Ok(EventMeaning {
+            terminal: true,
+            ..EventMeaning::default()
+        }));
+    }
+    if data.is_empty() {
+        return Some(Ok(EventMeaning::default()));
+    }
+    None
+}
+
+/// Top-level `error` in a data object (MEASUREMENT.md, In-stream errors).
+fn top_level_error(v: &Value) -> Option<StreamError> {
+    match v.get("error") {
+        None | Some(Value::Null) => None,
+        Some(_) => Some(StreamError::from_json(v)),
+    }
+}
+
+fn choices(v: &Value) -> Result<&[Value], Malformed> {
+    match v.get("choices") {
+        None | Some(Value::Null) => Ok(&[]),
+        Some(Value::Array(a)) => Ok(a),
+        Some(_) => Err(Malformed::new("`choices` is not an array")),
+    }
+}
+
+/// OpenAI Chat Completions chunk.
+pub(super) fn chat(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
+    if let Some(r) = preamble(ev) {
+        return r;
+    }
+    let v = json_object(&ev.data)?;
+    let mut m = EventMeaning {
+        error: top_level_error(&v),
+        ..EventMeaning::default()
+    };
+    (m.usage_output, m.usage_input) = usage_at(&v, "completion_tokens", "prompt_tokens");
+    m.server_timings = v.get("timings").and_then(ServerTimings::from_json);
+    for choice in choices(&v)? {
+        if let Some(delta) = choice.get("delta").filter(|d| d.is_object()) {
+            for key in ["content", "refusal"] {
+                if let Some(s) = non_empty_str(delta, key) {
+                    m.token = true;
+                    m.output = true;
+                    m.text.push_str(s);
+                }
+            }
+            if ["reasoning_content", "reasoning"]
+                .iter()
+                .any(|k| non_empty_str(delta, k).is_some())
+            {
+                m.token = true;
+            }
+            if let Some(Value::Array(calls)) = delta.get("tool_calls") {
+                let any = calls.iter().any(|c| {
+                    c.get("function").is_some_and(|f| {
+                        non_empty_str(f, "name").is_some() || non_empty_str(f, "arguments").is_some()
+                    })
+                });
+                m.token |= any;
+            }
+        }
+        if choice.get("finish_reason").is_some_and(Value::is_string) {
+            m.finish = true;
+        }
+    }
+    Ok(m)
+}
+
+/// OpenAI legacy Completions chunk (`choices[*].text`).
+pub(super) fn completions(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
+    if let Some(r) = preamble(ev) {
+        return r;
+    }
+    let v = json_object(&ev.data)?;
+    let mut m = EventMeaning {
+        error: top_level_error(&v),
+        ..EventMeaning::default()
+    };
+    (m.usage_output, m.usage_input) = usage_at(&v, "completion_tokens", "prompt_tokens");
+    m.server_timings = v.get("timings").and_then(ServerTimings::from_json);
+    for choice in choices(&v)? {
+        if let Some(s) = non_empty_str(choice, "text") {
+            m.token = true;
+            m.output = true;
+            m.text.push_str(s);
+        }
+        if choice.get("finish_reason").is_some_and(Value::is_string) {
+            m.finish = true;
+        }
+    }
+    Ok(m)
+}
+
+/// OpenAI Responses typed event (`type` in the data, mirrored by the SSE `event:` field).
+pub(super) fn responses(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
+    let data = ev.data.trim();
+    if data.is_empty() || data == "[DONE]" {
+        return Ok(EventMeaning {
+            terminal: data == "[DONE]",
+            ..EventMeaning::default()
+        });
+    }
+    let v = json_object(data)?;
+    let kind = v
+        .get("type")
+        .and_then(Value::as_str)
+        .or(ev.event.as_deref())
+        .unwrap_or_default();
+    let mut m = EventMeaning::default();
+    let delta = non_empty_str(&v, "delta");
+    match kind {
+        "response.output_text.delta" | "response.refusal.delta" => {
+            if let Some(d) = delta {
+                m.token = true;
+                m.output = true;
+                m.text.push_str(d);
+            }
+        }
+        "response.reasoning_text.delta"
+        | "response.reasoning_summary_text.delta"
+        | "response.function_call_arguments.delta" => m.token = delta.is_some(),
+        "response.completed" | "response.incomplete" => {
+            // `incomplete` is a proper end cut short (e.g. max_output_tokens), like
+            // finish_reason "length" in chat.
+            m.finish = true;
+            m.terminal = true;
+            if let Some(resp) = v.get("response") {
+                (m.usage_output, m.usage_input) = usage_at(resp, "output_tokens", "input_tokens");
+            }
+        }
+        "response.failed" => {
+            let err = v
+                .get("response")
+                .and_then(|r| r.get("error"))
+                .filter(|e| e.is_object())
+                .map(StreamError::from_json)
+                .unwrap_or_default();
+            m.error = Some(err);
+        }
+        "error" => m.error = Some(StreamError::from_json(&v)),
+        _ => {}
+    }
+    Ok(m)
+}
+
+fn merge_extra(mut body: Value, req: &RequestSpec<'_>) -> Value {
+    if let (Some(extra), Some(obj)) = (req.extra_body, body.as_object_mut()) {
+        for (k, v) in extra {
+            obj.insert(k.clone(), v.clone());
+        }
+    }
+    body
+}
+
+fn stream_fields(body: &mut Map<String, Value>, req: &RequestSpec<'_>) {
+    body.insert("stream".into(), Value::Bool(true));
+    if req.include_usage {
+        body.insert("stream_options".into(), json!({"include_usage": true}));
+    }
+    if let Some(n) = req.max_tokens {
+        body.insert("max_tokens".into(), json!(n));
+    }
+}
+
+pub(super) fn chat_body(req: &RequestSpec<'_>) -> Value {
+    let mut body = Map::new();
+    body.insert("model".into(), json!(req.model));
+    body.insert("messages".into(), json!(req.messages));
+    stream_fields(&mut body, req);
+    merge_extra(Value::Object(body), req)
+}
+
+pub(super) fn completions_body(req: &RequestSpec<'_>) -> Value {
+    let prompt: Vec<&str> = req.messages.iter().map(|m| m.content.as_str()).collect();
+    let mut body = Map::new();
+    body.insert("model".into(), json!(req.model));
+    body.insert("prompt".into(), json!(prompt.join("\n")));
+    stream_fields(&mut body, req);
+    merge_extra(Value::Object(body), req)
+}
+
+pub(super) fn responses_body(req: &RequestSpec<'_>) -> Value {
+    let mut body = Map::new();
+    body.insert("model".into(), json!(req.model));
+    body.insert("input".into(), json!(req.messages));
+    body.insert("stream".into(), Value::Bool(true));
+    if let Some(n) = req.max_tokens {
+        body.insert("max_output_tokens".into(), json!(n));
+    }
+    merge_extra(Value::Object(body), req)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{Api, Message};
+
+    fn ev(data: &str) -> SseEvent {
+        SseEvent {
+            data: data.into(),
+            has_data: true,
+            ..SseEvent::default()
+        }
+    }
+
+    fn chat_of(data: &str) -> EventMeaning {
+        chat(&ev(data)).unwrap()
+    }
+
+    #[test]
+    fn role_only_empty_and_null_content_are_not_tokens() {
+        for d in [
+            r#"{"choices":[{"delta":{"role":"assistant","content":""}}]}"#,
+            r#"{"choices":[{"delta":{"role":"assistant","content":null}}]}"#,
+            r#"{"choices":[{"delta":{"role":"assistant"}}]}"#,
+            r#"{"choices":[]}"#,
+            r#"{"choices":[{"delta":{}}]}"#,
+        ] {
+            let m = chat_of(d);
+            assert!(!m.token && !m.output, "{d}");
+        }
+    }
+
+    #[test]
+    fn channels() {
+        let m = chat_of(r#"{"choices":[{"delta":{"content":"Hi"}}]}"#);
+        assert!(m.token && m.output);
+        assert_eq!(m.text, "Hi");
+        let m = chat_of(r#"{"choices":[{"delta":{"content":null,"reasoning_content":"x"}}]}"#);
+        assert!(m.token && !m.output);
+        let m = chat_of(r#"{"choices":[{"delta":{"reasoning":"x"}}]}"#);
+        assert!(m.token && !m.output);
+        let m = chat_of(
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\""}}]}}]}"#,
+        );
+        assert!(m.token && !m.output);
+        let m = chat_of(r#"{"choices":[{"delta":{"tool_calls":[{"function":{"arguments":""}}]}}]}"#);
+        assert!(!m.token);
+        let m = chat_of(r#"{"choices":[{"delta":{"refusal":"no"}}]}"#);
+        assert!(m.token && m.output);
+    }
+
+    #[test]
+    fn finish_usage_done_and_timings() {
+        let m = chat_of(r#"{"choices":[{"delta":{},"finish_reason":"stop"}],"usage":null}"#);
+        assert!(m.finish && !m.token);
+        assert_eq!(m.usage_output, None);
+        let m = chat_of(
+            r#"{"choices":[],"usage":{"prompt_tokens":24,"completion_tokens":5},"timings":{"prompt_n":3,"prompt_ms":1.5,"predicted_n":5,"predicted_ms":10.0,"predicted_per_token_ms":2.0}}"#,
+        );
+        assert_eq!((m.usage_output, m.usage_input), (Some(5), Some(24)));
+        assert_eq!(m.server_timings.unwrap().predicted_n, Some(5));
+        assert!(chat(&ev("[DONE]")).unwrap().terminal);
+        assert!(chat(&ev(" [DONE] ")).unwrap().terminal);
+    }
+
+    #[test]
+    fn errors_and_malformed() {
+        let m = chat_of(r#"{"error":{"message":"x","code":"internal_error"}}"#);
+        assert_eq!(m.error.unwrap().code_text.as_deref(), Some("internal_error"));
+        assert!(chat(&ev("{\"a\":1}\n{\"b\":2}")).is_err());
+        assert!(chat(&ev("[1,2]")).is_err());
+        assert!(chat(&ev(r#"{"choices":{}}"#)).is_err());
+        let mut e = ev(r#"{"message":"boom"}"#);
+        e.event = Some("error".into());
+        assert_eq!(chat(&e).unwrap().error.unwrap().message.as_deref(), Some("boom"));
+        let mut p = ev("not json");
+        p.event = Some("ping".into());
+        assert_eq!(chat(&p).unwrap(), EventMeaning::default());
+    }
+
+    #[test]
+    fn completions_and_responses() {
+        let m = completions(&ev(r#"{"choices":[{"text":"a","finish_reason":null}]}"#)).unwrap();
+        assert!(m.token && m.output);
+        let m = completions(&ev(r#"{"choices":[{"text":"","finish_reason":"length"}]}"#)).unwrap();
+        assert!(!m.token && m.finish);
+        let m = responses(&ev(r#"{"type":"response.output_text.delta","delta":"Hi"}"#)).unwrap();
+        assert!(m.token && m.output);
+        let m = responses(&ev(r#"{"type":"response.reasoning_text.delta","delta":"h"}"#)).unwrap();
+        assert!(m.token && !m.output);
+        let m = responses(&ev(r#"{"type":"response.output_text.delta","delta":""}"#)).unwrap();
+        assert!(!m.token);
+        let m = responses(&ev(
+            r#"{"type":"response.completed","response":{"usage":{"input_tokens":3,"output_tokens":9}}}"#,
+        ))
+        .unwrap();
+        assert!(m.terminal && m.finish);
+        assert_eq!((m.usage_output, m.usage_input), (Some(9), Some(3)));
+        let m = responses(&ev(
+            r#"{"type":"response.failed","response":{"error":{"code":"server_error","message":"x"}}}"#,
+        ))
+        .unwrap();
+        assert!(m.error.is_some());
+    }
+
+    #[test]
+    fn bodies_ask_for_a_stream_and_usage() {
+        let msgs = [Message {
+            role: "user".into(),
+            content: "hi".into(),
+        }];
+        let mut extra = Map::new();
+        extra.insert("temperature".into(), json!(0));
+        let req = RequestSpec {
+            model: "m",
+            messages: &msgs,
+            max_tokens: Some(8),
+            include_usage: true,
+            extra_body: Some(&extra),
+        };
+        let b = Api::OpenaiChat.request_body(&req);
+        assert_eq!(b["stream"], json!(true));
+        assert_eq!(b["stream_options"]["include_usage"], json!(true));
+        assert_eq!(b["max_tokens"], json!(8));
+        assert_eq!(b["temperature"], json!(0));
+        assert_eq!(b["messages"][0]["content"], json!("hi"));
+        let b = Api::OpenaiCompletions.request_body(&req);
+        assert_eq!(b["prompt"], json!("hi"));
+        let b = Api::OpenaiResponses.request_body(&req);
+        assert_eq!(b["max_output_tokens"], json!(8));
+        assert!(b.get("stream_options").is_none());
+    }
+}

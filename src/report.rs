@@ -1,0 +1,172 @@
+//! A probe result for people and programs: the `probe` command's `--format json` object (the keys
+//! of `shared/cases/*.expect.json`) and its `--format text` report.
+
+use crate::measure::ProbeResult;
+use serde_json::{Value, json};
+use std::fmt::Write as _;
+
+/// The JSON object printed by `probe --format json`: exactly the keys `outcome`, `error_type`,
+/// `ttfb_s`, `ttft_s`, `ttfo_s`, `e2e_s`, `output_tokens`, `token_source`, `input_tokens`, `tpot_s`,
+/// `decode_tokens_per_s`, `chunk_gaps_s`, `flags`, `retry_after_s`; absent values are `null`.
+/// For a failed probe, `e2e_s` is the duration to the failure instant (MEASUREMENT.md).
+pub fn to_json(r: &ProbeResult) -> Value {
+    json!({
+        "outcome": if r.success() { "success" } else { "error" },
+        "error_type": r.error_type.map(|e| e.as_str()),
+        "ttfb_s": r.ttfb_s,
+        "ttft_s": r.ttft_s,
+        "ttfo_s": r.ttfo_s,
+        "e2e_s": r.e2e_s.or(r.failure_s),
+        "output_tokens": r.output_tokens,
+        "token_source": r.token_source,
+        "input_tokens": r.input_tokens,
+        "tpot_s": r.tpot_s,
+        "decode_tokens_per_s": r.decode_tokens_per_s,
+        "chunk_gaps_s": r.chunk_gaps_s,
+        "flags": r.flags.iter().map(|f| f.as_str()).collect::<Vec<_>>(),
+        "retry_after_s": r.retry_after_s,
+    })
+}
+
+fn ms(v: Option<f64>) -> String {
+    match v {
+        Some(s) => format!("{:>9.1} ms", s * 1000.0),
+        None => format!("{:>12}", "-"),
+    }
+}
+
+/// Context shown in the text report besides the result itself.
+#[derive(Debug, Clone, Default)]
+pub struct ReportContext {
+    /// The endpoint URL probed.
+    pub url: String,
+    /// The model asked for.
+    pub model: String,
+    /// The proxy in use, if any (credentials removed).
+    pub proxy: Option<String>,
+}
+
+/// A short human report: outcome, then a phase timeline like curl's `-w` timings, then counts.
+/// A failure says why: HTTP status, the server's message, which deadline, the proxy in use.
+pub fn to_text(r: &ProbeResult, ctx: &ReportContext) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "target     {}", ctx.url);
+    let _ = writeln!(s, "model      {}", ctx.model);
+    let _ = writeln!(s, "proxy      {}", ctx.proxy.as_deref().unwrap_or("none (direct)"));
+    match r.error_type {
+        None => {
+            let _ = writeln!(s, "outcome    success (HTTP {})", r.http_status.unwrap_or(0));
+        }
+        Some(e) => {
+            let status = r
+                .http_status
+                .map(|c| format!("HTTP {c}"))
+                .unwrap_or_else(|| "no response".into());
+            let _ = writeln!(s, "outcome    FAILED: {e} ({status}) after{}", ms(r.failure_s));
+            if let Some(d) = &r.error_detail {
+                let _ = writeln!(s, "reason     {d}");
+            }
+            if let Some(w) = r.retry_after_s {
+                let _ = writeln!(s, "retry      the server asks to wait {w:.3} s");
+            }
+        }
+    }
+    s.push_str("\ntimeline (from sending the request)\n");
+    let _ = writeln!(s, "  headers       {}", ms(r.ttfb_s));
+    let _ = writeln!(s, "  first token   {}", ms(r.ttft_s));
+    let _ = writeln!(s, "  first output  {}", ms(r.ttfo_s));
+    let _ = writeln!(s, "  last token    {}", ms(r.last_token_s));
+    let _ = writeln!(s, "  end           {}", ms(r.e2e_s));
+    s.push('\n');
+    let _ = writeln!(
+        s,
+        "output     {} tokens (from {}), {} token events",
+        r.output_tokens,
+        match r.token_source {
+            crate::measure::TokenSource::Usage => "usage",
+            crate::measure::TokenSource::Events => "event count",
+        },
+        r.token_events
+    );
+    if let Some(i) = r.input_tokens {
+        let _ = writeln!(s, "input      {i} tokens");
+    }
+    match (r.tpot_s, r.decode_tokens_per_s) {
+        (Some(t), Some(d)) => {
+            let _ = writeln!(s, "TPOT       {:.2} ms/token ({d:.1} tokens/s decode)", t * 1000.0);
+        }
+        _ => {
+            let _ = writeln!(s, "TPOT       not measurable (fewer than 2 tokens, a burst, or a failure)");
+        }
+    }
+    if let Some(st) = &r.server_timings {
+        let _ = writeln!(
+            s,
+            "server     prompt {} ms, {} tokens in {} ms ({} ms/token), as llama.cpp reports",
+            st.prompt_ms.map_or("-".into(), |v| format!("{v:.1}")),
+            st.predicted_n.map_or("-".into(), |v| v.to_string()),
+            st.predicted_ms.map_or("-".into(), |v| format!("{v:.1}")),
+            st.predicted_per_token_ms.map_or("-".into(), |v| format!("{v:.2}")),
+        );
+    }
+    if !r.flags.is_empty() {
+        let flags: Vec<&str> = r.flags.iter().map(|f| f.as_str()).collect();
+        let _ = writeln!(s, "flags      {}", flags.join(", "));
+    }
+    if r.success() && !r.text.is_empty() {
+        let preview: String = r.text.chars().take(120).collect();
+        let _ = writeln!(s, "answer     {:?}", preview);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::measure::Measurement;
+    use crate::outcome::ErrorType;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn json_has_exactly_the_case_keys() {
+        let t0 = Instant::now();
+        let mut m = Measurement::new(t0);
+        m.fail(ErrorType::RateLimited, t0 + Duration::from_millis(80), "HTTP 429");
+        m.retry_after(Duration::from_millis(6500));
+        let v = to_json(&m.finish());
+        let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            [
+                "chunk_gaps_s", "decode_tokens_per_s", "e2e_s", "error_type", "flags",
+                "input_tokens", "outcome", "output_tokens", "retry_after_s", "token_source",
+                "tpot_s", "ttfb_s", "ttfo_s", "ttft_s"
+            ]
+        );
+        assert_eq!(v["outcome"], "error");
+        assert_eq!(v["error_type"], "rate_limited");
+        assert_eq!(v["retry_after_s"], 6.5);
+        assert!((v["e2e_s"].as_f64().unwrap() - 0.08).abs() < 1e-9);
+        assert!(v["ttft_s"].is_null());
+    }
+
+    #[test]
+    fn text_explains_a_failure() {
+        let t0 = Instant::now();
+        let mut m = Measurement::new(t0);
+        m.headers(t0, 401);
+        m.fail(ErrorType::Auth, t0 + Duration::from_millis(60), "HTTP 401: invalid_api_key");
+        let text = to_text(
+            &m.finish(),
+            &ReportContext {
+                url: "http://x/v1/chat/completions".into(),
+                model: "m".into(),
+                proxy: Some("http://proxy:3128/".into()),
+            },
+        );
+        assert!(text.contains("FAILED: auth (HTTP 401)"), "{text}");
+        assert!(text.contains("invalid_api_key"));
+        assert!(text.contains("http://proxy:3128/"));
+    }
+}

@@ -1,0 +1,237 @@
+//! Runs jobs on their schedules: one tokio task per job, never overlapping itself.
+//!
+//! Intervals use `tokio::time::interval_at` with `MissedTickBehavior::Skip` and a per-job offset
+//! (a hash of the job name spread over the first `min(interval, 10 s)`), so jobs do not fire
+//! together. Cron schedules are evaluated in UTC with `croner` (no local-time DST jumps). A tick
+//! that finds the job's previous probe still running is skipped and counted
+//! (`tokenprobe_probes_skipped_total{reason="overlap"}`); a target that answered 429 or overloaded
+//! with a `Retry-After` is not probed until that wait has passed (`reason="rate_limited"`).
+
+use crate::config::{Job, Schedule};
+use crate::measure::ProbeResult;
+use crate::metrics::{JobLabels, Metrics, SkipReason};
+use crate::probe::{ProbeError, ProbeSpec, Prober};
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// The longest start offset given to a job.
+const MAX_OFFSET: Duration = Duration::from_secs(10);
+
+/// The labels of a job.
+pub fn labels(job: &Job) -> JobLabels {
+    JobLabels {
+        target: job.target.name.clone(),
+        model: job.model.clone(),
+        prompt: job.prompt.name.clone(),
+    }
+}
+
+/// Start offset of a job: stable for a name, spread over `[0, min(period, 10 s))`.
+pub fn offset(name: &str, period: Duration) -> Duration {
+    let span = period.min(MAX_OFFSET);
+    let mut h = DefaultHasher::new();
+    name.hash(&mut h);
+    let frac = (h.finish() % 10_000) as f64 / 10_000.0;
+    span.mul_f64(frac)
+}
+
+/// Per-target pause requested by `Retry-After`.
+type Pauses = Arc<Mutex<HashMap<String, Instant>>>;
+
+/// The running jobs. Dropping it does not stop them; call [`Scheduler::shutdown`].
+#[derive(Debug)]
+pub struct Scheduler {
+    cancel: CancellationToken,
+    ticks: TaskTracker,
+    probes: TaskTracker,
+}
+
+impl Scheduler {
+    /// Starts one task per job.
+    ///
+    /// # Errors
+    /// [`ProbeError`] when an HTTP client cannot be built.
+    pub fn start(jobs: &[Job], metrics: Arc<Metrics>) -> Result<Self, ProbeError> {
+        let s = Scheduler {
+            cancel: CancellationToken::new(),
+            ticks: TaskTracker::new(),
+            probes: TaskTracker::new(),
+        };
+        let pauses: Pauses = Arc::default();
+        for job in jobs {
+            metrics.register_job(&labels(job));
+            let runner = JobRunner {
+                labels: labels(job),
+                name: job.name(),
+                spec: Arc::new(ProbeSpec::from_job(job)),
+                prober: Prober::new(job.timeouts.connect)?,
+                metrics: metrics.clone(),
+                running: Arc::new(AtomicBool::new(false)),
+                pauses: pauses.clone(),
+                probes: s.probes.clone(),
+            };
+            let schedule = job.schedule.clone();
+            let cancel = s.cancel.clone();
+            s.ticks.spawn(async move { runner.run(schedule, cancel).await });
+        }
+        Ok(s)
+    }
+
+    /// Stops scheduling, then waits up to `grace` for in-flight probes. Returns whether all
+    /// in-flight probes finished in time.
+    pub async fn shutdown(self, grace: Duration) -> bool {
+        self.cancel.cancel();
+        self.ticks.close();
+        self.ticks.wait().await;
+        self.probes.close();
+        tokio::time::timeout(grace, self.probes.wait()).await.is_ok()
+    }
+}
+
+struct JobRunner {
+    labels: JobLabels,
+    name: String,
+    spec: Arc<ProbeSpec>,
+    prober: Prober,
+    metrics: Arc<Metrics>,
+    running: Arc<AtomicBool>,
+    pauses: Pauses,
+    probes: TaskTracker,
+}
+
+impl JobRunner {
+    async fn run(self, schedule: Schedule, cancel: CancellationToken) {
+        match schedule {
+            Schedule::Interval(period) => {
+                let start = tokio::time::Instant::now() + offset(&self.name, period);
+                let mut iv = tokio::time::interval_at(start, period);
+                iv.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+                loop {
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        _ = iv.tick() => self.fire(),
+                    }
+                }
+            }
+            Schedule::Cron(cron) => loop {
+                let now = chrono::Utc::now();
+                let next = match cron.find_next_occurrence(&now, false) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        tracing::error!(job = %self.name, error = %e, "cron schedule has no next run; job stopped");
+                        return;
+                    }
+                };
+                let wait = (next - now).to_std().unwrap_or(Duration::ZERO);
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(wait) => self.fire(),
+                }
+            },
+        }
+    }
+
+    fn paused(&self) -> bool {
+        let Ok(mut p) = self.pauses.lock() else {
+            return false;
+        };
+        match p.get(&self.labels.target) {
+            Some(until) if Instant::now() < *until => true,
+            Some(_) => {
+                p.remove(&self.labels.target);
+                false
+            }
+            None => false,
+        }
+    }
+
+    fn fire(&self) {
+        if self.paused() {
+            self.metrics.skipped(&self.labels, SkipReason::RateLimited);
+            return;
+        }
+        if self.running.swap(true, Ordering::AcqRel) {
+            self.metrics.skipped(&self.labels, SkipReason::Overlap);
+            tracing::debug!(job = %self.name, "previous probe still running; tick skipped");
+            return;
+        }
+        let (prober, spec, metrics, labels, running, pauses, name) = (
+            self.prober.clone(),
+            self.spec.clone(),
+            self.metrics.clone(),
+            self.labels.clone(),
+            self.running.clone(),
+            self.pauses.clone(),
+            self.name.clone(),
+        );
+        self.probes.spawn(async move {
+            let r = prober.run(&spec).await;
+            metrics.record(&labels, &r, SystemTime::now());
+            if let Some(wait) = r.retry_after_s.filter(|w| *w > 0.0) {
+                if let Ok(mut p) = pauses.lock() {
+                    let until = Instant::now() + Duration::from_secs_f64(wait.min(3600.0));
+                    p.insert(labels.target.clone(), until);
+                }
+            }
+            log_result(&name, &r);
+            running.store(false, Ordering::Release);
+        });
+    }
+}
+
+/// One log line per probe: `warn` for a failure (job, error_type, status, message), `debug` with
+/// every measured value for a success.
+pub fn log_result(job: &str, r: &ProbeResult) {
+    let st = r.server_timings.unwrap_or_default();
+    match r.error_type {
+        Some(e) => tracing::warn!(
+            job,
+            outcome = "error",
+            error_type = e.as_str(),
+            status = r.http_status,
+            duration_s = r.failure_s,
+            retry_after_s = r.retry_after_s,
+            message = r.error_detail.as_deref().unwrap_or(""),
+            "probe failed"
+        ),
+        None => tracing::debug!(
+            job,
+            outcome = "success",
+            status = r.http_status,
+            ttfb_s = r.ttfb_s,
+            ttft_s = r.ttft_s,
+            ttfo_s = r.ttfo_s,
+            tpot_s = r.tpot_s,
+            e2e_s = r.e2e_s,
+            output_tokens = r.output_tokens,
+            token_events = r.token_events,
+            input_tokens = r.input_tokens,
+            server_prompt_ms = st.prompt_ms,
+            server_predicted_ms = st.predicted_ms,
+            server_predicted_n = st.predicted_n,
+            server_predicted_per_token_ms = st.predicted_per_token_ms,
+            "probe succeeded"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_are_stable_bounded_and_spread() {
+        let p = Duration::from_secs(30);
+        assert_eq!(offset("a/b/c", p), offset("a/b/c", p));
+        assert!(offset("a/b/c", p) < MAX_OFFSET);
+        assert!(offset("x", Duration::from_secs(2)) < Duration::from_secs(2));
+        let distinct: std::collections::HashSet<_> =
+            (0..10).map(|i| offset(&format!("job{i}"), p)).collect();
+        assert!(distinct.len() >= 8, "offsets should differ: {distinct:?}");
+    }
+}

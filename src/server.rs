@@ -1,0 +1,134 @@
+//! The HTTP endpoints of `serve`: `/metrics` (OpenMetrics when the `Accept` header asks for it,
+//! else the Prometheus 0.0.4 text format), `/-/healthy`, `/-/ready`, and `/` (links and the loaded
+//! jobs, without secrets), as Prometheus exporters lay them out.
+
+use crate::config::Job;
+use crate::metrics::{Metrics, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+/// What the endpoints show.
+#[derive(Debug)]
+pub struct AppState {
+    /// The registry.
+    pub metrics: Arc<Metrics>,
+    /// One row per loaded job: name, API, endpoint URL, schedule.
+    pub jobs: Vec<JobRow>,
+}
+
+/// A job as shown on `/` (no secrets: the key source is not shown).
+#[derive(Debug, Clone)]
+pub struct JobRow {
+    /// `target/model/prompt`.
+    pub name: String,
+    /// Protocol.
+    pub api: String,
+    /// Endpoint URL.
+    pub url: String,
+    /// Schedule, e.g. `every 15s`.
+    pub schedule: String,
+}
+
+impl JobRow {
+    /// The row for a job.
+    pub fn of(job: &Job) -> Self {
+        JobRow {
+            name: job.name(),
+            api: job.target.api.to_string(),
+            url: format!("{}{}", job.target.base_url, job.target.api.path()),
+            schedule: job.schedule.to_string(),
+        }
+    }
+}
+
+/// The router with every endpoint.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/-/healthy", get(|| async { "Healthy\n" }))
+        .route("/-/ready", get(|| async { "Ready\n" }))
+        .route("/", get(index))
+        .with_state(state)
+}
+
+/// True when the `Accept` header asks for OpenMetrics.
+pub fn wants_openmetrics(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("application/openmetrics-text"))
+}
+
+async fn metrics(State(s): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    let (body, ct) = if wants_openmetrics(&headers) {
+        (s.metrics.encode_openmetrics(), OPENMETRICS_CONTENT_TYPE)
+    } else {
+        (s.metrics.encode_text(), TEXT_CONTENT_TYPE)
+    };
+    match body {
+        Ok(b) => ([(header::CONTENT_TYPE, ct)], b).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("encoding metrics failed: {e}\n")).into_response(),
+    }
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+async fn index(State(s): State<Arc<AppState>>) -> Html<String> {
+    let mut h = String::from(
+        "<!doctype html><html><head><title>tokenprobe</title></head><body>\n<h1>tokenprobe</h1>\n\
+         <p><a href=\"/metrics\">Metrics</a> · <a href=\"/-/healthy\">Health</a> · <a href=\"/-/ready\">Ready</a></p>\n",
+    );
+    let _ = write!(
+        h,
+        "<p>version {}</p>\n<h2>Jobs ({})</h2>\n<table border=\"1\" cellpadding=\"4\">\n\
+         <tr><th>job</th><th>api</th><th>endpoint</th><th>schedule</th></tr>\n",
+        env!("CARGO_PKG_VERSION"),
+        s.jobs.len()
+    );
+    for j in &s.jobs {
+        let _ = writeln!(
+            h,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(&j.name),
+            escape(&j.api),
+            escape(&j.url),
+            escape(&j.schedule)
+        );
+    }
+    h.push_str("</table>\n</body></html>\n");
+    Html(h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_negotiation() {
+        let mut h = HeaderMap::new();
+        assert!(!wants_openmetrics(&h));
+        h.insert(
+            header::ACCEPT,
+            "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
+                .parse()
+                .unwrap(),
+        );
+        assert!(wants_openmetrics(&h));
+    }
+
+    #[test]
+    fn html_is_escaped() {
+        assert_eq!(escape("<a&\"b\">"), "&lt;a&amp;&quot;b&quot;&gt;");
+    }
+}
