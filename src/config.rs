@@ -91,6 +91,70 @@ impl Default for Timeouts {
     }
 }
 
+/// Which proxy a target's requests use.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum ProxySetting {
+    /// The environment's (`http_proxy`, `https_proxy`, `all_proxy`, `no_proxy`), as curl reads it.
+    #[default]
+    Environment,
+    /// No proxy, whatever the environment says (`proxy: none`).
+    Disabled,
+    /// This proxy URL for every request.
+    Url(String),
+}
+
+/// TLS trust settings of a target.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsOptions {
+    /// Extra PEM CA certificates trusted besides the Mozilla roots.
+    pub ca_file: Option<PathBuf>,
+    /// Accept any server certificate (logged loudly at start-up).
+    pub insecure_skip_verify: bool,
+}
+
+/// Whether a probe opens its own connection (`new`, the default: TTFT includes what a cold user
+/// sees) or reuses a kept-alive one (`reuse`: the warm path).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConnectionMode {
+    /// A new connection per probe.
+    #[default]
+    New,
+    /// Keep-alive connections are reused.
+    Reuse,
+}
+
+impl ConnectionMode {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConnectionMode::New => "new",
+            ConnectionMode::Reuse => "reuse",
+        }
+    }
+}
+
+/// Which header carries the API key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AuthStyle {
+    /// `Authorization: Bearer KEY` (OpenAI and compatible servers).
+    Bearer,
+    /// `x-api-key: KEY` (Anthropic).
+    XApiKey,
+    /// `api-key: KEY` (Azure OpenAI).
+    ApiKey,
+}
+
+/// A prompt's content check (MEASUREMENT.md: `validation_failed`).
+#[derive(Debug, Clone)]
+pub struct Expect {
+    /// The visible answer must match this regular expression.
+    pub regex: Option<regex::Regex>,
+    /// At least this many output tokens.
+    pub min_output_tokens: Option<u64>,
+}
+
 /// When a job runs.
 #[derive(Debug, Clone)]
 pub enum Schedule {
@@ -118,7 +182,21 @@ pub struct Prompt {
     pub messages: Vec<Message>,
     /// Output cap.
     pub max_tokens: Option<u32>,
+    /// Prepend a fresh random nonce to the last user message of every probe, so a server's prompt
+    /// cache cannot hide prefill time.
+    pub nonce: bool,
+    /// Content check, if any.
+    pub expect: Option<Expect>,
 }
+
+impl PartialEq for Expect {
+    fn eq(&self, o: &Self) -> bool {
+        self.regex.as_ref().map(regex::Regex::as_str) == o.regex.as_ref().map(regex::Regex::as_str)
+            && self.min_output_tokens == o.min_output_tokens
+    }
+}
+
+impl Eq for Expect {}
 
 /// A validated target.
 #[derive(Debug, Clone)]
@@ -137,6 +215,16 @@ pub struct Target {
     pub headers: Vec<(String, String)>,
     /// Extra top-level body fields (e.g. `temperature: 0`, `seed`).
     pub extra_body: serde_json::Map<String, serde_json::Value>,
+    /// Query parameters added to the URL (e.g. Azure's `api-version`).
+    pub query: Vec<(String, String)>,
+    /// The header carrying the key.
+    pub auth: AuthStyle,
+    /// Proxy choice.
+    pub proxy: ProxySetting,
+    /// TLS trust.
+    pub tls: TlsOptions,
+    /// New connection per probe or reuse.
+    pub connection: ConnectionMode,
 }
 
 /// One job: a (target, model, prompt) triple with its schedule and deadlines.
@@ -299,6 +387,16 @@ struct RawPrompt {
     name: S<String>,
     messages: Vec<Message>,
     max_tokens: Option<u32>,
+    #[serde(default)]
+    nonce: bool,
+    expect: Option<RawExpect>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawExpect {
+    regex: Option<S<String>>,
+    min_output_tokens: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -321,6 +419,15 @@ struct RawTarget {
     headers: BTreeMap<String, String>,
     #[serde(default)]
     extra_body: serde_json::Map<String, serde_json::Value>,
+    #[serde(default)]
+    query: BTreeMap<String, String>,
+    auth: Option<AuthStyle>,
+    proxy: Option<S<String>>,
+    ca_file: Option<S<String>>,
+    #[serde(default)]
+    insecure_skip_verify: bool,
+    #[serde(default)]
+    connection: ConnectionMode,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -499,10 +606,22 @@ impl Config {
             if p.max_tokens == Some(0) {
                 iss.push(format!("{path}.max_tokens"), &p.name, "must be at least 1");
             }
+            let expect = p.expect.as_ref().map(|e| Expect {
+                regex: e.regex.as_ref().and_then(|r| match regex::Regex::new(&r.value) {
+                    Ok(re) => Some(re),
+                    Err(err) => {
+                        iss.push(format!("{path}.expect.regex"), r, format!("not a regular expression ({err})"));
+                        None
+                    }
+                }),
+                min_output_tokens: e.min_output_tokens,
+            });
             prompts.push(Arc::new(Prompt {
                 name: p.name.value.clone(),
                 messages: p.messages.clone(),
                 max_tokens: p.max_tokens,
+                nonce: p.nonce,
+                expect,
             }));
         }
         if raw.targets.is_empty() {
@@ -578,6 +697,25 @@ impl Config {
                     iss.push(format!("{path}.headers.{k}"), &t.name, "not a valid HTTP header");
                 }
             }
+            let proxy = match &t.proxy {
+                None => ProxySetting::Environment,
+                Some(p) if p.value == "none" || p.value.is_empty() => ProxySetting::Disabled,
+                Some(p) => match reqwest::Url::parse(&p.value) {
+                    Ok(u) if matches!(u.scheme(), "http" | "https") => {
+                        ProxySetting::Url(p.value.clone())
+                    }
+                    _ => {
+                        iss.push(format!("{path}.proxy"), p, "must be an http://, https:// proxy URL or \"none\"");
+                        ProxySetting::Environment
+                    }
+                },
+            };
+            let ca_file = t.ca_file.as_ref().map(|f| {
+                if let Err(e) = std::fs::metadata(&f.value) {
+                    iss.push(format!("{path}.ca_file"), f, format!("cannot read {}: {e}", f.value));
+                }
+                PathBuf::from(&f.value)
+            });
             let target = Arc::new(Target {
                 name: t.name.value.clone(),
                 base_url,
@@ -586,6 +724,17 @@ impl Config {
                 include_usage: t.include_usage,
                 headers,
                 extra_body: t.extra_body.clone(),
+                query: t.query.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                auth: t.auth.unwrap_or(match t.api {
+                    Api::AnthropicMessages => AuthStyle::XApiKey,
+                    _ => AuthStyle::Bearer,
+                }),
+                proxy,
+                tls: TlsOptions {
+                    ca_file,
+                    insecure_skip_verify: t.insecure_skip_verify,
+                },
+                connection: t.connection,
             });
             let chosen: Vec<Arc<Prompt>> = match &t.prompts {
                 None => prompts.clone(),

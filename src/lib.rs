@@ -12,6 +12,7 @@
 //! - [`scheduler`]: one task per job, no overlap, spread offsets.
 //! - [`server`]: `/metrics`, `/-/healthy`, `/-/ready`, `/`.
 //! - [`report`]: a probe result as JSON or as a human report.
+//! - [`transport`]: the HTTP client, instrumented to time DNS, TCP connect and TLS.
 //!
 //! `../shared/MEASUREMENT.md` in the project's workspace is the measurement contract.
 
@@ -25,3 +26,4 @@ pub mod report;
 pub mod scheduler;
 pub mod server;
 pub mod sse;
+pub mod transport;

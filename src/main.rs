@@ -8,9 +8,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
-use tokenprobe::config::{Config, KeySource, Secret, Timeouts};
+use tokenprobe::config::{AuthStyle, Config, ConnectionMode, KeySource, ProxySetting, Secret, Timeouts, TlsOptions};
 use tokenprobe::metrics::Metrics;
-use tokenprobe::probe::{ProbeSpec, Prober, effective_proxy};
+use tokenprobe::probe::{ProbeSpec, Prober};
+use tokenprobe::transport::ClientOptions;
 use tokenprobe::protocol::{Api, Message};
 use tokenprobe::report::{ReportContext, to_json, to_text};
 use tokenprobe::scheduler::Scheduler;
@@ -103,6 +104,27 @@ struct ProbeArgs {
     /// Deadline for the whole request.
     #[arg(long, value_parser = humantime::parse_duration)]
     timeout_total: Option<Duration>,
+    /// Which header carries the key (default: x-api-key for anthropic-messages, else bearer).
+    #[arg(long, value_enum)]
+    auth: Option<AuthArg>,
+    /// Extra request header NAME=VALUE (repeatable).
+    #[arg(long = "header", value_parser = parse_pair)]
+    headers: Vec<(String, String)>,
+    /// Query parameter NAME=VALUE added to the URL (repeatable), e.g. api-version=2024-10-21.
+    #[arg(long = "query", value_parser = parse_pair)]
+    query: Vec<(String, String)>,
+    /// Proxy URL, or "none" to ignore the environment's proxy variables.
+    #[arg(long)]
+    proxy: Option<String>,
+    /// Extra PEM CA certificates to trust.
+    #[arg(long)]
+    ca_file: Option<PathBuf>,
+    /// Accept any server certificate (dangerous).
+    #[arg(long)]
+    insecure_skip_verify: bool,
+    /// Prepend a random nonce to the prompt so a prompt cache cannot hide prefill time.
+    #[arg(long)]
+    nonce: bool,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
@@ -112,6 +134,20 @@ struct ProbeArgs {
     /// Target name in the config file (its first model and prompt, unless --model is given).
     #[arg(long, requires = "config_file")]
     target: Option<String>,
+}
+
+#[derive(Copy, Clone, Debug, ValueEnum)]
+enum AuthArg {
+    Bearer,
+    XApiKey,
+    ApiKey,
+}
+
+fn parse_pair(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.trim().to_owned(), v.to_owned()))
+        .filter(|(k, _)| !k.is_empty())
+        .ok_or_else(|| format!("expected NAME=VALUE, got {s:?}"))
 }
 
 fn init_logging(level: &str, format: LogFormat) {
@@ -175,12 +211,6 @@ async fn serve(config_file: PathBuf, listen: String, grace: Duration) -> Result<
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
     let addr = listener.local_addr().context("listener address")?;
-    for job in &config.jobs {
-        let url = format!("{}{}", job.target.base_url, job.target.api.path());
-        if let Some(p) = effective_proxy(&url) {
-            tracing::info!(job = %job.name(), proxy = %p, "requests go through a proxy from the environment");
-        }
-    }
     let scheduler = Scheduler::start(&config.jobs, metrics.clone())?;
     let state = Arc::new(AppState {
         metrics,
@@ -254,6 +284,23 @@ fn spec_from_args(a: &ProbeArgs) -> Result<ProbeSpec> {
         (None, None) => None,
     };
     let d = Timeouts::default();
+    let timeouts = Timeouts {
+        connect: a.timeout_connect.unwrap_or(d.connect),
+        first_token: a.timeout_first_token.unwrap_or(d.first_token),
+        idle: a.timeout_idle.unwrap_or(d.idle),
+        total: a.timeout_total.unwrap_or(d.total),
+    };
+    let auth = match (a.auth, a.api) {
+        (Some(AuthArg::Bearer), _) => AuthStyle::Bearer,
+        (Some(AuthArg::XApiKey), _) | (None, Api::AnthropicMessages) => AuthStyle::XApiKey,
+        (Some(AuthArg::ApiKey), _) => AuthStyle::ApiKey,
+        (None, _) => AuthStyle::Bearer,
+    };
+    let proxy = match a.proxy.as_deref() {
+        None => ProxySetting::Environment,
+        Some("none") | Some("") => ProxySetting::Disabled,
+        Some(u) => ProxySetting::Url(u.to_owned()),
+    };
     Ok(ProbeSpec {
         api: a.api,
         base_url: base_url.trim_end_matches('/').to_owned(),
@@ -264,14 +311,22 @@ fn spec_from_args(a: &ProbeArgs) -> Result<ProbeSpec> {
         }],
         max_tokens: Some(a.max_tokens),
         include_usage: !a.no_usage,
-        headers: Vec::new(),
+        headers: a.headers.clone(),
         extra_body: serde_json::Map::new(),
         api_key,
-        timeouts: Timeouts {
-            connect: a.timeout_connect.unwrap_or(d.connect),
-            first_token: a.timeout_first_token.unwrap_or(d.first_token),
-            idle: a.timeout_idle.unwrap_or(d.idle),
-            total: a.timeout_total.unwrap_or(d.total),
+        auth,
+        query: a.query.clone(),
+        nonce: a.nonce,
+        expect: None,
+        timeouts,
+        client: ClientOptions {
+            connect_timeout: timeouts.connect,
+            proxy,
+            tls: TlsOptions {
+                ca_file: a.ca_file.clone(),
+                insecure_skip_verify: a.insecure_skip_verify,
+            },
+            connection: ConnectionMode::New,
         },
     })
 }
@@ -286,8 +341,12 @@ async fn probe(a: ProbeArgs) -> Result<ExitCode> {
             idle: a.timeout_idle.unwrap_or(spec.timeouts.idle),
             total: a.timeout_total.unwrap_or(spec.timeouts.total),
         };
+        spec.client.connect_timeout = spec.timeouts.connect;
     }
-    let prober = Prober::new(spec.timeouts.connect)?;
+    if spec.client.tls.insecure_skip_verify {
+        eprintln!("tokenprobe: WARNING: --insecure-skip-verify: the server certificate is NOT verified");
+    }
+    let prober = Prober::new(&spec.client)?;
     let result = prober.run(&spec).await;
     match a.format {
         Format::Json => println!("{}", to_json(&result)),
@@ -298,7 +357,7 @@ async fn probe(a: ProbeArgs) -> Result<ExitCode> {
                 &ReportContext {
                     url: spec.url(),
                     model: spec.model.clone(),
-                    proxy: effective_proxy(&spec.url()),
+                    proxy: spec.proxy(),
                 }
             )
         ),

@@ -7,6 +7,7 @@
 
 use crate::outcome::{ErrorType, Flag, classify_stream_error};
 use crate::protocol::{EventMeaning, ServerTimings};
+use crate::transport::Phases;
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -87,6 +88,8 @@ pub struct ProbeResult {
     pub server_timings: Option<ServerTimings>,
     /// Visible answer text (first 64 KiB).
     pub text: String,
+    /// Connection set-up phases, when known.
+    pub phases: Option<Phases>,
 }
 
 impl ProbeResult {
@@ -114,6 +117,7 @@ pub struct Measurement {
     retry_after: Option<Duration>,
     server_timings: Option<ServerTimings>,
     text: String,
+    phases: Option<Phases>,
 }
 
 fn secs(d: Duration) -> f64 {
@@ -139,6 +143,29 @@ impl Measurement {
             retry_after: None,
             server_timings: None,
             text: String::new(),
+            phases: None,
+        }
+    }
+
+    /// Records the connection set-up phases of this probe.
+    pub fn phases(&mut self, p: Phases) {
+        self.phases = Some(p);
+    }
+
+    /// Output tokens so far: the server's usage when reported, else token-bearing events.
+    pub fn output_tokens(&self) -> u64 {
+        self.usage_output.unwrap_or(self.token_times.len() as u64)
+    }
+
+    /// Applies a content check to a probe that would otherwise succeed: `check` gets the visible
+    /// answer and N and returns why it failed, if it did (MEASUREMENT.md: `validation_failed`).
+    pub fn validate(&mut self, check: impl FnOnce(&str, u64) -> Option<String>) {
+        if self.failure.is_some() || !self.proper_end() || self.token_times.is_empty() {
+            return;
+        }
+        if let Some(why) = check(&self.text, self.output_tokens()) {
+            let at = self.terminal_at.or(self.eof_at).unwrap_or(self.t0);
+            self.fail(ErrorType::ValidationFailed, at, why);
         }
     }
 
@@ -283,6 +310,7 @@ impl Measurement {
             retry_after_s: self.retry_after.map(secs),
             server_timings: self.server_timings,
             text: self.text,
+            phases: self.phases,
         };
         if let Some(f) = self.failure {
             r.error_type = Some(f.kind);

@@ -57,6 +57,34 @@ struct SkipLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabels {
+    #[prometheus(flatten)]
+    job: JobLabels,
+    phase: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReusedLabels {
+    #[prometheus(flatten)]
+    job: JobLabels,
+    reused: &'static str,
+}
+
+/// Settings of a job that change what its numbers mean, exposed as `tokenprobe_job_info`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct JobInfo {
+    /// The job.
+    #[prometheus(flatten)]
+    pub job: JobLabels,
+    /// Protocol, e.g. `openai-chat`.
+    pub api: String,
+    /// `new` (cold connection per probe) or `reuse`.
+    pub connection: String,
+    /// `true` when every probe's prompt carries a fresh nonce (no prompt-cache hits).
+    pub nonce: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
     version: &'static str,
 }
@@ -119,7 +147,15 @@ pub struct Metrics {
     skipped: Family<SkipLabels, Counter>,
     last_success: Family<JobLabels, Gauge>,
     last_timestamp: Family<JobLabels, Gauge<f64, AtomicU64>>,
+    phases: Family<PhaseLabels, Histogram, Layout>,
+    connections: Family<ReusedLabels, Counter>,
+    retry_after: Family<JobLabels, Gauge<f64, AtomicU64>>,
+    job_info: Family<JobInfo, Gauge>,
+    job_info_set: std::sync::Mutex<std::collections::HashMap<JobLabels, JobInfo>>,
 }
+
+/// Phase names of `tokenprobe_connection_phase_seconds`, as blackbox_exporter names them.
+pub const PHASES: [&str; 3] = ["resolve", "connect", "tls"];
 
 impl Metrics {
     /// A registry with every family registered, histograms laid out by `buckets`.
@@ -142,6 +178,11 @@ impl Metrics {
             skipped: Family::default(),
             last_success: Family::default(),
             last_timestamp: Family::default(),
+            phases: Family::new_with_constructor(Layout(buckets.time_to_headers.as_slice().into())),
+            connections: Family::default(),
+            retry_after: Family::default(),
+            job_info: Family::default(),
+            job_info_set: Default::default(),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -162,6 +203,10 @@ impl Metrics {
         r.register("probes_skipped", "Scheduled probes that did not run, by reason (overlap: the previous probe was still running)", m.skipped.clone());
         r.register("last_probe_success", "1 when the job's most recent probe succeeded, else 0", m.last_success.clone());
         r.register_with_unit("last_probe_timestamp", "When the job's most recent probe finished, Unix time", Unit::Seconds, m.last_timestamp.clone());
+        r.register_with_unit("connection_phase", "Connection set-up of probes that opened a connection, by phase: resolve (DNS), connect (TCP, to the target or the proxy), tls (handshake)", Unit::Seconds, m.phases.clone());
+        r.register("probe_connections", "Probes by whether they reused a kept-alive connection (reused=\"true\") or opened one", m.connections.clone());
+        r.register_with_unit("retry_after", "The wait the target last asked for with Retry-After on a 429/overload answer; the job's probes pause that long; 0 after a success", Unit::Seconds, m.retry_after.clone());
+        r.register("job_info", "A job's settings that change what its numbers mean: api, connection (new = cold connection per probe, reuse = warm path), nonce (true = prompt-cache hits prevented); always 1", m.job_info.clone());
         let build: Family<BuildLabels, Gauge> = Family::default();
         build
             .get_or_create(&BuildLabels {
@@ -191,6 +236,23 @@ impl Metrics {
         for r in SkipReason::ALL {
             let _ = self.skipped.get_or_create(&skip_labels(job, r));
         }
+        for phase in PHASES {
+            let _ = self.phases.get_or_create(&PhaseLabels { job: job.clone(), phase });
+        }
+        for reused in ["true", "false"] {
+            let _ = self.connections.get_or_create(&ReusedLabels { job: job.clone(), reused });
+        }
+        let _ = self.retry_after.get_or_create(job);
+    }
+
+    /// Sets a job's `tokenprobe_job_info` series (replacing any earlier one for the job).
+    pub fn set_job_info(&self, info: JobInfo) {
+        if let Ok(mut set) = self.job_info_set.lock() {
+            if let Some(old) = set.insert(info.job.clone(), info.clone()) {
+                self.job_info.remove(&old);
+            }
+        }
+        self.job_info.get_or_create(&info).set(1);
     }
 
     /// Removes every series of a job (when a reload drops it).
@@ -211,6 +273,16 @@ impl Metrics {
         }
         for r in SkipReason::ALL {
             self.skipped.remove(&skip_labels(job, r));
+        }
+        for phase in PHASES {
+            self.phases.remove(&PhaseLabels { job: job.clone(), phase });
+        }
+        for reused in ["true", "false"] {
+            self.connections.remove(&ReusedLabels { job: job.clone(), reused });
+        }
+        self.retry_after.remove(job);
+        if let Some(old) = self.job_info_set.lock().ok().and_then(|mut s| s.remove(job)) {
+            self.job_info.remove(&old);
         }
     }
 
@@ -238,6 +310,24 @@ impl Metrics {
             .map(|d| d.as_secs_f64())
             .unwrap_or(0.0);
         self.last_timestamp.get_or_create(job).set(unix);
+        if let Some(p) = &r.phases {
+            let reused = if p.reused { "true" } else { "false" };
+            self.connections.get_or_create(&ReusedLabels { job: job.clone(), reused }).inc();
+            for (phase, v) in PHASES.into_iter().zip([p.resolve_s, p.connect_s, p.tls_s]) {
+                if let Some(v) = v {
+                    self.phases.get_or_create(&PhaseLabels { job: job.clone(), phase }).observe(v);
+                }
+            }
+        }
+        match (r.error_type, r.retry_after_s) {
+            (Some(_), Some(w)) => {
+                self.retry_after.get_or_create(job).set(w);
+            }
+            (None, _) => {
+                self.retry_after.get_or_create(job).set(0.0);
+            }
+            _ => {}
+        }
         match r.error_type {
             Some(e) => {
                 self.errors.get_or_create(&error_labels(job, e)).inc();

@@ -7,14 +7,15 @@
 //! set-up), `first_token` (from `t0`), `idle` (no bytes after the first token) and `total`. No
 //! retries, no redirects, no reconnects: one probe is one request.
 
-use crate::config::{Job, KeySource, Timeouts};
+use crate::config::{AuthStyle, Expect, Job, KeySource, ProxySetting, Timeouts};
 use crate::measure::{Measurement, ProbeResult, Step};
 use crate::outcome::{ErrorType, Flag, Head, classify_response, classify_stream_error};
 use crate::protocol::{Api, Message, RequestSpec, StreamError};
 use crate::sse::SseDecoder;
+use crate::transport::{ClientOptions, Transport, TransportError};
 use std::error::Error as _;
 use std::io::Write as _;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 use tokio::time::timeout_at;
 
 /// How much of an error body is read for classification and the message (bytes).
@@ -41,8 +42,18 @@ pub struct ProbeSpec {
     pub extra_body: serde_json::Map<String, serde_json::Value>,
     /// API key source.
     pub api_key: Option<KeySource>,
+    /// The header carrying the key.
+    pub auth: AuthStyle,
+    /// Query parameters added to the URL.
+    pub query: Vec<(String, String)>,
+    /// Prepend a fresh nonce to the last user message.
+    pub nonce: bool,
+    /// Content check.
+    pub expect: Option<Expect>,
     /// Deadlines.
     pub timeouts: Timeouts,
+    /// Client settings (proxy, TLS, connection reuse; connect deadline from `timeouts`).
+    pub client: ClientOptions,
 }
 
 impl ProbeSpec {
@@ -58,51 +69,84 @@ impl ProbeSpec {
             headers: job.target.headers.clone(),
             extra_body: job.target.extra_body.clone(),
             api_key: job.target.api_key.clone(),
+            auth: job.target.auth,
+            query: job.target.query.clone(),
+            nonce: job.prompt.nonce,
+            expect: job.prompt.expect.clone(),
             timeouts: job.timeouts,
+            client: ClientOptions {
+                connect_timeout: job.timeouts.connect,
+                proxy: job.target.proxy.clone(),
+                tls: job.target.tls.clone(),
+                connection: job.target.connection,
+            },
         }
     }
 
-    /// The full endpoint URL: `base_url` + the protocol's path.
+    /// The full endpoint URL: `base_url` + the protocol's path + the query parameters.
     pub fn url(&self) -> String {
-        format!("{}{}", self.base_url, self.api.path())
+        let mut url = format!("{}{}", self.base_url, self.api.path());
+        if !self.query.is_empty() {
+            if let Ok(mut u) = reqwest::Url::parse(&url) {
+                u.query_pairs_mut().extend_pairs(self.query.iter());
+                url = u.to_string();
+            }
+        }
+        url
+    }
+
+    /// The proxy this spec's requests go through, credentials removed; `None` when direct.
+    pub fn proxy(&self) -> Option<String> {
+        match &self.client.proxy {
+            ProxySetting::Environment => effective_proxy(&self.url()),
+            ProxySetting::Disabled => None,
+            ProxySetting::Url(u) => Some(redact_userinfo(u)),
+        }
     }
 }
 
-/// Errors building a [`Prober`].
-#[derive(Debug, thiserror::Error)]
-pub enum ProbeError {
-    /// The HTTP client could not be built (TLS roots, proxy settings).
-    #[error("cannot build the HTTP client: {0}")]
-    Client(#[from] reqwest::Error),
+/// A fresh nonce: 16 hex digits from the standard library's randomly seeded hasher.
+fn nonce() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(Instant::now().elapsed().as_nanos());
+    format!("{:016x}", h.finish())
 }
 
-/// An HTTP client set up for probing: identity encoding, no redirects, no pooled connections
-/// (every probe opens its own, so TTFT includes what a cold user sees).
+fn with_nonce(messages: &[Message]) -> Vec<Message> {
+    let mut out = messages.to_vec();
+    if let Some(m) = out.iter_mut().rev().find(|m| m.role == "user") {
+        m.content = format!("[{}] {}", nonce(), m.content);
+    }
+    out
+}
+
+/// Errors building a [`Prober`].
+pub type ProbeError = TransportError;
+
+/// A prober: an instrumented HTTP client (identity encoding, no redirects; by default no pooled
+/// connections, so TTFT includes what a cold user sees). Run one probe at a time per prober when
+/// connection phases matter (the scheduler does).
 #[derive(Debug, Clone)]
 pub struct Prober {
-    client: reqwest::Client,
+    transport: Transport,
 }
 
 impl Prober {
-    /// A prober whose connection set-up is bounded by `connect_timeout`.
+    /// A prober with the given client settings.
     ///
     /// # Errors
-    /// [`ProbeError::Client`] when reqwest cannot build a client.
-    pub fn new(connect_timeout: Duration) -> Result<Self, ProbeError> {
-        let client = reqwest::Client::builder()
-            .connect_timeout(connect_timeout)
-            .redirect(reqwest::redirect::Policy::none())
-            .pool_max_idle_per_host(0)
-            .tcp_nodelay(true)
-            .user_agent(concat!("tokenprobe/", env!("CARGO_PKG_VERSION")))
-            .build()?;
-        Ok(Prober { client })
+    /// [`TransportError`] when the CA file, proxy URL or TLS settings are unusable.
+    pub fn new(opts: &ClientOptions) -> Result<Self, ProbeError> {
+        Ok(Prober {
+            transport: Transport::new(opts)?,
+        })
     }
 
     /// Runs one probe. Never panics on network data; every failure is an `error_type`.
     pub async fn run(&self, spec: &ProbeSpec) -> ProbeResult {
         let url = spec.url();
-        let proxy = effective_proxy(&url);
+        let proxy = spec.proxy();
         let key = match spec.api_key.as_ref().map(KeySource::load).transpose() {
             Ok(k) => k,
             Err(msg) => {
@@ -111,23 +155,29 @@ impl Prober {
                 return m.finish();
             }
         };
+        let messages = if spec.nonce {
+            with_nonce(&spec.messages)
+        } else {
+            spec.messages.clone()
+        };
         let body = spec.api.request_body(&RequestSpec {
             model: &spec.model,
-            messages: &spec.messages,
+            messages: &messages,
             max_tokens: spec.max_tokens,
             include_usage: spec.include_usage,
             extra_body: Some(&spec.extra_body),
         });
         let mut req = self
-            .client
+            .transport.client
             .post(&url)
             .header("content-type", "application/json")
             .header("accept", "text/event-stream")
             .header("accept-encoding", "identity");
         if let Some(k) = &key {
-            req = match spec.api {
-                Api::AnthropicMessages => req.header("x-api-key", k.expose()),
-                _ => req.bearer_auth(k.expose()),
+            req = match spec.auth {
+                AuthStyle::XApiKey => req.header("x-api-key", k.expose()),
+                AuthStyle::ApiKey => req.header("api-key", k.expose()),
+                AuthStyle::Bearer => req.bearer_auth(k.expose()),
             };
         }
         if spec.api == Api::AnthropicMessages
@@ -146,9 +196,12 @@ impl Prober {
                 return m.finish();
             }
         };
+        self.transport.clock.reset();
         let t0 = Instant::now();
         let m = Measurement::new(t0);
-        run_request(&self.client, req, spec, m, proxy.as_deref()).await
+        let mut r = run_request(&self.transport, req, spec, m, proxy.as_deref()).await;
+        r.phases = Some(self.transport.clock.phases());
+        r
     }
 }
 
@@ -174,7 +227,7 @@ fn deadline_detail(kind: ErrorType, t: &Timeouts) -> String {
 }
 
 async fn run_request(
-    client: &reqwest::Client,
+    transport: &Transport,
     req: reqwest::Request,
     spec: &ProbeSpec,
     mut m: Measurement,
@@ -182,13 +235,13 @@ async fn run_request(
 ) -> ProbeResult {
     let t = &spec.timeouts;
     let (deadline, kind) = next_deadline(&m, t, m.t0());
-    let resp = match timeout_at(deadline.into(), client.execute(req)).await {
+    let resp = match timeout_at(deadline.into(), transport.client.execute(req)).await {
         Err(_) => {
             m.fail(kind, deadline, format!("{} waiting for the response head", deadline_detail(kind, t)));
             return m.finish();
         }
         Ok(Err(e)) => {
-            let (kind, detail) = classify_transport(&e, proxy);
+            let (kind, detail) = classify_transport(&e, proxy, transport.clock.tls_started());
             m.fail(kind, Instant::now(), detail);
             return m.finish();
         }
@@ -276,7 +329,26 @@ async fn run_request(
             }
         }
     }
+    if let Some(exp) = &spec.expect {
+        m.validate(|text, n| check_expect(exp, text, n));
+    }
     m.finish()
+}
+
+/// The content check: why the answer fails it, if it does.
+pub fn check_expect(exp: &Expect, text: &str, n: u64) -> Option<String> {
+    if let Some(min) = exp.min_output_tokens {
+        if n < min {
+            return Some(format!("content check: {n} output tokens, expected at least {min}"));
+        }
+    }
+    if let Some(re) = &exp.regex {
+        if !re.is_match(text) {
+            let preview: String = text.chars().take(80).collect();
+            return Some(format!("content check: answer {preview:?} does not match /{}/", re.as_str()));
+        }
+    }
+    None
 }
 
 /// Decodes bytes into events and folds each; stops at the first `Stop`.
@@ -402,12 +474,16 @@ fn html_title(s: &str) -> Option<String> {
     s.get(a..b).map(|t| t.trim().to_owned())
 }
 
-/// Classifies a failure before any response: proxy, TLS, connect timeout or connect.
-fn classify_transport(e: &reqwest::Error, proxy: Option<&str>) -> (ErrorType, String) {
+/// Classifies a failure before any response: connect timeout, TLS (the handshake had started),
+/// proxy, or connect.
+fn classify_transport(e: &reqwest::Error, proxy: Option<&str>, tls_started: bool) -> (ErrorType, String) {
     let chain = error_chain(e);
     let lower = chain.to_ascii_lowercase();
     let kind = if e.is_timeout() && e.is_connect() {
         ErrorType::TimeoutConnect
+    } else if e.is_connect() && tls_started {
+        // The TCP connection (and any proxy tunnel) was up: the handshake failed.
+        ErrorType::Tls
     } else if lower.contains("tunnel") || (proxy.is_some() && e.is_connect()) {
         ErrorType::Proxy
     } else if lower.contains("certificate")
@@ -522,6 +598,7 @@ fn redact_userinfo(p: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn deadlines_pick_the_earliest_and_prefer_first_token_on_ties() {

@@ -72,6 +72,15 @@ pub fn to_text(r: &ProbeResult, ctx: &ReportContext) -> String {
         }
     }
     s.push_str("\ntimeline (from sending the request)\n");
+    match &r.phases {
+        Some(p) if p.reused => s.push_str("  connection    reused (kept alive)\n"),
+        Some(p) => {
+            let _ = writeln!(s, "  resolve       {}  (DNS)", ms(p.resolve_s));
+            let _ = writeln!(s, "  connect       {}  (TCP)", ms(p.connect_s));
+            let _ = writeln!(s, "  tls           {}  (handshake)", ms(p.tls_s));
+        }
+        None => {}
+    }
     let _ = writeln!(s, "  headers       {}", ms(r.ttfb_s));
     let _ = writeln!(s, "  first token   {}", ms(r.ttft_s));
     let _ = writeln!(s, "  first output  {}", ms(r.ttfo_s));

@@ -9,7 +9,7 @@
 
 use crate::config::{Job, Schedule};
 use crate::measure::ProbeResult;
-use crate::metrics::{JobLabels, Metrics, SkipReason};
+use crate::metrics::{JobInfo, JobLabels, Metrics, SkipReason};
 use crate::probe::{ProbeError, ProbeSpec, Prober};
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -65,11 +65,24 @@ impl Scheduler {
         let pauses: Pauses = Arc::default();
         for job in jobs {
             metrics.register_job(&labels(job));
+            metrics.set_job_info(JobInfo {
+                job: labels(job),
+                api: job.target.api.to_string(),
+                connection: job.target.connection.as_str().to_owned(),
+                nonce: job.prompt.nonce.to_string(),
+            });
+            let spec = ProbeSpec::from_job(job);
+            if spec.client.tls.insecure_skip_verify {
+                tracing::warn!(job = %job.name(), "insecure_skip_verify is set: server certificates are NOT verified");
+            }
+            if let Some(p) = spec.proxy() {
+                tracing::info!(job = %job.name(), proxy = %p, "requests go through a proxy");
+            }
             let runner = JobRunner {
                 labels: labels(job),
                 name: job.name(),
-                spec: Arc::new(ProbeSpec::from_job(job)),
-                prober: Prober::new(job.timeouts.connect)?,
+                prober: Prober::new(&spec.client)?,
+                spec: Arc::new(spec),
                 metrics: metrics.clone(),
                 running: Arc::new(AtomicBool::new(false)),
                 pauses: pauses.clone(),

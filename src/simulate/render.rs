@@ -1,0 +1,369 @@
+//! The bytes the simulator sends: SSE events of each protocol, pre-rendered per request so a
+//! token event costs two `memcpy`s, plus non-stream bodies and error bodies (pure).
+
+use serde_json::{Value, json};
+
+/// Which API an endpoint speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Proto {
+    /// `POST /v1/chat/completions`.
+    Chat,
+    /// `POST /v1/completions`.
+    Completions,
+    /// `POST /v1/messages` (Anthropic).
+    Messages,
+}
+
+/// The simulated answer's text, cycled token by token (JSON-safe: no escaping needed).
+const VOCAB: [&str; 16] = [
+    "Hello", ",", " this", " is", " a", " simulated", " answer", " from", " tokenprobe", " simulate",
+    ":", " every", " word", " is", " one", " token.",
+];
+
+/// Appends the text of tokens `start..start + count`.
+pub(crate) fn push_tokens(out: &mut Vec<u8>, start: u32, count: u32) {
+    for i in start..start.saturating_add(count) {
+        out.extend_from_slice(VOCAB[i as usize % VOCAB.len()].as_bytes());
+    }
+}
+
+/// The full answer text of `n` tokens (non-stream responses).
+fn answer_text(n: u32) -> String {
+    let mut v = Vec::new();
+    push_tokens(&mut v, 0, n);
+    String::from_utf8_lossy(&v).into_owned()
+}
+
+/// A JSON string literal (quoted, escaped).
+pub(crate) fn json_str(s: &str) -> String {
+    Value::String(s.to_owned()).to_string()
+}
+
+/// Per-request templates of one protocol's stream.
+#[derive(Debug)]
+pub(crate) struct Renderer {
+    proto: Proto,
+    /// `data: {...` up to the token text.
+    token_prefix: Vec<u8>,
+    /// After the token text, through the blank line.
+    token_suffix: &'static [u8],
+    id: String,
+    model: String,
+    created: u64,
+    prompt_tokens: u32,
+}
+
+/// One SSE event of the stream, and whether it carries tokens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Event {
+    /// The event's bytes, through its terminating blank line.
+    pub bytes: Vec<u8>,
+    /// Token-bearing (MEASUREMENT.md).
+    pub token: bool,
+}
+
+fn data_event(json: &str) -> Vec<u8> {
+    format!("data: {json}\n\n").into_bytes()
+}
+
+fn named_event(name: &str, json: &str) -> Vec<u8> {
+    format!("event: {name}\ndata: {json}\n\n").into_bytes()
+}
+
+impl Renderer {
+    /// Templates for one request: `id` and `model` are echoed in every chunk.
+    pub(crate) fn new(proto: Proto, id: &str, model: &str, created: u64, prompt_tokens: u32) -> Self {
+        let idj = json_str(id);
+        let modelj = json_str(model);
+        let (token_prefix, token_suffix): (String, &'static [u8]) = match proto {
+            Proto::Chat => (
+                format!(
+                    r#"data: {{"id":{idj},"object":"chat.completion.chunk","created":{created},"model":{modelj},"choices":[{{"index":0,"delta":{{"content":""#
+                ),
+                b"\"},\"finish_reason\":null}]}\n\n",
+            ),
+            Proto::Completions => (
+                format!(
+                    r#"data: {{"id":{idj},"object":"text_completion","created":{created},"model":{modelj},"choices":[{{"text":""#
+                ),
+                b"\",\"index\":0,\"logprobs\":null,\"finish_reason\":null}]}\n\n",
+            ),
+            Proto::Messages => (
+                r#"event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":""#
+                    .to_owned(),
+                b"\"}}\n\n",
+            ),
+        };
+        Renderer {
+            proto,
+            token_prefix: token_prefix.into_bytes(),
+            token_suffix,
+            id: idj,
+            model: modelj,
+            created,
+            prompt_tokens,
+        }
+    }
+
+    /// Writes the event carrying tokens `start..start + count` into `out` (cleared first).
+    pub(crate) fn token_event(&self, out: &mut Vec<u8>, start: u32, count: u32) {
+        out.clear();
+        out.extend_from_slice(&self.token_prefix);
+        push_tokens(out, start, count);
+        out.extend_from_slice(self.token_suffix);
+    }
+
+    /// The events before the first token: the role chunk (chat); `message_start`,
+    /// `content_block_start` and a `ping` (messages); none for completions.
+    pub(crate) fn opening(&self) -> Vec<Event> {
+        let (id, model, created) = (&self.id, &self.model, self.created);
+        let ev = |bytes| Event { bytes, token: false };
+        match self.proto {
+            Proto::Chat => vec![ev(data_event(&format!(
+                r#"{{"id":{id},"object":"chat.completion.chunk","created":{created},"model":{model},"choices":[{{"index":0,"delta":{{"role":"assistant","content":""}},"finish_reason":null}}]}}"#
+            )))],
+            Proto::Completions => Vec::new(),
+            Proto::Messages => vec![
+                ev(named_event(
+                    "message_start",
+                    &format!(
+                        r#"{{"type":"message_start","message":{{"id":{id},"type":"message","role":"assistant","model":{model},"content":[],"stop_reason":null,"stop_sequence":null,"usage":{{"input_tokens":{},"output_tokens":1}}}}}}"#,
+                        self.prompt_tokens
+                    ),
+                )),
+                ev(named_event(
+                    "content_block_start",
+                    r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+                )),
+                ev(named_event("ping", r#"{"type":"ping"}"#)),
+            ],
+        }
+    }
+
+    /// The events after the last token: finish, usage (when asked for) and `[DONE]` (OpenAI);
+    /// `content_block_stop`, `message_delta` with cumulative usage, `message_stop` (messages).
+    pub(crate) fn closing(&self, n: u32, capped: bool, include_usage: bool) -> Vec<Event> {
+        let (id, model, created, p) = (&self.id, &self.model, self.created, self.prompt_tokens);
+        let ev = |bytes| Event { bytes, token: false };
+        let reason = if capped { "length" } else { "stop" };
+        let usage = format!(
+            r#"{{"prompt_tokens":{p},"completion_tokens":{n},"total_tokens":{}}}"#,
+            u64::from(p) + u64::from(n)
+        );
+        let done = || ev(b"data: [DONE]\n\n".to_vec());
+        match self.proto {
+            Proto::Chat => {
+                let mut v = vec![ev(data_event(&format!(
+                    r#"{{"id":{id},"object":"chat.completion.chunk","created":{created},"model":{model},"choices":[{{"index":0,"delta":{{}},"finish_reason":"{reason}"}}]}}"#
+                )))];
+                if include_usage {
+                    v.push(ev(data_event(&format!(
+                        r#"{{"id":{id},"object":"chat.completion.chunk","created":{created},"model":{model},"choices":[],"usage":{usage}}}"#
+                    ))));
+                }
+                v.push(done());
+                v
+            }
+            Proto::Completions => {
+                let mut v = vec![ev(data_event(&format!(
+                    r#"{{"id":{id},"object":"text_completion","created":{created},"model":{model},"choices":[{{"text":"","index":0,"logprobs":null,"finish_reason":"{reason}"}}]}}"#
+                )))];
+                if include_usage {
+                    v.push(ev(data_event(&format!(
+                        r#"{{"id":{id},"object":"text_completion","created":{created},"model":{model},"choices":[],"usage":{usage}}}"#
+                    ))));
+                }
+                v.push(done());
+                v
+            }
+            Proto::Messages => {
+                let stop = if capped { "max_tokens" } else { "end_turn" };
+                vec![
+                    ev(named_event(
+                        "content_block_stop",
+                        r#"{"type":"content_block_stop","index":0}"#,
+                    )),
+                    ev(named_event(
+                        "message_delta",
+                        &format!(
+                            r#"{{"type":"message_delta","delta":{{"stop_reason":"{stop}","stop_sequence":null}},"usage":{{"output_tokens":{n}}}}}"#
+                        ),
+                    )),
+                    ev(named_event("message_stop", r#"{"type":"message_stop"}"#)),
+                ]
+            }
+        }
+    }
+
+    /// An event whose data is not JSON (the `malformed` fault).
+    pub(crate) fn malformed(&self) -> Event {
+        let bytes = match self.proto {
+            Proto::Messages => b"event: content_block_delta\ndata: {not json\n\n".to_vec(),
+            _ => b"data: {not json\n\n".to_vec(),
+        };
+        Event { bytes, token: false }
+    }
+
+    /// The whole answer as one JSON object (`"stream": false`).
+    pub(crate) fn full_body(&self, n: u32, capped: bool) -> Vec<u8> {
+        let id: Value = serde_json::from_str(&self.id).unwrap_or(Value::Null);
+        let model: Value = serde_json::from_str(&self.model).unwrap_or(Value::Null);
+        let text = answer_text(n);
+        let p = self.prompt_tokens;
+        let usage = json!({"prompt_tokens": p, "completion_tokens": n, "total_tokens": u64::from(p) + u64::from(n)});
+        let reason = if capped { "length" } else { "stop" };
+        let v = match self.proto {
+            Proto::Chat => json!({
+                "id": id, "object": "chat.completion", "created": self.created, "model": model,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": reason}],
+                "usage": usage,
+            }),
+            Proto::Completions => json!({
+                "id": id, "object": "text_completion", "created": self.created, "model": model,
+                "choices": [{"text": text, "index": 0, "logprobs": null, "finish_reason": reason}],
+                "usage": usage,
+            }),
+            Proto::Messages => json!({
+                "id": id, "type": "message", "role": "assistant", "model": model,
+                "content": [{"type": "text", "text": text}],
+                "stop_reason": if capped { "max_tokens" } else { "end_turn" }, "stop_sequence": null,
+                "usage": {"input_tokens": p, "output_tokens": n},
+            }),
+        };
+        v.to_string().into_bytes()
+    }
+}
+
+/// An error body in the shape of the endpoint's API. 529 always gets Anthropic's
+/// `overloaded_error` shape, as that status is Anthropic's.
+pub(crate) fn error_body(proto: Option<Proto>, status: u16, message: &str) -> Vec<u8> {
+    let anthropic = proto == Some(Proto::Messages) || status == 529;
+    let v = if anthropic {
+        let kind = match status {
+            400 => "invalid_request_error",
+            401 => "authentication_error",
+            402 => "billing_error",
+            403 => "permission_error",
+            404 | 405 => "not_found_error",
+            413 => "request_too_large",
+            429 => "rate_limit_error",
+            529 => "overloaded_error",
+            400..=499 => "invalid_request_error",
+            _ => "api_error",
+        };
+        json!({"type": "error", "error": {"type": kind, "message": message}})
+    } else {
+        let (kind, code) = match status {
+            401 => ("invalid_request_error", json!("invalid_api_key")),
+            403 => ("invalid_request_error", json!("permission_denied")),
+            404 | 405 => ("invalid_request_error", json!("not_found")),
+            429 => ("requests", json!("rate_limit_exceeded")),
+            400..=499 => ("invalid_request_error", Value::Null),
+            _ => ("server_error", Value::Null),
+        };
+        json!({"error": {"message": message, "type": kind, "param": null, "code": code}})
+    };
+    v.to_string().into_bytes()
+}
+
+/// The message of a simulated status fault.
+pub(crate) fn fault_message(status: u16) -> &'static str {
+    match status {
+        401 => "Incorrect API key provided (simulated).",
+        403 => "Permission denied (simulated).",
+        429 => "Rate limit reached for requests (simulated).",
+        500 => "The server had an error while processing your request (simulated).",
+        503 => "The server is temporarily unavailable (simulated).",
+        529 => "Overloaded (simulated).",
+        _ => "Simulated error.",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{Api, EventMeaning};
+    use crate::sse::SseDecoder;
+
+    /// Decodes `bytes` with the project's SSE decoder and interprets each event.
+    fn meanings(api: Api, bytes: &[u8]) -> Vec<EventMeaning> {
+        let mut d = SseDecoder::new();
+        d.feed(bytes)
+            .unwrap()
+            .iter()
+            .map(|e| api.interpret(e).unwrap())
+            .collect()
+    }
+
+    fn whole_stream(r: &Renderer, n: u32, include_usage: bool) -> Vec<u8> {
+        let mut all = Vec::new();
+        for e in r.opening() {
+            all.extend(e.bytes);
+        }
+        let mut buf = Vec::new();
+        for k in 0..n {
+            r.token_event(&mut buf, k, 1);
+            all.extend_from_slice(&buf);
+        }
+        for e in r.closing(n, false, include_usage) {
+            all.extend(e.bytes);
+        }
+        all
+    }
+
+    #[test]
+    fn chat_stream_reads_as_tokenprobe_expects() {
+        let r = Renderer::new(Proto::Chat, "chatcmpl-\"x", "m\\1", 1, 7);
+        let m = meanings(Api::OpenaiChat, &whole_stream(&r, 3, true));
+        assert_eq!(m.len(), 7); // role, 3 tokens, finish, usage, [DONE]
+        assert!(!m[0].token);
+        assert!(m[1..4].iter().all(|e| e.token && e.output));
+        assert_eq!(m[1].text, "Hello");
+        assert!(m[4].finish && !m[4].token);
+        assert_eq!((m[5].usage_output, m[5].usage_input), (Some(3), Some(7)));
+        assert!(m[6].terminal);
+    }
+
+    #[test]
+    fn completions_and_messages_streams() {
+        let r = Renderer::new(Proto::Completions, "cmpl-1", "m", 1, 2);
+        let m = meanings(Api::OpenaiCompletions, &whole_stream(&r, 2, false));
+        assert_eq!(m.len(), 4);
+        assert!(m[0].token && m[1].token && m[2].finish && m[3].terminal);
+        let r = Renderer::new(Proto::Messages, "msg_1", "claude", 1, 9);
+        let m = meanings(Api::AnthropicMessages, &whole_stream(&r, 2, true));
+        assert_eq!(m.len(), 8);
+        assert_eq!(m[0].usage_input, Some(9));
+        assert!(m[3].token && m[4].token);
+        assert!(m[6].finish);
+        assert_eq!(m[6].usage_output, Some(2));
+        assert!(m[7].terminal);
+    }
+
+    #[test]
+    fn chunks_concatenate_tokens_and_malformed_is_not_json() {
+        let r = Renderer::new(Proto::Chat, "c", "m", 1, 1);
+        let mut buf = Vec::new();
+        r.token_event(&mut buf, 0, 3);
+        assert_eq!(meanings(Api::OpenaiChat, &buf)[0].text, "Hello, this");
+        let mut d = SseDecoder::new();
+        let ev = d.feed(&r.malformed().bytes).unwrap();
+        assert!(Api::OpenaiChat.interpret(&ev[0]).is_err());
+    }
+
+    #[test]
+    fn full_bodies_and_errors_are_json() {
+        for p in [Proto::Chat, Proto::Completions, Proto::Messages] {
+            let r = Renderer::new(p, "i", "m", 1, 1);
+            let v: Value = serde_json::from_slice(&r.full_body(4, true)).unwrap();
+            assert!(v.to_string().contains("Hello, this is"), "{v}");
+        }
+        let v: Value = serde_json::from_slice(&error_body(Some(Proto::Chat), 429, "x")).unwrap();
+        assert_eq!(v["error"]["code"], "rate_limit_exceeded");
+        let v: Value = serde_json::from_slice(&error_body(Some(Proto::Chat), 529, "x")).unwrap();
+        assert_eq!(v["error"]["type"], "overloaded_error");
+        let v: Value = serde_json::from_slice(&error_body(Some(Proto::Messages), 401, "x")).unwrap();
+        assert_eq!(v["error"]["type"], "authentication_error");
+    }
+}
