@@ -8,15 +8,17 @@
 //! - [`outcome`]: error types, flags and the classification rules (pure).
 //! - [`probe`]: one streaming request, timestamped in the reading task (async I/O).
 //! - [`config`]: the YAML config, validated once.
+//! - [`daemon`]: the `serve` runtime: config, registry, scheduler, reload.
 //! - [`metrics`]: the Prometheus registry and what a result records.
 //! - [`scheduler`]: one task per job, no overlap, spread offsets.
-//! - [`server`]: `/metrics`, `/-/healthy`, `/-/ready`, `/`.
+//! - [`server`]: `/metrics`, `/-/healthy`, `/-/ready`, `/-/reload`, `/`.
 //! - [`report`]: a probe result as JSON or as a human report.
 //! - [`transport`]: the HTTP client, instrumented to time DNS, TCP connect and TLS.
 //!
 //! `../shared/MEASUREMENT.md` in the project's workspace is the measurement contract.
 
 pub mod config;
+pub mod daemon;
 pub mod measure;
 pub mod metrics;
 pub mod outcome;
@@ -25,5 +27,6 @@ pub mod protocol;
 pub mod report;
 pub mod scheduler;
 pub mod server;
+pub mod simulate;
 pub mod sse;
 pub mod transport;

@@ -9,13 +9,12 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 use tokenprobe::config::{AuthStyle, Config, ConnectionMode, KeySource, ProxySetting, Secret, Timeouts, TlsOptions};
-use tokenprobe::metrics::Metrics;
+use tokenprobe::daemon::Daemon;
 use tokenprobe::probe::{ProbeSpec, Prober};
 use tokenprobe::transport::ClientOptions;
 use tokenprobe::protocol::{Api, Message};
 use tokenprobe::report::{ReportContext, to_json, to_text};
-use tokenprobe::scheduler::Scheduler;
-use tokenprobe::server::{AppState, JobRow, router};
+use tokenprobe::server::router;
 
 #[derive(Parser, Debug)]
 #[command(name = "tokenprobe", version, about = "Measures LLM streaming endpoints as users feel them (TTFT, TPOT, errors) and exports Prometheus metrics")]
@@ -64,6 +63,8 @@ enum Cmd {
         #[arg(long = "config.file")]
         config_file: PathBuf,
     },
+    /// Serve a simulated OpenAI-compatible and Anthropic streaming API with configured timing and faults.
+    Simulate(tokenprobe::simulate::SimulateArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -177,6 +178,7 @@ fn main() -> ExitCode {
             Cmd::Serve { config_file, listen, grace } => serve(config_file, listen, grace).await,
             Cmd::Probe(args) => probe(args).await,
             Cmd::CheckConfig { config_file } => check_config(&config_file),
+            Cmd::Simulate(args) => tokenprobe::simulate::run(args).await,
         }
     });
     match result {
@@ -205,27 +207,41 @@ fn check_config(path: &PathBuf) -> Result<ExitCode> {
 }
 
 async fn serve(config_file: PathBuf, listen: String, grace: Duration) -> Result<ExitCode> {
-    let config = Config::load(&config_file).with_context(|| format!("loading {}", config_file.display()))?;
-    let metrics = Arc::new(Metrics::new(&config.buckets));
+    let daemon = Daemon::start(&config_file).with_context(|| format!("loading {}", config_file.display()))?;
     let listener = tokio::net::TcpListener::bind(&listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
     let addr = listener.local_addr().context("listener address")?;
-    let scheduler = Scheduler::start(&config.jobs, metrics.clone())?;
-    let state = Arc::new(AppState {
-        metrics,
-        jobs: config.jobs.iter().map(JobRow::of).collect(),
-    });
-    tracing::info!(address = %addr, jobs = config.jobs.len(), config = %config_file.display(), "tokenprobe serving");
-    axum::serve(listener, router(state))
+    spawn_sighup_reloader(daemon.clone());
+    tracing::info!(address = %addr, jobs = daemon.jobs().len(), config = %config_file.display(), "tokenprobe serving");
+    axum::serve(listener, router(daemon.clone()))
         .with_graceful_shutdown(shutdown_signal())
         .await
         .context("HTTP server")?;
     tracing::info!(grace = %humantime::format_duration(grace), "shutting down: waiting for in-flight probes");
-    if !scheduler.shutdown(grace).await {
+    if !daemon.shutdown(grace).await {
         tracing::warn!("in-flight probes did not finish within the grace period");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// SIGHUP reloads the config, as Prometheus and its exporters do.
+fn spawn_sighup_reloader(daemon: Arc<Daemon>) {
+    #[cfg(unix)]
+    tokio::spawn(async move {
+        let mut hup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGHUP; reload with POST /-/reload");
+                return;
+            }
+        };
+        while hup.recv().await.is_some() {
+            let _ = daemon.reload().await;
+        }
+    });
+    #[cfg(not(unix))]
+    let _ = daemon;
 }
 
 async fn shutdown_signal() {

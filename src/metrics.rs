@@ -152,6 +152,8 @@ pub struct Metrics {
     retry_after: Family<JobLabels, Gauge<f64, AtomicU64>>,
     job_info: Family<JobInfo, Gauge>,
     job_info_set: std::sync::Mutex<std::collections::HashMap<JobLabels, JobInfo>>,
+    reload_ok: Gauge,
+    reload_ts: Gauge<f64, AtomicU64>,
 }
 
 /// Phase names of `tokenprobe_connection_phase_seconds`, as blackbox_exporter names them.
@@ -183,6 +185,8 @@ impl Metrics {
             retry_after: Family::default(),
             job_info: Family::default(),
             job_info_set: Default::default(),
+            reload_ok: Gauge::default(),
+            reload_ts: Gauge::default(),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -207,6 +211,8 @@ impl Metrics {
         r.register("probe_connections", "Probes by whether they reused a kept-alive connection (reused=\"true\") or opened one", m.connections.clone());
         r.register_with_unit("retry_after", "The wait the target last asked for with Retry-After on a 429/overload answer; the job's probes pause that long; 0 after a success", Unit::Seconds, m.retry_after.clone());
         r.register("job_info", "A job's settings that change what its numbers mean: api, connection (new = cold connection per probe, reuse = warm path), nonce (true = prompt-cache hits prevented); always 1", m.job_info.clone());
+        r.register("config_last_reload_successful", "1 when the last config (re)load succeeded, 0 when the last attempt was refused (the previous config keeps running)", m.reload_ok.clone());
+        r.register_with_unit("config_last_reload_success_timestamp", "When the config was last loaded successfully, Unix time", Unit::Seconds, m.reload_ts.clone());
         let build: Family<BuildLabels, Gauge> = Family::default();
         build
             .get_or_create(&BuildLabels {
@@ -243,6 +249,15 @@ impl Metrics {
             let _ = self.connections.get_or_create(&ReusedLabels { job: job.clone(), reused });
         }
         let _ = self.retry_after.get_or_create(job);
+    }
+
+    /// Records the outcome of a config (re)load attempt at wall time `at`.
+    pub fn reload_result(&self, ok: bool, at: SystemTime) {
+        self.reload_ok.set(i64::from(ok));
+        if ok {
+            let unix = at.duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+            self.reload_ts.set(unix);
+        }
     }
 
     /// Sets a job's `tokenprobe_job_info` series (replacing any earlier one for the job).

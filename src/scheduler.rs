@@ -43,12 +43,47 @@ pub fn offset(name: &str, period: Duration) -> Duration {
 /// Per-target pause requested by `Retry-After`.
 type Pauses = Arc<Mutex<HashMap<String, Instant>>>;
 
+/// Identity of a job's full settings: equal fingerprints mean nothing about the job changed
+/// (a changed inline key changes it too, without the key ever being formatted).
+pub fn fingerprint(job: &Job) -> u64 {
+    let mut h = DefaultHasher::new();
+    format!("{job:?}").hash(&mut h);
+    if let Some(crate::config::KeySource::Inline(k)) = &job.target.api_key {
+        k.expose().hash(&mut h);
+    }
+    h.finish()
+}
+
+struct Running {
+    labels: JobLabels,
+    cancel: CancellationToken,
+}
+
 /// The running jobs. Dropping it does not stop them; call [`Scheduler::shutdown`].
-#[derive(Debug)]
 pub struct Scheduler {
+    metrics: Arc<Metrics>,
     cancel: CancellationToken,
     ticks: TaskTracker,
     probes: TaskTracker,
+    pauses: Pauses,
+    jobs: HashMap<u64, Running>,
+}
+
+impl std::fmt::Debug for Scheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scheduler").field("jobs", &self.jobs.len()).finish()
+    }
+}
+
+/// What [`Scheduler::apply`] changed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// Jobs started (new or changed).
+    pub started: usize,
+    /// Jobs stopped (removed or changed).
+    pub stopped: usize,
+    /// Jobs left running untouched.
+    pub kept: usize,
 }
 
 impl Scheduler {
@@ -57,42 +92,94 @@ impl Scheduler {
     /// # Errors
     /// [`ProbeError`] when an HTTP client cannot be built.
     pub fn start(jobs: &[Job], metrics: Arc<Metrics>) -> Result<Self, ProbeError> {
-        let s = Scheduler {
+        let mut s = Scheduler {
+            metrics,
             cancel: CancellationToken::new(),
             ticks: TaskTracker::new(),
             probes: TaskTracker::new(),
+            pauses: Arc::default(),
+            jobs: HashMap::new(),
         };
-        let pauses: Pauses = Arc::default();
-        for job in jobs {
-            metrics.register_job(&labels(job));
-            metrics.set_job_info(JobInfo {
-                job: labels(job),
+        s.apply(jobs)?;
+        Ok(s)
+    }
+
+    /// Makes the running set equal `jobs`: unchanged jobs keep running on their schedule with
+    /// their series; removed jobs stop and their series are deleted; new or changed jobs start.
+    /// Probes already in flight finish and are recorded.
+    ///
+    /// # Errors
+    /// [`ProbeError`] when an HTTP client cannot be built; then nothing was changed.
+    pub fn apply(&mut self, jobs: &[Job]) -> Result<Applied, ProbeError> {
+        let mut wanted: HashMap<u64, &Job> = HashMap::new();
+        for j in jobs {
+            wanted.insert(fingerprint(j), j);
+        }
+        // Build every new client first, so a failure leaves the running set as it was.
+        let mut fresh = Vec::new();
+        for (fp, job) in &wanted {
+            if !self.jobs.contains_key(fp) {
+                let spec = ProbeSpec::from_job(job);
+                let prober = Prober::new(&spec.client)?;
+                fresh.push((*fp, *job, spec, prober));
+            }
+        }
+        let mut applied = Applied::default();
+        let stale: Vec<u64> = self.jobs.keys().filter(|fp| !wanted.contains_key(fp)).copied().collect();
+        let new_labels: std::collections::HashSet<JobLabels> = jobs.iter().map(labels).collect();
+        for fp in stale {
+            if let Some(r) = self.jobs.remove(&fp) {
+                r.cancel.cancel();
+                applied.stopped += 1;
+                if !new_labels.contains(&r.labels) {
+                    self.metrics.remove_job(&r.labels);
+                }
+            }
+        }
+        applied.kept = self.jobs.len();
+        for (fp, job, spec, prober) in fresh {
+            let labels = labels(job);
+            self.metrics.register_job(&labels);
+            self.metrics.set_job_info(JobInfo {
+                job: labels.clone(),
                 api: job.target.api.to_string(),
                 connection: job.target.connection.as_str().to_owned(),
                 nonce: job.prompt.nonce.to_string(),
             });
-            let spec = ProbeSpec::from_job(job);
             if spec.client.tls.insecure_skip_verify {
                 tracing::warn!(job = %job.name(), "insecure_skip_verify is set: server certificates are NOT verified");
             }
             if let Some(p) = spec.proxy() {
                 tracing::info!(job = %job.name(), proxy = %p, "requests go through a proxy");
             }
+            let cancel = self.cancel.child_token();
             let runner = JobRunner {
-                labels: labels(job),
+                labels: labels.clone(),
                 name: job.name(),
-                prober: Prober::new(&spec.client)?,
+                prober,
                 spec: Arc::new(spec),
-                metrics: metrics.clone(),
+                metrics: self.metrics.clone(),
                 running: Arc::new(AtomicBool::new(false)),
-                pauses: pauses.clone(),
-                probes: s.probes.clone(),
+                pauses: self.pauses.clone(),
+                probes: self.probes.clone(),
             };
             let schedule = job.schedule.clone();
-            let cancel = s.cancel.clone();
-            s.ticks.spawn(async move { runner.run(schedule, cancel).await });
+            let c = cancel.clone();
+            self.ticks.spawn(async move { runner.run(schedule, c).await });
+            self.jobs.insert(fp, Running { labels, cancel });
+            applied.started += 1;
         }
-        Ok(s)
+        Ok(applied)
+    }
+
+    /// Number of running jobs.
+    pub fn len(&self) -> usize {
+        self.jobs.len()
+    }
+
+    /// True when no job runs.
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
     }
 
     /// Stops scheduling, then waits up to `grace` for in-flight probes. Returns whether all

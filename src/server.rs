@@ -1,25 +1,17 @@
 //! The HTTP endpoints of `serve`: `/metrics` (OpenMetrics when the `Accept` header asks for it,
-//! else the Prometheus 0.0.4 text format), `/-/healthy`, `/-/ready`, and `/` (links and the loaded
-//! jobs, without secrets), as Prometheus exporters lay them out.
+//! else the Prometheus 0.0.4 text format), `/-/healthy`, `/-/ready`, `POST /-/reload`, and `/`
+//! (links and the loaded jobs, without secrets), as Prometheus exporters lay them out.
 
 use crate::config::Job;
-use crate::metrics::{Metrics, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
+use crate::daemon::Daemon;
+use crate::metrics::{OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
 use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use std::fmt::Write as _;
 use std::sync::Arc;
-
-/// What the endpoints show.
-#[derive(Debug)]
-pub struct AppState {
-    /// The registry.
-    pub metrics: Arc<Metrics>,
-    /// One row per loaded job: name, API, endpoint URL, schedule.
-    pub jobs: Vec<JobRow>,
-}
 
 /// A job as shown on `/` (no secrets: the key source is not shown).
 #[derive(Debug, Clone)]
@@ -47,13 +39,25 @@ impl JobRow {
 }
 
 /// The router with every endpoint.
-pub fn router(state: Arc<AppState>) -> Router {
+pub fn router(daemon: Arc<Daemon>) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/-/healthy", get(|| async { "Healthy\n" }))
         .route("/-/ready", get(|| async { "Ready\n" }))
+        .route("/-/reload", post(reload))
         .route("/", get(index))
-        .with_state(state)
+        .with_state(daemon)
+}
+
+async fn reload(State(d): State<Arc<Daemon>>) -> Response {
+    match d.reload().await {
+        Ok(a) => format!(
+            "config reloaded: {} started, {} stopped, {} unchanged\n",
+            a.started, a.stopped, a.kept
+        )
+        .into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("reload refused, the previous config keeps running: {e}\n")).into_response(),
+    }
 }
 
 /// True when the `Accept` header asks for OpenMetrics.
@@ -65,11 +69,11 @@ pub fn wants_openmetrics(headers: &HeaderMap) -> bool {
         .any(|v| v.contains("application/openmetrics-text"))
 }
 
-async fn metrics(State(s): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+async fn metrics(State(d): State<Arc<Daemon>>, headers: HeaderMap) -> Response {
     let (body, ct) = if wants_openmetrics(&headers) {
-        (s.metrics.encode_openmetrics(), OPENMETRICS_CONTENT_TYPE)
+        (d.metrics().encode_openmetrics(), OPENMETRICS_CONTENT_TYPE)
     } else {
-        (s.metrics.encode_text(), TEXT_CONTENT_TYPE)
+        (d.metrics().encode_text(), TEXT_CONTENT_TYPE)
     };
     match body {
         Ok(b) => ([(header::CONTENT_TYPE, ct)], b).into_response(),
@@ -84,19 +88,20 @@ fn escape(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
-async fn index(State(s): State<Arc<AppState>>) -> Html<String> {
+async fn index(State(d): State<Arc<Daemon>>) -> Html<String> {
+    let jobs = d.jobs();
     let mut h = String::from(
         "<!doctype html><html><head><title>tokenprobe</title></head><body>\n<h1>tokenprobe</h1>\n\
-         <p><a href=\"/metrics\">Metrics</a> · <a href=\"/-/healthy\">Health</a> · <a href=\"/-/ready\">Ready</a></p>\n",
+         <p><a href=\"/metrics\">Metrics</a> · <a href=\"/-/healthy\">Health</a> · <a href=\"/-/ready\">Ready</a> · reload: <code>POST /-/reload</code> or SIGHUP</p>\n",
     );
     let _ = write!(
         h,
         "<p>version {}</p>\n<h2>Jobs ({})</h2>\n<table border=\"1\" cellpadding=\"4\">\n\
          <tr><th>job</th><th>api</th><th>endpoint</th><th>schedule</th></tr>\n",
         env!("CARGO_PKG_VERSION"),
-        s.jobs.len()
+        jobs.len()
     );
-    for j in &s.jobs {
+    for j in &jobs {
         let _ = writeln!(
             h,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",

@@ -1,0 +1,121 @@
+//! The `serve` runtime: the loaded config, the registry, the scheduler, and config reload.
+//!
+//! A reload (SIGHUP or `POST /-/reload`) reads and validates the file again; an invalid config is
+//! refused and the running one keeps going. Otherwise unchanged jobs keep their series and their
+//! schedule, removed jobs' series are deleted and new or changed jobs start
+//! ([`Scheduler::apply`]). `tokenprobe_config_last_reload_successful` and
+//! `tokenprobe_config_last_reload_success_timestamp_seconds` report the outcome, as Prometheus does.
+
+use crate::config::{Buckets, Config, ConfigError};
+use crate::metrics::Metrics;
+use crate::probe::ProbeError;
+use crate::scheduler::{Applied, Scheduler};
+use crate::server::JobRow;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
+
+/// Why `serve` could not start or a reload was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// The config file is unreadable or invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// An HTTP client could not be built (CA file, proxy URL).
+    #[error(transparent)]
+    Client(#[from] ProbeError),
+    /// Histogram layouts are fixed for the life of the process.
+    #[error("the buckets section changed: histogram layouts can only change with a restart")]
+    BucketsChanged,
+    /// The daemon is shutting down.
+    #[error("shutting down")]
+    ShuttingDown,
+}
+
+/// The running service.
+#[derive(Debug)]
+pub struct Daemon {
+    path: PathBuf,
+    buckets: Buckets,
+    metrics: Arc<Metrics>,
+    scheduler: tokio::sync::Mutex<Option<Scheduler>>,
+    jobs: RwLock<Vec<JobRow>>,
+}
+
+impl Daemon {
+    /// Loads `path` and starts every job. Must run inside a tokio runtime.
+    ///
+    /// # Errors
+    /// [`DaemonError::Config`] or [`DaemonError::Client`].
+    pub fn start(path: &Path) -> Result<Arc<Daemon>, DaemonError> {
+        let config = Config::load(path)?;
+        let metrics = Arc::new(Metrics::new(&config.buckets));
+        let scheduler = Scheduler::start(&config.jobs, metrics.clone())?;
+        metrics.reload_result(true, SystemTime::now());
+        Ok(Arc::new(Daemon {
+            path: path.to_owned(),
+            buckets: config.buckets.clone(),
+            metrics,
+            scheduler: tokio::sync::Mutex::new(Some(scheduler)),
+            jobs: RwLock::new(config.jobs.iter().map(JobRow::of).collect()),
+        }))
+    }
+
+    /// The registry.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// The config file.
+    pub fn config_path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The loaded jobs, as shown on `/`.
+    pub fn jobs(&self) -> Vec<JobRow> {
+        self.jobs.read().map(|j| j.clone()).unwrap_or_default()
+    }
+
+    /// Reloads the config file (see the module doc). Concurrent reloads run one after another.
+    ///
+    /// # Errors
+    /// Why the new config was refused; the previous one keeps running.
+    pub async fn reload(&self) -> Result<Applied, DaemonError> {
+        let result = self.try_reload().await;
+        self.metrics.reload_result(result.is_ok(), SystemTime::now());
+        match &result {
+            Ok(a) => tracing::info!(
+                config = %self.path.display(),
+                started = a.started,
+                stopped = a.stopped,
+                kept = a.kept,
+                "config reloaded"
+            ),
+            Err(e) => tracing::error!(config = %self.path.display(), error = %e, "config reload refused; the previous config keeps running"),
+        }
+        result
+    }
+
+    async fn try_reload(&self) -> Result<Applied, DaemonError> {
+        let config = Config::load(&self.path)?;
+        if config.buckets != self.buckets {
+            return Err(DaemonError::BucketsChanged);
+        }
+        let mut guard = self.scheduler.lock().await;
+        let scheduler = guard.as_mut().ok_or(DaemonError::ShuttingDown)?;
+        let applied = scheduler.apply(&config.jobs)?;
+        if let Ok(mut rows) = self.jobs.write() {
+            *rows = config.jobs.iter().map(JobRow::of).collect();
+        }
+        Ok(applied)
+    }
+
+    /// Stops scheduling and waits up to `grace` for in-flight probes; true when they all finished.
+    pub async fn shutdown(&self, grace: Duration) -> bool {
+        let scheduler = self.scheduler.lock().await.take();
+        match scheduler {
+            Some(s) => s.shutdown(grace).await,
+            None => true,
+        }
+    }
+}
