@@ -319,7 +319,11 @@ pub struct Issue {
 impl fmt::Display for Issue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.line > 0 {
-            write!(f, "{}:{}: {}: {}", self.line, self.column, self.path, self.message)
+            write!(
+                f,
+                "{}:{}: {}: {}",
+                self.line, self.column, self.path, self.message
+            )
         } else {
             write!(f, "{}: {}", self.path, self.message)
         }
@@ -513,7 +517,11 @@ impl Issues {
     ) -> Option<Schedule> {
         match (interval, cron) {
             (Some(i), Some(_)) => {
-                self.push(format!("{path}.interval"), i, "set either interval or cron, not both");
+                self.push(
+                    format!("{path}.interval"),
+                    i,
+                    "set either interval or cron, not both",
+                );
                 None
             }
             (Some(_), None) => self
@@ -526,7 +534,11 @@ impl Issues {
                 match parser.parse(&c.value) {
                     Ok(cron) => Some(Schedule::Cron(Box::new(cron))),
                     Err(e) => {
-                        self.push(format!("{path}.cron"), c, format!("not a cron expression ({e})"));
+                        self.push(
+                            format!("{path}.cron"),
+                            c,
+                            format!("not a cron expression ({e})"),
+                        );
                         None
                     }
                 }
@@ -541,7 +553,11 @@ impl Issues {
             && v.value.iter().all(|b| b.is_finite())
             && v.value.windows(2).all(|w| w[0] < w[1]);
         if !ok {
-            self.push(path, v, "bucket bounds must be finite and strictly increasing");
+            self.push(
+                path,
+                v,
+                "bucket bounds must be finite and strictly increasing",
+            );
             return default;
         }
         v.value.clone()
@@ -577,7 +593,8 @@ impl Config {
             serde_saphyr::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
         let mut iss = Issues(Vec::new());
         let defaults = raw.defaults.unwrap_or_default();
-        let def_timeouts = iss.timeouts("defaults.timeouts", Timeouts::default(), &defaults.timeouts);
+        let def_timeouts =
+            iss.timeouts("defaults.timeouts", Timeouts::default(), &defaults.timeouts);
         let def_schedule = iss
             .schedule("defaults", &defaults.interval, &defaults.cron)
             .unwrap_or(Schedule::Interval(Duration::from_secs(30)));
@@ -592,14 +609,21 @@ impl Config {
                 iss.push(format!("{path}.name"), &p.name, "duplicate prompt name");
             }
             if p.messages.is_empty() {
-                iss.push(format!("{path}.messages"), &p.name, "a prompt needs at least one message");
+                iss.push(
+                    format!("{path}.messages"),
+                    &p.name,
+                    "a prompt needs at least one message",
+                );
             }
             for (j, m) in p.messages.iter().enumerate() {
                 if !["system", "user", "assistant", "developer"].contains(&m.role.as_str()) {
                     iss.push(
                         format!("{path}.messages[{j}].role"),
                         &p.name,
-                        format!("unknown role {:?} (system, user, assistant, developer)", m.role),
+                        format!(
+                            "unknown role {:?} (system, user, assistant, developer)",
+                            m.role
+                        ),
                     );
                 }
             }
@@ -607,13 +631,20 @@ impl Config {
                 iss.push(format!("{path}.max_tokens"), &p.name, "must be at least 1");
             }
             let expect = p.expect.as_ref().map(|e| Expect {
-                regex: e.regex.as_ref().and_then(|r| match regex::Regex::new(&r.value) {
-                    Ok(re) => Some(re),
-                    Err(err) => {
-                        iss.push(format!("{path}.expect.regex"), r, format!("not a regular expression ({err})"));
-                        None
-                    }
-                }),
+                regex: e
+                    .regex
+                    .as_ref()
+                    .and_then(|r| match regex::Regex::new(&r.value) {
+                        Ok(re) => Some(re),
+                        Err(err) => {
+                            iss.push(
+                                format!("{path}.expect.regex"),
+                                r,
+                                format!("not a regular expression ({err})"),
+                            );
+                            None
+                        }
+                    }),
                 min_output_tokens: e.min_output_tokens,
             });
             prompts.push(Arc::new(Prompt {
@@ -647,15 +678,25 @@ impl Config {
             };
             match reqwest::Url::parse(&base_url) {
                 Ok(u) if matches!(u.scheme(), "http" | "https") => {}
-                Ok(_) => iss.push(format!("{path}.base_url"), &t.base_url, "must be http:// or https://"),
-                Err(e) if !base_url.is_empty() => {
-                    iss.push(format!("{path}.base_url"), &t.base_url, format!("not a URL ({e})"))
-                }
+                Ok(_) => iss.push(
+                    format!("{path}.base_url"),
+                    &t.base_url,
+                    "must be http:// or https://",
+                ),
+                Err(e) if !base_url.is_empty() => iss.push(
+                    format!("{path}.base_url"),
+                    &t.base_url,
+                    format!("not a URL ({e})"),
+                ),
                 Err(_) => {}
             }
             let api_key = match (&t.api_key, &t.api_key_file) {
                 (Some(k), Some(_)) => {
-                    iss.push(format!("{path}.api_key"), k, "set either api_key or api_key_file, not both");
+                    iss.push(
+                        format!("{path}.api_key"),
+                        k,
+                        "set either api_key or api_key_file, not both",
+                    );
                     None
                 }
                 (Some(k), None) => match expand_env(&k.value) {
@@ -668,19 +709,31 @@ impl Config {
                 (None, Some(f)) => {
                     let p = PathBuf::from(&f.value);
                     if let Err(e) = std::fs::metadata(&p) {
-                        iss.push(format!("{path}.api_key_file"), f, format!("cannot read {}: {e}", p.display()));
+                        iss.push(
+                            format!("{path}.api_key_file"),
+                            f,
+                            format!("cannot read {}: {e}", p.display()),
+                        );
                     }
                     Some(KeySource::File(p))
                 }
                 (None, None) => None,
             };
             if t.models.value.is_empty() {
-                iss.push(format!("{path}.models"), &t.models, "at least one model is required");
+                iss.push(
+                    format!("{path}.models"),
+                    &t.models,
+                    "at least one model is required",
+                );
             }
             let mut seen_models = HashSet::new();
             for m in &t.models.value {
                 if m.trim().is_empty() || !seen_models.insert(m.as_str()) {
-                    iss.push(format!("{path}.models"), &t.models, format!("empty or duplicate model {m:?}"));
+                    iss.push(
+                        format!("{path}.models"),
+                        &t.models,
+                        format!("empty or duplicate model {m:?}"),
+                    );
                 }
             }
             let schedule = iss
@@ -694,7 +747,11 @@ impl Config {
                 if ok {
                     headers.push((k.clone(), v.clone()));
                 } else {
-                    iss.push(format!("{path}.headers.{k}"), &t.name, "not a valid HTTP header");
+                    iss.push(
+                        format!("{path}.headers.{k}"),
+                        &t.name,
+                        "not a valid HTTP header",
+                    );
                 }
             }
             let proxy = match &t.proxy {
@@ -705,14 +762,22 @@ impl Config {
                         ProxySetting::Url(p.value.clone())
                     }
                     _ => {
-                        iss.push(format!("{path}.proxy"), p, "must be an http://, https:// proxy URL or \"none\"");
+                        iss.push(
+                            format!("{path}.proxy"),
+                            p,
+                            "must be an http://, https:// proxy URL or \"none\"",
+                        );
                         ProxySetting::Environment
                     }
                 },
             };
             let ca_file = t.ca_file.as_ref().map(|f| {
                 if let Err(e) = std::fs::metadata(&f.value) {
-                    iss.push(format!("{path}.ca_file"), f, format!("cannot read {}: {e}", f.value));
+                    iss.push(
+                        format!("{path}.ca_file"),
+                        f,
+                        format!("cannot read {}: {e}", f.value),
+                    );
                 }
                 PathBuf::from(&f.value)
             });
@@ -724,7 +789,11 @@ impl Config {
                 include_usage: t.include_usage,
                 headers,
                 extra_body: t.extra_body.clone(),
-                query: t.query.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                query: t
+                    .query
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
                 auth: t.auth.unwrap_or(match t.api {
                     Api::AnthropicMessages => AuthStyle::XApiKey,
                     _ => AuthStyle::Bearer,
@@ -744,14 +813,22 @@ impl Config {
                     .filter_map(|(j, n)| {
                         let found = prompts.iter().find(|p| p.name == n.value).cloned();
                         if found.is_none() {
-                            iss.push(format!("{path}.prompts[{j}]"), n, format!("no prompt named {:?}", n.value));
+                            iss.push(
+                                format!("{path}.prompts[{j}]"),
+                                n,
+                                format!("no prompt named {:?}", n.value),
+                            );
                         }
                         found
                     })
                     .collect(),
             };
             if chosen.is_empty() && t.prompts.is_none() {
-                iss.push(format!("{path}.name"), &t.name, "no prompts are defined for this target");
+                iss.push(
+                    format!("{path}.name"),
+                    &t.name,
+                    "no prompts are defined for this target",
+                );
             }
             for model in &t.models.value {
                 for prompt in &chosen {
@@ -769,11 +846,31 @@ impl Config {
         let d = Buckets::default();
         let rb = raw.buckets.unwrap_or_default();
         let buckets = Buckets {
-            time_to_first_token: iss.buckets("buckets.time_to_first_token", &rb.time_to_first_token, d.time_to_first_token),
-            time_per_output_token: iss.buckets("buckets.time_per_output_token", &rb.time_per_output_token, d.time_per_output_token),
-            decode_tokens_per_second: iss.buckets("buckets.decode_tokens_per_second", &rb.decode_tokens_per_second, d.decode_tokens_per_second),
-            request_duration: iss.buckets("buckets.request_duration", &rb.request_duration, d.request_duration),
-            time_to_headers: iss.buckets("buckets.time_to_headers", &rb.time_to_headers, d.time_to_headers),
+            time_to_first_token: iss.buckets(
+                "buckets.time_to_first_token",
+                &rb.time_to_first_token,
+                d.time_to_first_token,
+            ),
+            time_per_output_token: iss.buckets(
+                "buckets.time_per_output_token",
+                &rb.time_per_output_token,
+                d.time_per_output_token,
+            ),
+            decode_tokens_per_second: iss.buckets(
+                "buckets.decode_tokens_per_second",
+                &rb.decode_tokens_per_second,
+                d.decode_tokens_per_second,
+            ),
+            request_duration: iss.buckets(
+                "buckets.request_duration",
+                &rb.request_duration,
+                d.request_duration,
+            ),
+            time_to_headers: iss.buckets(
+                "buckets.time_to_headers",
+                &rb.time_to_headers,
+                d.time_to_headers,
+            ),
         };
 
         if !iss.0.is_empty() {
@@ -833,7 +930,12 @@ targets:
         let names: Vec<String> = c.jobs.iter().map(Job::name).collect();
         assert_eq!(
             names,
-            ["local/smollm2/hello", "local/other/hello", "claude/c/hello", "claude/c/long"]
+            [
+                "local/smollm2/hello",
+                "local/other/hello",
+                "claude/c/hello",
+                "claude/c/long"
+            ]
         );
         let j = &c.jobs[0];
         assert_eq!(j.target.base_url, "http://127.0.0.1:8080/v1");
@@ -870,7 +972,10 @@ targets:
         assert!(paths.contains(&"targets[0].interval"), "{paths:?}");
         assert!(paths.contains(&"targets[0].prompts[0]"), "{paths:?}");
         assert!(paths.contains(&"targets[0].api_key"), "{paths:?}");
-        let interval = issues.iter().find(|i| i.path == "targets[0].interval").unwrap();
+        let interval = issues
+            .iter()
+            .find(|i| i.path == "targets[0].interval")
+            .unwrap();
         assert_eq!(interval.line, 8);
         let shown = ConfigError::Invalid(issues).to_string();
         assert!(shown.contains("TOKENPROBE_SURELY_UNSET_VAR"));

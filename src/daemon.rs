@@ -82,7 +82,8 @@ impl Daemon {
     /// Why the new config was refused; the previous one keeps running.
     pub async fn reload(&self) -> Result<Applied, DaemonError> {
         let result = self.try_reload().await;
-        self.metrics.reload_result(result.is_ok(), SystemTime::now());
+        self.metrics
+            .reload_result(result.is_ok(), SystemTime::now());
         match &result {
             Ok(a) => tracing::info!(
                 config = %self.path.display(),
@@ -91,7 +92,9 @@ impl Daemon {
                 kept = a.kept,
                 "config reloaded"
             ),
-            Err(e) => tracing::error!(config = %self.path.display(), error = %e, "config reload refused; the previous config keeps running"),
+            Err(e) => {
+                tracing::error!(config = %self.path.display(), error = %e, "config reload refused; the previous config keeps running")
+            }
         }
         result
     }

@@ -14,6 +14,7 @@
 //! - [`server`]: `/metrics`, `/-/healthy`, `/-/ready`, `/-/reload`, `/`.
 //! - [`report`]: a probe result as JSON or as a human report.
 //! - [`transport`]: the HTTP client, instrumented to time DNS, TCP connect and TLS.
+//! - [`web`]: TLS and basic auth for the endpoints (`--web.config.file`).
 //!
 //! `../shared/MEASUREMENT.md` in the project's workspace is the measurement contract.
 
@@ -30,3 +31,4 @@ pub mod server;
 pub mod simulate;
 pub mod sse;
 pub mod transport;
+pub mod web;

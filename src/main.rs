@@ -8,19 +8,31 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
-use tokenprobe::config::{AuthStyle, Config, ConnectionMode, KeySource, ProxySetting, Secret, Timeouts, TlsOptions};
+use tokenprobe::config::{
+    AuthStyle, Config, ConnectionMode, KeySource, ProxySetting, Secret, Timeouts, TlsOptions,
+};
 use tokenprobe::daemon::Daemon;
 use tokenprobe::probe::{ProbeSpec, Prober};
-use tokenprobe::transport::ClientOptions;
 use tokenprobe::protocol::{Api, Message};
 use tokenprobe::report::{ReportContext, to_json, to_text};
 use tokenprobe::server::router;
+use tokenprobe::transport::ClientOptions;
+use tokenprobe::web::WebConfig;
 
 #[derive(Parser, Debug)]
-#[command(name = "tokenprobe", version, about = "Measures LLM streaming endpoints as users feel them (TTFT, TPOT, errors) and exports Prometheus metrics")]
+#[command(
+    name = "tokenprobe",
+    version,
+    about = "Measures LLM streaming endpoints as users feel them (TTFT, TPOT, errors) and exports Prometheus metrics"
+)]
 struct Cli {
     /// Log level: error, warn, info, debug, trace (or a tracing filter).
-    #[arg(long = "log.level", global = true, default_value = "info", env = "TOKENPROBE_LOG")]
+    #[arg(
+        long = "log.level",
+        global = true,
+        default_value = "info",
+        env = "TOKENPROBE_LOG"
+    )]
     log_level: String,
     /// Log format.
     #[arg(long = "log.format", global = true, value_enum, default_value_t = LogFormat::Logfmt)]
@@ -54,6 +66,9 @@ enum Cmd {
         /// How long in-flight probes may run after SIGTERM/SIGINT.
         #[arg(long = "shutdown.grace", default_value = "10s", value_parser = humantime::parse_duration)]
         grace: Duration,
+        /// TLS and basic auth for the endpoints (Prometheus exporter-toolkit format).
+        #[arg(long = "web.config.file")]
+        web_config: Option<PathBuf>,
     },
     /// Send one streaming request and report what it measured.
     Probe(ProbeArgs),
@@ -70,7 +85,11 @@ enum Cmd {
 #[derive(clap::Args, Debug)]
 struct ProbeArgs {
     /// Base URL, e.g. http://127.0.0.1:8080/v1 (the protocol's path is appended).
-    #[arg(long, required_unless_present = "config_file", conflicts_with = "config_file")]
+    #[arg(
+        long,
+        required_unless_present = "config_file",
+        conflicts_with = "config_file"
+    )]
     base_url: Option<String>,
     /// Model name to ask for.
     #[arg(long, required_unless_present = "config_file")]
@@ -166,7 +185,10 @@ fn init_logging(level: &str, format: LogFormat) {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(&cli.log_level, cli.log_format);
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("tokenprobe: cannot start the runtime: {e}");
@@ -175,7 +197,12 @@ fn main() -> ExitCode {
     };
     let result = rt.block_on(async {
         match cli.cmd {
-            Cmd::Serve { config_file, listen, grace } => serve(config_file, listen, grace).await,
+            Cmd::Serve {
+                config_file,
+                listen,
+                grace,
+                web_config,
+            } => serve(config_file, listen, grace, web_config).await,
             Cmd::Probe(args) => probe(args).await,
             Cmd::CheckConfig { config_file } => check_config(&config_file),
             Cmd::Simulate(args) => tokenprobe::simulate::run(args).await,
@@ -206,16 +233,31 @@ fn check_config(path: &PathBuf) -> Result<ExitCode> {
     }
 }
 
-async fn serve(config_file: PathBuf, listen: String, grace: Duration) -> Result<ExitCode> {
-    let daemon = Daemon::start(&config_file).with_context(|| format!("loading {}", config_file.display()))?;
-    let listener = tokio::net::TcpListener::bind(&listen)
-        .await
+async fn serve(
+    config_file: PathBuf,
+    listen: String,
+    grace: Duration,
+    web_config: Option<PathBuf>,
+) -> Result<ExitCode> {
+    let web = match &web_config {
+        Some(p) => WebConfig::load(p)?,
+        None => WebConfig::default(),
+    };
+    let daemon = Daemon::start(&config_file)
+        .with_context(|| format!("loading {}", config_file.display()))?;
+    let listener = std::net::TcpListener::bind(&listen)
         .with_context(|| format!("cannot listen on {listen}"))?;
     let addr = listener.local_addr().context("listener address")?;
     spawn_sighup_reloader(daemon.clone());
-    tracing::info!(address = %addr, jobs = daemon.jobs().len(), config = %config_file.display(), "tokenprobe serving");
-    axum::serve(listener, router(daemon.clone()))
-        .with_graceful_shutdown(shutdown_signal())
+    tracing::info!(
+        address = %addr,
+        tls = web.tls.is_some(),
+        basic_auth = !web.users.is_empty(),
+        jobs = daemon.jobs().len(),
+        config = %config_file.display(),
+        "tokenprobe serving"
+    );
+    tokenprobe::web::serve(listener, router(daemon.clone()), &web, shutdown_signal())
         .await
         .context("HTTP server")?;
     tracing::info!(grace = %humantime::format_duration(grace), "shutting down: waiting for in-flight probes");
@@ -279,22 +321,33 @@ fn spec_from_args(a: &ProbeArgs) -> Result<ProbeSpec> {
             .jobs
             .iter()
             .find(|j| {
-                target.is_none_or(|t| j.target.name == t) && a.model.as_deref().is_none_or(|m| j.model == m)
+                target.is_none_or(|t| j.target.name == t)
+                    && a.model.as_deref().is_none_or(|m| j.model == m)
             })
-            .with_context(|| format!("no job in {} matches --target {:?} --model {:?}", cfg.display(), a.target, a.model))?;
+            .with_context(|| {
+                format!(
+                    "no job in {} matches --target {:?} --model {:?}",
+                    cfg.display(),
+                    a.target,
+                    a.model
+                )
+            })?;
         return Ok(ProbeSpec::from_job(job));
     }
     let (Some(base_url), Some(model)) = (&a.base_url, &a.model) else {
         anyhow::bail!("--base-url and --model are required without --config.file");
     };
-    let parsed = reqwest::Url::parse(base_url).with_context(|| format!("--base-url {base_url:?} is not a URL"))?;
+    let parsed = reqwest::Url::parse(base_url)
+        .with_context(|| format!("--base-url {base_url:?} is not a URL"))?;
     anyhow::ensure!(
         matches!(parsed.scheme(), "http" | "https"),
         "--base-url must be http:// or https://"
     );
     let api_key = match (&a.api_key_env, &a.api_key_file) {
         (Some(var), _) => Some(KeySource::Inline(Secret::new(
-            std::env::var(var).with_context(|| format!("environment variable {var} (--api-key-env) is not set"))?,
+            std::env::var(var).with_context(|| {
+                format!("environment variable {var} (--api-key-env) is not set")
+            })?,
         ))),
         (None, Some(f)) => Some(KeySource::File(f.clone())),
         (None, None) => None,
@@ -360,7 +413,9 @@ async fn probe(a: ProbeArgs) -> Result<ExitCode> {
         spec.client.connect_timeout = spec.timeouts.connect;
     }
     if spec.client.tls.insecure_skip_verify {
-        eprintln!("tokenprobe: WARNING: --insecure-skip-verify: the server certificate is NOT verified");
+        eprintln!(
+            "tokenprobe: WARNING: --insecure-skip-verify: the server certificate is NOT verified"
+        );
     }
     let prober = Prober::new(&spec.client)?;
     let result = prober.run(&spec).await;
@@ -378,5 +433,9 @@ async fn probe(a: ProbeArgs) -> Result<ExitCode> {
             )
         ),
     }
-    Ok(if result.success() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if result.success() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }

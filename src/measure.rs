@@ -219,7 +219,11 @@ impl Measurement {
     /// Folds one complete event that arrived (its terminating blank line was read) at `t`.
     pub fn event(&mut self, t: Instant, m: &EventMeaning) -> Step {
         if let Some(e) = &m.error {
-            self.fail(classify_stream_error(e), t, format!("in-stream error: {}", e.summary()));
+            self.fail(
+                classify_stream_error(e),
+                t,
+                format!("in-stream error: {}", e.summary()),
+            );
             return Step::Stop;
         }
         if m.token {
@@ -269,9 +273,17 @@ impl Measurement {
         if self.failure.is_none() {
             let at = end.unwrap_or(self.t0);
             if !self.proper_end() {
-                self.fail(ErrorType::Truncated, at, "the stream ended without a finish reason or end marker");
+                self.fail(
+                    ErrorType::Truncated,
+                    at,
+                    "the stream ended without a finish reason or end marker",
+                );
             } else if self.token_times.is_empty() {
-                self.fail(ErrorType::EmptyResponse, at, "the stream ended properly but carried no token");
+                self.fail(
+                    ErrorType::EmptyResponse,
+                    at,
+                    "the stream ended properly but carried no token",
+                );
             }
         }
         let n_events = self.token_times.len() as u64;
@@ -375,12 +387,28 @@ mod tests {
         for s in [0.30, 0.33, 0.36] {
             assert_eq!(m.event(at(t0, s), &token(true)), Step::Continue);
         }
-        m.event(at(t0, 0.39), &EventMeaning { finish: true, ..EventMeaning::default() });
+        m.event(
+            at(t0, 0.39),
+            &EventMeaning {
+                finish: true,
+                ..EventMeaning::default()
+            },
+        );
         m.event(
             at(t0, 0.392),
-            &EventMeaning { usage_output: Some(5), usage_input: Some(24), ..EventMeaning::default() },
+            &EventMeaning {
+                usage_output: Some(5),
+                usage_input: Some(24),
+                ..EventMeaning::default()
+            },
         );
-        let stop = m.event(at(t0, 0.393), &EventMeaning { terminal: true, ..EventMeaning::default() });
+        let stop = m.event(
+            at(t0, 0.393),
+            &EventMeaning {
+                terminal: true,
+                ..EventMeaning::default()
+            },
+        );
         assert_eq!(stop, Step::Stop);
         let r = m.finish();
         assert!(r.success());
@@ -402,7 +430,13 @@ mod tests {
         let mut m = Measurement::new(t0);
         m.event(at(t0, 0.3), &token(false));
         m.event(at(t0, 1.3), &token(true));
-        m.event(at(t0, 1.4), &EventMeaning { terminal: true, ..EventMeaning::default() });
+        m.event(
+            at(t0, 1.4),
+            &EventMeaning {
+                terminal: true,
+                ..EventMeaning::default()
+            },
+        );
         let r = m.finish();
         assert!(close(r.ttft_s, 0.3));
         assert!(close(r.ttfo_s, 1.3));
@@ -413,7 +447,13 @@ mod tests {
         let t0 = Instant::now();
         let mut m = Measurement::new(t0);
         m.event(at(t0, 0.3), &token(false));
-        m.event(at(t0, 0.4), &EventMeaning { finish: true, ..EventMeaning::default() });
+        m.event(
+            at(t0, 0.4),
+            &EventMeaning {
+                finish: true,
+                ..EventMeaning::default()
+            },
+        );
         m.eof(at(t0, 0.5));
         let r = m.finish();
         assert!(r.success());
@@ -435,8 +475,20 @@ mod tests {
         assert!(r.chunk_gaps_s.is_empty());
 
         let mut m = Measurement::new(t0);
-        m.event(at(t0, 0.05), &EventMeaning { finish: true, ..EventMeaning::default() });
-        m.event(at(t0, 0.052), &EventMeaning { terminal: true, ..EventMeaning::default() });
+        m.event(
+            at(t0, 0.05),
+            &EventMeaning {
+                finish: true,
+                ..EventMeaning::default()
+            },
+        );
+        m.event(
+            at(t0, 0.052),
+            &EventMeaning {
+                terminal: true,
+                ..EventMeaning::default()
+            },
+        );
         let r = m.finish();
         assert_eq!(r.error_type, Some(ErrorType::EmptyResponse));
         assert!(close(r.failure_s, 0.052));
@@ -482,7 +534,14 @@ mod tests {
         for _ in 0..3 {
             m.event(at(t0, 0.36), &token(true));
         }
-        m.event(at(t0, 0.4), &EventMeaning { terminal: true, finish: true, ..EventMeaning::default() });
+        m.event(
+            at(t0, 0.4),
+            &EventMeaning {
+                terminal: true,
+                finish: true,
+                ..EventMeaning::default()
+            },
+        );
         let r = m.finish();
         assert!(r.success());
         assert!(r.flags.contains(&Flag::BurstDelivery));
@@ -498,7 +557,11 @@ mod tests {
         m.event(at(t0, 0.2), &token(true));
         m.event(
             at(t0, 0.3),
-            &EventMeaning { usage_output: Some(7), terminal: true, ..EventMeaning::default() },
+            &EventMeaning {
+                usage_output: Some(7),
+                terminal: true,
+                ..EventMeaning::default()
+            },
         );
         let r = m.finish();
         assert!(r.success());

@@ -20,7 +20,8 @@ use std::sync::atomic::AtomicU64;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Content-Type of the OpenMetrics text format served when the scraper asks for it.
-pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
 /// Content-Type of the classic Prometheus text format (0.0.4), served otherwise.
 pub const TEXT_CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
@@ -202,17 +203,43 @@ impl Metrics {
         r.register("probes", "Probes run, successful or not", m.probes.clone());
         r.register("probe_errors", "Failed probes by error_type (exactly one per failed probe; see MEASUREMENT.md for the order)", m.errors.clone());
         r.register("probe_flags", "Anomalies seen in probes (not errors): no_content_type, unterminated_final_event, compressed_stream, burst_delivery", m.flags.clone());
-        r.register("output_tokens", "Output tokens of successful probes (usage when reported, else token-bearing events)", m.output_tokens.clone());
-        r.register("input_tokens", "Input tokens of successful probes, as reported by the server", m.input_tokens.clone());
+        r.register(
+            "output_tokens",
+            "Output tokens of successful probes (usage when reported, else token-bearing events)",
+            m.output_tokens.clone(),
+        );
+        r.register(
+            "input_tokens",
+            "Input tokens of successful probes, as reported by the server",
+            m.input_tokens.clone(),
+        );
         r.register("probes_skipped", "Scheduled probes that did not run, by reason (overlap: the previous probe was still running)", m.skipped.clone());
-        r.register("last_probe_success", "1 when the job's most recent probe succeeded, else 0", m.last_success.clone());
-        r.register_with_unit("last_probe_timestamp", "When the job's most recent probe finished, Unix time", Unit::Seconds, m.last_timestamp.clone());
+        r.register(
+            "last_probe_success",
+            "1 when the job's most recent probe succeeded, else 0",
+            m.last_success.clone(),
+        );
+        r.register_with_unit(
+            "last_probe_timestamp",
+            "When the job's most recent probe finished, Unix time",
+            Unit::Seconds,
+            m.last_timestamp.clone(),
+        );
         r.register_with_unit("connection_phase", "Connection set-up of probes that opened a connection, by phase: resolve (DNS), connect (TCP, to the target or the proxy), tls (handshake)", Unit::Seconds, m.phases.clone());
-        r.register("probe_connections", "Probes by whether they reused a kept-alive connection (reused=\"true\") or opened one", m.connections.clone());
+        r.register(
+            "probe_connections",
+            "Probes by whether they reused a kept-alive connection (reused=\"true\") or opened one",
+            m.connections.clone(),
+        );
         r.register_with_unit("retry_after", "The wait the target last asked for with Retry-After on a 429/overload answer; the job's probes pause that long; 0 after a success", Unit::Seconds, m.retry_after.clone());
         r.register("job_info", "A job's settings that change what its numbers mean: api, connection (new = cold connection per probe, reuse = warm path), nonce (true = prompt-cache hits prevented); always 1", m.job_info.clone());
         r.register("config_last_reload_successful", "1 when the last config (re)load succeeded, 0 when the last attempt was refused (the previous config keeps running)", m.reload_ok.clone());
-        r.register_with_unit("config_last_reload_success_timestamp", "When the config was last loaded successfully, Unix time", Unit::Seconds, m.reload_ts.clone());
+        r.register_with_unit(
+            "config_last_reload_success_timestamp",
+            "When the config was last loaded successfully, Unix time",
+            Unit::Seconds,
+            m.reload_ts.clone(),
+        );
         let build: Family<BuildLabels, Gauge> = Family::default();
         build
             .get_or_create(&BuildLabels {
@@ -243,10 +270,16 @@ impl Metrics {
             let _ = self.skipped.get_or_create(&skip_labels(job, r));
         }
         for phase in PHASES {
-            let _ = self.phases.get_or_create(&PhaseLabels { job: job.clone(), phase });
+            let _ = self.phases.get_or_create(&PhaseLabels {
+                job: job.clone(),
+                phase,
+            });
         }
         for reused in ["true", "false"] {
-            let _ = self.connections.get_or_create(&ReusedLabels { job: job.clone(), reused });
+            let _ = self.connections.get_or_create(&ReusedLabels {
+                job: job.clone(),
+                reused,
+            });
         }
         let _ = self.retry_after.get_or_create(job);
     }
@@ -255,17 +288,20 @@ impl Metrics {
     pub fn reload_result(&self, ok: bool, at: SystemTime) {
         self.reload_ok.set(i64::from(ok));
         if ok {
-            let unix = at.duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+            let unix = at
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_secs_f64())
+                .unwrap_or(0.0);
             self.reload_ts.set(unix);
         }
     }
 
     /// Sets a job's `tokenprobe_job_info` series (replacing any earlier one for the job).
     pub fn set_job_info(&self, info: JobInfo) {
-        if let Ok(mut set) = self.job_info_set.lock() {
-            if let Some(old) = set.insert(info.job.clone(), info.clone()) {
-                self.job_info.remove(&old);
-            }
+        if let Ok(mut set) = self.job_info_set.lock()
+            && let Some(old) = set.insert(info.job.clone(), info.clone())
+        {
+            self.job_info.remove(&old);
         }
         self.job_info.get_or_create(&info).set(1);
     }
@@ -290,13 +326,24 @@ impl Metrics {
             self.skipped.remove(&skip_labels(job, r));
         }
         for phase in PHASES {
-            self.phases.remove(&PhaseLabels { job: job.clone(), phase });
+            self.phases.remove(&PhaseLabels {
+                job: job.clone(),
+                phase,
+            });
         }
         for reused in ["true", "false"] {
-            self.connections.remove(&ReusedLabels { job: job.clone(), reused });
+            self.connections.remove(&ReusedLabels {
+                job: job.clone(),
+                reused,
+            });
         }
         self.retry_after.remove(job);
-        if let Some(old) = self.job_info_set.lock().ok().and_then(|mut s| s.remove(job)) {
+        if let Some(old) = self
+            .job_info_set
+            .lock()
+            .ok()
+            .and_then(|mut s| s.remove(job))
+        {
             self.job_info.remove(&old);
         }
     }
@@ -327,10 +374,20 @@ impl Metrics {
         self.last_timestamp.get_or_create(job).set(unix);
         if let Some(p) = &r.phases {
             let reused = if p.reused { "true" } else { "false" };
-            self.connections.get_or_create(&ReusedLabels { job: job.clone(), reused }).inc();
+            self.connections
+                .get_or_create(&ReusedLabels {
+                    job: job.clone(),
+                    reused,
+                })
+                .inc();
             for (phase, v) in PHASES.into_iter().zip([p.resolve_s, p.connect_s, p.tls_s]) {
                 if let Some(v) = v {
-                    self.phases.get_or_create(&PhaseLabels { job: job.clone(), phase }).observe(v);
+                    self.phases
+                        .get_or_create(&PhaseLabels {
+                            job: job.clone(),
+                            phase,
+                        })
+                        .observe(v);
                 }
             }
         }
@@ -367,7 +424,9 @@ impl Metrics {
                 for g in &r.chunk_gaps_s {
                     itl.observe(*g);
                 }
-                self.output_tokens.get_or_create(job).inc_by(r.output_tokens);
+                self.output_tokens
+                    .get_or_create(job)
+                    .inc_by(r.output_tokens);
                 if let Some(i) = r.input_tokens {
                     self.input_tokens.get_or_create(job).inc_by(i);
                 }
@@ -463,12 +522,19 @@ mod tests {
         let m = Metrics::new(&Buckets::default());
         let t0 = Instant::now();
         let mut meas = Measurement::new(t0);
-        let tok = EventMeaning { token: true, output: true, ..EventMeaning::default() };
+        let tok = EventMeaning {
+            token: true,
+            output: true,
+            ..EventMeaning::default()
+        };
         meas.event(t0 + Duration::from_millis(400), &tok);
         meas.event(t0 + Duration::from_millis(425), &tok);
         meas.event(
             t0 + Duration::from_millis(430),
-            &EventMeaning { terminal: true, ..EventMeaning::default() },
+            &EventMeaning {
+                terminal: true,
+                ..EventMeaning::default()
+            },
         );
         m.record(&job(), &meas.finish(), SystemTime::now());
         let mut bad = Measurement::new(t0);
@@ -476,11 +542,22 @@ mod tests {
         m.record(&job(), &bad.finish(), SystemTime::now());
         let text = m.encode_text().unwrap();
         let l = "target=\"local\",model=\"m\",prompt=\"hello\"";
-        assert!(text.contains(&format!("tokenprobe_time_to_first_token_seconds_count{{{l}}} 1")), "{text}");
-        assert!(text.contains(&format!("tokenprobe_time_to_first_token_seconds_bucket{{{l},le=\"0.4\"}} 1")));
+        assert!(
+            text.contains(&format!(
+                "tokenprobe_time_to_first_token_seconds_count{{{l}}} 1"
+            )),
+            "{text}"
+        );
+        assert!(text.contains(&format!(
+            "tokenprobe_time_to_first_token_seconds_bucket{{{l},le=\"0.4\"}} 1"
+        )));
         assert!(text.contains(&format!("tokenprobe_probes_total{{{l}}} 2")));
-        assert!(text.contains(&format!("tokenprobe_probe_errors_total{{{l},error_type=\"auth\"}} 1")));
-        assert!(text.contains(&format!("tokenprobe_failed_probe_duration_seconds_count{{{l}}} 1")));
+        assert!(text.contains(&format!(
+            "tokenprobe_probe_errors_total{{{l},error_type=\"auth\"}} 1"
+        )));
+        assert!(text.contains(&format!(
+            "tokenprobe_failed_probe_duration_seconds_count{{{l}}} 1"
+        )));
         assert!(text.contains(&format!("tokenprobe_output_tokens_total{{{l}}} 2")));
         assert!(text.contains(&format!("tokenprobe_last_probe_success{{{l}}} 0")));
     }

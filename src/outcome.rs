@@ -258,29 +258,53 @@ mod tests {
             classify_response(&head(200, &[("content-type", "text/html")]), "<html>"),
             Some(ErrorType::ServerError)
         );
-        assert_eq!(classify_response(&head(401, &[]), ""), Some(ErrorType::Auth));
-        assert_eq!(classify_response(&head(403, &[]), ""), Some(ErrorType::Auth));
+        assert_eq!(
+            classify_response(&head(401, &[]), ""),
+            Some(ErrorType::Auth)
+        );
+        assert_eq!(
+            classify_response(&head(403, &[]), ""),
+            Some(ErrorType::Auth)
+        );
         assert_eq!(
             classify_response(&head(403, &[("x-squid-error", "ERR_ACCESS_DENIED 0")]), ""),
             Some(ErrorType::Proxy)
         );
-        assert_eq!(classify_response(&head(407, &[]), ""), Some(ErrorType::Proxy));
         assert_eq!(
-            classify_response(&head(429, &[]), r#"{"error":{"code":"insufficient_quota"}}"#),
+            classify_response(&head(407, &[]), ""),
+            Some(ErrorType::Proxy)
+        );
+        assert_eq!(
+            classify_response(
+                &head(429, &[]),
+                r#"{"error":{"code":"insufficient_quota"}}"#
+            ),
             Some(ErrorType::QuotaExceeded)
         );
         assert_eq!(
             classify_response(&head(429, &[]), r#"{"error":{"type":"rate_limit_error"}}"#),
             Some(ErrorType::RateLimited)
         );
-        assert_eq!(classify_response(&head(529, &[]), ""), Some(ErrorType::Overloaded));
+        assert_eq!(
+            classify_response(&head(529, &[]), ""),
+            Some(ErrorType::Overloaded)
+        );
         assert_eq!(
             classify_response(&head(503, &[]), r#"{"error":{"type":"overloaded_error"}}"#),
             Some(ErrorType::Overloaded)
         );
-        assert_eq!(classify_response(&head(404, &[]), ""), Some(ErrorType::BadRequest));
-        assert_eq!(classify_response(&head(502, &[]), "<html>"), Some(ErrorType::ServerError));
-        assert_eq!(classify_response(&head(302, &[]), ""), Some(ErrorType::ServerError));
+        assert_eq!(
+            classify_response(&head(404, &[]), ""),
+            Some(ErrorType::BadRequest)
+        );
+        assert_eq!(
+            classify_response(&head(502, &[]), "<html>"),
+            Some(ErrorType::ServerError)
+        );
+        assert_eq!(
+            classify_response(&head(302, &[]), ""),
+            Some(ErrorType::ServerError)
+        );
     }
 
     #[test]
@@ -290,9 +314,18 @@ mod tests {
             kind: kind.map(str::to_owned),
             ..StreamError::default()
         };
-        assert_eq!(classify_stream_error(&e(Some(400), None)), ErrorType::BadRequest);
-        assert_eq!(classify_stream_error(&e(Some(500), None)), ErrorType::ServerError);
-        assert_eq!(classify_stream_error(&e(None, None)), ErrorType::ServerError);
+        assert_eq!(
+            classify_stream_error(&e(Some(400), None)),
+            ErrorType::BadRequest
+        );
+        assert_eq!(
+            classify_stream_error(&e(Some(500), None)),
+            ErrorType::ServerError
+        );
+        assert_eq!(
+            classify_stream_error(&e(None, None)),
+            ErrorType::ServerError
+        );
         assert_eq!(
             classify_stream_error(&e(None, Some("overloaded_error"))),
             ErrorType::Overloaded

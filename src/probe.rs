@@ -86,11 +86,11 @@ impl ProbeSpec {
     /// The full endpoint URL: `base_url` + the protocol's path + the query parameters.
     pub fn url(&self) -> String {
         let mut url = format!("{}{}", self.base_url, self.api.path());
-        if !self.query.is_empty() {
-            if let Ok(mut u) = reqwest::Url::parse(&url) {
-                u.query_pairs_mut().extend_pairs(self.query.iter());
-                url = u.to_string();
-            }
+        if !self.query.is_empty()
+            && let Ok(mut u) = reqwest::Url::parse(&url)
+        {
+            u.query_pairs_mut().extend_pairs(self.query.iter());
+            url = u.to_string();
         }
         url
     }
@@ -168,7 +168,8 @@ impl Prober {
             extra_body: Some(&spec.extra_body),
         });
         let mut req = self
-            .transport.client
+            .transport
+            .client
             .post(&url)
             .header("content-type", "application/json")
             .header("accept", "text/event-stream")
@@ -181,7 +182,10 @@ impl Prober {
             };
         }
         if spec.api == Api::AnthropicMessages
-            && !spec.headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("anthropic-version"))
+            && !spec
+                .headers
+                .iter()
+                .any(|(n, _)| n.eq_ignore_ascii_case("anthropic-version"))
         {
             req = req.header("anthropic-version", "2023-06-01");
         }
@@ -192,7 +196,11 @@ impl Prober {
             Ok(r) => r,
             Err(e) => {
                 let mut m = Measurement::new(Instant::now());
-                m.fail(ErrorType::BadRequest, m.t0(), format!("cannot build the request: {e}"));
+                m.fail(
+                    ErrorType::BadRequest,
+                    m.t0(),
+                    format!("cannot build the request: {e}"),
+                );
                 return m.finish();
             }
         };
@@ -223,7 +231,11 @@ fn deadline_detail(kind: ErrorType, t: &Timeouts) -> String {
         ErrorType::TimeoutIdle => ("idle", t.idle),
         _ => ("total", t.total),
     };
-    format!("deadline timeouts.{} = {} passed", d.0, humantime::format_duration(d.1))
+    format!(
+        "deadline timeouts.{} = {} passed",
+        d.0,
+        humantime::format_duration(d.1)
+    )
 }
 
 async fn run_request(
@@ -237,7 +249,11 @@ async fn run_request(
     let (deadline, kind) = next_deadline(&m, t, m.t0());
     let resp = match timeout_at(deadline.into(), transport.client.execute(req)).await {
         Err(_) => {
-            m.fail(kind, deadline, format!("{} waiting for the response head", deadline_detail(kind, t)));
+            m.fail(
+                kind,
+                deadline,
+                format!("{} waiting for the response head", deadline_detail(kind, t)),
+            );
             return m.finish();
         }
         Ok(Err(e)) => {
@@ -253,21 +269,36 @@ async fn run_request(
     let headers: Vec<(String, String)> = resp
         .headers()
         .iter()
-        .map(|(n, v)| (n.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+        .map(|(n, v)| {
+            (
+                n.as_str().to_owned(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
         .collect();
     let head = Head {
         status,
-        headers: headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect(),
+        headers: headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect(),
     };
     let content_type = head.header("content-type").map(str::to_ascii_lowercase);
     let is_json = content_type.as_deref().is_some_and(|c| c.contains("json"));
-    if !resp.status().is_success() || head.from_proxy() || classify_response(&head, "").is_some() || is_json {
+    if !resp.status().is_success()
+        || head.from_proxy()
+        || classify_response(&head, "").is_some()
+        || is_json
+    {
         return read_error_body(resp, &head, spec, m, proxy).await;
     }
     if content_type.is_none() {
         m.flag(Flag::NoContentType);
     }
-    let mut inflater = match head.header("content-encoding").map(|e| e.trim().to_ascii_lowercase()) {
+    let mut inflater = match head
+        .header("content-encoding")
+        .map(|e| e.trim().to_ascii_lowercase())
+    {
         None => Inflater::Identity,
         Some(e) if e.is_empty() || e == "identity" => Inflater::Identity,
         Some(e) => {
@@ -276,7 +307,11 @@ async fn run_request(
                 "gzip" | "x-gzip" => Inflater::Gzip(flate2::write::GzDecoder::new(Vec::new())),
                 "deflate" => Inflater::Deflate(flate2::write::ZlibDecoder::new(Vec::new())),
                 other => {
-                    m.fail(ErrorType::Malformed, t_headers, format!("unsupported Content-Encoding {other:?}"));
+                    m.fail(
+                        ErrorType::Malformed,
+                        t_headers,
+                        format!("unsupported Content-Encoding {other:?}"),
+                    );
                     return m.finish();
                 }
             }
@@ -298,7 +333,11 @@ async fn run_request(
                 let plain = match inflater.feed(&bytes) {
                     Ok(p) => p,
                     Err(e) => {
-                        m.fail(ErrorType::Malformed, now, format!("cannot decompress the body: {e}"));
+                        m.fail(
+                            ErrorType::Malformed,
+                            now,
+                            format!("cannot decompress the body: {e}"),
+                        );
                         break;
                     }
                 };
@@ -314,7 +353,11 @@ async fn run_request(
                             flush_final(&mut dec, spec.api, &mut m, now);
                         }
                     }
-                    Err(e) => m.fail(ErrorType::Malformed, now, format!("cannot decompress the body: {e}")),
+                    Err(e) => m.fail(
+                        ErrorType::Malformed,
+                        now,
+                        format!("cannot decompress the body: {e}"),
+                    ),
                 }
                 m.eof(now);
                 break;
@@ -323,7 +366,11 @@ async fn run_request(
                 let now = Instant::now();
                 m.eof(now);
                 if !m.proper_end() {
-                    m.fail(ErrorType::Truncated, now, format!("the stream broke: {}", error_chain(&e)));
+                    m.fail(
+                        ErrorType::Truncated,
+                        now,
+                        format!("the stream broke: {}", error_chain(&e)),
+                    );
                 }
                 break;
             }
@@ -337,22 +384,33 @@ async fn run_request(
 
 /// The content check: why the answer fails it, if it does.
 pub fn check_expect(exp: &Expect, text: &str, n: u64) -> Option<String> {
-    if let Some(min) = exp.min_output_tokens {
-        if n < min {
-            return Some(format!("content check: {n} output tokens, expected at least {min}"));
-        }
+    if let Some(min) = exp.min_output_tokens
+        && n < min
+    {
+        return Some(format!(
+            "content check: {n} output tokens, expected at least {min}"
+        ));
     }
-    if let Some(re) = &exp.regex {
-        if !re.is_match(text) {
-            let preview: String = text.chars().take(80).collect();
-            return Some(format!("content check: answer {preview:?} does not match /{}/", re.as_str()));
-        }
+    if let Some(re) = &exp.regex
+        && !re.is_match(text)
+    {
+        let preview: String = text.chars().take(80).collect();
+        return Some(format!(
+            "content check: answer {preview:?} does not match /{}/",
+            re.as_str()
+        ));
     }
     None
 }
 
 /// Decodes bytes into events and folds each; stops at the first `Stop`.
-fn feed_events(dec: &mut SseDecoder, bytes: &[u8], api: Api, m: &mut Measurement, t: Instant) -> Step {
+fn feed_events(
+    dec: &mut SseDecoder,
+    bytes: &[u8],
+    api: Api,
+    m: &mut Measurement,
+    t: Instant,
+) -> Step {
     if bytes.is_empty() {
         return Step::Continue;
     }
@@ -476,7 +534,11 @@ fn html_title(s: &str) -> Option<String> {
 
 /// Classifies a failure before any response: connect timeout, TLS (the handshake had started),
 /// proxy, or connect.
-fn classify_transport(e: &reqwest::Error, proxy: Option<&str>, tls_started: bool) -> (ErrorType, String) {
+fn classify_transport(
+    e: &reqwest::Error,
+    proxy: Option<&str>,
+    tls_started: bool,
+) -> (ErrorType, String) {
     let chain = error_chain(e);
     let lower = chain.to_ascii_lowercase();
     let kind = if e.is_timeout() && e.is_connect() {
@@ -568,10 +630,17 @@ pub fn effective_proxy(url: &str) -> Option<String> {
             .find_map(|n| std::env::var(n).ok().filter(|v| !v.trim().is_empty()))
     };
     if let Some(no) = var(&["no_proxy", "NO_PROXY"]) {
-        let bypass = no.split(',').map(str::trim).filter(|e| !e.is_empty()).any(|e| {
-            let e = e.trim_start_matches("*.").trim_start_matches('.').to_ascii_lowercase();
-            e == "*" || host == e || host.ends_with(&format!(".{e}"))
-        });
+        let bypass = no
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .any(|e| {
+                let e = e
+                    .trim_start_matches("*.")
+                    .trim_start_matches('.')
+                    .to_ascii_lowercase();
+                e == "*" || host == e || host.ends_with(&format!(".{e}"))
+            });
         if bypass {
             return None;
         }
@@ -611,16 +680,28 @@ mod tests {
             total: Duration::from_secs(10),
         };
         let (d, k) = next_deadline(&m, &t, t0);
-        assert_eq!((d, k), (t0 + Duration::from_secs(10), ErrorType::TimeoutFirstToken));
-        let t2 = Timeouts { total: Duration::from_secs(3), ..t };
+        assert_eq!(
+            (d, k),
+            (t0 + Duration::from_secs(10), ErrorType::TimeoutFirstToken)
+        );
+        let t2 = Timeouts {
+            total: Duration::from_secs(3),
+            ..t
+        };
         assert_eq!(next_deadline(&m, &t2, t0).1, ErrorType::TimeoutTotal);
     }
 
     #[test]
     fn html_titles_and_userinfo() {
-        assert_eq!(html_title("<html><TITLE> Oops </title>").as_deref(), Some("Oops"));
+        assert_eq!(
+            html_title("<html><TITLE> Oops </title>").as_deref(),
+            Some("Oops")
+        );
         assert_eq!(html_title("no title"), None);
-        assert_eq!(redact_userinfo("http://u:p@proxy:3128"), "http://proxy:3128/");
+        assert_eq!(
+            redact_userinfo("http://u:p@proxy:3128"),
+            "http://proxy:3128/"
+        );
     }
 
     #[test]

@@ -8,8 +8,10 @@ use std::fmt::Write as _;
 /// The JSON object printed by `probe --format json`: exactly the keys `outcome`, `error_type`,
 /// `ttfb_s`, `ttft_s`, `ttfo_s`, `e2e_s`, `output_tokens`, `token_source`, `input_tokens`, `tpot_s`,
 /// `decode_tokens_per_s`, `chunk_gaps_s`, `flags`, `retry_after_s`; absent values are `null`.
-/// For a failed probe, `e2e_s` is the duration to the failure instant (MEASUREMENT.md).
+/// For a failed probe, `e2e_s` is the duration to the failure instant (MEASUREMENT.md), and the
+/// token counts are `null`: N is defined for successful probes only.
 pub fn to_json(r: &ProbeResult) -> Value {
+    let ok = r.success();
     json!({
         "outcome": if r.success() { "success" } else { "error" },
         "error_type": r.error_type.map(|e| e.as_str()),
@@ -17,9 +19,9 @@ pub fn to_json(r: &ProbeResult) -> Value {
         "ttft_s": r.ttft_s,
         "ttfo_s": r.ttfo_s,
         "e2e_s": r.e2e_s.or(r.failure_s),
-        "output_tokens": r.output_tokens,
-        "token_source": r.token_source,
-        "input_tokens": r.input_tokens,
+        "output_tokens": ok.then_some(r.output_tokens),
+        "token_source": ok.then_some(r.token_source),
+        "input_tokens": if ok { r.input_tokens } else { None },
         "tpot_s": r.tpot_s,
         "decode_tokens_per_s": r.decode_tokens_per_s,
         "chunk_gaps_s": r.chunk_gaps_s,
@@ -52,17 +54,29 @@ pub fn to_text(r: &ProbeResult, ctx: &ReportContext) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "target     {}", ctx.url);
     let _ = writeln!(s, "model      {}", ctx.model);
-    let _ = writeln!(s, "proxy      {}", ctx.proxy.as_deref().unwrap_or("none (direct)"));
+    let _ = writeln!(
+        s,
+        "proxy      {}",
+        ctx.proxy.as_deref().unwrap_or("none (direct)")
+    );
     match r.error_type {
         None => {
-            let _ = writeln!(s, "outcome    success (HTTP {})", r.http_status.unwrap_or(0));
+            let _ = writeln!(
+                s,
+                "outcome    success (HTTP {})",
+                r.http_status.unwrap_or(0)
+            );
         }
         Some(e) => {
             let status = r
                 .http_status
                 .map(|c| format!("HTTP {c}"))
                 .unwrap_or_else(|| "no response".into());
-            let _ = writeln!(s, "outcome    FAILED: {e} ({status}) after{}", ms(r.failure_s));
+            let _ = writeln!(
+                s,
+                "outcome    FAILED: {e} ({status}) after{}",
+                ms(r.failure_s)
+            );
             if let Some(d) = &r.error_detail {
                 let _ = writeln!(s, "reason     {d}");
             }
@@ -102,10 +116,17 @@ pub fn to_text(r: &ProbeResult, ctx: &ReportContext) -> String {
     }
     match (r.tpot_s, r.decode_tokens_per_s) {
         (Some(t), Some(d)) => {
-            let _ = writeln!(s, "TPOT       {:.2} ms/token ({d:.1} tokens/s decode)", t * 1000.0);
+            let _ = writeln!(
+                s,
+                "TPOT       {:.2} ms/token ({d:.1} tokens/s decode)",
+                t * 1000.0
+            );
         }
         _ => {
-            let _ = writeln!(s, "TPOT       not measurable (fewer than 2 tokens, a burst, or a failure)");
+            let _ = writeln!(
+                s,
+                "TPOT       not measurable (fewer than 2 tokens, a burst, or a failure)"
+            );
         }
     }
     if let Some(st) = &r.server_timings {
@@ -115,7 +136,8 @@ pub fn to_text(r: &ProbeResult, ctx: &ReportContext) -> String {
             st.prompt_ms.map_or("-".into(), |v| format!("{v:.1}")),
             st.predicted_n.map_or("-".into(), |v| v.to_string()),
             st.predicted_ms.map_or("-".into(), |v| format!("{v:.1}")),
-            st.predicted_per_token_ms.map_or("-".into(), |v| format!("{v:.2}")),
+            st.predicted_per_token_ms
+                .map_or("-".into(), |v| format!("{v:.2}")),
         );
     }
     if !r.flags.is_empty() {
@@ -140,7 +162,11 @@ mod tests {
     fn json_has_exactly_the_case_keys() {
         let t0 = Instant::now();
         let mut m = Measurement::new(t0);
-        m.fail(ErrorType::RateLimited, t0 + Duration::from_millis(80), "HTTP 429");
+        m.fail(
+            ErrorType::RateLimited,
+            t0 + Duration::from_millis(80),
+            "HTTP 429",
+        );
         m.retry_after(Duration::from_millis(6500));
         let v = to_json(&m.finish());
         let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
@@ -148,9 +174,20 @@ mod tests {
         assert_eq!(
             keys,
             [
-                "chunk_gaps_s", "decode_tokens_per_s", "e2e_s", "error_type", "flags",
-                "input_tokens", "outcome", "output_tokens", "retry_after_s", "token_source",
-                "tpot_s", "ttfb_s", "ttfo_s", "ttft_s"
+                "chunk_gaps_s",
+                "decode_tokens_per_s",
+                "e2e_s",
+                "error_type",
+                "flags",
+                "input_tokens",
+                "outcome",
+                "output_tokens",
+                "retry_after_s",
+                "token_source",
+                "tpot_s",
+                "ttfb_s",
+                "ttfo_s",
+                "ttft_s"
             ]
         );
         assert_eq!(v["outcome"], "error");
@@ -158,6 +195,7 @@ mod tests {
         assert_eq!(v["retry_after_s"], 6.5);
         assert!((v["e2e_s"].as_f64().unwrap() - 0.08).abs() < 1e-9);
         assert!(v["ttft_s"].is_null());
+        assert!(v["output_tokens"].is_null() && v["token_source"].is_null());
     }
 
     #[test]
@@ -165,7 +203,11 @@ mod tests {
         let t0 = Instant::now();
         let mut m = Measurement::new(t0);
         m.headers(t0, 401);
-        m.fail(ErrorType::Auth, t0 + Duration::from_millis(60), "HTTP 401: invalid_api_key");
+        m.fail(
+            ErrorType::Auth,
+            t0 + Duration::from_millis(60),
+            "HTTP 401: invalid_api_key",
+        );
         let text = to_text(
             &m.finish(),
             &ReportContext {

@@ -71,7 +71,9 @@ pub struct Scheduler {
 
 impl std::fmt::Debug for Scheduler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Scheduler").field("jobs", &self.jobs.len()).finish()
+        f.debug_struct("Scheduler")
+            .field("jobs", &self.jobs.len())
+            .finish()
     }
 }
 
@@ -125,7 +127,12 @@ impl Scheduler {
             }
         }
         let mut applied = Applied::default();
-        let stale: Vec<u64> = self.jobs.keys().filter(|fp| !wanted.contains_key(fp)).copied().collect();
+        let stale: Vec<u64> = self
+            .jobs
+            .keys()
+            .filter(|fp| !wanted.contains_key(fp))
+            .copied()
+            .collect();
         let new_labels: std::collections::HashSet<JobLabels> = jobs.iter().map(labels).collect();
         for fp in stale {
             if let Some(r) = self.jobs.remove(&fp) {
@@ -165,7 +172,8 @@ impl Scheduler {
             };
             let schedule = job.schedule.clone();
             let c = cancel.clone();
-            self.ticks.spawn(async move { runner.run(schedule, c).await });
+            self.ticks
+                .spawn(async move { runner.run(schedule, c).await });
             self.jobs.insert(fp, Running { labels, cancel });
             applied.started += 1;
         }
@@ -189,7 +197,9 @@ impl Scheduler {
         self.ticks.close();
         self.ticks.wait().await;
         self.probes.close();
-        tokio::time::timeout(grace, self.probes.wait()).await.is_ok()
+        tokio::time::timeout(grace, self.probes.wait())
+            .await
+            .is_ok()
     }
 }
 
@@ -272,11 +282,11 @@ impl JobRunner {
         self.probes.spawn(async move {
             let r = prober.run(&spec).await;
             metrics.record(&labels, &r, SystemTime::now());
-            if let Some(wait) = r.retry_after_s.filter(|w| *w > 0.0) {
-                if let Ok(mut p) = pauses.lock() {
-                    let until = Instant::now() + Duration::from_secs_f64(wait.min(3600.0));
-                    p.insert(labels.target.clone(), until);
-                }
+            if let Some(wait) = r.retry_after_s.filter(|w| *w > 0.0)
+                && let Ok(mut p) = pauses.lock()
+            {
+                let until = Instant::now() + Duration::from_secs_f64(wait.min(3600.0));
+                p.insert(labels.target.clone(), until);
             }
             log_result(&name, &r);
             running.store(false, Ordering::Release);

@@ -56,7 +56,11 @@ async fn reload(State(d): State<Arc<Daemon>>) -> Response {
             a.started, a.stopped, a.kept
         )
         .into_response(),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("reload refused, the previous config keeps running: {e}\n")).into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("reload refused, the previous config keeps running: {e}\n"),
+        )
+            .into_response(),
     }
 }
 
@@ -77,7 +81,11 @@ async fn metrics(State(d): State<Arc<Daemon>>, headers: HeaderMap) -> Response {
     };
     match body {
         Ok(b) => ([(header::CONTENT_TYPE, ct)], b).into_response(),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("encoding metrics failed: {e}\n")).into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("encoding metrics failed: {e}\n"),
+        )
+            .into_response(),
     }
 }
 

@@ -196,10 +196,8 @@ impl SseDecoder {
                 self.pending_fields = true;
             }
             b"event" => self.pending.event = Some(value.into_owned()),
-            b"id" => {
-                if !value.contains('\0') {
-                    self.pending.id = Some(value.into_owned());
-                }
+            b"id" if !value.contains('\0') => {
+                self.pending.id = Some(value.into_owned());
             }
             b"error" => {
                 self.pending.error_field = Some(value.into_owned());
@@ -232,7 +230,11 @@ mod tests {
         for sep in ["\n", "\r\n", "\r"] {
             let s = format!("data: a{sep}{sep}data: b{sep}{sep}");
             let (evs, tail) = all(s.as_bytes());
-            assert_eq!(evs.iter().map(data).collect::<Vec<_>>(), ["a", "b"], "sep {sep:?}");
+            assert_eq!(
+                evs.iter().map(data).collect::<Vec<_>>(),
+                ["a", "b"],
+                "sep {sep:?}"
+            );
             assert!(tail.is_none());
         }
     }
@@ -360,7 +362,11 @@ mod tests {
             Just("data: h\u{e9}llo".as_bytes().to_vec()),
             Just(b"\xEF\xBB\xBF".to_vec()),
         ];
-        let end = prop_oneof![Just(b"\n".to_vec()), Just(b"\r\n".to_vec()), Just(b"\r".to_vec())];
+        let end = prop_oneof![
+            Just(b"\n".to_vec()),
+            Just(b"\r\n".to_vec()),
+            Just(b"\r".to_vec())
+        ];
         prop::collection::vec((line, end), 0..24)
             .prop_map(|v| v.into_iter().flat_map(|(l, e)| [l, e].concat()).collect())
     }

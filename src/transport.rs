@@ -58,7 +58,10 @@ impl PhaseClock {
 
     /// True when a TLS handshake started since the last reset.
     pub fn tls_started(&self) -> bool {
-        self.0.lock().map(|m| m.tls_start.is_some()).unwrap_or(false)
+        self.0
+            .lock()
+            .map(|m| m.tls_start.is_some())
+            .unwrap_or(false)
     }
 
     /// The phases recorded since the last reset.
@@ -285,7 +288,11 @@ impl ClientSessionStore for TimedSessionStore {
         self.mark();
         self.inner.kx_hint(n)
     }
-    fn set_tls12_session(&self, n: ServerName<'static>, v: rustls::client::Tls12ClientSessionValue) {
+    fn set_tls12_session(
+        &self,
+        n: ServerName<'static>,
+        v: rustls::client::Tls12ClientSessionValue,
+    ) {
         self.inner.set_tls12_session(n, v)
     }
     fn tls12_session(&self, n: &ServerName<'_>) -> Option<rustls::client::Tls12ClientSessionValue> {
@@ -295,10 +302,17 @@ impl ClientSessionStore for TimedSessionStore {
     fn remove_tls12_session(&self, n: &ServerName<'static>) {
         self.inner.remove_tls12_session(n)
     }
-    fn insert_tls13_ticket(&self, n: ServerName<'static>, v: rustls::client::Tls13ClientSessionValue) {
+    fn insert_tls13_ticket(
+        &self,
+        n: ServerName<'static>,
+        v: rustls::client::Tls13ClientSessionValue,
+    ) {
         self.inner.insert_tls13_ticket(n, v)
     }
-    fn take_tls13_ticket(&self, n: &ServerName<'static>) -> Option<rustls::client::Tls13ClientSessionValue> {
+    fn take_tls13_ticket(
+        &self,
+        n: &ServerName<'static>,
+    ) -> Option<rustls::client::Tls13ClientSessionValue> {
         self.mark();
         self.inner.take_tls13_ticket(n)
     }
@@ -325,7 +339,12 @@ impl rustls::client::danger::ServerCertVerifier for AcceptAnyCert {
         cert: &CertificateDer<'_>,
         dss: &rustls::DigitallySignedStruct,
     ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(msg, cert, dss, &self.0.signature_verification_algorithms)
+        rustls::crypto::verify_tls12_signature(
+            msg,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
     }
     fn verify_tls13_signature(
         &self,
@@ -333,7 +352,12 @@ impl rustls::client::danger::ServerCertVerifier for AcceptAnyCert {
         cert: &CertificateDer<'_>,
         dss: &rustls::DigitallySignedStruct,
     ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(msg, cert, dss, &self.0.signature_verification_algorithms)
+        rustls::crypto::verify_tls13_signature(
+            msg,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
     }
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
         self.0.signature_verification_algorithms.supported_schemes()

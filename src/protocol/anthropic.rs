@@ -132,7 +132,10 @@ mod tests {
             "message_start",
             r#"{"type":"message_start","message":{"usage":{"input_tokens":25,"output_tokens":1}}}"#,
         );
-        assert_eq!((m.usage_output, m.usage_input, m.token), (Some(1), Some(25), false));
+        assert_eq!(
+            (m.usage_output, m.usage_input, m.token),
+            (Some(1), Some(25), false)
+        );
         assert_eq!(ev("ping", r#"{"type":"ping"}"#), EventMeaning::default());
         let m = ev(
             "content_block_delta",
@@ -160,7 +163,10 @@ mod tests {
 
     #[test]
     fn errors_map_types_to_statuses() {
-        let m = ev("error", r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#);
+        let m = ev(
+            "error",
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+        );
         let e = m.error.unwrap();
         assert!(e.is_overloaded());
         assert_eq!(e.code, Some(529));

@@ -308,7 +308,9 @@ mod tests {
 
     #[test]
     fn error_payloads() {
-        let e = StreamError::from_payload(r#"{"code":400,"message":"too long","type":"invalid_request_error"}"#);
+        let e = StreamError::from_payload(
+            r#"{"code":400,"message":"too long","type":"invalid_request_error"}"#,
+        );
         assert_eq!(e.code, Some(400));
         assert_eq!(e.kind.as_deref(), Some("invalid_request_error"));
         let e = StreamError::from_payload(r#"{"error":{"code":"internal_error","message":"x"}}"#);
@@ -335,7 +337,11 @@ mod tests {
             error_field: Some(r#"{"code":400}"#.into()),
             ..SseEvent::default()
         };
-        for api in [Api::OpenaiChat, Api::AnthropicMessages, Api::OpenaiResponses] {
+        for api in [
+            Api::OpenaiChat,
+            Api::AnthropicMessages,
+            Api::OpenaiResponses,
+        ] {
             assert_eq!(api.interpret(&ev).unwrap().error.unwrap().code, Some(400));
         }
     }

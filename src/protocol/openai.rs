@@ -82,7 +82,8 @@ pub(super) fn chat(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
             if let Some(Value::Array(calls)) = delta.get("tool_calls") {
                 let any = calls.iter().any(|c| {
                     c.get("function").is_some_and(|f| {
-                        non_empty_str(f, "name").is_some() || non_empty_str(f, "arguments").is_some()
+                        non_empty_str(f, "name").is_some()
+                            || non_empty_str(f, "arguments").is_some()
                     })
                 });
                 m.token |= any;
@@ -263,7 +264,8 @@ mod tests {
             r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\""}}]}}]}"#,
         );
         assert!(m.token && !m.output);
-        let m = chat_of(r#"{"choices":[{"delta":{"tool_calls":[{"function":{"arguments":""}}]}}]}"#);
+        let m =
+            chat_of(r#"{"choices":[{"delta":{"tool_calls":[{"function":{"arguments":""}}]}}]}"#);
         assert!(!m.token);
         let m = chat_of(r#"{"choices":[{"delta":{"refusal":"no"}}]}"#);
         assert!(m.token && m.output);
@@ -286,13 +288,19 @@ mod tests {
     #[test]
     fn errors_and_malformed() {
         let m = chat_of(r#"{"error":{"message":"x","code":"internal_error"}}"#);
-        assert_eq!(m.error.unwrap().code_text.as_deref(), Some("internal_error"));
+        assert_eq!(
+            m.error.unwrap().code_text.as_deref(),
+            Some("internal_error")
+        );
         assert!(chat(&ev("{\"a\":1}\n{\"b\":2}")).is_err());
         assert!(chat(&ev("[1,2]")).is_err());
         assert!(chat(&ev(r#"{"choices":{}}"#)).is_err());
         let mut e = ev(r#"{"message":"boom"}"#);
         e.event = Some("error".into());
-        assert_eq!(chat(&e).unwrap().error.unwrap().message.as_deref(), Some("boom"));
+        assert_eq!(
+            chat(&e).unwrap().error.unwrap().message.as_deref(),
+            Some("boom")
+        );
         let mut p = ev("not json");
         p.event = Some("ping".into());
         assert_eq!(chat(&p).unwrap(), EventMeaning::default());
@@ -306,7 +314,10 @@ mod tests {
         assert!(!m.token && m.finish);
         let m = responses(&ev(r#"{"type":"response.output_text.delta","delta":"Hi"}"#)).unwrap();
         assert!(m.token && m.output);
-        let m = responses(&ev(r#"{"type":"response.reasoning_text.delta","delta":"h"}"#)).unwrap();
+        let m = responses(&ev(
+            r#"{"type":"response.reasoning_text.delta","delta":"h"}"#,
+        ))
+        .unwrap();
         assert!(m.token && !m.output);
         let m = responses(&ev(r#"{"type":"response.output_text.delta","delta":""}"#)).unwrap();
         assert!(!m.token);
