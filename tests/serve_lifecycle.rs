@@ -1,0 +1,374 @@
+//! `tokenprobe serve` as a process: reload (SIGHUP and `POST /-/reload`), SIGTERM, the web config
+//! (basic auth, TLS), and snapshots of the `/metrics` layout and the `probe` text report. The
+//! upstream is the in-repo replay server serving shared case 01 to every connection.
+
+#[allow(dead_code)]
+mod common;
+
+use common::case::Case;
+use common::server::{ReplayHandle, ReplayServer};
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A `tokenprobe serve` child, killed on drop.
+struct Serve {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Serve {
+    /// Starts serve on an ephemeral port and reads the bound address from its first log line.
+    fn start(config: &Path, extra: &[&str]) -> Serve {
+        let mut child = Command::new(common::tokenprobe_bin())
+            .args(["serve", "--config.file"])
+            .arg(config)
+            .args([
+                "--web.listen-address",
+                "127.0.0.1:0",
+                "--log.format",
+                "json",
+            ])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn tokenprobe serve");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut sent = false;
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if !sent {
+                    if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) {
+                        if let Some(a) = v.get("address").and_then(|a| a.as_str()) {
+                            let _ = tx.send(a.to_owned());
+                            sent = true;
+                        }
+                    }
+                }
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("serve did not log its address")
+            .parse()
+            .expect("address");
+        Serve { child, addr }
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .expect("kill")
+            .success();
+        assert!(ok, "kill {sig} failed");
+    }
+}
+
+async fn get(client: &reqwest::Client, url: &str) -> (u16, String) {
+    let r = client.get(url).send().await.expect("GET");
+    let status = r.status().as_u16();
+    (status, r.text().await.expect("body"))
+}
+
+/// The value of the first sample line that starts with `series` (name plus labels, as exposed).
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+async fn wait_until(what: &str, timeout: Duration, mut f: impl AsyncFnMut() -> bool) {
+    let end = Instant::now() + timeout;
+    while Instant::now() < end {
+        if f().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+async fn upstream() -> (SocketAddr, ReplayHandle) {
+    let case =
+        Case::load(&common::cases_dir().join("01-role-only-first-chunk.txt")).expect("case 01");
+    ReplayServer::start(&case).await.expect("replay server")
+}
+
+fn config(upstream: SocketAddr, models: &str) -> String {
+    format!(
+        "defaults: {{interval: 1s}}\nprompts: [{{name: p, messages: [{{role: user, content: hi}}], max_tokens: 8}}]\n\
+         targets:\n  - {{name: a, base_url: \"http://{upstream}/v1\", models: [{models}]}}\n"
+    )
+}
+
+fn probes(text: &str, model: &str) -> Option<f64> {
+    sample(
+        text,
+        &format!("tokenprobe_probes_total{{target=\"a\",model=\"{model}\",prompt=\"p\"}}"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_keeps_unchanged_jobs_and_sigterm_exits_cleanly() {
+    let (up, _h) = upstream().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("c.yml");
+    std::fs::write(&cfg, config(up, "m1, m2")).expect("write");
+    let mut serve = Serve::start(&cfg, &[]);
+    let base = format!("http://{}", serve.addr);
+    let client = reqwest::Client::new();
+    let metrics = format!("{base}/metrics");
+
+    wait_until("both jobs to probe", Duration::from_secs(20), async || {
+        let (_, t) = get(&client, &metrics).await;
+        probes(&t, "m1").unwrap_or(0.0) >= 1.0 && probes(&t, "m2").unwrap_or(0.0) >= 1.0
+    })
+    .await;
+    let (_, before) = get(&client, &metrics).await;
+    let m1_before = probes(&before, "m1").expect("m1 series");
+    assert_eq!(
+        sample(&before, "tokenprobe_config_last_reload_successful"),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(
+            &before,
+            "tokenprobe_probe_errors_total{target=\"a\",model=\"m1\",prompt=\"p\",error_type=\"rate_limited\"}"
+        ),
+        Some(0.0),
+        "every error_type exists at 0"
+    );
+
+    // SIGHUP with m2 replaced by m3: m1 keeps its series (the counter is not reset), m2 goes away.
+    std::fs::write(&cfg, config(up, "m1, m3")).expect("write");
+    serve.signal("-HUP");
+    wait_until("m3 to probe", Duration::from_secs(20), async || {
+        let (_, t) = get(&client, &metrics).await;
+        probes(&t, "m3").unwrap_or(0.0) >= 1.0
+    })
+    .await;
+    let (_, after) = get(&client, &metrics).await;
+    assert!(
+        probes(&after, "m2").is_none(),
+        "removed job's series must go away"
+    );
+    assert!(!after.contains("model=\"m2\""), "no m2 series at all");
+    assert!(
+        probes(&after, "m1").expect("m1 kept") >= m1_before,
+        "m1 counter kept, not reset"
+    );
+
+    // An invalid config is refused over HTTP; the old one keeps running.
+    std::fs::write(&cfg, "targets: [oops").expect("write");
+    let r = client
+        .post(format!("{base}/-/reload"))
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(r.status().as_u16(), 500);
+    assert!(
+        r.text()
+            .await
+            .expect("body")
+            .contains("previous config keeps running")
+    );
+    let (_, t) = get(&client, &metrics).await;
+    assert_eq!(
+        sample(&t, "tokenprobe_config_last_reload_successful"),
+        Some(0.0)
+    );
+    let m1_now = probes(&t, "m1").expect("m1 still there");
+    wait_until("m1 to keep probing", Duration::from_secs(10), async || {
+        let (_, t) = get(&client, &metrics).await;
+        probes(&t, "m1").unwrap_or(0.0) > m1_now
+    })
+    .await;
+
+    // `/` lists jobs and never a secret; health endpoints answer.
+    let (s, index) = get(&client, &format!("{base}/")).await;
+    assert_eq!(s, 200);
+    assert!(index.contains("a/m1/p") && index.contains("a/m3/p"));
+    assert_eq!(get(&client, &format!("{base}/-/healthy")).await.0, 200);
+    assert_eq!(get(&client, &format!("{base}/-/ready")).await.0, 200);
+
+    serve.signal("-TERM");
+    let end = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(s) = serve.child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(Instant::now() < end, "serve did not exit after SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "exit status {status:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_config_basic_auth_and_tls() {
+    let (up, _h) = upstream().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("c.yml");
+    std::fs::write(&cfg, config(up, "m1")).expect("write");
+    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    let ok = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=localhost",
+        ])
+        .args([
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            "-addext",
+            "basicConstraints=critical,CA:FALSE",
+            "-keyout",
+        ])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stderr(Stdio::null())
+        .status()
+        .expect("openssl")
+        .success();
+    assert!(ok, "openssl could not make a test certificate");
+    let hash = bcrypt::hash("s3cret", 4).expect("bcrypt");
+    let web = dir.path().join("web.yml");
+    std::fs::write(
+        &web,
+        format!(
+            "tls_server_config: {{cert_file: {}, key_file: {}}}\nbasic_auth_users:\n  prom: '{hash}'\n",
+            cert.display(),
+            key.display()
+        ),
+    )
+    .expect("write");
+    let web_arg = web.display().to_string();
+    let serve = Serve::start(&cfg, &["--web.config.file", &web_arg]);
+    let pem = std::fs::read(&cert).expect("cert");
+    let client = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&pem).expect("pem"))
+        .build()
+        .expect("client");
+    let base = format!("https://localhost:{}", serve.addr.port());
+    let r = client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(r.status().as_u16(), 401, "no credentials");
+    let r = client
+        .get(format!("{base}/metrics"))
+        .basic_auth("prom", Some("wrong"))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(r.status().as_u16(), 401, "wrong password");
+    let r = client
+        .get(format!("{base}/metrics"))
+        .basic_auth("prom", Some("s3cret"))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(r.status().as_u16(), 200);
+    assert!(
+        r.text()
+            .await
+            .expect("body")
+            .contains("tokenprobe_build_info")
+    );
+    let r = client
+        .get(format!("{base}/-/healthy"))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(r.status().as_u16(), 200, "health needs no credentials");
+    let plain = reqwest::get(format!("http://127.0.0.1:{}/metrics", serve.addr.port())).await;
+    assert!(
+        plain.is_err() || plain.is_ok_and(|r| !r.status().is_success()),
+        "plain HTTP must not serve metrics"
+    );
+}
+
+/// Replaces every number in `s` with `N`, so snapshots keep layout and names, not timings.
+fn redact_numbers(s: &str) -> String {
+    let re = regex::Regex::new(r"-?\d+(\.\d+)?(e[-+]?\d+)?").expect("regex");
+    re.replace_all(s, "N").into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_metrics_layout_and_probe_report() {
+    let (up, _h) = upstream().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("c.yml");
+    std::fs::write(&cfg, config(up, "m1")).expect("write");
+    let serve = Serve::start(&cfg, &[]);
+    let client = reqwest::Client::new();
+    let metrics = format!("http://{}/metrics", serve.addr);
+    wait_until("a probe", Duration::from_secs(20), async || {
+        let (_, t) = get(&client, &metrics).await;
+        probes(&t, "m1").unwrap_or(0.0) >= 1.0
+    })
+    .await;
+    let (_, text) = get(&client, &metrics).await;
+    // Names, types, help texts and label sets; bucket counts, sums and timestamps vary.
+    let layout: Vec<String> = text
+        .lines()
+        .filter(|l| !l.contains("_bucket{"))
+        .map(|l| match l.rsplit_once(' ') {
+            Some((series, _)) if !l.starts_with('#') => format!("{series} <value>"),
+            _ => l.to_owned(),
+        })
+        .map(|l| l.replace(&up.to_string(), "<upstream>"))
+        .map(|l| l.replace(env!("CARGO_PKG_VERSION"), "<version>"))
+        .collect();
+    // Series order within a family is not defined by the format: sort each family's samples.
+    let mut sorted = Vec::new();
+    let mut block: Vec<String> = Vec::new();
+    for l in layout {
+        if l.starts_with('#') {
+            block.sort();
+            sorted.append(&mut block);
+            sorted.push(l);
+        } else {
+            block.push(l);
+        }
+    }
+    block.sort();
+    sorted.append(&mut block);
+    insta::assert_snapshot!("metrics_layout", sorted.join("\n"));
+
+    let out = Command::new(common::tokenprobe_bin())
+        .args([
+            "probe",
+            "--base-url",
+            &format!("http://{up}/v1"),
+            "--model",
+            "m",
+            "--proxy",
+            "none",
+        ])
+        .output()
+        .expect("probe");
+    assert!(out.status.success());
+    let report = String::from_utf8_lossy(&out.stdout).replace(&up.to_string(), "<upstream>");
+    insta::assert_snapshot!("probe_text_report", redact_numbers(&report));
+}
