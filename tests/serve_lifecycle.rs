@@ -372,3 +372,44 @@ async fn snapshot_metrics_layout_and_probe_report() {
     let report = String::from_utf8_lossy(&out.stdout).replace(&up.to_string(), "<upstream>");
     insta::assert_snapshot!("probe_text_report", redact_numbers(&report));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_pauses_the_target() {
+    let case =
+        Case::load(&common::cases_dir().join("24-http429-retry-after.txt")).expect("case 24");
+    let (up, h) = ReplayServer::start(&case).await.expect("replay server");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("c.yml");
+    std::fs::write(&cfg, config(up, "m1")).expect("write");
+    let serve = Serve::start(&cfg, &[]);
+    let client = reqwest::Client::new();
+    let metrics = format!("http://{}/metrics", serve.addr);
+    let l = "target=\"a\",model=\"m1\",prompt=\"p\"";
+    wait_until("two skipped ticks", Duration::from_secs(20), async || {
+        let (_, t) = get(&client, &metrics).await;
+        sample(
+            &t,
+            &format!("tokenprobe_probes_skipped_total{{{l},reason=\"rate_limited\"}}"),
+        )
+        .unwrap_or(0.0)
+            >= 2.0
+    })
+    .await;
+    let (_, t) = get(&client, &metrics).await;
+    assert_eq!(
+        sample(&t, &format!("tokenprobe_retry_after_seconds{{{l}}}")),
+        Some(6.5)
+    );
+    assert_eq!(
+        sample(
+            &t,
+            &format!("tokenprobe_probe_errors_total{{{l},error_type=\"rate_limited\"}}")
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        h.requests_received(),
+        1,
+        "no request while the target asked to wait 6.5 s"
+    );
+}

@@ -1,0 +1,266 @@
+//! What tokenprobe puts on the wire, per protocol and option (MEASUREMENT.md "Requests"; issue:
+//! Azure style, extra headers and body fields, nonce, content check), checked on the requests the
+//! in-repo replay server received.
+
+#[allow(dead_code)]
+mod common;
+
+use common::case::Case;
+use common::server::{ReceivedRequest, ReplayHandle, ReplayServer};
+use serde_json::{Value, json};
+use std::net::SocketAddr;
+use std::process::{Command, Output};
+
+async fn serve_case(name: &str) -> (SocketAddr, ReplayHandle) {
+    let case = Case::load(&common::cases_dir().join(format!("{name}.txt"))).expect("case");
+    ReplayServer::start(&case).await.expect("replay server")
+}
+
+fn probe(args: &[&str], envs: &[(&str, &str)]) -> (Output, Value) {
+    let mut cmd = Command::new(common::tokenprobe_bin());
+    cmd.arg("probe")
+        .args(args)
+        .args(["--format", "json", "--proxy", "none"]);
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run tokenprobe probe");
+    let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out, v)
+}
+
+fn only_request(h: &ReplayHandle) -> ReceivedRequest {
+    let reqs = h.requests();
+    assert_eq!(reqs.len(), 1, "exactly one request per probe");
+    reqs.into_iter().next().expect("one request")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_chat_request_shape_and_azure_style_auth() {
+    let (addr, h) = serve_case("01-role-only-first-chunk").await;
+    let base = format!("http://{addr}/openai/deployments/d");
+    let (out, v) = probe(
+        &[
+            "--base-url",
+            &base,
+            "--model",
+            "gpt",
+            "--api-key-env",
+            "TP_KEY",
+            "--auth",
+            "api-key",
+            "--query",
+            "api-version=2024-10-21",
+            "--header",
+            "X-Team=sre",
+            "--max-tokens",
+            "7",
+        ],
+        &[("TP_KEY", "sk-azure-test")],
+    );
+    assert!(out.status.success(), "{v}");
+    let r = only_request(&h);
+    assert_eq!(r.method, "POST");
+    assert_eq!(
+        r.target,
+        "/openai/deployments/d/chat/completions?api-version=2024-10-21"
+    );
+    assert_eq!(r.header("api-key"), Some("sk-azure-test"));
+    assert_eq!(
+        r.header("authorization"),
+        None,
+        "the key goes only in its protocol's header"
+    );
+    assert_eq!(r.header("x-team"), Some("sre"));
+    assert_eq!(r.header("accept-encoding"), Some("identity"));
+    let b = r.body_json().expect("json");
+    assert_eq!(b["stream"], json!(true));
+    assert_eq!(b["stream_options"], json!({"include_usage": true}));
+    assert_eq!(b["max_tokens"], json!(7));
+    assert_eq!(b["model"], json!("gpt"));
+    // The key never reaches the output.
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("sk-azure-test"));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("sk-azure-test"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bearer_by_default_and_usage_can_be_switched_off() {
+    let (addr, h) = serve_case("01-role-only-first-chunk").await;
+    let (out, _) = probe(
+        &[
+            "--base-url",
+            &format!("http://{addr}/v1"),
+            "--model",
+            "m",
+            "--api-key-env",
+            "TP_KEY",
+            "--no-usage",
+        ],
+        &[("TP_KEY", "sk-b")],
+    );
+    assert!(out.status.success());
+    let r = only_request(&h);
+    assert_eq!(r.header("authorization"), Some("Bearer sk-b"));
+    assert!(r.body_json().expect("json").get("stream_options").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_headers_and_body() {
+    let (addr, h) = serve_case("10-anthropic-ping-events").await;
+    let (out, v) = probe(
+        &[
+            "--base-url",
+            &format!("http://{addr}"),
+            "--model",
+            "claude",
+            "--api",
+            "anthropic-messages",
+            "--api-key-env",
+            "TP_KEY",
+        ],
+        &[("TP_KEY", "sk-ant")],
+    );
+    assert!(out.status.success(), "{v}");
+    let r = only_request(&h);
+    assert_eq!(r.target, "/v1/messages");
+    assert_eq!(r.header("x-api-key"), Some("sk-ant"));
+    assert_eq!(r.header("anthropic-version"), Some("2023-06-01"));
+    assert_eq!(r.header("authorization"), None);
+    let b = r.body_json().expect("json");
+    assert_eq!(b["stream"], json!(true));
+    assert_eq!(b["max_tokens"], json!(64));
+    assert_eq!(b["messages"][0]["role"], json!("user"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completions_and_responses_paths() {
+    for (api, path) in [
+        ("openai-completions", "/v1/completions"),
+        ("openai-responses", "/v1/responses"),
+    ] {
+        let (addr, h) = serve_case("01-role-only-first-chunk").await;
+        let _ = probe(
+            &[
+                "--base-url",
+                &format!("http://{addr}/v1"),
+                "--model",
+                "m",
+                "--api",
+                api,
+            ],
+            &[],
+        );
+        let r = only_request(&h);
+        assert_eq!(r.target, path, "{api}");
+        let b = r.body_json().expect("json");
+        assert_eq!(b["stream"], json!(true), "{api}");
+        match api {
+            "openai-completions" => assert!(b["prompt"].is_string()),
+            _ => assert!(b["input"].is_array() && b.get("stream_options").is_none()),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nonce_makes_every_prompt_unique() {
+    let (addr, h) = serve_case("01-role-only-first-chunk").await;
+    for _ in 0..2 {
+        let _ = probe(
+            &[
+                "--base-url",
+                &format!("http://{addr}/v1"),
+                "--model",
+                "m",
+                "--prompt",
+                "Say hi",
+                "--nonce",
+            ],
+            &[],
+        );
+    }
+    let prompts: Vec<String> = h
+        .requests()
+        .iter()
+        .map(|r| {
+            r.body_json().expect("json")["messages"][0]["content"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(prompts.len(), 2);
+    assert_ne!(prompts[0], prompts[1]);
+    assert!(
+        prompts
+            .iter()
+            .all(|p| p.ends_with("Say hi") && p.starts_with('[')),
+        "{prompts:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn content_check_fails_as_validation_failed() {
+    let (addr, _h) = serve_case("01-role-only-first-chunk").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("c.yml");
+    let write = |regex: &str, min: u64| {
+        std::fs::write(
+            &cfg,
+            format!(
+                "prompts:\n  - name: p\n    messages: [{{role: user, content: hi}}]\n    expect: {{regex: '{regex}', min_output_tokens: {min}}}\n\
+                 targets:\n  - {{name: t, base_url: \"http://{addr}/v1\", models: [m], proxy: none}}\n"
+            ),
+        )
+        .expect("write config");
+    };
+    let cfg_s = cfg.display().to_string();
+    write("(?i)hello", 1);
+    let (out, v) = probe(&["--config.file", &cfg_s, "--target", "t"], &[]);
+    assert!(out.status.success(), "the answer is \"Hello world!\": {v}");
+    write("goodbye", 1);
+    let (out, v) = probe(&["--config.file", &cfg_s, "--target", "t"], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(v["error_type"], json!("validation_failed"));
+    assert_eq!(
+        v["ttft_s"],
+        Value::Null,
+        "a failed probe never records a TTFT"
+    );
+    write("hello", 10);
+    let (_, v) = probe(&["--config.file", &cfg_s, "--target", "t"], &[]);
+    assert_eq!(v["error_type"], json!("validation_failed"), "3 tokens < 10");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_usage_exits_2() {
+    let out = Command::new(common::tokenprobe_bin())
+        .args(["probe", "--model", "m"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let out = Command::new(common::tokenprobe_bin())
+        .args(["probe", "--base-url", "ftp://x", "--model", "m"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let out = Command::new(common::tokenprobe_bin())
+        .args([
+            "probe",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--model",
+            "m",
+            "--api-key-env",
+            "TOKENPROBE_SURELY_UNSET",
+        ])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("TOKENPROBE_SURELY_UNSET"));
+}
