@@ -103,7 +103,9 @@ impl SseDecoder {
                 self.at_start = false;
             }
         }
-        if self.after_cr {
+        if self.after_cr && !bytes.is_empty() {
+            // The previous read ended in CR: a leading LF here completes that CRLF. (An empty read
+            // must not clear this, or the LF would count as a second, blank line.)
             self.after_cr = false;
             if let Some(rest) = bytes.strip_prefix(b"\n") {
                 bytes = rest;
@@ -322,6 +324,7 @@ mod tests {
     fn cr_split_from_lf_is_one_line_end() {
         let mut d = SseDecoder::new();
         assert!(d.feed(b"data: a\r").unwrap().is_empty());
+        assert!(d.feed(b"").unwrap().is_empty(), "an empty read changes nothing");
         let evs = d.feed(b"\n\r\n").unwrap();
         assert_eq!(evs.len(), 1);
         assert_eq!(evs[0].data, "a");
