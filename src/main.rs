@@ -80,6 +80,8 @@ enum Cmd {
     },
     /// Serve a simulated OpenAI-compatible and Anthropic streaming API with configured timing and faults.
     Simulate(tokenprobe::simulate::SimulateArgs),
+    /// Load-test: step concurrency (or an arrival rate) up per model; find the knee, rank models, compare with a baseline.
+    Bench(Box<tokenprobe::bench::BenchArgs>),
 }
 
 #[derive(clap::Args, Debug)]
@@ -206,6 +208,7 @@ fn main() -> ExitCode {
             Cmd::Probe(args) => probe(args).await,
             Cmd::CheckConfig { config_file } => check_config(&config_file),
             Cmd::Simulate(args) => tokenprobe::simulate::run(args).await,
+            Cmd::Bench(args) => tokenprobe::bench::run(*args).await.map_err(Into::into),
         }
     });
     match result {
@@ -217,7 +220,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn check_config(path: &PathBuf) -> Result<ExitCode> {
+fn check_config(path: &std::path::Path) -> Result<ExitCode> {
     match Config::load(path) {
         Ok(c) => {
             println!("{}: valid, {} jobs", path.display(), c.jobs.len());

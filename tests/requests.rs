@@ -2,7 +2,6 @@
 //! Azure style, extra headers and body fields, nonce, content check), checked on the requests the
 //! in-repo replay server received.
 
-#[allow(dead_code)]
 mod common;
 
 use common::case::Case;

@@ -2,7 +2,6 @@
 //! (basic auth, TLS), and snapshots of the `/metrics` layout and the `probe` text report. The
 //! upstream is the in-repo replay server serving shared case 01 to every connection.
 
-#[allow(dead_code)]
 mod common;
 
 use common::case::Case;
@@ -48,13 +47,12 @@ impl Serve {
         std::thread::spawn(move || {
             let mut sent = false;
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if !sent {
-                    if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) {
-                        if let Some(a) = v.get("address").and_then(|a| a.as_str()) {
-                            let _ = tx.send(a.to_owned());
-                            sent = true;
-                        }
-                    }
+                if !sent
+                    && let Ok(v) = serde_json::from_str::<serde_json::Value>(&line)
+                    && let Some(a) = v.get("address").and_then(|a| a.as_str())
+                {
+                    let _ = tx.send(a.to_owned());
+                    sent = true;
                 }
             }
         });
