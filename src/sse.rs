@@ -324,7 +324,10 @@ mod tests {
     fn cr_split_from_lf_is_one_line_end() {
         let mut d = SseDecoder::new();
         assert!(d.feed(b"data: a\r").unwrap().is_empty());
-        assert!(d.feed(b"").unwrap().is_empty(), "an empty read changes nothing");
+        assert!(
+            d.feed(b"").unwrap().is_empty(),
+            "an empty read changes nothing"
+        );
         let evs = d.feed(b"\n\r\n").unwrap();
         assert_eq!(evs.len(), 1);
         assert_eq!(evs[0].data, "a");
