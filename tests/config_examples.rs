@@ -5,12 +5,17 @@ use std::process::Command;
 
 fn check(path: &str, envs: &[(&str, &str)]) -> (Option<i32>, String) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tokenprobe"));
-    cmd.args(["check-config", "--config.file", path]).current_dir(env!("CARGO_MANIFEST_DIR"));
+    cmd.args(["check-config", "--config.file", path])
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
     for (k, v) in envs {
         cmd.env(k, v);
     }
     let out = cmd.output().expect("run check-config");
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     (out.status.code(), text)
 }
 
@@ -30,13 +35,19 @@ fn full_example_fails_only_on_the_missing_key_file() {
     assert_eq!(code, Some(2), "{text}");
     assert!(text.contains("1 problem"), "{text}");
     assert!(text.contains("api_key_file"), "{text}");
-    assert!(!text.contains("k1") && !text.contains("k2"), "secrets never printed: {text}");
+    assert!(
+        !text.contains("k1") && !text.contains("k2"),
+        "secrets never printed: {text}"
+    );
 }
 
 #[test]
 fn missing_env_var_is_named_with_its_line() {
     let (code, text) = check("config/example-full.yml", &[]);
     assert_eq!(code, Some(2));
-    assert!(text.contains("environment variable VLLM_API_KEY is not set"), "{text}");
+    assert!(
+        text.contains("environment variable VLLM_API_KEY is not set"),
+        "{text}"
+    );
     assert!(text.contains("targets[0].api_key"), "{text}");
 }
