@@ -18,6 +18,7 @@
 //!
 //! `../shared/MEASUREMENT.md` in the project's workspace is the measurement contract.
 
+pub mod bench;
 pub mod config;
 pub mod daemon;
 pub mod measure;

@@ -54,7 +54,11 @@ pub(crate) async fn read_request(
             Parsed::NeedBody { expect_continue } => {
                 if expect_continue && !sent_continue {
                     sent_continue = true;
-                    if stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await.is_err() {
+                    if stream
+                        .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+                        .await
+                        .is_err()
+                    {
                         return Err(ReadError::Closed);
                     }
                 }
@@ -63,11 +67,13 @@ pub(crate) async fn read_request(
         }
         let start = buf.len();
         buf.resize(start + 16 * 1024, 0);
-        let n = tokio::time::timeout(idle, stream.read(&mut buf[start..])).await;
-        buf.truncate(start + n.as_ref().map_or(0, |r| *r.as_ref().unwrap_or(&0)));
-        match n {
-            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return Err(ReadError::Closed),
-            Ok(Ok(_)) => {}
+        let n = match tokio::time::timeout(idle, stream.read(&mut buf[start..])).await {
+            Ok(Ok(n)) => n,
+            Ok(Err(_)) | Err(_) => 0,
+        };
+        buf.truncate(start + n);
+        if n == 0 {
+            return Err(ReadError::Closed);
         }
     }
 }
@@ -87,7 +93,9 @@ fn parse(buf: &[u8]) -> Result<Parsed, ReadError> {
             return Err(ReadError::Bad(431, "request head too large"));
         }
         Ok(httparse::Status::Partial) => return Ok(Parsed::NeedHead),
-        Err(httparse::Error::TooManyHeaders) => return Err(ReadError::Bad(431, "too many headers")),
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(ReadError::Bad(431, "too many headers"));
+        }
         Err(_) => return Err(ReadError::Bad(400, "not an HTTP/1.x request")),
     };
     let version = req.version.unwrap_or(0);
@@ -232,7 +240,8 @@ pub(crate) enum Framing {
     Close,
 }
 
-/// A response head. `extra` headers are written as given (names and values must be clean).
+/// A response head; `request_id` is echoed as `x-request-id` unless empty. `extra` headers are
+/// written as given (names and values must be clean).
 pub(crate) fn head(
     status: u16,
     content_type: &str,
@@ -242,9 +251,12 @@ pub(crate) fn head(
     extra: &[(&str, &str)],
 ) -> Vec<u8> {
     let mut h = format!(
-        "HTTP/1.1 {status} {}\r\ncontent-type: {content_type}\r\nserver: tokenprobe-simulate\r\nx-request-id: {request_id}\r\n",
+        "HTTP/1.1 {status} {}\r\ncontent-type: {content_type}\r\nserver: tokenprobe-simulate\r\n",
         reason(status)
     );
+    if !request_id.is_empty() {
+        h.push_str(&format!("x-request-id: {request_id}\r\n"));
+    }
     match framing {
         Framing::Length(n) => h.push_str(&format!("content-length: {n}\r\n")),
         Framing::Chunked => h.push_str("transfer-encoding: chunked\r\n"),
@@ -293,7 +305,10 @@ mod tests {
     fn content_length_and_pipelining() {
         let raw = b"POST /v1/chat/completions?x=1 HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\nX-Request-Id: abc-1\r\n\r\n{}GET /";
         let (r, n) = complete(raw);
-        assert_eq!((r.method.as_str(), r.path.as_str()), ("POST", "/v1/chat/completions"));
+        assert_eq!(
+            (r.method.as_str(), r.path.as_str()),
+            ("POST", "/v1/chat/completions")
+        );
         assert_eq!(r.body, b"{}");
         assert_eq!(r.request_id.as_deref(), Some("abc-1"));
         assert!(r.keep_alive && r.chunked_ok);
@@ -302,10 +317,15 @@ mod tests {
 
     #[test]
     fn partial_heads_and_bodies_wait() {
-        assert!(matches!(parse(b"POST / HTTP/1.1\r\nContent-Len"), Ok(Parsed::NeedHead)));
+        assert!(matches!(
+            parse(b"POST / HTTP/1.1\r\nContent-Len"),
+            Ok(Parsed::NeedHead)
+        ));
         assert!(matches!(
             parse(b"POST / HTTP/1.1\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\nab"),
-            Ok(Parsed::NeedBody { expect_continue: true })
+            Ok(Parsed::NeedBody {
+                expect_continue: true
+            })
         ));
     }
 
@@ -328,17 +348,31 @@ mod tests {
         assert!(!r.keep_alive && r.chunked_ok);
         let (r, _) = complete(b"GET /health HTTP/1.0\r\n\r\n");
         assert!(!r.keep_alive && !r.chunked_ok);
-        assert_eq!(parse(b"\x16\x03\x01garbage\r\n\r\n").err(), Some(ReadError::Bad(400, "not an HTTP/1.x request")));
-        let (r, _) = complete(b"GET / HTTP/1.1\r\nx-request-id: a\x01b\r\n\r\n");
+        assert_eq!(
+            parse(b"\x16\x03\x01garbage\r\n\r\n").err(),
+            Some(ReadError::Bad(400, "not an HTTP/1.x request"))
+        );
+        let (r, _) = complete(b"GET / HTTP/1.1\r\nx-request-id: a\xffb\r\n\r\n");
         assert_eq!(r.request_id, None);
     }
 
     #[test]
     fn heads_and_frames() {
-        let h = head(429, "application/json", Framing::Length(3), true, "id1", &[("retry-after", "1")]);
+        let h = head(
+            429,
+            "application/json",
+            Framing::Length(3),
+            true,
+            "id1",
+            &[("retry-after", "1")],
+        );
         let s = String::from_utf8(h).unwrap();
         assert!(s.starts_with("HTTP/1.1 429 Too Many Requests\r\n"));
-        assert!(s.contains("content-length: 3\r\n") && s.contains("retry-after: 1\r\n") && s.ends_with("\r\n\r\n"));
+        assert!(
+            s.contains("content-length: 3\r\n")
+                && s.contains("retry-after: 1\r\n")
+                && s.ends_with("\r\n\r\n")
+        );
         let mut out = Vec::new();
         frame(&mut out, b"data: x\n\n", true);
         assert_eq!(out, b"9\r\ndata: x\n\n\r\n");

@@ -17,6 +17,7 @@ pub(crate) struct Rng(u64);
 
 impl Rng {
     /// A generator whose sequence is fixed by `seed`.
+    #[cfg(test)]
     pub(crate) fn new(seed: u64) -> Self {
         Rng(seed)
     }
@@ -237,7 +238,10 @@ mod tests {
             ..timing()
         };
         let mut p = Plan::draw(&t, 0.0, &[], None, Rng::new(1));
-        let c: Vec<_> = p.chunks().map(|c| (c.due.as_millis(), c.start, c.count)).collect();
+        let c: Vec<_> = p
+            .chunks()
+            .map(|c| (c.due.as_millis(), c.start, c.count))
+            .collect();
         assert_eq!(c, vec![(200, 0, 1), (260, 1, 3), (320, 4, 3), (340, 7, 1)]);
     }
 
@@ -301,7 +305,16 @@ mod tests {
     fn cut_is_halfway_and_after_the_first_token() {
         let p = Plan::draw(&timing(), 0.0, &[], Some(1), Rng::new(1));
         assert_eq!(p.cut(), 1);
-        let p = Plan::draw(&Timing { output_tokens: 64, ..timing() }, 0.0, &[], None, Rng::new(1));
+        let p = Plan::draw(
+            &Timing {
+                output_tokens: 64,
+                ..timing()
+            },
+            0.0,
+            &[],
+            None,
+            Rng::new(1),
+        );
         assert_eq!(p.cut(), 32);
     }
 }

@@ -12,12 +12,28 @@ pub(crate) enum Proto {
     Completions,
     /// `POST /v1/messages` (Anthropic).
     Messages,
+    /// `POST /v1/responses` (OpenAI Responses).
+    Responses,
 }
 
 /// The simulated answer's text, cycled token by token (JSON-safe: no escaping needed).
 const VOCAB: [&str; 16] = [
-    "Hello", ",", " this", " is", " a", " simulated", " answer", " from", " tokenprobe", " simulate",
-    ":", " every", " word", " is", " one", " token.",
+    "Hello",
+    ",",
+    " this",
+    " is",
+    " a",
+    " simulated",
+    " answer",
+    " from",
+    " tokenprobe",
+    " simulate",
+    ":",
+    " every",
+    " word",
+    " is",
+    " one",
+    " token.",
 ];
 
 /// Appends the text of tokens `start..start + count`.
@@ -72,7 +88,13 @@ fn named_event(name: &str, json: &str) -> Vec<u8> {
 
 impl Renderer {
     /// Templates for one request: `id` and `model` are echoed in every chunk.
-    pub(crate) fn new(proto: Proto, id: &str, model: &str, created: u64, prompt_tokens: u32) -> Self {
+    pub(crate) fn new(
+        proto: Proto,
+        id: &str,
+        model: &str,
+        created: u64,
+        prompt_tokens: u32,
+    ) -> Self {
         let idj = json_str(id);
         let modelj = json_str(model);
         let (token_prefix, token_suffix): (String, &'static [u8]) = match proto {
@@ -93,6 +115,12 @@ impl Renderer {
 data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":""#
                     .to_owned(),
                 b"\"}}\n\n",
+            ),
+            Proto::Responses => (
+                r#"event: response.output_text.delta
+data: {"type":"response.output_text.delta","item_id":"msg_0","output_index":0,"content_index":0,"delta":""#
+                    .to_owned(),
+                b"\"}\n\n",
             ),
         };
         Renderer {
@@ -118,7 +146,10 @@ data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text
     /// `content_block_start` and a `ping` (messages); none for completions.
     pub(crate) fn opening(&self) -> Vec<Event> {
         let (id, model, created) = (&self.id, &self.model, self.created);
-        let ev = |bytes| Event { bytes, token: false };
+        let ev = |bytes| Event {
+            bytes,
+            token: false,
+        };
         match self.proto {
             Proto::Chat => vec![ev(data_event(&format!(
                 r#"{{"id":{id},"object":"chat.completion.chunk","created":{created},"model":{model},"choices":[{{"index":0,"delta":{{"role":"assistant","content":""}},"finish_reason":null}}]}}"#
@@ -138,14 +169,53 @@ data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text
                 )),
                 ev(named_event("ping", r#"{"type":"ping"}"#)),
             ],
+            Proto::Responses => vec![
+                ev(named_event(
+                    "response.created",
+                    &format!(
+                        r#"{{"type":"response.created","response":{{"id":{id},"object":"response","created_at":{created},"status":"in_progress","model":{model},"output":[],"usage":null}}}}"#
+                    ),
+                )),
+                ev(named_event(
+                    "response.output_item.added",
+                    r#"{"type":"response.output_item.added","output_index":0,"item":{"id":"msg_0","type":"message","status":"in_progress","role":"assistant","content":[]}}"#,
+                )),
+                ev(named_event(
+                    "response.content_part.added",
+                    r#"{"type":"response.content_part.added","item_id":"msg_0","output_index":0,"content_index":0,"part":{"type":"output_text","text":"","annotations":[]}}"#,
+                )),
+            ],
         }
+    }
+
+    /// A Responses API `response` object (final state).
+    fn response_object(&self, n: u32, capped: bool) -> Value {
+        let text = answer_text(n);
+        let p = self.prompt_tokens;
+        let mut v = json!({
+            "id": serde_json::from_str::<Value>(&self.id).unwrap_or(Value::Null),
+            "object": "response",
+            "created_at": self.created,
+            "status": if capped { "incomplete" } else { "completed" },
+            "model": serde_json::from_str::<Value>(&self.model).unwrap_or(Value::Null),
+            "output": [{"id": "msg_0", "type": "message", "status": if capped { "incomplete" } else { "completed" },
+                        "role": "assistant", "content": [{"type": "output_text", "text": text, "annotations": []}]}],
+            "usage": {"input_tokens": p, "output_tokens": n, "total_tokens": u64::from(p) + u64::from(n)},
+        });
+        if capped {
+            v["incomplete_details"] = json!({"reason": "max_output_tokens"});
+        }
+        v
     }
 
     /// The events after the last token: finish, usage (when asked for) and `[DONE]` (OpenAI);
     /// `content_block_stop`, `message_delta` with cumulative usage, `message_stop` (messages).
     pub(crate) fn closing(&self, n: u32, capped: bool, include_usage: bool) -> Vec<Event> {
         let (id, model, created, p) = (&self.id, &self.model, self.created, self.prompt_tokens);
-        let ev = |bytes| Event { bytes, token: false };
+        let ev = |bytes| Event {
+            bytes,
+            token: false,
+        };
         let reason = if capped { "length" } else { "stop" };
         let usage = format!(
             r#"{{"prompt_tokens":{p},"completion_tokens":{n},"total_tokens":{}}}"#,
@@ -193,6 +263,39 @@ data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text
                     ev(named_event("message_stop", r#"{"type":"message_stop"}"#)),
                 ]
             }
+            Proto::Responses => {
+                let text = answer_text(n);
+                let part = json!({"type": "output_text", "text": text, "annotations": []});
+                let kind = if capped {
+                    "response.incomplete"
+                } else {
+                    "response.completed"
+                };
+                vec![
+                    ev(named_event(
+                        "response.output_text.done",
+                        &json!({"type": "response.output_text.done", "item_id": "msg_0", "output_index": 0,
+                                "content_index": 0, "text": text})
+                        .to_string(),
+                    )),
+                    ev(named_event(
+                        "response.content_part.done",
+                        &json!({"type": "response.content_part.done", "item_id": "msg_0", "output_index": 0,
+                                "content_index": 0, "part": part})
+                        .to_string(),
+                    )),
+                    ev(named_event(
+                        "response.output_item.done",
+                        &json!({"type": "response.output_item.done", "output_index": 0,
+                                "item": self.response_object(n, capped)["output"][0]})
+                        .to_string(),
+                    )),
+                    ev(named_event(
+                        kind,
+                        &json!({"type": kind, "response": self.response_object(n, capped)}).to_string(),
+                    )),
+                ]
+            }
         }
     }
 
@@ -200,9 +303,13 @@ data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text
     pub(crate) fn malformed(&self) -> Event {
         let bytes = match self.proto {
             Proto::Messages => b"event: content_block_delta\ndata: {not json\n\n".to_vec(),
+            Proto::Responses => b"event: response.output_text.delta\ndata: {not json\n\n".to_vec(),
             _ => b"data: {not json\n\n".to_vec(),
         };
-        Event { bytes, token: false }
+        Event {
+            bytes,
+            token: false,
+        }
     }
 
     /// The whole answer as one JSON object (`"stream": false`).
@@ -230,6 +337,7 @@ data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text
                 "stop_reason": if capped { "max_tokens" } else { "end_turn" }, "stop_sequence": null,
                 "usage": {"input_tokens": p, "output_tokens": n},
             }),
+            Proto::Responses => self.response_object(n, capped),
         };
         v.to_string().into_bytes()
     }
@@ -249,7 +357,7 @@ pub(crate) fn error_body(proto: Option<Proto>, status: u16, message: &str) -> Ve
             413 => "request_too_large",
             429 => "rate_limit_error",
             529 => "overloaded_error",
-            400..=499 => "invalid_request_error",
+            s if s < 500 => "invalid_request_error",
             _ => "api_error",
         };
         json!({"type": "error", "error": {"type": kind, "message": message}})
@@ -259,7 +367,7 @@ pub(crate) fn error_body(proto: Option<Proto>, status: u16, message: &str) -> Ve
             403 => ("invalid_request_error", json!("permission_denied")),
             404 | 405 => ("invalid_request_error", json!("not_found")),
             429 => ("requests", json!("rate_limit_exceeded")),
-            400..=499 => ("invalid_request_error", Value::Null),
+            s if s < 500 => ("invalid_request_error", Value::Null),
             _ => ("server_error", Value::Null),
         };
         json!({"error": {"message": message, "type": kind, "param": null, "code": code}})
@@ -342,6 +450,18 @@ mod tests {
     }
 
     #[test]
+    fn responses_stream() {
+        let r = Renderer::new(Proto::Responses, "resp_1", "gpt", 1, 4);
+        let m = meanings(Api::OpenaiResponses, &whole_stream(&r, 3, false));
+        assert_eq!(m.len(), 3 + 3 + 4);
+        assert!(m[..3].iter().all(|e| !e.token));
+        assert!(m[3..6].iter().all(|e| e.token && e.output));
+        let last = m.last().unwrap();
+        assert!(last.terminal && last.finish);
+        assert_eq!((last.usage_output, last.usage_input), (Some(3), Some(4)));
+    }
+
+    #[test]
     fn chunks_concatenate_tokens_and_malformed_is_not_json() {
         let r = Renderer::new(Proto::Chat, "c", "m", 1, 1);
         let mut buf = Vec::new();
@@ -354,7 +474,12 @@ mod tests {
 
     #[test]
     fn full_bodies_and_errors_are_json() {
-        for p in [Proto::Chat, Proto::Completions, Proto::Messages] {
+        for p in [
+            Proto::Chat,
+            Proto::Completions,
+            Proto::Messages,
+            Proto::Responses,
+        ] {
             let r = Renderer::new(p, "i", "m", 1, 1);
             let v: Value = serde_json::from_slice(&r.full_body(4, true)).unwrap();
             assert!(v.to_string().contains("Hello, this is"), "{v}");
@@ -363,7 +488,8 @@ mod tests {
         assert_eq!(v["error"]["code"], "rate_limit_exceeded");
         let v: Value = serde_json::from_slice(&error_body(Some(Proto::Chat), 529, "x")).unwrap();
         assert_eq!(v["error"]["type"], "overloaded_error");
-        let v: Value = serde_json::from_slice(&error_body(Some(Proto::Messages), 401, "x")).unwrap();
+        let v: Value =
+            serde_json::from_slice(&error_body(Some(Proto::Messages), 401, "x")).unwrap();
         assert_eq!(v["error"]["type"], "authentication_error");
     }
 }

@@ -1,0 +1,284 @@
+#!/usr/bin/env python3
+"""Drives tokenprobe bench, GuideLLM and AIPerf against the same `tokenprobe simulate` server at the
+same closed-loop concurrency, and compares what each costs and how exactly each measures.
+
+For every (tool, concurrency) it starts a fresh simulator on loopback with `--event-log`, runs the
+tool for N = max(MIN_REQUESTS, ROUNDS x concurrency) requests, stops the simulator, and reads:
+
+- client CPU: user + system seconds of the tool's process tree (/usr/bin/time, children included),
+  and the marginal CPU per request between the two largest levels (start-up cancels out);
+- the tool's own scheduling lag, as the tool itself reports it: tokenprobe `lag_s` (send instant
+  minus intended send instant), GuideLLM `root_dispatch_delay` (request_start - targeted_start),
+  AIPerf `request_start_ns - credit_issued_ns`;
+- TTFT error against the server: the simulator logs, per request, the instant (after the request
+  arrived) at which it wrote the first token event; the error is the client's TTFT percentile minus
+  the server's at p50 and p99 (no jitter is configured, so the server's TTFT is nearly constant and
+  the error is what the client added: connection set-up and request write before the server saw
+  the request, plus any lateness of the client in reading).
+
+The highest concurrency a tool "sustains" is the highest level with no errors whose own lag p99
+and TTFT error p50 both stay at or under 1 ms. (The p99 error is printed too; in a closed loop
+against a server without jitter every worker starts at once and stays in step, so the p99 is the
+burst of simultaneous connections, on both ends, more than the tool.)
+
+tokenprobe runs with `connection: reuse` here, as GuideLLM and AIPerf keep connections alive;
+its default (`new`, a cold connection per request, as `serve` measures) adds the TCP connect to
+its TTFT and so to the error (`--tokenprobe-connection new`).
+
+    compare.py --tokenprobe BIN --venv DIR --tokenizer DIR --out DIR [--levels 1,4,16,64,256]
+"""
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+TTFT = "100ms"
+ITL = "10ms"
+TOKENS = 64
+ROUNDS = 4
+MIN_REQUESTS = 20
+RUN_LIMIT_S = 600
+
+
+def quantile(values, q):
+    v = sorted(values)
+    if not v:
+        return float("nan")
+    h = (len(v) - 1) * q
+    lo = int(h)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (h - lo)
+
+
+class Simulator:
+    def __init__(self, bin_path: str, log: Path):
+        self.log = log
+        self.proc = subprocess.Popen(
+            [bin_path, "simulate", "--listen", "127.0.0.1:0", "--ttft", TTFT, "--itl", ITL,
+             "--output-tokens", str(TOKENS), "--seed", "1", "--event-log", str(log)],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        line = self.proc.stdout.readline().strip()
+        if not line.startswith("listening on "):
+            raise RuntimeError(f"simulate did not start: {line!r}")
+        self.url = line.removeprefix("listening on ")
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def server_ttfts(self):
+        out = []
+        with open(self.log) as f:
+            for line in f:
+                r = json.loads(line)
+                if r.get("status") != 200 or not r.get("stream"):
+                    continue
+                first = next((e["t_s"] for e in r["events"] if e.get("token")), None)
+                if first is not None:
+                    out.append(first)
+        return out
+
+
+def timed(cmd, env, cwd):
+    """Runs cmd under /usr/bin/time; returns (rc, cpu_s, wall_s, output tail)."""
+    tfile = Path(cwd) / "time.txt"
+    full = ["/usr/bin/time", "-f", "%U %S %e", "-o", str(tfile), *cmd]
+    p = subprocess.run(full, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=RUN_LIMIT_S)
+    try:
+        u, s, e = open(tfile).read().split()[-3:]
+        cpu, wall = float(u) + float(s), float(e)
+    except (OSError, ValueError):
+        cpu, wall = float("nan"), float("nan")
+    return p.returncode, cpu, wall, "\n".join(p.stdout.splitlines()[-15:])
+
+
+def run_tokenprobe(a, url, c, n, work):
+    cfg = work / "tp.yml"
+    cfg.write_text(
+        "prompts:\n  - name: p\n    messages: [{role: user, content: \"Say hello\"}]\n"
+        f"    max_tokens: {TOKENS}\n"
+        f"targets:\n  - name: sim\n    base_url: {url}/v1\n    models: [sim]\n"
+        f"    connection: {a.tp_connection}\n")
+    out = work / "tp.json"
+    rc, cpu, wall, tail = timed(
+        [a.tokenprobe, "bench", "--config.file", str(cfg), "--concurrency", str(c),
+         "--requests-per-level", str(n), "--no-progress", "--samples", "-o", str(out)],
+        a.env, work)
+    if rc != 0:
+        return {"error": f"exit {rc}: {tail}"}
+    lv = json.load(open(out))["models"][0]["levels"][0]
+    s = lv["samples"]
+    return {
+        "cpu_s": cpu, "wall_s": wall, "requests": lv["requests"],
+        "errors": lv["requests"] - lv["successes"],
+        "ttft": [x["ttft_s"] for x in s if x["ttft_s"] is not None],
+        "lag": [x["lag_s"] for x in s if not x.get("first")],
+    }
+
+
+def run_guidellm(a, url, c, n, work):
+    out = work / "guidellm.json"
+    rc, cpu, wall, tail = timed(
+        [str(Path(a.venv) / "bin" / "guidellm"), "run",
+         "--backend", f"kind=openai_http,target={url},model=sim",
+         "--profile", f"kind=concurrent,streams={c}",
+         "--constraint", f"kind=max_requests,count={n}",
+         "--data", f"kind=synthetic_text,prompt_tokens=32,output_tokens={TOKENS}",
+         "--tokenizer", f"kind=hf_auto,model={a.tokenizer}",
+         "--output", f"kind=json,path={out}", "--disable-progress"],
+        a.env, work)
+    if rc != 0 or not out.exists():
+        return {"error": f"exit {rc}: {tail}"}
+    b = json.load(open(out))["benchmarks"][0]
+    ok = b["requests"]["successful"]
+    ttft, lag = [], []
+    for r in ok:
+        t = r["info"]["timings"]
+        if t.get("first_token_iteration") and t.get("request_start"):
+            ttft.append(t["first_token_iteration"] - t["request_start"])
+        if t.get("targeted_start") is not None and t.get("request_start"):
+            lag.append(t["request_start"] - t["targeted_start"])
+    errors = len(b["requests"]["errored"]) + len(b["requests"]["incomplete"])
+    return {"cpu_s": cpu, "wall_s": wall, "requests": len(ok) + errors, "errors": errors,
+            "ttft": ttft, "lag": lag}
+
+
+def run_aiperf(a, url, c, n, work):
+    art = work / "aiperf"
+    rc, cpu, wall, tail = timed(
+        [str(Path(a.venv) / "bin" / "aiperf"), "profile", "--model", "sim", "--url", url,
+         "--endpoint-type", "chat", "--streaming", "--concurrency", str(c),
+         "--request-count", str(n), "--tokenizer", a.tokenizer, "--isl", "32",
+         "--osl", str(TOKENS), "--artifact-dir", str(art), "--ui", "none"],
+        a.env, work)
+    recs = art / "profile_export.jsonl"
+    if rc != 0 or not recs.exists():
+        return {"error": f"exit {rc}: {tail}"}
+    ttft, lag, errors, total = [], [], 0, 0
+    for line in open(recs):
+        r = json.loads(line)
+        total += 1
+        if r.get("error"):
+            errors += 1
+            continue
+        m, md = r.get("metrics", {}), r.get("metadata", {})
+        if "time_to_first_token" in m:
+            ttft.append(m["time_to_first_token"]["value"] / 1e3)
+        if md.get("credit_issued_ns") and md.get("request_start_ns"):
+            lag.append((md["request_start_ns"] - md["credit_issued_ns"]) / 1e9)
+    return {"cpu_s": cpu, "wall_s": wall, "requests": total, "errors": errors, "ttft": ttft,
+            "lag": lag}
+
+
+TOOLS = {"tokenprobe": run_tokenprobe, "guidellm": run_guidellm, "aiperf": run_aiperf}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokenprobe", required=True)
+    ap.add_argument("--venv", required=True)
+    ap.add_argument("--tokenizer", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--levels", default="1,4,16,64,256")
+    ap.add_argument("--tools", default="tokenprobe,guidellm,aiperf")
+    ap.add_argument("--tokenprobe-connection", dest="tp_connection", default="reuse",
+                    choices=["new", "reuse"],
+                    help="tokenprobe's connection mode (GuideLLM and AIPerf keep connections alive)")
+    a = ap.parse_args()
+    env = {k: v for k, v in os.environ.items()
+           if k.lower() not in ("http_proxy", "https_proxy", "all_proxy", "hf_hub_offline",
+                                "transformers_offline")}
+    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+    a.env = env
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    levels = [int(x) for x in a.levels.split(",")]
+    rows = []
+    for tool in a.tools.split(","):
+        for c in levels:
+            n = max(MIN_REQUESTS, ROUNDS * c)
+            work = out / f"{tool}-{c}"
+            work.mkdir(parents=True, exist_ok=True)
+            sim = Simulator(a.tokenprobe, work / "events.jsonl")
+            try:
+                res = TOOLS[tool](a, sim.url, c, n, work)
+            except subprocess.TimeoutExpired:
+                res = {"error": f"did not finish within {RUN_LIMIT_S} s"}
+            finally:
+                sim.stop()
+            res.update(tool=tool, concurrency=c, planned=n)
+            if "error" not in res:
+                srv = sim.server_ttfts()
+                res["server_ttft_p50"] = quantile(srv, 0.5)
+                res["server_ttft_p99"] = quantile(srv, 0.99)
+                res["ttft_p50"] = quantile(res["ttft"], 0.5)
+                res["ttft_p99"] = quantile(res["ttft"], 0.99)
+                res["err_p50"] = res["ttft_p50"] - res["server_ttft_p50"]
+                res["err_p99"] = res["ttft_p99"] - res["server_ttft_p99"]
+                res["lag_p99"] = quantile(res["lag"], 0.99) if res["lag"] else float("nan")
+                del res["ttft"], res["lag"]
+                print(f"{tool} @ {c}: {res['requests']} requests, {res['errors']} errors, "
+                      f"CPU {res['cpu_s']:.1f} s, TTFT p50 {res['ttft_p50'] * 1e3:.2f} ms "
+                      f"(server {res['server_ttft_p50'] * 1e3:.2f}), error p50 "
+                      f"{res['err_p50'] * 1e3:+.2f} ms p99 {res['err_p99'] * 1e3:+.2f} ms, "
+                      f"own lag p99 {res['lag_p99'] * 1e3:.2f} ms", flush=True)
+            else:
+                print(f"{tool} @ {c}: FAILED: {res['error']}", flush=True)
+            rows.append(res)
+    json.dump(rows, open(out / "compare.json", "w"), indent=1)
+    print()
+    print(render(rows, levels))
+
+
+def ms(x):
+    return "-" if x != x else f"{x * 1e3:.2f}"
+
+
+def render(rows, levels):
+    lines = [
+        f"Server: tokenprobe simulate --ttft {TTFT} --itl {ITL} --output-tokens {TOKENS}; "
+        f"closed loop, max({MIN_REQUESTS}, {ROUNDS} x concurrency) requests per level; "
+        f"{os.cpu_count()} CPUs shared by client and server.",
+        "",
+        "| tool | concurrency | requests | errors | client CPU (s) | TTFT p50 client / server (ms) "
+        "| TTFT error p50 (ms) | TTFT error p99 (ms) | own lag p99 (ms) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['tool']} | {r['concurrency']} | failed: "
+                         f"{r['error'].splitlines()[-1][:80] if r['error'] else ''} ||||||")
+            continue
+        lines.append(
+            f"| {r['tool']} | {r['concurrency']} | {r['requests']} | {r['errors']} | "
+            f"{r['cpu_s']:.1f} | {ms(r['ttft_p50'])} / {ms(r['server_ttft_p50'])} | "
+            f"{ms(r['err_p50'])} | {ms(r['err_p99'])} | {ms(r['lag_p99'])} |")
+    lines += ["", "| tool | highest concurrency with own lag p99 and TTFT error p50 <= 1 ms "
+              "| marginal client CPU per request (ms) |", "|---|---:|---:|"]
+    for tool in dict.fromkeys(r["tool"] for r in rows):
+        ok = [r for r in rows if r["tool"] == tool and "error" not in r]
+        good = [r["concurrency"] for r in ok
+                if r["errors"] == 0 and r["err_p50"] <= 0.001
+                and (r["lag_p99"] != r["lag_p99"] or r["lag_p99"] <= 0.001)]
+        best = max(good) if good else "none"
+        ok.sort(key=lambda r: r["requests"])
+        if len(ok) >= 2 and ok[-1]["requests"] > ok[-2]["requests"]:
+            d = (ok[-1]["cpu_s"] - ok[-2]["cpu_s"]) / (ok[-1]["requests"] - ok[-2]["requests"])
+            marginal = f"{d * 1e3:.2f}"
+        else:
+            marginal = "-"
+        lines.append(f"| {tool} | {best} | {marginal} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

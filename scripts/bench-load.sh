@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# How much load `tokenprobe bench` itself sustains on this machine: closed-loop levels up to 2,000
+# concurrent streams against `tokenprobe simulate` (release builds, loopback), aiming at 2,000
+# streams, 100,000 output tokens/s and the load generator's own lag p99 under 2 ms. Prints, per
+# level, what was reached (streams, aggregate tokens/s, events/s), how late the generator ran
+# (send lag, runtime loop lag, ramp-up), how far TTFT/TPOT drifted from what the simulator was told
+# to do, and the CPU each process used; then whether the goal was met or how far it got.
+#
+#   scripts/bench-load.sh                                  # 500,1000,2000 streams, 20 s each
+#   CONCURRENCY=2000 DURATION=20s scripts/bench-load.sh
+#   CHUNKS=1 scripts/bench-load.sh                         # only 1 token per event (default: 1, then 4)
+#
+# Not a CI test: it takes a few minutes and its numbers depend on what else the machine runs.
+# Bounded: each level sends for DURATION, every request has a 60 s deadline, the whole run 15 min.
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+
+# 300 tokens 15 ms apart after a 100 ms TTFT: ~65 tokens/s per stream, so 2,000 streams offer
+# ~130,000 tokens/s; a level's wall time includes the last requests' drain after DURATION.
+CONCURRENCY="${CONCURRENCY:-500,1000,2000}"
+DURATION="${DURATION:-20s}"
+TTFT="${TTFT:-100ms}"
+ITL="${ITL:-15ms}"
+TOKENS="${TOKENS:-300}"
+CHUNKS="${CHUNKS:-1 4}"
+# Extra simulate flags, e.g. SIM_ARGS="--output-tokens-jitter 100" so the workers fall out of step.
+SIM_ARGS="${SIM_ARGS:-}"
+
+cargo build --release --quiet
+bin="$repo/target/release/tokenprobe"
+work="$(mktemp -d)"
+sim_pid=""
+cleanup() {
+    if [ -n "$sim_pid" ]; then kill "$sim_pid" 2>/dev/null || true; fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+# Both ends hold one socket per stream.
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+hz="$(getconf CLK_TCK)"
+
+echo "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) (other work on the machine slows both ends)"
+for chunk in $CHUNKS; do
+    "$bin" simulate --listen 127.0.0.1:0 --ttft "$TTFT" --itl "$ITL" --output-tokens "$TOKENS" \
+        --tokens-per-chunk "$chunk" $SIM_ARGS >"$work/sim.out" 2>"$work/sim.err" &
+    sim_pid=$!
+    for _ in $(seq 100); do
+        grep -q '^listening on ' "$work/sim.out" 2>/dev/null && break
+        sleep 0.05
+    done
+    url="$(sed -n 's/^listening on //p' "$work/sim.out")"
+    [ -n "$url" ] || { echo "simulate did not start:"; cat "$work/sim.err"; exit 1; }
+    cat >"$work/load.yml" <<EOF
+defaults:
+  timeouts: {connect: 10s, first_token: 60s, idle: 30s, total: 60s}
+prompts:
+  - name: load
+    messages: [{role: user, content: "Say hello"}]
+    max_tokens: $TOKENS
+targets:
+  - name: simulate
+    base_url: $url/v1
+    models: [sim]
+EOF
+    echo
+    echo "== simulate --ttft $TTFT --itl $ITL --output-tokens $TOKENS --tokens-per-chunk $chunk $SIM_ARGS; bench --concurrency $CONCURRENCY --duration-per-level $DURATION"
+    s0="$(ticks "$sim_pid")"
+    t0="$(date +%s.%N)"
+    timeout --kill-after=10s 900s /usr/bin/time -f '%U %S %e %M' -o "$work/time" \
+        "$bin" bench --config.file "$work/load.yml" --concurrency "$CONCURRENCY" \
+        --duration-per-level "$DURATION" --no-progress -o "$work/load-$chunk.json" \
+        >"$work/table.txt" 2>"$work/bench.err" || { cat "$work/bench.err"; exit 1; }
+    t1="$(date +%s.%N)"
+    s1="$(ticks "$sim_pid")"
+    kill "$sim_pid" 2>/dev/null || true
+    wait "$sim_pid" 2>/dev/null || true
+    sim_pid=""
+    cat "$work/table.txt"
+    python3 - "$work/load-$chunk.json" "$work/time" "$s0" "$s1" "$hz" "$t0" "$t1" "$chunk" "$TTFT" "$ITL" <<'PY'
+import json, sys
+import re
+
+def secs(s):
+    m = re.fullmatch(r"([\d.]+)(ms|s|us)", s)
+    return float(m.group(1)) * {"s": 1, "ms": 1e-3, "us": 1e-6}[m.group(2)]
+
+path, timef, s0, s1, hz, t0, t1, chunk, ttft, itl = sys.argv[1:]
+r = json.load(open(path))
+user, system, elapsed, rss = open(timef).read().split()
+wall = float(t1) - float(t0)
+bench_cpu = float(user) + float(system)
+sim_cpu = (float(s1) - float(s0)) / float(hz)
+ttft, itl, chunk = secs(ttft), secs(itl), int(chunk)
+print(f"CPU over {wall:.0f} s: bench {bench_cpu:.1f} s ({100 * bench_cpu / wall:.0f}% of one core), "
+      f"simulate {sim_cpu:.1f} s ({100 * sim_cpu / wall:.0f}%); bench max RSS {int(rss) / 1024:.0f} MiB")
+print(f"{'streams':>8} {'agg tok/s':>10} {'events/s':>9} {'TTFT p50 (+drift)':>18} {'TPOT p50 (+drift)':>18} "
+      f"{'send lag p99':>8} {'loop lag p99':>12} {'ramp':>8} {'errors':>7}")
+best = None
+for l in r["models"][0]["levels"]:
+    c = l["concurrency"]
+    tps = l["output_tokens_per_s"]
+    ev = tps / chunk
+    t = l["ttft_s"] or {}
+    p = l["tpot_s"] or {}
+    lag = (l["lag_s"] or {}).get("p99", float("nan"))
+    loop = (l["loop_lag_s"] or {}).get("p99", float("nan"))
+    ramp = l.get("ramp_s") or 0.0
+    print(f"{c:>8} {tps:>10.0f} {ev:>9.0f} {t.get('p50', float('nan')) * 1e3:>9.1f} ms ({(t.get('p50', 0) - ttft) * 1e3:+.1f}) "
+          f"{p.get('p50', float('nan')) * 1e3:>9.2f} ms ({(p.get('p50', 0) - itl) * 1e3:+.2f}) "
+          f"{lag * 1e3:>5.2f} ms {loop * 1e3:>9.2f} ms {ramp * 1e3:>5.0f} ms {l['error_rate'] * 100:>6.2f}%")
+    if lag < 0.002 and l["error_rate"] == 0 and (best is None or c > best[0]):
+        best = (c, tps, loop, t.get("p50", 0) - ttft)
+goal = "2,000 streams, 100,000 tokens/s, send lag p99 < 2 ms"
+if best:
+    met = best[0] >= 2000 and best[1] >= 100000
+    print(f"goal ({goal}): {'met' if met else 'not met'}: {best[0]} streams at {best[1]:.0f} tokens/s "
+          f"with send lag p99 < 2 ms; meanwhile the runtime's loop lag p99 was {best[2] * 1e3:.1f} ms "
+          f"and TTFT p50 {best[3] * 1e3:+.1f} ms off the simulator's (both ends share {__import__('os').cpu_count()} CPUs)")
+else:
+    print(f"goal ({goal}): no level kept send lag p99 under 2 ms without errors")
+PY
+done

@@ -1,0 +1,627 @@
+//! `tokenprobe bench`: load tests that step concurrency (or an arrival rate) up, per model, with
+//! the same measurement code as `serve` ([`crate::probe::Prober::run`] → [`ProbeResult`]), so a
+//! benchmark number and a dashboard number mean the same thing.
+//!
+//! - [`runner`]: the load generator (closed and open loop) and its own lag.
+//! - [`stats`]: per-request samples and exact per-level statistics.
+//! - [`spec`]: metric names, limits, weights, SLOs and the `--bench.file` YAML.
+//! - [`select`]: the knee, selection (hard limits, weighted score) and baseline regressions.
+//! - [`report`]: the report and its terminal, Markdown, CSV and JSON renderings.
+//! - [`plot`]: the SVG plot.
+//!
+//! Exit codes: 0 done; 2 bad usage, config, bench file or baseline, or an output that cannot be
+//! written; 3 a metric regressed against `--baseline` beyond the tolerance. `docs/bench.md` is the
+//! user guide and defines every number.
+//!
+//! [`ProbeResult`]: crate::measure::ProbeResult
+
+pub mod plot;
+pub mod report;
+pub mod runner;
+pub mod select;
+pub mod spec;
+pub mod stats;
+
+use crate::config::{Config, ConfigError, Job};
+use crate::probe::{ProbeError, ProbeSpec};
+use report::{LoadMode, ModelReport, Report};
+use runner::{Amount, Arrival, Progress, Runner};
+use spec::{Criteria, SpecError, parse_ratio, parse_weights};
+use stats::{LevelKey, LevelStats};
+use std::io::IsTerminal as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Why a bench could not run or report (all exit 2).
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// A flag or the bench file is invalid.
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    /// Flags that do not fit together, or a target/model/prompt the config does not have.
+    #[error("{0}")]
+    Usage(String),
+    /// The config could not be loaded.
+    #[error("loading {}", path.display())]
+    Config {
+        /// The config file.
+        path: PathBuf,
+        /// Why.
+        source: ConfigError,
+    },
+    /// The HTTP client could not be built from the target's settings.
+    #[error(transparent)]
+    Client(#[from] ProbeError),
+    /// The baseline report could not be read.
+    #[error("cannot use baseline {path}: {reason}")]
+    Baseline {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// An output file could not be written.
+    #[error("cannot write {path}: {reason}")]
+    Output {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Open-loop inter-arrival distribution (flag value).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ArrivalArg {
+    /// Exponential gaps (a Poisson process).
+    Poisson,
+    /// Equal gaps.
+    Constant,
+}
+
+/// Flags of `tokenprobe bench`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// The YAML config file (the same one `serve` uses).
+    #[arg(long = "config.file")]
+    pub config_file: PathBuf,
+    /// Target name in the config (default: the first target).
+    #[arg(long)]
+    pub target: Option<String>,
+    /// Models to compare, comma-separated (default: the target's models).
+    #[arg(long, value_delimiter = ',')]
+    pub models: Vec<String>,
+    /// Prompt name (default: the target's first prompt).
+    #[arg(long)]
+    pub prompt: Option<String>,
+    /// Override the prompt's max_tokens.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_tokens: Option<u32>,
+    /// Concurrency levels, e.g. 1,5,10,20,50 (closed loop: workers; open loop: the in-flight cap).
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..))]
+    pub concurrency: Vec<u32>,
+    /// Measured requests per level.
+    #[arg(
+        long,
+        required_unless_present = "duration_per_level",
+        conflicts_with = "duration_per_level",
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub requests_per_level: Option<u64>,
+    /// Sending time per level (e.g. 30s); requests in flight at its end still finish.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub duration_per_level: Option<Duration>,
+    /// Unmeasured requests before each level.
+    #[arg(long, default_value_t = 0)]
+    pub warmup: u64,
+    /// Open loop: arrival rates in requests/s, e.g. 1,2,4 (the levels; --concurrency caps in-flight, default 1000).
+    #[arg(long, value_delimiter = ',')]
+    pub rate: Vec<f64>,
+    /// Open loop: inter-arrival distribution.
+    #[arg(long, value_enum, default_value_t = ArrivalArg::Poisson)]
+    pub arrival: ArrivalArg,
+    /// Seed of the Poisson arrivals (default: from the clock; recorded in the report).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Hard limit a model must meet to be ranked, e.g. ttft_p95<2s, error_rate<0.01, tps_p50>30 (repeatable).
+    #[arg(long = "limit")]
+    pub limits: Vec<String>,
+    /// Score weights, e.g. ttft=0.5,tps=0.3,tpot=0.2 (repeatable; default exactly that).
+    #[arg(long = "weight")]
+    pub weights: Vec<String>,
+    /// Per-request SLO of the goodput, e.g. ttft=2s, tpot=50ms, tps=30 (repeatable).
+    #[arg(long = "slo")]
+    pub slos: Vec<String>,
+    /// YAML with limits, weights, slo, knee, tolerance, select_at (flags add to or override it).
+    #[arg(long = "bench.file")]
+    pub bench_file: Option<PathBuf>,
+    /// The level (concurrency, or rate in open loop) at which models are judged (default: the last).
+    #[arg(long)]
+    pub select_at: Option<f64>,
+    /// Knee: aggregate tokens/s grew by less than this (default 10%).
+    #[arg(long)]
+    pub knee_tps_growth: Option<String>,
+    /// Knee: while TTFT p95 grew by more than this (default 50%).
+    #[arg(long)]
+    pub knee_ttft_growth: Option<String>,
+    /// An earlier run's JSON report: exit 3 when a metric got worse beyond the tolerance.
+    #[arg(long)]
+    pub baseline: Option<PathBuf>,
+    /// Relative tolerance of the baseline comparison (default 10%).
+    #[arg(long)]
+    pub tolerance: Option<String>,
+    /// Absolute tolerance of the error rate against the baseline (default 0.01 = 1 point).
+    #[arg(long)]
+    pub tolerance_error_rate: Option<String>,
+    /// Write the report to FILE.json, FILE.csv or FILE.md (by extension; repeatable).
+    #[arg(long = "output", short = 'o')]
+    pub outputs: Vec<PathBuf>,
+    /// Include every request's sample in the JSON report.
+    #[arg(long)]
+    pub samples: bool,
+    /// Plot TTFT p95 and aggregate tokens/s against the load to FILE.svg.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// No progress bar (it is shown only when stderr is a terminal anyway).
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+/// Output formats, by extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Json,
+    Csv,
+    Markdown,
+}
+
+fn format_of(p: &Path) -> Option<Format> {
+    match p
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase)
+        .as_deref()
+    {
+        Some("json") => Some(Format::Json),
+        Some("csv") => Some(Format::Csv),
+        Some("md" | "markdown") => Some(Format::Markdown),
+        _ => None,
+    }
+}
+
+/// The criteria from the bench file and the flags (flags add limits and SLOs, and replace the
+/// file's weights, knee rule, tolerances and selection level).
+///
+/// # Errors
+/// [`SpecError`] for an unreadable or invalid file or flag.
+pub fn criteria(a: &BenchArgs) -> Result<Criteria, SpecError> {
+    let mut c = match &a.bench_file {
+        Some(p) => Criteria::load_file(p)?,
+        None => Criteria::default(),
+    };
+    for l in &a.limits {
+        c.limits.push(l.parse()?);
+    }
+    if !a.weights.is_empty() {
+        c.weights.clear();
+        for w in &a.weights {
+            c.weights.extend(parse_weights(w)?);
+        }
+    }
+    for s in &a.slos {
+        let slo: spec::Slo = s.parse()?;
+        c.slos.retain(|o| o.base != slo.base);
+        c.slos.push(slo);
+    }
+    if let Some(g) = &a.knee_tps_growth {
+        c.knee.tps_growth = parse_ratio(g)?;
+    }
+    if let Some(g) = &a.knee_ttft_growth {
+        c.knee.ttft_growth = parse_ratio(g)?;
+    }
+    if let Some(t) = &a.tolerance {
+        c.tolerance = parse_ratio(t)?;
+    }
+    if let Some(t) = &a.tolerance_error_rate {
+        c.tolerance_error_rate = parse_ratio(t)?;
+    }
+    if a.select_at.is_some() {
+        c.select_at = a.select_at;
+    }
+    Ok(c)
+}
+
+/// The levels to run: closed loop, one per concurrency; open loop, one per rate, each capped by
+/// the matching concurrency (one concurrency caps every rate; one rate runs at every cap).
+///
+/// # Errors
+/// [`BenchError::Usage`] when the lists do not fit.
+pub fn levels(concurrency: &[u32], rate: &[f64]) -> Result<Vec<LevelKey>, BenchError> {
+    if rate.is_empty() {
+        let c = if concurrency.is_empty() {
+            &[1][..]
+        } else {
+            concurrency
+        };
+        return Ok(c
+            .iter()
+            .map(|&c| LevelKey {
+                concurrency: c,
+                rate: None,
+            })
+            .collect());
+    }
+    if let Some(r) = rate.iter().find(|r| !(r.is_finite() && **r > 0.0)) {
+        return Err(BenchError::Usage(format!(
+            "--rate {r}: must be a positive number of requests/s"
+        )));
+    }
+    let caps = if concurrency.is_empty() {
+        &[1000][..]
+    } else {
+        concurrency
+    };
+    let n = rate.len().max(caps.len());
+    if (rate.len() != 1 && rate.len() != n) || (caps.len() != 1 && caps.len() != n) {
+        return Err(BenchError::Usage(format!(
+            "--rate has {} values and --concurrency {}: give one of them a single value, or both the same number",
+            rate.len(),
+            caps.len()
+        )));
+    }
+    Ok((0..n)
+        .map(|i| LevelKey {
+            concurrency: caps[if caps.len() == 1 { 0 } else { i }],
+            rate: Some(rate[if rate.len() == 1 { 0 } else { i }]),
+        })
+        .collect())
+}
+
+/// The job the bench sends: the target (named, or the first), its prompt (named, or its first),
+/// and the models to compare (named, or the target's).
+///
+/// # Errors
+/// [`BenchError::Usage`] when the config has no such target or prompt.
+pub fn choose(
+    config: &Config,
+    target: Option<&str>,
+    prompt: Option<&str>,
+    models: &[String],
+) -> Result<(Job, Vec<String>), BenchError> {
+    let first = config
+        .jobs
+        .iter()
+        .find(|j| target.is_none_or(|t| j.target.name == t))
+        .ok_or_else(|| {
+            let names: Vec<&str> = config.jobs.iter().map(|j| j.target.name.as_str()).collect();
+            BenchError::Usage(format!(
+                "no target {:?} in the config (targets: {})",
+                target.unwrap_or_default(),
+                dedup(names).join(", ")
+            ))
+        })?;
+    let of_target: Vec<&Job> = config
+        .jobs
+        .iter()
+        .filter(|j| j.target.name == first.target.name)
+        .collect();
+    let job = match prompt {
+        None => first,
+        Some(p) => of_target
+            .iter()
+            .copied()
+            .find(|j| j.prompt.name == p)
+            .ok_or_else(|| {
+                let names = dedup(of_target.iter().map(|j| j.prompt.name.as_str()).collect());
+                BenchError::Usage(format!(
+                    "target {} has no prompt {p:?} (its prompts: {})",
+                    first.target.name,
+                    names.join(", ")
+                ))
+            })?,
+    };
+    let models = if models.is_empty() {
+        dedup(of_target.iter().map(|j| j.model.as_str()).collect())
+            .into_iter()
+            .map(str::to_owned)
+            .collect()
+    } else {
+        models.to_vec()
+    };
+    Ok((job.clone(), models))
+}
+
+fn dedup(v: Vec<&str>) -> Vec<&str> {
+    let mut out: Vec<&str> = Vec::new();
+    for s in v {
+        if !out.contains(&s) {
+            out.push(s);
+        }
+    }
+    out
+}
+
+/// Reads a baseline report.
+///
+/// # Errors
+/// [`BenchError::Baseline`] when it cannot be read or is not a bench JSON report.
+pub fn load_baseline(path: &Path) -> Result<Report, BenchError> {
+    let err = |reason: String| BenchError::Baseline {
+        path: path.to_owned(),
+        reason,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+    serde_json::from_str(&text)
+        .map_err(|e| err(format!("not a tokenprobe bench JSON report ({e})")))
+}
+
+fn write(path: &Path, text: &str) -> Result<(), BenchError> {
+    std::fs::write(path, text).map_err(|e| BenchError::Output {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })
+}
+
+/// Runs `tokenprobe bench`.
+///
+/// # Errors
+/// [`BenchError`] (exit 2) for bad flags, config, bench file or baseline, or an output that
+/// cannot be written. A regression against the baseline is `Ok(ExitCode 3)`.
+pub async fn run(a: BenchArgs) -> Result<ExitCode, BenchError> {
+    // Everything that can be wrong with the invocation fails before any request is sent.
+    let criteria = criteria(&a)?;
+    for o in &a.outputs {
+        if format_of(o).is_none() {
+            return Err(BenchError::Usage(format!(
+                "--output {}: the extension must be .json, .csv or .md",
+                o.display()
+            )));
+        }
+    }
+    if let Some(p) = &a.plot
+        && p.extension().and_then(|e| e.to_str()) != Some("svg")
+    {
+        return Err(BenchError::Usage(format!(
+            "--plot {}: only .svg is supported (convert it with e.g. rsvg-convert for a PNG)",
+            p.display()
+        )));
+    }
+    let baseline = a.baseline.as_deref().map(load_baseline).transpose()?;
+    let level_keys = levels(&a.concurrency, &a.rate)?;
+    let config = Config::load(&a.config_file).map_err(|source| BenchError::Config {
+        path: a.config_file.clone(),
+        source,
+    })?;
+    let (job, models) = choose(&config, a.target.as_deref(), a.prompt.as_deref(), &a.models)?;
+    let mut spec = ProbeSpec::from_job(&job);
+    if a.max_tokens.is_some() {
+        spec.max_tokens = a.max_tokens;
+    }
+    let open = !a.rate.is_empty();
+    let arrival = match a.arrival {
+        ArrivalArg::Poisson => Arrival::Poisson,
+        ArrivalArg::Constant => Arrival::Constant,
+    };
+    let seed = a.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+    });
+    let amount = match (a.requests_per_level, a.duration_per_level) {
+        (Some(n), _) => Amount::Requests(n),
+        (None, Some(d)) => Amount::Duration(d),
+        (None, None) => {
+            return Err(BenchError::Usage(
+                "give --requests-per-level N or --duration-per-level D".into(),
+            ));
+        }
+    };
+    let per_level_units = match amount {
+        Amount::Requests(n) => n,
+        Amount::Duration(d) => d.as_secs().max(1),
+    };
+    let total = per_level_units * level_keys.len() as u64 * models.len() as u64;
+    let show = !a.no_progress && std::io::stderr().is_terminal();
+    let progress = Progress::new(total, show);
+    let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    progress.println(&format!(
+        "tokenprobe bench: target {} ({}), prompt {}, models {}, {} levels ({})",
+        job.target.name,
+        spec.url(),
+        job.prompt.name,
+        models.join(", "),
+        level_keys.len(),
+        if open {
+            format!("open loop, {} arrivals", arrival.as_str())
+        } else {
+            "closed loop".into()
+        }
+    ));
+    let mut runner = Runner::new(spec.clone(), progress.clone())?;
+    let mut reports = Vec::new();
+    let mut done_units = 0;
+    for (mi, model) in models.iter().enumerate() {
+        runner.set_model(model);
+        let mut levels_out = Vec::new();
+        for (li, key) in level_keys.iter().enumerate() {
+            let label = format!("{model} @ {}", key.label());
+            runner.warmup(key.concurrency, a.warmup).await?;
+            let run = match key.rate {
+                None => {
+                    runner
+                        .closed(key.concurrency, amount, label.clone(), done_units)
+                        .await?
+                }
+                Some(rate) => {
+                    let level_seed = seed.wrapping_add((mi as u64) << 32).wrapping_add(li as u64);
+                    runner
+                        .open(
+                            rate,
+                            key.concurrency,
+                            arrival,
+                            level_seed,
+                            amount,
+                            label.clone(),
+                            done_units,
+                        )
+                        .await?
+                }
+            };
+            done_units += per_level_units;
+            let mut stats = LevelStats::from_samples(
+                *key,
+                &run.samples,
+                run.wall_s,
+                &run.loop_lag,
+                &criteria.slos,
+                run.capped,
+            );
+            if a.samples {
+                let mut s = run.samples;
+                s.sort_by(|x, y| x.sent_s.total_cmp(&y.sent_s));
+                stats.samples = Some(s);
+            }
+            progress.println(&level_line(&label, &stats));
+            levels_out.push(stats);
+        }
+        let knee = select::find_knee(&levels_out, &criteria.knee);
+        reports.push(ModelReport {
+            model: model.clone(),
+            levels: levels_out,
+            knee,
+        });
+    }
+    progress.finish();
+    let judged = models.len() > 1
+        || !criteria.limits.is_empty()
+        || !a.weights.is_empty()
+        || a.bench_file.is_some();
+    let selection = judged.then(|| select::select(&reports, &criteria));
+    let comparison = baseline
+        .as_ref()
+        .zip(a.baseline.as_ref())
+        .map(|(b, p)| select::compare(&reports, &b.models, &criteria, &p.display().to_string()));
+    let report = Report {
+        tool: "tokenprobe".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        started_at,
+        target: job.target.name.clone(),
+        base_url: job.target.base_url.clone(),
+        api: job.target.api.to_string(),
+        prompt: job.prompt.name.clone(),
+        max_tokens: spec.max_tokens,
+        mode: LoadMode {
+            kind: if open { "open" } else { "closed" }.into(),
+            arrival: open.then(|| arrival.as_str().to_owned()),
+            seed: (open && arrival == Arrival::Poisson).then_some(seed),
+            requests_per_level: a.requests_per_level,
+            duration_per_level_s: a.duration_per_level.map(|d| d.as_secs_f64()),
+            warmup: a.warmup,
+        },
+        slo: criteria.slos.iter().map(ToString::to_string).collect(),
+        knee_rule: criteria.knee,
+        models: reports,
+        selection,
+        comparison,
+    };
+    print!("{}", report::render_table(&report));
+    for o in &a.outputs {
+        let text = match format_of(o) {
+            Some(Format::Json) => report::render_json(&report),
+            Some(Format::Csv) => report::render_csv(&report).map_err(|e| BenchError::Output {
+                path: o.clone(),
+                reason: e.to_string(),
+            })?,
+            _ => report::render_markdown(&report),
+        };
+        write(o, &text)?;
+    }
+    if let Some(p) = &a.plot {
+        let svg = plot::render_svg(&report).map_err(|e| BenchError::Output {
+            path: p.clone(),
+            reason: e.to_string(),
+        })?;
+        write(p, &svg)?;
+    }
+    let regressed = report
+        .comparison
+        .as_ref()
+        .is_some_and(|c| !c.regressions.is_empty());
+    Ok(if regressed {
+        ExitCode::from(3)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// One line per finished level on stderr.
+fn level_line(label: &str, l: &LevelStats) -> String {
+    let f = |s: &Option<stats::Summary>, g: fn(&stats::Summary) -> f64| {
+        s.as_ref()
+            .map_or_else(|| "-".to_owned(), |s| spec::fmt_secs(g(s)))
+    };
+    format!(
+        "  {label}: {} requests, {:.2}% errors, TTFT p50 {} p95 {}, TPOT p50 {}, {:.1} tok/s, {:.2} req/s, lag p99 {}, loop lag p99 {}{}",
+        l.requests,
+        l.error_rate * 100.0,
+        f(&l.ttft_s, |s| s.p50),
+        f(&l.ttft_s, |s| s.p95),
+        f(&l.tpot_s, |s| s.p50),
+        l.output_tokens_per_s,
+        l.requests_per_s,
+        f(&l.lag_s, |s| s.p99),
+        f(&l.loop_lag_s, |s| s.p99),
+        l.ramp_s
+            .map_or_else(String::new, |r| format!(", ramp {}", spec::fmt_secs(r))),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn closed_and_open_levels() {
+        let l = levels(&[1, 5], &[]).unwrap();
+        assert_eq!(l.iter().map(|k| k.label()).collect::<Vec<_>>(), ["1", "5"]);
+        assert_eq!(levels(&[], &[]).unwrap()[0].concurrency, 1);
+        let l = levels(&[100], &[1.0, 2.0]).unwrap();
+        assert_eq!((l[1].concurrency, l[1].rate), (100, Some(2.0)));
+        let l = levels(&[], &[3.0]).unwrap();
+        assert_eq!(l[0].concurrency, 1000);
+        let l = levels(&[1, 2, 4], &[5.0]).unwrap();
+        assert_eq!(l.len(), 3);
+        assert!(levels(&[1, 2], &[1.0, 2.0, 3.0]).is_err());
+        assert!(levels(&[1], &[0.0]).is_err());
+    }
+
+    #[test]
+    fn choose_target_prompt_models() {
+        let cfg = Config::parse(
+            "prompts:\n  - name: a\n    messages: [{role: user, content: hi}]\n  - name: b\n    messages: [{role: user, content: yo}]\n\
+             targets:\n  - name: t1\n    base_url: http://127.0.0.1:1/v1\n    models: [m1, m2]\n  - name: t2\n    base_url: http://127.0.0.1:2/v1\n    models: [x]\n    prompts: [b]\n",
+        )
+        .unwrap();
+        let (j, m) = choose(&cfg, None, None, &[]).unwrap();
+        assert_eq!(
+            (j.target.name.as_str(), j.prompt.name.as_str()),
+            ("t1", "a")
+        );
+        assert_eq!(m, vec!["m1", "m2"]);
+        let (j, m) = choose(&cfg, Some("t2"), None, &["y".into()]).unwrap();
+        assert_eq!((j.prompt.name.as_str(), m), ("b", vec!["y".to_owned()]));
+        let (j, _) = choose(&cfg, Some("t1"), Some("b"), &[]).unwrap();
+        assert_eq!(j.prompt.name, "b");
+        assert!(choose(&cfg, Some("nope"), None, &[]).is_err());
+        assert!(choose(&cfg, Some("t2"), Some("a"), &[]).is_err());
+    }
+
+    #[test]
+    fn output_formats_by_extension() {
+        assert_eq!(format_of(Path::new("r.json")), Some(Format::Json));
+        assert_eq!(format_of(Path::new("r.CSV")), Some(Format::Csv));
+        assert_eq!(format_of(Path::new("r.md")), Some(Format::Markdown));
+        assert_eq!(format_of(Path::new("r.txt")), None);
+    }
+}

@@ -1,0 +1,599 @@
+//! The bench report and its renderings (pure): a terminal table, Markdown (the comparison teams
+//! paste into docs), CSV (one row per model and level) and JSON (everything; the input of
+//! `--baseline`).
+
+use super::select::{Comparison, Knee, Selection};
+use super::spec::{KneeRule, fmt_secs};
+use super::stats::{LevelStats, Summary};
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+
+/// One model's sweep.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelReport {
+    /// The model name sent.
+    pub model: String,
+    /// One entry per level, in the order run.
+    pub levels: Vec<LevelStats>,
+    /// Where scaling stopped, if it did within the sweep.
+    #[serde(default)]
+    pub knee: Option<Knee>,
+}
+
+/// How load was generated.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoadMode {
+    /// `closed` (fixed concurrency) or `open` (arrival rate).
+    pub kind: String,
+    /// Open loop: `poisson` or `constant`.
+    #[serde(default)]
+    pub arrival: Option<String>,
+    /// Seed of the Poisson arrivals.
+    #[serde(default)]
+    pub seed: Option<u64>,
+    /// Measured requests per level (count mode).
+    #[serde(default)]
+    pub requests_per_level: Option<u64>,
+    /// Seconds of sending per level (duration mode).
+    #[serde(default)]
+    pub duration_per_level_s: Option<f64>,
+    /// Unmeasured requests before each level.
+    #[serde(default)]
+    pub warmup: u64,
+}
+
+/// A whole bench run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// `tokenprobe`.
+    pub tool: String,
+    /// tokenprobe's version.
+    pub version: String,
+    /// When the run started (RFC 3339, UTC).
+    pub started_at: String,
+    /// The config's target name.
+    pub target: String,
+    /// Its base URL.
+    pub base_url: String,
+    /// Its protocol.
+    pub api: String,
+    /// The prompt's name.
+    pub prompt: String,
+    /// The prompt's output cap.
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+    /// How load was generated.
+    pub mode: LoadMode,
+    /// The goodput SLOs, as text.
+    #[serde(default)]
+    pub slo: Vec<String>,
+    /// The knee rule used.
+    pub knee_rule: KneeRule,
+    /// One sweep per model.
+    pub models: Vec<ModelReport>,
+    /// Limits and ranking, when judged.
+    #[serde(default)]
+    pub selection: Option<Selection>,
+    /// Comparison with `--baseline`.
+    #[serde(default)]
+    pub comparison: Option<Comparison>,
+}
+
+fn opt(s: &Option<Summary>, f: impl Fn(&Summary) -> f64, fmt: impl Fn(f64) -> String) -> String {
+    s.as_ref().map_or_else(|| "-".to_owned(), |s| fmt(f(s)))
+}
+
+fn ms(v: f64) -> String {
+    format!("{:.1}", v * 1e3)
+}
+
+fn pct(v: f64) -> String {
+    format!("{:.2}%", v * 100.0)
+}
+
+/// The knee marker column.
+fn knee_mark(m: &ModelReport, i: usize) -> &'static str {
+    match &m.knee {
+        Some(k) if k.index == i => "◆ knee",
+        _ => "",
+    }
+}
+
+const TABLE_HEADER: [&str; 16] = [
+    "model",
+    "load",
+    "req",
+    "errors",
+    "TTFT p50",
+    "TTFT p95",
+    "TTFT p99",
+    "TPOT p50",
+    "E2E p95",
+    "TPS p50",
+    "agg tok/s",
+    "req/s",
+    "goodput",
+    "lag p99",
+    "loop p99",
+    "",
+];
+
+fn table_row(m: &ModelReport, i: usize, l: &LevelStats) -> [String; 16] {
+    [
+        m.model.clone(),
+        l.key.label(),
+        l.requests.to_string(),
+        pct(l.error_rate),
+        opt(&l.ttft_s, |s| s.p50, fmt_secs),
+        opt(&l.ttft_s, |s| s.p95, fmt_secs),
+        opt(&l.ttft_s, |s| s.p99, fmt_secs),
+        opt(&l.tpot_s, |s| s.p50, fmt_secs),
+        opt(&l.e2e_s, |s| s.p95, fmt_secs),
+        opt(&l.decode_tokens_per_s, |s| s.p50, |v| format!("{v:.1}")),
+        format!("{:.1}", l.output_tokens_per_s),
+        format!("{:.2}", l.requests_per_s),
+        l.goodput_rps
+            .map_or_else(|| "-".into(), |g| format!("{g:.2}")),
+        opt(&l.lag_s, |s| s.p99, fmt_secs),
+        opt(&l.loop_lag_s, |s| s.p99, fmt_secs),
+        knee_mark(m, i).to_owned(),
+    ]
+}
+
+/// The terminal table: one row per model and level, the knee marked, then the selection and
+/// the regressions.
+pub fn render_table(r: &Report) -> String {
+    let mut t = comfy_table::Table::new();
+    t.load_style(comfy_table::presets::UTF8_FULL_CONDENSED)
+        .set_header(TABLE_HEADER);
+    for m in &r.models {
+        for (i, l) in m.levels.iter().enumerate() {
+            t.add_row(table_row(m, i, l));
+        }
+    }
+    for i in 2..TABLE_HEADER.len() - 1 {
+        if let Some(c) = t.column_mut(i) {
+            c.set_cell_alignment(comfy_table::CellAlignment::Right);
+        }
+    }
+    let mut out = format!("{t}\n");
+    out.push_str(&render_notes(r, false));
+    out
+}
+
+/// Error breakdown, knee, selection and regression notes (plain text or Markdown).
+fn render_notes(r: &Report, md: bool) -> String {
+    let mut out = String::new();
+    let bullet = if md { "- " } else { "  " };
+    let mut errs = Vec::new();
+    for m in &r.models {
+        for l in &m.levels {
+            if !l.errors.is_empty() {
+                let parts: Vec<String> = l.errors.iter().map(|(k, v)| format!("{k} {v}")).collect();
+                errs.push(format!(
+                    "{bullet}{} @ {}: {}",
+                    m.model,
+                    l.key.label(),
+                    parts.join(", ")
+                ));
+            }
+        }
+    }
+    if !errs.is_empty() {
+        let _ = writeln!(out, "\nErrors by type:");
+        for e in errs {
+            let _ = writeln!(out, "{e}");
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\nKnee (aggregate tokens/s grows < {:.0}% while TTFT p95 grows > {:.0}%):",
+        r.knee_rule.tps_growth * 100.0,
+        r.knee_rule.ttft_growth * 100.0
+    );
+    for m in &r.models {
+        let _ = match &m.knee {
+            Some(k) => writeln!(
+                out,
+                "{bullet}{}: at {} (agg tokens/s {:+.0}%, TTFT p95 {:+.0}%)",
+                m.model,
+                k.level.label(),
+                k.agg_tps_growth * 100.0,
+                k.ttft_p95_growth * 100.0
+            ),
+            None => writeln!(out, "{bullet}{}: none within the sweep", m.model),
+        };
+    }
+    if let Some(s) = &r.selection {
+        let w: Vec<String> = s.weights.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let _ = writeln!(
+            out,
+            "\nSelection at {} (limits: {}; weights: {}):",
+            s.level,
+            if s.limits.is_empty() {
+                "none".to_owned()
+            } else {
+                s.limits.join(", ")
+            },
+            w.join(", ")
+        );
+        for k in &s.ranked {
+            let lead = if md { "" } else { bullet };
+            let _ = writeln!(out, "{lead}{}. {} score {:.3}", k.rank, k.model, k.score);
+        }
+        for k in &s.rejected {
+            let _ = writeln!(
+                out,
+                "{bullet}rejected {}: {}",
+                k.model,
+                k.reasons.join("; ")
+            );
+        }
+    }
+    if let Some(c) = &r.comparison {
+        let _ = writeln!(
+            out,
+            "\nBaseline {} (tolerance {:.0}%, error rate +{:.2} pp): {} values compared, {} regressions",
+            c.baseline,
+            c.tolerance * 100.0,
+            c.tolerance_error_rate * 100.0,
+            c.compared,
+            c.regressions.len()
+        );
+        for g in &c.regressions {
+            let change = if g.metric == "error_rate" {
+                format!("{:+.2} pp", g.change * 100.0)
+            } else {
+                format!("{:+.1}%", g.change * 100.0)
+            };
+            let _ = writeln!(
+                out,
+                "{bullet}REGRESSION {} @ {}: {} {} → {} ({change})",
+                g.model,
+                g.level,
+                g.metric,
+                fmt_value(&g.metric, g.baseline),
+                fmt_value(&g.metric, g.current)
+            );
+        }
+        if !c.not_in_baseline.is_empty() {
+            let _ = writeln!(
+                out,
+                "{bullet}not in the baseline: {}",
+                c.not_in_baseline.join(", ")
+            );
+        }
+    }
+    out
+}
+
+fn fmt_value(metric: &str, v: f64) -> String {
+    metric
+        .parse::<super::spec::Metric>()
+        .map_or_else(|_| format!("{v}"), |m| m.format(v))
+}
+
+/// The Markdown comparison table (times in ms), with the knee, selection and regressions.
+pub fn render_markdown(r: &Report) -> String {
+    let mut out = String::new();
+    let mode = match r.mode.kind.as_str() {
+        "open" => format!(
+            "open loop, {} arrivals",
+            r.mode.arrival.as_deref().unwrap_or("poisson")
+        ),
+        _ => "closed loop".to_owned(),
+    };
+    let per_level = match (r.mode.requests_per_level, r.mode.duration_per_level_s) {
+        (Some(n), _) => format!("{n} requests per level"),
+        (None, Some(d)) => format!("{d} s per level"),
+        _ => String::new(),
+    };
+    let _ = writeln!(
+        out,
+        "### tokenprobe bench: {} ({}), prompt `{}`\n\n{mode}, {per_level}, warm-up {}; started {}.{}\n",
+        r.target,
+        r.api,
+        r.prompt,
+        r.mode.warmup,
+        r.started_at,
+        if r.slo.is_empty() {
+            String::new()
+        } else {
+            format!(" Goodput SLOs: {}.", r.slo.join(", "))
+        }
+    );
+    let load = if r.mode.kind == "open" {
+        "rate"
+    } else {
+        "concurrency"
+    };
+    let header = [
+        "model",
+        load,
+        "requests",
+        "error rate",
+        "TTFT p50 (ms)",
+        "TTFT p95 (ms)",
+        "TTFT p99 (ms)",
+        "TTFO p95 (ms)",
+        "TPOT p50 (ms)",
+        "TPOT p95 (ms)",
+        "E2E p50 (ms)",
+        "E2E p95 (ms)",
+        "TPS p50",
+        "TPS p95",
+        "agg tok/s",
+        "req/s",
+        "goodput req/s",
+        "lag p99 (ms)",
+        "loop lag p99 (ms)",
+        "ramp (ms)",
+        "knee",
+    ];
+    let _ = writeln!(out, "| {} |", header.join(" | "));
+    let aligns: Vec<&str> = header
+        .iter()
+        .enumerate()
+        .map(|(i, _)| if i == 0 { "---" } else { "---:" })
+        .collect();
+    let _ = writeln!(out, "|{}|", aligns.join("|"));
+    for m in &r.models {
+        for (i, l) in m.levels.iter().enumerate() {
+            let cells = [
+                m.model.replace('|', "\\|"),
+                l.key.label(),
+                l.requests.to_string(),
+                pct(l.error_rate),
+                opt(&l.ttft_s, |s| s.p50, ms),
+                opt(&l.ttft_s, |s| s.p95, ms),
+                opt(&l.ttft_s, |s| s.p99, ms),
+                opt(&l.ttfo_s, |s| s.p95, ms),
+                opt(&l.tpot_s, |s| s.p50, ms),
+                opt(&l.tpot_s, |s| s.p95, ms),
+                opt(&l.e2e_s, |s| s.p50, ms),
+                opt(&l.e2e_s, |s| s.p95, ms),
+                opt(&l.decode_tokens_per_s, |s| s.p50, |v| format!("{v:.1}")),
+                opt(&l.decode_tokens_per_s, |s| s.p95, |v| format!("{v:.1}")),
+                format!("{:.1}", l.output_tokens_per_s),
+                format!("{:.2}", l.requests_per_s),
+                l.goodput_rps
+                    .map_or_else(|| "-".into(), |g| format!("{g:.2}")),
+                opt(&l.lag_s, |s| s.p99, |v| format!("{:.2}", v * 1e3)),
+                opt(&l.loop_lag_s, |s| s.p99, |v| format!("{:.2}", v * 1e3)),
+                l.ramp_s
+                    .map_or_else(|| "-".into(), |v| format!("{:.1}", v * 1e3)),
+                if knee_mark(m, i).is_empty() {
+                    String::new()
+                } else {
+                    "**knee**".to_owned()
+                },
+            ];
+            let _ = writeln!(out, "| {} |", cells.join(" | "));
+        }
+    }
+    out.push_str(&render_notes(r, true));
+    out
+}
+
+const CSV_SUMMARIES: [&str; 7] = ["ttft", "ttfo", "tpot", "e2e", "tps", "lag", "loop_lag"];
+
+/// CSV: one row per model and level; every statistic of every metric (seconds, tokens/s).
+///
+/// # Errors
+/// Only if the CSV writer fails (it writes to memory).
+pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    let mut header: Vec<String> = [
+        "model",
+        "concurrency",
+        "rate",
+        "requests",
+        "successes",
+        "error_rate",
+        "errors",
+        "output_tokens",
+        "wall_s",
+        "agg_tps",
+        "rps",
+        "goodput_rps",
+        "capped",
+        "ramp_s",
+        "knee",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    for m in CSV_SUMMARIES {
+        for st in ["mean", "p50", "p90", "p95", "p99", "max"] {
+            let unit = if matches!(m, "tps") { "" } else { "_s" };
+            header.push(format!("{m}_{st}{unit}"));
+        }
+    }
+    w.write_record(&header)?;
+    let num = |v: f64| format!("{v}");
+    for m in &r.models {
+        for (i, l) in m.levels.iter().enumerate() {
+            let errors: Vec<String> = l.errors.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let mut row = vec![
+                m.model.clone(),
+                l.key.concurrency.to_string(),
+                l.key.rate.map(num).unwrap_or_default(),
+                l.requests.to_string(),
+                l.successes.to_string(),
+                num(l.error_rate),
+                errors.join(";"),
+                l.output_tokens.to_string(),
+                num(l.wall_s),
+                num(l.output_tokens_per_s),
+                num(l.requests_per_s),
+                l.goodput_rps.map(num).unwrap_or_default(),
+                l.capped.to_string(),
+                l.ramp_s.map(num).unwrap_or_default(),
+                (!knee_mark(m, i).is_empty()).to_string(),
+            ];
+            for s in [
+                &l.ttft_s,
+                &l.ttfo_s,
+                &l.tpot_s,
+                &l.e2e_s,
+                &l.decode_tokens_per_s,
+                &l.lag_s,
+                &l.loop_lag_s,
+            ] {
+                match s {
+                    Some(s) => row.extend([s.mean, s.p50, s.p90, s.p95, s.p99, s.max].map(num)),
+                    None => row.extend(std::iter::repeat_n(String::new(), 6)),
+                }
+            }
+            w.write_record(&row)?;
+        }
+    }
+    let bytes = w
+        .into_inner()
+        .map_err(|e| csv::Error::from(e.into_error()))?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// The JSON report (pretty-printed).
+pub fn render_json(r: &Report) -> String {
+    serde_json::to_string_pretty(r).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::bench::select::{compare, find_knee, select};
+    use crate::bench::spec::Criteria;
+    use crate::bench::stats::{LevelKey, Sample};
+
+    fn samples(n: usize, ttft: f64, tokens: u64, itl: f64, err_every: usize) -> Vec<Sample> {
+        (0..n)
+            .map(|i| {
+                let failed = err_every > 0 && i % err_every == 0;
+                let t = ttft * (1.0 + i as f64 / n as f64);
+                Sample {
+                    error_type: failed.then(|| "rate_limited".to_owned()),
+                    ttft_s: (!failed).then_some(t),
+                    ttfo_s: (!failed).then_some(t),
+                    tpot_s: (!failed).then_some(itl),
+                    e2e_s: (!failed).then_some(t + itl * (tokens - 1) as f64),
+                    failure_s: failed.then_some(0.01),
+                    decode_tokens_per_s: (!failed).then_some(1.0 / itl),
+                    output_tokens: if failed { 0 } else { tokens },
+                    sent_s: 0.0,
+                    end_s: 1.0,
+                    lag_s: 0.0002 * (i % 3) as f64,
+                    first: false,
+                    server_predicted_per_token_ms: None,
+                }
+            })
+            .collect()
+    }
+
+    /// A synthetic two-model sweep with a knee, selection and a comparison.
+    pub(crate) fn synthetic() -> Report {
+        let slos = vec!["ttft=300ms".parse().unwrap()];
+        let mk = |c: u32, ttft: f64, wall: f64, err_every: usize| {
+            LevelStats::from_samples(
+                LevelKey {
+                    concurrency: c,
+                    rate: None,
+                },
+                &samples(20, ttft, 64, 0.02, err_every),
+                wall,
+                &[0.00005, 0.0001],
+                &slos,
+                0,
+            )
+        };
+        let mut models = vec![
+            ModelReport {
+                model: "alpha".into(),
+                levels: vec![mk(2, 0.1, 10.0, 0), mk(4, 0.1, 5.0, 0), mk(8, 0.4, 4.8, 0)],
+                knee: None,
+            },
+            ModelReport {
+                model: "beta".into(),
+                levels: vec![
+                    mk(2, 0.2, 12.0, 0),
+                    mk(4, 0.2, 6.0, 10),
+                    mk(8, 0.25, 3.0, 10),
+                ],
+                knee: None,
+            },
+        ];
+        let rule = KneeRule::default();
+        for m in &mut models {
+            m.knee = find_knee(&m.levels, &rule);
+        }
+        let criteria = Criteria {
+            limits: vec!["error_rate<1%".parse().unwrap()],
+            slos: slos.clone(),
+            ..Criteria::default()
+        };
+        let selection = select(&models, &criteria);
+        let mut baseline = models.clone();
+        baseline[0].levels[2] = mk(8, 0.2, 4.8, 0);
+        let comparison = compare(&models, &baseline, &criteria, "old.json");
+        Report {
+            tool: "tokenprobe".into(),
+            version: "0.1.0".into(),
+            started_at: "2025-01-01T00:00:00Z".into(),
+            target: "local".into(),
+            base_url: "http://127.0.0.1:8000/v1".into(),
+            api: "openai-chat".into(),
+            prompt: "hello".into(),
+            max_tokens: Some(64),
+            mode: LoadMode {
+                kind: "closed".into(),
+                arrival: None,
+                seed: None,
+                requests_per_level: Some(20),
+                duration_per_level_s: None,
+                warmup: 2,
+            },
+            slo: slos.iter().map(ToString::to_string).collect(),
+            knee_rule: rule,
+            models,
+            selection: Some(selection),
+            comparison: Some(comparison),
+        }
+    }
+
+    #[test]
+    fn markdown_snapshot() {
+        insta::assert_snapshot!(render_markdown(&synthetic()));
+    }
+
+    #[test]
+    fn table_snapshot() {
+        insta::assert_snapshot!(render_table(&synthetic()));
+    }
+
+    #[test]
+    fn csv_snapshot() {
+        insta::assert_snapshot!(render_csv(&synthetic()).unwrap());
+    }
+
+    #[test]
+    fn json_round_trips() {
+        let r = synthetic();
+        let back: Report = serde_json::from_str(&render_json(&r)).unwrap();
+        // serde_json parses floats to within an ulp, not always bit-exactly: compare the shape
+        // and values to 1e-12.
+        assert_eq!(back.models.len(), r.models.len());
+        for (a, b) in back.models.iter().zip(&r.models) {
+            assert_eq!(
+                (&a.model, a.levels.len(), &a.knee),
+                (&b.model, b.levels.len(), &b.knee)
+            );
+            for (x, y) in a.levels.iter().zip(&b.levels) {
+                let (p, q) = (x.ttft_s.unwrap(), y.ttft_s.unwrap());
+                assert!((p.p95 - q.p95).abs() < 1e-12 && x.requests == y.requests);
+                assert_eq!(x.errors, y.errors);
+            }
+        }
+        assert_eq!(back.selection, r.selection);
+        assert_eq!(back.comparison, r.comparison);
+    }
+}

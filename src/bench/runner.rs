@@ -1,0 +1,528 @@
+//! The load generator: closed loop (C workers, each sending its next request when the previous
+//! one ended) and open loop (arrivals at a rate, Poisson or constant, at most C in flight), both
+//! sending through [`Prober::run`], so every number is the same measurement as `serve`'s.
+//!
+//! Each closed-loop worker owns one [`Prober`] (connection phases are per prober); the open loop
+//! takes probers from a pool. Open-loop arrivals are timed by a dedicated OS thread with
+//! `std::thread::sleep` (tokio's timer has a 1 ms tick, which would be lag of its own) that hands
+//! each arrival to the runtime at its intended instant.
+//!
+//! The generator measures its own limits: **scheduling lag** is the instant a request is handed to
+//! [`Prober::run`] minus the instant it was meant to be sent (closed loop: the instant the worker's
+//! previous request ended; open loop: the arrival's scheduled instant, or the instant an in-flight
+//! slot freed up when the cap was reached); the **ramp** is how long after the level's start the
+//! last closed-loop worker sent its first request (all are meant to start at once); and the
+//! **loop lag** is how long a task that yields waits to run again, sampled every 10 ms: when the
+//! runtime is too busy, responses are read late and that shows there first.
+
+use super::stats::Sample;
+use crate::measure::ProbeResult;
+use crate::probe::{ProbeError, ProbeSpec, Prober};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::Semaphore;
+
+/// How much a level sends.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Amount {
+    /// This many measured requests.
+    Requests(u64),
+    /// Send for this long; requests in flight at the end still finish and count.
+    Duration(Duration),
+}
+
+/// Open-loop inter-arrival times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arrival {
+    /// Exponentially distributed gaps (a Poisson process).
+    Poisson,
+    /// Equal gaps.
+    Constant,
+}
+
+impl Arrival {
+    /// `poisson` or `constant`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Arrival::Poisson => "poisson",
+            Arrival::Constant => "constant",
+        }
+    }
+}
+
+/// What a level measured, before folding.
+#[derive(Debug, Default)]
+pub struct LevelRun {
+    /// One sample per measured request.
+    pub samples: Vec<Sample>,
+    /// First intended send to the last request's end, s.
+    pub wall_s: f64,
+    /// Run-queue delays sampled during the level, s.
+    pub loop_lag: Vec<f64>,
+    /// Open loop: sends that waited for a free slot.
+    pub capped: u64,
+}
+
+/// SplitMix64 for Poisson gaps (reproducible with `--seed`).
+#[derive(Debug, Clone)]
+struct Rng(u64);
+
+impl Rng {
+    fn unit(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// The arrival offsets (seconds after the level's start) of an open-loop level: the first at 0,
+/// then gaps of `1/rate` (constant) or exponential with mean `1/rate` (Poisson).
+pub fn arrival_offsets(rate: f64, arrival: Arrival, seed: u64) -> impl Iterator<Item = f64> {
+    let mut rng = Rng(seed);
+    let (mut t, mut i) = (0.0, 0u64);
+    std::iter::from_fn(move || {
+        let now = match arrival {
+            // i / rate, not a running sum, so rounding does not accumulate.
+            Arrival::Constant => i as f64 / rate,
+            Arrival::Poisson => t,
+        };
+        i += 1;
+        t += -(1.0 - rng.unit()).ln() / rate;
+        Some(now)
+    })
+}
+
+/// Shared progress counters and the bar (on stderr, only when it is a terminal).
+#[derive(Clone)]
+pub struct Progress {
+    bar: Option<ProgressBar>,
+    done: Arc<AtomicU64>,
+    failed: Arc<AtomicU64>,
+}
+
+impl Progress {
+    /// A progress display over `total` units (requests, or seconds in duration mode); hidden
+    /// when `show` is false.
+    pub fn new(total: u64, show: bool) -> Progress {
+        let bar = show.then(|| {
+            let b = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+            if let Ok(style) =
+                ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
+            {
+                b.set_style(style.progress_chars("=> "));
+            }
+            b
+        });
+        Progress {
+            bar,
+            done: Arc::new(AtomicU64::new(0)),
+            failed: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    fn record(&self, r: &ProbeResult) {
+        self.done.fetch_add(1, Ordering::Relaxed);
+        if !r.success() {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Prints a line above the bar (or plainly on stderr without a bar).
+    pub fn println(&self, line: &str) {
+        match &self.bar {
+            Some(b) => b.println(line),
+            None => eprintln!("{line}"),
+        }
+    }
+
+    /// Ends the bar.
+    pub fn finish(&self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+
+    /// Keeps the bar current while a level runs: `base` units done before it; in duration mode
+    /// the position follows the clock (`per_level` seconds).
+    fn ticker(&self, label: String, base: u64, duration: Option<Duration>) -> Ticker {
+        let stop = Arc::new(AtomicBool::new(false));
+        let Some(bar) = self.bar.clone() else {
+            return Ticker { stop, task: None };
+        };
+        let (done, failed, s) = (self.done.clone(), self.failed.clone(), stop.clone());
+        let (d0, f0) = (done.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+        let start = Instant::now();
+        let task = tokio::spawn(async move {
+            loop {
+                let (d, f) = (
+                    done.load(Ordering::Relaxed) - d0,
+                    failed.load(Ordering::Relaxed) - f0,
+                );
+                let pos = match duration {
+                    Some(dur) => base + start.elapsed().min(dur).as_secs(),
+                    None => base + d,
+                };
+                bar.set_position(pos);
+                bar.set_message(format!("{label}: {d} done, {f} failed"));
+                if s.load(Ordering::Relaxed) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
+        Ticker {
+            stop,
+            task: Some(task),
+        }
+    }
+}
+
+struct Ticker {
+    stop: Arc<AtomicBool>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Ticker {
+    async fn end(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.task {
+            let _ = t.await;
+        }
+    }
+}
+
+/// Samples the runtime's run-queue delay every 10 ms until stopped.
+struct LagMonitor {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<Vec<f64>>,
+}
+
+impl LagMonitor {
+    fn start() -> LagMonitor {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let task = tokio::spawn(async move {
+            let mut out = Vec::new();
+            while !s.load(Ordering::Relaxed) {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                let t = Instant::now();
+                tokio::task::yield_now().await;
+                out.push(t.elapsed().as_secs_f64());
+            }
+            out
+        });
+        LagMonitor { stop, task }
+    }
+
+    async fn stop(self) -> Vec<f64> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.unwrap_or_default()
+    }
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+/// Runs levels for one probe spec, keeping its probers between levels.
+pub struct Runner {
+    spec: Arc<ProbeSpec>,
+    probers: Vec<Prober>,
+    /// Progress display.
+    pub progress: Progress,
+}
+
+impl Runner {
+    /// A runner for `spec` (the first prober is built here, so bad client settings fail early).
+    ///
+    /// # Errors
+    /// [`ProbeError`] when the client settings are unusable.
+    pub fn new(spec: ProbeSpec, progress: Progress) -> Result<Runner, ProbeError> {
+        let first = Prober::new(&spec.client)?;
+        Ok(Runner {
+            spec: Arc::new(spec),
+            probers: vec![first],
+            progress,
+        })
+    }
+
+    /// Switches the model (probers are kept).
+    pub fn set_model(&mut self, model: &str) {
+        Arc::make_mut(&mut self.spec).model = model.to_owned();
+    }
+
+    fn ensure_probers(&mut self, n: usize) -> Result<(), ProbeError> {
+        while self.probers.len() < n {
+            self.probers.push(Prober::new(&self.spec.client)?);
+        }
+        Ok(())
+    }
+
+    /// Unmeasured requests before a level, closed loop at `min(concurrency, n)` workers.
+    ///
+    /// # Errors
+    /// [`ProbeError`] if a prober cannot be built.
+    pub async fn warmup(&mut self, concurrency: u32, n: u64) -> Result<(), ProbeError> {
+        if n == 0 {
+            return Ok(());
+        }
+        let c = u64::from(concurrency).min(n) as u32;
+        let quiet = Progress {
+            bar: None,
+            ..self.progress.clone()
+        };
+        let saved = std::mem::replace(&mut self.progress, quiet);
+        let r = self
+            .closed(c, Amount::Requests(n), "warm-up".into(), 0)
+            .await;
+        self.progress = saved;
+        r.map(|_| ())
+    }
+
+    /// One closed-loop level: `c` workers, each with its own prober.
+    ///
+    /// # Errors
+    /// [`ProbeError`] if a prober cannot be built.
+    pub async fn closed(
+        &mut self,
+        c: u32,
+        amount: Amount,
+        label: String,
+        progress_base: u64,
+    ) -> Result<LevelRun, ProbeError> {
+        self.ensure_probers(c as usize)?;
+        let limit = match amount {
+            Amount::Requests(n) => n,
+            Amount::Duration(_) => u64::MAX,
+        };
+        let ticker = self.progress.ticker(
+            label,
+            progress_base,
+            match amount {
+                Amount::Duration(d) => Some(d),
+                Amount::Requests(_) => None,
+            },
+        );
+        let tickets = Arc::new(AtomicU64::new(0));
+        let monitor = LagMonitor::start();
+        let start = Instant::now();
+        let deadline = match amount {
+            Amount::Duration(d) => Some(start + d),
+            Amount::Requests(_) => None,
+        };
+        let mut handles = Vec::with_capacity(c as usize);
+        for prober in self.probers.iter().take(c as usize) {
+            let (prober, spec, tickets, progress) = (
+                prober.clone(),
+                self.spec.clone(),
+                tickets.clone(),
+                self.progress.clone(),
+            );
+            handles.push(tokio::spawn(async move {
+                let mut out = Vec::new();
+                let mut intended = start;
+                let mut first = true;
+                loop {
+                    if tickets.fetch_add(1, Ordering::Relaxed) >= limit {
+                        break;
+                    }
+                    let sent = Instant::now();
+                    if deadline.is_some_and(|d| sent >= d) {
+                        break;
+                    }
+                    let r = prober.run(&spec).await;
+                    let end = Instant::now();
+                    progress.record(&r);
+                    out.push(Sample::from_result(
+                        &r,
+                        secs(sent - start),
+                        secs(end - start),
+                        secs(sent.saturating_duration_since(intended)),
+                        first,
+                    ));
+                    intended = end;
+                    first = false;
+                }
+                out
+            }));
+        }
+        let mut samples = Vec::new();
+        for h in handles {
+            if let Ok(mut v) = h.await {
+                samples.append(&mut v);
+            }
+        }
+        let loop_lag = monitor.stop().await;
+        ticker.end().await;
+        Ok(LevelRun {
+            wall_s: samples.iter().map(|s| s.end_s).fold(0.0, f64::max),
+            samples,
+            loop_lag,
+            capped: 0,
+        })
+    }
+
+    /// One open-loop level: arrivals at `rate`/s, at most `cap` in flight (later arrivals wait
+    /// for a slot and are counted as capped).
+    ///
+    /// # Errors
+    /// [`ProbeError`] if a prober cannot be built.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn open(
+        &mut self,
+        rate: f64,
+        cap: u32,
+        arrival: Arrival,
+        seed: u64,
+        amount: Amount,
+        label: String,
+        progress_base: u64,
+    ) -> Result<LevelRun, ProbeError> {
+        // Probers for the first arrivals up front; more are built on demand up to the cap.
+        self.ensure_probers((cap as usize).min(64))?;
+        let pool = Arc::new(Mutex::new(self.probers.clone()));
+        let template = self.probers[0].clone();
+        let slots = Arc::new(Semaphore::new(cap as usize));
+        let capped = Arc::new(AtomicU64::new(0));
+        let ticker = self.progress.ticker(
+            label,
+            progress_base,
+            match amount {
+                Amount::Duration(d) => Some(d),
+                Amount::Requests(_) => None,
+            },
+        );
+        let monitor = LagMonitor::start();
+        let handle = tokio::runtime::Handle::current();
+        // The dispatcher thread needs a moment to start: arrivals are scheduled from then.
+        let start = Instant::now() + Duration::from_millis(5);
+        let (spec, progress) = (self.spec.clone(), self.progress.clone());
+        let capped2 = capped.clone();
+        let pool2 = pool.clone();
+        let dispatcher = tokio::task::spawn_blocking(move || {
+            let mut handles = Vec::new();
+            for (i, off) in arrival_offsets(rate, arrival, seed).enumerate() {
+                match amount {
+                    Amount::Requests(n) if i as u64 >= n => break,
+                    Amount::Duration(d) if off >= d.as_secs_f64() => break,
+                    _ => {}
+                }
+                let intended = start + Duration::from_secs_f64(off);
+                let now = Instant::now();
+                if intended > now {
+                    std::thread::sleep(intended - now);
+                }
+                let req = OpenRequest {
+                    spec: spec.clone(),
+                    pool: pool2.clone(),
+                    template: template.clone(),
+                    slots: slots.clone(),
+                    capped: capped2.clone(),
+                    progress: progress.clone(),
+                    start,
+                    intended,
+                };
+                handles.push(handle.spawn(req.run()));
+            }
+            handles
+        });
+        let mut samples = Vec::new();
+        if let Ok(handles) = dispatcher.await {
+            for h in handles {
+                if let Ok(s) = h.await {
+                    samples.push(s);
+                }
+            }
+        }
+        let loop_lag = monitor.stop().await;
+        ticker.end().await;
+        // Keep the probers the pool grew to, for the next level.
+        if let Ok(p) = pool.lock()
+            && p.len() > self.probers.len()
+        {
+            self.probers = p.clone();
+        }
+        Ok(LevelRun {
+            wall_s: samples.iter().map(|s| s.end_s).fold(0.0, f64::max),
+            samples,
+            loop_lag,
+            capped: capped.load(Ordering::Relaxed),
+        })
+    }
+}
+
+/// One open-loop arrival.
+struct OpenRequest {
+    spec: Arc<ProbeSpec>,
+    pool: Arc<Mutex<Vec<Prober>>>,
+    template: Prober,
+    slots: Arc<Semaphore>,
+    capped: Arc<AtomicU64>,
+    progress: Progress,
+    start: Instant,
+    intended: Instant,
+}
+
+impl OpenRequest {
+    async fn run(self) -> Sample {
+        let (permit, intended) = match self.slots.clone().try_acquire_owned() {
+            Ok(p) => (Some(p), self.intended),
+            Err(_) => {
+                self.capped.fetch_add(1, Ordering::Relaxed);
+                let p = self.slots.clone().acquire_owned().await.ok();
+                (p, Instant::now().max(self.intended))
+            }
+        };
+        let taken = self.pool.lock().ok().and_then(|mut p| p.pop());
+        let prober = match taken {
+            Some(p) => p,
+            None => Prober::new(&self.spec.client).unwrap_or_else(|_| self.template.clone()),
+        };
+        let sent = Instant::now();
+        let r = self.spec.as_ref();
+        let result = prober.run(r).await;
+        let end = Instant::now();
+        if let Ok(mut p) = self.pool.lock() {
+            p.push(prober);
+        }
+        drop(permit);
+        self.progress.record(&result);
+        Sample::from_result(
+            &result,
+            secs(sent.saturating_duration_since(self.start)),
+            secs(end.saturating_duration_since(self.start)),
+            secs(sent.saturating_duration_since(intended)),
+            false,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constant_arrivals_are_evenly_spaced() {
+        let v: Vec<f64> = arrival_offsets(4.0, Arrival::Constant, 1).take(4).collect();
+        assert_eq!(v, vec![0.0, 0.25, 0.5, 0.75]);
+    }
+
+    #[test]
+    fn poisson_arrivals_have_the_rate() {
+        let n = 20_000;
+        let last = arrival_offsets(50.0, Arrival::Poisson, 7)
+            .nth(n)
+            .unwrap_or(0.0);
+        let rate = n as f64 / last;
+        assert!((rate - 50.0).abs() < 2.0, "rate {rate}");
+        // Reproducible with the seed.
+        let a: Vec<f64> = arrival_offsets(5.0, Arrival::Poisson, 3).take(5).collect();
+        let b: Vec<f64> = arrival_offsets(5.0, Arrival::Poisson, 3).take(5).collect();
+        assert_eq!(a, b);
+    }
+}

@@ -1,0 +1,417 @@
+//! Judging results (pure): the knee of a sweep, selection by hard limits and a weighted score,
+//! and regressions against a baseline run.
+
+use super::report::ModelReport;
+use super::spec::{Base, Criteria, KneeRule, Metric};
+use super::stats::{LevelKey, LevelStats};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Where a sweep stopped scaling.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Knee {
+    /// Index of the knee level in the model's levels.
+    pub index: usize,
+    /// The knee level's load.
+    pub level: LevelKey,
+    /// Relative growth of aggregate output tokens/s over the previous level.
+    pub agg_tps_growth: f64,
+    /// Relative growth of TTFT p95 over the previous level.
+    pub ttft_p95_growth: f64,
+}
+
+/// The first level (after the first) where aggregate output tokens/s grew by less than
+/// `rule.tps_growth` while TTFT p95 grew by more than `rule.ttft_growth`, relative to the level
+/// before it. Levels without TTFT samples or with no throughput before them are skipped.
+pub fn find_knee(levels: &[LevelStats], rule: &KneeRule) -> Option<Knee> {
+    levels.windows(2).enumerate().find_map(|(i, w)| {
+        let (prev, cur) = (&w[0], &w[1]);
+        let (tp, tc) = (prev.ttft_s.as_ref()?.p95, cur.ttft_s.as_ref()?.p95);
+        if prev.output_tokens_per_s <= 0.0 || tp <= 0.0 {
+            return None;
+        }
+        let g_tps = cur.output_tokens_per_s / prev.output_tokens_per_s - 1.0;
+        let g_ttft = tc / tp - 1.0;
+        (g_tps < rule.tps_growth && g_ttft > rule.ttft_growth).then_some(Knee {
+            index: i + 1,
+            level: cur.key,
+            agg_tps_growth: g_tps,
+            ttft_p95_growth: g_ttft,
+        })
+    })
+}
+
+/// A ranked model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Ranked {
+    /// 1 = best.
+    pub rank: usize,
+    /// The model.
+    pub model: String,
+    /// Weighted score in `[0, 1]`.
+    pub score: f64,
+    /// The weighted metrics' values.
+    pub values: BTreeMap<String, Option<f64>>,
+    /// Their normalized values in `[0, 1]` (1 = best among the eligible models).
+    pub normalized: BTreeMap<String, f64>,
+}
+
+/// A model that failed a hard limit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Rejected {
+    /// The model.
+    pub model: String,
+    /// Every limit it failed, with its value.
+    pub reasons: Vec<String>,
+}
+
+/// The outcome of selection at one level.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Selection {
+    /// The level label selection used (`8`, or `4/s` in open loop).
+    pub level: String,
+    /// The hard limits, as text.
+    pub limits: Vec<String>,
+    /// The weights, by metric.
+    pub weights: BTreeMap<String, f64>,
+    /// Models that passed every limit, best first.
+    pub ranked: Vec<Ranked>,
+    /// Models that failed a limit.
+    pub rejected: Vec<Rejected>,
+}
+
+/// Normalizes one metric's value among the eligible models' values (see `docs/bench.md`):
+/// `error_rate` → `1 − v`; other lower-is-better metrics → `best / v`; higher-is-better →
+/// `v / best`. A missing value scores 0.
+fn normalize(metric: &Metric, v: Option<f64>, all: &[Option<f64>]) -> f64 {
+    let Some(v) = v else { return 0.0 };
+    let present = all.iter().flatten().copied();
+    let n = if metric.base == Base::ErrorRate {
+        1.0 - v
+    } else if metric.base.lower_is_better() {
+        let best = present.fold(f64::INFINITY, f64::min);
+        if v <= 0.0 { 1.0 } else { best / v }
+    } else {
+        let best = present.fold(0.0, f64::max);
+        if best <= 0.0 { 1.0 } else { v / best }
+    };
+    n.clamp(0.0, 1.0)
+}
+
+/// The level a model is judged at: the one whose x (concurrency, or rate) is `at`, else its last.
+fn level_at(m: &ModelReport, at: Option<f64>) -> Option<&LevelStats> {
+    match at {
+        Some(x) => m.levels.iter().find(|l| (l.key.x() - x).abs() < 1e-9),
+        None => m.levels.last(),
+    }
+}
+
+/// Applies the hard limits at the selection level, then ranks the remaining models by weighted
+/// score, best first (ties by name).
+pub fn select(models: &[ModelReport], c: &Criteria) -> Selection {
+    let weights = c.effective_weights();
+    let mut rejected = Vec::new();
+    let mut eligible: Vec<(&str, &LevelStats)> = Vec::new();
+    let mut label = c.select_at.map(super::stats::trim_float);
+    for m in models {
+        let Some(l) = level_at(m, c.select_at) else {
+            rejected.push(Rejected {
+                model: m.model.clone(),
+                reasons: vec![format!(
+                    "no level at {}",
+                    label.clone().unwrap_or_else(|| "the end".into())
+                )],
+            });
+            continue;
+        };
+        label.get_or_insert_with(|| l.key.label());
+        let reasons: Vec<String> = c.limits.iter().filter_map(|lim| lim.violation(l)).collect();
+        if reasons.is_empty() {
+            eligible.push((&m.model, l));
+        } else {
+            rejected.push(Rejected {
+                model: m.model.clone(),
+                reasons,
+            });
+        }
+    }
+    let columns: Vec<Vec<Option<f64>>> = weights
+        .iter()
+        .map(|(m, _)| eligible.iter().map(|(_, l)| m.value(l)).collect())
+        .collect();
+    let total_w: f64 = weights.iter().map(|(_, w)| w).sum();
+    let mut ranked: Vec<Ranked> = eligible
+        .iter()
+        .enumerate()
+        .map(|(i, (model, _))| {
+            let mut values = BTreeMap::new();
+            let mut normalized = BTreeMap::new();
+            let mut sum = 0.0;
+            for ((metric, w), col) in weights.iter().zip(&columns) {
+                let n = normalize(metric, col[i], col);
+                sum += w * n;
+                values.insert(metric.to_string(), col[i]);
+                normalized.insert(metric.to_string(), n);
+            }
+            Ranked {
+                rank: 0,
+                model: (*model).to_owned(),
+                score: if total_w > 0.0 { sum / total_w } else { 0.0 },
+                values,
+                normalized,
+            }
+        })
+        .collect();
+    ranked.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.model.cmp(&b.model)));
+    for (i, r) in ranked.iter_mut().enumerate() {
+        r.rank = i + 1;
+    }
+    Selection {
+        level: label.unwrap_or_default(),
+        limits: c.limits.iter().map(ToString::to_string).collect(),
+        weights: weights.iter().map(|(m, w)| (m.to_string(), *w)).collect(),
+        ranked,
+        rejected,
+    }
+}
+
+/// One metric that got worse than the baseline beyond the tolerance.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Regression {
+    /// The model.
+    pub model: String,
+    /// The level's label.
+    pub level: String,
+    /// The metric.
+    pub metric: String,
+    /// The baseline's value.
+    pub baseline: f64,
+    /// This run's value.
+    pub current: f64,
+    /// Relative change, `current / baseline − 1` (for `error_rate`: the absolute difference).
+    pub change: f64,
+}
+
+/// The comparison with a baseline run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Comparison {
+    /// The baseline file.
+    pub baseline: String,
+    /// Relative tolerance.
+    pub tolerance: f64,
+    /// Absolute tolerance of the error rate.
+    pub tolerance_error_rate: f64,
+    /// (model, level, metric) values compared.
+    pub compared: u64,
+    /// Metrics worse beyond the tolerance.
+    pub regressions: Vec<Regression>,
+    /// (model, level) pairs of this run that the baseline does not have.
+    pub not_in_baseline: Vec<String>,
+}
+
+/// The metrics compared with a baseline.
+pub const COMPARED: [&str; 10] = [
+    "ttft_p50",
+    "ttft_p95",
+    "tpot_p50",
+    "tpot_p95",
+    "e2e_p95",
+    "tps_p50",
+    "agg_tps",
+    "rps",
+    "goodput",
+    "error_rate",
+];
+
+/// Compares every (model, level) of `current` that `baseline` also has: a lower-is-better metric
+/// regressed when `current > baseline × (1 + tolerance)`, a higher-is-better one when
+/// `current < baseline × (1 − tolerance)`, the error rate when it rose by more than
+/// `tolerance_error_rate` (absolute). Metrics missing on either side are not compared.
+pub fn compare(
+    current: &[ModelReport],
+    baseline: &[ModelReport],
+    c: &Criteria,
+    baseline_name: &str,
+) -> Comparison {
+    let metrics: Vec<Metric> = COMPARED.iter().filter_map(|m| m.parse().ok()).collect();
+    let mut out = Comparison {
+        baseline: baseline_name.to_owned(),
+        tolerance: c.tolerance,
+        tolerance_error_rate: c.tolerance_error_rate,
+        compared: 0,
+        regressions: Vec::new(),
+        not_in_baseline: Vec::new(),
+    };
+    for m in current {
+        for l in &m.levels {
+            let Some(b) = baseline
+                .iter()
+                .filter(|bm| bm.model == m.model)
+                .flat_map(|bm| bm.levels.iter())
+                .find(|bl| bl.key.same(&l.key))
+            else {
+                out.not_in_baseline
+                    .push(format!("{} @ {}", m.model, l.key.label()));
+                continue;
+            };
+            for metric in &metrics {
+                let (Some(cur), Some(old)) = (metric.value(l), metric.value(b)) else {
+                    continue;
+                };
+                out.compared += 1;
+                let (worse, change) = if metric.base == Base::ErrorRate {
+                    (cur - old > c.tolerance_error_rate, cur - old)
+                } else {
+                    let change = if old != 0.0 { cur / old - 1.0 } else { 0.0 };
+                    let worse = if metric.base.lower_is_better() {
+                        cur > old * (1.0 + c.tolerance)
+                    } else {
+                        cur < old * (1.0 - c.tolerance)
+                    };
+                    (worse, change)
+                };
+                if worse {
+                    out.regressions.push(Regression {
+                        model: m.model.clone(),
+                        level: l.key.label(),
+                        metric: metric.to_string(),
+                        baseline: old,
+                        current: cur,
+                        change,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::stats::Summary;
+
+    pub(crate) fn level(c: u32, agg_tps: f64, ttft_p95: f64, err: f64) -> LevelStats {
+        let s = |v: f64| Summary {
+            n: 10,
+            mean: v,
+            min: v,
+            p50: v,
+            p90: v,
+            p95: v,
+            p99: v,
+            max: v,
+        };
+        LevelStats {
+            key: LevelKey {
+                concurrency: c,
+                rate: None,
+            },
+            requests: 100,
+            successes: 100 - (err * 100.0) as u64,
+            errors: BTreeMap::new(),
+            error_rate: err,
+            ttft_s: Some(s(ttft_p95)),
+            ttfo_s: Some(s(ttft_p95)),
+            tpot_s: Some(s(0.02)),
+            e2e_s: Some(s(1.0)),
+            decode_tokens_per_s: Some(s(50.0)),
+            output_tokens: 1000,
+            wall_s: 10.0,
+            output_tokens_per_s: agg_tps,
+            requests_per_s: 10.0,
+            goodput_rps: None,
+            slo_met: None,
+            lag_s: Some(s(0.0001)),
+            ramp_s: None,
+            loop_lag_s: None,
+            capped: 0,
+            samples: None,
+        }
+    }
+
+    fn model(name: &str, levels: Vec<LevelStats>) -> ModelReport {
+        ModelReport {
+            model: name.into(),
+            levels,
+            knee: None,
+        }
+    }
+
+    #[test]
+    fn knee_is_where_throughput_flattens_and_ttft_jumps() {
+        let levels = vec![
+            level(2, 100.0, 0.2, 0.0),
+            level(4, 200.0, 0.2, 0.0),
+            level(8, 400.0, 0.21, 0.0),
+            level(16, 405.0, 0.9, 0.0),
+            level(32, 410.0, 2.0, 0.0),
+        ];
+        let k = find_knee(&levels, &KneeRule::default()).unwrap();
+        assert_eq!((k.index, k.level.concurrency), (3, 16));
+        // Thresholds are configurable: demanding a 5x TTFT jump finds none.
+        let strict = KneeRule {
+            tps_growth: 0.1,
+            ttft_growth: 4.0,
+        };
+        assert!(find_knee(&levels, &strict).is_none());
+        assert!(find_knee(&levels[..1], &KneeRule::default()).is_none());
+    }
+
+    #[test]
+    fn selection_rejects_and_ranks() {
+        let models = vec![
+            model("fast", vec![level(8, 400.0, 0.5, 0.0)]),
+            model("slow", vec![level(8, 200.0, 1.0, 0.0)]),
+            model("flaky", vec![level(8, 500.0, 0.4, 0.05)]),
+        ];
+        let c = Criteria {
+            limits: vec!["error_rate<1%".parse().unwrap()],
+            weights: crate::bench::spec::parse_weights("ttft=0.5,agg_tps=0.5").unwrap(),
+            ..Criteria::default()
+        };
+        let s = select(&models, &c);
+        assert_eq!(s.level, "8");
+        assert_eq!(s.rejected.len(), 1);
+        assert_eq!(s.rejected[0].model, "flaky");
+        assert!(s.rejected[0].reasons[0].contains("error_rate = 5.00%"));
+        assert_eq!(s.ranked[0].model, "fast");
+        assert_eq!(s.ranked[0].score, 1.0);
+        // slow: ttft 0.5/1.0 = 0.5, agg 200/400 = 0.5 → 0.5.
+        assert_eq!(s.ranked[1].score, 0.5);
+        assert_eq!(s.ranked[1].rank, 2);
+    }
+
+    #[test]
+    fn selection_at_a_missing_level_rejects() {
+        let models = vec![model("a", vec![level(8, 400.0, 0.5, 0.0)])];
+        let c = Criteria {
+            select_at: Some(16.0),
+            ..Criteria::default()
+        };
+        let s = select(&models, &c);
+        assert_eq!(s.rejected[0].reasons, vec!["no level at 16".to_owned()]);
+    }
+
+    #[test]
+    fn regressions_beyond_tolerance() {
+        let base = vec![model("a", vec![level(8, 400.0, 0.5, 0.0)])];
+        let same = vec![model("a", vec![level(8, 380.0, 0.54, 0.005)])];
+        let c = Criteria::default();
+        let r = compare(&same, &base, &c, "old.json");
+        assert!(r.regressions.is_empty(), "{:?}", r.regressions);
+        assert_eq!(r.compared, 9); // goodput absent on both sides
+        let worse = vec![model(
+            "a",
+            vec![level(8, 300.0, 0.6, 0.03), level(16, 1.0, 1.0, 0.0)],
+        )];
+        let r = compare(&worse, &base, &c, "old.json");
+        let names: Vec<&str> = r.regressions.iter().map(|r| r.metric.as_str()).collect();
+        assert_eq!(
+            names,
+            vec!["ttft_p50", "ttft_p95", "agg_tps", "error_rate"],
+            "{r:?}"
+        );
+        assert_eq!(r.not_in_baseline, vec!["a @ 16".to_owned()]);
+    }
+}

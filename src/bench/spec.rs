@@ -1,0 +1,750 @@
+//! The bench's vocabulary: metric names, hard limits, weights, SLOs, ratios, and the optional
+//! `--bench.file` YAML that holds them (pure parsing).
+//!
+//! Metric names: `ttft`, `ttfo`, `tpot`, `e2e` (seconds), `tps` (per-request decode tokens/s) and
+//! `lag` (the load generator's scheduling lag, seconds), each with a statistic suffix `_mean`,
+//! `_p50`, `_p90`, `_p95`, `_p99` or `_max`; bare, they mean `_p95` (`tps`: `_p50`; `lag`:
+//! `_p99`). Level-wide metrics without a suffix: `agg_tps` (aggregate output tokens/s),
+//! `rps` (requests/s), `goodput` (requests/s that met every SLO) and `error_rate` (0..1).
+
+use super::stats::{LevelStats, Sample, Summary};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+use std::str::FromStr;
+
+/// A problem with a bench flag or the bench file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    /// A flag value could not be parsed.
+    #[error("{0}")]
+    Invalid(String),
+    /// The bench file could not be read.
+    #[error("cannot read bench file {path}: {reason}")]
+    Io {
+        /// The file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// The bench file is not valid.
+    #[error("bench file {path}: {reason}")]
+    File {
+        /// The file.
+        path: String,
+        /// What is wrong (with the YAML location when known).
+        reason: String,
+    },
+}
+
+fn invalid(s: impl Into<String>) -> SpecError {
+    SpecError::Invalid(s.into())
+}
+
+/// What a metric is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Base {
+    /// Time to first token, s.
+    Ttft,
+    /// Time to first output token, s.
+    Ttfo,
+    /// Time per output token, s.
+    Tpot,
+    /// End-to-end request duration, s.
+    E2e,
+    /// Per-request decode tokens/s.
+    Tps,
+    /// Load generator scheduling lag, s.
+    Lag,
+    /// Aggregate output tokens/s of the level.
+    AggTps,
+    /// Requests/s of the level.
+    Rps,
+    /// Requests/s that met every SLO.
+    Goodput,
+    /// Failed / all requests.
+    ErrorRate,
+}
+
+/// A statistic of a per-request distribution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Stat {
+    /// Mean.
+    Mean,
+    /// Median.
+    P50,
+    /// 90th percentile.
+    P90,
+    /// 95th percentile.
+    P95,
+    /// 99th percentile.
+    P99,
+    /// Maximum.
+    Max,
+}
+
+impl Stat {
+    fn name(self) -> &'static str {
+        match self {
+            Stat::Mean => "mean",
+            Stat::P50 => "p50",
+            Stat::P90 => "p90",
+            Stat::P95 => "p95",
+            Stat::P99 => "p99",
+            Stat::Max => "max",
+        }
+    }
+
+    fn of(self, s: &Summary) -> f64 {
+        match self {
+            Stat::Mean => s.mean,
+            Stat::P50 => s.p50,
+            Stat::P90 => s.p90,
+            Stat::P95 => s.p95,
+            Stat::P99 => s.p99,
+            Stat::Max => s.max,
+        }
+    }
+}
+
+impl Base {
+    fn name(self) -> &'static str {
+        match self {
+            Base::Ttft => "ttft",
+            Base::Ttfo => "ttfo",
+            Base::Tpot => "tpot",
+            Base::E2e => "e2e",
+            Base::Tps => "tps",
+            Base::Lag => "lag",
+            Base::AggTps => "agg_tps",
+            Base::Rps => "rps",
+            Base::Goodput => "goodput",
+            Base::ErrorRate => "error_rate",
+        }
+    }
+
+    fn from_name(s: &str) -> Option<Base> {
+        Some(match s {
+            "ttft" => Base::Ttft,
+            "ttfo" => Base::Ttfo,
+            "tpot" => Base::Tpot,
+            "e2e" => Base::E2e,
+            "tps" | "decode_tps" => Base::Tps,
+            "lag" => Base::Lag,
+            "agg_tps" | "output_tps" | "throughput" => Base::AggTps,
+            "rps" => Base::Rps,
+            "goodput" => Base::Goodput,
+            "error_rate" | "errors" => Base::ErrorRate,
+            _ => return None,
+        })
+    }
+
+    /// A per-request distribution (takes a statistic).
+    fn distribution(self) -> bool {
+        matches!(
+            self,
+            Base::Ttft | Base::Ttfo | Base::Tpot | Base::E2e | Base::Tps | Base::Lag
+        )
+    }
+
+    /// Measured in seconds (limits take durations such as `2s`, `50ms`).
+    pub fn is_time(self) -> bool {
+        matches!(
+            self,
+            Base::Ttft | Base::Ttfo | Base::Tpot | Base::E2e | Base::Lag
+        )
+    }
+
+    /// Smaller values are better.
+    pub fn lower_is_better(self) -> bool {
+        self.is_time() || self == Base::ErrorRate
+    }
+
+    fn default_stat(self) -> Option<Stat> {
+        match self {
+            Base::Tps => Some(Stat::P50),
+            Base::Lag => Some(Stat::P99),
+            b if b.distribution() => Some(Stat::P95),
+            _ => None,
+        }
+    }
+}
+
+/// A metric of a level, e.g. `ttft_p95`, `tps_p50`, `agg_tps`, `error_rate`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Metric {
+    /// What.
+    pub base: Base,
+    /// Which statistic (distribution metrics only).
+    pub stat: Option<Stat>,
+}
+
+impl FromStr for Metric {
+    type Err = SpecError;
+
+    fn from_str(s: &str) -> Result<Self, SpecError> {
+        let s = s.trim().to_ascii_lowercase();
+        if let Some(base) = Base::from_name(&s) {
+            return Ok(Metric {
+                base,
+                stat: base.default_stat(),
+            });
+        }
+        let parsed = s.rsplit_once('_').and_then(|(b, st)| {
+            let base = Base::from_name(b).filter(|b| b.distribution())?;
+            let stat = match st {
+                "mean" | "avg" => Stat::Mean,
+                "p50" | "median" => Stat::P50,
+                "p90" => Stat::P90,
+                "p95" => Stat::P95,
+                "p99" => Stat::P99,
+                "max" => Stat::Max,
+                _ => return None,
+            };
+            Some(Metric {
+                base,
+                stat: Some(stat),
+            })
+        });
+        parsed.ok_or_else(|| {
+            invalid(format!(
+                "unknown metric {s:?}: expected ttft, ttfo, tpot, e2e, tps or lag (optionally with \
+                 _mean, _p50, _p90, _p95, _p99, _max), agg_tps, rps, goodput or error_rate"
+            ))
+        })
+    }
+}
+
+impl fmt::Display for Metric {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.stat {
+            Some(st) => write!(f, "{}_{}", self.base.name(), st.name()),
+            None => f.write_str(self.base.name()),
+        }
+    }
+}
+
+impl Metric {
+    /// The metric's value at a level; `None` when the level has no such value (no successes,
+    /// no SLOs for goodput).
+    pub fn value(&self, l: &LevelStats) -> Option<f64> {
+        let dist = |s: &Option<Summary>| {
+            s.as_ref()
+                .map(|s| self.stat.unwrap_or(Stat::P95).of(s))
+                .filter(|v| v.is_finite())
+        };
+        match self.base {
+            Base::Ttft => dist(&l.ttft_s),
+            Base::Ttfo => dist(&l.ttfo_s),
+            Base::Tpot => dist(&l.tpot_s),
+            Base::E2e => dist(&l.e2e_s),
+            Base::Tps => dist(&l.decode_tokens_per_s),
+            Base::Lag => dist(&l.lag_s),
+            Base::AggTps => Some(l.output_tokens_per_s),
+            Base::Rps => Some(l.requests_per_s),
+            Base::Goodput => l.goodput_rps,
+            Base::ErrorRate => Some(l.error_rate),
+        }
+    }
+
+    /// A value of this metric for people: `212.3 ms`, `41.7 tok/s`, `0.50%`.
+    pub fn format(&self, v: f64) -> String {
+        match self.base {
+            b if b.is_time() => fmt_secs(v),
+            Base::ErrorRate => format!("{:.2}%", v * 100.0),
+            Base::Tps | Base::AggTps => format!("{v:.1} tok/s"),
+            _ => format!("{v:.2}/s"),
+        }
+    }
+
+    /// Parses a threshold for this metric: a duration (`2s`, `50ms`, or bare seconds) for time
+    /// metrics, a ratio (`1%` or `0.01`) for `error_rate`, a number otherwise.
+    pub fn parse_value(&self, s: &str) -> Result<f64, SpecError> {
+        let s = s.trim();
+        if self.base.is_time() {
+            parse_seconds(s)
+        } else if self.base == Base::ErrorRate {
+            parse_ratio(s)
+        } else {
+            s.parse::<f64>()
+                .ok()
+                .filter(|v| v.is_finite())
+                .ok_or_else(|| invalid(format!("{self}: {s:?} is not a number")))
+        }
+    }
+}
+
+/// `212.3 ms` below a second, `2.41 s` above.
+pub fn fmt_secs(v: f64) -> String {
+    if v.abs() < 1.0 {
+        format!("{:.1} ms", v * 1e3)
+    } else {
+        format!("{v:.2} s")
+    }
+}
+
+/// Seconds from `2s`, `50ms`, `1m30s` (humantime) or a bare number of seconds.
+pub fn parse_seconds(s: &str) -> Result<f64, SpecError> {
+    let s = s.trim();
+    if let Ok(v) = s.parse::<f64>()
+        && v.is_finite()
+        && v >= 0.0
+    {
+        return Ok(v);
+    }
+    humantime::parse_duration(s)
+        .map(|d| d.as_secs_f64())
+        .map_err(|e| invalid(format!("{s:?} is not a duration ({e})")))
+}
+
+/// A ratio from `10%` or `0.1`.
+pub fn parse_ratio(s: &str) -> Result<f64, SpecError> {
+    let s = s.trim();
+    let (num, scale) = match s.strip_suffix('%') {
+        Some(n) => (n.trim(), 0.01),
+        None => (s, 1.0),
+    };
+    num.parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v >= 0.0)
+        .map(|v| v * scale)
+        .ok_or_else(|| invalid(format!("{s:?} is not a ratio (e.g. 10% or 0.1)")))
+}
+
+/// A comparison of a limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// `<`
+    Lt,
+    /// `<=`
+    Le,
+    /// `>`
+    Gt,
+    /// `>=`
+    Ge,
+}
+
+impl Op {
+    fn holds(self, v: f64, t: f64) -> bool {
+        match self {
+            Op::Lt => v < t,
+            Op::Le => v <= t,
+            Op::Gt => v > t,
+            Op::Ge => v >= t,
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Op::Lt => "<",
+            Op::Le => "<=",
+            Op::Gt => ">",
+            Op::Ge => ">=",
+        }
+    }
+}
+
+/// A hard limit, e.g. `ttft_p95<2s`, `error_rate<1%`, `tps_p50>30`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limit {
+    /// The metric.
+    pub metric: Metric,
+    /// The comparison that must hold.
+    pub op: Op,
+    /// The threshold (seconds, ratio or number).
+    pub value: f64,
+}
+
+impl FromStr for Limit {
+    type Err = SpecError;
+
+    fn from_str(s: &str) -> Result<Self, SpecError> {
+        let i = s.find(['<', '>']).ok_or_else(|| {
+            invalid(format!(
+                "limit {s:?}: expected METRIC<VALUE or METRIC>VALUE"
+            ))
+        })?;
+        let (name, rest) = s.split_at(i);
+        let (op, value) = if let Some(v) = rest.strip_prefix("<=") {
+            (Op::Le, v)
+        } else if let Some(v) = rest.strip_prefix(">=") {
+            (Op::Ge, v)
+        } else if let Some(v) = rest.strip_prefix('<') {
+            (Op::Lt, v)
+        } else {
+            (Op::Gt, &rest[1..])
+        };
+        let metric: Metric = name
+            .parse()
+            .map_err(|e: SpecError| invalid(format!("limit {s:?}: {e}")))?;
+        let value = metric
+            .parse_value(value)
+            .map_err(|e| invalid(format!("limit {s:?}: {e}")))?;
+        Ok(Limit { metric, op, value })
+    }
+}
+
+impl fmt::Display for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} {} {}",
+            self.metric,
+            self.op.as_str(),
+            self.metric.format(self.value)
+        )
+    }
+}
+
+impl Limit {
+    /// `None` when the level satisfies the limit, else why not (a missing value fails).
+    pub fn violation(&self, l: &LevelStats) -> Option<String> {
+        match self.metric.value(l) {
+            Some(v) if self.op.holds(v, self.value) => None,
+            Some(v) => Some(format!(
+                "{} = {} (limit {self})",
+                self.metric,
+                self.metric.format(v)
+            )),
+            None => Some(format!("{} not measured (limit {self})", self.metric)),
+        }
+    }
+}
+
+/// Parses `ttft=0.5,tps=0.3` (one or more `METRIC=WEIGHT`).
+pub fn parse_weights(s: &str) -> Result<Vec<(Metric, f64)>, SpecError> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (m, w) = part
+            .split_once('=')
+            .ok_or_else(|| invalid(format!("weight {part:?}: expected METRIC=WEIGHT")))?;
+        let metric: Metric = m.parse()?;
+        let w = w
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|w| w.is_finite() && *w >= 0.0)
+            .ok_or_else(|| invalid(format!("weight {part:?}: not a non-negative number")))?;
+        out.push((metric, w));
+    }
+    Ok(out)
+}
+
+/// A per-request service-level objective for the goodput, e.g. `ttft=2s`, `tpot=50ms`, `tps=30`.
+/// Latencies must be at most the threshold, `tps` at least.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Slo {
+    /// `Ttft`, `Ttfo`, `Tpot`, `E2e` or `Tps`.
+    pub base: Base,
+    /// Seconds, or tokens/s for `Tps`.
+    pub value: f64,
+}
+
+impl FromStr for Slo {
+    type Err = SpecError;
+
+    fn from_str(s: &str) -> Result<Self, SpecError> {
+        let (name, v) = s
+            .split_once('=')
+            .ok_or_else(|| invalid(format!("slo {s:?}: expected METRIC=VALUE, e.g. ttft=2s")))?;
+        let base = Base::from_name(name.trim().to_ascii_lowercase().as_str())
+            .filter(|b| {
+                matches!(
+                    b,
+                    Base::Ttft | Base::Ttfo | Base::Tpot | Base::E2e | Base::Tps
+                )
+            })
+            .ok_or_else(|| {
+                invalid(format!(
+                    "slo {s:?}: the metric must be ttft, ttfo, tpot, e2e or tps"
+                ))
+            })?;
+        let value = Metric {
+            base,
+            stat: base.default_stat(),
+        }
+        .parse_value(v)
+        .map_err(|e| invalid(format!("slo {s:?}: {e}")))?;
+        Ok(Slo { base, value })
+    }
+}
+
+impl fmt::Display for Slo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.base {
+            Base::Tps => write!(f, "tps>={}", self.value),
+            b => write!(f, "{}<={}", b.name(), fmt_secs(self.value)),
+        }
+    }
+}
+
+impl Slo {
+    /// The request meets this SLO (a value it does not have does not count against it).
+    pub fn met_by(&self, s: &Sample) -> bool {
+        let v = match self.base {
+            Base::Ttft => s.ttft_s,
+            Base::Ttfo => s.ttfo_s,
+            Base::Tpot => s.tpot_s,
+            Base::E2e => s.e2e_s,
+            Base::Tps => s.decode_tokens_per_s,
+            _ => None,
+        };
+        match v {
+            None => true,
+            Some(v) if self.base == Base::Tps => v >= self.value,
+            Some(v) => v <= self.value,
+        }
+    }
+}
+
+/// The knee rule: at the first level where aggregate tokens/s grew by less than `tps_growth` over
+/// the previous level while TTFT p95 grew by more than `ttft_growth`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct KneeRule {
+    /// Relative growth of aggregate output tokens/s below which throughput has levelled off.
+    pub tps_growth: f64,
+    /// Relative growth of TTFT p95 above which latency has taken off.
+    pub ttft_growth: f64,
+}
+
+impl Default for KneeRule {
+    fn default() -> Self {
+        KneeRule {
+            tps_growth: 0.10,
+            ttft_growth: 0.50,
+        }
+    }
+}
+
+/// Everything that judges results: limits, weights, SLOs, knee rule, regression tolerances.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Criteria {
+    /// Hard limits; a model failing one is not ranked.
+    pub limits: Vec<Limit>,
+    /// Weights of the score (empty: the default `ttft=0.5,tps=0.3,tpot=0.2`).
+    pub weights: Vec<(Metric, f64)>,
+    /// Per-request SLOs of the goodput.
+    pub slos: Vec<Slo>,
+    /// The knee rule.
+    pub knee: KneeRule,
+    /// Relative tolerance of the regression check.
+    pub tolerance: f64,
+    /// Absolute tolerance of the error rate in the regression check.
+    pub tolerance_error_rate: f64,
+    /// The level (concurrency, or rate in open loop) at which models are selected; `None`: the
+    /// last level.
+    pub select_at: Option<f64>,
+}
+
+impl Default for Criteria {
+    fn default() -> Self {
+        Criteria {
+            limits: Vec::new(),
+            weights: Vec::new(),
+            slos: Vec::new(),
+            knee: KneeRule::default(),
+            tolerance: 0.10,
+            tolerance_error_rate: 0.01,
+            select_at: None,
+        }
+    }
+}
+
+impl Criteria {
+    /// The weights in force: the configured ones, else `ttft=0.5,tps=0.3,tpot=0.2`.
+    pub fn effective_weights(&self) -> Vec<(Metric, f64)> {
+        if self.weights.is_empty() {
+            parse_weights("ttft=0.5,tps=0.3,tpot=0.2").unwrap_or_default()
+        } else {
+            self.weights.clone()
+        }
+    }
+}
+
+/// A number or a string in the bench file (`30`, `2s`, `10%`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum Scalar {
+    Num(f64),
+    Text(String),
+}
+
+impl Scalar {
+    fn text(&self) -> String {
+        match self {
+            Scalar::Num(n) => n.to_string(),
+            Scalar::Text(s) => s.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KneeFile {
+    tps_growth: Option<Scalar>,
+    ttft_growth: Option<Scalar>,
+}
+
+/// The `--bench.file` YAML.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BenchFile {
+    #[serde(default)]
+    limits: Vec<String>,
+    #[serde(default)]
+    weights: BTreeMap<String, f64>,
+    #[serde(default)]
+    slo: BTreeMap<String, Scalar>,
+    knee: Option<KneeFile>,
+    tolerance: Option<Scalar>,
+    tolerance_error_rate: Option<Scalar>,
+    select_at: Option<f64>,
+}
+
+impl Criteria {
+    /// Parses a bench file's text (see `docs/bench.md`), every problem listed.
+    ///
+    /// # Errors
+    /// [`SpecError::File`] naming the file `origin`.
+    pub fn parse_file(text: &str, origin: &str) -> Result<Criteria, SpecError> {
+        let file_err = |reason: String| SpecError::File {
+            path: origin.to_owned(),
+            reason,
+        };
+        let f: BenchFile = serde_saphyr::from_str(text).map_err(|e| file_err(e.to_string()))?;
+        let mut c = Criteria::default();
+        let mut problems = Vec::new();
+        let mut keep = |r: Result<(), SpecError>| {
+            if let Err(e) = r {
+                problems.push(e.to_string());
+            }
+        };
+        for l in &f.limits {
+            keep(l.parse().map(|l| c.limits.push(l)));
+        }
+        for (m, w) in &f.weights {
+            keep(parse_weights(&format!("{m}={w}")).map(|w| c.weights.extend(w)));
+        }
+        for (m, v) in &f.slo {
+            keep(format!("{m}={}", v.text()).parse().map(|s| c.slos.push(s)));
+        }
+        if let Some(k) = &f.knee {
+            if let Some(g) = &k.tps_growth {
+                keep(parse_ratio(&g.text()).map(|g| c.knee.tps_growth = g));
+            }
+            if let Some(g) = &k.ttft_growth {
+                keep(parse_ratio(&g.text()).map(|g| c.knee.ttft_growth = g));
+            }
+        }
+        if let Some(t) = &f.tolerance {
+            keep(parse_ratio(&t.text()).map(|t| c.tolerance = t));
+        }
+        if let Some(t) = &f.tolerance_error_rate {
+            keep(parse_ratio(&t.text()).map(|t| c.tolerance_error_rate = t));
+        }
+        c.select_at = f.select_at;
+        if problems.is_empty() {
+            Ok(c)
+        } else {
+            Err(file_err(problems.join("; ")))
+        }
+    }
+
+    /// Reads a bench file.
+    ///
+    /// # Errors
+    /// [`SpecError::Io`] or [`SpecError::File`].
+    pub fn load_file(path: &Path) -> Result<Criteria, SpecError> {
+        let text = std::fs::read_to_string(path).map_err(|e| SpecError::Io {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        Criteria::parse_file(&text, &path.display().to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metric_names_round_trip() {
+        for (s, shown) in [
+            ("ttft", "ttft_p95"),
+            ("ttft_p50", "ttft_p50"),
+            ("TPS", "tps_p50"),
+            ("tpot_mean", "tpot_mean"),
+            ("agg_tps", "agg_tps"),
+            ("error_rate", "error_rate"),
+            ("lag", "lag_p99"),
+            ("e2e_max", "e2e_max"),
+        ] {
+            assert_eq!(s.parse::<Metric>().unwrap().to_string(), shown, "{s}");
+        }
+        assert!("agg_tps_p50".parse::<Metric>().is_err());
+        assert!("ttft_p42".parse::<Metric>().is_err());
+        assert!("latency".parse::<Metric>().is_err());
+    }
+
+    #[test]
+    fn limits_parse_with_units() {
+        let l: Limit = "ttft_p95<2s".parse().unwrap();
+        assert_eq!((l.op, l.value), (Op::Lt, 2.0));
+        let l: Limit = "tpot<=50ms".parse().unwrap();
+        assert_eq!((l.op, l.value), (Op::Le, 0.05));
+        let l: Limit = "error_rate<1%".parse().unwrap();
+        assert_eq!(l.value, 0.01);
+        let l: Limit = "error_rate<0.02".parse().unwrap();
+        assert_eq!(l.value, 0.02);
+        let l: Limit = "tps_p50>30".parse().unwrap();
+        assert_eq!((l.op, l.value), (Op::Gt, 30.0));
+        assert_eq!(l.to_string(), "tps_p50 > 30.0 tok/s");
+        assert!("ttft_p95=2s".parse::<Limit>().is_err());
+        assert!("ttft_p95<fast".parse::<Limit>().is_err());
+    }
+
+    #[test]
+    fn weights_and_slos() {
+        let w = parse_weights("ttft=0.5, tps=0.3,tpot=0.2").unwrap();
+        assert_eq!(w.len(), 3);
+        assert_eq!(w[1].0.to_string(), "tps_p50");
+        assert!(parse_weights("ttft").is_err());
+        assert!(parse_weights("ttft=-1").is_err());
+        let s: Slo = "tpot=50ms".parse().unwrap();
+        assert_eq!((s.base, s.value), (Base::Tpot, 0.05));
+        let s: Slo = "tps=30".parse().unwrap();
+        assert_eq!(s.to_string(), "tps>=30");
+        assert!("rps=3".parse::<Slo>().is_err());
+    }
+
+    #[test]
+    fn ratios() {
+        assert_eq!(parse_ratio("10%").unwrap(), 0.1);
+        assert_eq!(parse_ratio("0.25").unwrap(), 0.25);
+        assert!(parse_ratio("ten").is_err());
+        assert!(parse_ratio("-1").is_err());
+    }
+
+    #[test]
+    fn bench_file_parses_and_rejects_unknown_keys() {
+        let c = Criteria::parse_file(
+            "limits: [\"ttft_p95<2s\", \"error_rate<1%\"]\nweights: {ttft: 0.5, tps: 0.5}\n\
+             slo: {ttft: 2s, tps: 30}\nknee: {tps_growth: 5%, ttft_growth: 1.0}\n\
+             tolerance: 20%\nselect_at: 8\n",
+            "b.yml",
+        )
+        .unwrap();
+        assert_eq!(c.limits.len(), 2);
+        assert_eq!(c.weights.len(), 2);
+        assert_eq!(c.slos.len(), 2);
+        assert_eq!(c.knee.tps_growth, 0.05);
+        assert_eq!(c.knee.ttft_growth, 1.0);
+        assert_eq!(c.tolerance, 0.2);
+        assert_eq!(c.select_at, Some(8.0));
+        let e = Criteria::parse_file("limitz: []\n", "b.yml").unwrap_err();
+        assert!(e.to_string().contains("limitz"), "{e}");
+        let e = Criteria::parse_file("limits: [\"ttft<soon\"]\n", "b.yml").unwrap_err();
+        assert!(e.to_string().contains("ttft<soon"), "{e}");
+    }
+}

@@ -1,0 +1,341 @@
+//! `tokenprobe simulate`: a built-in OpenAI-compatible (and Anthropic) streaming server with
+//! configured timing and faults, for testing dashboards and alerts and as the timing ground truth
+//! of load tests and benchmarks.
+//!
+//! Endpoints: `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/messages`
+//! (Anthropic), `POST /v1/responses` (OpenAI Responses), each also without the `/v1` prefix;
+//! `GET /v1/models`, `GET /health`. `"stream": true` gets an SSE stream, anything else one JSON
+//! body once the whole answer would have been generated.
+//!
+//! Timing. A request *arrives* when its body has been read in full; its head is written at once.
+//! When `--max-concurrency` is set it then waits for a slot; generation starts at arrival or at
+//! the slot, whichever is later, and the opening events (role chunk, `message_start`) go out then.
+//! Token `i` is due at `start + ttft + gap_1 + … + gap_i` (see [`plan`]) and every event waits for
+//! that absolute deadline, so lateness never accumulates. The deadline source (see `--timer`) is
+//! by default a timerfd in tokio's I/O driver: tens of microseconds late, and under load (over
+//! 2,000 events/s) on a 500 µs grid so that nearby deadlines share a wake-up; or tokio's own 1 ms
+//! timer (0–2 ms late). The HTTP/1.1 server is hand-written on a `TCP_NODELAY` socket: every
+//! event is exactly one `write` (no framework buffers in between; with chunked framing the chunk
+//! header travels in the same write), and its send instant is `Instant::now()` right after the
+//! write returns.
+//! `--event-log FILE` writes, per request, each event's due and send instants relative to arrival
+//! (one JSON line, written by a separate thread), so a benchmark can compare a client's TTFT with
+//! the instant the first token left the server.
+//!
+//! Connections: HTTP/1.1 keep-alive with chunked streams (several requests per connection, also
+//! pipelined); `Connection: close` or HTTP/1.0 end the connection after the response. A client
+//! that disconnects ends its request at once, also while it is queued or stalled.
+//!
+//! Faults (`--error-rate`, `--errors`): an HTTP status (`429` with `retry-after: 1`, `500`, `529`
+//! with Anthropic's `overloaded_error`, `401`, or any other 4xx/5xx), `stall` (head and opening
+//! events, then silence until the client goes), `stall-mid` (silence after half the tokens),
+//! `truncate` (close after half the tokens, without finish or end marker) and `malformed` (a
+//! `data: {not json` event after half the tokens, then the normal rest).
+
+mod conn;
+mod http;
+mod log;
+pub mod plan;
+mod render;
+mod timer;
+
+use anyhow::{Context, Result, bail};
+use plan::Timing;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+pub use timer::{Slack, TimerKind};
+use tokio::net::{TcpListener, TcpSocket};
+use tokio::sync::Semaphore;
+
+/// Flags of `tokenprobe simulate`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SimulateArgs {
+    /// Address to listen on; port 0 picks a free port. The first line on stdout is
+    /// `listening on http://ADDR`.
+    #[arg(long, default_value = "127.0.0.1:8000")]
+    pub listen: String,
+    /// Time to first token, from arrival (or from the concurrency slot).
+    #[arg(long, default_value = "200ms", value_parser = humantime::parse_duration)]
+    pub ttft: Duration,
+    /// Inter-token latency: the gap between consecutive tokens.
+    #[arg(long, default_value = "20ms", value_parser = humantime::parse_duration)]
+    pub itl: Duration,
+    /// Output length in tokens (a request's max_tokens caps it: finish reason "length").
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    pub output_tokens: u32,
+    /// Uniform jitter on the TTFT (ttft ± this).
+    #[arg(long, default_value = "0ms", value_parser = humantime::parse_duration)]
+    pub ttft_jitter: Duration,
+    /// Uniform jitter on each inter-token gap (itl ± this).
+    #[arg(long, default_value = "0ms", value_parser = humantime::parse_duration)]
+    pub itl_jitter: Duration,
+    /// Uniform jitter on the output length (output-tokens ± this, at least 1).
+    #[arg(long, default_value_t = 0)]
+    pub output_tokens_jitter: u32,
+    /// Tokens per content event after the first token, which always goes out alone.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub tokens_per_chunk: u32,
+    /// Probability that a request gets a fault from --errors.
+    #[arg(long, default_value_t = 0.0)]
+    pub error_rate: f64,
+    /// Faults to choose from, uniformly: HTTP statuses (429, 500, 529, 401, any 4xx/5xx), stall,
+    /// stall-mid, truncate, malformed.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "429,500,529,stall,truncate,malformed"
+    )]
+    pub errors: Vec<Fault>,
+    /// Seed of the jitter and fault draws (request n gets the n-th stream); random when absent.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Write one JSON line per finished request with the send instant of every event.
+    #[arg(long)]
+    pub event_log: Option<PathBuf>,
+    /// Generate at most this many answers at once; excess requests queue, and their TTFT
+    /// (counted from arrival) grows.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_concurrency: Option<u32>,
+    /// How event deadlines are waited for: `precise` (a timerfd, tens of microseconds late) or
+    /// `tokio` (the runtime's 1 ms timer, 0-2 ms late).
+    #[arg(long, value_enum, default_value = "precise")]
+    pub timer: TimerKind,
+    /// With `--timer precise`: `auto` (exact below 2,000 events/s, a 500us grid above, which
+    /// keeps the CPU cost near tokio's timer) or a grid such as `100us` to which deadlines are
+    /// rounded up so that nearby ones share one wake-up (`0us` for none).
+    #[arg(long, default_value = "auto")]
+    pub timer_slack: timer::Slack,
+}
+
+/// A fault the simulator can inject into a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Answer with this HTTP status and an error body in the endpoint's shape.
+    Status(u16),
+    /// Send the head and the opening events (role chunk, `message_start`), then nothing until the
+    /// client disconnects.
+    Stall,
+    /// Like `Stall`, but after half the tokens.
+    StallMid,
+    /// Close the connection after half the tokens, without finish reason or end marker.
+    Truncate,
+    /// Send `data: {not json` after half the tokens, then the rest as usual.
+    Malformed,
+}
+
+impl std::str::FromStr for Fault {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "stall" => Ok(Fault::Stall),
+            "stall-mid" | "stall_mid" => Ok(Fault::StallMid),
+            "truncate" => Ok(Fault::Truncate),
+            "malformed" => Ok(Fault::Malformed),
+            other => match other.parse::<u16>() {
+                Ok(code) if (400..=599).contains(&code) => Ok(Fault::Status(code)),
+                _ => Err(format!(
+                    "unknown fault {s:?}: expected an HTTP status 400-599, stall, stall-mid, truncate or malformed"
+                )),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fault::Status(c) => write!(f, "{c}"),
+            Fault::Stall => f.write_str("stall"),
+            Fault::StallMid => f.write_str("stall-mid"),
+            Fault::Truncate => f.write_str("truncate"),
+            Fault::Malformed => f.write_str("malformed"),
+        }
+    }
+}
+
+/// What every connection task shares.
+pub(crate) struct Shared {
+    pub timing: Timing,
+    pub error_rate: f64,
+    pub errors: Vec<Fault>,
+    pub seed: u64,
+    /// Request sequence number (arrival order).
+    pub seq: AtomicU64,
+    pub slots: Option<Arc<Semaphore>>,
+    pub log: Option<log::EventLog>,
+    pub timer: timer::Timer,
+}
+
+impl SimulateArgs {
+    fn validate(&self) -> Result<()> {
+        if !(0.0..=1.0).contains(&self.error_rate) {
+            bail!(
+                "--error-rate must be between 0 and 1, got {}",
+                self.error_rate
+            );
+        }
+        if self.error_rate > 0.0 && self.errors.is_empty() {
+            bail!("--error-rate > 0 needs at least one fault in --errors");
+        }
+        Ok(())
+    }
+
+    fn timing(&self) -> Timing {
+        Timing {
+            ttft: self.ttft,
+            ttft_jitter: self.ttft_jitter,
+            itl: self.itl,
+            itl_jitter: self.itl_jitter,
+            output_tokens: self.output_tokens,
+            output_tokens_jitter: self.output_tokens_jitter,
+            tokens_per_chunk: self.tokens_per_chunk,
+        }
+    }
+}
+
+/// Binds `listen` with a deep accept backlog (thousands of clients may connect at once).
+async fn bind(listen: &str) -> Result<TcpListener> {
+    let addr = tokio::net::lookup_host(listen)
+        .await
+        .with_context(|| format!("cannot resolve --listen {listen:?}"))?
+        .next()
+        .with_context(|| format!("--listen {listen:?} resolves to no address"))?;
+    let sock = if addr.is_ipv4() {
+        TcpSocket::new_v4()
+    } else {
+        TcpSocket::new_v6()
+    }
+    .context("cannot create a socket")?;
+    sock.set_reuseaddr(true).context("SO_REUSEADDR")?;
+    sock.bind(addr)
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    sock.listen(4096)
+        .with_context(|| format!("cannot listen on {addr}"))
+}
+
+/// Runs the simulator until SIGINT/SIGTERM.
+///
+/// # Errors
+/// Invalid flags, an address that cannot be bound, or an event log that cannot be created.
+pub async fn run(args: SimulateArgs) -> Result<ExitCode> {
+    args.validate()?;
+    let listener = bind(&args.listen).await?;
+    let addr = listener.local_addr().context("listener address")?;
+    let log = match &args.event_log {
+        Some(p) => Some(
+            log::EventLog::create(p)
+                .with_context(|| format!("cannot create the event log {}", p.display()))?,
+        ),
+        None => None,
+    };
+    let seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+            ^ u64::from(std::process::id()).rotate_left(32)
+    });
+    let shared = Arc::new(Shared {
+        timing: args.timing(),
+        error_rate: args.error_rate,
+        errors: args.errors.clone(),
+        seed,
+        seq: AtomicU64::new(0),
+        slots: args
+            .max_concurrency
+            .map(|n| Arc::new(Semaphore::new(n as usize))),
+        log,
+        timer: timer::Timer::start(args.timer, args.timer_slack),
+    });
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "listening on http://{addr}");
+        let _ = out.flush();
+    }
+    tracing::info!(
+        address = %addr,
+        ttft = %humantime::format_duration(args.ttft),
+        itl = %humantime::format_duration(args.itl),
+        output_tokens = args.output_tokens,
+        error_rate = args.error_rate,
+        seed,
+        "tokenprobe simulate serving"
+    );
+    tokio::select! {
+        () = accept_loop(listener, shared.clone()) => {},
+        () = shutdown_signal() => tracing::info!("shutting down"),
+    }
+    if let Some(l) = &shared.log {
+        l.close();
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                if let Err(e) = stream.set_nodelay(true) {
+                    tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+                }
+                tokio::spawn(conn::serve(stream, shared.clone()));
+            }
+            Err(e) => {
+                // Out of file descriptors and the like: back off briefly instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {},
+                    _ = term.recv() => {},
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn faults_parse_and_print() {
+        for s in [
+            "429",
+            "500",
+            "529",
+            "401",
+            "stall",
+            "stall-mid",
+            "truncate",
+            "malformed",
+        ] {
+            let f: Fault = s.parse().unwrap();
+            assert_eq!(f.to_string(), s);
+        }
+        assert_eq!("STALL".parse::<Fault>(), Ok(Fault::Stall));
+        assert!("200".parse::<Fault>().is_err());
+        assert!("boom".parse::<Fault>().is_err());
+    }
+}

@@ -1,0 +1,466 @@
+//! One connection: read requests, answer each on its schedule, record every write's instant.
+//!
+//! While it waits for a deadline or a concurrency slot, a request also watches its socket, so a
+//! client that goes away ends the task at once (a stalled request never outlives its client).
+
+use super::http::{self, Framing, ReadError, Request};
+use super::log::{End, EventRec, Record};
+use super::plan::{Plan, Rng};
+use super::render::{self, Proto, Renderer};
+use super::timer::Timer;
+use super::{Fault, Shared};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// How long an idle keep-alive connection (or a slow request) is kept.
+const IDLE: Duration = Duration::from_secs(120);
+/// Pipelined bytes buffered while a response is in progress, at most.
+const MAX_PENDING: usize = 1024 * 1024;
+/// The model listed by `GET /v1/models` and used when a request names none.
+const MODEL: &str = "tokenprobe-simulated";
+
+/// The client closed or reset the connection.
+struct Gone;
+
+/// Serves one connection until the client closes it or a response requires closing.
+pub(super) async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
+    let mut buf = Vec::new();
+    loop {
+        let req = match http::read_request(&mut stream, &mut buf, IDLE).await {
+            Ok(r) => r,
+            Err(ReadError::Closed) => return,
+            Err(ReadError::Bad(status, msg)) => {
+                let body = render::error_body(None, status, msg);
+                let mut h = http::head(
+                    status,
+                    "application/json",
+                    Framing::Length(body.len()),
+                    false,
+                    "",
+                    &[],
+                );
+                h.extend_from_slice(&body);
+                let _ = stream.write_all(&h).await;
+                let _ = stream.shutdown().await;
+                return;
+            }
+        };
+        let arrival = Instant::now();
+        let wall = SystemTime::now();
+        let keep = handle(&mut stream, &mut buf, req, arrival, wall, &shared).await;
+        if !keep {
+            let _ = stream.shutdown().await;
+            return;
+        }
+    }
+}
+
+/// Answers one request; true when the connection may carry another.
+async fn handle(
+    stream: &mut TcpStream,
+    pending: &mut Vec<u8>,
+    req: Request,
+    arrival: Instant,
+    wall: SystemTime,
+    shared: &Shared,
+) -> bool {
+    let path = req.path.trim_end_matches('/');
+    let proto = match path {
+        "/v1/chat/completions" | "/chat/completions" => Proto::Chat,
+        "/v1/completions" | "/completions" => Proto::Completions,
+        "/v1/messages" | "/messages" => Proto::Messages,
+        "/v1/responses" | "/responses" => Proto::Responses,
+        "/health" | "/healthz" | "/v1/models" | "/models" if req.method == "GET" => {
+            let body = if path.ends_with("models") {
+                json!({"object": "list", "data": [{"id": MODEL, "object": "model", "created": 0, "owned_by": "tokenprobe"}]})
+            } else {
+                json!({"status": "ok"})
+            };
+            return simple(stream, &req, 200, None, &body.to_string().into_bytes(), &[]).await;
+        }
+        "/health" | "/healthz" | "/v1/models" | "/models" => {
+            let body = render::error_body(None, 405, "method not allowed");
+            return simple(stream, &req, 405, None, &body, &[("allow", "GET")]).await;
+        }
+        _ => {
+            let body = render::error_body(
+                None,
+                404,
+                &format!("no route for {} {}", req.method, req.path),
+            );
+            return simple(stream, &req, 404, None, &body, &[]).await;
+        }
+    };
+    if req.method != "POST" {
+        let body = render::error_body(Some(proto), 405, "method not allowed");
+        return simple(stream, &req, 405, None, &body, &[("allow", "POST")]).await;
+    }
+
+    let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
+    let mut rng = Rng::for_request(shared.seed, seq);
+    // Drawn whether or not the client names the request, so a seed gives the same plans.
+    let tag = rng.next_u64() as u32;
+    let id = req
+        .request_id
+        .clone()
+        .unwrap_or_else(|| format!("sim-{seq}-{tag:08x}"));
+    let mut rec = Record {
+        id: id.clone(),
+        seq,
+        path: req.path.clone(),
+        arrival_unix_ns: wall.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos()),
+        stream: false,
+        status: 200,
+        fault: None,
+        output_tokens: 0,
+        queued: Duration::ZERO,
+        head_written: None,
+        events: Vec::new(),
+        end: End::Complete,
+    };
+    let body: Value = match serde_json::from_slice(&req.body) {
+        Ok(v @ Value::Object(_)) => v,
+        _ => {
+            rec.status = 400;
+            let body =
+                render::error_body(Some(proto), 400, "the request body is not a JSON object");
+            let keep = simple(stream, &req, 400, Some(&id), &body, &[]).await;
+            rec.head_written = Some(arrival.elapsed());
+            finish(shared, rec);
+            return keep;
+        }
+    };
+    rec.stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    let include_usage = body
+        .get("stream_options")
+        .and_then(|o| o.get("include_usage"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let max_tokens = ["max_tokens", "max_completion_tokens", "max_output_tokens"]
+        .iter()
+        .find_map(|k| body.get(*k).and_then(Value::as_u64));
+    let model = body.get("model").and_then(Value::as_str).unwrap_or(MODEL);
+    let prompt_tokens = ["messages", "prompt", "system", "input", "instructions"]
+        .iter()
+        .filter_map(|k| body.get(*k))
+        .map(|v| v.to_string().len())
+        .sum::<usize>()
+        .div_ceil(4)
+        .clamp(1, u32::MAX as usize) as u32;
+    let plan = Plan::draw(
+        &shared.timing,
+        shared.error_rate,
+        &shared.errors,
+        max_tokens,
+        rng,
+    );
+    rec.fault = plan.fault.map(|f| f.to_string());
+
+    if let Some(Fault::Status(status)) = plan.fault {
+        rec.status = status;
+        let body = render::error_body(Some(proto), status, render::fault_message(status));
+        let extra: &[(&str, &str)] = if status == 429 {
+            &[("retry-after", "1")]
+        } else {
+            &[]
+        };
+        let keep = simple(stream, &req, status, Some(&id), &body, extra).await;
+        rec.head_written = Some(arrival.elapsed());
+        finish(shared, rec);
+        return keep;
+    }
+
+    let created = wall.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let chunk_id = match proto {
+        Proto::Chat => format!("chatcmpl-{id}"),
+        Proto::Completions => format!("cmpl-{id}"),
+        Proto::Messages => format!("msg_{id}"),
+        Proto::Responses => format!("resp_{id}"),
+    };
+    let renderer = Renderer::new(proto, &chunk_id, model, created, prompt_tokens);
+    let mut out = Out {
+        stream,
+        timer: &shared.timer,
+        pending,
+        arrival,
+        chunked: req.chunked_ok,
+        payload: Vec::with_capacity(512),
+        wire: Vec::with_capacity(512),
+        events: Vec::with_capacity(plan.tokens.min(4096) as usize + 8),
+    };
+    let is_stream = rec.stream;
+    let result = if is_stream {
+        stream_answer(
+            &mut out,
+            &req,
+            &id,
+            plan,
+            &renderer,
+            include_usage,
+            shared,
+            &mut rec,
+        )
+        .await
+    } else {
+        whole_answer(&mut out, &req, &id, plan, &renderer, shared, &mut rec).await
+    };
+    rec.events = std::mem::take(&mut out.events);
+    rec.end = result.unwrap_or(End::ClientGone);
+    let keep = rec.end == End::Complete && req.keep_alive && (req.chunked_ok || !is_stream);
+    finish(shared, rec);
+    keep
+}
+
+fn finish(shared: &Shared, rec: Record) {
+    if let Some(log) = &shared.log {
+        log.send(rec);
+    }
+}
+
+/// A small complete response: head and body in one write.
+async fn simple(
+    stream: &mut TcpStream,
+    req: &Request,
+    status: u16,
+    id: Option<&str>,
+    body: &[u8],
+    extra: &[(&str, &str)],
+) -> bool {
+    let id = id.or(req.request_id.as_deref()).unwrap_or("");
+    let mut h = http::head(
+        status,
+        "application/json",
+        Framing::Length(body.len()),
+        req.keep_alive,
+        id,
+        extra,
+    );
+    h.extend_from_slice(body);
+    stream.write_all(&h).await.is_ok() && req.keep_alive
+}
+
+/// The writing side of one response, with its scratch buffers and the event record.
+struct Out<'a> {
+    stream: &'a mut TcpStream,
+    timer: &'a Timer,
+    pending: &'a mut Vec<u8>,
+    arrival: Instant,
+    chunked: bool,
+    /// The event being sent, unframed.
+    payload: Vec<u8>,
+    /// The event as it goes on the wire.
+    wire: Vec<u8>,
+    events: Vec<EventRec>,
+}
+
+impl Out<'_> {
+    /// Waits until `arrival + due`, watching the socket.
+    async fn wait(&mut self, due: Duration) -> Result<(), Gone> {
+        let deadline = self.arrival + due;
+        if Instant::now() >= deadline {
+            return Ok(());
+        }
+        let mut sleep = self.timer.sleep_until(deadline);
+        let mut scratch = [0u8; 512];
+        loop {
+            tokio::select! {
+                biased;
+                () = &mut sleep => return Ok(()),
+                r = self.stream.read(&mut scratch), if self.pending.len() < MAX_PENDING => match r {
+                    Ok(0) | Err(_) => return Err(Gone),
+                    Ok(n) => self.pending.extend_from_slice(&scratch[..n]),
+                },
+            }
+        }
+    }
+
+    /// Waits until the client closes or resets the connection.
+    async fn wait_gone(&mut self) -> Gone {
+        let mut scratch = [0u8; 512];
+        loop {
+            match self.stream.read(&mut scratch).await {
+                Ok(0) | Err(_) => return Gone,
+                Ok(n) if self.pending.len() < MAX_PENDING => {
+                    self.pending.extend_from_slice(&scratch[..n])
+                }
+                Ok(_) => {}
+            }
+        }
+    }
+
+    /// Writes raw bytes (a head) and returns the offset from arrival at which the write returned.
+    async fn write_raw(&mut self, bytes: &[u8]) -> Result<Duration, Gone> {
+        self.stream.write_all(bytes).await.map_err(|_| Gone)?;
+        Ok(Instant::now().saturating_duration_since(self.arrival))
+    }
+
+    /// Sends `self.payload` as one event in one write and records its instant; `last` appends the
+    /// chunked terminator to the same write.
+    async fn emit(&mut self, due: Duration, token: bool, last: bool) -> Result<(), Gone> {
+        http::frame(&mut self.wire, &self.payload, self.chunked);
+        if last && self.chunked {
+            self.wire.extend_from_slice(b"0\r\n\r\n");
+        }
+        self.stream.write_all(&self.wire).await.map_err(|_| Gone)?;
+        let at = Instant::now().saturating_duration_since(self.arrival);
+        self.events.push(EventRec { due, at, token });
+        Ok(())
+    }
+
+    /// Sends a pre-rendered event.
+    async fn emit_bytes(
+        &mut self,
+        bytes: &[u8],
+        due: Duration,
+        token: bool,
+        last: bool,
+    ) -> Result<(), Gone> {
+        self.payload.clear();
+        self.payload.extend_from_slice(bytes);
+        self.emit(due, token, last).await
+    }
+
+    /// Takes a `--max-concurrency` slot (watching the socket) and returns it with the start of
+    /// generation as an offset from arrival.
+    async fn slot(
+        &mut self,
+        shared: &Shared,
+    ) -> Result<(Option<tokio::sync::OwnedSemaphorePermit>, Duration), Gone> {
+        let Some(sem) = shared.slots.clone() else {
+            return Ok((None, Duration::ZERO));
+        };
+        let permit = tokio::select! {
+            biased;
+            p = sem.acquire_owned() => p.ok(),
+            Gone = self.wait_gone() => return Err(Gone),
+        };
+        Ok((permit, self.arrival.elapsed()))
+    }
+}
+
+/// A streaming answer: head at arrival, opening events at the start of generation, token events
+/// on their deadlines, closing events right after the last token.
+#[allow(clippy::too_many_arguments)]
+async fn stream_answer(
+    out: &mut Out<'_>,
+    req: &Request,
+    id: &str,
+    mut plan: Plan,
+    r: &Renderer,
+    include_usage: bool,
+    shared: &Shared,
+    rec: &mut Record,
+) -> Result<End, Gone> {
+    let framing = if out.chunked {
+        Framing::Chunked
+    } else {
+        Framing::Close
+    };
+    let keep_alive = req.keep_alive && out.chunked;
+    let head = http::head(
+        200,
+        "text/event-stream; charset=utf-8",
+        framing,
+        keep_alive,
+        id,
+        &[],
+    );
+    rec.head_written = Some(out.write_raw(&head).await?);
+    let (_permit, start) = out.slot(shared).await?;
+    rec.queued = start;
+    for ev in r.opening() {
+        out.emit_bytes(&ev.bytes, start, ev.token, false).await?;
+    }
+    let (fault, tokens, capped, cut) = (plan.fault, plan.tokens, plan.capped, plan.cut());
+    if fault == Some(Fault::Stall) {
+        return Err(out.wait_gone().await);
+    }
+    let mut last_due = start;
+    let mut sent = 0;
+    let mut struck = false;
+    for c in plan.chunks() {
+        if !struck && c.start >= cut {
+            struck = true;
+            match fault {
+                Some(Fault::Truncate) => {
+                    rec.output_tokens = sent;
+                    return Ok(End::Closed);
+                }
+                Some(Fault::StallMid) => {
+                    rec.output_tokens = sent;
+                    return Err(out.wait_gone().await);
+                }
+                Some(Fault::Malformed) => {
+                    out.emit_bytes(&r.malformed().bytes, last_due, false, false)
+                        .await?;
+                }
+                _ => {}
+            }
+        }
+        let due = start + c.due;
+        out.wait(due).await?;
+        r.token_event(&mut out.payload, c.start, c.count);
+        out.emit(due, true, false).await?;
+        sent += c.count;
+        rec.output_tokens = sent;
+        last_due = due;
+    }
+    let closing = r.closing(tokens, capped, include_usage);
+    let n = closing.len();
+    for (i, ev) in closing.into_iter().enumerate() {
+        out.emit_bytes(&ev.bytes, last_due, ev.token, i + 1 == n)
+            .await?;
+    }
+    Ok(End::Complete)
+}
+
+/// A non-streaming answer: the whole JSON body once the last token would have been ready.
+async fn whole_answer(
+    out: &mut Out<'_>,
+    req: &Request,
+    id: &str,
+    mut plan: Plan,
+    r: &Renderer,
+    shared: &Shared,
+    rec: &mut Record,
+) -> Result<End, Gone> {
+    let (_permit, start) = out.slot(shared).await?;
+    rec.queued = start;
+    let (fault, tokens, capped) = (plan.fault, plan.tokens, plan.capped);
+    if matches!(fault, Some(Fault::Stall | Fault::StallMid)) {
+        return Err(out.wait_gone().await);
+    }
+    let last = plan.chunks().last().map_or(Duration::ZERO, |c| c.due);
+    let due = start + last;
+    out.wait(due).await?;
+    let body = match fault {
+        Some(Fault::Malformed) => b"{not json".to_vec(),
+        _ => r.full_body(tokens, capped),
+    };
+    let mut bytes = http::head(
+        200,
+        "application/json",
+        Framing::Length(body.len()),
+        req.keep_alive,
+        id,
+        &[],
+    );
+    let end = if fault == Some(Fault::Truncate) {
+        // Promise the whole body, send half of it, close.
+        bytes.extend_from_slice(&body[..body.len() / 2]);
+        End::Closed
+    } else {
+        bytes.extend_from_slice(&body);
+        rec.output_tokens = tokens;
+        End::Complete
+    };
+    out.payload = bytes;
+    out.chunked = false;
+    out.emit(due, true, false).await?;
+    rec.head_written = out.events.last().map(|e| e.at);
+    Ok(end)
+}

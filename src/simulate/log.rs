@@ -1,0 +1,231 @@
+//! `--event-log FILE`: one JSON line per finished request with the instant each event was written,
+//! formatted and written by a dedicated thread so connection tasks only hand over a record.
+
+use super::render::json_str;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::Path;
+use std::sync::Mutex;
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// One written event: when it was due and when its write returned, both after arrival.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct EventRec {
+    /// Scheduled offset from arrival.
+    pub due: Duration,
+    /// Offset from arrival at which the write returned.
+    pub at: Duration,
+    /// Token-bearing.
+    pub token: bool,
+}
+
+/// How a request ended, from the server's side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum End {
+    /// Everything was written.
+    Complete,
+    /// The server closed on purpose (the `truncate` fault).
+    Closed,
+    /// The client closed or reset the connection first.
+    ClientGone,
+}
+
+/// One request's log line.
+#[derive(Debug, Clone)]
+pub(crate) struct Record {
+    pub id: String,
+    pub seq: u64,
+    pub path: String,
+    pub arrival_unix_ns: u128,
+    pub stream: bool,
+    pub status: u16,
+    pub fault: Option<String>,
+    pub output_tokens: u32,
+    /// Waiting for a `--max-concurrency` slot.
+    pub queued: Duration,
+    /// When the response head's write returned (after arrival).
+    pub head_written: Option<Duration>,
+    pub events: Vec<EventRec>,
+    pub end: End,
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.9}", d.as_secs_f64())
+}
+
+impl Record {
+    /// The JSON line (without the newline).
+    pub(crate) fn to_line(&self) -> String {
+        let mut s = String::with_capacity(256 + self.events.len() * 56);
+        let _ = write!(
+            s,
+            r#"{{"id":{},"seq":{},"path":{},"arrival_unix_ns":{},"stream":{},"status":{},"fault":{},"output_tokens":{},"queued_s":{},"head_written_s":{},"end":"{}","events":["#,
+            json_str(&self.id),
+            self.seq,
+            json_str(&self.path),
+            self.arrival_unix_ns,
+            self.stream,
+            self.status,
+            self.fault
+                .as_deref()
+                .map_or_else(|| "null".to_owned(), json_str),
+            self.output_tokens,
+            secs(self.queued),
+            self.head_written.map_or_else(|| "null".to_owned(), secs),
+            match self.end {
+                End::Complete => "complete",
+                End::Closed => "closed",
+                End::ClientGone => "client_gone",
+            },
+        );
+        for (k, e) in self.events.iter().enumerate() {
+            if k > 0 {
+                s.push(',');
+            }
+            let _ = write!(
+                s,
+                r#"{{"k":{k},"due_s":{},"t_s":{},"token":{}}}"#,
+                secs(e.due),
+                secs(e.at),
+                e.token
+            );
+        }
+        s.push_str("]}");
+        s
+    }
+}
+
+enum Msg {
+    Rec(Box<Record>),
+    Stop,
+}
+
+/// The log writer: a thread that drains records, writes lines and flushes whenever it has
+/// caught up (so the file is current a moment after each request ends).
+pub(crate) struct EventLog {
+    tx: Sender<Msg>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl EventLog {
+    /// Creates (truncates) `path` and starts the writer thread.
+    pub(crate) fn create(path: &Path) -> std::io::Result<Self> {
+        let file = std::fs::File::create(path)?;
+        let (tx, rx) = channel();
+        let thread = std::thread::Builder::new()
+            .name("simulate-event-log".into())
+            .spawn(move || writer(file, rx))?;
+        Ok(EventLog {
+            tx,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// Queues one record (never blocks).
+    pub(crate) fn send(&self, r: Record) {
+        let _ = self.tx.send(Msg::Rec(Box::new(r)));
+    }
+
+    /// Writes what is queued, flushes and stops the thread.
+    pub(crate) fn close(&self) {
+        let _ = self.tx.send(Msg::Stop);
+        let handle = self.thread.lock().ok().and_then(|mut t| t.take());
+        if let Some(h) = handle {
+            let _ = h.join();
+        }
+    }
+}
+
+fn writer(file: std::fs::File, rx: Receiver<Msg>) {
+    let mut w = std::io::BufWriter::with_capacity(256 * 1024, file);
+    let mut failed = false;
+    let mut put = |w: &mut std::io::BufWriter<std::fs::File>, r: &Record| {
+        if !failed && writeln!(w, "{}", r.to_line()).is_err() {
+            failed = true;
+            tracing::warn!("cannot write the event log; dropping further records");
+        }
+    };
+    while let Ok(msg) = rx.recv() {
+        let mut stop = false;
+        match msg {
+            Msg::Rec(r) => put(&mut w, &r),
+            Msg::Stop => stop = true,
+        }
+        while let Ok(m) = rx.try_recv() {
+            match m {
+                Msg::Rec(r) => put(&mut w, &r),
+                Msg::Stop => stop = true,
+            }
+        }
+        let _ = w.flush();
+        if stop {
+            return;
+        }
+    }
+    let _ = w.flush();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_is_json_with_relative_times() {
+        let r = Record {
+            id: "a\"b".into(),
+            seq: 3,
+            path: "/v1/messages".into(),
+            arrival_unix_ns: 1_700_000_000_000_000_000,
+            stream: true,
+            status: 200,
+            fault: None,
+            output_tokens: 2,
+            queued: Duration::ZERO,
+            head_written: Some(Duration::from_micros(15)),
+            events: vec![EventRec {
+                due: Duration::from_millis(200),
+                at: Duration::from_nanos(200_123_456),
+                token: true,
+            }],
+            end: End::Complete,
+        };
+        let v: serde_json::Value = serde_json::from_str(&r.to_line()).unwrap();
+        assert_eq!(v["id"], "a\"b");
+        assert_eq!(v["fault"], serde_json::Value::Null);
+        assert_eq!(v["events"][0]["k"], 0);
+        assert_eq!(v["events"][0]["t_s"].as_f64(), Some(0.200123456));
+        assert_eq!(
+            v["arrival_unix_ns"].as_u64(),
+            Some(1_700_000_000_000_000_000)
+        );
+        assert_eq!(v["end"], "complete");
+    }
+
+    #[test]
+    fn writer_flushes_on_close() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("ev.jsonl");
+        let log = EventLog::create(&p).unwrap();
+        for seq in 0..3 {
+            log.send(Record {
+                id: format!("r{seq}"),
+                seq,
+                path: "/".into(),
+                arrival_unix_ns: 0,
+                stream: false,
+                status: 429,
+                fault: Some("429".into()),
+                output_tokens: 0,
+                queued: Duration::ZERO,
+                head_written: None,
+                events: Vec::new(),
+                end: End::Complete,
+            });
+        }
+        log.close();
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert_eq!(text.lines().count(), 3);
+    }
+}

@@ -1,0 +1,366 @@
+//! `tokenprobe bench` end to end:
+//!
+//! - against `tokenprobe simulate --max-concurrency 8` a 2/4/8/16/32 sweep finds the knee at 16
+//!   (TTFT 200 ms and ITL 20 ms: generous, so timing noise on a busy 2-core machine does not move
+//!   it), the outputs (JSON, CSV, Markdown, SVG) are written, and `--baseline` exits 3 on a
+//!   regression and 0 without one;
+//! - open loop: constant arrivals send as many requests as the rate says, and a cap is counted;
+//! - bad invocations exit 2 before sending anything;
+//! - against llama.cpp's server with SmolLM2-135M (`tests/e2e`), a 1/2/4 sweep's JSON report
+//!   parses and its TPS p50 at concurrency 1 agrees with the server's own `timings` within 5%.
+
+mod e2e;
+
+use e2e::*;
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+/// `tokenprobe simulate` on a free loopback port; returns its guard and `http://ADDR`.
+fn simulate(dir: &Path, args: &[&str]) -> (ChildGuard, String) {
+    let mut cmd = Command::new(tokenprobe_bin());
+    cmd.args(["simulate", "--listen", "127.0.0.1:0", "--seed", "1"])
+        .args(args);
+    let mut guard = ChildGuard::spawn("simulate", cmd, dir);
+    let url = wait_for(
+        "simulate to print its address",
+        Duration::from_secs(20),
+        || {
+            guard.assert_running();
+            guard
+                .stdout()
+                .lines()
+                .find_map(|l| l.strip_prefix("listening on ").map(str::to_owned))
+        },
+    );
+    (guard, url)
+}
+
+fn sim_config(dir: &Path, url: &str) -> std::path::PathBuf {
+    let path = dir.join("bench.yml");
+    std::fs::write(
+        &path,
+        format!(
+            "prompts:\n  - name: hello\n    messages: [{{role: user, content: \"Say hello\"}}]\n    max_tokens: 64\n\
+             targets:\n  - name: sim\n    base_url: {url}/v1\n    models: [sim-a]\n"
+        ),
+    )
+    .expect("write config");
+    path
+}
+
+fn bench(args: &[&str], limit: Duration) -> (Option<i32>, String, String) {
+    let mut cmd = Command::new(tokenprobe_bin());
+    cmd.arg("bench").args(args);
+    for v in ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"] {
+        cmd.env_remove(v);
+    }
+    let (st, out, err) = run_with_timeout(cmd, None, limit);
+    (st.code(), out, err)
+}
+
+fn read_json(p: &Path) -> Value {
+    let text = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", p.display()))
+}
+
+fn levels(report: &Value, model: usize) -> &Vec<Value> {
+    report["models"][model]["levels"]
+        .as_array()
+        .expect("models[].levels array")
+}
+
+#[test]
+fn knee_is_found_at_the_simulators_capacity() {
+    let _serial = serial();
+    let _wd = Watchdog::new(
+        "knee_is_found_at_the_simulators_capacity",
+        Duration::from_secs(180),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (_sim, url) = simulate(
+        dir.path(),
+        &[
+            "--max-concurrency",
+            "8",
+            "--ttft",
+            "200ms",
+            "--itl",
+            "20ms",
+            "--output-tokens",
+            "10",
+        ],
+    );
+    let cfg = sim_config(dir.path(), &url);
+    let json = dir.path().join("r.json");
+    let (md, csv, svg) = (
+        dir.path().join("r.md"),
+        dir.path().join("r.csv"),
+        dir.path().join("r.svg"),
+    );
+    let (code, out, err) = bench(
+        &[
+            "--config.file",
+            cfg.to_str().unwrap(),
+            "--concurrency",
+            "2,4,8,16,32",
+            "--duration-per-level",
+            "1500ms",
+            "--slo",
+            "ttft=1s",
+            "--limit",
+            "error_rate<1%",
+            "-o",
+            json.to_str().unwrap(),
+            "-o",
+            md.to_str().unwrap(),
+            "-o",
+            csv.to_str().unwrap(),
+            "--plot",
+            svg.to_str().unwrap(),
+        ],
+        Duration::from_secs(120),
+    );
+    eprintln!("{out}\n{err}");
+    assert_eq!(
+        code,
+        Some(0),
+        "bench failed\nstdout:\n{out}\nstderr:\n{err}"
+    );
+    let r = read_json(&json);
+    let ls = levels(&r, 0);
+    let conc: Vec<u64> = ls
+        .iter()
+        .map(|l| l["concurrency"].as_u64().unwrap())
+        .collect();
+    assert_eq!(conc, [2, 4, 8, 16, 32]);
+    for l in ls {
+        assert_eq!(l["error_rate"].as_f64(), Some(0.0), "{l}");
+        assert!(l["requests"].as_u64().unwrap() >= 2, "{l}");
+    }
+    // Below capacity TTFT is the simulator's 200 ms; above it requests queue.
+    let ttft_p50 = ls[0]["ttft_s"]["p50"].as_f64().unwrap();
+    assert!(
+        (0.195..0.3).contains(&ttft_p50),
+        "TTFT p50 at 2: {ttft_p50}"
+    );
+    let knee = &r["models"][0]["knee"];
+    assert_eq!(
+        knee["level"]["concurrency"].as_u64(),
+        Some(16),
+        "knee: {knee}\n{out}"
+    );
+    assert!(out.contains("◆ knee"), "{out}");
+    // Aggregate tokens/s at capacity: 8 streams × 10 tokens per ~0.38 s ≈ 210 tokens/s.
+    let tps8 = ls[2]["output_tokens_per_s"].as_f64().unwrap();
+    assert!((120.0..260.0).contains(&tps8), "agg tokens/s at 8: {tps8}");
+    // The other outputs.
+    let md = std::fs::read_to_string(&md).unwrap();
+    assert!(
+        md.contains("| sim-a | 16 |") && md.contains("**knee**"),
+        "{md}"
+    );
+    let csv = std::fs::read_to_string(&csv).unwrap();
+    assert_eq!(csv.lines().count(), 6, "{csv}");
+    assert!(csv.starts_with("model,concurrency,rate,"), "{csv}");
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("TTFT p95"));
+    assert_eq!(r["selection"]["ranked"][0]["model"].as_str(), Some("sim-a"));
+
+    // The same run as its own baseline does not regress at 100% tolerance; a baseline that was
+    // 10x faster makes the bench exit 3 and name the metric.
+    let (code, out, err) = bench(
+        &[
+            "--config.file",
+            cfg.to_str().unwrap(),
+            "--concurrency",
+            "2",
+            "--requests-per-level",
+            "4",
+            "--baseline",
+            json.to_str().unwrap(),
+            "--tolerance",
+            "100%",
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("0 regressions"), "{out}");
+    let mut fast = r.clone();
+    for l in fast["models"][0]["levels"].as_array_mut().unwrap() {
+        for k in ["p50", "p95"] {
+            let v = l["ttft_s"][k].as_f64().unwrap();
+            l["ttft_s"][k] = Value::from(v / 10.0);
+        }
+    }
+    let fast_path = dir.path().join("fast.json");
+    std::fs::write(&fast_path, fast.to_string()).unwrap();
+    let (code, out, err) = bench(
+        &[
+            "--config.file",
+            cfg.to_str().unwrap(),
+            "--concurrency",
+            "2",
+            "--requests-per-level",
+            "4",
+            "--baseline",
+            fast_path.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(3), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("REGRESSION sim-a @ 2: ttft_p95"), "{out}");
+}
+
+#[test]
+fn open_loop_sends_at_the_rate_and_counts_the_cap() {
+    let _serial = serial();
+    let _wd = Watchdog::new("open_loop_sends_at_the_rate", Duration::from_secs(120));
+    let dir = tempfile::tempdir().unwrap();
+    let (_sim, url) = simulate(
+        dir.path(),
+        &["--ttft", "50ms", "--itl", "10ms", "--output-tokens", "5"],
+    );
+    let cfg = sim_config(dir.path(), &url);
+    let json = dir.path().join("open.json");
+    // 20/s constant for 1 s: 20 arrivals; a cap of 1 at 20/s (each request ~90 ms) must wait.
+    let (code, out, err) = bench(
+        &[
+            "--config.file",
+            cfg.to_str().unwrap(),
+            "--rate",
+            "20",
+            "--arrival",
+            "constant",
+            "--concurrency",
+            "100,1",
+            "--duration-per-level",
+            "1s",
+            "--samples",
+            "-o",
+            json.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let r = read_json(&json);
+    assert_eq!(r["mode"]["kind"].as_str(), Some("open"));
+    let ls = levels(&r, 0);
+    assert_eq!(ls.len(), 2);
+    assert_eq!(ls[0]["requests"].as_u64(), Some(20), "{}", ls[0]);
+    assert_eq!(ls[0]["capped"].as_u64(), Some(0));
+    assert_eq!(ls[0]["rate"].as_f64(), Some(20.0));
+    // Constant arrivals: the n-th request was meant to leave at n × 50 ms.
+    let samples = ls[0]["samples"].as_array().unwrap();
+    for (i, s) in samples.iter().enumerate() {
+        let sent = s["sent_s"].as_f64().unwrap();
+        let lag = s["lag_s"].as_f64().unwrap();
+        assert!(
+            (sent - lag - i as f64 * 0.05).abs() < 0.002,
+            "sample {i}: sent {sent} lag {lag}"
+        );
+    }
+    assert!(ls[1]["capped"].as_u64().unwrap() > 0, "{}", ls[1]);
+    assert_eq!(ls[1]["error_rate"].as_f64(), Some(0.0));
+}
+
+#[test]
+fn bad_invocations_exit_2_before_sending() {
+    let dir = tempfile::tempdir().unwrap();
+    // Nothing listens here: a run would fail with connect errors, but these never send.
+    let cfg = sim_config(dir.path(), &format!("http://127.0.0.1:{}", free_port()));
+    let c = cfg.to_str().unwrap();
+    for (args, says) in [
+        (vec!["--limit", "ttft<soon"], "ttft<soon"),
+        (vec!["--weight", "speed=1"], "unknown metric"),
+        (vec!["-o", "r.txt"], ".json, .csv or .md"),
+        (vec!["--plot", "r.png"], "only .svg"),
+        (vec!["--target", "nope"], "no target"),
+        (vec!["--prompt", "nope"], "no prompt"),
+        (
+            vec!["--rate", "1,2", "--concurrency", "1,2,3"],
+            "--rate has 2 values",
+        ),
+        (
+            vec!["--baseline", "/nonexistent.json"],
+            "cannot use baseline",
+        ),
+    ] {
+        let mut a = vec!["--config.file", c, "--requests-per-level", "1"];
+        a.extend(args);
+        let (code, out, err) = bench(&a, Duration::from_secs(30));
+        assert_eq!(code, Some(2), "{a:?}\nstdout:\n{out}\nstderr:\n{err}");
+        assert!(
+            err.contains(says),
+            "{a:?}: stderr does not say {says:?}:\n{err}"
+        );
+    }
+    let (code, _, err) = bench(&["--config.file", c], Duration::from_secs(30));
+    assert_eq!(code, Some(2), "{err}");
+}
+
+#[test]
+fn bench_against_llama_cpp_agrees_with_its_timings() {
+    let _serial = serial();
+    if !require_deps("bench_against_llama_cpp_agrees_with_its_timings", &[]) {
+        return;
+    }
+    let _wd = Watchdog::new(
+        "bench_against_llama_cpp_agrees_with_its_timings",
+        Duration::from_secs(300),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let llama = LlamaServer::start(dir.path());
+    let cfg = dir.path().join("llama.yml");
+    std::fs::write(&cfg, config_yaml(&llama.base_url(), "30s", 32)).unwrap();
+    let json = dir.path().join("llama.json");
+    let (code, out, err) = bench(
+        &[
+            "--config.file",
+            cfg.to_str().unwrap(),
+            "--concurrency",
+            "1,2,4",
+            "--requests-per-level",
+            "6",
+            "--warmup",
+            "1",
+            "--samples",
+            "-o",
+            json.to_str().unwrap(),
+        ],
+        Duration::from_secs(240),
+    );
+    eprintln!("{out}\n{err}");
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let r = read_json(&json);
+    assert_eq!(r["models"][0]["model"].as_str(), Some("smollm2"));
+    let ls = levels(&r, 0);
+    assert_eq!(ls.len(), 3);
+    for l in ls {
+        assert_eq!(l["requests"].as_u64(), Some(6), "{l}");
+        assert_eq!(l["error_rate"].as_f64(), Some(0.0), "{l}");
+    }
+    // TPS p50 at concurrency 1 against llama.cpp's own per-request decode rate
+    // (1000 / timings.predicted_per_token_ms, the same (n − 1) span as TPOT).
+    let tps_p50 = ls[0]["decode_tokens_per_s"]["p50"].as_f64().unwrap();
+    let mut server: Vec<f64> = ls[0]["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["server_predicted_per_token_ms"].as_f64())
+        .map(|ms| 1000.0 / ms)
+        .collect();
+    assert_eq!(server.len(), 6, "every sample carries llama.cpp's timings");
+    server.sort_by(f64::total_cmp);
+    let server_p50 = (server[2] + server[3]) / 2.0;
+    let rel = (tps_p50 / server_p50 - 1.0).abs();
+    eprintln!(
+        "TPS p50 at concurrency 1: bench {tps_p50:.2}, llama.cpp {server_p50:.2} ({:.2}%)",
+        rel * 100.0
+    );
+    assert!(
+        rel < 0.05,
+        "bench TPS p50 {tps_p50} vs llama.cpp {server_p50}"
+    );
+}
