@@ -11,6 +11,8 @@
 //! - [`daemon`]: the `serve` runtime: config, registry, scheduler, reload.
 //! - [`metrics`]: the Prometheus registry and what a result records.
 //! - [`scheduler`]: one task per job, no overlap, spread offsets.
+//! - [`simulate`]: a built-in OpenAI/Anthropic streaming server with timing, faults and an event log.
+//! - [`bench`]: concurrency and rate sweeps, the knee, model selection, baseline regression.
 //! - [`server`]: `/metrics`, `/-/healthy`, `/-/ready`, `/-/reload`, `/`.
 //! - [`report`]: a probe result as JSON or as a human report.
 //! - [`transport`]: the HTTP client, instrumented to time DNS, TCP connect and TLS.

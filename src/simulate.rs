@@ -12,7 +12,7 @@
 //! the slot, whichever is later, and the opening events (role chunk, `message_start`) go out then.
 //! Token `i` is due at `start + ttft + gap_1 + … + gap_i` (see [`plan`]) and every event waits for
 //! that absolute deadline, so lateness never accumulates. The deadline source (see `--timer`) is
-//! by default a timerfd in tokio's I/O driver: tens of microseconds late, and under load (over
+//! by default a timerfd in tokio's I/O driver: 0.05–0.3 ms late, and under load (over
 //! 2,000 events/s) on a 500 µs grid so that nearby deadlines share a wake-up; or tokio's own 1 ms
 //! timer (0–2 ms late). The HTTP/1.1 server is hand-written on a `TCP_NODELAY` socket: every
 //! event is exactly one `write` (no framework buffers in between; with chunked framing the chunk
@@ -100,7 +100,7 @@ pub struct SimulateArgs {
     /// (counted from arrival) grows.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_concurrency: Option<u32>,
-    /// How event deadlines are waited for: `precise` (a timerfd, tens of microseconds late) or
+    /// How event deadlines are waited for: `precise` (a timerfd, 0.05-0.3 ms late) or
     /// `tokio` (the runtime's 1 ms timer, 0-2 ms late).
     #[arg(long, value_enum, default_value = "precise")]
     pub timer: TimerKind,
@@ -108,7 +108,7 @@ pub struct SimulateArgs {
     /// keeps the CPU cost near tokio's timer) or a grid such as `100us` to which deadlines are
     /// rounded up so that nearby ones share one wake-up (`0us` for none).
     #[arg(long, default_value = "auto")]
-    pub timer_slack: timer::Slack,
+    pub timer_slack: Slack,
 }
 
 /// A fault the simulator can inject into a request.

@@ -1,5 +1,19 @@
 //! `--event-log FILE`: one JSON line per finished request with the instant each event was written,
 //! formatted and written by a dedicated thread so connection tasks only hand over a record.
+//!
+//! ```text
+//! {"id":"sim-0-1a2b3c4d","seq":0,"path":"/v1/chat/completions","arrival_unix_ns":…,"stream":true,
+//!  "status":200,"fault":null,"output_tokens":64,"queued_s":0.000000000,"head_written_s":0.000041,
+//!  "end":"complete","events":[{"k":0,"due_s":0.0,"t_s":0.000052,"token":false},
+//!  {"k":1,"due_s":0.2,"t_s":0.200113,"token":true},…]}
+//! ```
+//!
+//! Times are seconds after *arrival* (the request body read in full): `due_s` is the schedule,
+//! `t_s` the instant the event's write returned. `id` is the request's `x-request-id` when it sent
+//! one (echoed in the response), else generated. `fault` is the injected fault (`"429"`, `"stall"`,
+//! …); `end` is `complete`, `closed` (the server cut the stream: `truncate`) or `client_gone`.
+//! `queued_s` is the wait for a `--max-concurrency` slot. Non-stream answers have one event (the
+//! whole body); status faults have none.
 
 use super::render::json_str;
 use std::fmt::Write as _;
