@@ -477,11 +477,29 @@ impl Issues {
     }
 
     fn duration(&mut self, path: &str, v: &Option<S<String>>) -> Option<Duration> {
+        self.duration_in(path, v, Duration::from_millis(1), MAX_TIMEOUT)
+    }
+
+    fn duration_in(
+        &mut self,
+        path: &str,
+        v: &Option<S<String>>,
+        min: Duration,
+        max: Duration,
+    ) -> Option<Duration> {
         let v = v.as_ref()?;
         match humantime::parse_duration(v.value.trim()) {
-            Ok(d) if !d.is_zero() => Some(d),
+            Ok(d) if d >= min && d <= max => Some(d),
             Ok(_) => {
-                self.push(path, v, "must be greater than zero");
+                self.push(
+                    path,
+                    v,
+                    format!(
+                        "must be between {} and {}",
+                        humantime::format_duration(min),
+                        humantime::format_duration(max)
+                    ),
+                );
                 None
             }
             Err(e) => {
@@ -525,13 +543,30 @@ impl Issues {
                 None
             }
             (Some(_), None) => self
-                .duration(&format!("{path}.interval"), interval)
+                .duration_in(
+                    &format!("{path}.interval"),
+                    interval,
+                    MIN_INTERVAL,
+                    MAX_INTERVAL,
+                )
                 .map(Schedule::Interval),
             (None, Some(c)) => {
                 let parser = croner::parser::CronParser::builder()
                     .seconds(croner::parser::Seconds::Optional)
                     .build();
                 match parser.parse(&c.value) {
+                    Ok(cron)
+                        if cron
+                            .find_next_occurrence(&chrono::Utc::now(), false)
+                            .is_err() =>
+                    {
+                        self.push(
+                            format!("{path}.cron"),
+                            c,
+                            "this cron expression never fires",
+                        );
+                        None
+                    }
                     Ok(cron) => Some(Schedule::Cron(Box::new(cron))),
                     Err(e) => {
                         self.push(
@@ -564,8 +599,17 @@ impl Issues {
     }
 }
 
+/// Expands `${VAR}` only: a `$` not followed by `{` stays literal (API keys may contain `$`).
 fn expand_env(s: &str) -> Result<String, String> {
-    shellexpand::env(s)
+    let mut escaped = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        escaped.push(c);
+        if c == '$' && chars.peek() != Some(&'{') {
+            escaped.push('$');
+        }
+    }
+    shellexpand::env(&escaped)
         .map(|c| c.into_owned())
         .map_err(|e| format!("environment variable {} is not set", e.var_name))
 }
@@ -677,6 +721,11 @@ impl Config {
                 }
             };
             match reqwest::Url::parse(&base_url) {
+                Ok(u) if u.query().is_some() || u.fragment().is_some() => iss.push(
+                    format!("{path}.base_url"),
+                    &t.base_url,
+                    "must not carry a query or fragment: put query parameters under `query:`",
+                ),
                 Ok(u) if matches!(u.scheme(), "http" | "https") => {}
                 Ok(_) => iss.push(
                     format!("{path}.base_url"),
@@ -873,11 +922,36 @@ impl Config {
             ),
         };
 
+        if jobs.is_empty() && !raw.targets.is_empty() && iss.0.is_empty() {
+            iss.push_here(
+                "targets",
+                "the config defines no job (every target has no model or no prompt)",
+            );
+        }
         if !iss.0.is_empty() {
             return Err(ConfigError::Invalid(iss.0));
         }
         Ok(Config { jobs, buckets })
     }
+}
+
+/// Shortest probe interval accepted.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
+/// Longest probe interval accepted (use cron for rarer schedules).
+pub const MAX_INTERVAL: Duration = Duration::from_secs(7 * 86_400);
+/// Longest deadline accepted.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(86_400);
+
+/// Parses a deadline given on the command line: a humantime duration between 1 ms and a day.
+///
+/// # Errors
+/// A message saying what is wrong.
+pub fn parse_timeout(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
+    if d < Duration::from_millis(1) || d > MAX_TIMEOUT {
+        return Err("must be between 1ms and 1day".into());
+    }
+    Ok(d)
 }
 
 const NAME_RULE: &str = "names are 1-64 characters of letters, digits, '_', '-', '.'";
@@ -987,6 +1061,33 @@ targets:
         assert!(!format!("{k:?}").contains("sk-very"));
         let c = with_env(|| Config::parse(GOOD)).unwrap();
         assert!(!format!("{c:?}").contains("sk-test"));
+    }
+
+    #[test]
+    fn bounds_literal_dollars_and_jobless_configs() {
+        let base = "prompts:\n  - name: p\n    messages: [{role: user, content: hi}]\ntargets:\n  - name: a\n    base_url: http://x\n    models: [m]\n";
+        let bad = |extra: &str| match Config::parse(&format!("{base}{extra}")) {
+            Err(ConfigError::Invalid(i)) => i
+                .iter()
+                .map(|i| i.to_string())
+                .collect::<Vec<_>>()
+                .join("; "),
+            other => panic!("expected Invalid for {extra:?}, got {other:?}"),
+        };
+        assert!(bad("    interval: 1ns\n").contains("between"));
+        assert!(bad("    timeouts: {total: 500000000000y}\n").contains("between"));
+        assert!(bad("    cron: '0 0 0 30 2 *'\n").contains("never fires"));
+        let c = Config::parse(&format!("{base}    api_key: 'sk-ab$cd$'\n")).unwrap();
+        let key = c.jobs[0].target.api_key.as_ref().unwrap().load().unwrap();
+        assert_eq!(key.expose(), "sk-ab$cd$");
+        let e = Config::parse(
+            "prompts:\n  - name: p\n    messages: [{role: user, content: hi}]\ntargets:\n  - {name: a, base_url: 'http://x/v1?k=1', models: [m]}\n",
+        );
+        assert!(matches!(e, Err(ConfigError::Invalid(_))));
+        let e = Config::parse(
+            "prompts:\n  - name: p\n    messages: [{role: user, content: hi}]\ntargets:\n  - {name: a, base_url: 'http://x', models: [m], prompts: []}\n",
+        );
+        assert!(format!("{e:?}").contains("no job"));
     }
 
     #[test]

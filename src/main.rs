@@ -31,7 +31,8 @@ struct Cli {
         long = "log.level",
         global = true,
         default_value = "info",
-        env = "TOKENPROBE_LOG"
+        env = "TOKENPROBE_LOG",
+        value_parser = parse_log_level
     )]
     log_level: String,
     /// Log format.
@@ -115,28 +116,28 @@ struct ProbeArgs {
     #[arg(long)]
     no_usage: bool,
     /// Connection set-up deadline.
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = tokenprobe::config::parse_timeout)]
     timeout_connect: Option<Duration>,
     /// Deadline from sending to the first token.
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = tokenprobe::config::parse_timeout)]
     timeout_first_token: Option<Duration>,
     /// Deadline for silence after the first token.
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = tokenprobe::config::parse_timeout)]
     timeout_idle: Option<Duration>,
     /// Deadline for the whole request.
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = tokenprobe::config::parse_timeout)]
     timeout_total: Option<Duration>,
     /// Which header carries the key (default: x-api-key for anthropic-messages, else bearer).
     #[arg(long, value_enum)]
     auth: Option<AuthArg>,
     /// Extra request header NAME=VALUE (repeatable).
-    #[arg(long = "header", value_parser = parse_pair)]
+    #[arg(long = "header", value_parser = parse_header)]
     headers: Vec<(String, String)>,
     /// Query parameter NAME=VALUE added to the URL (repeatable), e.g. api-version=2024-10-21.
     #[arg(long = "query", value_parser = parse_pair)]
     query: Vec<(String, String)>,
     /// Proxy URL, or "none" to ignore the environment's proxy variables.
-    #[arg(long)]
+    #[arg(long, value_parser = parse_proxy)]
     proxy: Option<String>,
     /// Extra PEM CA certificates to trust.
     #[arg(long)]
@@ -170,6 +171,30 @@ fn parse_pair(s: &str) -> Result<(String, String), String> {
         .map(|(k, v)| (k.trim().to_owned(), v.to_owned()))
         .filter(|(k, _)| !k.is_empty())
         .ok_or_else(|| format!("expected NAME=VALUE, got {s:?}"))
+}
+
+fn parse_header(s: &str) -> Result<(String, String), String> {
+    let (k, v) = parse_pair(s)?;
+    reqwest::header::HeaderName::from_bytes(k.as_bytes())
+        .map_err(|_| format!("{k:?} is not a valid header name"))?;
+    reqwest::header::HeaderValue::from_str(&v)
+        .map_err(|_| format!("the value of {k} is not a valid header value"))?;
+    Ok((k, v))
+}
+
+fn parse_log_level(s: &str) -> Result<String, String> {
+    tracing_subscriber::EnvFilter::try_new(s).map_err(|e| e.to_string())?;
+    Ok(s.to_owned())
+}
+
+fn parse_proxy(s: &str) -> Result<String, String> {
+    if s == "none" || s.is_empty() {
+        return Ok("none".into());
+    }
+    match reqwest::Url::parse(s) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") => Ok(s.to_owned()),
+        _ => Err("expected an http:// or https:// proxy URL, or \"none\"".into()),
+    }
 }
 
 fn init_logging(level: &str, format: LogFormat) {
@@ -352,7 +377,10 @@ fn spec_from_args(a: &ProbeArgs) -> Result<ProbeSpec> {
                 format!("environment variable {var} (--api-key-env) is not set")
             })?,
         ))),
-        (None, Some(f)) => Some(KeySource::File(f.clone())),
+        (None, Some(f)) => {
+            std::fs::metadata(f).with_context(|| format!("--api-key-file {}", f.display()))?;
+            Some(KeySource::File(f.clone()))
+        }
         (None, None) => None,
     };
     let d = Timeouts::default();
@@ -429,7 +457,7 @@ async fn probe(a: ProbeArgs) -> Result<ExitCode> {
             to_text(
                 &result,
                 &ReportContext {
-                    url: spec.url(),
+                    url: tokenprobe::probe::redact_url(&spec.url()),
                     model: spec.model.clone(),
                     proxy: spec.proxy(),
                 }

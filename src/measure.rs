@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 /// Token-bearing events that all complete within this span are a burst (MEASUREMENT.md).
 pub const BURST_WINDOW: Duration = Duration::from_millis(1);
 
+/// Usage counts above this are not believed (MEASUREMENT.md `malformed`).
+pub const MAX_PLAUSIBLE_TOKENS: u64 = 1_000_000_000;
+
 /// Largest amount of answer text kept for the report and the content check (bytes).
 const MAX_TEXT: usize = 64 * 1024;
 
@@ -218,6 +221,19 @@ impl Measurement {
 
     /// Folds one complete event that arrived (its terminating blank line was read) at `t`.
     pub fn event(&mut self, t: Instant, m: &EventMeaning) -> Step {
+        if [m.usage_output, m.usage_input]
+            .iter()
+            .flatten()
+            .any(|n| *n > MAX_PLAUSIBLE_TOKENS)
+        {
+            // A counter fed with 2^64 - 1 would wrap: such a usage object is not of the protocol's shape.
+            self.fail(
+                ErrorType::Malformed,
+                t,
+                "implausible usage token count (over 10^9)",
+            );
+            return Step::Continue;
+        }
         if let Some(e) = &m.error {
             self.fail(
                 classify_stream_error(e),
@@ -548,6 +564,22 @@ mod tests {
         assert_eq!((r.tpot_s, r.decode_tokens_per_s), (None, None));
         assert!(r.chunk_gaps_s.is_empty());
         assert_eq!(r.output_tokens, 3);
+    }
+
+    #[test]
+    fn implausible_usage_is_malformed() {
+        let t0 = Instant::now();
+        let mut m = Measurement::new(t0);
+        m.event(at(t0, 0.2), &token(true));
+        m.event(
+            at(t0, 0.3),
+            &EventMeaning {
+                usage_output: Some(u64::MAX),
+                terminal: true,
+                ..EventMeaning::default()
+            },
+        );
+        assert_eq!(m.finish().error_type, Some(ErrorType::Malformed));
     }
 
     #[test]

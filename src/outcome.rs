@@ -145,6 +145,9 @@ pub fn classify_stream_error(e: &StreamError) -> ErrorType {
     }
 }
 
+/// The longest wait honoured from a `Retry-After` header (one day): larger values are capped.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(86_400);
+
 /// Words in a 429 body that mean the quota or credit is exhausted, not a transient limit.
 const QUOTA_MARKERS: [&str; 6] = [
     "insufficient_quota",
@@ -179,21 +182,30 @@ impl Head<'_> {
     }
 
     /// The wait a 429/503 asks for: `retry-after-ms` preferred, else `Retry-After` as seconds or an
-    /// HTTP date (relative to `now`).
+    /// HTTP date (relative to `now`). Capped at [`MAX_RETRY_AFTER`]; negative, NaN or unparsable
+    /// values are ignored.
     pub fn retry_after(&self, now: SystemTime) -> Option<Duration> {
-        if let Some(ms) = self
+        let secs = |v: f64| {
+            (v.is_finite() && v >= 0.0)
+                .then(|| Duration::from_secs_f64(v.min(MAX_RETRY_AFTER.as_secs_f64())))
+        };
+        if let Some(d) = self
             .header("retry-after-ms")
             .and_then(|v| v.trim().parse::<f64>().ok())
-            .filter(|v| v.is_finite() && *v >= 0.0)
+            .and_then(|ms| secs(ms / 1000.0))
         {
-            return Some(Duration::from_secs_f64(ms / 1000.0));
+            return Some(d);
         }
         let v = self.header("retry-after")?.trim();
         if let Ok(s) = v.parse::<f64>() {
-            return (s.is_finite() && s >= 0.0).then(|| Duration::from_secs_f64(s));
+            return secs(s);
         }
         let at = httpdate::parse_http_date(v).ok()?;
-        Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+        Some(
+            at.duration_since(now)
+                .unwrap_or(Duration::ZERO)
+                .min(MAX_RETRY_AFTER),
+        )
     }
 }
 
@@ -347,5 +359,14 @@ mod tests {
         assert_eq!(h.retry_after(now), Some(Duration::from_secs(30)));
         assert_eq!(head(429, &[("retry-after", "soon")]).retry_after(now), None);
         assert_eq!(head(429, &[("retry-after", "-1")]).retry_after(now), None);
+        assert_eq!(head(429, &[("retry-after", "NaN")]).retry_after(now), None);
+        assert_eq!(
+            head(429, &[("retry-after", "99999999999999999999")]).retry_after(now),
+            Some(MAX_RETRY_AFTER)
+        );
+        assert_eq!(
+            head(429, &[("retry-after-ms", "1.5e30")]).retry_after(now),
+            Some(MAX_RETRY_AFTER)
+        );
     }
 }

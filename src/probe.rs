@@ -15,7 +15,7 @@ use crate::sse::SseDecoder;
 use crate::transport::{ClientOptions, Transport, TransportError};
 use std::error::Error as _;
 use std::io::Write as _;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 use tokio::time::timeout_at;
 
 /// How much of an error body is read for classification and the message (bytes).
@@ -209,17 +209,28 @@ impl Prober {
         let m = Measurement::new(t0);
         let mut r = run_request(&self.transport, req, spec, m, proxy.as_deref()).await;
         r.phases = Some(self.transport.clock.phases());
+        // A server may echo the key in its error message: never pass it on.
+        if let (Some(k), Some(d)) = (&key, r.error_detail.as_mut())
+            && !k.expose().is_empty()
+        {
+            *d = d.replace(k.expose(), "<redacted>");
+        }
         r
     }
 }
 
 /// The deadline that is due first, and which error type it means.
 fn next_deadline(m: &Measurement, t: &Timeouts, last_byte: Instant) -> (Instant, ErrorType) {
-    let total = (m.t0() + t.total, ErrorType::TimeoutTotal);
+    // Durations are validated to at most a day, but never panic on an overflow here either.
+    let after = |i: Instant, d: Duration| {
+        i.checked_add(d)
+            .unwrap_or(i + Duration::from_secs(86_400 * 365))
+    };
+    let total = (after(m.t0(), t.total), ErrorType::TimeoutTotal);
     let other = if m.first_token_seen() {
-        (last_byte + t.idle, ErrorType::TimeoutIdle)
+        (after(last_byte, t.idle), ErrorType::TimeoutIdle)
     } else {
-        (m.t0() + t.first_token, ErrorType::TimeoutFirstToken)
+        (after(m.t0(), t.first_token), ErrorType::TimeoutFirstToken)
     };
     // On a tie the type listed first in MEASUREMENT.md wins (first_token/idle before total).
     if other.0 <= total.0 { other } else { total }
@@ -264,6 +275,15 @@ async fn run_request(
         Ok(Ok(r)) => r,
     };
     let t_headers = Instant::now();
+    if t_headers > deadline {
+        // The head was ready but arrived after the deadline (the timer and the socket raced).
+        m.fail(
+            kind,
+            deadline,
+            format!("{} waiting for the response head", deadline_detail(kind, t)),
+        );
+        return m.finish();
+    }
     let status = resp.status().as_u16();
     m.headers(t_headers, status);
     let headers: Vec<(String, String)> = resp
@@ -329,6 +349,11 @@ async fn run_request(
             }
             Ok(Ok(Some(bytes))) => {
                 let now = Instant::now();
+                if now > deadline {
+                    // Bytes that arrive after a deadline do not count (timer/socket race).
+                    m.fail(kind, deadline, deadline_detail(kind, t));
+                    break;
+                }
                 last_byte = now;
                 let plain = match inflater.feed(&bytes) {
                     Ok(p) => p,
@@ -461,7 +486,9 @@ async fn read_error_body(
     proxy: Option<&str>,
 ) -> ProbeResult {
     let mut body = Vec::new();
-    let deadline = m.t0() + spec.timeouts.total;
+    // No token can come from an error answer: bound the body by the first-token (or total)
+    // deadline. The status already decided the error type; a stalled body only ends the read.
+    let (deadline, _) = next_deadline(&m, &spec.timeouts, m.t0());
     let mut end = Instant::now();
     while body.len() < MAX_ERROR_BODY {
         match timeout_at(deadline.into(), resp.chunk()).await {
@@ -508,6 +535,14 @@ async fn read_error_body(
         if let Some(v) = head.header("x-squid-error").or(head.header("proxy-status")) {
             detail.push_str(&format!(" ({v})"));
         }
+    }
+    if (300..400).contains(&head.status)
+        && let Some(loc) = head.header("location")
+    {
+        detail.push_str(&format!(
+            " redirect to {} (probes do not follow redirects: fix base_url)",
+            redact_url(loc)
+        ));
     }
     let summary = if head
         .header("content-type")
@@ -564,9 +599,12 @@ fn classify_transport(
     (kind, detail)
 }
 
-/// `e: cause: cause`, without URLs' query strings.
+/// `e: cause: cause`, with the request URL shown by [`redact_url`].
 fn error_chain(e: &reqwest::Error) -> String {
     let mut s = e.to_string();
+    if let Some(u) = e.url() {
+        s = s.replace(u.as_str(), &redact_url(u.as_str()));
+    }
     let mut src = e.source();
     while let Some(c) = src {
         let c_s = c.to_string();
@@ -652,6 +690,37 @@ pub fn effective_proxy(url: &str) -> Option<String> {
     Some(redact_userinfo(&p))
 }
 
+/// A URL safe to show: no user or password, and the values of query parameters whose names look
+/// secret (`key`, `token`, `secret`, `sig`, `auth`, `password`) replaced by `<redacted>`.
+pub fn redact_url(url: &str) -> String {
+    let Ok(mut u) = reqwest::Url::parse(url) else {
+        return "<unparsable URL>".to_owned();
+    };
+    let _ = u.set_username("");
+    let _ = u.set_password(None);
+    if u.query().is_some() {
+        let pairs: Vec<(String, String)> = u
+            .query_pairs()
+            .map(|(k, v)| {
+                let lower = k.to_ascii_lowercase();
+                let secret = ["key", "token", "secret", "sig", "auth", "password"]
+                    .iter()
+                    .any(|w| lower.contains(w));
+                (
+                    k.into_owned(),
+                    if secret {
+                        "<redacted>".to_owned()
+                    } else {
+                        v.into_owned()
+                    },
+                )
+            })
+            .collect();
+        u.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    u.to_string()
+}
+
 fn redact_userinfo(p: &str) -> String {
     match reqwest::Url::parse(p) {
         Ok(mut u) if !u.username().is_empty() || u.password().is_some() => {
@@ -667,7 +736,6 @@ fn redact_userinfo(p: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[test]
     fn deadlines_pick_the_earliest_and_prefer_first_token_on_ties() {
@@ -689,6 +757,15 @@ mod tests {
             ..t
         };
         assert_eq!(next_deadline(&m, &t2, t0).1, ErrorType::TimeoutTotal);
+    }
+
+    #[test]
+    fn urls_are_shown_without_secrets() {
+        assert_eq!(
+            redact_url("https://u:pw@h/v1/chat?api-version=1&api-key=SECRET&sig=X"),
+            "https://h/v1/chat?api-version=1&api-key=%3Credacted%3E&sig=%3Credacted%3E"
+        );
+        assert_eq!(redact_url("http://h:8080/v1"), "http://h:8080/v1");
     }
 
     #[test]

@@ -280,17 +280,26 @@ impl JobRunner {
             self.name.clone(),
         );
         self.probes.spawn(async move {
+            // Cleared on drop, so even a panicking probe cannot block its job's later ticks.
+            let _running = RunningGuard(running);
             let r = prober.run(&spec).await;
             metrics.record(&labels, &r, SystemTime::now());
             if let Some(wait) = r.retry_after_s.filter(|w| *w > 0.0)
                 && let Ok(mut p) = pauses.lock()
             {
-                let until = Instant::now() + Duration::from_secs_f64(wait.min(3600.0));
+                let until = Instant::now() + Duration::from_secs_f64(wait.clamp(0.0, 3600.0));
                 p.insert(labels.target.clone(), until);
             }
             log_result(&name, &r);
-            running.store(false, Ordering::Release);
         });
+    }
+}
+
+struct RunningGuard(Arc<AtomicBool>);
+
+impl Drop for RunningGuard {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }
 

@@ -32,7 +32,11 @@ impl JobRow {
         JobRow {
             name: job.name(),
             api: job.target.api.to_string(),
-            url: format!("{}{}", job.target.base_url, job.target.api.path()),
+            url: crate::probe::redact_url(&format!(
+                "{}{}",
+                job.target.base_url,
+                job.target.api.path()
+            )),
             schedule: job.schedule.to_string(),
         }
     }

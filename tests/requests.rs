@@ -263,3 +263,52 @@ async fn bad_usage_exits_2() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("TOKENPROBE_SURELY_UNSET"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_in_query_and_url_never_reach_the_output() {
+    // Nothing listens on port 9: the failure message names the URL, which must be redacted.
+    let out = Command::new(common::tokenprobe_bin())
+        .args([
+            "probe",
+            "--base-url",
+            "http://user:PWSECRET@127.0.0.1:9/v1",
+            "--model",
+            "m",
+        ])
+        .args(["--query", "api-key=QSECRET", "--proxy", "none"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(all.contains("connect"), "{all}");
+    assert!(
+        !all.contains("QSECRET") && !all.contains("PWSECRET"),
+        "{all}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn absurd_deadlines_are_usage_errors() {
+    let out = Command::new(common::tokenprobe_bin())
+        .args([
+            "probe",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--model",
+            "m",
+            "--timeout-total",
+            "500000000000y",
+        ])
+        .output()
+        .expect("run");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
