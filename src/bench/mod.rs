@@ -237,6 +237,11 @@ pub fn criteria(a: &BenchArgs) -> Result<Criteria, SpecError> {
 ///
 /// # Errors
 /// [`BenchError::Usage`] when the lists do not fit.
+/// Highest open-loop arrival rate accepted, requests/s.
+pub const MAX_RATE: f64 = 100_000.0;
+/// Most requests one level may schedule (bounds time and memory of the arrival plan).
+pub const MAX_REQUESTS_PER_LEVEL: f64 = 1_000_000.0;
+
 pub fn levels(concurrency: &[u32], rate: &[f64]) -> Result<Vec<LevelKey>, BenchError> {
     if rate.is_empty() {
         let c = if concurrency.is_empty() {
@@ -252,9 +257,12 @@ pub fn levels(concurrency: &[u32], rate: &[f64]) -> Result<Vec<LevelKey>, BenchE
             })
             .collect());
     }
-    if let Some(r) = rate.iter().find(|r| !(r.is_finite() && **r > 0.0)) {
+    if let Some(r) = rate
+        .iter()
+        .find(|r| !(r.is_finite() && **r > 0.0 && **r <= MAX_RATE))
+    {
         return Err(BenchError::Usage(format!(
-            "--rate {r}: must be a positive number of requests/s"
+            "--rate {r}: must be a number of requests/s above 0 and at most {MAX_RATE}"
         )));
     }
     let caps = if concurrency.is_empty() {
@@ -387,6 +395,22 @@ pub async fn run(a: BenchArgs) -> Result<ExitCode, BenchError> {
             p.display()
         )));
     }
+    for o in a.outputs.iter().chain(a.plot.iter()) {
+        let dir = o
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        if !dir.is_dir() {
+            return Err(BenchError::Usage(format!(
+                "{}: the directory {} does not exist",
+                o.display(),
+                dir.display()
+            )));
+        }
+    }
+    if a.models.iter().any(|m| m.trim().is_empty()) {
+        return Err(BenchError::Usage("--models: empty model name".into()));
+    }
     let baseline = a.baseline.as_deref().map(load_baseline).transpose()?;
     let level_keys = levels(&a.concurrency, &a.rate)?;
     let config = Config::load(&a.config_file).map_err(|source| BenchError::Config {
@@ -417,6 +441,28 @@ pub async fn run(a: BenchArgs) -> Result<ExitCode, BenchError> {
             ));
         }
     };
+    let too_many = match amount {
+        Amount::Duration(d) if d.is_zero() => {
+            return Err(BenchError::Usage(
+                "--duration-per-level must be above 0".into(),
+            ));
+        }
+        Amount::Requests(0) => {
+            return Err(BenchError::Usage(
+                "--requests-per-level must be at least 1".into(),
+            ));
+        }
+        Amount::Requests(n) => n as f64 > MAX_REQUESTS_PER_LEVEL,
+        Amount::Duration(d) => a
+            .rate
+            .iter()
+            .any(|r| r * d.as_secs_f64() > MAX_REQUESTS_PER_LEVEL),
+    };
+    if too_many {
+        return Err(BenchError::Usage(format!(
+            "a level would send more than {MAX_REQUESTS_PER_LEVEL} requests: lower --rate, --duration-per-level or --requests-per-level"
+        )));
+    }
     let per_level_units = match amount {
         Amount::Requests(n) => n,
         Amount::Duration(d) => d.as_secs().max(1),
