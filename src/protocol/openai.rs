@@ -52,10 +52,17 @@ fn choices(v: &Value) -> Result<&[Value], Malformed> {
     }
 }
 
-/// OpenAI Chat Completions chunk.
-pub(super) fn chat(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
+/// A chat or completions event: fully interpreted already (`[DONE]`, an error or unknown event
+/// type, empty data), or a JSON chunk with what every chunk may carry (a top-level error, usage,
+/// llama.cpp's `timings`) filled in; the caller reads `choices`.
+enum Chunk {
+    Done(EventMeaning),
+    Json(Value, EventMeaning),
+}
+
+fn chunk(ev: &SseEvent) -> Result<Chunk, Malformed> {
     if let Some(r) = preamble(ev) {
-        return r;
+        return r.map(Chunk::Done);
     }
     let v = json_object(&ev.data)?;
     let mut m = EventMeaning {
@@ -64,6 +71,15 @@ pub(super) fn chat(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
     };
     (m.usage_output, m.usage_input) = usage_at(&v, "completion_tokens", "prompt_tokens");
     m.server_timings = v.get("timings").and_then(ServerTimings::from_json);
+    Ok(Chunk::Json(v, m))
+}
+
+/// OpenAI Chat Completions chunk.
+pub(super) fn chat(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
+    let (v, mut m) = match chunk(ev)? {
+        Chunk::Done(m) => return Ok(m),
+        Chunk::Json(v, m) => (v, m),
+    };
     for choice in choices(&v)? {
         if let Some(delta) = choice.get("delta").filter(|d| d.is_object()) {
             for key in ["content", "refusal"] {
@@ -98,16 +114,10 @@ pub(super) fn chat(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
 
 /// OpenAI legacy Completions chunk (`choices[*].text`).
 pub(super) fn completions(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
-    if let Some(r) = preamble(ev) {
-        return r;
-    }
-    let v = json_object(&ev.data)?;
-    let mut m = EventMeaning {
-        error: top_level_error(&v),
-        ..EventMeaning::default()
+    let (v, mut m) = match chunk(ev)? {
+        Chunk::Done(m) => return Ok(m),
+        Chunk::Json(v, m) => (v, m),
     };
-    (m.usage_output, m.usage_input) = usage_at(&v, "completion_tokens", "prompt_tokens");
-    m.server_timings = v.get("timings").and_then(ServerTimings::from_json);
     for choice in choices(&v)? {
         if let Some(s) = non_empty_str(choice, "text") {
             m.token = true;
