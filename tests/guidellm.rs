@@ -39,10 +39,12 @@
 //! Needs `scripts/install-fault-deps.sh` (guidellm in the project venv); fails, never
 //! skips, without it.
 
+mod e2e;
 #[allow(dead_code)]
 mod faults;
 
-use faults::{GuidellmMock, MockTiming, Samples, Serve, Watchdog};
+use e2e::{Samples, Watchdog};
+use faults::{GuidellmMock, MockTiming, Serve};
 use std::time::{Duration, Instant};
 
 const TIMING: MockTiming = MockTiming {

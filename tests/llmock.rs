@@ -27,10 +27,12 @@
 //! Needs `scripts/install-fault-deps.sh` (llmock in the project venv); fails, never
 //! skips, without it.
 
+mod e2e;
 #[allow(dead_code)]
 mod faults;
 
-use faults::{Llmock, Samples, Serve, Watchdog};
+use e2e::{ERROR_TYPES, Samples, Watchdog};
+use faults::{Llmock, Serve};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -526,26 +528,6 @@ fn mix() -> Vec<Mix> {
     ]
 }
 
-const ERROR_TYPES: &[&str] = &[
-    "proxy",
-    "connect",
-    "tls",
-    "timeout_connect",
-    "timeout_first_token",
-    "timeout_idle",
-    "timeout_total",
-    "auth",
-    "quota_exceeded",
-    "rate_limited",
-    "overloaded",
-    "bad_request",
-    "server_error",
-    "truncated",
-    "empty_response",
-    "malformed",
-    "validation_failed",
-];
-
 fn job_labels(m: &str) -> [(&str, &str); 3] {
     [("target", m), ("model", m), ("prompt", "p")]
 }
@@ -636,11 +618,12 @@ fn serve_under_fault_mix_no_panic_no_leak() {
     let faulted = settled_metrics(&mut serve, &jobs);
     // The faults end (llmock's stalls of 3 s run out by themselves); every job must
     // come back to successes on its next ticks.
-    let r = faults::http(
+    let r = e2e::http_request_within(
         "DELETE",
         &format!("{}/_llmock/scenario", llmock.url),
         &[],
         b"",
+        faults::HTTP_TIMEOUT,
     );
     assert_eq!(r.status, 200, "llmock DELETE scenario: {}", r.body);
     llmock.scenario(json!([reply]));

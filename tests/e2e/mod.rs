@@ -1,7 +1,9 @@
 //! Shared helpers for the end-to-end tests (`tests/real_server.rs`,
-//! `tests/prometheus_e2e.rs`): child processes that die with the test, a
-//! llama.cpp server with a tiny model, `tokenprobe serve`, a minimal HTTP/1.1
-//! client with timeouts, and a Prometheus text-format reader.
+//! `tests/prometheus_e2e.rs`, `tests/dashboard_queries.rs`, `tests/bench.rs`) and,
+//! through `tests/faults/mod.rs`, the fault tests (`tests/llmock.rs`,
+//! `tests/guidellm.rs`) and `tests/deploy_checks.rs`: child processes that die
+//! with the test, a llama.cpp server with a tiny model, `tokenprobe serve`, a
+//! minimal HTTP/1.1 client with timeouts, and a Prometheus text-format reader.
 //!
 //! What these tests need is installed by `scripts/install-test-deps.sh`; a
 //! missing piece fails the test with that hint. `TOKENPROBE_SKIP_E2E=1` skips
@@ -140,7 +142,8 @@ unsafe extern "C" {
 }
 
 const PR_SET_PDEATHSIG: c_int = 1;
-const SIGTERM: c_ulong = 15;
+pub const SIGTERM: c_ulong = 15;
+pub const SIGKILL: c_ulong = 9;
 
 /// A child process that is killed and reaped when dropped (also on panic), and
 /// gets SIGTERM from the kernel if the test thread that started it dies.
@@ -153,7 +156,18 @@ pub struct ChildGuard {
 }
 
 impl ChildGuard {
-    pub fn spawn(name: &str, mut cmd: Command, dir: &Path) -> ChildGuard {
+    /// Spawns `cmd`; it gets SIGTERM if the starting thread dies.
+    pub fn spawn(name: &str, cmd: Command, dir: &Path) -> ChildGuard {
+        ChildGuard::spawn_with_deathsig(name, cmd, dir, SIGTERM)
+    }
+
+    /// Spawns `cmd`; it gets `deathsig` (e.g. [`SIGKILL`]) if the starting thread dies.
+    pub fn spawn_with_deathsig(
+        name: &str,
+        mut cmd: Command,
+        dir: &Path,
+        deathsig: c_ulong,
+    ) -> ChildGuard {
         let stdout_path = dir.join(format!("{name}.stdout"));
         let stderr_path = dir.join(format!("{name}.stderr"));
         cmd.stdin(Stdio::null())
@@ -161,8 +175,8 @@ impl ChildGuard {
             .stderr(File::create(&stderr_path).expect("create stderr log"));
         // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
         unsafe {
-            cmd.pre_exec(|| {
-                prctl(PR_SET_PDEATHSIG, SIGTERM);
+            cmd.pre_exec(move || {
+                prctl(PR_SET_PDEATHSIG, deathsig);
                 Ok(())
             });
         }
@@ -210,6 +224,34 @@ impl ChildGuard {
         if let Some(st) = self.exited() {
             panic!("{} exited unexpectedly ({st})\n{}", self.name, self.logs());
         }
+    }
+
+    /// Sends `sig` (e.g. "-STOP").
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .expect("run kill")
+            .success();
+        assert!(ok, "kill {sig} {} failed", self.name);
+    }
+
+    /// Sends `sig` (e.g. "-TERM") and waits up to `limit` for the exit.
+    /// Returns the exit status and how long it took, or None on time-out.
+    pub fn signal_and_wait(
+        &mut self,
+        sig: &str,
+        limit: Duration,
+    ) -> Option<(ExitStatus, Duration)> {
+        self.signal(sig);
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if let Some(st) = self.exited() {
+                return Some((st, start.elapsed()));
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        None
     }
 }
 
@@ -289,7 +331,17 @@ pub fn free_port() -> u16 {
 }
 
 /// Polls `f` every 100 ms until it returns Some or `limit` passes.
-pub fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+pub fn wait_for<T>(what: &str, limit: Duration, f: impl FnMut() -> Option<T>) -> T {
+    poll_for(what, limit, Duration::from_millis(100), f)
+}
+
+/// Polls `f` every `every` until it returns Some or `limit` passes.
+pub fn poll_for<T>(
+    what: &str,
+    limit: Duration,
+    every: Duration,
+    mut f: impl FnMut() -> Option<T>,
+) -> T {
     let deadline = Instant::now() + limit;
     loop {
         if let Some(v) = f() {
@@ -298,7 +350,7 @@ pub fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>
         if Instant::now() > deadline {
             panic!("timed out after {limit:?} waiting for {what}");
         }
-        thread::sleep(Duration::from_millis(100));
+        thread::sleep(every);
     }
 }
 
@@ -429,10 +481,7 @@ impl Tokenprobe {
     }
 
     pub fn metrics(&mut self) -> Samples {
-        self.guard.assert_running();
-        let r = http_get(&format!("{}/metrics", self.url), &[]);
-        assert_eq!(r.status, 200, "tokenprobe /metrics: {}", r.body);
-        Samples::parse(&r.body)
+        tokenprobe_metrics(&mut self.guard, &self.url)
     }
 
     /// Waits until `tokenprobe_probes_total` (summed) reaches `n`.
@@ -457,27 +506,37 @@ impl Tokenprobe {
     /// The per-probe JSON log lines (those with an `outcome` field), with the
     /// fields flattened (tracing's JSON format nests them under `fields`).
     pub fn probe_logs(&self) -> Vec<serde_json::Map<String, serde_json::Value>> {
-        let mut out = Vec::new();
-        for line in self
-            .guard
-            .stderr()
-            .lines()
-            .chain(self.guard.stdout().lines())
-        {
-            let Ok(serde_json::Value::Object(mut obj)) = serde_json::from_str(line) else {
-                continue;
-            };
-            if let Some(serde_json::Value::Object(fields)) = obj.remove("fields") {
-                for (k, v) in fields {
-                    obj.entry(k).or_insert(v);
-                }
-            }
-            if obj.contains_key("outcome") {
-                out.push(obj);
+        json_logs(&self.guard)
+            .into_iter()
+            .filter(|obj| obj.contains_key("outcome"))
+            .collect()
+    }
+}
+
+/// Scrapes the `/metrics` of a running `tokenprobe serve` at `url`.
+pub fn tokenprobe_metrics(guard: &mut ChildGuard, url: &str) -> Samples {
+    guard.assert_running();
+    let r = http_get(&format!("{url}/metrics"), &[]);
+    assert_eq!(r.status, 200, "tokenprobe /metrics: {}", r.body);
+    Samples::parse(&r.body)
+}
+
+/// The JSON log lines of a child (stderr, then stdout), with the fields
+/// flattened (tracing's JSON format nests them under `fields`).
+pub fn json_logs(guard: &ChildGuard) -> Vec<serde_json::Map<String, serde_json::Value>> {
+    let mut out = Vec::new();
+    for line in guard.stderr().lines().chain(guard.stdout().lines()) {
+        let Ok(serde_json::Value::Object(mut obj)) = serde_json::from_str(line) else {
+            continue;
+        };
+        if let Some(serde_json::Value::Object(fields)) = obj.remove("fields") {
+            for (k, v) in fields {
+                obj.entry(k).or_insert(v);
             }
         }
-        out
+        out.push(obj);
     }
+    out
 }
 
 // ------------------------------------------------------------------ HTTP
@@ -506,8 +565,23 @@ pub fn try_http_get(url: &str, headers: &[(&str, &str)]) -> std::io::Result<Resp
     try_http_request("GET", url, headers, b"")
 }
 
+/// The default per-step timeout of [`try_http_request`].
+pub const HTTP_TIMEOUT: Duration = Duration::from_secs(30);
+
 pub fn http_request(method: &str, url: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
-    try_http_request(method, url, headers, body).unwrap_or_else(|e| panic!("{method} {url}: {e}"))
+    http_request_within(method, url, headers, body, HTTP_TIMEOUT)
+}
+
+/// [`http_request`] with every step bounded by `timeout`.
+pub fn http_request_within(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    timeout: Duration,
+) -> Response {
+    try_http_request_within(method, url, headers, body, timeout)
+        .unwrap_or_else(|e| panic!("{method} {url}: {e}"))
 }
 
 /// A minimal HTTP/1.1 client (Connection: close, identity or chunked body),
@@ -517,6 +591,17 @@ pub fn try_http_request(
     url: &str,
     headers: &[(&str, &str)],
     body: &[u8],
+) -> std::io::Result<Response> {
+    try_http_request_within(method, url, headers, body, HTTP_TIMEOUT)
+}
+
+/// [`try_http_request`] with every step bounded by `timeout`.
+pub fn try_http_request_within(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    timeout: Duration,
 ) -> std::io::Result<Response> {
     use std::io::{Error, ErrorKind};
     let rest = url
@@ -530,7 +615,6 @@ pub fn try_http_request(
         .to_socket_addrs()?
         .next()
         .ok_or_else(|| Error::new(ErrorKind::InvalidInput, "no address"))?;
-    let timeout = Duration::from_secs(30);
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
     s.set_read_timeout(Some(timeout))?;
     s.set_write_timeout(Some(timeout))?;
@@ -677,6 +761,36 @@ impl Samples {
         let v: Vec<&Sample> = self.select(name, &[]).collect();
         assert!(!v.is_empty(), "metric {name} is absent");
         v.iter().map(|s| s.value).sum()
+    }
+
+    /// Whether a sample of `name` with all of `want` exists.
+    pub fn has(&self, name: &str, want: &[(&str, &str)]) -> bool {
+        self.select(name, want).next().is_some()
+    }
+
+    /// Cumulative histogram buckets `(le, count)` of `name`, summed over
+    /// the series that match `want`, in ascending `le` order.
+    pub fn buckets(&self, name: &str, want: &[(&str, &str)]) -> Vec<(f64, f64)> {
+        let mut by_le: BTreeMap<String, f64> = BTreeMap::new();
+        let bucket = format!("{name}_bucket");
+        for s in self.select(&bucket, want) {
+            if let Some(le) = s.labels.get("le") {
+                *by_le.entry(le.clone()).or_default() += s.value;
+            }
+        }
+        let mut out: Vec<(f64, f64)> = by_le
+            .into_iter()
+            .map(|(le, c)| {
+                let x = if le == "+Inf" {
+                    f64::INFINITY
+                } else {
+                    le.parse().unwrap_or(f64::NAN)
+                };
+                (x, c)
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.total_cmp(&b.0));
+        out
     }
 }
 
