@@ -147,32 +147,7 @@ fn real_prometheus_scrapes_and_queries_tokenprobe() {
     let mut tp = Tokenprobe::serve(dir.path(), &config_yaml(&llama.base_url(), "1s", 16));
     let tp_addr = tp.url.trim_start_matches("http://").to_string();
 
-    let prom_config = dir.path().join("prometheus.yml");
-    std::fs::write(
-        &prom_config,
-        format!(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
-             scrape_configs:\n  - job_name: tokenprobe\n    static_configs:\n      - targets: ['{tp_addr}']\n"
-        ),
-    )
-    .unwrap();
-    let prom_addr = format!("127.0.0.1:{}", free_port());
-    let mut cmd = Command::new(which("prometheus").unwrap());
-    cmd.arg(format!("--config.file={}", prom_config.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.path().join("tsdb").display()
-        ))
-        .arg(format!("--web.listen-address={prom_addr}"))
-        .arg("--log.level=warn");
-    let mut prom_guard = ChildGuard::spawn("prometheus", cmd, dir.path());
-    let prom = format!("http://{prom_addr}");
-    wait_for("prometheus /-/ready", Duration::from_secs(60), || {
-        prom_guard.assert_running();
-        try_http_get(&format!("{prom}/-/ready"), &[])
-            .ok()
-            .filter(|r| r.status == 200)
-    });
+    let (mut prom_guard, prom) = start_prometheus(dir.path(), &tp_addr, &[]);
 
     // At least 3 successful scrapes.
     let up_q = "count_over_time(up{job=\"tokenprobe\"}[5m])";

@@ -916,3 +916,45 @@ pub const ERROR_TYPES: [&str; 17] = [
     "malformed",
     "validation_failed",
 ];
+
+/// Starts a real Prometheus on a free loopback port scraping `target` (host:port) every second,
+/// with these rule files loaded, storing into `dir/tsdb`; waits until `/-/ready`. Returns the
+/// guard and its base URL.
+pub fn start_prometheus(dir: &Path, target: &str, rule_files: &[&Path]) -> (ChildGuard, String) {
+    let mut rules = String::new();
+    if !rule_files.is_empty() {
+        rules.push_str("rule_files:\n");
+        for f in rule_files {
+            rules.push_str(&format!("  - '{}'\n", f.display()));
+        }
+    }
+    let prom_config = dir.join("prometheus.yml");
+    std::fs::write(
+        &prom_config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n{rules}\
+             scrape_configs:\n  - job_name: tokenprobe\n    static_configs:\n      - targets: ['{target}']\n"
+        ),
+    )
+    .expect("write prometheus.yml");
+    let prom_addr = format!("127.0.0.1:{}", free_port());
+    let mut cmd = Command::new(
+        which("prometheus").expect("prometheus on PATH (scripts/install-test-deps.sh)"),
+    );
+    cmd.arg(format!("--config.file={}", prom_config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("tsdb").display()
+        ))
+        .arg(format!("--web.listen-address={prom_addr}"))
+        .arg("--log.level=warn");
+    let mut guard = ChildGuard::spawn("prometheus", cmd, dir);
+    let prom = format!("http://{prom_addr}");
+    wait_for("prometheus /-/ready", Duration::from_secs(60), || {
+        guard.assert_running();
+        try_http_get(&format!("{prom}/-/ready"), &[])
+            .ok()
+            .filter(|r| r.status == 200)
+    });
+    (guard, prom)
+}
