@@ -486,10 +486,12 @@ async fn read_error_body(
     proxy: Option<&str>,
 ) -> ProbeResult {
     let mut body = Vec::new();
-    // No token can come from an error answer: bound the body by the first-token (or total)
-    // deadline. The status already decided the error type; a stalled body only ends the read.
-    let (deadline, _) = next_deadline(&m, &spec.timeouts, m.t0());
+    // No token can come from an error answer, so the first-token (or total) deadline bounds the
+    // body. When it passes first, that timeout applies and comes before the status-based types in
+    // MEASUREMENT.md's order; it is also recorded below (the status stays in the detail).
+    let (deadline, deadline_kind) = next_deadline(&m, &spec.timeouts, m.t0());
     let mut end = Instant::now();
+    let mut stalled = false;
     while body.len() < MAX_ERROR_BODY {
         match timeout_at(deadline.into(), resp.chunk()).await {
             Ok(Ok(Some(b))) => {
@@ -502,9 +504,18 @@ async fn read_error_body(
             }
             Err(_) => {
                 end = deadline;
+                stalled = true;
                 break;
             }
         }
+    }
+    if stalled {
+        let detail = format!(
+            "{} while reading the body of an HTTP {} answer",
+            deadline_detail(deadline_kind, &spec.timeouts),
+            head.status
+        );
+        m.fail(deadline_kind, end, detail);
     }
     let text = String::from_utf8_lossy(&body);
     if let Some(wait) = head.retry_after(SystemTime::now()) {
