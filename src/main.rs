@@ -341,6 +341,16 @@ async fn shutdown_signal() {
     }
 }
 
+/// `base` with the `--timeout-*` flags that were given applied on top.
+fn deadlines(a: &ProbeArgs, base: Timeouts) -> Timeouts {
+    Timeouts {
+        connect: a.timeout_connect.unwrap_or(base.connect),
+        first_token: a.timeout_first_token.unwrap_or(base.first_token),
+        idle: a.timeout_idle.unwrap_or(base.idle),
+        total: a.timeout_total.unwrap_or(base.total),
+    }
+}
+
 fn spec_from_args(a: &ProbeArgs) -> Result<ProbeSpec> {
     if let Some(cfg) = &a.config_file {
         let config = Config::load(cfg).with_context(|| format!("loading {}", cfg.display()))?;
@@ -383,13 +393,7 @@ fn spec_from_args(a: &ProbeArgs) -> Result<ProbeSpec> {
         }
         (None, None) => None,
     };
-    let d = Timeouts::default();
-    let timeouts = Timeouts {
-        connect: a.timeout_connect.unwrap_or(d.connect),
-        first_token: a.timeout_first_token.unwrap_or(d.first_token),
-        idle: a.timeout_idle.unwrap_or(d.idle),
-        total: a.timeout_total.unwrap_or(d.total),
-    };
+    let timeouts = deadlines(a, Timeouts::default());
     let auth = match (a.auth, a.api) {
         (Some(AuthArg::Bearer), _) => AuthStyle::Bearer,
         (Some(AuthArg::XApiKey), _) | (None, Api::AnthropicMessages) => AuthStyle::XApiKey,
@@ -420,7 +424,6 @@ fn spec_from_args(a: &ProbeArgs) -> Result<ProbeSpec> {
         expect: None,
         timeouts,
         client: ClientOptions {
-            connect_timeout: timeouts.connect,
             proxy,
             tls: TlsOptions {
                 ca_file: a.ca_file.clone(),
@@ -435,20 +438,14 @@ async fn probe(a: ProbeArgs) -> Result<ExitCode> {
     let mut spec = spec_from_args(&a)?;
     if a.config_file.is_some() {
         // Deadline flags still apply on top of a configured target.
-        spec.timeouts = Timeouts {
-            connect: a.timeout_connect.unwrap_or(spec.timeouts.connect),
-            first_token: a.timeout_first_token.unwrap_or(spec.timeouts.first_token),
-            idle: a.timeout_idle.unwrap_or(spec.timeouts.idle),
-            total: a.timeout_total.unwrap_or(spec.timeouts.total),
-        };
-        spec.client.connect_timeout = spec.timeouts.connect;
+        spec.timeouts = deadlines(&a, spec.timeouts);
     }
     if spec.client.tls.insecure_skip_verify {
         eprintln!(
             "tokenprobe: WARNING: --insecure-skip-verify: the server certificate is NOT verified"
         );
     }
-    let prober = Prober::new(&spec.client)?;
+    let prober = Prober::new(&spec)?;
     let result = prober.run(&spec).await;
     match a.format {
         Format::Json => {

@@ -75,7 +75,6 @@ impl ProbeSpec {
             expect: job.prompt.expect.clone(),
             timeouts: job.timeouts,
             client: ClientOptions {
-                connect_timeout: job.timeouts.connect,
                 proxy: job.target.proxy.clone(),
                 tls: job.target.tls.clone(),
                 connection: job.target.connection,
@@ -133,13 +132,13 @@ pub struct Prober {
 }
 
 impl Prober {
-    /// A prober with the given client settings.
+    /// A prober for `spec`: its client settings, connection set-up bounded by `timeouts.connect`.
     ///
     /// # Errors
     /// [`TransportError`] when the CA file, proxy URL or TLS settings are unusable.
-    pub fn new(opts: &ClientOptions) -> Result<Self, ProbeError> {
+    pub fn new(spec: &ProbeSpec) -> Result<Self, ProbeError> {
         Ok(Prober {
-            transport: Transport::new(opts)?,
+            transport: Transport::new(&spec.client, spec.timeouts.connect)?,
         })
     }
 

@@ -122,7 +122,7 @@ impl Scheduler {
         for (fp, job) in &wanted {
             if !self.jobs.contains_key(fp) {
                 let spec = ProbeSpec::from_job(job);
-                let prober = Prober::new(&spec.client)?;
+                let prober = Prober::new(&spec)?;
                 fresh.push((*fp, *job, spec, prober));
             }
         }

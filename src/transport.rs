@@ -96,11 +96,9 @@ pub struct Transport {
     pub clock: PhaseClock,
 }
 
-/// Client settings of a target.
+/// Client settings of a target (the connection set-up deadline is the probe's `timeouts.connect`).
 #[derive(Debug, Clone, Default)]
 pub struct ClientOptions {
-    /// Connection set-up deadline.
-    pub connect_timeout: Duration,
     /// Proxy choice.
     pub proxy: ProxySetting,
     /// TLS trust.
@@ -133,11 +131,11 @@ impl Transport {
     ///
     /// # Errors
     /// [`TransportError`] when the CA file, the proxy URL or the TLS settings are unusable.
-    pub fn new(opts: &ClientOptions) -> Result<Self, TransportError> {
+    pub fn new(opts: &ClientOptions, connect_timeout: Duration) -> Result<Self, TransportError> {
         let clock = PhaseClock::default();
         let tls = tls_config(&opts.tls, clock.clone())?;
         let mut b = reqwest::Client::builder()
-            .connect_timeout(opts.connect_timeout)
+            .connect_timeout(connect_timeout)
             .redirect(reqwest::redirect::Policy::none())
             .tcp_nodelay(true)
             .user_agent(concat!("tokenprobe/", env!("CARGO_PKG_VERSION")))

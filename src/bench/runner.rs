@@ -243,7 +243,7 @@ impl Runner {
     /// # Errors
     /// [`ProbeError`] when the client settings are unusable.
     pub fn new(spec: ProbeSpec, progress: Progress) -> Result<Runner, ProbeError> {
-        let first = Prober::new(&spec.client)?;
+        let first = Prober::new(&spec)?;
         Ok(Runner {
             spec: Arc::new(spec),
             probers: vec![first],
@@ -258,7 +258,7 @@ impl Runner {
 
     fn ensure_probers(&mut self, n: usize) -> Result<(), ProbeError> {
         while self.probers.len() < n {
-            self.probers.push(Prober::new(&self.spec.client)?);
+            self.probers.push(Prober::new(&self.spec)?);
         }
         Ok(())
     }
@@ -481,7 +481,7 @@ impl OpenRequest {
         let taken = self.pool.lock().ok().and_then(|mut p| p.pop());
         let prober = match taken {
             Some(p) => p,
-            None => Prober::new(&self.spec.client).unwrap_or_else(|_| self.template.clone()),
+            None => Prober::new(&self.spec).unwrap_or_else(|_| self.template.clone()),
         };
         let sent = Instant::now();
         let r = self.spec.as_ref();
