@@ -31,7 +31,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, timeout, timeout_at};
 
-use common::case::{Case, gzip_one_member, parse_secs};
+use common::case::{Case, End, gzip_one_member, parse_secs};
 use common::server::{ReceivedRequest, ReplayHandle, ReplayServer};
 use common::{
     PROXY_ENV_VARS, case_name, cases_dir, default_cases_dir, expect_files, tokenprobe_bin,
@@ -81,13 +81,13 @@ const KEY_ENV: &str = "TP_TEST_KEY";
 /// What a case's `notes` ask the harness to arrange beyond a plain replay with default deadlines.
 #[derive(Default)]
 struct Arrangement {
-    extra_args: &'static [&'static str],
+    extra_args: Vec<String>,
     api_key: Option<&'static str>,
     via_proxy: bool,
 }
 
-fn arrangement(case: &str) -> Arrangement {
-    match case.split('-').next().unwrap_or("") {
+fn arrangement(case: &str, notes: &str) -> Arrangement {
+    let mut arr = match case.split('-').next().unwrap_or("") {
         // "Configure the probe with a wrong API key"
         "25" => Arrangement {
             api_key: Some("sk-wrong-key"),
@@ -98,20 +98,66 @@ fn arrangement(case: &str) -> Arrangement {
             via_proxy: true,
             ..Default::default()
         },
-        // "Configure deadlines first_token=10 s, idle=60 s, total=120 s (connect default)"
-        "32" => Arrangement {
-            extra_args: &[
-                "--timeout-first-token",
-                "10s",
-                "--timeout-idle",
-                "60s",
-                "--timeout-total",
-                "120s",
-            ],
-            ..Default::default()
-        },
         _ => Arrangement::default(),
+    };
+    arr.extra_args = deadline_args(notes);
+    arr
+}
+
+/// `--timeout-*` flags for the deadlines a case's notes configure, e.g. "Configure deadlines
+/// first_token=10 s, idle=1 s, total=4 s." (a deadline not named keeps its default).
+fn deadline_args(notes: &str) -> Vec<String> {
+    let Some(at) = notes.find("Configure deadlines") else {
+        return Vec::new();
+    };
+    let sentence = notes[at..].split(['.', ';', '(']).next().unwrap_or("");
+    let mut args = Vec::new();
+    for part in sentence.split([',', ' ']).filter(|p| p.contains('=')) {
+        let Some((name, value)) = part.split_once('=') else {
+            continue;
+        };
+        let flag = match name.trim() {
+            "first_token" => "--timeout-first-token",
+            "idle" => "--timeout-idle",
+            "total" => "--timeout-total",
+            "connect" => "--timeout-connect",
+            _ => continue,
+        };
+        // "10 s": the unit follows the number after a space.
+        let rest = &sentence[sentence.find(part).unwrap_or(0) + part.len()..];
+        let unit = rest.trim_start().split([',', ' ']).next().unwrap_or("s");
+        args.extend([flag.to_string(), format!("{}{unit}", value.trim())]);
     }
+    args
+}
+
+#[test]
+fn deadlines_are_read_from_the_notes() {
+    assert_eq!(
+        deadline_args("x. Configure deadlines first_token=10 s, idle=1 s, total=4 s. More."),
+        [
+            "--timeout-first-token",
+            "10s",
+            "--timeout-idle",
+            "1s",
+            "--timeout-total",
+            "4s"
+        ]
+    );
+    assert_eq!(
+        deadline_args(
+            "Configure deadlines first_token=10 s, idle=60 s, total=120 s (connect default)"
+        ),
+        [
+            "--timeout-first-token",
+            "10s",
+            "--timeout-idle",
+            "60s",
+            "--timeout-total",
+            "120s"
+        ]
+    );
+    assert!(deadline_args("nothing to configure").is_empty());
 }
 
 /// The base URL suffix each protocol appends to `--base-url`.
@@ -230,7 +276,7 @@ async fn run_all(mut files: Vec<PathBuf>, bin: PathBuf, serial: bool) -> Vec<Cas
     // Longest cases first, so the wall time is about the longest case.
     files.sort_by_cached_key(|f| {
         let txt = f.with_file_name(format!("{}.txt", case_name(f)));
-        std::cmp::Reverse(Case::load(&txt).map_or(Duration::ZERO, |c| c.eof_at))
+        std::cmp::Reverse(Case::load(&txt).map_or(Duration::ZERO, |c| c.last_instant()))
     });
     let limit = if serial {
         OVERALL_TIMEOUT_SERIAL
@@ -419,7 +465,8 @@ async fn replay_case(
         .get("tolerance_s")
         .and_then(Value::as_f64)
         .ok_or("expect has no numeric `tolerance_s`")?;
-    let arr = arrangement(&name);
+    let notes = expect.get("notes").and_then(Value::as_str).unwrap_or("");
+    let arr = arrangement(&name, notes);
 
     // The server that answers (the proxy in the proxy case), and where the probe is pointed.
     let (server_addr, server) = ReplayServer::start(&case)
@@ -451,13 +498,16 @@ async fn replay_case(
     .iter()
     .map(|s| s.to_string())
     .collect();
-    if let Some(n) = request.get("max_tokens") {
+    if let Some(n) = request
+        .get("max_tokens")
+        .or_else(|| request.get("max_output_tokens"))
+    {
         args.extend(["--max-tokens".to_string(), n.to_string()]);
     }
     if arr.api_key.is_some() {
         args.extend(["--api-key-env".to_string(), KEY_ENV.to_string()]);
     }
-    args.extend(arr.extra_args.iter().map(|s| s.to_string()));
+    args.extend(arr.extra_args.iter().cloned());
 
     let mut cmd = tokio::process::Command::new(bin);
     cmd.args(&args)
@@ -637,7 +687,8 @@ fn check_request(
     for (key, want) in expected {
         match key.as_str() {
             "path" | "stream" | "model" => {} // checked above
-            "max_tokens" => {
+            // Each protocol's name for the output cap.
+            "max_tokens" | "max_output_tokens" => {
                 let got = ["max_tokens", "max_completion_tokens", "max_output_tokens"]
                     .iter()
                     .find_map(|k| body.get(*k));
@@ -935,7 +986,7 @@ fn case_18_splits_mid_line() {
         times,
         ["0.050", "0.300", "0.340", "0.360", "0.400"].map(secs)
     );
-    assert_eq!(case.eof_at, secs("0.401"));
+    assert_eq!(case.end, End::Close(secs("0.401")));
     let seg = |i: usize| &case.segments[i].bytes;
     assert!(seg(1).starts_with(b"data: {"));
     assert!(
@@ -969,7 +1020,7 @@ fn case_22_last_segment_ends_with_a_single_lf() {
     let case = known_case("22-final-event-without-blank-line");
     let last = case.segments.last().expect("segments");
     assert_eq!(last.at, secs("0.230"));
-    assert_eq!(case.eof_at, secs("0.230"));
+    assert_eq!(case.end, End::Close(secs("0.230")));
     assert!(last.bytes.ends_with(b"}]}\n") && !last.bytes.ends_with(b"\n\n"));
 }
 
@@ -995,7 +1046,7 @@ fn every_case_file_parses() {
             case.segments.windows(2).all(|w| w[0].at <= w[1].at),
             "{name}: times go back"
         );
-        assert!(case.eof_at >= case.segments.last().map_or(Duration::ZERO, |s| s.at));
+        assert!(case.last_instant() >= case.segments.last().map_or(Duration::ZERO, |s| s.at));
         // a Content-Length in a case must match its body
         let head_text = String::from_utf8_lossy(head).to_ascii_lowercase();
         if let Some(v) = head_text
@@ -1018,12 +1069,21 @@ fn parser_keeps_non_marker_percent_signs_and_rejects_stray_bytes() {
         case.segments[0].bytes,
         b"HTTP/1.1 200 OK\r\n\r\n100%% sure %%SEG t=x%%\n"
     );
-    assert_eq!(case.eof_at, secs("0.2"));
+    assert_eq!(case.end, End::Close(secs("0.2")));
     assert!(Case::parse("x", b"#---- RAW ----\nstray%%SEG t=0.1s%%\nA%%EOF t=1s%%").is_err());
-    assert!(
-        Case::parse("x", b"#---- RAW ----\n%%SEG t=0.1s%%\nA").is_err(),
-        "no EOF"
+    let open = Case::parse("x", b"#---- RAW ----\n%%SEG t=0.1s%%\nA\r\n").expect("no end marker");
+    assert_eq!(
+        open.end,
+        End::KeepOpen,
+        "no end marker keeps the connection open"
     );
+    assert_eq!(
+        open.segments[0].bytes, b"A\r\n",
+        "the bytes after the last marker are data"
+    );
+    let rst = Case::parse("x", b"#---- RAW ----\n%%SEG t=0.1s%%\nA%%RST t=0.3s%%\nB").expect("rst");
+    assert_eq!(rst.end, End::Reset(secs("0.3")));
+    assert_eq!(rst.segments[0].bytes, b"A");
     assert!(
         Case::parse("x", b"%%SEG t=0.1s%%\nA%%EOF t=1s%%").is_err(),
         "no RAW line"
@@ -1044,7 +1104,7 @@ fn gzip_case_script_is_head_then_one_member() {
             .ends_with(b"Connection: close\r\n\r\n")
     );
     assert_eq!(script.writes[1].at, secs("1.600"));
-    assert_eq!(script.close_at, secs("1.601"));
+    assert_eq!(script.end, End::Close(secs("1.601")));
     let body: Vec<u8> = case.segments[1..]
         .iter()
         .flat_map(|s| s.bytes.clone())

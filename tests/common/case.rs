@@ -1,9 +1,12 @@
-//! Parser for the stream fault cases in `../shared/cases/NN-name.txt`.
+//! Parser for the stream fault cases in `tests/cases/NN-name.txt` (the repository's copy of the
+//! shared cases; `tests/cases/README.md` describes the format).
 //!
 //! A case file is a `#` header, the line `#---- RAW ----`, then raw bytes cut into timed segments by
 //! markers: `%%SEG t=<s>s%%` plus ONE following LF opens a segment (the marker and that LF are not
-//! data), `%%EOF t=<s>s%%` closes the connection (anything after it is ignored). A marker may stand in
-//! the middle of a line (case 18), so the parser works on bytes and never rewrites them.
+//! data), `%%EOF t=<s>s%%` closes the connection and `%%RST t=<s>s%%` resets it (anything after either
+//! is ignored); a RAW with neither keeps the connection open after the last write, so the client must
+//! see the body's end from its framing. A marker may stand in the middle of a line (case 18), so the
+//! parser works on bytes and never rewrites them.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -18,11 +21,22 @@ pub struct Segment {
     pub bytes: Vec<u8>,
 }
 
-/// What a replay server does on one connection: its writes in order, then a close.
+/// How a connection ends after the last write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// A normal close (FIN) at this time (`%%EOF%%`).
+    Close(Duration),
+    /// A TCP reset (SO_LINGER 0, no FIN) at this time (`%%RST%%`).
+    Reset(Duration),
+    /// The server keeps the connection open until the client closes it (no end marker).
+    KeepOpen,
+}
+
+/// What a replay server does on one connection: its writes in order, then its end.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Script {
     pub writes: Vec<Segment>,
-    pub close_at: Duration,
+    pub end: End,
 }
 
 #[derive(Debug, Clone)]
@@ -34,8 +48,8 @@ pub struct Case {
     pub header: String,
     /// The RAW segments, byte-exact, in file order.
     pub segments: Vec<Segment>,
-    /// When the server closes the connection.
-    pub eof_at: Duration,
+    /// How the server ends the connection.
+    pub end: End,
 }
 
 impl Case {
@@ -59,7 +73,7 @@ impl Case {
         let raw = &bytes[raw_start..];
 
         let mut segments: Vec<Segment> = Vec::new();
-        let mut eof_at = None;
+        let mut end = End::KeepOpen;
         let mut data_start = 0usize; // start of the bytes not yet assigned to a segment
         let mut i = 0usize;
         while i + 1 < raw.len() {
@@ -98,7 +112,11 @@ impl Case {
                     data_start = i;
                 }
                 MarkerKind::Eof => {
-                    eof_at = Some(at);
+                    end = End::Close(at);
+                    break;
+                }
+                MarkerKind::Rst => {
+                    end = End::Reset(at);
                     break;
                 }
                 MarkerKind::NewConn => {
@@ -106,7 +124,14 @@ impl Case {
                 }
             }
         }
-        let eof_at = eof_at.ok_or("no %%EOF marker")?;
+        if end == End::KeepOpen {
+            // No end marker: the rest of the file is the last segment's data.
+            match segments.last_mut() {
+                Some(seg) => seg.bytes.extend_from_slice(&raw[data_start..]),
+                None if raw[data_start..].is_empty() => {}
+                None => return Err("bytes before the first %%SEG marker".into()),
+            }
+        }
         if segments.is_empty() {
             return Err("no %%SEG marker".into());
         }
@@ -115,8 +140,16 @@ impl Case {
             path: PathBuf::new(),
             header,
             segments,
-            eof_at,
+            end,
         })
+    }
+
+    /// The last instant the script does anything: its close or reset, else its last write.
+    pub fn last_instant(&self) -> Duration {
+        match self.end {
+            End::Close(at) | End::Reset(at) => at,
+            End::KeepOpen => self.segments.last().map_or(Duration::ZERO, |s| s.at),
+        }
     }
 
     /// The byte-exact response: all segments concatenated.
@@ -156,7 +189,7 @@ impl Case {
         if !self.is_gzip() {
             return Ok(Script {
                 writes: self.segments.clone(),
-                close_at: self.eof_at,
+                end: self.end,
             });
         }
         let head_len = self.head_len().ok_or("gzip case without a complete head")?;
@@ -186,7 +219,7 @@ impl Case {
         }
         Ok(Script {
             writes,
-            close_at: self.eof_at,
+            end: self.end,
         })
     }
 }
@@ -202,6 +235,7 @@ pub fn gzip_one_member(data: &[u8]) -> Result<Vec<u8>, String> {
 enum MarkerKind {
     Seg,
     Eof,
+    Rst,
     NewConn,
 }
 
@@ -211,6 +245,8 @@ fn parse_marker(b: &[u8]) -> Option<(MarkerKind, Duration, usize)> {
         (MarkerKind::Seg, r)
     } else if let Some(r) = b.strip_prefix(b"%%EOF t=") {
         (MarkerKind::Eof, r)
+    } else if let Some(r) = b.strip_prefix(b"%%RST t=") {
+        (MarkerKind::Rst, r)
     } else if let Some(r) = b.strip_prefix(b"%%NEWCONN t=") {
         (MarkerKind::NewConn, r)
     } else {

@@ -22,7 +22,7 @@ pub const PROXY_ENV_VARS: [&str; 8] = [
     "no_proxy",
 ];
 
-/// The case directory: `$TOKENPROBE_CASES_DIR`, else `<crate>/../shared/cases`.
+/// The case directory: `$TOKENPROBE_CASES_DIR`, else the repository's copy `<crate>/tests/cases`.
 pub fn cases_dir() -> PathBuf {
     match std::env::var_os("TOKENPROBE_CASES_DIR") {
         Some(dir) if !dir.is_empty() => PathBuf::from(dir),
@@ -30,9 +30,9 @@ pub fn cases_dir() -> PathBuf {
     }
 }
 
-/// `<crate>/../shared/cases`, ignoring the override (for tests of specific, known cases).
+/// `<crate>/tests/cases`, ignoring the override (for tests of specific, known cases).
 pub fn default_cases_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/cases")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cases")
 }
 
 /// Every `*.expect.json` in `dir`, sorted by name.

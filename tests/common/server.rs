@@ -1,6 +1,8 @@
 //! A replay server: a tokio TCP listener on 127.0.0.1:0 that, for every connection, reads one
 //! HTTP/1.1 request in full, records it, and then plays a [`Script`] of timed writes (TCP_NODELAY,
-//! one write per segment, times counted from the instant the request was read in full) and closes.
+//! one write per segment, times counted from the instant the request was read in full) and ends the
+//! connection as the script says: a close, a reset (SO_LINGER 0), or held open until the client
+//! closes it (bounded by [`KEEP_OPEN_LIMIT`]).
 //!
 //! The same script is served to every connection; requests are counted, so a test can assert that
 //! a probe sent exactly one. Dropping the [`ReplayHandle`] stops the listener and every connection.
@@ -16,12 +18,15 @@ use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::{Instant, sleep_until, timeout};
 
-use super::case::{Case, Script};
+use super::case::{Case, End, Script};
 
 /// How long a client may take to send its request before the server gives up on the connection.
 const REQUEST_READ_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_HEAD_LINE: usize = 64 * 1024;
 const MAX_BODY: usize = 16 * 1024 * 1024;
+/// A connection the script keeps open is closed by the server after this long at the latest, so a
+/// client that never closes cannot hold a test forever.
+const KEEP_OPEN_LIMIT: Duration = Duration::from_secs(120);
 
 /// One request as the server read it.
 #[derive(Debug, Clone)]
@@ -132,7 +137,7 @@ impl ReplayServer {
     pub async fn start_sink() -> std::io::Result<(SocketAddr, ReplayHandle)> {
         Self::start_script(Script {
             writes: Vec::new(),
-            close_at: Duration::ZERO,
+            end: End::Close(Duration::ZERO),
         })
         .await
     }
@@ -197,8 +202,26 @@ async fn serve_connection(mut stream: TcpStream, script: Arc<Script>, state: Arc
             return; // the client went away (normal after a client-side deadline or error)
         }
     }
-    sleep_precise(start + script.close_at).await;
-    let _ = stream.shutdown().await;
+    match script.end {
+        End::Close(at) => {
+            sleep_precise(start + at).await;
+            let _ = stream.shutdown().await;
+        }
+        End::Reset(at) => {
+            sleep_precise(start + at).await;
+            // SO_LINGER 0: closing sends a RST instead of a FIN.
+            let _ = stream.set_linger(Some(Duration::ZERO));
+            drop(stream);
+        }
+        End::KeepOpen => {
+            // Hold the connection until the client closes it (read returns 0 or fails).
+            let mut sink = [0u8; 1024];
+            let _ = timeout(KEEP_OPEN_LIMIT, async {
+                while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
+            })
+            .await;
+        }
+    }
 }
 
 /// Tokio's timer has a 1 ms granularity and fires up to ~2 ms late; sleep until shortly before
