@@ -5,7 +5,7 @@
 //! Every definition is MEASUREMENT.md's: instants (`t0`, `t_headers`, `t_first`, `t_first_output`,
 //! `t_last`, `t_end`), the metrics of a successful probe, the outcome precedence and the flags.
 
-use crate::outcome::{ErrorType, Flag, classify_stream_error};
+use crate::outcome::{ErrorType, Flag, classify_error_object};
 use crate::protocol::{EventMeaning, ServerTimings};
 use crate::transport::Phases;
 use serde::Serialize;
@@ -20,6 +20,10 @@ pub const MAX_PLAUSIBLE_TOKENS: u64 = 1_000_000_000;
 
 /// Largest amount of answer text kept for the report and the content check (bytes).
 const MAX_TEXT: usize = 64 * 1024;
+
+/// Inter-chunk gaps kept per probe (256 KiB); later gaps are counted in
+/// [`ProbeResult::chunk_gaps_dropped`], so an endless fast stream cannot grow memory.
+pub const MAX_CHUNK_GAPS: usize = 32 * 1024;
 
 /// Where the output token count came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -79,8 +83,10 @@ pub struct ProbeResult {
     pub tpot_s: Option<f64>,
     /// Decode tokens/s: `(N - 1) / (t_last - t_first)`.
     pub decode_tokens_per_s: Option<f64>,
-    /// Gaps between consecutive token-bearing events, seconds.
+    /// Gaps between consecutive token-bearing events, seconds (the first [`MAX_CHUNK_GAPS`]).
     pub chunk_gaps_s: Vec<f64>,
+    /// Gaps not kept in `chunk_gaps_s` because it was full.
+    pub chunk_gaps_dropped: u64,
     /// Number of token-bearing events.
     pub token_events: u64,
     /// Anomaly flags.
@@ -108,7 +114,15 @@ pub struct Measurement {
     t0: Instant,
     t_headers: Option<Instant>,
     status: Option<u16>,
-    token_times: Vec<Instant>,
+    /// Events that were not keep-alives (ruling 1: with none, a 2xx body is `empty_response`).
+    events: u64,
+    /// First and last token-bearing event, and how many there were.
+    first_token: Option<Instant>,
+    last_token: Option<Instant>,
+    token_events: u64,
+    /// Gaps between consecutive token-bearing events, bounded by [`MAX_CHUNK_GAPS`].
+    gaps: Vec<Duration>,
+    gaps_dropped: u64,
     first_output: Option<Instant>,
     usage_output: Option<u64>,
     usage_input: Option<u64>,
@@ -134,7 +148,12 @@ impl Measurement {
             t0,
             t_headers: None,
             status: None,
-            token_times: Vec::new(),
+            events: 0,
+            first_token: None,
+            last_token: None,
+            token_events: 0,
+            gaps: Vec::new(),
+            gaps_dropped: 0,
             first_output: None,
             usage_output: None,
             usage_input: None,
@@ -157,13 +176,13 @@ impl Measurement {
 
     /// Output tokens so far: the server's usage when reported, else token-bearing events.
     pub fn output_tokens(&self) -> u64 {
-        self.usage_output.unwrap_or(self.token_times.len() as u64)
+        self.usage_output.unwrap_or(self.token_events)
     }
 
     /// Applies a content check to a probe that would otherwise succeed: `check` gets the visible
     /// answer and N and returns why it failed, if it did (MEASUREMENT.md: `validation_failed`).
     pub fn validate(&mut self, check: impl FnOnce(&str, u64) -> Option<String>) {
-        if self.failure.is_some() || !self.proper_end() || self.token_times.is_empty() {
+        if self.failure.is_some() || !self.proper_end() || self.token_events == 0 {
             return;
         }
         if let Some(why) = check(&self.text, self.output_tokens()) {
@@ -195,7 +214,12 @@ impl Measurement {
 
     /// True once a token-bearing event has been seen (the idle deadline applies from then on).
     pub fn first_token_seen(&self) -> bool {
-        !self.token_times.is_empty()
+        self.token_events > 0
+    }
+
+    /// True once an event other than a keep-alive has been folded.
+    pub fn events_seen(&self) -> bool {
+        self.events > 0
     }
 
     /// True when a failure has been recorded.
@@ -221,6 +245,11 @@ impl Measurement {
 
     /// Folds one complete event that arrived (its terminating blank line was read) at `t`.
     pub fn event(&mut self, t: Instant, m: &EventMeaning) -> Step {
+        if m.keepalive {
+            // Empty or whitespace-only data: a keep-alive, like a comment (ruling 11).
+            return Step::Continue;
+        }
+        self.events += 1;
         if [m.usage_output, m.usage_input]
             .iter()
             .flatten()
@@ -235,15 +264,24 @@ impl Measurement {
             return Step::Continue;
         }
         if let Some(e) = &m.error {
-            self.fail(
-                classify_stream_error(e),
-                t,
-                format!("in-stream error: {}", e.summary()),
-            );
+            let kind = classify_error_object(e);
+            if kind == ErrorType::RateLimited && self.retry_after.is_none() {
+                self.retry_after = e.retry_delay;
+            }
+            self.fail(kind, t, format!("in-stream error: {}", e.summary()));
             return Step::Stop;
         }
         if m.token {
-            self.token_times.push(t);
+            if let Some(prev) = self.last_token {
+                if self.gaps.len() < MAX_CHUNK_GAPS {
+                    self.gaps.push(t.duration_since(prev));
+                } else {
+                    self.gaps_dropped += 1;
+                }
+            }
+            self.first_token.get_or_insert(t);
+            self.last_token = Some(t);
+            self.token_events += 1;
             if m.output && self.first_output.is_none() {
                 self.first_output = Some(t);
             }
@@ -288,13 +326,20 @@ impl Measurement {
         let end = self.terminal_at.or(self.eof_at);
         if self.failure.is_none() {
             let at = end.unwrap_or(self.t0);
-            if !self.proper_end() {
+            if !self.proper_end() && self.events == 0 {
+                // Ruling 1: nothing was generated (zero bytes, or only comments and keep-alives).
+                self.fail(
+                    ErrorType::EmptyResponse,
+                    at,
+                    "the body ended before any event",
+                );
+            } else if !self.proper_end() {
                 self.fail(
                     ErrorType::Truncated,
                     at,
                     "the stream ended without a finish reason or end marker",
                 );
-            } else if self.token_times.is_empty() {
+            } else if self.token_events == 0 {
                 self.fail(
                     ErrorType::EmptyResponse,
                     at,
@@ -302,13 +347,13 @@ impl Measurement {
                 );
             }
         }
-        let n_events = self.token_times.len() as u64;
+        let n_events = self.token_events;
         let (output_tokens, token_source) = match self.usage_output {
             Some(n) => (n, TokenSource::Usage),
             None => (n_events, TokenSource::Events),
         };
-        let first = self.token_times.first().copied();
-        let last = self.token_times.last().copied();
+        let first = self.first_token;
+        let last = self.last_token;
         let burst = match (first, last) {
             (Some(f), Some(l)) => n_events >= 2 && l.duration_since(f) <= BURST_WINDOW,
             _ => false,
@@ -333,6 +378,7 @@ impl Measurement {
             tpot_s: None,
             decode_tokens_per_s: None,
             chunk_gaps_s: Vec::new(),
+            chunk_gaps_dropped: 0,
             token_events: n_events,
             flags: self.flags,
             retry_after_s: self.retry_after.map(secs),
@@ -363,12 +409,9 @@ impl Measurement {
             r.tpot_s = Some(tpot);
             r.decode_tokens_per_s = Some((output_tokens - 1) as f64 / secs(span));
         }
-        if !burst {
-            r.chunk_gaps_s = self
-                .token_times
-                .windows(2)
-                .map(|w| secs(w[1].duration_since(w[0])))
-                .collect();
+        if !burst && !span.is_zero() {
+            r.chunk_gaps_s = self.gaps.iter().copied().map(secs).collect();
+            r.chunk_gaps_dropped = self.gaps_dropped;
         }
         r
     }
@@ -523,12 +566,79 @@ mod tests {
     }
 
     #[test]
-    fn zero_byte_200_is_truncated() {
+    fn a_body_that_ends_before_any_event_is_empty_not_truncated() {
+        // Ruling 1: zero bytes, or only keep-alives, is `empty_response`.
         let t0 = Instant::now();
         let mut m = Measurement::new(t0);
         m.headers(at(t0, 0.01), 200);
+        let keepalive = EventMeaning {
+            keepalive: true,
+            ..EventMeaning::default()
+        };
+        m.event(at(t0, 0.015), &keepalive);
+        m.eof(at(t0, 0.02));
+        let r = m.finish();
+        assert_eq!(r.error_type, Some(ErrorType::EmptyResponse));
+        assert!(close(r.failure_s, 0.02));
+        // `truncated` needs at least one event before the early end (a role-only chunk here).
+        let mut m = Measurement::new(t0);
+        m.headers(at(t0, 0.01), 200);
+        m.event(at(t0, 0.015), &EventMeaning::default());
         m.eof(at(t0, 0.02));
         assert_eq!(m.finish().error_type, Some(ErrorType::Truncated));
+    }
+
+    #[test]
+    fn keepalives_are_neither_tokens_nor_gaps() {
+        let t0 = Instant::now();
+        let mut m = Measurement::new(t0);
+        let keepalive = EventMeaning {
+            keepalive: true,
+            token: true, // ignored: a keep-alive carries nothing
+            ..EventMeaning::default()
+        };
+        m.event(at(t0, 0.1), &token(true));
+        m.event(at(t0, 0.15), &keepalive);
+        m.event(at(t0, 0.2), &token(true));
+        m.event(
+            at(t0, 0.3),
+            &EventMeaning {
+                terminal: true,
+                ..EventMeaning::default()
+            },
+        );
+        let r = m.finish();
+        assert!(r.success());
+        assert_eq!(r.output_tokens, 2);
+        assert_eq!(r.chunk_gaps_s.len(), 1);
+        assert!((r.chunk_gaps_s[0] - 0.1).abs() < 1e-9);
+    }
+
+    #[test]
+    fn gaps_are_bounded_and_what_is_dropped_is_counted() {
+        let t0 = Instant::now();
+        let mut m = Measurement::new(t0);
+        let n = MAX_CHUNK_GAPS + 10;
+        for i in 0..=n {
+            m.event(
+                t0 + Duration::from_micros(100 * i as u64 + 1000),
+                &token(true),
+            );
+        }
+        m.event(
+            at(t0, 10.0),
+            &EventMeaning {
+                terminal: true,
+                ..EventMeaning::default()
+            },
+        );
+        let r = m.finish();
+        assert!(r.success());
+        assert_eq!(r.token_events, n as u64 + 1);
+        assert_eq!(r.chunk_gaps_s.len(), MAX_CHUNK_GAPS);
+        assert_eq!(r.chunk_gaps_dropped, 10);
+        // TPOT still covers every token: (t_last - t_first) / (N - 1) = 100 us.
+        assert!(close(r.tpot_s, 0.0001));
     }
 
     #[test]

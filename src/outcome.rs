@@ -132,30 +132,102 @@ impl Flag {
     }
 }
 
-/// Classifies an in-stream error (SSE `event: error`, a top-level `error` object, llama.cpp's
-/// `error:` line): `overloaded` when the type says so, `bad_request` for a 4xx code, else
-/// `server_error` (5xx, non-numeric or absent code).
-pub fn classify_stream_error(e: &StreamError) -> ErrorType {
-    if e.is_overloaded() {
-        ErrorType::Overloaded
-    } else if e.code.is_some_and(|c| (400..500).contains(&c)) {
-        ErrorType::BadRequest
-    } else {
-        ErrorType::ServerError
+/// Classifies an error object: an in-stream error (SSE `event: error`, a top-level `error` object,
+/// llama.cpp's `error:` line) or a 2xx JSON error body (docs/measurement.md ruling 3). A numeric
+/// code decides first; else the first known name in `error.type`, then `error.code`; else
+/// `server_error`. A type that says overloaded wins over `bad_request` and `server_error`, which
+/// come after `overloaded` in the order of error types.
+pub fn classify_error_object(e: &StreamError) -> ErrorType {
+    let kind = match e.code {
+        Some(code) => by_status(code, e),
+        None => e
+            .names()
+            .find_map(by_name)
+            .unwrap_or(ErrorType::ServerError),
+    };
+    match kind {
+        ErrorType::BadRequest | ErrorType::ServerError if e.is_overloaded() => {
+            ErrorType::Overloaded
+        }
+        ErrorType::QuotaExceeded if e.short_window => ErrorType::RateLimited,
+        k => k,
     }
+}
+
+/// The type a status code gives an error object (ruling 3).
+fn by_status(code: u16, e: &StreamError) -> ErrorType {
+    match code {
+        401 | 403 => ErrorType::Auth,
+        429 if spent_budget(e) => ErrorType::QuotaExceeded,
+        429 => ErrorType::RateLimited,
+        529 => ErrorType::Overloaded,
+        400..=499 => ErrorType::BadRequest,
+        _ => ErrorType::ServerError,
+    }
+}
+
+/// Ruling 3's table of known type and code names.
+fn by_name(name: &str) -> Option<ErrorType> {
+    let n = name.trim().to_ascii_lowercase();
+    Some(match n.as_str() {
+        "authentication_error" | "permission_error" | "invalid_api_key" => ErrorType::Auth,
+        "insufficient_quota" | "quota_exceeded" => ErrorType::QuotaExceeded,
+        "rate_limit_error" | "rate_limit_exceeded" => ErrorType::RateLimited,
+        _ if n.contains("overloaded") => ErrorType::Overloaded,
+        "invalid_request_error"
+        | "not_found_error"
+        | "context_length_exceeded"
+        | "model_not_found"
+        | "request_too_large" => ErrorType::BadRequest,
+        "api_error" | "server_error" | "internal_error" => ErrorType::ServerError,
+        _ => return None,
+    })
+}
+
+/// Ruling 13: a 429 means a spent budget (`quota_exceeded`) only when its names or message say a
+/// quota, credit or billing limit is exhausted that does not come back within minutes, and nothing
+/// in it says the quota is per second or per minute.
+fn spent_budget(e: &StreamError) -> bool {
+    if e.short_window {
+        return false;
+    }
+    let text: Vec<String> = e
+        .names()
+        .chain(e.message.as_deref())
+        .map(str::to_ascii_lowercase)
+        .collect();
+    let says = |words: &[&str]| text.iter().any(|t| words.iter().any(|w| t.contains(w)));
+    if says(&SHORT_WINDOW_MARKERS) {
+        return false;
+    }
+    says(&QUOTA_MARKERS)
 }
 
 /// The longest wait honoured from a `Retry-After` header (one day): larger values are capped.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(86_400);
 
-/// Words in a 429 body that mean the quota or credit is exhausted, not a transient limit.
-const QUOTA_MARKERS: [&str; 6] = [
+/// Words in a 429's names or message that mean a quota, credit or billing budget is spent.
+const QUOTA_MARKERS: [&str; 10] = [
     "insufficient_quota",
     "quota_exceeded",
     "exceeded your current quota",
-    "billing_hard_limit",
+    "billing",
     "credit balance is too low",
     "insufficient_credits",
+    "daily",
+    "per day",
+    "monthly",
+    "per month",
+];
+
+/// Words that say a quota is per second or per minute: a rate limit (ruling 13).
+const SHORT_WINDOW_MARKERS: [&str; 6] = [
+    "per minute",
+    "perminute",
+    "per second",
+    "persecond",
+    "per-minute",
+    "per-second",
 ];
 
 /// The response head facts that classification needs; header names are lower-case.
@@ -209,35 +281,28 @@ impl Head<'_> {
     }
 }
 
-/// Classifies a non-2xx response (or a 2xx that is an HTML page / a proxy's answer) from its head
-/// and the first part of its body. Returns `None` for a 2xx that should be read as a stream.
+/// Classifies a response from its head and (the first part of) its body: `None` for a 2xx, whose
+/// body is read as a stream and judged from its bytes (ruling 1). A non-2xx head decides the type
+/// whatever the body does (ruling 5); the body only tells a spent quota from a rate limit (a 429,
+/// ruling 13) and an overloaded server from another failure. 3xx is `bad_request` (ruling 4).
 pub fn classify_response(head: &Head<'_>, body: &str) -> Option<ErrorType> {
     let s = head.status;
-    let html = head
-        .header("content-type")
-        .is_some_and(|ct| ct.to_ascii_lowercase().contains("text/html"));
     if s == 407 || head.from_proxy() {
         return Some(ErrorType::Proxy);
     }
     if (200..300).contains(&s) {
-        return html.then_some(ErrorType::ServerError);
+        return None;
     }
     let err = StreamError::from_payload(body);
     Some(match s {
+        300..=399 => ErrorType::BadRequest,
         401 | 403 => ErrorType::Auth,
-        429 => {
-            let lower = body.to_ascii_lowercase();
-            if QUOTA_MARKERS.iter().any(|m| lower.contains(m)) {
-                ErrorType::QuotaExceeded
-            } else {
-                ErrorType::RateLimited
-            }
-        }
+        429 if spent_budget(&err) => ErrorType::QuotaExceeded,
+        429 => ErrorType::RateLimited,
         529 => ErrorType::Overloaded,
         _ if err.is_overloaded() => ErrorType::Overloaded,
         400..=499 => ErrorType::BadRequest,
-        // 5xx, and anything else that is neither 2xx nor 4xx (1xx/3xx are not followed: a probe
-        // sends exactly one request).
+        // 5xx, and 1xx or unknown codes (a probe sends exactly one request).
         _ => ErrorType::ServerError,
     })
 }
@@ -266,9 +331,10 @@ mod tests {
     #[test]
     fn http_statuses() {
         assert_eq!(classify_response(&head(200, &[]), ""), None);
+        // Ruling 1: a 2xx is judged from its bytes, whatever its Content-Type says.
         assert_eq!(
             classify_response(&head(200, &[("content-type", "text/html")]), "<html>"),
-            Some(ErrorType::ServerError)
+            None
         );
         assert_eq!(
             classify_response(&head(401, &[]), ""),
@@ -313,35 +379,156 @@ mod tests {
             classify_response(&head(502, &[]), "<html>"),
             Some(ErrorType::ServerError)
         );
+        // Ruling 4: a redirect means a wrong base URL.
+        for status in [301, 302, 307, 308] {
+            assert_eq!(
+                classify_response(&head(status, &[("location", "/v1/x/")]), ""),
+                Some(ErrorType::BadRequest)
+            );
+        }
+    }
+
+    /// Ruling 13: a spent budget is `quota_exceeded`; a per-second or per-minute quota, or any
+    /// body carrying a `RetryInfo`, is `rate_limited` whatever its message says.
+    #[test]
+    fn a_429_is_a_spent_budget_only_when_it_says_so() {
+        let q = |body: &str| classify_response(&head(429, &[]), body);
+        for spent in [
+            r#"{"error":{"code":"insufficient_quota","message":"You exceeded your current quota"}}"#,
+            r#"{"error":{"type":"insufficient_quota"}}"#,
+            r#"{"error":{"message":"Your credit balance is too low"}}"#,
+            r#"{"error":{"code":429,"message":"Daily request quota exhausted"}}"#,
+            "monthly token budget exhausted",
+        ] {
+            assert_eq!(q(spent), Some(ErrorType::QuotaExceeded), "{spent}");
+        }
+        let google_per_minute = r#"{"error":{"code":429,"message":"Quota exceeded for quota metric 'Generate Content API requests' and limit 'GenerateContent request limit per minute'","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"quotaMetric":"generativelanguage.googleapis.com/generate_content_requests","quotaId":"GenerateRequestsPerMinutePerProjectPerModel"}]},{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"27s"}]}}"#;
+        let retry_info_only = r#"{"error":{"code":429,"message":"quota_exceeded","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"1.5s"}]}}"#;
+        for limited in [
+            google_per_minute,
+            retry_info_only,
+            r#"{"error":{"type":"rate_limit_error","message":"rate limit of 50 requests per minute"}}"#,
+            r#"{"error":{"message":"Too many requests"}}"#,
+            "",
+        ] {
+            assert_eq!(q(limited), Some(ErrorType::RateLimited), "{limited}");
+        }
+        let e = StreamError::from_payload(google_per_minute);
+        assert!(e.short_window);
+        assert_eq!(e.retry_delay, Some(Duration::from_secs(27)));
+        assert_eq!(e.status_text.as_deref(), Some("RESOURCE_EXHAUSTED"));
         assert_eq!(
-            classify_response(&head(302, &[]), ""),
-            Some(ErrorType::ServerError)
+            StreamError::from_payload(retry_info_only).retry_delay,
+            Some(Duration::from_millis(1500))
         );
     }
 
+    /// Ruling 3: numeric code first (digit strings count), then the type name, then the code name,
+    /// the same for every protocol.
     #[test]
-    fn in_stream_errors() {
-        let e = |code: Option<u16>, kind: Option<&str>| StreamError {
-            code,
-            kind: kind.map(str::to_owned),
-            ..StreamError::default()
-        };
-        assert_eq!(
-            classify_stream_error(&e(Some(400), None)),
-            ErrorType::BadRequest
-        );
-        assert_eq!(
-            classify_stream_error(&e(Some(500), None)),
-            ErrorType::ServerError
-        );
-        assert_eq!(
-            classify_stream_error(&e(None, None)),
-            ErrorType::ServerError
-        );
-        assert_eq!(
-            classify_stream_error(&e(None, Some("overloaded_error"))),
-            ErrorType::Overloaded
-        );
+    fn error_objects() {
+        let c = |json: &str| classify_error_object(&StreamError::from_payload(json));
+        let table = [
+            (
+                r#"{"error":{"code":400,"message":"bad"}}"#,
+                ErrorType::BadRequest,
+            ),
+            (r#"{"error":{"code":"429"}}"#, ErrorType::RateLimited),
+            (
+                r#"{"error":{"code":"429","type":"insufficient_quota"}}"#,
+                ErrorType::QuotaExceeded,
+            ),
+            (r#"{"error":{"code":401}}"#, ErrorType::Auth),
+            (r#"{"error":{"code":"403"}}"#, ErrorType::Auth),
+            (r#"{"error":{"status":529}}"#, ErrorType::Overloaded),
+            (r#"{"error":{"code":500}}"#, ErrorType::ServerError),
+            (
+                r#"{"error":{"code":503,"type":"overloaded_error"}}"#,
+                ErrorType::Overloaded,
+            ),
+            (
+                r#"{"code":404,"error":{"message":"no such model"}}"#,
+                ErrorType::BadRequest,
+            ),
+            (r#"{"error":"boom","status":"502"}"#, ErrorType::ServerError),
+            // No numeric code: the type name, then the code name.
+            (
+                r#"{"error":{"type":"invalid_request_error"}}"#,
+                ErrorType::BadRequest,
+            ),
+            (
+                r#"{"error":{"code":"context_length_exceeded"}}"#,
+                ErrorType::BadRequest,
+            ),
+            (
+                r#"{"error":{"type":"error","code":"model_not_found"}}"#,
+                ErrorType::BadRequest,
+            ),
+            (
+                r#"{"type":"error","error":{"type":"not_found_error"}}"#,
+                ErrorType::BadRequest,
+            ),
+            (
+                r#"{"error":{"type":"request_too_large"}}"#,
+                ErrorType::BadRequest,
+            ),
+            (
+                r#"{"error":{"type":"authentication_error"}}"#,
+                ErrorType::Auth,
+            ),
+            (r#"{"error":{"type":"permission_error"}}"#, ErrorType::Auth),
+            (r#"{"error":{"code":"invalid_api_key"}}"#, ErrorType::Auth),
+            (
+                r#"{"error":{"code":"insufficient_quota"}}"#,
+                ErrorType::QuotaExceeded,
+            ),
+            (
+                r#"{"error":{"type":"quota_exceeded"}}"#,
+                ErrorType::QuotaExceeded,
+            ),
+            (
+                r#"{"error":{"type":"rate_limit_error"}}"#,
+                ErrorType::RateLimited,
+            ),
+            (
+                r#"{"error":{"code":"rate_limit_exceeded"}}"#,
+                ErrorType::RateLimited,
+            ),
+            (
+                r#"{"error":{"type":"overloaded_error"}}"#,
+                ErrorType::Overloaded,
+            ),
+            (
+                r#"{"error":{"type":"engine_overloaded"}}"#,
+                ErrorType::Overloaded,
+            ),
+            (r#"{"error":{"type":"api_error"}}"#, ErrorType::ServerError),
+            (
+                r#"{"error":{"type":"server_error"}}"#,
+                ErrorType::ServerError,
+            ),
+            (
+                r#"{"error":{"code":"internal_error"}}"#,
+                ErrorType::ServerError,
+            ),
+            (
+                r#"{"error":{"type":"billing_error"}}"#,
+                ErrorType::ServerError,
+            ),
+            (
+                r#"{"error":{"message":"no code at all"}}"#,
+                ErrorType::ServerError,
+            ),
+            ("plain text", ErrorType::ServerError),
+            // A per-minute quota is a rate limit even when named as a quota (ruling 13).
+            (
+                r#"{"error":{"type":"quota_exceeded","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"5s"}]}}"#,
+                ErrorType::RateLimited,
+            ),
+        ];
+        for (json, want) in table {
+            assert_eq!(c(json), want, "{json}");
+        }
     }
 
     #[test]

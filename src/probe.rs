@@ -9,7 +9,7 @@
 
 use crate::config::{AuthStyle, Expect, Job, KeySource, ProxySetting, Timeouts};
 use crate::measure::{Measurement, ProbeResult, Step};
-use crate::outcome::{ErrorType, Flag, Head, classify_response, classify_stream_error};
+use crate::outcome::{ErrorType, Flag, Head, classify_error_object, classify_response};
 use crate::protocol::{Api, Message, RequestSpec, StreamError};
 use crate::sse::SseDecoder;
 use crate::transport::{ClientOptions, Transport, TransportError};
@@ -18,8 +18,14 @@ use std::io::Write as _;
 use std::time::{Duration, Instant, SystemTime};
 use tokio::time::timeout_at;
 
-/// How much of an error body is read for classification and the message (bytes).
+/// How much of an error body is read for classification and the message, and how much of a 2xx
+/// body that has yielded no event yet is kept to judge it whole (bytes; ruling 1 and 5).
 const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// The most body bytes one probe reads (after decompression); past it the probe fails as
+/// `malformed`. Memory does not grow with the body (events are folded as they arrive); this bounds
+/// the work a runaway stream can cause within `timeouts.total`.
+pub const MAX_BODY_BYTES: u64 = 256 * 1024 * 1024;
 
 /// Everything one probe needs; built from a [`Job`] or from `probe` command-line flags.
 #[derive(Debug, Clone)]
@@ -302,16 +308,12 @@ async fn run_request(
             .map(|(n, v)| (n.as_str(), v.as_str()))
             .collect(),
     };
-    let content_type = head.header("content-type").map(str::to_ascii_lowercase);
-    let is_json = content_type.as_deref().is_some_and(|c| c.contains("json"));
-    if !resp.status().is_success()
-        || head.from_proxy()
-        || classify_response(&head, "").is_some()
-        || is_json
-    {
+    // A non-2xx head (or a proxy's answer) decides the type (ruling 5); a 2xx body is read as a
+    // stream and judged from its bytes, whatever its Content-Type says (ruling 1).
+    if classify_response(&head, "").is_some() {
         return read_error_body(resp, &head, spec, m, proxy).await;
     }
-    if content_type.is_none() {
+    if head.header("content-type").is_none() {
         m.flag(Flag::NoContentType);
     }
     let mut inflater = match head
@@ -339,6 +341,7 @@ async fn run_request(
     let mut resp = resp;
     let mut dec = SseDecoder::new();
     let mut last_byte = t_headers;
+    let mut body = BodyStart::default();
     loop {
         let (deadline, kind) = next_deadline(&m, t, last_byte);
         match timeout_at(deadline.into(), resp.chunk()).await {
@@ -365,6 +368,14 @@ async fn run_request(
                         break;
                     }
                 };
+                if !body.take(&plain, &m) {
+                    m.fail(
+                        ErrorType::Malformed,
+                        now,
+                        format!("the body passed the per-probe cap of {MAX_BODY_BYTES} bytes"),
+                    );
+                    break;
+                }
                 if feed_events(&mut dec, &plain, spec.api, &mut m, now) == Step::Stop {
                     break;
                 }
@@ -373,6 +384,7 @@ async fn run_request(
                 let now = Instant::now();
                 match inflater.finish() {
                     Ok(rest) => {
+                        body.take(&rest, &m);
                         if feed_events(&mut dec, &rest, spec.api, &mut m, now) == Step::Continue {
                             flush_final(&mut dec, spec.api, &mut m, now);
                         }
@@ -384,12 +396,14 @@ async fn run_request(
                     ),
                 }
                 m.eof(now);
+                body.judge_whole(&mut m, now);
                 break;
             }
             Ok(Err(e)) => {
                 let now = Instant::now();
                 m.eof(now);
-                if !m.proper_end() {
+                body.judge_whole(&mut m, now);
+                if !m.proper_end() && m.events_seen() {
                     m.fail(
                         ErrorType::Truncated,
                         now,
@@ -425,6 +439,88 @@ pub fn check_expect(exp: &Expect, text: &str, n: u64) -> Option<String> {
         ));
     }
     None
+}
+
+/// The start of a 2xx body, kept while it has yielded no event, so that a body that is not an event
+/// stream can be judged whole at its end (ruling 1); and the count of body bytes for the cap.
+#[derive(Default)]
+struct BodyStart {
+    head: Vec<u8>,
+    bytes: u64,
+}
+
+impl BodyStart {
+    /// Counts `plain` and keeps it while no event was seen; false once the body passes the cap.
+    fn take(&mut self, plain: &[u8], m: &Measurement) -> bool {
+        self.bytes = self.bytes.saturating_add(plain.len() as u64);
+        if m.events_seen() {
+            self.head = Vec::new();
+        } else if self.head.len() < MAX_ERROR_BODY {
+            let room = MAX_ERROR_BODY - self.head.len();
+            self.head.extend_from_slice(&plain[..plain.len().min(room)]);
+        }
+        self.bytes <= MAX_BODY_BYTES
+    }
+
+    /// At the body's end: a body that yielded no event and is not an event stream is judged whole.
+    fn judge_whole(&self, m: &mut Measurement, end: Instant) {
+        if m.events_seen() {
+            return;
+        }
+        if let Some((kind, detail)) = judge_non_stream(&self.head) {
+            m.fail(kind, end, detail);
+        }
+    }
+}
+
+/// Ruling 1: a 2xx body that yielded no event is an event stream only when every line is blank, a
+/// comment or an SSE field (`data`, `event`, `id`, `retry`, and llama.cpp's `error`). Otherwise it
+/// is judged whole: a JSON error object by ruling 3, an HTML page `server_error`, anything else
+/// (a whole non-streamed answer, say) `malformed`. `None` when it is an (empty) event stream.
+pub fn judge_non_stream(body: &[u8]) -> Option<(ErrorType, String)> {
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim_start_matches('\u{feff}');
+    let is_sse_line = |line: &str| {
+        let name = line.split(':').next().unwrap_or("");
+        line.trim().is_empty()
+            || line.starts_with(':')
+            || (line.contains(':') && ["data", "event", "id", "retry", "error"].contains(&name))
+            || ["data", "event", "id", "retry"].contains(&line)
+    };
+    if text.split(['\n', '\r']).all(is_sse_line) {
+        return None;
+    }
+    let trimmed = text.trim_start();
+    if let Ok(v) = serde_json::from_str::<serde_json::Value>(trimmed)
+        && v.get("error").is_some_and(|e| !e.is_null())
+    {
+        let err = StreamError::from_json(&v);
+        return Some((
+            classify_error_object(&err),
+            format!(
+                "HTTP 2xx with an error object instead of an event stream: {}",
+                err.summary()
+            ),
+        ));
+    }
+    let lower = trimmed
+        .get(..trimmed.len().min(1024))
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    if lower.starts_with("<!doctype html") || lower.starts_with("<html") || lower.contains("<html")
+    {
+        let title = html_title(trimmed).unwrap_or_default();
+        return Some((
+            ErrorType::ServerError,
+            format!("HTTP 2xx with an HTML page instead of an event stream {title:?}"),
+        ));
+    }
+    let what = if trimmed.starts_with('{') {
+        "a JSON body (a whole answer? does the server support \"stream\": true?)"
+    } else {
+        "a body that is not an event stream"
+    };
+    Some((ErrorType::Malformed, format!("HTTP 2xx with {what}")))
 }
 
 /// Decodes bytes into events and folds each; stops at the first `Stop`.
@@ -476,7 +572,9 @@ fn flush_final(dec: &mut SseDecoder, api: Api, m: &mut Measurement, t: Instant) 
     }
 }
 
-/// Reads (a bounded part of) a non-stream answer and classifies it.
+/// Reads (a bounded part of) a non-2xx answer, or a proxy's, for its message: the head has decided
+/// the type (ruling 5). The read is bounded by [`MAX_ERROR_BODY`] and the first-token deadline; the
+/// failure instant is the end of that read.
 async fn read_error_body(
     mut resp: reqwest::Response,
     head: &Head<'_>,
@@ -485,17 +583,15 @@ async fn read_error_body(
     proxy: Option<&str>,
 ) -> ProbeResult {
     let mut body = Vec::new();
-    // No token can come from an error answer, so the first-token (or total) deadline bounds the
-    // body. When it passes first, that timeout applies and comes before the status-based types in
-    // MEASUREMENT.md's order; it is also recorded below (the status stays in the detail).
-    let (deadline, deadline_kind) = next_deadline(&m, &spec.timeouts, m.t0());
+    let (deadline, _) = next_deadline(&m, &spec.timeouts, m.t0());
     let mut end = Instant::now();
     let mut stalled = false;
     while body.len() < MAX_ERROR_BODY {
         match timeout_at(deadline.into(), resp.chunk()).await {
             Ok(Ok(Some(b))) => {
                 end = Instant::now();
-                body.extend_from_slice(&b);
+                let room = MAX_ERROR_BODY - body.len();
+                body.extend_from_slice(&b[..b.len().min(room)]);
             }
             Ok(Ok(None)) | Ok(Err(_)) => {
                 end = Instant::now();
@@ -508,34 +604,16 @@ async fn read_error_body(
             }
         }
     }
-    if stalled {
-        let detail = format!(
-            "{} while reading the body of an HTTP {} answer",
-            deadline_detail(deadline_kind, &spec.timeouts),
-            head.status
-        );
-        m.fail(deadline_kind, end, detail);
-    }
     let text = String::from_utf8_lossy(&body);
-    if let Some(wait) = head.retry_after(SystemTime::now()) {
+    let err = StreamError::from_payload(&text);
+    // The head's wait, else the body's RetryInfo.retryDelay (ruling 13).
+    if let Some(wait) = head
+        .retry_after(SystemTime::now())
+        .or(err.retry_delay.filter(|_| head.status == 429))
+    {
         m.retry_after(wait);
     }
-    let err = StreamError::from_payload(&text);
-    let kind = match classify_response(head, &text) {
-        Some(k) => k,
-        // A 2xx JSON body: an error object inside it, or not a stream at all.
-        None => match serde_json::from_str::<serde_json::Value>(&text) {
-            Ok(v) if v.get("error").is_some_and(|e| !e.is_null()) => classify_stream_error(&err),
-            _ => {
-                m.fail(
-                    ErrorType::Malformed,
-                    end,
-                    "HTTP 2xx with a JSON body instead of an event stream (does the server support \"stream\": true?)",
-                );
-                return m.finish();
-            }
-        },
-    };
+    let kind = classify_response(head, &text).unwrap_or(ErrorType::ServerError);
     let mut detail = format!("HTTP {}", head.status);
     if kind == ErrorType::Proxy {
         match proxy {
@@ -546,12 +624,13 @@ async fn read_error_body(
             detail.push_str(&format!(" ({v})"));
         }
     }
-    if (300..400).contains(&head.status)
-        && let Some(loc) = head.header("location")
-    {
+    if (300..400).contains(&head.status) {
+        let target = head.header("location").map_or_else(
+            || "nowhere (no Location)".to_owned(),
+            |loc| resolve_location(&spec.url(), loc),
+        );
         detail.push_str(&format!(
-            " redirect to {} (probes do not follow redirects: fix base_url)",
-            redact_url(loc)
+            " redirect to {target} (probes do not follow redirects: fix base_url)"
         ));
     }
     let summary = if head
@@ -566,8 +645,23 @@ async fn read_error_body(
         detail.push_str(": ");
         detail.push_str(&summary);
     }
+    if stalled {
+        detail.push_str(&format!(
+            " (the body stalled: read until {})",
+            deadline_detail(next_deadline(&m, &spec.timeouts, m.t0()).1, &spec.timeouts)
+        ));
+    }
     m.fail(kind, end, detail);
     m.finish()
+}
+
+/// A `Location` as an absolute URL safe to show: resolved against the request URL (a relative
+/// `Location` too), credentials and secret query values removed.
+fn resolve_location(request_url: &str, location: &str) -> String {
+    match reqwest::Url::parse(request_url).and_then(|base| base.join(location.trim())) {
+        Ok(u) => redact_url(u.as_str()),
+        Err(_) => "<unparsable Location>".to_owned(),
+    }
 }
 
 fn html_title(s: &str) -> Option<String> {
@@ -788,6 +882,59 @@ mod tests {
         assert_eq!(
             redact_userinfo("http://u:p@proxy:3128"),
             "http://proxy:3128/"
+        );
+    }
+
+    /// Ruling 1: a 2xx body that yielded no event is judged whole unless it is an event stream.
+    #[test]
+    fn bodies_that_are_not_event_streams_are_judged_whole() {
+        let kind = |b: &[u8]| judge_non_stream(b).map(|(k, _)| k);
+        // Event streams that yielded nothing: empty_response is decided by the fold.
+        for sse in [
+            &b""[..],
+            b"\n\n",
+            b": keep-alive\r\n\r\n",
+            b"event: ping\nid: 3\nretry: 100\n\n",
+            b"data:\n\n",
+            b"\xEF\xBB\xBF: bom then comment\n",
+        ] {
+            assert_eq!(kind(sse), None, "{:?}", String::from_utf8_lossy(sse));
+        }
+        assert_eq!(
+            kind(br#"{"type":"error","error":{"type":"invalid_request_error","message":"x"}}"#),
+            Some(ErrorType::BadRequest)
+        );
+        assert_eq!(
+            kind(b"{\"error\":{\"code\":\"429\",\"message\":\"slow down\"}}\n"),
+            Some(ErrorType::RateLimited)
+        );
+        assert_eq!(
+            kind(b"<!DOCTYPE html><html><title>502 Bad Gateway</title></html>"),
+            Some(ErrorType::ServerError)
+        );
+        assert_eq!(
+            kind(br#"{"id":"resp_1","object":"response","status":"completed"}"#),
+            Some(ErrorType::Malformed)
+        );
+        assert_eq!(kind(b"OK\n"), Some(ErrorType::Malformed));
+        assert_eq!(
+            kind(br#"{"error":null,"choices":[]}"#),
+            Some(ErrorType::Malformed)
+        );
+    }
+
+    #[test]
+    fn relative_locations_are_resolved_and_redacted() {
+        assert_eq!(
+            resolve_location(
+                "http://h:1/v1/chat/completions?key=S",
+                "/v1/chat/completions/"
+            ),
+            "http://h:1/v1/chat/completions/"
+        );
+        assert_eq!(
+            resolve_location("http://h/v1/x", "https://u:p@other/v1?api-key=S"),
+            "https://other/v1?api-key=%3Credacted%3E"
         );
     }
 

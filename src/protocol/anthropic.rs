@@ -8,24 +8,6 @@ use super::{EventMeaning, Malformed, RequestSpec, StreamError, json_object, non_
 use crate::sse::SseEvent;
 use serde_json::{Map, Value, json};
 
-/// HTTP status that Anthropic documents for each error type, so an in-stream error can be
-/// classified like a numeric code (MEASUREMENT.md: in-stream 4xx is `bad_request`, else
-/// `server_error`; `overloaded_error` is `overloaded`).
-fn status_of_type(kind: &str) -> Option<u16> {
-    Some(match kind {
-        "invalid_request_error" => 400,
-        "authentication_error" => 401,
-        "billing_error" => 402,
-        "permission_error" => 403,
-        "not_found_error" => 404,
-        "request_too_large" => 413,
-        "rate_limit_error" => 429,
-        "api_error" => 500,
-        "overloaded_error" => 529,
-        _ => return None,
-    })
-}
-
 /// Interprets one Anthropic Messages event.
 pub(super) fn messages(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
     let data = ev.data.trim();
@@ -74,13 +56,8 @@ pub(super) fn messages(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
                 .is_some_and(Value::is_string);
         }
         "message_stop" => m.terminal = true,
-        "error" => {
-            let mut e = StreamError::from_json(&v);
-            if e.code.is_none() {
-                e.code = e.kind.as_deref().and_then(status_of_type);
-            }
-            m.error = Some(e);
-        }
+        // Classed by its type name (docs/measurement.md ruling 3), like every protocol's errors.
+        "error" => m.error = Some(StreamError::from_json(&v)),
         // ping, content_block_start/stop and unknown types carry nothing we measure.
         _ => {}
     }
@@ -162,16 +139,19 @@ mod tests {
     }
 
     #[test]
-    fn errors_map_types_to_statuses() {
+    fn error_events_keep_their_type_names() {
         let m = ev(
             "error",
             r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
         );
         let e = m.error.unwrap();
         assert!(e.is_overloaded());
-        assert_eq!(e.code, Some(529));
+        assert_eq!(e.code, None, "no numeric code: classed by its type name");
         let m = ev("error", r#"{"error":{"type":"invalid_request_error"}}"#);
-        assert_eq!(m.error.unwrap().code, Some(400));
+        assert_eq!(
+            m.error.unwrap().kind.as_deref(),
+            Some("invalid_request_error")
+        );
     }
 
     #[test]

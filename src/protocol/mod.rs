@@ -12,6 +12,7 @@ mod openai;
 use crate::sse::SseEvent;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::time::Duration;
 
 /// The API protocol of a target (`api:` in the config, `--api` on the command line).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
@@ -58,6 +59,12 @@ impl Api {
             // llama.cpp's non-standard `error:` field line (MEASUREMENT.md, In-stream errors).
             return Ok(EventMeaning {
                 error: Some(StreamError::from_payload(raw)),
+                ..EventMeaning::default()
+            });
+        }
+        if ev.data.trim().is_empty() && ev.event.as_deref() != Some("error") {
+            return Ok(EventMeaning {
+                keepalive: true,
                 ..EventMeaning::default()
             });
         }
@@ -114,6 +121,8 @@ pub struct RequestSpec<'a> {
 /// What one event means to the measurement (MEASUREMENT.md, "Token-bearing events").
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct EventMeaning {
+    /// The event's data is empty or only whitespace: a keep-alive, like a comment (ruling 11).
+    pub keepalive: bool,
     /// Non-empty generated output in any channel (answer, reasoning, tool call, refusal).
     pub token: bool,
     /// Non-empty visible answer text (for TTFO): not reasoning, not tool calls.
@@ -134,18 +143,91 @@ pub struct EventMeaning {
     pub server_timings: Option<ServerTimings>,
 }
 
-/// An error reported inside a stream, or in an HTTP error body.
+/// An error reported inside a stream, or in an HTTP error body (an "error object",
+/// docs/measurement.md ruling 3).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct StreamError {
-    /// Numeric code when the error carried one (`code: 400` or `"400"`, Anthropic types mapped to
-    /// their HTTP status).
+    /// The first numeric `code` or `status` of the object's `error`, else of the object itself
+    /// (digit strings such as `"429"` count).
     pub code: Option<u16>,
     /// The error's `type` (e.g. `overloaded_error`, `invalid_request_error`).
     pub kind: Option<String>,
     /// The non-numeric `code`, if any (e.g. `insufficient_quota`).
     pub code_text: Option<String>,
-    /// The server's message, truncated to 512 characters.
+    /// The non-numeric `status`, if any (e.g. Google's `RESOURCE_EXHAUSTED`).
+    pub status_text: Option<String>,
+    /// The server's message, truncated to [`MAX_MESSAGE_CHARS`] characters.
     pub message: Option<String>,
+    /// The object says its quota is per second or per minute (a Google `QuotaFailure` whose
+    /// `quotaId` says `PerMinute`/`PerSecond`, or a `RetryInfo`): a rate limit, not a spent budget
+    /// (ruling 13).
+    pub short_window: bool,
+    /// The wait a `RetryInfo.retryDelay` asks for.
+    pub retry_delay: Option<Duration>,
+}
+
+/// How much of a server's error message is kept.
+pub const MAX_MESSAGE_CHARS: usize = 512;
+
+/// A numeric code: a JSON number or a string of digits.
+fn numeric_code(v: Option<&Value>) -> Option<u16> {
+    match v? {
+        Value::Number(n) => n.as_u64().and_then(|c| u16::try_from(c).ok()),
+        Value::String(s) => s.trim().parse::<u16>().ok(),
+        _ => None,
+    }
+}
+
+fn text_code(v: Option<&Value>) -> Option<String> {
+    match v? {
+        Value::String(s) if s.trim().parse::<u16>().is_err() => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// Google's `details` entries anywhere in the object: (`RetryInfo.retryDelay`, a per-second or
+/// per-minute `QuotaFailure` or any `RetryInfo`).
+fn google_details(v: &Value, depth: usize, out: &mut (Option<Duration>, bool)) {
+    if depth > 8 {
+        return;
+    }
+    match v {
+        Value::Object(o) => {
+            let ty = o.get("@type").and_then(Value::as_str).unwrap_or_default();
+            if ty.ends_with("RetryInfo") {
+                out.1 = true;
+                if let Some(d) = o.get("retryDelay").and_then(Value::as_str) {
+                    out.0 = out.0.or_else(|| parse_proto_duration(d));
+                }
+            }
+            if ty.ends_with("QuotaFailure")
+                && let Some(Value::Array(vs)) = o.get("violations")
+            {
+                let short = vs.iter().any(|q| {
+                    q.get("quotaId").and_then(Value::as_str).is_some_and(|id| {
+                        let id = id.to_ascii_lowercase();
+                        id.contains("perminute") || id.contains("persecond")
+                    })
+                });
+                out.1 |= short;
+            }
+            for x in o.values() {
+                google_details(x, depth + 1, out);
+            }
+        }
+        Value::Array(a) => {
+            for x in a {
+                google_details(x, depth + 1, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A protobuf JSON duration such as `"30s"` or `"1.5s"`; bounded to a day.
+fn parse_proto_duration(s: &str) -> Option<Duration> {
+    let v: f64 = s.trim().strip_suffix('s')?.parse().ok()?;
+    (v.is_finite() && v >= 0.0).then(|| Duration::from_secs_f64(v.min(86_400.0)))
 }
 
 impl StreamError {
@@ -155,7 +237,7 @@ impl StreamError {
         match serde_json::from_str::<Value>(raw) {
             Ok(v) => Self::from_json(&v),
             Err(_) => StreamError {
-                message: Some(truncate(raw.trim(), 512)),
+                message: Some(truncate(raw.trim(), MAX_MESSAGE_CHARS)),
                 ..StreamError::default()
             },
         }
@@ -163,33 +245,37 @@ impl StreamError {
 
     /// Reads an error from parsed JSON (see [`StreamError::from_payload`]).
     pub fn from_json(v: &Value) -> Self {
+        let mut details = (None, false);
+        google_details(v, 0, &mut details);
+        let (retry_delay, short_window) = details;
+        let outer_code = numeric_code(v.get("code")).or_else(|| numeric_code(v.get("status")));
         let obj = match v.get("error") {
             Some(Value::String(s)) => {
                 return StreamError {
-                    message: Some(truncate(s, 512)),
+                    code: outer_code,
+                    message: Some(truncate(s, MAX_MESSAGE_CHARS)),
+                    short_window,
+                    retry_delay,
                     ..StreamError::default()
                 };
             }
             Some(inner @ Value::Object(_)) => inner,
             _ => v,
         };
-        let mut e = StreamError {
+        StreamError {
+            code: numeric_code(obj.get("code"))
+                .or_else(|| numeric_code(obj.get("status")))
+                .or(outer_code),
             kind: obj.get("type").and_then(Value::as_str).map(str::to_owned),
+            code_text: text_code(obj.get("code")),
+            status_text: text_code(obj.get("status")),
             message: obj
                 .get("message")
                 .and_then(Value::as_str)
-                .map(|m| truncate(m, 512)),
-            ..StreamError::default()
-        };
-        match obj.get("code").or_else(|| obj.get("status")) {
-            Some(Value::Number(n)) => e.code = n.as_u64().and_then(|c| u16::try_from(c).ok()),
-            Some(Value::String(s)) => match s.trim().parse::<u16>() {
-                Ok(c) => e.code = Some(c),
-                Err(_) => e.code_text = Some(s.clone()),
-            },
-            _ => {}
+                .map(|m| truncate(m, MAX_MESSAGE_CHARS)),
+            short_window,
+            retry_delay,
         }
-        e
     }
 
     /// True when the type or code says the server is overloaded (`overloaded_error`, 529).
@@ -203,6 +289,13 @@ impl StreamError {
                 .code_text
                 .as_deref()
                 .is_some_and(|k| k.contains("overloaded"))
+    }
+
+    /// The type name, then the code name: what ruling 3's name table is applied to, in order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        [self.kind.as_deref(), self.code_text.as_deref()]
+            .into_iter()
+            .flatten()
     }
 
     /// A one-line human summary: `type code: message`.
