@@ -127,7 +127,8 @@ pub enum TransportError {
 }
 
 impl Transport {
-    /// Builds a client: identity encoding, no redirects, TCP_NODELAY, instrumented phases.
+    /// Builds a client: identity encoding, no redirects, no retries, TCP_NODELAY, instrumented
+    /// phases.
     ///
     /// # Errors
     /// [`TransportError`] when the CA file, the proxy URL or the TLS settings are unusable.
@@ -137,6 +138,10 @@ impl Transport {
         let mut b = reqwest::Client::builder()
             .connect_timeout(connect_timeout)
             .redirect(reqwest::redirect::Policy::none())
+            // One probe is one request: reqwest by default re-sends a request that an HTTP/2
+            // server refused (REFUSED_STREAM) or dropped with GOAWAY, which would hide the failure
+            // and put the retry inside the TTFT.
+            .retry(reqwest::retry::never())
             .tcp_nodelay(true)
             .user_agent(concat!("tokenprobe/", env!("CARGO_PKG_VERSION")))
             .use_preconfigured_tls(tls)
