@@ -250,7 +250,7 @@ fn check_success(what: &str, v: &Value, p: Proto, after_finish_cut: bool) {
         v[k].as_f64()
             .unwrap_or_else(|| panic!("{what}: {k} missing: {v}"))
     };
-    let (ttfb, ttft, e2e, tpot) = (f("ttfb_s"), f("ttft_s"), f("e2e_s"), f("tpot_s"));
+    let (ttfb, ttft, e2e) = (f("ttfb_s"), f("ttft_s"), f("e2e_s"));
     assert!(
         ttfb > 0.0 && ttfb <= ttft && ttft <= e2e,
         "{what}: timeline {v}"
@@ -270,12 +270,23 @@ fn check_success(what: &str, v: &Value, p: Proto, after_finish_cut: bool) {
     };
     assert_eq!(n, want_n, "{what}: output_tokens {v}");
     assert_eq!(v["token_source"], want_src, "{what}: token_source {v}");
+    assert_eq!(v["retry_after_s"], Value::Null, "{what}: {v}");
+    // llmock spaces its chunks 20 ms apart, but when its (single-threaded) process waits for a
+    // CPU on a loaded machine it writes the queued chunks at once: then they really arrive within
+    // 1 ms, and the contract says to flag that and observe no TPOT or gaps. Either way the probe
+    // must report what arrived, consistently.
+    if v["flags"] == json!(["burst_delivery"]) {
+        eprintln!("{what}: the chunks arrived in a burst (a loaded machine): {v}");
+        assert_eq!(v["tpot_s"], Value::Null, "{what}: TPOT of a burst: {v}");
+        assert_eq!(v["chunk_gaps_s"], json!([]), "{what}: gaps of a burst: {v}");
+        return;
+    }
+    assert_eq!(v["flags"], json!([]), "{what}: flags {v}");
+    let tpot = f("tpot_s");
     assert!(
         ttft + tpot * (n - 1.0) <= e2e + 1e-9,
         "{what}: TTFT + TPOT(N-1) > E2E: {v}"
     );
-    assert_eq!(v["flags"], json!([]), "{what}: flags {v}");
-    assert_eq!(v["retry_after_s"], Value::Null, "{what}: {v}");
     assert_eq!(
         v["chunk_gaps_s"].as_array().map(Vec::len),
         Some(3),
@@ -289,8 +300,9 @@ fn probe_classifies_every_llmock_fault() {
     let _wd = Watchdog::new(TEST, Duration::from_secs(120));
     let started = Instant::now();
     let dir = tempfile::tempdir().expect("tempdir");
-    // 5 ms between chunks, so a success is not a burst (TPOT is observed).
-    let llmock = Llmock::start(TEST, dir.path(), &["--stream-chunk-delay-ms", "5"]);
+    // 20 ms between chunks, so a success is not a burst (TPOT is observed) unless the machine is
+    // so loaded that llmock writes its chunks late and together (see `check_success`).
+    let llmock = Llmock::start(TEST, dir.path(), &["--stream-chunk-delay-ms", "20"]);
 
     let protos = [Proto::OpenAi, Proto::Anthropic];
     let faults = faults();

@@ -210,7 +210,7 @@ async fn serve_connection(mut stream: TcpStream, script: Arc<Script>, state: Arc
         End::Reset(at) => {
             sleep_precise(start + at).await;
             // SO_LINGER 0: closing sends a RST instead of a FIN.
-            let _ = stream.set_linger(Some(Duration::ZERO));
+            let _ = stream.set_zero_linger();
             drop(stream);
         }
         End::KeepOpen => {
