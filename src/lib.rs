@@ -14,6 +14,7 @@
 //! - [`simulate`]: a built-in OpenAI/Anthropic streaming server with timing, faults and an event log.
 //! - [`bench`]: concurrency and rate sweeps, the knee, model selection, baseline regression.
 //! - [`server`]: `/metrics`, `/-/healthy`, `/-/ready`, `/-/reload`, `/`.
+//! - [`redact`]: what a secret is, and hiding it (and its derived forms) in every output.
 //! - [`report`]: a probe result as JSON or as a human report.
 //! - [`transport`]: the HTTP client, instrumented to time DNS, TCP connect and TLS.
 //! - [`web`]: TLS and basic auth for the endpoints (`--web.config.file`).
@@ -28,6 +29,7 @@ pub mod metrics;
 pub mod outcome;
 pub mod probe;
 pub mod protocol;
+pub mod redact;
 pub mod report;
 pub mod scheduler;
 pub mod server;

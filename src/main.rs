@@ -463,7 +463,7 @@ async fn probe(a: ProbeArgs) -> Result<ExitCode> {
             to_text(
                 &result,
                 &ReportContext {
-                    url: tokenprobe::probe::redact_url(&spec.url()),
+                    url: tokenprobe::redact::redact_url(&spec.url()),
                     model: spec.model.clone(),
                     proxy: spec.proxy(),
                 }

@@ -32,7 +32,7 @@ impl JobRow {
         JobRow {
             name: job.name(),
             api: job.target.api.to_string(),
-            url: crate::probe::redact_url(&format!(
+            url: crate::redact::redact_url(&format!(
                 "{}{}",
                 job.target.base_url,
                 job.target.api.path()

@@ -474,7 +474,7 @@ pub async fn run(a: BenchArgs) -> Result<ExitCode, BenchError> {
     progress.println(&format!(
         "tokenprobe bench: target {} ({}), prompt {}, models {}, {} levels ({})",
         job.target.name,
-        spec.url(),
+        crate::redact::redact_url(&spec.url()),
         job.prompt.name,
         models.join(", "),
         level_keys.len(),
@@ -553,7 +553,7 @@ pub async fn run(a: BenchArgs) -> Result<ExitCode, BenchError> {
         version: env!("CARGO_PKG_VERSION").into(),
         started_at,
         target: job.target.name.clone(),
-        base_url: job.target.base_url.clone(),
+        base_url: crate::redact::redact_url(&job.target.base_url),
         api: job.target.api.to_string(),
         prompt: job.prompt.name.clone(),
         max_tokens: spec.max_tokens,
