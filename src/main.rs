@@ -9,7 +9,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 use tokenprobe::config::{
-    AuthStyle, Config, ConnectionMode, KeySource, ProxySetting, Secret, Timeouts, TlsOptions,
+    AuthStyle, Config, ConfigError, ConnectionMode, KeySource, ProxySetting, Secret, Timeouts,
+    TlsOptions,
 };
 use tokenprobe::daemon::Daemon;
 use tokenprobe::probe::{ProbeSpec, Prober};
@@ -109,8 +110,8 @@ struct ProbeArgs {
     /// The user message.
     #[arg(long, default_value = "Say hello in five words.")]
     prompt: String,
-    /// Output cap (max_tokens).
-    #[arg(long, default_value_t = 64)]
+    /// Output cap (max_tokens, at least 1).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
     max_tokens: u32,
     /// Do not send stream_options.include_usage (for servers that reject it).
     #[arg(long)]
@@ -248,11 +249,36 @@ fn main() -> ExitCode {
 fn check_config(path: &std::path::Path) -> Result<ExitCode> {
     match Config::load(path) {
         Ok(c) => {
+            // What `serve` does next with a valid config: build each job's client.
+            let unusable: Vec<String> = c
+                .jobs
+                .iter()
+                .filter_map(|j| {
+                    Prober::new(&ProbeSpec::from_job(j))
+                        .err()
+                        .map(|e| format!("  {}: {e}", j.name()))
+                })
+                .collect();
+            if !unusable.is_empty() {
+                eprintln!(
+                    "{}: invalid config ({} job{} cannot start):\n{}",
+                    path.display(),
+                    unusable.len(),
+                    if unusable.len() == 1 { "" } else { "s" },
+                    unusable.join("\n")
+                );
+                return Ok(ExitCode::from(2));
+            }
             println!("{}: valid, {} jobs", path.display(), c.jobs.len());
             for j in &c.jobs {
                 println!("  {} ({}, {})", j.name(), j.target.api, j.schedule);
             }
             Ok(ExitCode::SUCCESS)
+        }
+        // These name the file themselves.
+        Err(e @ (ConfigError::Io { .. } | ConfigError::Syntax(_))) => {
+            eprintln!("{e}");
+            Ok(ExitCode::from(2))
         }
         Err(e) => {
             eprintln!("{}: {e}", path.display());
@@ -353,24 +379,11 @@ fn deadlines(a: &ProbeArgs, base: Timeouts) -> Timeouts {
 
 fn spec_from_args(a: &ProbeArgs) -> Result<ProbeSpec> {
     if let Some(cfg) = &a.config_file {
-        let config = Config::load(cfg).with_context(|| format!("loading {}", cfg.display()))?;
-        let target = a.target.as_deref();
-        let job = config
-            .jobs
-            .iter()
-            .find(|j| {
-                target.is_none_or(|t| j.target.name == t)
-                    && a.model.as_deref().is_none_or(|m| j.model == m)
-            })
-            .with_context(|| {
-                format!(
-                    "no job in {} matches --target {} --model {}",
-                    cfg.display(),
-                    a.target.as_deref().unwrap_or("(any)"),
-                    a.model.as_deref().unwrap_or("(any)")
-                )
-            })?;
-        return Ok(ProbeSpec::from_job(job));
+        let config = Config::load(cfg).map_err(|e| match e {
+            e @ (ConfigError::Io { .. } | ConfigError::Syntax(_)) => anyhow::anyhow!("{e}"),
+            e => anyhow::anyhow!("{}: {e}", cfg.display()),
+        })?;
+        return job_spec(&config, cfg, a.target.as_deref(), a.model.as_deref());
     }
     let (Some(base_url), Some(model)) = (&a.base_url, &a.model) else {
         anyhow::bail!("--base-url and --model are required without --config.file");
@@ -432,6 +445,40 @@ fn spec_from_args(a: &ProbeArgs) -> Result<ProbeSpec> {
             connection: ConnectionMode::New,
         },
     })
+}
+
+/// The spec of `--target` (default: the first target) in a config: its job for `--model` when the
+/// config lists that model, else its first job with the model replaced (as `bench` accepts any
+/// model). An unknown target is an error that lists the targets there are.
+fn job_spec(
+    config: &Config,
+    file: &std::path::Path,
+    target: Option<&str>,
+    model: Option<&str>,
+) -> Result<ProbeSpec> {
+    let of_target: Vec<_> = config
+        .jobs
+        .iter()
+        .filter(|j| target.is_none_or(|t| j.target.name == t))
+        .collect();
+    let Some(first) = of_target.first() else {
+        let mut names: Vec<&str> = config.jobs.iter().map(|j| j.target.name.as_str()).collect();
+        names.dedup();
+        anyhow::bail!(
+            "{} has no target named {:?}; its targets: {}",
+            file.display(),
+            target.unwrap_or(""),
+            names.join(", ")
+        );
+    };
+    let job = model
+        .and_then(|m| of_target.iter().find(|j| j.model == m))
+        .unwrap_or(first);
+    let mut spec = ProbeSpec::from_job(job);
+    if let Some(m) = model {
+        spec.model = m.to_owned();
+    }
+    Ok(spec)
 }
 
 async fn probe(a: ProbeArgs) -> Result<ExitCode> {
