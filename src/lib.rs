@@ -4,6 +4,7 @@
 //! Layout, one module per concept:
 //! - [`sse`]: Server-Sent Events decoder (pure).
 //! - [`protocol`]: what each API's events mean, and the request bodies (pure).
+//! - [`log`]: the log line format (logfmt or JSON, one event per line).
 //! - [`measure`]: the measurement fold from timestamped events to a [`measure::ProbeResult`] (pure).
 //! - [`outcome`]: error types, flags and the classification rules (pure).
 //! - [`probe`]: one streaming request, timestamped in the reading task (async I/O).
@@ -24,6 +25,7 @@
 pub mod bench;
 pub mod config;
 pub mod daemon;
+pub mod log;
 pub mod measure;
 pub mod metrics;
 pub mod outcome;

@@ -199,15 +199,13 @@ fn parse_proxy(s: &str) -> Result<String, String> {
 }
 
 fn init_logging(level: &str, format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_new(level)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let b = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Json => b.json().flatten_event(true).init(),
-        LogFormat::Logfmt => b.with_ansi(false).init(),
-    }
+    tokenprobe::log::init(
+        level,
+        match format {
+            LogFormat::Json => tokenprobe::log::LogFormat::Json,
+            LogFormat::Logfmt => tokenprobe::log::LogFormat::Logfmt,
+        },
+    );
 }
 
 fn main() -> ExitCode {
