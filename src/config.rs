@@ -343,7 +343,7 @@ pub enum ConfigError {
     },
     /// The YAML is not well-formed or does not have the config's shape (unknown key, wrong type).
     #[error("invalid config: {0}")]
-    Syntax(SyntaxError),
+    Syntax(Box<SyntaxError>),
     /// The YAML has the right shape but its values are invalid; every problem is listed.
     #[error("invalid config ({} problem{}):\n{}", .0.len(), if .0.len() == 1 { "" } else { "s" },
         .0.iter().map(|i| format!("  {i}")).collect::<Vec<_>>().join("\n"))]
@@ -418,9 +418,7 @@ impl fmt::Display for SyntaxError {
 
 impl SyntaxError {
     fn from_yaml(e: &serde_saphyr::Error, path: &str, text: &str) -> Self {
-        let (line, column) = e
-            .location()
-            .map_or((0, 0), |l| (l.line() as u64, l.column() as u64));
+        let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
         let mut message = e.to_string();
         // The location is given separately.
         if let Some(i) = message.rfind(" at line ") {
@@ -912,7 +910,7 @@ impl Config {
                     e.into_inner()
                 })
             })
-            .map_err(|e| ConfigError::Syntax(SyntaxError::from_yaml(&e, &at, text)))?;
+            .map_err(|e| ConfigError::Syntax(Box::new(SyntaxError::from_yaml(&e, &at, text))))?;
         let mut iss = Issues(Vec::new());
         let defaults = raw.defaults.unwrap_or_default();
         let def_timeouts =

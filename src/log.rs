@@ -43,11 +43,12 @@ impl Fields {
         let name = f.name();
         // tracing's macros record the event's own message first; a later field also called
         // `message` (`message = x, "probe failed"`) is written as `detail`.
-        if name == "message" && self.msg.is_none() {
-            if let Val::Str(m) = v {
-                self.msg = Some(m);
-                return;
-            }
+        if name == "message"
+            && self.msg.is_none()
+            && let Val::Str(m) = &v
+        {
+            self.msg = Some(m.clone());
+            return;
         }
         let key = match name {
             "message" => "detail",
@@ -131,21 +132,27 @@ fn render(format: LogFormat, ts: &str, level: &str, msg: &str, fields: &[(String
             }
         }
         LogFormat::Json => {
-            let mut o = serde_json::Map::new();
-            o.insert("ts".into(), ts.into());
-            o.insert("level".into(), level.into());
-            o.insert("msg".into(), msg.into());
+            // Written by hand to keep the order: ts, level, msg, then the fields as logged.
+            let q = |x: &str| serde_json::Value::String(x.to_owned()).to_string();
+            let _ = write!(
+                s,
+                "{{\"ts\":{},\"level\":{},\"msg\":{}",
+                q(ts),
+                q(level),
+                q(msg)
+            );
             for (k, v) in fields {
                 let v = match v {
-                    Val::Str(x) => serde_json::Value::String(x.clone()),
-                    Val::Num(x) => x
-                        .parse::<serde_json::Number>()
-                        .map_or_else(|_| x.clone().into(), serde_json::Value::Number),
-                    Val::Bool(b) => (*b).into(),
+                    Val::Str(x) => q(x),
+                    Val::Num(x) => match x.parse::<serde_json::Number>() {
+                        Ok(n) => n.to_string(),
+                        Err(_) => q(x),
+                    },
+                    Val::Bool(b) => b.to_string(),
                 };
-                o.insert(k.clone(), v);
+                let _ = write!(s, ",{}:{v}", q(k));
             }
-            s = serde_json::Value::Object(o).to_string();
+            s.push('}');
         }
     }
     s
@@ -265,6 +272,11 @@ mod tests {
         assert_eq!(v["status"], 500);
         assert_eq!(line.matches("\"message\"").count(), 0, "{line}");
         assert_eq!(line.matches("\"target\"").count(), 1, "{line}");
+        assert!(line.starts_with("{\"ts\":"), "{line}");
+        assert!(
+            line.contains(",\"level\":\"warn\",\"msg\":\"probe failed\",\"job\":"),
+            "{line}"
+        );
     }
 
     #[test]
