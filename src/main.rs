@@ -131,14 +131,16 @@ struct ProbeArgs {
     /// Which header carries the key (default: x-api-key for anthropic-messages, else bearer).
     #[arg(long, value_enum)]
     auth: Option<AuthArg>,
+    // Header, query and proxy values are checked after parsing, by us: clap's own error for a
+    // bad value quotes it, and these may be secrets.
     /// Extra request header NAME=VALUE (repeatable).
-    #[arg(long = "header", value_parser = parse_header)]
-    headers: Vec<(String, String)>,
+    #[arg(long = "header")]
+    headers: Vec<String>,
     /// Query parameter NAME=VALUE added to the URL (repeatable), e.g. api-version=2024-10-21.
-    #[arg(long = "query", value_parser = parse_pair)]
-    query: Vec<(String, String)>,
+    #[arg(long = "query")]
+    query: Vec<String>,
     /// Proxy URL, or "none" to ignore the environment's proxy variables.
-    #[arg(long, value_parser = parse_proxy)]
+    #[arg(long)]
     proxy: Option<String>,
     /// Extra PEM CA certificates to trust.
     #[arg(long)]
@@ -171,7 +173,7 @@ fn parse_pair(s: &str) -> Result<(String, String), String> {
     s.split_once('=')
         .map(|(k, v)| (k.trim().to_owned(), v.to_owned()))
         .filter(|(k, _)| !k.is_empty())
-        .ok_or_else(|| format!("expected NAME=VALUE, got {s:?}"))
+        .ok_or_else(|| "expected NAME=VALUE (a value without '=' or without a name)".to_owned())
 }
 
 fn parse_header(s: &str) -> Result<(String, String), String> {
@@ -188,13 +190,13 @@ fn parse_log_level(s: &str) -> Result<String, String> {
     Ok(s.to_owned())
 }
 
-fn parse_proxy(s: &str) -> Result<String, String> {
+fn parse_proxy(s: &str) -> Result<ProxySetting, String> {
     if s == "none" || s.is_empty() {
-        return Ok("none".into());
+        return Ok(ProxySetting::Disabled);
     }
     match reqwest::Url::parse(s) {
-        Ok(u) if matches!(u.scheme(), "http" | "https") => Ok(s.to_owned()),
-        _ => Err("expected an http:// or https:// proxy URL, or \"none\"".into()),
+        Ok(u) if matches!(u.scheme(), "http" | "https") => Ok(ProxySetting::Url(s.to_owned())),
+        _ => Err("--proxy: expected an http:// or https:// proxy URL, or \"none\"".into()),
     }
 }
 
@@ -386,8 +388,8 @@ fn spec_from_args(a: &ProbeArgs) -> Result<ProbeSpec> {
     let (Some(base_url), Some(model)) = (&a.base_url, &a.model) else {
         anyhow::bail!("--base-url and --model are required without --config.file");
     };
-    let parsed = reqwest::Url::parse(base_url)
-        .with_context(|| format!("--base-url {base_url:?} is not a URL"))?;
+    // The URL is not quoted: it may carry userinfo.
+    let parsed = reqwest::Url::parse(base_url).context("--base-url is not a URL")?;
     anyhow::ensure!(
         matches!(parsed.scheme(), "http" | "https"),
         "--base-url must be http:// or https://"
@@ -413,9 +415,18 @@ fn spec_from_args(a: &ProbeArgs) -> Result<ProbeSpec> {
     };
     let proxy = match a.proxy.as_deref() {
         None => ProxySetting::Environment,
-        Some("none") | Some("") => ProxySetting::Disabled,
-        Some(u) => ProxySetting::Url(u.to_owned()),
+        Some(p) => parse_proxy(p).map_err(anyhow::Error::msg)?,
     };
+    let headers = a
+        .headers
+        .iter()
+        .map(|h| parse_header(h).map_err(|e| anyhow::anyhow!("--header: {e}")))
+        .collect::<Result<Vec<_>>>()?;
+    let query = a
+        .query
+        .iter()
+        .map(|q| parse_pair(q).map_err(|e| anyhow::anyhow!("--query: {e}")))
+        .collect::<Result<Vec<_>>>()?;
     Ok(ProbeSpec {
         api: a.api,
         base_url: base_url.trim_end_matches('/').to_owned(),
@@ -426,11 +437,11 @@ fn spec_from_args(a: &ProbeArgs) -> Result<ProbeSpec> {
         }],
         max_tokens: Some(a.max_tokens),
         include_usage: !a.no_usage,
-        headers: a.headers.clone(),
+        headers,
         extra_body: serde_json::Map::new(),
         api_key,
         auth,
-        query: a.query.clone(),
+        query,
         nonce: a.nonce,
         expect: None,
         timeouts,

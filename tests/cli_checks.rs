@@ -301,3 +301,37 @@ fn bench_rejects_what_it_cannot_run_before_sending() {
         "a rejected bench connected"
     );
 }
+
+#[test]
+fn bad_flags_do_not_echo_their_secret_values() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let (addr, conns) = counting_listener();
+    let base = format!("http://{addr}/v1");
+    for bad in [
+        vec!["--header", "Authorization: Bearer sk-cli-secret-1"],
+        vec!["--header", "X-Token=sk-cli-secret-1\u{7f}"],
+        vec!["--query", "=sk-cli-secret-1"],
+        vec!["--proxy", "socks5://u:sk-cli-secret-1@127.0.0.1:1"],
+    ] {
+        let mut args = vec!["probe", "--base-url", &base, "--model", "m"];
+        args.extend(bad.iter().copied());
+        let (code, out, err) = run_in(d, &args, None);
+        assert_eq!(code, 2, "{bad:?}: {out}{err}");
+        assert!(!err.contains("cli-secret"), "{bad:?} echoed: {err}");
+    }
+    let (code, _, err) = run_in(
+        d,
+        &[
+            "probe",
+            "--base-url",
+            "http//u:sk-cli-secret-1@h",
+            "--model",
+            "m",
+        ],
+        None,
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(!err.contains("cli-secret"), "echoed: {err}");
+    assert_eq!(conns.load(Ordering::SeqCst), 0);
+}
