@@ -14,7 +14,8 @@
 //! itself). A text cut short (at the 512-character message limit, marked `…`, or at the end of a
 //! bounded body read) that ends in the first characters of a secret has those removed too, so a
 //! truncation can never leave part of a secret. [`redact_url`] shows a URL without userinfo and
-//! with non-public query values hidden.
+//! with non-public query values hidden. [`config_snippet`] shows the lines of a config that does
+//! not parse (so whose secrets are unknown) with only the values of keys that are never secret.
 
 use base64::Engine;
 
@@ -349,6 +350,178 @@ pub fn environment_proxy(url: &str) -> Option<String> {
         "https" => var(&["https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"]),
         _ => var(&["http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"]),
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Config text that did not parse: the secrets are not known, so what is shown is decided by the
+// YAML structure instead (an allowlist of keys whose values are never secret).
+
+/// Keys whose values a config snippet shows; every other value (`api_key`, header and query
+/// values, `extra_body`, comments, continuation lines) is shown as `<redacted>`.
+const SHOWN_KEYS: &[&str] = &[
+    "defaults",
+    "interval",
+    "cron",
+    "timeouts",
+    "connect",
+    "first_token",
+    "idle",
+    "total",
+    "prompts",
+    "name",
+    "messages",
+    "role",
+    "content",
+    "max_tokens",
+    "nonce",
+    "expect",
+    "regex",
+    "min_output_tokens",
+    "targets",
+    "base_url",
+    "api",
+    "models",
+    "include_usage",
+    "auth",
+    "proxy",
+    "ca_file",
+    "api_key_file",
+    "insecure_skip_verify",
+    "connection",
+    "buckets",
+    "time_to_first_token",
+    "time_per_output_token",
+    "decode_tokens_per_second",
+    "request_duration",
+    "time_to_headers",
+];
+
+/// Keys under which nothing is shown, whatever the inner key.
+const SECRET_PARENTS: &[&str] = &["headers", "query", "extra_body", "api_key"];
+
+/// A YAML parser's message with its quoted values hidden: quoted values in a parser message (`invalid type: string "…"`) may be anything: hide them.
+pub fn yaml_message(m: &str) -> String {
+    let re = regex::Regex::new(r#""(?:[^"\\]|\\.)*""#).expect("static regex");
+    strip_userinfo(&re.replace_all(m, "\"<redacted>\"").replace('\n', " "))
+}
+
+/// `scheme://user:pass@host` → `scheme://<redacted>@host`, anywhere in a text.
+fn strip_userinfo(s: &str) -> String {
+    let re = regex::Regex::new(r"://[^/@\s]*@").expect("static regex");
+    re.replace_all(s, "://<redacted>@").into_owned()
+}
+
+/// The config lines `line-2..=line`, each with only the values of [`SHOWN_KEYS`] visible (and
+/// those without URL userinfo), numbered, and a caret under `column`.
+pub fn config_snippet(text: &str, line: usize, column: usize) -> String {
+    if line == 0 {
+        return String::new();
+    }
+    let lines = config_lines(text, line);
+    let first = line.saturating_sub(2).max(1);
+    let width = line.to_string().len();
+    let mut out = format!("{:width$} |", "");
+    for (n, l) in lines.iter().enumerate().skip(first - 1) {
+        out.push_str(&format!("\n{:>width$} | {l}", n + 1));
+    }
+    if let Some(last) = lines.get(line - 1) {
+        let col = column.clamp(1, last.chars().count().max(1));
+        out.push_str(&format!("\n{:width$} | {}^", "", " ".repeat(col - 1)));
+    }
+    out
+}
+
+/// Lines `1..=upto` of a config with every value that may be secret replaced (see
+/// [`config_snippet`]); the YAML need not parse.
+pub fn config_lines(text: &str, upto: usize) -> Vec<String> {
+    let key_re =
+        regex::Regex::new(r#"^("[^"]*"|'[^']*'|[^\s:{}\[\],#"'][^:{}\[\],#]*?)\s*:(?:\s+|$)(.*)$"#)
+            .expect("static regex");
+    let flow_re = regex::Regex::new(
+        r#"([A-Za-z_][A-Za-z0-9_-]*|"[^"]*"|'[^']*')\s*:(?:\s*"[^"]*"|\s*'[^']*'|\s+[^,}\]]*)"#,
+    )
+    .expect("static regex");
+    let shown = |k: &str| SHOWN_KEYS.contains(&k.trim_matches(['"', '\'']));
+    let mut stack: Vec<(usize, String)> = Vec::new();
+    let mut out = Vec::new();
+    for raw in text.lines().take(upto) {
+        // A comment may hold anything.
+        let line = match raw.find(" #") {
+            Some(i) => &raw[..i],
+            None if raw.trim_start().starts_with('#') => "",
+            None => raw,
+        };
+        let mut content = line.trim_start();
+        let mut indent = line.len() - content.len();
+        let mut dashes = 0;
+        while content == "-" || content.starts_with("- ") {
+            dashes += 1;
+            let rest = content[1..].trim_start();
+            indent += content.len() - rest.len();
+            content = rest;
+        }
+        let prefix = &raw[..raw.len() - raw.trim_start().len()];
+        let lead = format!("{prefix}{}", "- ".repeat(dashes));
+        if content.is_empty() {
+            out.push(if raw.trim_start().starts_with('#') {
+                format!("{prefix}# <redacted>")
+            } else {
+                lead.trim_end().to_owned()
+            });
+            continue;
+        }
+        while stack.last().is_some_and(|(i, _)| *i >= indent) {
+            stack.pop();
+        }
+        let secret_ctx = stack
+            .iter()
+            .any(|(_, k)| SECRET_PARENTS.contains(&k.as_str()) || !shown(k));
+        let rendered = match key_re.captures(content) {
+            Some(c) => {
+                let key = c.get(1).map_or("", |m| m.as_str());
+                let value = c.get(2).map_or("", |m| m.as_str()).trim();
+                let bare = key.trim_matches(['"', '\'']).to_owned();
+                if value.is_empty() || value.starts_with('|') || value.starts_with('>') {
+                    stack.push((indent, bare));
+                }
+                let shown_value = if value.is_empty() {
+                    String::new()
+                } else if secret_ctx || !shown(key) {
+                    " <redacted>".to_owned()
+                } else if value.starts_with('|') || value.starts_with('>') {
+                    format!(" {value}")
+                } else {
+                    let v = flow_re.replace_all(value, |m: &regex::Captures<'_>| {
+                        if shown(&m[1]) {
+                            m[0].to_owned()
+                        } else {
+                            format!("{}: <redacted>", &m[1])
+                        }
+                    });
+                    format!(" {}", strip_userinfo(&v))
+                };
+                format!("{lead}{key}:{shown_value}")
+            }
+            // A list item of a shown key (`models: \n - m`) is shown; any other line without a
+            // key (a continuation, a flow mapping's inside, a block scalar) is not.
+            None if dashes > 0 && !secret_ctx && !content.starts_with('{') => {
+                format!("{lead}{}", strip_userinfo(content))
+            }
+            None if dashes > 0 && !secret_ctx => {
+                let v = flow_re.replace_all(content, |m: &regex::Captures<'_>| {
+                    if shown(&m[1]) {
+                        m[0].to_owned()
+                    } else {
+                        format!("{}: <redacted>", &m[1])
+                    }
+                });
+                format!("{lead}{}", strip_userinfo(&v))
+            }
+            None => format!("{lead}<redacted>"),
+        };
+        out.push(rendered);
+    }
+    out
 }
 
 #[cfg(test)]
