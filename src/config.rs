@@ -198,8 +198,9 @@ impl PartialEq for Expect {
 
 impl Eq for Expect {}
 
-/// A validated target.
-#[derive(Debug, Clone)]
+/// A validated target. Its `Debug` hides what may be secret (userinfo, non-public header and
+/// query values, a proxy's credentials), as every output does.
+#[derive(Clone)]
 pub struct Target {
     /// Config name (a label value).
     pub name: String,
@@ -225,6 +226,42 @@ pub struct Target {
     pub tls: TlsOptions,
     /// New connection per probe or reuse.
     pub connection: ConnectionMode,
+}
+
+impl fmt::Debug for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use crate::redact::{REDACTED, is_public_name, redact_url, redact_userinfo};
+        let pairs = |v: &[(String, String)]| -> Vec<(String, String)> {
+            v.iter()
+                .map(|(n, x)| {
+                    let x = if is_public_name(n) {
+                        x.clone()
+                    } else {
+                        REDACTED.to_owned()
+                    };
+                    (n.clone(), x)
+                })
+                .collect()
+        };
+        let proxy = match &self.proxy {
+            ProxySetting::Url(u) => format!("Url({})", redact_userinfo(u)),
+            other => format!("{other:?}"),
+        };
+        f.debug_struct("Target")
+            .field("name", &self.name)
+            .field("base_url", &redact_url(&self.base_url))
+            .field("api", &self.api)
+            .field("api_key", &self.api_key)
+            .field("include_usage", &self.include_usage)
+            .field("headers", &pairs(&self.headers))
+            .field("extra_body", &self.extra_body)
+            .field("query", &pairs(&self.query))
+            .field("auth", &self.auth)
+            .field("proxy", &proxy)
+            .field("tls", &self.tls)
+            .field("connection", &self.connection)
+            .finish()
+    }
 }
 
 /// One job: a (target, model, prompt) triple with its schedule and deadlines.
@@ -1230,6 +1267,27 @@ targets:
         assert!(!format!("{k:?}").contains("sk-very"));
         let c = with_env(|| Config::parse(GOOD)).unwrap();
         assert!(!format!("{c:?}").contains("sk-test"));
+        let text = "prompts:\n  - name: p\n    messages: [{role: user, content: hi}]\ntargets:\n  - name: a\n    base_url: http://u:pw-debug-1@h/v1\n    models: [m]\n    headers: {X-Key: hdr-debug-1}\n    query: {code: q-debug-1, api-version: '1'}\n    proxy: http://pu:proxy-debug-1@p:3128\n";
+        let shown = format!("{:?}", Config::parse(text).unwrap());
+        for leak in ["pw-debug", "hdr-debug", "q-debug", "proxy-debug"] {
+            assert!(!shown.contains(leak), "{leak}: {shown}");
+        }
+        assert!(shown.contains("\"api-version\", \"1\""), "{shown}");
+    }
+
+    #[test]
+    fn a_change_of_a_hidden_value_still_changes_the_job() {
+        let at = |h: &str, q: &str, u: &str| {
+            let text = format!(
+                "prompts:\n  - name: p\n    messages: [{{role: user, content: hi}}]\ntargets:\n  - name: a\n    base_url: http://{u}@h/v1\n    models: [m]\n    headers: {{X-Key: {h}}}\n    query: {{code: {q}}}\n"
+            );
+            crate::scheduler::fingerprint(&Config::parse(&text).unwrap().jobs[0])
+        };
+        let base = at("h1", "q1", "u:p1");
+        assert_ne!(base, at("h2", "q1", "u:p1"), "header value");
+        assert_ne!(base, at("h1", "q2", "u:p1"), "query value");
+        assert_ne!(base, at("h1", "q1", "u:p2"), "userinfo");
+        assert_eq!(base, at("h1", "q1", "u:p1"));
     }
 
     #[test]
