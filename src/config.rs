@@ -198,8 +198,9 @@ impl PartialEq for Expect {
 
 impl Eq for Expect {}
 
-/// A validated target.
-#[derive(Debug, Clone)]
+/// A validated target. Its `Debug` hides what may be secret (userinfo, non-public header and
+/// query values, a proxy's credentials), as every output does.
+#[derive(Clone)]
 pub struct Target {
     /// Config name (a label value).
     pub name: String,
@@ -225,6 +226,42 @@ pub struct Target {
     pub tls: TlsOptions,
     /// New connection per probe or reuse.
     pub connection: ConnectionMode,
+}
+
+impl fmt::Debug for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use crate::redact::{REDACTED, is_public_name, redact_url, redact_userinfo};
+        let pairs = |v: &[(String, String)]| -> Vec<(String, String)> {
+            v.iter()
+                .map(|(n, x)| {
+                    let x = if is_public_name(n) {
+                        x.clone()
+                    } else {
+                        REDACTED.to_owned()
+                    };
+                    (n.clone(), x)
+                })
+                .collect()
+        };
+        let proxy = match &self.proxy {
+            ProxySetting::Url(u) => format!("Url({})", redact_userinfo(u)),
+            other => format!("{other:?}"),
+        };
+        f.debug_struct("Target")
+            .field("name", &self.name)
+            .field("base_url", &redact_url(&self.base_url))
+            .field("api", &self.api)
+            .field("api_key", &self.api_key)
+            .field("include_usage", &self.include_usage)
+            .field("headers", &pairs(&self.headers))
+            .field("extra_body", &self.extra_body)
+            .field("query", &pairs(&self.query))
+            .field("auth", &self.auth)
+            .field("proxy", &proxy)
+            .field("tls", &self.tls)
+            .field("connection", &self.connection)
+            .finish()
+    }
 }
 
 /// One job: a (target, model, prompt) triple with its schedule and deadlines.
@@ -334,20 +371,112 @@ impl fmt::Display for Issue {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("cannot read config file {path}: {source}")]
+    #[error("cannot read config file {}: {reason}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
-        /// The cause.
-        source: std::io::Error,
+        /// The cause (shown in the message, not chained, so it is printed once).
+        reason: std::io::Error,
     },
     /// The YAML is not well-formed or does not have the config's shape (unknown key, wrong type).
     #[error("invalid config: {0}")]
-    Syntax(String),
+    Syntax(Box<SyntaxError>),
     /// The YAML has the right shape but its values are invalid; every problem is listed.
     #[error("invalid config ({} problem{}):\n{}", .0.len(), if .0.len() == 1 { "" } else { "s" },
         .0.iter().map(|i| format!("  {i}")).collect::<Vec<_>>().join("\n"))]
     Invalid(Vec<Issue>),
+}
+
+impl ConfigError {
+    /// What failed, in one line that quotes nothing from the file (for answers to clients such as
+    /// `POST /-/reload`): the kind of problem and where, never a value or a source line.
+    pub fn summary(&self) -> String {
+        match self {
+            ConfigError::Io { path, reason } => {
+                format!(
+                    "cannot read config file {}: {}",
+                    path.display(),
+                    reason.kind()
+                )
+            }
+            ConfigError::Syntax(e) => format!(
+                "the config has a syntax or type error at line {} column {}{} (run check-config)",
+                e.line,
+                e.column,
+                if e.path.is_empty() {
+                    String::new()
+                } else {
+                    format!(", key {}", e.path)
+                }
+            ),
+            ConfigError::Invalid(issues) => format!(
+                "the config has {} invalid value{} (first at line {}: {}; run check-config)",
+                issues.len(),
+                if issues.len() == 1 { "" } else { "s" },
+                issues.first().map_or(0, |i| i.line),
+                issues.first().map_or("", |i| i.path.as_str()),
+            ),
+        }
+    }
+}
+
+/// A YAML syntax error or a value of the wrong type, with its place and a source snippet in which
+/// every value that may be secret is replaced by `<redacted>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyntaxError {
+    /// The file, when the text came from one.
+    pub file: Option<String>,
+    /// 1-based line (0 when unknown).
+    pub line: u64,
+    /// 1-based column.
+    pub column: u64,
+    /// Key path where the parser was, e.g. `prompts[0].max_tokens` (may be empty).
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+    /// The lines up to the error, redacted, with a caret under the column.
+    pub snippet: String,
+}
+
+impl fmt::Display for SyntaxError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let file = self.file.as_deref().unwrap_or("config");
+        write!(f, "{file}:{}:{}: ", self.line, self.column)?;
+        if !self.path.is_empty() {
+            write!(f, "{}: ", self.path)?;
+        }
+        f.write_str(&self.message)?;
+        if !self.snippet.is_empty() {
+            write!(f, "\n{}", self.snippet)?;
+        }
+        Ok(())
+    }
+}
+
+impl SyntaxError {
+    fn from_yaml(e: &serde_saphyr::Error, path: &str, text: &str) -> Self {
+        let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
+        let mut message = e.to_string();
+        // The location is given separately.
+        if let Some(i) = message.rfind(" at line ") {
+            message.truncate(i);
+        }
+        let message = crate::redact::yaml_message(message.trim_start_matches("error: "));
+        let path = path
+            .split('.')
+            .filter(|p| *p != "value" && !p.is_empty() && *p != "?")
+            .collect::<Vec<_>>()
+            .join(".")
+            .replace(".[", "[");
+        SyntaxError {
+            file: None,
+            line,
+            column,
+            path,
+            message,
+            snippet: crate::redact::config_snippet(text, line as usize, column as usize),
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -621,11 +750,17 @@ impl Config {
     /// [`ConfigError::Io`], [`ConfigError::Syntax`] (with the YAML location) or
     /// [`ConfigError::Invalid`] listing every problem with its key path and `line:column`.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+        let text = std::fs::read_to_string(path).map_err(|reason| ConfigError::Io {
             path: path.to_owned(),
-            source,
+            reason,
         })?;
-        Config::parse(&text)
+        Config::parse(&text).map_err(|e| match e {
+            ConfigError::Syntax(mut s) => {
+                s.file = Some(path.display().to_string());
+                ConfigError::Syntax(s)
+            }
+            other => other,
+        })
     }
 
     /// Parses and validates config text (see [`Config::load`]).
@@ -633,8 +768,18 @@ impl Config {
     /// # Errors
     /// As [`Config::load`], without `Io`.
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        // serde-saphyr's own snippet would quote the file verbatim (secrets included): the error
+        // is rendered here, with the key path and a redacted snippet.
+        let mut at = String::new();
+        let opts = serde_saphyr::options! { with_snippet: false };
         let raw: RawConfig =
-            serde_saphyr::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
+            serde_saphyr::with_deserializer_from_str_with_options(text, opts, |de| {
+                serde_path_to_error::deserialize(de).map_err(|e| {
+                    at = e.path().to_string();
+                    e.into_inner()
+                })
+            })
+            .map_err(|e| ConfigError::Syntax(Box::new(SyntaxError::from_yaml(&e, &at, text))))?;
         let mut iss = Issues(Vec::new());
         let defaults = raw.defaults.unwrap_or_default();
         let def_timeouts =
@@ -714,6 +859,14 @@ impl Config {
                 iss.push(format!("{path}.name"), &t.name, "duplicate target name");
             }
             let base_url = match expand_env(&t.base_url.value) {
+                Ok(u) if u.trim().is_empty() => {
+                    iss.push(
+                        format!("{path}.base_url"),
+                        &t.base_url,
+                        "must not be empty (e.g. http://127.0.0.1:8080/v1)",
+                    );
+                    String::new()
+                }
                 Ok(u) => u.trim_end_matches('/').to_owned(),
                 Err(e) => {
                     iss.push(format!("{path}.base_url"), &t.base_url, e);
@@ -757,12 +910,18 @@ impl Config {
                 },
                 (None, Some(f)) => {
                     let p = PathBuf::from(&f.value);
-                    if let Err(e) = std::fs::metadata(&p) {
-                        iss.push(
+                    match std::fs::metadata(&p) {
+                        Err(e) => iss.push(
                             format!("{path}.api_key_file"),
                             f,
                             format!("cannot read {}: {e}", p.display()),
-                        );
+                        ),
+                        Ok(m) if m.is_dir() => iss.push(
+                            format!("{path}.api_key_file"),
+                            f,
+                            format!("{} is a directory, not a key file", p.display()),
+                        ),
+                        Ok(_) => {}
                     }
                     Some(KeySource::File(p))
                 }
@@ -821,15 +980,33 @@ impl Config {
                 },
             };
             let ca_file = t.ca_file.as_ref().map(|f| {
-                if let Err(e) = std::fs::metadata(&f.value) {
-                    iss.push(
-                        format!("{path}.ca_file"),
-                        f,
-                        format!("cannot read {}: {e}", f.value),
-                    );
+                // The same loading `serve` does (the transport owns how a CA file is read).
+                let tls = TlsOptions {
+                    ca_file: Some(PathBuf::from(&f.value)),
+                    insecure_skip_verify: false,
+                };
+                let opts = crate::transport::ClientOptions {
+                    proxy: ProxySetting::Disabled,
+                    tls,
+                    connection: ConnectionMode::New,
+                };
+                if let Err(e) = crate::transport::Transport::new(&opts, Duration::from_secs(1)) {
+                    iss.push(format!("{path}.ca_file"), f, e.to_string());
                 }
                 PathBuf::from(&f.value)
             });
+            for k in t.extra_body.keys() {
+                if RESERVED_BODY_KEYS.contains(&k.as_str()) || sets_body_key(t.api, k) {
+                    iss.push(
+                        format!("{path}.extra_body.{k}"),
+                        &t.name,
+                        format!(
+                            "{k:?} is set by tokenprobe itself ({} sends it); extra_body may only add fields",
+                            t.api
+                        ),
+                    );
+                }
+            }
             let target = Arc::new(Target {
                 name: t.name.value.clone(),
                 base_url,
@@ -929,10 +1106,39 @@ impl Config {
             );
         }
         if !iss.0.is_empty() {
+            // In file order; problems without a place last.
+            iss.0.sort_by_key(|i| (i.line == 0, i.line, i.column));
             return Err(ConfigError::Invalid(iss.0));
         }
         Ok(Config { jobs, buckets })
     }
+}
+
+/// Body fields `extra_body` may never set, whatever the protocol sends: they decide what is
+/// measured (a stream) and what the labels say (the model).
+const RESERVED_BODY_KEYS: &[&str] = &["stream", "model", "stream_options"];
+
+/// True when the request body of `api` already sets the top-level field `key` (asked of the
+/// protocol's own body builder, with every optional field on).
+fn sets_body_key(api: Api, key: &str) -> bool {
+    let messages = [
+        Message {
+            role: "system".into(),
+            content: "s".into(),
+        },
+        Message {
+            role: "user".into(),
+            content: "u".into(),
+        },
+    ];
+    let body = api.request_body(&crate::protocol::RequestSpec {
+        model: "m",
+        messages: &messages,
+        max_tokens: Some(1),
+        include_usage: true,
+        extra_body: None,
+    });
+    body.as_object().is_some_and(|o| o.contains_key(key))
 }
 
 /// Shortest probe interval accepted.
@@ -1061,6 +1267,27 @@ targets:
         assert!(!format!("{k:?}").contains("sk-very"));
         let c = with_env(|| Config::parse(GOOD)).unwrap();
         assert!(!format!("{c:?}").contains("sk-test"));
+        let text = "prompts:\n  - name: p\n    messages: [{role: user, content: hi}]\ntargets:\n  - name: a\n    base_url: http://u:pw-debug-1@h/v1\n    models: [m]\n    headers: {X-Key: hdr-debug-1}\n    query: {code: q-debug-1, api-version: '1'}\n    proxy: http://pu:proxy-debug-1@p:3128\n";
+        let shown = format!("{:?}", Config::parse(text).unwrap());
+        for leak in ["pw-debug", "hdr-debug", "q-debug", "proxy-debug"] {
+            assert!(!shown.contains(leak), "{leak}: {shown}");
+        }
+        assert!(shown.contains("\"api-version\", \"1\""), "{shown}");
+    }
+
+    #[test]
+    fn a_change_of_a_hidden_value_still_changes_the_job() {
+        let at = |h: &str, q: &str, u: &str| {
+            let text = format!(
+                "prompts:\n  - name: p\n    messages: [{{role: user, content: hi}}]\ntargets:\n  - name: a\n    base_url: http://{u}@h/v1\n    models: [m]\n    headers: {{X-Key: {h}}}\n    query: {{code: {q}}}\n"
+            );
+            crate::scheduler::fingerprint(&Config::parse(&text).unwrap().jobs[0])
+        };
+        let base = at("h1", "q1", "u:p1");
+        assert_ne!(base, at("h2", "q1", "u:p1"), "header value");
+        assert_ne!(base, at("h1", "q2", "u:p1"), "query value");
+        assert_ne!(base, at("h1", "q1", "u:p2"), "userinfo");
+        assert_eq!(base, at("h1", "q1", "u:p1"));
     }
 
     #[test]
@@ -1097,5 +1324,131 @@ targets:
             panic!("expected Invalid");
         };
         assert_eq!(issues.len(), 2, "{issues:?}");
+    }
+
+    const BASE: &str = "prompts:\n  - name: p\n    messages: [{role: user, content: hi}]\ntargets:\n  - name: a\n    base_url: http://x\n    models: [m]\n";
+
+    fn problems(extra: &str) -> String {
+        match Config::parse(&format!("{BASE}{extra}")) {
+            Err(ConfigError::Invalid(i)) => i
+                .iter()
+                .map(|i| i.to_string())
+                .collect::<Vec<_>>()
+                .join("; "),
+            other => panic!("expected Invalid for {extra:?}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn syntax_error_snippets_hide_every_secret() {
+        let text = "prompts:\n  - name: p\n    messages: [{role: user, content: hi}]\n\
+                    targets:\n  - name: a\n    base_url: http://user:pw-userinfo-1@127.0.0.1:1/v1\n\
+                    \x20   api_key: sk-live-abcdefghijklmnop # rotated: sk-old-zyxwvut\n\
+                    \x20   headers:\n      name: hdr-secret-under-name\n      X-Custom: hdr-secret-value-1234\n\
+                    \x20   query: {code: query-secret-value-99}\n\
+                    \x20   extra_body: {temperature: 0}\n    models: [m]\n\
+                    \x20 - {name: b, base_url: 'http://127.0.0.1:2', api_key: sk-flow-secret-5555, models: [m], \"headers\":{\"k\":\"sk-json-style-7777\"}}\n\
+                    \x20 - name: c\n    base_url: http://x\n    models: [m\n    interval: 1s\n";
+        let e = Config::parse(text).unwrap_err();
+        let ConfigError::Syntax(se) = &e else {
+            panic!("expected a syntax error, got {e:?}")
+        };
+        assert_eq!((se.line, se.column), (18, 13), "{se:?}");
+        // Every line up to the error, as check-config could show it.
+        let all = crate::redact::config_lines(text, 18).join("\n");
+        for leak in [
+            "pw-userinfo",
+            "sk-live",
+            "sk-old",
+            "hdr-secret",
+            "query-secret",
+            "sk-flow",
+            "sk-json",
+        ] {
+            assert!(!all.contains(leak), "{leak} shown:\n{all}");
+            assert!(!e.to_string().contains(leak), "{leak} in {e}");
+        }
+        assert!(
+            all.contains("    base_url: http://<redacted>@127.0.0.1:1/v1"),
+            "{all}"
+        );
+        assert!(all.contains("    api_key: <redacted>"), "{all}");
+        assert!(all.contains("  - {name: b, base_url: 'http://127.0.0.1:2', api_key: <redacted>, models: [m], \"headers\":{\"k\": <redacted>}}"), "{all}");
+        assert!(e.to_string().contains("18 |     interval: 1s"), "{e}");
+        assert!(!e.summary().contains("interval: 1s"), "{}", e.summary());
+        assert!(e.summary().contains("line 18 column 13"), "{}", e.summary());
+    }
+
+    #[test]
+    fn a_wrong_type_names_its_key_path() {
+        let e = Config::parse("prompts:\n  - name: p\n    messages: [{role: user, content: hi}]\n    max_tokens: lots\ntargets: []\n").unwrap_err();
+        let ConfigError::Syntax(se) = &e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(se.path, "prompts[0].max_tokens");
+        assert_eq!((se.line, se.column), (4, 17));
+        assert!(!e.to_string().contains("<input>"), "{e}");
+    }
+
+    #[test]
+    fn a_missing_file_says_why_once() {
+        let e = Config::load(Path::new("/nonexistent/tokenprobe.yml")).unwrap_err();
+        let shown = format!("{:#}", anyhow::Error::new(e));
+        assert_eq!(shown.matches("os error 2").count(), 1, "{shown}");
+    }
+
+    #[test]
+    fn problems_are_sorted_by_line() {
+        let text = "prompts:\n  - name: p\n    messages: [{role: user, content: hi}]\ntargets:\n  - name: a\n    base_url: http://x\n    models: [m]\n    cron: 'nope'\n    interval: soon\n    api_key: ${TOKENPROBE_SURELY_UNSET_VAR}\n    prompts: [nope]\n";
+        let Err(ConfigError::Invalid(issues)) = Config::parse(text) else {
+            panic!("expected Invalid");
+        };
+        let lines: Vec<u64> = issues.iter().map(|i| i.line).collect();
+        let mut sorted = lines.clone();
+        sorted.sort_unstable();
+        assert_eq!(lines, sorted, "{issues:?}");
+    }
+
+    #[test]
+    fn what_serve_rejects_check_config_rejects() {
+        let empty = Config::parse(
+            "prompts:\n  - name: p\n    messages: [{role: user, content: hi}]\ntargets:\n  - {name: a, base_url: '', models: [m]}\n",
+        );
+        assert!(
+            format!("{empty:?}").contains("must not be empty"),
+            "{empty:?}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display();
+        assert!(problems(&format!("    api_key_file: {d}\n")).contains("is a directory"));
+        let not_pem = dir.path().join("ca.txt");
+        std::fs::write(&not_pem, "not a certificate\n").unwrap();
+        let p = problems(&format!("    ca_file: {}\n", not_pem.display()));
+        assert!(
+            p.contains("targets[0].ca_file") && p.contains("no PEM certificate"),
+            "{p}"
+        );
+        for key in [
+            "stream",
+            "model",
+            "messages",
+            "max_tokens",
+            "stream_options",
+        ] {
+            let p = problems(&format!("    extra_body: {{{key}: 1}}\n"));
+            assert!(
+                p.contains(&format!("targets[0].extra_body.{key}")),
+                "{key}: {p}"
+            );
+        }
+        let anth = "prompts:\n  - name: p\n    messages: [{role: user, content: hi}]\ntargets:\n  - {name: a, base_url: 'http://x', api: anthropic-messages, models: [m], extra_body: {system: x}}\n";
+        assert!(format!("{:?}", Config::parse(anth)).contains("extra_body.system"));
+        // Fields the body does not set are fine.
+        assert!(
+            Config::parse(&format!(
+                "{BASE}    extra_body: {{temperature: 0, seed: 1}}\n"
+            ))
+            .is_ok()
+        );
     }
 }

@@ -4,6 +4,7 @@
 //! Layout, one module per concept:
 //! - [`sse`]: Server-Sent Events decoder (pure).
 //! - [`protocol`]: what each API's events mean, and the request bodies (pure).
+//! - [`log`]: the log line format (logfmt or JSON, one event per line).
 //! - [`measure`]: the measurement fold from timestamped events to a [`measure::ProbeResult`] (pure).
 //! - [`outcome`]: error types, flags and the classification rules (pure).
 //! - [`probe`]: one streaming request, timestamped in the reading task (async I/O).
@@ -14,6 +15,7 @@
 //! - [`simulate`]: a built-in OpenAI/Anthropic streaming server with timing, faults and an event log.
 //! - [`bench`]: concurrency and rate sweeps, the knee, model selection, baseline regression.
 //! - [`server`]: `/metrics`, `/-/healthy`, `/-/ready`, `/-/reload`, `/`.
+//! - [`redact`]: what a secret is, and hiding it (and its derived forms) in every output.
 //! - [`report`]: a probe result as JSON or as a human report.
 //! - [`transport`]: the HTTP client, instrumented to time DNS, TCP connect and TLS.
 //! - [`web`]: TLS and basic auth for the endpoints (`--web.config.file`).
@@ -23,11 +25,13 @@
 pub mod bench;
 pub mod config;
 pub mod daemon;
+pub mod log;
 pub mod measure;
 pub mod metrics;
 pub mod outcome;
 pub mod probe;
 pub mod protocol;
+pub mod redact;
 pub mod report;
 pub mod scheduler;
 pub mod server;

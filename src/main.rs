@@ -9,7 +9,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 use tokenprobe::config::{
-    AuthStyle, Config, ConnectionMode, KeySource, ProxySetting, Secret, Timeouts, TlsOptions,
+    AuthStyle, Config, ConfigError, ConnectionMode, KeySource, ProxySetting, Secret, Timeouts,
+    TlsOptions,
 };
 use tokenprobe::daemon::Daemon;
 use tokenprobe::probe::{ProbeSpec, Prober};
@@ -109,8 +110,8 @@ struct ProbeArgs {
     /// The user message.
     #[arg(long, default_value = "Say hello in five words.")]
     prompt: String,
-    /// Output cap (max_tokens).
-    #[arg(long, default_value_t = 64)]
+    /// Output cap (max_tokens, at least 1).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
     max_tokens: u32,
     /// Do not send stream_options.include_usage (for servers that reject it).
     #[arg(long)]
@@ -130,14 +131,16 @@ struct ProbeArgs {
     /// Which header carries the key (default: x-api-key for anthropic-messages, else bearer).
     #[arg(long, value_enum)]
     auth: Option<AuthArg>,
+    // Header, query and proxy values are checked after parsing, by us: clap's own error for a
+    // bad value quotes it, and these may be secrets.
     /// Extra request header NAME=VALUE (repeatable).
-    #[arg(long = "header", value_parser = parse_header)]
-    headers: Vec<(String, String)>,
+    #[arg(long = "header")]
+    headers: Vec<String>,
     /// Query parameter NAME=VALUE added to the URL (repeatable), e.g. api-version=2024-10-21.
-    #[arg(long = "query", value_parser = parse_pair)]
-    query: Vec<(String, String)>,
+    #[arg(long = "query")]
+    query: Vec<String>,
     /// Proxy URL, or "none" to ignore the environment's proxy variables.
-    #[arg(long, value_parser = parse_proxy)]
+    #[arg(long)]
     proxy: Option<String>,
     /// Extra PEM CA certificates to trust.
     #[arg(long)]
@@ -170,7 +173,7 @@ fn parse_pair(s: &str) -> Result<(String, String), String> {
     s.split_once('=')
         .map(|(k, v)| (k.trim().to_owned(), v.to_owned()))
         .filter(|(k, _)| !k.is_empty())
-        .ok_or_else(|| format!("expected NAME=VALUE, got {s:?}"))
+        .ok_or_else(|| "expected NAME=VALUE (a value without '=' or without a name)".to_owned())
 }
 
 fn parse_header(s: &str) -> Result<(String, String), String> {
@@ -187,26 +190,24 @@ fn parse_log_level(s: &str) -> Result<String, String> {
     Ok(s.to_owned())
 }
 
-fn parse_proxy(s: &str) -> Result<String, String> {
+fn parse_proxy(s: &str) -> Result<ProxySetting, String> {
     if s == "none" || s.is_empty() {
-        return Ok("none".into());
+        return Ok(ProxySetting::Disabled);
     }
     match reqwest::Url::parse(s) {
-        Ok(u) if matches!(u.scheme(), "http" | "https") => Ok(s.to_owned()),
-        _ => Err("expected an http:// or https:// proxy URL, or \"none\"".into()),
+        Ok(u) if matches!(u.scheme(), "http" | "https") => Ok(ProxySetting::Url(s.to_owned())),
+        _ => Err("--proxy: expected an http:// or https:// proxy URL, or \"none\"".into()),
     }
 }
 
 fn init_logging(level: &str, format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_new(level)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let b = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Json => b.json().flatten_event(true).init(),
-        LogFormat::Logfmt => b.with_ansi(false).init(),
-    }
+    tokenprobe::log::init(
+        level,
+        match format {
+            LogFormat::Json => tokenprobe::log::LogFormat::Json,
+            LogFormat::Logfmt => tokenprobe::log::LogFormat::Logfmt,
+        },
+    );
 }
 
 fn main() -> ExitCode {
@@ -248,11 +249,36 @@ fn main() -> ExitCode {
 fn check_config(path: &std::path::Path) -> Result<ExitCode> {
     match Config::load(path) {
         Ok(c) => {
+            // What `serve` does next with a valid config: build each job's client.
+            let unusable: Vec<String> = c
+                .jobs
+                .iter()
+                .filter_map(|j| {
+                    Prober::new(&ProbeSpec::from_job(j))
+                        .err()
+                        .map(|e| format!("  {}: {e}", j.name()))
+                })
+                .collect();
+            if !unusable.is_empty() {
+                eprintln!(
+                    "{}: invalid config ({} job{} cannot start):\n{}",
+                    path.display(),
+                    unusable.len(),
+                    if unusable.len() == 1 { "" } else { "s" },
+                    unusable.join("\n")
+                );
+                return Ok(ExitCode::from(2));
+            }
             println!("{}: valid, {} jobs", path.display(), c.jobs.len());
             for j in &c.jobs {
                 println!("  {} ({}, {})", j.name(), j.target.api, j.schedule);
             }
             Ok(ExitCode::SUCCESS)
+        }
+        // These name the file themselves.
+        Err(e @ (ConfigError::Io { .. } | ConfigError::Syntax(_))) => {
+            eprintln!("{e}");
+            Ok(ExitCode::from(2))
         }
         Err(e) => {
             eprintln!("{}: {e}", path.display());
@@ -353,30 +379,17 @@ fn deadlines(a: &ProbeArgs, base: Timeouts) -> Timeouts {
 
 fn spec_from_args(a: &ProbeArgs) -> Result<ProbeSpec> {
     if let Some(cfg) = &a.config_file {
-        let config = Config::load(cfg).with_context(|| format!("loading {}", cfg.display()))?;
-        let target = a.target.as_deref();
-        let job = config
-            .jobs
-            .iter()
-            .find(|j| {
-                target.is_none_or(|t| j.target.name == t)
-                    && a.model.as_deref().is_none_or(|m| j.model == m)
-            })
-            .with_context(|| {
-                format!(
-                    "no job in {} matches --target {} --model {}",
-                    cfg.display(),
-                    a.target.as_deref().unwrap_or("(any)"),
-                    a.model.as_deref().unwrap_or("(any)")
-                )
-            })?;
-        return Ok(ProbeSpec::from_job(job));
+        let config = Config::load(cfg).map_err(|e| match e {
+            e @ (ConfigError::Io { .. } | ConfigError::Syntax(_)) => anyhow::anyhow!("{e}"),
+            e => anyhow::anyhow!("{}: {e}", cfg.display()),
+        })?;
+        return job_spec(&config, cfg, a.target.as_deref(), a.model.as_deref());
     }
     let (Some(base_url), Some(model)) = (&a.base_url, &a.model) else {
         anyhow::bail!("--base-url and --model are required without --config.file");
     };
-    let parsed = reqwest::Url::parse(base_url)
-        .with_context(|| format!("--base-url {base_url:?} is not a URL"))?;
+    // The URL is not quoted: it may carry userinfo.
+    let parsed = reqwest::Url::parse(base_url).context("--base-url is not a URL")?;
     anyhow::ensure!(
         matches!(parsed.scheme(), "http" | "https"),
         "--base-url must be http:// or https://"
@@ -402,9 +415,18 @@ fn spec_from_args(a: &ProbeArgs) -> Result<ProbeSpec> {
     };
     let proxy = match a.proxy.as_deref() {
         None => ProxySetting::Environment,
-        Some("none") | Some("") => ProxySetting::Disabled,
-        Some(u) => ProxySetting::Url(u.to_owned()),
+        Some(p) => parse_proxy(p).map_err(anyhow::Error::msg)?,
     };
+    let headers = a
+        .headers
+        .iter()
+        .map(|h| parse_header(h).map_err(|e| anyhow::anyhow!("--header: {e}")))
+        .collect::<Result<Vec<_>>>()?;
+    let query = a
+        .query
+        .iter()
+        .map(|q| parse_pair(q).map_err(|e| anyhow::anyhow!("--query: {e}")))
+        .collect::<Result<Vec<_>>>()?;
     Ok(ProbeSpec {
         api: a.api,
         base_url: base_url.trim_end_matches('/').to_owned(),
@@ -415,11 +437,11 @@ fn spec_from_args(a: &ProbeArgs) -> Result<ProbeSpec> {
         }],
         max_tokens: Some(a.max_tokens),
         include_usage: !a.no_usage,
-        headers: a.headers.clone(),
+        headers,
         extra_body: serde_json::Map::new(),
         api_key,
         auth,
-        query: a.query.clone(),
+        query,
         nonce: a.nonce,
         expect: None,
         timeouts,
@@ -432,6 +454,40 @@ fn spec_from_args(a: &ProbeArgs) -> Result<ProbeSpec> {
             connection: ConnectionMode::New,
         },
     })
+}
+
+/// The spec of `--target` (default: the first target) in a config: its job for `--model` when the
+/// config lists that model, else its first job with the model replaced (as `bench` accepts any
+/// model). An unknown target is an error that lists the targets there are.
+fn job_spec(
+    config: &Config,
+    file: &std::path::Path,
+    target: Option<&str>,
+    model: Option<&str>,
+) -> Result<ProbeSpec> {
+    let of_target: Vec<_> = config
+        .jobs
+        .iter()
+        .filter(|j| target.is_none_or(|t| j.target.name == t))
+        .collect();
+    let Some(first) = of_target.first() else {
+        let mut names: Vec<&str> = config.jobs.iter().map(|j| j.target.name.as_str()).collect();
+        names.dedup();
+        anyhow::bail!(
+            "{} has no target named {:?}; its targets: {}",
+            file.display(),
+            target.unwrap_or(""),
+            names.join(", ")
+        );
+    };
+    let job = model
+        .and_then(|m| of_target.iter().find(|j| j.model == m))
+        .unwrap_or(first);
+    let mut spec = ProbeSpec::from_job(job);
+    if let Some(m) = model {
+        spec.model = m.to_owned();
+    }
+    Ok(spec)
 }
 
 async fn probe(a: ProbeArgs) -> Result<ExitCode> {
@@ -463,7 +519,7 @@ async fn probe(a: ProbeArgs) -> Result<ExitCode> {
             to_text(
                 &result,
                 &ReportContext {
-                    url: tokenprobe::probe::redact_url(&spec.url()),
+                    url: tokenprobe::redact::redact_url(&spec.url()),
                     model: spec.model.clone(),
                     proxy: spec.proxy(),
                 }

@@ -11,6 +11,7 @@ use crate::config::{AuthStyle, Expect, Job, KeySource, ProxySetting, Timeouts};
 use crate::measure::{Measurement, ProbeResult, Step};
 use crate::outcome::{ErrorType, Flag, Head, classify_error_object, classify_response};
 use crate::protocol::{Api, Message, RequestSpec, StreamError};
+use crate::redact::{Redactor, effective_proxy, redact_url, redact_userinfo};
 use crate::sse::SseDecoder;
 use crate::transport::{ClientOptions, Transport, TransportError};
 use std::error::Error as _;
@@ -214,11 +215,9 @@ impl Prober {
         let m = Measurement::new(t0);
         let mut r = run_request(&self.transport, req, spec, m, proxy.as_deref()).await;
         r.phases = Some(self.transport.clock.phases());
-        // A server may echo the key in its error message: never pass it on.
-        if let (Some(k), Some(d)) = (&key, r.error_detail.as_mut())
-            && !k.expose().is_empty()
-        {
-            *d = d.replace(k.expose(), "<redacted>");
+        // A server may echo the request in its error message: never pass a secret on.
+        if let Some(d) = r.error_detail.as_mut() {
+            *d = Redactor::for_spec(spec, key.as_ref()).redact(d);
         }
         r
     }
@@ -760,83 +759,6 @@ impl Inflater {
     }
 }
 
-/// The proxy the environment routes `url` through, as curl and reqwest read it (`http_proxy` /
-/// `HTTP_PROXY`, `https_proxy` / `HTTPS_PROXY`, `all_proxy` / `ALL_PROXY`, minus `no_proxy` /
-/// `NO_PROXY`), with any credentials removed. `None` when the connection is direct.
-pub fn effective_proxy(url: &str) -> Option<String> {
-    let u = reqwest::Url::parse(url).ok()?;
-    let host = u.host_str()?.trim_matches(['[', ']']).to_ascii_lowercase();
-    let var = |names: &[&str]| {
-        names
-            .iter()
-            .find_map(|n| std::env::var(n).ok().filter(|v| !v.trim().is_empty()))
-    };
-    if let Some(no) = var(&["no_proxy", "NO_PROXY"]) {
-        let bypass = no
-            .split(',')
-            .map(str::trim)
-            .filter(|e| !e.is_empty())
-            .any(|e| {
-                let e = e
-                    .trim_start_matches("*.")
-                    .trim_start_matches('.')
-                    .to_ascii_lowercase();
-                e == "*" || host == e || host.ends_with(&format!(".{e}"))
-            });
-        if bypass {
-            return None;
-        }
-    }
-    let p = match u.scheme() {
-        "https" => var(&["https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"]),
-        _ => var(&["http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"]),
-    }?;
-    Some(redact_userinfo(&p))
-}
-
-/// A URL safe to show: no user or password, and the values of query parameters whose names look
-/// secret (`key`, `token`, `secret`, `sig`, `auth`, `password`) replaced by `<redacted>`.
-pub fn redact_url(url: &str) -> String {
-    let Ok(mut u) = reqwest::Url::parse(url) else {
-        return "<unparsable URL>".to_owned();
-    };
-    let _ = u.set_username("");
-    let _ = u.set_password(None);
-    if u.query().is_some() {
-        let pairs: Vec<(String, String)> = u
-            .query_pairs()
-            .map(|(k, v)| {
-                let lower = k.to_ascii_lowercase();
-                let secret = ["key", "token", "secret", "sig", "auth", "password"]
-                    .iter()
-                    .any(|w| lower.contains(w));
-                (
-                    k.into_owned(),
-                    if secret {
-                        "<redacted>".to_owned()
-                    } else {
-                        v.into_owned()
-                    },
-                )
-            })
-            .collect();
-        u.query_pairs_mut().clear().extend_pairs(pairs);
-    }
-    u.to_string()
-}
-
-fn redact_userinfo(p: &str) -> String {
-    match reqwest::Url::parse(p) {
-        Ok(mut u) if !u.username().is_empty() || u.password().is_some() => {
-            let _ = u.set_username("");
-            let _ = u.set_password(None);
-            u.to_string()
-        }
-        Ok(u) => u.to_string(),
-        Err(_) => "<unparsable proxy URL>".to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -864,25 +786,12 @@ mod tests {
     }
 
     #[test]
-    fn urls_are_shown_without_secrets() {
-        assert_eq!(
-            redact_url("https://u:pw@h/v1/chat?api-version=1&api-key=SECRET&sig=X"),
-            "https://h/v1/chat?api-version=1&api-key=%3Credacted%3E&sig=%3Credacted%3E"
-        );
-        assert_eq!(redact_url("http://h:8080/v1"), "http://h:8080/v1");
-    }
-
-    #[test]
     fn html_titles_and_userinfo() {
         assert_eq!(
             html_title("<html><TITLE> Oops </title>").as_deref(),
             Some("Oops")
         );
         assert_eq!(html_title("no title"), None);
-        assert_eq!(
-            redact_userinfo("http://u:p@proxy:3128"),
-            "http://proxy:3128/"
-        );
     }
 
     /// Ruling 1: a 2xx body that yielded no event is judged whole unless it is an event stream.

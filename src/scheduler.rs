@@ -51,6 +51,12 @@ pub fn fingerprint(job: &Job) -> u64 {
     if let Some(crate::config::KeySource::Inline(k)) = &job.target.api_key {
         k.expose().hash(&mut h);
     }
+    // `Target`'s Debug hides these (userinfo, header and query values, proxy credentials).
+    let t = &job.target;
+    (&t.base_url, &t.headers, &t.query).hash(&mut h);
+    if let crate::config::ProxySetting::Url(u) = &t.proxy {
+        u.hash(&mut h);
+    }
     h.finish()
 }
 

@@ -32,7 +32,7 @@ impl JobRow {
         JobRow {
             name: job.name(),
             api: job.target.api.to_string(),
-            url: crate::probe::redact_url(&format!(
+            url: crate::redact::redact_url(&format!(
                 "{}{}",
                 job.target.base_url,
                 job.target.api.path()
@@ -60,11 +60,18 @@ async fn reload(State(d): State<Arc<Daemon>>) -> Response {
             a.started, a.stopped, a.kept
         )
         .into_response(),
-        Err(e) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("reload refused, the previous config keeps running: {e}\n"),
-        )
-            .into_response(),
+        Err(e) => {
+            // Say what failed without quoting the file (the log has the redacted details).
+            let why = match &e {
+                crate::daemon::DaemonError::Config(c) => c.summary(),
+                other => other.to_string(),
+            };
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("reload refused, the previous config keeps running: {why}\n"),
+            )
+                .into_response()
+        }
     }
 }
 

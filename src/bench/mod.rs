@@ -232,16 +232,81 @@ pub fn criteria(a: &BenchArgs) -> Result<Criteria, SpecError> {
     Ok(c)
 }
 
+/// Highest open-loop arrival rate accepted, requests/s.
+pub const MAX_RATE: f64 = 100_000.0;
+/// Most requests one level may schedule (bounds time and memory of the arrival plan).
+pub const MAX_REQUESTS_PER_LEVEL: f64 = 1_000_000.0;
+/// File descriptors kept free of the bench's connections (runtime, stdio, output files, DNS).
+pub const FD_RESERVE: u64 = 64;
+
+/// The open-file limit of this process (the soft `RLIMIT_NOFILE`), when known.
+pub fn fd_limit() -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        rustix::process::getrlimit(rustix::process::Resource::Nofile).current
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        None
+    }
+}
+
+/// Checks that every level's requests in flight fit the open-file limit less [`FD_RESERVE`]
+/// (each request in flight holds one socket), before anything is sent: past it, requests fail
+/// as `connect` errors that are the bench's own, not the target's. A default open-loop cap is
+/// lowered to fit instead.
+///
+/// # Errors
+/// [`BenchError::Usage`] naming the level, the limit and how to raise it.
+pub fn fit_fd_limit(
+    keys: &mut [LevelKey],
+    explicit: bool,
+    limit: Option<u64>,
+) -> Result<(), BenchError> {
+    let Some(limit) = limit else { return Ok(()) };
+    let room = limit.saturating_sub(FD_RESERVE).max(1);
+    for k in keys.iter_mut() {
+        if u64::from(k.concurrency) <= room {
+            continue;
+        }
+        if !explicit && k.rate.is_some() {
+            k.concurrency = u32::try_from(room).unwrap_or(u32::MAX);
+            continue;
+        }
+        return Err(BenchError::Usage(format!(
+            "--concurrency {}: more requests in flight than this process may open sockets (open-file limit {limit}, {FD_RESERVE} kept in reserve, so at most {room}); lower it or raise the limit (ulimit -n)",
+            k.concurrency
+        )));
+    }
+    Ok(())
+}
+
+/// Checks that the selection level (`--select-at` or the bench file's `select_at`) is one of the
+/// levels run.
+///
+/// # Errors
+/// [`BenchError::Usage`] listing the levels.
+pub fn check_select_at(keys: &[LevelKey], select_at: Option<f64>) -> Result<(), BenchError> {
+    match select_at {
+        Some(x) if !keys.iter().any(|k| (k.x() - x).abs() < 1e-9) => {
+            Err(BenchError::Usage(format!(
+                "--select-at {}: not one of the levels run ({})",
+                stats::trim_float(x),
+                keys.iter()
+                    .map(LevelKey::label)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// The levels to run: closed loop, one per concurrency; open loop, one per rate, each capped by
 /// the matching concurrency (one concurrency caps every rate; one rate runs at every cap).
 ///
 /// # Errors
 /// [`BenchError::Usage`] when the lists do not fit.
-/// Highest open-loop arrival rate accepted, requests/s.
-pub const MAX_RATE: f64 = 100_000.0;
-/// Most requests one level may schedule (bounds time and memory of the arrival plan).
-pub const MAX_REQUESTS_PER_LEVEL: f64 = 1_000_000.0;
-
 pub fn levels(concurrency: &[u32], rate: &[f64]) -> Result<Vec<LevelKey>, BenchError> {
     if rate.is_empty() {
         let c = if concurrency.is_empty() {
@@ -412,7 +477,9 @@ pub async fn run(a: BenchArgs) -> Result<ExitCode, BenchError> {
         return Err(BenchError::Usage("--models: empty model name".into()));
     }
     let baseline = a.baseline.as_deref().map(load_baseline).transpose()?;
-    let level_keys = levels(&a.concurrency, &a.rate)?;
+    let mut level_keys = levels(&a.concurrency, &a.rate)?;
+    fit_fd_limit(&mut level_keys, !a.concurrency.is_empty(), fd_limit())?;
+    check_select_at(&level_keys, criteria.select_at)?;
     let config = Config::load(&a.config_file).map_err(|source| BenchError::Config {
         path: a.config_file.clone(),
         source,
@@ -474,7 +541,7 @@ pub async fn run(a: BenchArgs) -> Result<ExitCode, BenchError> {
     progress.println(&format!(
         "tokenprobe bench: target {} ({}), prompt {}, models {}, {} levels ({})",
         job.target.name,
-        spec.url(),
+        crate::redact::redact_url(&spec.url()),
         job.prompt.name,
         models.join(", "),
         level_keys.len(),
@@ -553,7 +620,7 @@ pub async fn run(a: BenchArgs) -> Result<ExitCode, BenchError> {
         version: env!("CARGO_PKG_VERSION").into(),
         started_at,
         target: job.target.name.clone(),
-        base_url: job.target.base_url.clone(),
+        base_url: crate::redact::redact_url(&job.target.base_url),
         api: job.target.api.to_string(),
         prompt: job.prompt.name.clone(),
         max_tokens: spec.max_tokens,

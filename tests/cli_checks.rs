@@ -1,0 +1,337 @@
+//! What `check-config`, `probe` and `bench` reject before sending anything, and how they say it
+//! (issue 9 items 12 and 13, issue 8's check-config and probe items). Each test runs the binary
+//! (`TOKENPROBE_BIN` may name another build) on loopback; a listener counts the connections a
+//! rejected invocation must not make.
+
+mod e2e;
+
+use e2e::{run_with_timeout, tokenprobe_bin};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+const PROMPTS: &str = "prompts:\n  - name: p\n    messages: [{role: user, content: hi}]\n";
+
+fn run_in(dir: &Path, args: &[&str], shell_prefix: Option<&str>) -> (i32, String, String) {
+    let mut cmd = match shell_prefix {
+        Some(pre) => {
+            let mut c = Command::new("sh");
+            let mut line = format!("{pre} && exec \"$0\"");
+            for i in 0..args.len() {
+                line.push_str(&format!(" \"${}\"", i + 1));
+            }
+            c.arg("-c").arg(line).arg(tokenprobe_bin()).args(args);
+            c
+        }
+        None => {
+            let mut c = Command::new(tokenprobe_bin());
+            c.args(args);
+            c
+        }
+    };
+    cmd.current_dir(dir);
+    for v in [
+        "HTTP_PROXY",
+        "http_proxy",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ] {
+        cmd.env_remove(v);
+    }
+    let (st, out, err) = run_with_timeout(cmd, None, Duration::from_secs(60));
+    (st.code().unwrap_or(-1), out, err)
+}
+
+/// A listener that accepts and counts connections (and closes them).
+fn counting_listener() -> (String, Arc<AtomicUsize>) {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr").to_string();
+    let n = Arc::new(AtomicUsize::new(0));
+    let n2 = n.clone();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            if c.is_ok() {
+                n2.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    });
+    (addr, n)
+}
+
+fn check_config(dir: &Path, yaml: &str) -> (i32, String) {
+    let f = dir.join("c.yml");
+    std::fs::write(&f, yaml).expect("write");
+    let (code, out, err) = run_in(
+        dir,
+        &["check-config", "--config.file", f.to_str().expect("utf-8")],
+        None,
+    );
+    (code, format!("{out}{err}"))
+}
+
+#[test]
+fn check_config_rejects_what_serve_rejects() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let not_pem = d.join("ca.txt");
+    std::fs::write(&not_pem, "not a certificate\n").expect("write");
+    let target = |extra: &str| {
+        format!(
+            "{PROMPTS}targets:\n  - name: a\n    base_url: http://127.0.0.1:1/v1\n    models: [m]\n{extra}"
+        )
+    };
+    let cases = [
+        (
+            format!("{PROMPTS}targets:\n  - {{name: a, base_url: '', models: [m]}}\n"),
+            "targets[0].base_url",
+        ),
+        (
+            target(&format!("    ca_file: {}\n", not_pem.display())),
+            "targets[0].ca_file",
+        ),
+        (
+            target(&format!("    api_key_file: {}\n", d.display())),
+            "targets[0].api_key_file",
+        ),
+        (
+            target("    extra_body: {stream: false}\n"),
+            "targets[0].extra_body.stream",
+        ),
+        (
+            target("    extra_body: {model: other}\n"),
+            "targets[0].extra_body.model",
+        ),
+        (
+            target("    extra_body: {messages: []}\n"),
+            "targets[0].extra_body.messages",
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (yaml, path) in &cases {
+        let (code, out) = check_config(d, yaml);
+        if code != 2 || !out.contains(path) {
+            wrong.push(format!("{path}: exit {code}: {out}"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "accepted or unnamed:\n{}",
+        wrong.join("\n")
+    );
+    // What serve does with the non-PEM CA file, for the record: it refuses to start too.
+    let f = d.join("c.yml");
+    std::fs::write(&f, target(&format!("    ca_file: {}\n", not_pem.display()))).expect("write");
+    let (code, _, err) = run_in(
+        d,
+        &[
+            "serve",
+            "--config.file",
+            f.to_str().expect("utf-8"),
+            "--web.listen-address",
+            "127.0.0.1:0",
+        ],
+        None,
+    );
+    assert_eq!(code, 2, "{err}");
+}
+
+#[test]
+fn check_config_messages_name_the_key_the_file_and_say_it_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let (code, out) = check_config(
+        d,
+        &format!(
+            "{PROMPTS}    max_tokens: lots\ntargets:\n  - {{name: a, base_url: 'http://x', models: [m]}}\n"
+        ),
+    );
+    assert_eq!(code, 2);
+    assert!(out.contains("prompts[0].max_tokens"), "{out}");
+    assert!(
+        out.contains(&format!("{}:4:17", d.join("c.yml").display())),
+        "{out}"
+    );
+    assert!(!out.contains("<input>"), "{out}");
+    // Problems in file order.
+    let (_, out) = check_config(
+        d,
+        &format!(
+            "{PROMPTS}targets:\n  - name: a\n    base_url: http://x\n    models: [m]\n    cron: nope\n    interval: soon\n    prompts: [missing]\n"
+        ),
+    );
+    let lines: Vec<u64> = out
+        .lines()
+        .filter_map(|l| l.trim().split(':').next()?.parse().ok())
+        .collect();
+    let mut sorted = lines.clone();
+    sorted.sort_unstable();
+    assert!(lines.len() >= 2 && lines == sorted, "{lines:?}\n{out}");
+    // A missing file: the OS error once, in check-config and in serve.
+    let missing = d.join("missing.yml");
+    for args in [
+        vec![
+            "check-config",
+            "--config.file",
+            missing.to_str().expect("utf-8"),
+        ],
+        vec![
+            "serve",
+            "--config.file",
+            missing.to_str().expect("utf-8"),
+            "--web.listen-address",
+            "127.0.0.1:0",
+        ],
+    ] {
+        let (code, out, err) = run_in(d, &args, None);
+        let all = format!("{out}{err}");
+        assert_eq!(code, 2, "{all}");
+        assert_eq!(all.matches("os error 2").count(), 1, "{args:?}: {all}");
+    }
+}
+
+#[test]
+fn probe_flags_and_config_targets() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let (addr, conns) = counting_listener();
+    let (code, _, err) = run_in(
+        d,
+        &[
+            "probe",
+            "--base-url",
+            &format!("http://{addr}/v1"),
+            "--model",
+            "m",
+            "--max-tokens",
+            "0",
+        ],
+        None,
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--max-tokens"), "{err}");
+    assert_eq!(
+        conns.load(Ordering::SeqCst),
+        0,
+        "a rejected probe connected"
+    );
+
+    let f = d.join("c.yml");
+    std::fs::write(
+        &f,
+        format!(
+            "{PROMPTS}targets:\n  - {{name: one, base_url: 'http://{addr}/v1', models: [m], proxy: none}}\n  - {{name: two, base_url: 'http://{addr}/v1', models: [m], proxy: none}}\n"
+        ),
+    )
+    .expect("write");
+    let fs = f.to_str().expect("utf-8");
+    // A model the config does not list is probed (as bench allows): it connects.
+    let (code, out, err) = run_in(
+        d,
+        &[
+            "probe",
+            "--config.file",
+            fs,
+            "--target",
+            "two",
+            "--model",
+            "not-listed",
+            "--timeout-first-token",
+            "2s",
+        ],
+        None,
+    );
+    assert_eq!(
+        code, 1,
+        "the probe runs and fails against the closing listener: {out}{err}"
+    );
+    assert!(out.contains("model      not-listed"), "{out}");
+    assert!(conns.load(Ordering::SeqCst) >= 1);
+    // An unknown target lists those there are.
+    let (code, _, err) = run_in(
+        d,
+        &["probe", "--config.file", fs, "--target", "three"],
+        None,
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("one, two"), "{err}");
+}
+
+#[test]
+fn bench_rejects_what_it_cannot_run_before_sending() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let (addr, conns) = counting_listener();
+    let f = d.join("c.yml");
+    std::fs::write(
+        &f,
+        format!("{PROMPTS}targets:\n  - {{name: t, base_url: 'http://{addr}/v1', models: [m], proxy: none}}\n"),
+    )
+    .expect("write");
+    let fs = f.to_str().expect("utf-8");
+    let bench = |extra: &[&str], prefix: Option<&str>| {
+        let mut args = vec![
+            "bench",
+            "--config.file",
+            fs,
+            "--requests-per-level",
+            "1",
+            "--no-progress",
+        ];
+        args.extend_from_slice(extra);
+        run_in(d, &args, prefix)
+    };
+    // 300 in flight with 256 descriptors.
+    let (code, _, err) = bench(&["--concurrency", "300"], Some("ulimit -n 256"));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("open-file limit 256"), "{err}");
+    let (code, _, err) = bench(&["--concurrency", "1,2", "--select-at", "7"], None);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--select-at 7") && err.contains("1, 2"),
+        "{err}"
+    );
+    assert_eq!(
+        conns.load(Ordering::SeqCst),
+        0,
+        "a rejected bench connected"
+    );
+}
+
+#[test]
+fn bad_flags_do_not_echo_their_secret_values() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let (addr, conns) = counting_listener();
+    let base = format!("http://{addr}/v1");
+    for bad in [
+        vec!["--header", "Authorization: Bearer sk-cli-secret-1"],
+        vec!["--header", "X-Token=sk-cli-secret-1\u{7f}"],
+        vec!["--query", "=sk-cli-secret-1"],
+        vec!["--proxy", "socks5://u:sk-cli-secret-1@127.0.0.1:1"],
+    ] {
+        let mut args = vec!["probe", "--base-url", &base, "--model", "m"];
+        args.extend(bad.iter().copied());
+        let (code, out, err) = run_in(d, &args, None);
+        assert_eq!(code, 2, "{bad:?}: {out}{err}");
+        assert!(!err.contains("cli-secret"), "{bad:?} echoed: {err}");
+    }
+    let (code, _, err) = run_in(
+        d,
+        &[
+            "probe",
+            "--base-url",
+            "http//u:sk-cli-secret-1@h",
+            "--model",
+            "m",
+        ],
+        None,
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(!err.contains("cli-secret"), "echoed: {err}");
+    assert_eq!(conns.load(Ordering::SeqCst), 0);
+}
