@@ -10,7 +10,7 @@
 use crate::config::{AuthStyle, Expect, Job, KeySource, ProxySetting, Timeouts};
 use crate::measure::{Measurement, ProbeResult, Step};
 use crate::outcome::{ErrorType, Flag, Head, classify_error_object, classify_response};
-use crate::protocol::{Api, Message, RequestSpec, StreamError};
+use crate::protocol::{Api, Message, RequestSpec, StreamError, truncate};
 use crate::redact::{Redactor, effective_proxy, redact_url, redact_userinfo};
 use crate::sse::SseDecoder;
 use crate::transport::{ClientOptions, Transport, TransportError};
@@ -22,6 +22,9 @@ use tokio::time::timeout_at;
 /// How much of an error body is read for classification and the message, and how much of a 2xx
 /// body that has yielded no event yet is kept to judge it whole (bytes; ruling 1 and 5).
 const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// How much of a failure's detail (status, the server's message, ...) is shown (characters).
+pub const MAX_DETAIL_CHARS: usize = 640;
 
 /// The most body bytes one probe reads (after decompression); past it the probe fails as
 /// `malformed`. Memory does not grow with the body (events are folded as they arrive); this bounds
@@ -215,9 +218,13 @@ impl Prober {
         let m = Measurement::new(t0);
         let mut r = run_request(&self.transport, req, spec, m, proxy.as_deref()).await;
         r.phases = Some(self.transport.clock.phases());
-        // A server may echo the request in its error message: never pass a secret on.
+        // A server may echo the request in its error message: never pass a secret on. Redacted
+        // whole, then cut for display, so no part of a secret survives at the cut.
         if let Some(d) = r.error_detail.as_mut() {
-            *d = Redactor::for_spec(spec, key.as_ref()).redact(d);
+            *d = truncate(
+                &Redactor::for_spec(spec, key.as_ref()).redact(d),
+                MAX_DETAIL_CHARS,
+            );
         }
         r
     }

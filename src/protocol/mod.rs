@@ -156,7 +156,8 @@ pub struct StreamError {
     pub code_text: Option<String>,
     /// The non-numeric `status`, if any (e.g. Google's `RESOURCE_EXHAUSTED`).
     pub status_text: Option<String>,
-    /// The server's message, truncated to [`MAX_MESSAGE_CHARS`] characters.
+    /// The server's message, up to [`MAX_MESSAGE_CHARS`] characters: kept long so that secrets
+    /// it echoes are redacted before the prober cuts it for display (`probe::MAX_DETAIL_CHARS`).
     pub message: Option<String>,
     /// The object says its quota is per second or per minute (a Google `QuotaFailure` whose
     /// `quotaId` says `PerMinute`/`PerSecond`, or a `RetryInfo`): a rate limit, not a spent budget
@@ -166,8 +167,8 @@ pub struct StreamError {
     pub retry_delay: Option<Duration>,
 }
 
-/// How much of a server's error message is kept.
-pub const MAX_MESSAGE_CHARS: usize = 512;
+/// How much of a server's error message is kept (characters).
+pub const MAX_MESSAGE_CHARS: usize = 16 * 1024;
 
 /// A numeric code: a JSON number or a string of digits.
 fn numeric_code(v: Option<&Value>) -> Option<u16> {
@@ -377,7 +378,8 @@ fn non_empty_str<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
     v.get(key).and_then(Value::as_str).filter(|s| !s.is_empty())
 }
 
-fn truncate(s: &str, max_chars: usize) -> String {
+/// `s` cut to `max_chars` characters, with `…` where it was cut.
+pub fn truncate(s: &str, max_chars: usize) -> String {
     match s.char_indices().nth(max_chars) {
         Some((i, _)) => format!("{}…", &s[..i]),
         None => s.to_owned(),
