@@ -688,6 +688,10 @@ fn classify_transport(
     let lower = chain.to_ascii_lowercase();
     let kind = if e.is_timeout() && e.is_connect() {
         ErrorType::TimeoutConnect
+    } else if not_http(e) {
+        // The target answered, but not in HTTP (no status line, a head too large, too many
+        // headers): that is its answer's fault, not the network's.
+        ErrorType::Malformed
     } else if e.is_connect() && tls_started {
         // The TCP connection (and any proxy tunnel) was up: the handshake failed.
         ErrorType::Tls
@@ -707,6 +711,18 @@ fn classify_transport(
         _ => chain,
     };
     (kind, detail)
+}
+
+/// True when the HTTP client could not parse the response head (hyper's parse errors).
+fn not_http(e: &reqwest::Error) -> bool {
+    let mut src = e.source();
+    while let Some(c) = src {
+        if let Some(h) = c.downcast_ref::<hyper::Error>() {
+            return h.is_parse() || h.is_parse_too_large() || h.is_parse_status();
+        }
+        src = c.source();
+    }
+    false
 }
 
 /// `e: cause: cause`, with the request URL shown by [`redact_url`].

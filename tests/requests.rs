@@ -347,3 +347,48 @@ async fn a_stalled_error_body_ends_at_the_first_token_deadline() {
         "the message names the status and the deadline that ended the read: {stderr}"
     );
 }
+
+/// Answers that are not HTTP came after a connection was made: the target spoke, badly. They are
+/// `malformed`, not `connect` (which blames the network).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_that_are_not_http_are_malformed() {
+    use common::case::{End, Script, Segment};
+    use std::time::Duration;
+    let huge_header = {
+        let mut h = b"HTTP/1.1 200 OK\r\nX-Big: ".to_vec();
+        h.extend(std::iter::repeat_n(b'a', 1024 * 1024));
+        h.extend_from_slice(b"\r\n\r\n");
+        h
+    };
+    let many_headers = {
+        let mut h = b"HTTP/1.1 200 OK\r\n".to_vec();
+        for i in 0..5000 {
+            h.extend_from_slice(format!("X-H{i}: v\r\n").as_bytes());
+        }
+        h.extend_from_slice(b"\r\n");
+        h
+    };
+    let http09 = b"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n".to_vec();
+    for (what, bytes) in [
+        ("a 1 MiB header block", huge_header),
+        ("5,000 headers", many_headers),
+        ("an HTTP/0.9-style answer without a status line", http09),
+    ] {
+        let (addr, h) = ReplayServer::start_script(Script {
+            writes: vec![Segment {
+                at: Duration::from_millis(10),
+                bytes,
+            }],
+            end: End::Close(Duration::from_millis(200)),
+        })
+        .await
+        .expect("server");
+        let (out, v) = probe(
+            &["--base-url", &format!("http://{addr}/v1"), "--model", "m"],
+            &[],
+        );
+        assert_eq!(out.status.code(), Some(1), "{what}: {v}");
+        assert_eq!(v["error_type"], json!("malformed"), "{what}: {v}");
+        assert_eq!(h.requests_received(), 1, "{what}: one request");
+    }
+}
