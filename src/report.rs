@@ -1,5 +1,5 @@
 //! A probe result for people and programs: the `probe` command's `--format json` object (the keys
-//! of `shared/cases/*.expect.json`) and its `--format text` report.
+//! of `tests/cases/*.expect.json`, plus `chunk_gaps_dropped`) and its `--format text` report.
 
 use crate::measure::ProbeResult;
 use serde_json::{Value, json};
@@ -7,7 +7,9 @@ use std::fmt::Write as _;
 
 /// The JSON object printed by `probe --format json`: exactly the keys `outcome`, `error_type`,
 /// `ttfb_s`, `ttft_s`, `ttfo_s`, `e2e_s`, `output_tokens`, `token_source`, `input_tokens`, `tpot_s`,
-/// `decode_tokens_per_s`, `chunk_gaps_s`, `flags`, `retry_after_s`; absent values are `null`.
+/// `decode_tokens_per_s`, `chunk_gaps_s`, `chunk_gaps_dropped`, `flags`, `retry_after_s`; absent
+/// values are `null`. `chunk_gaps_s` holds at most the first `measure::MAX_CHUNK_GAPS` gaps;
+/// `chunk_gaps_dropped` counts the rest.
 /// For a failed probe, `e2e_s` is the duration to the failure instant (MEASUREMENT.md), and the
 /// token counts are `null`: N is defined for successful probes only.
 pub fn to_json(r: &ProbeResult) -> Value {
@@ -25,6 +27,7 @@ pub fn to_json(r: &ProbeResult) -> Value {
         "tpot_s": r.tpot_s,
         "decode_tokens_per_s": r.decode_tokens_per_s,
         "chunk_gaps_s": r.chunk_gaps_s,
+        "chunk_gaps_dropped": r.chunk_gaps_dropped,
         "flags": r.flags.iter().map(|f| f.as_str()).collect::<Vec<_>>(),
         "retry_after_s": r.retry_after_s,
     })
@@ -174,6 +177,7 @@ mod tests {
         assert_eq!(
             keys,
             [
+                "chunk_gaps_dropped",
                 "chunk_gaps_s",
                 "decode_tokens_per_s",
                 "e2e_s",

@@ -1,4 +1,4 @@
-//! Replays every stream case in `../shared/cases` (or `$TOKENPROBE_CASES_DIR`) against the real
+//! Replays every stream case in `tests/cases` (or `$TOKENPROBE_CASES_DIR`) against the real
 //! `tokenprobe probe` and checks every value of the case's `.expect.json`.
 //!
 //! All cases run at once (wall time ~ the longest case, ~10 s); every mismatch of every case is
@@ -38,7 +38,7 @@ use common::{
 };
 
 /// The keys of `tokenprobe probe --format json`, exactly.
-const OUTPUT_KEYS: [&str; 14] = [
+const OUTPUT_KEYS: [&str; 15] = [
     "outcome",
     "error_type",
     "ttfb_s",
@@ -51,6 +51,7 @@ const OUTPUT_KEYS: [&str; 14] = [
     "tpot_s",
     "decode_tokens_per_s",
     "chunk_gaps_s",
+    "chunk_gaps_dropped",
     "flags",
     "retry_after_s",
 ];
