@@ -67,7 +67,7 @@ impl KeySource {
     }
 }
 
-/// The four deadlines of a probe (MEASUREMENT.md, `timeout_*`).
+/// The four deadlines of a probe (docs/measurement.md, `timeout_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timeouts {
     /// Connection set-up (DNS, TCP, TLS).
@@ -146,7 +146,7 @@ pub enum AuthStyle {
     ApiKey,
 }
 
-/// A prompt's content check (MEASUREMENT.md: `validation_failed`).
+/// A prompt's content check (docs/measurement.md: `validation_failed`).
 #[derive(Debug, Clone)]
 pub struct Expect {
     /// The visible answer must match this regular expression.

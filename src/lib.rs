@@ -20,7 +20,7 @@
 //! - [`transport`]: the HTTP client, instrumented to time DNS, TCP connect and TLS.
 //! - [`web`]: TLS and basic auth for the endpoints (`--web.config.file`).
 //!
-//! `../shared/MEASUREMENT.md` in the project's workspace is the measurement contract.
+//! `docs/measurement.md` is the measurement contract, in the project's own words.
 
 pub mod bench;
 pub mod config;

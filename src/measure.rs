@@ -2,7 +2,7 @@
 //!
 //! Pure and synchronous. The I/O layer ([`crate::probe`]) stamps every observation with
 //! `Instant::now()` in the task that reads the bytes, and calls the methods here in arrival order.
-//! Every definition is MEASUREMENT.md's: instants (`t0`, `t_headers`, `t_first`, `t_first_output`,
+//! Every definition is docs/measurement.md's: instants (`t0`, `t_headers`, `t_first`, `t_first_output`,
 //! `t_last`, `t_end`), the metrics of a successful probe, the outcome precedence and the flags.
 
 use crate::outcome::{ErrorType, Flag, classify_error_object};
@@ -12,10 +12,10 @@ use serde::Serialize;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-/// Token-bearing events that all complete within this span are a burst (MEASUREMENT.md).
+/// Token-bearing events that all complete within this span are a burst (docs/measurement.md).
 pub const BURST_WINDOW: Duration = Duration::from_millis(1);
 
-/// Usage counts above this are not believed (MEASUREMENT.md `malformed`).
+/// Usage counts above this are not believed (docs/measurement.md `malformed`).
 pub const MAX_PLAUSIBLE_TOKENS: u64 = 1_000_000_000;
 
 /// Largest amount of answer text kept for the report and the content check (bytes).
@@ -55,7 +55,7 @@ struct Failure {
 /// The result of one probe. Durations are seconds (`f64`); absent values are `None`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ProbeResult {
-    /// `None` on success, else the one error type (MEASUREMENT.md precedence).
+    /// `None` on success, else the one error type (docs/measurement.md precedence).
     pub error_type: Option<ErrorType>,
     /// Human explanation of the failure (server message, which deadline, ...); no secrets.
     pub error_detail: Option<String>,
@@ -180,7 +180,7 @@ impl Measurement {
     }
 
     /// Applies a content check to a probe that would otherwise succeed: `check` gets the visible
-    /// answer and N and returns why it failed, if it did (MEASUREMENT.md: `validation_failed`).
+    /// answer and N and returns why it failed, if it did (docs/measurement.md: `validation_failed`).
     pub fn validate(&mut self, check: impl FnOnce(&str, u64) -> Option<String>) {
         if self.failure.is_some() || !self.proper_end() || self.token_events == 0 {
             return;
@@ -228,7 +228,7 @@ impl Measurement {
     }
 
     /// Records a failure candidate at `t`. When several are recorded, the one first in
-    /// MEASUREMENT.md's order wins (and, for equal types, the earliest).
+    /// docs/measurement.md's order wins (and, for equal types, the earliest).
     pub fn fail(&mut self, kind: ErrorType, t: Instant, detail: impl Into<String>) {
         let better = match &self.failure {
             None => true,
@@ -402,7 +402,7 @@ impl Measurement {
         r.last_token_s = Some(since(last));
         let span = last.duration_since(first);
         // TPOT needs N >= 2 and a decode interval that the client could observe: not a burst, and
-        // at least two distinct event instants (see MEASUREMENT.md; one event with usage N > 1
+        // at least two distinct event instants (see docs/measurement.md; one event with usage N > 1
         // would otherwise give TPOT 0 and an infinite rate).
         if !burst && output_tokens >= 2 && !span.is_zero() {
             let tpot = secs(span) / (output_tokens - 1) as f64;

@@ -4,7 +4,7 @@
 //! the bounded enums `error_type`, `flag` and `reason`, so the series count is bounded by the config
 //! (shared case 36). Every counter series of a job exists at 0 from the moment the job is loaded
 //! (shared case 35). Successful probes feed the latency histograms; a failed probe feeds only the
-//! failure series (MEASUREMENT.md, "Outcome").
+//! failure series (docs/measurement.md, "Outcome").
 
 use crate::config::Buckets;
 use crate::measure::ProbeResult;
@@ -201,7 +201,7 @@ impl Metrics {
         r.register_with_unit("time_to_headers", "TTFB of successful probes: from sending the request to the response status line and headers", s.clone(), m.ttfb.clone());
         r.register_with_unit("failed_probe_duration", "Failed probes: from sending the request to the failure instant (error event, close or deadline)", s, m.failed_duration.clone());
         r.register("probes", "Probes run, successful or not", m.probes.clone());
-        r.register("probe_errors", "Failed probes by error_type (exactly one per failed probe; see MEASUREMENT.md for the order)", m.errors.clone());
+        r.register("probe_errors", "Failed probes by error_type (exactly one per failed probe; see docs/measurement.md for the order)", m.errors.clone());
         r.register("probe_flags", "Anomalies seen in probes (not errors): no_content_type, unterminated_final_event, compressed_stream, burst_delivery", m.flags.clone());
         r.register(
             "output_tokens",

@@ -1,11 +1,11 @@
 //! Outcome vocabulary: error types, anomaly flags, and the pure rules that classify an HTTP error
-//! response or an in-stream error (MEASUREMENT.md, "Outcome" and "Anomaly flags").
+//! response or an in-stream error (docs/measurement.md, "Outcome" and "Anomaly flags").
 
 use crate::protocol::StreamError;
 use serde::Serialize;
 use std::time::{Duration, SystemTime};
 
-/// Why a probe failed. Declaration order is MEASUREMENT.md's precedence: when several apply, the
+/// Why a probe failed. Declaration order is docs/measurement.md's precedence: when several apply, the
 /// smallest (first) wins, so `Ord` is the rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -98,7 +98,7 @@ impl std::fmt::Display for ErrorType {
     }
 }
 
-/// Anomalies recorded per probe; never errors by themselves (MEASUREMENT.md, "Anomaly flags").
+/// Anomalies recorded per probe; never errors by themselves (docs/measurement.md, "Anomaly flags").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Flag {

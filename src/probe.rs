@@ -3,7 +3,7 @@
 //! This is the thin async I/O around the pure cores: [`crate::sse::SseDecoder`] (bytes to events),
 //! [`crate::protocol`] (event meaning) and [`crate::measure::Measurement`] (the fold). Bytes are
 //! timestamped with `Instant::now()` in the same task that reads them and decoded right there, with
-//! no channel between arrival and timestamp. Deadlines follow MEASUREMENT.md: `connect` (connection
+//! no channel between arrival and timestamp. Deadlines follow docs/measurement.md: `connect` (connection
 //! set-up), `first_token` (from `t0`), `idle` (no bytes after the first token) and `total`. No
 //! retries, no redirects, no reconnects: one probe is one request.
 
@@ -243,7 +243,7 @@ fn next_deadline(m: &Measurement, t: &Timeouts, last_byte: Instant) -> (Instant,
     } else {
         (after(m.t0(), t.first_token), ErrorType::TimeoutFirstToken)
     };
-    // On a tie the type listed first in MEASUREMENT.md wins (first_token/idle before total).
+    // On a tie the type listed first in docs/measurement.md wins (first_token/idle before total).
     if other.0 <= total.0 { other } else { total }
 }
 
@@ -566,7 +566,7 @@ fn fold_event(ev: &crate::sse::SseEvent, api: Api, m: &mut Measurement, t: Insta
     }
 }
 
-/// At EOF: an unterminated final event is still dispatched, and flagged (MEASUREMENT.md).
+/// At EOF: an unterminated final event is still dispatched, and flagged (docs/measurement.md).
 fn flush_final(dec: &mut SseDecoder, api: Api, m: &mut Measurement, t: Instant) {
     match dec.finish() {
         Ok(Some(ev)) => {

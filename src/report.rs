@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 /// `decode_tokens_per_s`, `chunk_gaps_s`, `chunk_gaps_dropped`, `flags`, `retry_after_s`; absent
 /// values are `null`. `chunk_gaps_s` holds at most the first `measure::MAX_CHUNK_GAPS` gaps;
 /// `chunk_gaps_dropped` counts the rest.
-/// For a failed probe, `e2e_s` is the duration to the failure instant (MEASUREMENT.md), and the
+/// For a failed probe, `e2e_s` is the duration to the failure instant (docs/measurement.md), and the
 /// token counts are `null`: N is defined for successful probes only.
 pub fn to_json(r: &ProbeResult) -> Value {
     let ok = r.success();

@@ -4,11 +4,11 @@
 //! (<https://html.spec.whatwg.org/multipage/server-sent-events.html#event-stream-interpretation>),
 //! with three deliberate extensions that a prober needs and off-the-shelf parsers drop:
 //!
-//! * the non-standard `error:` field line that llama.cpp's server sends (MEASUREMENT.md,
+//! * the non-standard `error:` field line that llama.cpp's server sends (docs/measurement.md,
 //!   "In-stream errors") is kept and makes the event dispatchable even without `data`;
 //! * comment lines (`: ...`) are counted, so the caller can see keep-alives;
 //! * an event still pending when the connection ends is dispatched by [`SseDecoder::finish`] and
-//!   marked [`SseEvent::unterminated`] (MEASUREMENT.md, flag `unterminated_final_event`), where the
+//!   marked [`SseEvent::unterminated`] (docs/measurement.md, flag `unterminated_final_event`), where the
 //!   spec would discard it.
 //!
 //! Line ends may be CRLF, LF or CR, and may be split across reads; the output does not depend on

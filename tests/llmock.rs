@@ -5,7 +5,7 @@
 //! 1. `probe_classifies_every_llmock_fault`: one `tokenprobe probe --format json` per
 //!    fault and protocol, all at once (each request has its own model name, and
 //!    its behaviours match only that model); each must give exactly the
-//!    `error_type` MEASUREMENT.md assigns (401 auth, 429 rate_limited +
+//!    `error_type` docs/measurement.md assigns (401 auth, 429 rate_limited +
 //!    retry_after_s, 500 server_error, 503 server_error / Anthropic
 //!    `overloaded_error` overloaded, 529 overloaded, slow first token
 //!    timeout_first_token, stall timeout_idle, disconnect and truncation truncated,
@@ -144,7 +144,7 @@ fn faults() -> Vec<Fault> {
             llmock_fault: Some(|_| "scenario:500".into()),
         },
         // llmock's 503 is Anthropic's `overloaded_error` (OpenAI: `server_error`,
-        // `service_unavailable`); MEASUREMENT.md puts "an error whose type says
+        // `service_unavailable`); docs/measurement.md puts "an error whose type says
         // overloaded" before server_error.
         Fault {
             name: "503",
@@ -223,7 +223,7 @@ fn faults() -> Vec<Fault> {
             }),
         },
         // llmock's `truncate` cuts at a chunk index; at or past the finish reason the
-        // stream has "a proper end (a finish reason ...)" by MEASUREMENT.md, ended by
+        // stream has "a proper end (a finish reason ...)" by docs/measurement.md, ended by
         // the connection's close without `[DONE]` / `message_stop`: a success.
         Fault {
             name: "truncate-after-finish",

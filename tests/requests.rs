@@ -1,4 +1,4 @@
-//! What tokenprobe puts on the wire, per protocol and option (MEASUREMENT.md "Requests"; issue:
+//! What tokenprobe puts on the wire, per protocol and option (docs/measurement.md "Requests"; issue:
 //! Azure style, extra headers and body fields, nonce, content check), checked on the requests the
 //! in-repo replay server received.
 

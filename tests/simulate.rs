@@ -2,7 +2,7 @@
 //!
 //! Timing is checked against the configuration (TTFT, TPOT) and against the simulator's own event
 //! log (the send instant of the first token event); every fault is checked to come out as the
-//! error type MEASUREMENT.md assigns it.
+//! error type docs/measurement.md assigns it.
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};

@@ -2,7 +2,7 @@
 //!
 //! Each protocol turns one [`SseEvent`] into an [`EventMeaning`]: whether it is token-bearing, whether
 //! it carries visible answer text, usage, a finish reason, the terminal marker or an in-stream
-//! error. The rules are MEASUREMENT.md's "Token-bearing events" and "In-stream errors"; the shapes
+//! error. The rules are docs/measurement.md's "Token-bearing events" and "In-stream errors"; the shapes
 //! are those of the providers' API references (OpenAI Chat Completions, Completions and Responses
 //! streaming; Anthropic Messages streaming). This module is pure: no I/O, no clocks.
 
@@ -53,10 +53,10 @@ impl Api {
     ///
     /// # Errors
     /// [`Malformed`] when the event's data is not valid JSON of the protocol's shape
-    /// (MEASUREMENT.md: `malformed`).
+    /// (docs/measurement.md: `malformed`).
     pub fn interpret(self, ev: &SseEvent) -> Result<EventMeaning, Malformed> {
         if let Some(raw) = &ev.error_field {
-            // llama.cpp's non-standard `error:` field line (MEASUREMENT.md, In-stream errors).
+            // llama.cpp's non-standard `error:` field line (docs/measurement.md, In-stream errors).
             return Ok(EventMeaning {
                 error: Some(StreamError::from_payload(raw)),
                 ..EventMeaning::default()
@@ -76,7 +76,7 @@ impl Api {
         }
     }
 
-    /// Builds the JSON request body for a streaming request (MEASUREMENT.md, "Requests").
+    /// Builds the JSON request body for a streaming request (docs/measurement.md, "Requests").
     pub fn request_body(self, req: &RequestSpec<'_>) -> Value {
         match self {
             Api::OpenaiChat => openai::chat_body(req),
@@ -118,7 +118,7 @@ pub struct RequestSpec<'a> {
     pub extra_body: Option<&'a serde_json::Map<String, Value>>,
 }
 
-/// What one event means to the measurement (MEASUREMENT.md, "Token-bearing events").
+/// What one event means to the measurement (docs/measurement.md, "Token-bearing events").
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct EventMeaning {
     /// The event's data is empty or only whitespace: a keep-alive, like a comment (ruling 11).

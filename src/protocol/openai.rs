@@ -1,7 +1,7 @@
 //! OpenAI streaming shapes: Chat Completions, legacy Completions and Responses.
 //!
 //! Sources: OpenAI API reference (chat completion chunk object, `stream_options.include_usage`,
-//! Responses streaming events) and MEASUREMENT.md's token-bearing rules.
+//! Responses streaming events) and docs/measurement.md's token-bearing rules.
 
 use super::{
     EventMeaning, Malformed, RequestSpec, ServerTimings, StreamError, json_object, non_empty_str,
@@ -36,7 +36,7 @@ fn preamble(ev: &SseEvent) -> Option<Result<EventMeaning, Malformed>> {
     None
 }
 
-/// Top-level `error` in a data object (MEASUREMENT.md, In-stream errors).
+/// Top-level `error` in a data object (docs/measurement.md, In-stream errors).
 fn top_level_error(v: &Value) -> Option<StreamError> {
     match v.get("error") {
         None | Some(Value::Null) => None,

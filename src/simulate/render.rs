@@ -74,7 +74,7 @@ pub(crate) struct Renderer {
 pub(crate) struct Event {
     /// The event's bytes, through its terminating blank line.
     pub bytes: Vec<u8>,
-    /// Token-bearing (MEASUREMENT.md).
+    /// Token-bearing (docs/measurement.md).
     pub token: bool,
 }
 

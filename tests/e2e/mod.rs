@@ -896,7 +896,7 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-/// Every `error_type` of MEASUREMENT.md, in its order.
+/// Every `error_type` of docs/measurement.md, in its order.
 pub const ERROR_TYPES: [&str; 17] = [
     "proxy",
     "connect",
