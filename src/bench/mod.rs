@@ -584,9 +584,11 @@ pub async fn run(a: BenchArgs) -> Result<ExitCode, BenchError> {
         write(o, &text)?;
     }
     if let Some(p) = &a.plot {
-        let svg = plot::render_svg(&report).map_err(|e| BenchError::Output {
-            path: p.clone(),
-            reason: e.to_string(),
+        let svg = plot::render_svg(&report, &plot::ref_lines(&criteria)).map_err(|e| {
+            BenchError::Output {
+                path: p.clone(),
+                reason: e.to_string(),
+            }
         })?;
         write(p, &svg)?;
     }
