@@ -20,7 +20,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// Commands not run, by prefix, with the reason.
-const SKIPPED: [(&str, &str); 9] = [
+const SKIPPED: [(&str, &str); 8] = [
     (
         "scripts/demo.sh",
         "builds the release binary and starts llama.cpp (minutes); tests/demo.rs runs it against a taken port",
@@ -37,16 +37,12 @@ const SKIPPED: [(&str, &str); 9] = [
     ("kubectl", "needs a Kubernetes cluster"),
     ("helm", "needs a Kubernetes cluster"),
     (
-        "cargo bench",
-        "a measurement (minutes of build and run), not a check",
-    ),
-    (
         "scripts/bench-compare.sh",
         "installs GuideLLM and AIPerf from PyPI",
     ),
     (
         "scripts/bench-",
-        "measurements taking minutes each; their output is what the README quotes",
+        "measurements taking minutes each (a release build, then the run); they write docs/figures.md",
     ),
 ];
 
