@@ -278,4 +278,41 @@ mod tests {
         assert!(text.contains("invalid_api_key"));
         assert!(text.contains("http://proxy:3128/"));
     }
+
+    #[test]
+    fn text_of_a_cut_stream_shows_what_arrived_and_no_token_count() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut m = Measurement::new(t0);
+        m.headers(ms(10), 200);
+        let tok = crate::protocol::EventMeaning {
+            token: true,
+            output: true,
+            text: "hi".into(),
+            ..Default::default()
+        };
+        for t in [50, 70, 90] {
+            m.event(ms(t), &tok);
+        }
+        m.fail(ErrorType::Truncated, ms(120), "the stream ended early");
+        let text = to_text(&m.finish(), &ReportContext::default());
+        assert!(
+            text.contains("FAILED: truncated (HTTP 200) after 120.0 ms"),
+            "{text}"
+        );
+        assert!(text.contains("  headers            10.0 ms\n"), "{text}");
+        assert!(text.contains("  failed            120.0 ms\n"), "{text}");
+        assert!(
+            !text.contains("  end "),
+            "a failed probe has no end row: {text}"
+        );
+        assert!(
+            text.contains("received   3 token events before the failure"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("output ") && !text.contains("TPOT"),
+            "{text}"
+        );
+    }
 }
