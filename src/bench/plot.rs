@@ -10,6 +10,7 @@
 use super::report::Report;
 use super::spec::{Base, Criteria};
 use plotters::coord::ranged1d::{AsRangedCoord, Ranged, ValueFormatter};
+use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 
 /// Why a plot could not be drawn.
@@ -80,7 +81,7 @@ pub fn ref_lines(c: &Criteria) -> Vec<RefLine> {
     out
 }
 
-/// Limit lines are red, SLO lines orange.
+/// Limit lines are red, SLO lines orange, both dashed.
 const LIMIT_COLOR: RGBColor = RGBColor(0xd6, 0x27, 0x28);
 const SLO_COLOR: RGBColor = RGBColor(0xff, 0x7f, 0x0e);
 /// The legend box's border (no other element uses it, so tests can find the box).
@@ -198,13 +199,15 @@ where
     let at = |(i, v): (u32, f64)| (SegmentValue::CenterOf(i), v);
     for l in &p.lines {
         let color = if l.limit { LIMIT_COLOR } else { SLO_COLOR };
-        // Across the whole plotting area: from the first slot's start to the last slot's end.
+        // Across the whole plotting area, dashed (the models' lines are solid).
         chart
-            .draw_series(LineSeries::new(
+            .draw_series(DashedLineSeries::new(
                 [
                     (SegmentValue::Exact(0), l.value),
                     (SegmentValue::Last, l.value),
                 ],
+                8,
+                5,
                 color.stroke_width(2),
             ))
             .map_err(err)?;
@@ -283,8 +286,10 @@ fn legend<DB: DrawingBackend>(
                     .map_err(err)?;
             }
             Glyph::Line(c) => {
-                area.draw(&PathElement::new(
+                area.draw(&DashedPathElement::new(
                     vec![(x, y), (x + 24, y)],
+                    8,
+                    5,
                     c.stroke_width(2),
                 ))
                 .map_err(err)?;
@@ -504,8 +509,9 @@ mod tests {
         // The panels' elements come before the legend box (its samples are drawn after it).
         let border = format!(r#"stroke="{}""#, hex(LEGEND_BORDER));
         let legend_at = svg.find(&border).expect("a legend box");
+        // Each line's y (a dashed line is many segments at one y).
         let horizontal = |color: RGBColor| -> Vec<f64> {
-            elements(&svg, "polyline")
+            let mut ys: Vec<f64> = elements(&svg, "polyline")
                 .into_iter()
                 .filter(|(i, _)| *i < legend_at)
                 .filter(|(_, e)| e.contains(&format!(r#"stroke="{}""#, hex(color))))
@@ -517,7 +523,9 @@ mod tests {
                         .collect();
                     (ys.len() >= 2 && ys.iter().all(|y| *y == ys[0])).then(|| ys[0])
                 })
-                .collect()
+                .collect();
+            ys.dedup();
+            ys
         };
         let limit_ys = horizontal(LIMIT_COLOR);
         assert_eq!(limit_ys.len(), 2, "two limit lines");
@@ -548,7 +556,7 @@ mod tests {
                 s.p95 *= 20.0;
             }
         }
-        let svg = render_svg(&r, &[]).unwrap();
+        let svg = render_svg(&r, &ref_lines(&criteria(&["ttft_p95<2s"], &[]))).unwrap();
         let t = texts(&svg);
         assert!(
             t.iter().any(|s| s.starts_with("ms (log scale")),
