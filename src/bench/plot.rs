@@ -243,19 +243,22 @@ enum Glyph {
     Line(RGBColor),
 }
 
-/// The legend strip: a bordered box below the panels, one entry per model, the knee, and each
-/// threshold line, laid out left to right and wrapped.
-fn legend<DB: DrawingBackend>(
-    area: &DrawingArea<DB, plotters::coord::Shift>,
-    entries: &[(Glyph, String)],
-) -> Result<(), PlotError> {
-    let (w, _) = area.dim_in_pixel();
-    let (w, row_h, x0, y0) = (w as i32, 20, 16, 8);
-    let text = ("sans-serif", 14).into_font().color(&BLACK);
-    // Lay out first to size the box.
+/// Width of the SVG document.
+const WIDTH: u32 = 1100;
+/// Height of the two panels.
+const PANELS_HEIGHT: u32 = 440;
+/// The legend box's left/right inset and top offset in its strip.
+const LEGEND_INSET: (i32, i32) = (16, 8);
+
+/// Where each legend entry goes in a strip `w` pixels wide (left to right, wrapped), and the
+/// bottom of the box around them.
+fn legend_layout(entries: &[(Glyph, String)], w: i32) -> (Vec<(i32, i32)>, i32) {
+    let (x0, y0) = LEGEND_INSET;
+    let row_h = 20;
     let mut pos = Vec::with_capacity(entries.len());
     let (mut x, mut y) = (x0 + 10, y0 + 14);
     for (_, label) in entries {
+        // Sample glyph and gap (34 px), then about 7 px per character at 14 px sans-serif.
         let width = 34 + 7 * label.chars().count() as i32;
         if x + width > w - x0 && x > x0 + 10 {
             x = x0 + 10;
@@ -264,7 +267,20 @@ fn legend<DB: DrawingBackend>(
         pos.push((x, y));
         x += width + 16;
     }
-    let bottom = y + 12;
+    (pos, y + 12)
+}
+
+/// The legend strip: a bordered box below the panels, one entry per model, the knee, and each
+/// threshold line.
+fn legend<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    entries: &[(Glyph, String)],
+) -> Result<(), PlotError> {
+    let (w, _) = area.dim_in_pixel();
+    let w = w as i32;
+    let (x0, y0) = LEGEND_INSET;
+    let text = ("sans-serif", 14).into_font().color(&BLACK);
+    let (pos, bottom) = legend_layout(entries, w);
     area.draw(&Rectangle::new(
         [(x0, y0), (w - x0, bottom)],
         LEGEND_BORDER.stroke_width(1),
@@ -375,14 +391,19 @@ pub fn render_svg(r: &Report, lines: &[RefLine]) -> Result<String, PlotError> {
         "tokenprobe bench: {} ({}), prompt {}, {mode}; started {}",
         r.target, r.api, r.prompt, r.started_at
     );
-    let rows = 1 + entries.len() as u32 / 5;
+    let (_, legend_bottom) = legend_layout(&entries, WIDTH as i32);
+    let title_h = 40;
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (1100, 480 + 20 * rows)).into_drawing_area();
+        let root = SVGBackend::with_string(
+            &mut svg,
+            (WIDTH, title_h + PANELS_HEIGHT + legend_bottom as u32 + 10),
+        )
+        .into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
         let root = root.titled(&title, ("sans-serif", 20)).map_err(err)?;
-        let (charts, strip) = root.split_vertically(440);
-        let (l_area, r_area) = charts.split_horizontally(550);
+        let (charts, strip) = root.split_vertically(PANELS_HEIGHT);
+        let (l_area, r_area) = charts.split_horizontally(WIDTH / 2);
         match log {
             // Whole decades, so the axis has at least two labelled powers of ten.
             Some((lo, hi)) => {
@@ -493,6 +514,46 @@ mod tests {
             let inside = cx >= x - 3.0 && cx <= x + w + 3.0 && cy >= y - 3.0 && cy <= y + h + 3.0;
             assert!(!inside, "point ({cx}, {cy}) under the legend {rect}");
         }
+    }
+
+    #[test]
+    fn a_long_legend_wraps_inside_the_document() {
+        let c = criteria(
+            &[
+                "ttft_p95<500ms",
+                "ttft_p99<900ms",
+                "ttft_p50<300ms",
+                "agg_tps>150",
+                "agg_tps>100",
+                "ttft_mean<400ms",
+            ],
+            &["ttft=300ms"],
+        );
+        let svg = render_svg(&synthetic(), &ref_lines(&c)).unwrap();
+        let root = elements(&svg, "svg")[0].1;
+        let height = attr(root, "height");
+        let border = format!(r#"stroke="{}""#, hex(LEGEND_BORDER));
+        let (_, rect) = elements(&svg, "rect")
+            .into_iter()
+            .find(|(_, e)| e.contains(&border))
+            .expect("a legend box");
+        let bottom = attr(rect, "y") + attr(rect, "height");
+        assert!(attr(rect, "height") > 50.0, "several rows: {rect}");
+        assert!(
+            bottom < height,
+            "legend bottom {bottom} past the document's {height}"
+        );
+        // Every entry's text is inside the box.
+        let text_ys: Vec<f64> = elements(&svg, "text")
+            .into_iter()
+            .filter(|(i, _)| *i > svg.find(&border).unwrap())
+            .map(|(_, e)| attr(e, "y"))
+            .collect();
+        assert_eq!(text_ys.len(), 2 + 1 + 7, "2 models, the knee, 7 lines");
+        assert!(
+            text_ys.iter().all(|y| *y > attr(rect, "y") && *y < bottom),
+            "{text_ys:?}"
+        );
     }
 
     #[test]
