@@ -11,7 +11,8 @@
 #
 # Needs: Rust (cargo), python3 with venv, curl, setsid (util-linux); Linux (/proc). Environment:
 # LLAMA_PORT (8080), LISTEN (127.0.0.1:9464), CONFIG (config/tokenprobe.yml; the default one is
-# pointed at LLAMA_PORT), TOKENPROBE_BIN (default: build and use target/release/tokenprobe).
+# pointed at LLAMA_PORT), TOKENPROBE_BIN (default: build and use target/release/tokenprobe),
+# LLAMA_READY_TIMEOUT (120 s: model load and warm-up).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -20,6 +21,7 @@ listen="${LISTEN:-127.0.0.1:9464}"
 listen_port="${listen##*:}"
 config="${CONFIG:-config/tokenprobe.yml}"
 llama_log=target/demo-llama.log
+ready_timeout="${LLAMA_READY_TIMEOUT:-120}"
 
 die() {
     echo "demo: ERROR: $*" >&2
@@ -76,6 +78,7 @@ show_log_tail() {
 
 case "$llama_port" in '' | *[!0-9]*) die "LLAMA_PORT=$llama_port is not a port number" ;; esac
 case "$listen_port" in '' | *[!0-9]*) die "LISTEN=$listen has no port (expected HOST:PORT)" ;; esac
+case "$ready_timeout" in '' | *[!0-9]*) die "LLAMA_READY_TIMEOUT=$ready_timeout is not a number of seconds" ;; esac
 # Before the slow steps, so a taken port fails in a second, not after a build.
 require_free "$llama_port" "the llama.cpp server" LLAMA_PORT
 require_free "$listen_port" "tokenprobe serve" LISTEN
@@ -123,7 +126,7 @@ echo "demo: starting llama.cpp server on 127.0.0.1:$llama_port (log: $llama_log)
 setsid bash scripts/llama-server.sh --port "$llama_port" --die-with-parent >"$llama_log" 2>&1 &
 llama_pid=$!
 ready=""
-for _ in $(seq 1 240); do
+for _ in $(seq 1 $((ready_timeout * 2))); do
     if ! kill -0 "$llama_pid" 2>/dev/null; then
         show_log_tail
         die "the llama.cpp server exited before it was ready (full log: $llama_log)"
@@ -138,7 +141,12 @@ for _ in $(seq 1 240); do
 done
 if [ -z "$ready" ]; then
     show_log_tail
-    die "the llama.cpp server did not become ready on 127.0.0.1:$llama_port within 120 s"
+    # shellcheck disable=SC2046
+    holders="$(socket_holders $(listen_inodes "$llama_port"))"
+    if [ -n "$holders" ]; then
+        die "127.0.0.1:$llama_port is held by $holders, not by the llama.cpp server started here (pid $llama_pid): not probing a foreign server"
+    fi
+    die "the llama.cpp server did not become ready on 127.0.0.1:$llama_port within $ready_timeout s"
 fi
 
 setsid "$bin" serve --config.file "$config" --web.listen-address "$listen" &

@@ -3,6 +3,9 @@
 //! so nothing is downloaded or built):
 //! - a taken port (the model server's or tokenprobe's) fails at once, naming the port and the
 //!   process holding it, before anything is installed, built or started;
+//! - a model server that dies at start fails the demo with the tail of its log, and one whose
+//!   port ends up held by another process is not trusted, even though it says it is ready (a
+//!   fake venv whose `python` plays those servers, so these run in seconds and need no model);
 //! - stopped while a probe is in flight, the demo stops tokenprobe first, so the probe finishes
 //!   and no `truncated` failure is logged, then the model server, and nothing is left running.
 
@@ -67,6 +70,117 @@ fn a_taken_model_server_port_fails_at_once() {
 #[test]
 fn a_taken_tokenprobe_port_fails_at_once() {
     fails_on_taken("LISTEN");
+}
+
+/// A venv whose `python` passes scripts/install-test-deps.sh's checks and plays the model server
+/// as `mode` says: `die` (exits with a bind error), `foreign` (another process takes the port,
+/// then it prints the ready line itself).
+fn fake_venv(dir: &std::path::Path, mode: &str) -> std::path::PathBuf {
+    let venv = dir.join("venv");
+    std::fs::create_dir_all(venv.join("bin")).expect("mkdir");
+    let req = std::fs::read(repo_root().join("scripts/requirements-test.txt")).expect("reqs");
+    let sum = Command::new("sha256sum")
+        .arg(repo_root().join("scripts/requirements-test.txt"))
+        .output()
+        .expect("sha256sum");
+    assert!(!req.is_empty() && sum.status.success());
+    let stamp = String::from_utf8_lossy(&sum.stdout)
+        .split_whitespace()
+        .next()
+        .expect("a digest")
+        .to_owned();
+    std::fs::write(venv.join(".tokenprobe-test-deps.sha256"), stamp + "\n").expect("stamp");
+    let script = format!(
+        r#"#!/usr/bin/env bash
+# Fake venv python for tests/demo.rs (mode {mode}).
+case "$1" in -c|-m) exit 0 ;; esac
+[ "${{2:-}}" = "--print-model" ] && {{ echo /nonexistent/fake.gguf; exit 0; }}
+port="$3"
+case "{mode}" in
+die)
+    echo "llama-server.py: loading /nonexistent/fake.gguf" >&2
+    echo "error: couldn't bind HTTP server socket, hostname: 127.0.0.1, port: $port" >&2
+    exit 1 ;;
+foreign)
+    /usr/bin/python3 -c 'import socket,sys,time; s=socket.socket(); s.bind(("127.0.0.1",int(sys.argv[1]))); s.listen(); time.sleep(60)' "$port" &
+    other=$!
+    trap 'kill $other; exit 0' TERM
+    sleep 0.5
+    echo "LLAMA_SERVER_URL=http://127.0.0.1:$port"
+    while :; do sleep 0.1; done ;;
+esac
+"#
+    );
+    let py = venv.join("bin/python");
+    std::fs::write(&py, script).expect("write fake python");
+    let ok = Command::new("chmod")
+        .arg("+x")
+        .arg(&py)
+        .status()
+        .expect("chmod");
+    assert!(ok.success());
+    venv
+}
+
+#[test]
+fn a_model_server_that_dies_at_start_fails_with_its_log() {
+    // The demo writes target/demo-llama.log and target/demo-tokenprobe.yml: one demo at a time.
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let venv = fake_venv(dir.path(), "die");
+    let (llama, listen) = (free_port(), free_port());
+    let mut cmd = demo(llama, listen);
+    cmd.env("TOKENPROBE_VENV", &venv);
+    // The fake server exits at once; the demo polls every 0.5 s: 15 s allows for a busy machine.
+    let (status, out, err) = run_with_timeout(cmd, None, Duration::from_secs(15));
+    assert_eq!(status.code(), Some(1), "{out}\n{err}");
+    assert!(
+        err.contains("the llama.cpp server exited before it was ready"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "couldn't bind HTTP server socket, hostname: 127.0.0.1, port: {llama}"
+        )),
+        "the log's tail is shown: {err}"
+    );
+    assert!(!out.contains("tokenprobe serving"), "{out}");
+}
+
+#[test]
+fn a_port_held_by_another_process_is_not_trusted() {
+    // The demo writes target/demo-llama.log and target/demo-tokenprobe.yml: one demo at a time.
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let venv = fake_venv(dir.path(), "foreign");
+    let (llama, listen) = (free_port(), free_port());
+    let mut cmd = demo(llama, listen);
+    cmd.env("TOKENPROBE_VENV", &venv)
+        .env("LLAMA_READY_TIMEOUT", "3");
+    // 3 s of waiting for a ready server, then the stop: 20 s allows for a busy machine.
+    let (status, out, err) = run_with_timeout(cmd, None, Duration::from_secs(20));
+    assert_eq!(status.code(), Some(1), "{out}\n{err}");
+    let want = format!("127.0.0.1:{llama} is held by ");
+    assert!(err.contains(&want), "want {want:?} in {err}");
+    assert!(
+        err.contains("(python3), not by the llama.cpp server started here"),
+        "{err}"
+    );
+    assert!(
+        !out.contains("tokenprobe serving"),
+        "probed a foreign server: {out}"
+    );
+    // The demo stopped its fake server, which stopped the foreign listener.
+    poll_for(
+        "the foreign listener to go",
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || {
+            std::net::TcpStream::connect(("127.0.0.1", llama))
+                .is_err()
+                .then_some(())
+        },
+    );
 }
 
 /// Stops the demo with SIGTERM (it then stops its children) if a test ends early.
