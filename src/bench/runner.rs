@@ -106,6 +106,21 @@ pub struct Progress {
     failed: Arc<AtomicU64>,
 }
 
+/// The bar's look: elapsed time, the bar, the message (the counts are in the message only).
+fn style_bar(b: &ProgressBar) {
+    if let Ok(style) = ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {msg}") {
+        b.set_style(style.progress_chars("=> "));
+    }
+}
+
+/// One update. The message goes first: each call redraws, and a bar drawn with its new
+/// position beside the previous message showed more progress than the "done" count (the old
+/// `{pos}` beside "N done" read as a started count running ahead).
+fn show(bar: &ProgressBar, pos: u64, msg: String) {
+    bar.set_message(msg);
+    bar.set_position(pos);
+}
+
 /// The bar's message for one level: finished requests against the level's amount (count mode)
 /// or its clock (duration mode), and the sent-but-unfinished ones named as in flight, so no
 /// number on the line counts a request before it is done.
@@ -130,9 +145,7 @@ impl Progress {
     pub fn new(total: u64, show: bool) -> Progress {
         let bar = show.then(|| {
             let b = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
-            if let Ok(style) = ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {msg}") {
-                b.set_style(style.progress_chars("=> "));
-            }
+            style_bar(&b);
             b
         });
         Progress {
@@ -206,8 +219,11 @@ impl Progress {
                     Some((elapsed, _)) => base + elapsed,
                     None => base + d,
                 };
-                bar.set_position(pos);
-                bar.set_message(progress_message(&label, (st, d, f), requests, clock));
+                show(
+                    &bar,
+                    pos,
+                    progress_message(&label, (st, d, f), requests, clock),
+                );
                 if s.load(Ordering::Relaxed) {
                     break;
                 }
@@ -554,6 +570,74 @@ impl OpenRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every frame drawn, as text.
+    #[derive(Debug, Clone, Default)]
+    struct Frames(Arc<Mutex<Vec<String>>>);
+
+    impl indicatif::TermLike for Frames {
+        fn width(&self) -> u16 {
+            200
+        }
+        fn move_cursor_up(&self, _: usize) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn move_cursor_down(&self, _: usize) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn move_cursor_right(&self, _: usize) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn move_cursor_left(&self, _: usize) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn write_line(&self, s: &str) -> std::io::Result<()> {
+            self.write_str(s)
+        }
+        fn write_str(&self, s: &str) -> std::io::Result<()> {
+            if let Ok(mut v) = self.0.lock()
+                && !s.is_empty()
+            {
+                v.push(s.to_owned());
+            }
+            Ok(())
+        }
+        fn clear_line(&self) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn flush(&self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn no_frame_shows_the_bar_ahead_of_the_done_count() {
+        let frames = Frames::default();
+        let bar = ProgressBar::with_draw_target(
+            Some(20),
+            ProgressDrawTarget::term_like(Box::new(frames.clone())),
+        );
+        style_bar(&bar);
+        for (sent, done) in [(4, 0), (8, 4), (12, 8), (20, 16), (20, 20)] {
+            show(
+                &bar,
+                done,
+                progress_message("m @ 4", (sent, done, 0), Some(20), None),
+            );
+        }
+        let frames = frames.0.lock().unwrap().clone();
+        let re = regex::Regex::new(r"\[([=> ]{30})\] m @ 4: (\d+)/20 done").unwrap();
+        let mut seen = 0;
+        for f in &frames {
+            let Some(c) = re.captures(f) else { continue };
+            seen += 1;
+            let filled = c[1].chars().filter(|ch| *ch == '=').count() as u64;
+            let done: u64 = c[2].parse().unwrap();
+            // 30 cells for 20 requests: `done` requests fill floor(done * 30 / 20) cells.
+            assert!(filled <= done * 30 / 20, "bar ahead of the count: {f:?}");
+        }
+        assert!(seen >= 5, "frames: {frames:?}");
+    }
 
     #[test]
     fn progress_counts_only_finished_requests_as_done() {
