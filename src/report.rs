@@ -315,4 +315,34 @@ mod tests {
             "{text}"
         );
     }
+
+    #[test]
+    fn a_failed_handshake_shows_the_connect_time_and_a_failed_tls_row() {
+        let t0 = Instant::now();
+        let mut m = Measurement::new(t0);
+        m.phases(crate::transport::Phases {
+            reused: false,
+            resolve_s: None,
+            connect_s: Some(0.002),
+            tls_s: Some(0.004),
+        });
+        m.fail(
+            ErrorType::Tls,
+            t0 + Duration::from_millis(7),
+            "invalid peer certificate",
+        );
+        let text = to_text(&m.finish(), &ReportContext::default());
+        assert!(
+            text.contains("  connect             2.0 ms  (TCP)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  tls                 failed  (handshake)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("FAILED: tls (no response) after 7.0 ms"),
+            "{text}"
+        );
+    }
 }
