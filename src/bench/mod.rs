@@ -584,11 +584,10 @@ pub async fn run(a: BenchArgs) -> Result<ExitCode, BenchError> {
         write(o, &text)?;
     }
     if let Some(p) = &a.plot {
-        let svg = plot::render_svg(&report, &plot::ref_lines(&criteria)).map_err(|e| {
-            BenchError::Output {
-                path: p.clone(),
-                reason: e.to_string(),
-            }
+        let lines = plot::ref_lines(&criteria);
+        let svg = plot::render_svg(&report, &lines).map_err(|e| BenchError::Output {
+            path: p.clone(),
+            reason: e.to_string(),
         })?;
         write(p, &svg)?;
     }
