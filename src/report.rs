@@ -2,6 +2,7 @@
 //! of `tests/cases/*.expect.json`, plus `chunk_gaps_dropped`) and its `--format text` report.
 
 use crate::measure::ProbeResult;
+use crate::outcome::ErrorType;
 use serde_json::{Value, json};
 use std::fmt::Write as _;
 
@@ -33,10 +34,27 @@ pub fn to_json(r: &ProbeResult) -> Value {
     })
 }
 
+/// A timeline cell: right-aligned in 12 columns, `-` when absent.
 fn ms(v: Option<f64>) -> String {
     match v {
         Some(s) => format!("{:>9.1} ms", s * 1000.0),
         None => format!("{:>12}", "-"),
+    }
+}
+
+/// A duration inside a sentence (`after 0.5 ms`): no padding.
+fn ms_inline(s: f64) -> String {
+    format!("{:.1} ms", s * 1000.0)
+}
+
+/// The set-up phase a failure of this type stopped in, if it is one: that phase never completed,
+/// so the report says `failed` there instead of a duration (a refused connection has no TCP
+/// connect time, only the time until the refusal, which the outcome line gives).
+fn failed_phase(e: Option<ErrorType>) -> Option<&'static str> {
+    match e? {
+        ErrorType::Connect | ErrorType::TimeoutConnect => Some("connect"),
+        ErrorType::Tls => Some("tls"),
+        _ => None,
     }
 }
 
@@ -75,11 +93,11 @@ pub fn to_text(r: &ProbeResult, ctx: &ReportContext) -> String {
                 .http_status
                 .map(|c| format!("HTTP {c}"))
                 .unwrap_or_else(|| "no response".into());
-            let _ = writeln!(
-                s,
-                "outcome    FAILED: {e} ({status}) after{}",
-                ms(r.failure_s)
-            );
+            let after = r
+                .failure_s
+                .map(|f| format!(" after {}", ms_inline(f)))
+                .unwrap_or_default();
+            let _ = writeln!(s, "outcome    FAILED: {e} ({status}){after}");
             if let Some(d) = &r.error_detail {
                 let _ = writeln!(s, "reason     {d}");
             }
@@ -89,48 +107,88 @@ pub fn to_text(r: &ProbeResult, ctx: &ReportContext) -> String {
         }
     }
     s.push_str("\ntimeline (from sending the request)\n");
+    let failed = failed_phase(r.error_type);
+    let phase = |name: &str, v: Option<f64>| {
+        if failed == Some(name) {
+            format!("{:>12}", "failed")
+        } else {
+            ms(v)
+        }
+    };
     match &r.phases {
         Some(p) if p.reused => s.push_str("  connection    reused (kept alive)\n"),
         Some(p) => {
             let _ = writeln!(s, "  resolve       {}  (DNS)", ms(p.resolve_s));
-            let _ = writeln!(s, "  connect       {}  (TCP)", ms(p.connect_s));
-            let _ = writeln!(s, "  tls           {}  (handshake)", ms(p.tls_s));
+            let _ = writeln!(
+                s,
+                "  connect       {}  (TCP)",
+                phase("connect", p.connect_s)
+            );
+            // A TLS handshake cannot have started on a connection that was never made.
+            let tls = if failed == Some("connect") {
+                None
+            } else {
+                p.tls_s
+            };
+            let _ = writeln!(s, "  tls           {}  (handshake)", phase("tls", tls));
         }
         None => {}
     }
-    let _ = writeln!(s, "  headers       {}", ms(r.ttfb_s));
-    let _ = writeln!(s, "  first token   {}", ms(r.ttft_s));
-    let _ = writeln!(s, "  first output  {}", ms(r.ttfo_s));
-    let _ = writeln!(s, "  last token    {}", ms(r.last_token_s));
-    let _ = writeln!(s, "  end           {}", ms(r.e2e_s));
-    s.push('\n');
-    let _ = writeln!(
-        s,
-        "output     {} tokens (from {}), {} token events",
-        r.output_tokens,
-        match r.token_source {
-            crate::measure::TokenSource::Usage => "usage",
-            crate::measure::TokenSource::Events => "event count",
-        },
-        r.token_events
-    );
-    if let Some(i) = r.input_tokens {
-        let _ = writeln!(s, "input      {i} tokens");
+    let rows = [
+        ("headers     ", r.ttfb_s),
+        ("first token ", r.ttft_s),
+        ("first output", r.ttfo_s),
+        ("last token  ", r.last_token_s),
+    ];
+    if r.success() {
+        for (name, v) in rows {
+            let _ = writeln!(s, "  {name}  {}", ms(v));
+        }
+        let _ = writeln!(s, "  end           {}", ms(r.e2e_s));
+    } else {
+        // A failed probe shows what it got before the failure, then the failure instant.
+        for (name, v) in rows.into_iter().filter(|(_, v)| v.is_some()) {
+            let _ = writeln!(s, "  {name}  {}", ms(v));
+        }
+        let _ = writeln!(s, "  failed        {}", ms(r.failure_s));
     }
-    match (r.tpot_s, r.decode_tokens_per_s) {
-        (Some(t), Some(d)) => {
-            let _ = writeln!(
-                s,
-                "TPOT       {:.2} ms/token ({d:.1} tokens/s decode)",
-                t * 1000.0
-            );
+    s.push('\n');
+    if r.success() {
+        let _ = writeln!(
+            s,
+            "output     {} tokens (from {}), {} token events",
+            r.output_tokens,
+            match r.token_source {
+                crate::measure::TokenSource::Usage => "usage",
+                crate::measure::TokenSource::Events => "event count",
+            },
+            r.token_events
+        );
+        if let Some(i) = r.input_tokens {
+            let _ = writeln!(s, "input      {i} tokens");
         }
-        _ => {
-            let _ = writeln!(
-                s,
-                "TPOT       not measurable (fewer than 2 tokens, a burst, or a failure)"
-            );
+        match (r.tpot_s, r.decode_tokens_per_s) {
+            (Some(t), Some(d)) => {
+                let _ = writeln!(
+                    s,
+                    "TPOT       {:.2} ms/token ({d:.1} tokens/s decode)",
+                    t * 1000.0
+                );
+            }
+            _ => {
+                let _ = writeln!(
+                    s,
+                    "TPOT       not measurable (fewer than 2 tokens, or a burst)"
+                );
+            }
         }
+    } else if r.token_events > 0 {
+        // N is defined for successful probes only (as in the JSON report); say what arrived.
+        let _ = writeln!(
+            s,
+            "received   {} token events before the failure (tokens are counted for successful probes only)",
+            r.token_events
+        );
     }
     if let Some(st) = &r.server_timings {
         let _ = writeln!(
@@ -223,5 +281,72 @@ mod tests {
         assert!(text.contains("FAILED: auth (HTTP 401)"), "{text}");
         assert!(text.contains("invalid_api_key"));
         assert!(text.contains("http://proxy:3128/"));
+    }
+
+    #[test]
+    fn text_of_a_cut_stream_shows_what_arrived_and_no_token_count() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut m = Measurement::new(t0);
+        m.headers(ms(10), 200);
+        let tok = crate::protocol::EventMeaning {
+            token: true,
+            output: true,
+            text: "hi".into(),
+            ..Default::default()
+        };
+        for t in [50, 70, 90] {
+            m.event(ms(t), &tok);
+        }
+        m.fail(ErrorType::Truncated, ms(120), "the stream ended early");
+        let text = to_text(&m.finish(), &ReportContext::default());
+        assert!(
+            text.contains("FAILED: truncated (HTTP 200) after 120.0 ms"),
+            "{text}"
+        );
+        assert!(text.contains("  headers            10.0 ms\n"), "{text}");
+        assert!(text.contains("  failed            120.0 ms\n"), "{text}");
+        assert!(
+            !text.contains("  end "),
+            "a failed probe has no end row: {text}"
+        );
+        assert!(
+            text.contains("received   3 token events before the failure"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("output ") && !text.contains("TPOT"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_failed_handshake_shows_the_connect_time_and_a_failed_tls_row() {
+        let t0 = Instant::now();
+        let mut m = Measurement::new(t0);
+        m.phases(crate::transport::Phases {
+            reused: false,
+            resolve_s: None,
+            connect_s: Some(0.002),
+            tls_s: Some(0.004),
+        });
+        m.fail(
+            ErrorType::Tls,
+            t0 + Duration::from_millis(7),
+            "invalid peer certificate",
+        );
+        let text = to_text(&m.finish(), &ReportContext::default());
+        assert!(
+            text.contains("  connect             2.0 ms  (TCP)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  tls                 failed  (handshake)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("FAILED: tls (no response) after 7.0 ms"),
+            "{text}"
+        );
     }
 }

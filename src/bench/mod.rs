@@ -651,7 +651,8 @@ pub async fn run(a: BenchArgs) -> Result<ExitCode, BenchError> {
         write(o, &text)?;
     }
     if let Some(p) = &a.plot {
-        let svg = plot::render_svg(&report).map_err(|e| BenchError::Output {
+        let lines = plot::ref_lines(&criteria);
+        let svg = plot::render_svg(&report, &lines).map_err(|e| BenchError::Output {
             path: p.clone(),
             reason: e.to_string(),
         })?;

@@ -115,7 +115,7 @@ const TABLE_HEADER: [&str; 16] = [
     "goodput",
     "lag p99",
     "loop p99",
-    "",
+    "knee",
 ];
 
 fn table_row(m: &ModelReport, i: usize, l: &LevelStats) -> [String; 16] {
@@ -563,6 +563,26 @@ pub(crate) mod tests {
     #[test]
     fn markdown_snapshot() {
         insta::assert_snapshot!(render_markdown(&synthetic()));
+    }
+
+    #[test]
+    fn every_table_column_has_a_header() {
+        let t = render_table(&synthetic());
+        let header = t.lines().nth(1).expect("a header line");
+        let cells: Vec<&str> = header
+            .trim_matches(|c| c == '│' || c == ' ')
+            .split('┆')
+            .map(str::trim)
+            .collect();
+        assert_eq!(cells.len(), TABLE_HEADER.len(), "{header}");
+        assert!(cells.iter().all(|c| !c.is_empty()), "{header}");
+        assert_eq!(cells.last(), Some(&"knee"));
+        // The knee row (alpha @ 8) carries the marker under that header.
+        let knee_row = t.lines().find(|l| l.contains("◆")).expect("a knee row");
+        assert!(
+            knee_row.contains("alpha") && knee_row.contains("┆ 8 "),
+            "{knee_row}"
+        );
     }
 
     #[test]

@@ -101,8 +101,42 @@ pub fn arrival_offsets(rate: f64, arrival: Arrival, seed: u64) -> impl Iterator<
 #[derive(Clone)]
 pub struct Progress {
     bar: Option<ProgressBar>,
+    started: Arc<AtomicU64>,
     done: Arc<AtomicU64>,
     failed: Arc<AtomicU64>,
+}
+
+/// The bar's look: elapsed time, the bar, the message (the counts are in the message only).
+fn style_bar(b: &ProgressBar) {
+    if let Ok(style) = ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {msg}") {
+        b.set_style(style.progress_chars("=> "));
+    }
+}
+
+/// One update. The message goes first: each call redraws, and a bar drawn with its new
+/// position beside the previous message showed more progress than the "done" count (the old
+/// `{pos}` beside "N done" read as a started count running ahead).
+fn show(bar: &ProgressBar, pos: u64, msg: String) {
+    bar.set_message(msg);
+    bar.set_position(pos);
+}
+
+/// The bar's message for one level: finished requests against the level's amount (count mode)
+/// or its clock (duration mode), and the sent-but-unfinished ones named as in flight, so no
+/// number on the line counts a request before it is done.
+fn progress_message(
+    label: &str,
+    (started, done, failed): (u64, u64, u64),
+    amount: Option<u64>,
+    clock: Option<(u64, u64)>,
+) -> String {
+    let in_flight = started.saturating_sub(done);
+    let head = match (amount, clock) {
+        (_, Some((elapsed, total))) => format!("{elapsed}/{total} s, {done} done"),
+        (Some(n), None) => format!("{done}/{n} done"),
+        (None, None) => format!("{done} done"),
+    };
+    format!("{label}: {head}, {in_flight} in flight, {failed} failed")
 }
 
 impl Progress {
@@ -111,18 +145,19 @@ impl Progress {
     pub fn new(total: u64, show: bool) -> Progress {
         let bar = show.then(|| {
             let b = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
-            if let Ok(style) =
-                ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
-            {
-                b.set_style(style.progress_chars("=> "));
-            }
+            style_bar(&b);
             b
         });
         Progress {
             bar,
+            started: Arc::new(AtomicU64::new(0)),
             done: Arc::new(AtomicU64::new(0)),
             failed: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    fn sent(&self) {
+        self.started.fetch_add(1, Ordering::Relaxed);
     }
 
     fn record(&self, r: &ProbeResult) {
@@ -148,14 +183,29 @@ impl Progress {
     }
 
     /// Keeps the bar current while a level runs: `base` units done before it; in duration mode
-    /// the position follows the clock (`per_level` seconds).
-    fn ticker(&self, label: String, base: u64, duration: Option<Duration>) -> Ticker {
+    /// the position follows the clock (`per_level` seconds), else the finished requests of
+    /// `requests` (never the sent ones).
+    fn ticker(
+        &self,
+        label: String,
+        base: u64,
+        duration: Option<Duration>,
+        requests: Option<u64>,
+    ) -> Ticker {
         let stop = Arc::new(AtomicBool::new(false));
         let Some(bar) = self.bar.clone() else {
             return Ticker { stop, task: None };
         };
-        let (done, failed, s) = (self.done.clone(), self.failed.clone(), stop.clone());
+        let (started, done, failed, s) = (
+            self.started.clone(),
+            self.done.clone(),
+            self.failed.clone(),
+            stop.clone(),
+        );
+        // Read `done` before `started`: a request is counted as sent before it is counted done,
+        // so the in-flight count is never negative.
         let (d0, f0) = (done.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+        let s0 = started.load(Ordering::Relaxed);
         let start = Instant::now();
         let task = tokio::spawn(async move {
             loop {
@@ -163,12 +213,17 @@ impl Progress {
                     done.load(Ordering::Relaxed) - d0,
                     failed.load(Ordering::Relaxed) - f0,
                 );
-                let pos = match duration {
-                    Some(dur) => base + start.elapsed().min(dur).as_secs(),
+                let st = started.load(Ordering::Relaxed) - s0;
+                let clock = duration.map(|dur| (start.elapsed().min(dur).as_secs(), dur.as_secs()));
+                let pos = match clock {
+                    Some((elapsed, _)) => base + elapsed,
                     None => base + d,
                 };
-                bar.set_position(pos);
-                bar.set_message(format!("{label}: {d} done, {f} failed"));
+                show(
+                    &bar,
+                    pos,
+                    progress_message(&label, (st, d, f), requests, clock),
+                );
                 if s.load(Ordering::Relaxed) {
                     break;
                 }
@@ -307,6 +362,10 @@ impl Runner {
                 Amount::Duration(d) => Some(d),
                 Amount::Requests(_) => None,
             },
+            match amount {
+                Amount::Requests(n) => Some(n),
+                Amount::Duration(_) => None,
+            },
         );
         let tickets = Arc::new(AtomicU64::new(0));
         let monitor = LagMonitor::start();
@@ -335,6 +394,7 @@ impl Runner {
                     if deadline.is_some_and(|d| sent >= d) {
                         break;
                     }
+                    progress.sent();
                     let r = prober.run(&spec).await;
                     let end = Instant::now();
                     progress.record(&r);
@@ -395,6 +455,10 @@ impl Runner {
             match amount {
                 Amount::Duration(d) => Some(d),
                 Amount::Requests(_) => None,
+            },
+            match amount {
+                Amount::Requests(n) => Some(n),
+                Amount::Duration(_) => None,
             },
         );
         let monitor = LagMonitor::start();
@@ -485,6 +549,7 @@ impl OpenRequest {
         };
         let sent = Instant::now();
         let r = self.spec.as_ref();
+        self.progress.sent();
         let result = prober.run(r).await;
         let end = Instant::now();
         if let Ok(mut p) = self.pool.lock() {
@@ -505,6 +570,88 @@ impl OpenRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every frame drawn, as text.
+    #[derive(Debug, Clone, Default)]
+    struct Frames(Arc<Mutex<Vec<String>>>);
+
+    impl indicatif::TermLike for Frames {
+        fn width(&self) -> u16 {
+            200
+        }
+        fn move_cursor_up(&self, _: usize) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn move_cursor_down(&self, _: usize) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn move_cursor_right(&self, _: usize) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn move_cursor_left(&self, _: usize) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn write_line(&self, s: &str) -> std::io::Result<()> {
+            self.write_str(s)
+        }
+        fn write_str(&self, s: &str) -> std::io::Result<()> {
+            if let Ok(mut v) = self.0.lock()
+                && !s.is_empty()
+            {
+                v.push(s.to_owned());
+            }
+            Ok(())
+        }
+        fn clear_line(&self) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn flush(&self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn no_frame_shows_the_bar_ahead_of_the_done_count() {
+        let frames = Frames::default();
+        let bar = ProgressBar::with_draw_target(
+            Some(20),
+            ProgressDrawTarget::term_like(Box::new(frames.clone())),
+        );
+        style_bar(&bar);
+        for (sent, done) in [(4, 0), (8, 4), (12, 8), (20, 16), (20, 20)] {
+            show(
+                &bar,
+                done,
+                progress_message("m @ 4", (sent, done, 0), Some(20), None),
+            );
+        }
+        let frames = frames.0.lock().unwrap().clone();
+        let re = regex::Regex::new(r"\[([=> ]{30})\] m @ 4: (\d+)/20 done").unwrap();
+        let mut seen = 0;
+        for f in &frames {
+            let Some(c) = re.captures(f) else { continue };
+            seen += 1;
+            let filled = c[1].chars().filter(|ch| *ch == '=').count() as u64;
+            let done: u64 = c[2].parse().unwrap();
+            // 30 cells for 20 requests: `done` requests fill floor(done * 30 / 20) cells.
+            assert!(filled <= done * 30 / 20, "bar ahead of the count: {f:?}");
+        }
+        assert!(seen >= 5, "frames: {frames:?}");
+    }
+
+    #[test]
+    fn progress_counts_only_finished_requests_as_done() {
+        // 7 sent, 4 finished (1 failed) of a 10-request level.
+        assert_eq!(
+            progress_message("m @ 5", (7, 4, 1), Some(10), None),
+            "m @ 5: 4/10 done, 3 in flight, 1 failed"
+        );
+        // Duration mode: the clock, in seconds, and the finished requests.
+        assert_eq!(
+            progress_message("m @ 2/s", (9, 8, 0), None, Some((3, 10))),
+            "m @ 2/s: 3/10 s, 8 done, 1 in flight, 0 failed"
+        );
+    }
 
     #[test]
     fn constant_arrivals_are_evenly_spaced() {
