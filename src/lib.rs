@@ -17,6 +17,7 @@
 //! - [`server`]: `/metrics`, `/-/healthy`, `/-/ready`, `/-/reload`, `/`.
 //! - [`redact`]: what a secret is, and hiding it (and its derived forms) in every output.
 //! - [`report`]: a probe result as JSON or as a human report.
+//! - `rng`: the one seeded pseudo-random generator (simulator jitter, bench arrivals).
 //! - [`transport`]: the HTTP client, instrumented to time DNS, TCP connect and TLS.
 //! - [`web`]: TLS and basic auth for the endpoints (`--web.config.file`).
 //!
@@ -33,6 +34,7 @@ pub mod probe;
 pub mod protocol;
 pub mod redact;
 pub mod report;
+pub(crate) mod rng;
 pub mod scheduler;
 pub mod server;
 pub mod simulate;

@@ -97,7 +97,7 @@ pub struct ProbeResult {
     pub server_timings: Option<ServerTimings>,
     /// Visible answer text (first 64 KiB).
     pub text: String,
-    /// Connection set-up phases, when known.
+    /// Connection set-up phases, when known (set by the prober, which times them).
     pub phases: Option<Phases>,
 }
 
@@ -134,7 +134,6 @@ pub struct Measurement {
     retry_after: Option<Duration>,
     server_timings: Option<ServerTimings>,
     text: String,
-    phases: Option<Phases>,
 }
 
 fn secs(d: Duration) -> f64 {
@@ -165,13 +164,7 @@ impl Measurement {
             retry_after: None,
             server_timings: None,
             text: String::new(),
-            phases: None,
         }
-    }
-
-    /// Records the connection set-up phases of this probe.
-    pub fn phases(&mut self, p: Phases) {
-        self.phases = Some(p);
     }
 
     /// Output tokens so far: the server's usage when reported, else token-bearing events.
@@ -220,11 +213,6 @@ impl Measurement {
     /// True once an event other than a keep-alive has been folded.
     pub fn events_seen(&self) -> bool {
         self.events > 0
-    }
-
-    /// True when a failure has been recorded.
-    pub fn failed(&self) -> bool {
-        self.failure.is_some()
     }
 
     /// Records a failure candidate at `t`. When several are recorded, the one first in
@@ -384,7 +372,7 @@ impl Measurement {
             retry_after_s: self.retry_after.map(secs),
             server_timings: self.server_timings,
             text: self.text,
-            phases: self.phases,
+            phases: None,
         };
         if let Some(f) = self.failure {
             r.error_type = Some(f.kind);

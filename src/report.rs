@@ -324,18 +324,19 @@ mod tests {
     fn a_failed_handshake_shows_the_connect_time_and_a_failed_tls_row() {
         let t0 = Instant::now();
         let mut m = Measurement::new(t0);
-        m.phases(crate::transport::Phases {
-            reused: false,
-            resolve_s: None,
-            connect_s: Some(0.002),
-            tls_s: Some(0.004),
-        });
         m.fail(
             ErrorType::Tls,
             t0 + Duration::from_millis(7),
             "invalid peer certificate",
         );
-        let text = to_text(&m.finish(), &ReportContext::default());
+        let mut r = m.finish();
+        r.phases = Some(crate::transport::Phases {
+            reused: false,
+            resolve_s: None,
+            connect_s: Some(0.002),
+            tls_s: Some(0.004),
+        });
+        let text = to_text(&r, &ReportContext::default());
         assert!(
             text.contains("  connect             2.0 ms  (TCP)\n"),
             "{text}"

@@ -73,11 +73,6 @@ impl SseDecoder {
         self.comments
     }
 
-    /// True when part of a line or event has been received but not yet dispatched.
-    pub fn has_partial(&self) -> bool {
-        !self.line.is_empty() || self.pending_fields
-    }
-
     /// Feeds one chunk of bytes; returns the events that became complete, in order.
     ///
     /// # Errors

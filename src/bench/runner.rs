@@ -18,6 +18,7 @@
 use super::stats::Sample;
 use crate::measure::ProbeResult;
 use crate::probe::{ProbeError, ProbeSpec, Prober};
+use crate::rng::Rng;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -65,25 +66,10 @@ pub struct LevelRun {
     pub capped: u64,
 }
 
-/// SplitMix64 for Poisson gaps (reproducible with `--seed`).
-#[derive(Debug, Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn unit(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        (z >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
 /// The arrival offsets (seconds after the level's start) of an open-loop level: the first at 0,
 /// then gaps of `1/rate` (constant) or exponential with mean `1/rate` (Poisson).
 pub fn arrival_offsets(rate: f64, arrival: Arrival, seed: u64) -> impl Iterator<Item = f64> {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let (mut t, mut i) = (0.0, 0u64);
     std::iter::from_fn(move || {
         let now = match arrival {

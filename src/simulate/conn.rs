@@ -5,10 +5,11 @@
 
 use super::http::{self, Framing, ReadError, Request};
 use super::log::{End, EventRec, Record};
-use super::plan::{Plan, Rng};
+use super::plan::Plan;
 use super::render::{self, Proto, Renderer};
 use super::timer::Timer;
 use super::{Fault, Shared};
+use crate::rng::Rng;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

@@ -9,53 +9,8 @@
 //! the chunk size, and a client's TPOT equals the mean gap.
 
 use super::Fault;
+use crate::rng::Rng;
 use std::time::Duration;
-
-/// SplitMix64: tiny, fast, good enough for jitter and fault mixes (not for cryptography).
-#[derive(Debug, Clone)]
-pub(crate) struct Rng(u64);
-
-impl Rng {
-    /// A generator whose sequence is fixed by `seed`.
-    #[cfg(test)]
-    pub(crate) fn new(seed: u64) -> Self {
-        Rng(seed)
-    }
-
-    /// The generator of request number `seq` under `seed` (independent streams per request).
-    pub(crate) fn for_request(seed: u64, seq: u64) -> Self {
-        let mut r = Rng(seed ^ seq.wrapping_mul(0xA076_1D64_78BD_642F));
-        r.next_u64();
-        r
-    }
-
-    /// The next 64 random bits.
-    pub(crate) fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[0, 1)`.
-    pub(crate) fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Uniform in `0..n` (`n > 0`; 0 when `n == 0`).
-    pub(crate) fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
-    }
-
-    /// Uniform integer in `[-j, +j]`.
-    fn symmetric(&mut self, j: u64) -> i128 {
-        if j == 0 {
-            return 0;
-        }
-        i128::from(self.below(j.saturating_mul(2).saturating_add(1))) - i128::from(j)
-    }
-}
 
 /// Timing and length settings shared by every request.
 #[derive(Debug, Clone, PartialEq)]
