@@ -218,7 +218,7 @@ fn fuzz_sse_decoder_and_protocols() {
     let started = Instant::now();
     let mut runner = runner("sse_protocols", cases(STREAM_CASES));
     let result = runner.run(&input(stream_corpus()), |(bytes, cuts)| {
-        let whole = decode(&[bytes.clone()]);
+        let whole = decode(std::slice::from_ref(&bytes));
         let split = decode(&split_at(&bytes, &cuts));
         prop_assert_eq!(&whole, &split, "events depend on how the bytes were split");
         let events = whole.unwrap_or_default();
