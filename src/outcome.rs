@@ -1,8 +1,12 @@
-//! Outcome vocabulary: error types, anomaly flags, and the pure rules that classify an HTTP error
-//! response or an in-stream error (docs/measurement.md, "Outcome" and "Anomaly flags").
+//! Outcome vocabulary: error types, anomaly flags, and the rules that classify a failure: a failure
+//! before any response (transport errors), an HTTP head and its body, a 2xx body that is not an
+//! event stream (ruling 1), an error object (rulings 3 and 13). docs/measurement.md, "Success, and
+//! the one error type of a failure", and "Anomaly flags". Everything here is synchronous.
 
 use crate::protocol::StreamError;
+use crate::redact::redact_url;
 use serde::Serialize;
+use std::error::Error as _;
 use std::time::{Duration, SystemTime};
 
 /// Why a probe failed. Declaration order is docs/measurement.md's precedence: when several apply, the
@@ -307,6 +311,130 @@ pub fn classify_response(head: &Head<'_>, body: &str) -> Option<ErrorType> {
     })
 }
 
+/// Ruling 1: a 2xx body that yielded no event is an event stream only when every line is blank, a
+/// comment or an SSE field (`data`, `event`, `id`, `retry`, and llama.cpp's `error`). Otherwise it
+/// is judged whole: a JSON error object by ruling 3, an HTML page `server_error`, anything else
+/// (a whole non-streamed answer, say) `malformed`. `None` when it is an (empty) event stream.
+pub fn judge_non_stream(body: &[u8]) -> Option<(ErrorType, String)> {
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim_start_matches('\u{feff}');
+    let is_sse_line = |line: &str| {
+        let name = line.split(':').next().unwrap_or("");
+        line.trim().is_empty()
+            || line.starts_with(':')
+            || (line.contains(':') && ["data", "event", "id", "retry", "error"].contains(&name))
+            || ["data", "event", "id", "retry"].contains(&line)
+    };
+    if text.split(['\n', '\r']).all(is_sse_line) {
+        return None;
+    }
+    let trimmed = text.trim_start();
+    if let Ok(v) = serde_json::from_str::<serde_json::Value>(trimmed)
+        && v.get("error").is_some_and(|e| !e.is_null())
+    {
+        let err = StreamError::from_json(&v);
+        return Some((
+            classify_error_object(&err),
+            format!(
+                "HTTP 2xx with an error object instead of an event stream: {}",
+                err.summary()
+            ),
+        ));
+    }
+    let lower = trimmed
+        .get(..trimmed.len().min(1024))
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    if lower.starts_with("<!doctype html") || lower.starts_with("<html") || lower.contains("<html")
+    {
+        let title = html_title(trimmed).unwrap_or_default();
+        return Some((
+            ErrorType::ServerError,
+            format!("HTTP 2xx with an HTML page instead of an event stream {title:?}"),
+        ));
+    }
+    let what = if trimmed.starts_with('{') {
+        "a JSON body (a whole answer? does the server support \"stream\": true?)"
+    } else {
+        "a body that is not an event stream"
+    };
+    Some((ErrorType::Malformed, format!("HTTP 2xx with {what}")))
+}
+
+/// The `<title>` of an HTML page, if any.
+pub(crate) fn html_title(s: &str) -> Option<String> {
+    let lower = s.to_ascii_lowercase();
+    let a = lower.find("<title>")? + 7;
+    let b = lower[a..].find("</title>")? + a;
+    s.get(a..b).map(|t| t.trim().to_owned())
+}
+
+/// Classifies a failure before any response: connect timeout, TLS (the handshake had started),
+/// proxy, or connect.
+pub(crate) fn classify_transport(
+    e: &reqwest::Error,
+    proxy: Option<&str>,
+    tls_started: bool,
+) -> (ErrorType, String) {
+    let chain = error_chain(e);
+    let lower = chain.to_ascii_lowercase();
+    let kind = if e.is_timeout() && e.is_connect() {
+        ErrorType::TimeoutConnect
+    } else if not_http(e) {
+        // The target answered, but not in HTTP (no status line, a head too large, too many
+        // headers): that is its answer's fault, not the network's.
+        ErrorType::Malformed
+    } else if e.is_connect() && tls_started {
+        // The TCP connection (and any proxy tunnel) was up: the handshake failed.
+        ErrorType::Tls
+    } else if lower.contains("tunnel") || (proxy.is_some() && e.is_connect()) {
+        ErrorType::Proxy
+    } else if lower.contains("certificate")
+        || lower.contains("tls")
+        || lower.contains("handshake")
+        || lower.contains("invalid peer")
+    {
+        ErrorType::Tls
+    } else {
+        ErrorType::Connect
+    };
+    let detail = match (kind, proxy) {
+        (ErrorType::Proxy, Some(p)) => format!("via proxy {p}: {chain}"),
+        _ => chain,
+    };
+    (kind, detail)
+}
+
+/// True when the HTTP client could not parse the response head (hyper's parse errors).
+fn not_http(e: &reqwest::Error) -> bool {
+    let mut src = e.source();
+    while let Some(c) = src {
+        if let Some(h) = c.downcast_ref::<hyper::Error>() {
+            return h.is_parse() || h.is_parse_too_large() || h.is_parse_status();
+        }
+        src = c.source();
+    }
+    false
+}
+
+/// `e: cause: cause`, with the request URL shown by [`redact_url`].
+pub(crate) fn error_chain(e: &reqwest::Error) -> String {
+    let mut s = e.to_string();
+    if let Some(u) = e.url() {
+        s = s.replace(u.as_str(), &redact_url(u.as_str()));
+    }
+    let mut src = e.source();
+    while let Some(c) = src {
+        let c_s = c.to_string();
+        if !s.contains(&c_s) {
+            s.push_str(": ");
+            s.push_str(&c_s);
+        }
+        src = c.source();
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -554,6 +682,53 @@ mod tests {
         assert_eq!(
             head(429, &[("retry-after-ms", "1.5e30")]).retry_after(now),
             Some(MAX_RETRY_AFTER)
+        );
+    }
+
+    #[test]
+    fn html_titles_and_userinfo() {
+        assert_eq!(
+            html_title("<html><TITLE> Oops </title>").as_deref(),
+            Some("Oops")
+        );
+        assert_eq!(html_title("no title"), None);
+    }
+
+    /// Ruling 1: a 2xx body that yielded no event is judged whole unless it is an event stream.
+    #[test]
+    fn bodies_that_are_not_event_streams_are_judged_whole() {
+        let kind = |b: &[u8]| judge_non_stream(b).map(|(k, _)| k);
+        // Event streams that yielded nothing: empty_response is decided by the fold.
+        for sse in [
+            &b""[..],
+            b"\n\n",
+            b": keep-alive\r\n\r\n",
+            b"event: ping\nid: 3\nretry: 100\n\n",
+            b"data:\n\n",
+            b"\xEF\xBB\xBF: bom then comment\n",
+        ] {
+            assert_eq!(kind(sse), None, "{:?}", String::from_utf8_lossy(sse));
+        }
+        assert_eq!(
+            kind(br#"{"type":"error","error":{"type":"invalid_request_error","message":"x"}}"#),
+            Some(ErrorType::BadRequest)
+        );
+        assert_eq!(
+            kind(b"{\"error\":{\"code\":\"429\",\"message\":\"slow down\"}}\n"),
+            Some(ErrorType::RateLimited)
+        );
+        assert_eq!(
+            kind(b"<!DOCTYPE html><html><title>502 Bad Gateway</title></html>"),
+            Some(ErrorType::ServerError)
+        );
+        assert_eq!(
+            kind(br#"{"id":"resp_1","object":"response","status":"completed"}"#),
+            Some(ErrorType::Malformed)
+        );
+        assert_eq!(kind(b"OK\n"), Some(ErrorType::Malformed));
+        assert_eq!(
+            kind(br#"{"error":null,"choices":[]}"#),
+            Some(ErrorType::Malformed)
         );
     }
 }

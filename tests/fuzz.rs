@@ -257,7 +257,7 @@ fn fuzz_sse_decoder_and_protocols() {
                 prop_assert!(r.ttft_s.is_none(), "a failed probe has no TTFT");
             }
         }
-        let _ = tokenprobe::probe::judge_non_stream(&bytes);
+        let _ = tokenprobe::outcome::judge_non_stream(&bytes);
         Ok(())
     });
     eprintln!(

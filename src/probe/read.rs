@@ -1,20 +1,18 @@
-//! One probe: send exactly one streaming request and fold what arrives into a [`ProbeResult`].
-//!
-//! This is the thin async I/O around the pure cores: [`crate::sse::SseDecoder`] (bytes to events),
-//! [`crate::protocol`] (event meaning) and [`crate::measure::Measurement`] (the fold). Bytes are
-//! timestamped with `Instant::now()` in the same task that reads them and decoded right there, with
-//! no channel between arrival and timestamp. Deadlines follow docs/measurement.md: `connect` (connection
-//! set-up), `first_token` (from `t0`), `idle` (no bytes after the first token) and `total`. No
-//! retries, no redirects, no reconnects: one probe is one request.
+//! Reading the answer of a probe's request: the response head, then the body as an event stream
+//! (decoded and folded as it arrives, under the four deadlines) or, for a non-2xx head, as an error
+//! body read for its message (docs/measurement.md rulings 1, 5 and 12).
 
-use crate::config::{AuthStyle, Expect, Job, KeySource, ProxySetting, Timeouts};
+use super::ProbeSpec;
+use crate::config::{Expect, Timeouts};
 use crate::measure::{Measurement, ProbeResult, Step};
-use crate::outcome::{ErrorType, Flag, Head, classify_error_object, classify_response};
-use crate::protocol::{Api, Message, RequestSpec, StreamError, truncate};
-use crate::redact::{Redactor, effective_proxy, redact_url, redact_userinfo};
+use crate::outcome::{
+    ErrorType, Flag, Head, classify_response, classify_transport, error_chain, html_title,
+    judge_non_stream,
+};
+use crate::protocol::{Api, StreamError};
+use crate::redact::redact_url;
 use crate::sse::SseDecoder;
-use crate::transport::{ClientOptions, Transport, TransportError};
-use std::error::Error as _;
+use crate::transport::Transport;
 use std::io::Write as _;
 use std::time::{Duration, Instant, SystemTime};
 use tokio::time::timeout_at;
@@ -23,212 +21,10 @@ use tokio::time::timeout_at;
 /// body that has yielded no event yet is kept to judge it whole (bytes; ruling 1 and 5).
 const MAX_ERROR_BODY: usize = 64 * 1024;
 
-/// How much of a failure's detail (status, the server's message, ...) is shown (characters).
-pub const MAX_DETAIL_CHARS: usize = 640;
-
 /// The most body bytes one probe reads (after decompression); past it the probe fails as
 /// `malformed`. Memory does not grow with the body (events are folded as they arrive); this bounds
 /// the work a runaway stream can cause within `timeouts.total`.
 pub const MAX_BODY_BYTES: u64 = 256 * 1024 * 1024;
-
-/// Everything one probe needs; built from a [`Job`] or from `probe` command-line flags.
-#[derive(Debug, Clone)]
-pub struct ProbeSpec {
-    /// Protocol.
-    pub api: Api,
-    /// Base URL without trailing slash; the protocol's path is appended.
-    pub base_url: String,
-    /// Model name sent.
-    pub model: String,
-    /// The conversation.
-    pub messages: Vec<Message>,
-    /// Output cap.
-    pub max_tokens: Option<u32>,
-    /// Ask for usage in the stream.
-    pub include_usage: bool,
-    /// Extra headers.
-    pub headers: Vec<(String, String)>,
-    /// Extra body fields.
-    pub extra_body: serde_json::Map<String, serde_json::Value>,
-    /// API key source.
-    pub api_key: Option<KeySource>,
-    /// The header carrying the key.
-    pub auth: AuthStyle,
-    /// Query parameters added to the URL.
-    pub query: Vec<(String, String)>,
-    /// Prepend a fresh nonce to the last user message.
-    pub nonce: bool,
-    /// Content check.
-    pub expect: Option<Expect>,
-    /// Deadlines.
-    pub timeouts: Timeouts,
-    /// Client settings (proxy, TLS, connection reuse; connect deadline from `timeouts`).
-    pub client: ClientOptions,
-}
-
-impl ProbeSpec {
-    /// The spec of a configured job.
-    pub fn from_job(job: &Job) -> Self {
-        ProbeSpec {
-            api: job.target.api,
-            base_url: job.target.base_url.clone(),
-            model: job.model.clone(),
-            messages: job.prompt.messages.clone(),
-            max_tokens: job.prompt.max_tokens,
-            include_usage: job.target.include_usage,
-            headers: job.target.headers.clone(),
-            extra_body: job.target.extra_body.clone(),
-            api_key: job.target.api_key.clone(),
-            auth: job.target.auth,
-            query: job.target.query.clone(),
-            nonce: job.prompt.nonce,
-            expect: job.prompt.expect.clone(),
-            timeouts: job.timeouts,
-            client: ClientOptions {
-                proxy: job.target.proxy.clone(),
-                tls: job.target.tls.clone(),
-                connection: job.target.connection,
-            },
-        }
-    }
-
-    /// The full endpoint URL: `base_url` + the protocol's path + the query parameters.
-    pub fn url(&self) -> String {
-        let mut url = format!("{}{}", self.base_url, self.api.path());
-        if !self.query.is_empty()
-            && let Ok(mut u) = reqwest::Url::parse(&url)
-        {
-            u.query_pairs_mut().extend_pairs(self.query.iter());
-            url = u.to_string();
-        }
-        url
-    }
-
-    /// The proxy this spec's requests go through, credentials removed; `None` when direct.
-    pub fn proxy(&self) -> Option<String> {
-        match &self.client.proxy {
-            ProxySetting::Environment => effective_proxy(&self.url()),
-            ProxySetting::Disabled => None,
-            ProxySetting::Url(u) => Some(redact_userinfo(u)),
-        }
-    }
-}
-
-/// A fresh nonce: 16 hex digits from the standard library's randomly seeded hasher.
-fn nonce() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(Instant::now().elapsed().as_nanos());
-    format!("{:016x}", h.finish())
-}
-
-fn with_nonce(messages: &[Message]) -> Vec<Message> {
-    let mut out = messages.to_vec();
-    if let Some(m) = out.iter_mut().rev().find(|m| m.role == "user") {
-        m.content = format!("[{}] {}", nonce(), m.content);
-    }
-    out
-}
-
-/// Errors building a [`Prober`].
-pub type ProbeError = TransportError;
-
-/// A prober: an instrumented HTTP client (identity encoding, no redirects; by default no pooled
-/// connections, so TTFT includes what a cold user sees). Run one probe at a time per prober when
-/// connection phases matter (the scheduler does).
-#[derive(Debug, Clone)]
-pub struct Prober {
-    transport: Transport,
-}
-
-impl Prober {
-    /// A prober for `spec`: its client settings, connection set-up bounded by `timeouts.connect`.
-    ///
-    /// # Errors
-    /// [`TransportError`] when the CA file, proxy URL or TLS settings are unusable.
-    pub fn new(spec: &ProbeSpec) -> Result<Self, ProbeError> {
-        Ok(Prober {
-            transport: Transport::new(&spec.client, spec.timeouts.connect)?,
-        })
-    }
-
-    /// Runs one probe. Never panics on network data; every failure is an `error_type`.
-    pub async fn run(&self, spec: &ProbeSpec) -> ProbeResult {
-        let url = spec.url();
-        let proxy = spec.proxy();
-        let key = match spec.api_key.as_ref().map(KeySource::load).transpose() {
-            Ok(k) => k,
-            Err(msg) => {
-                let mut m = Measurement::new(Instant::now());
-                m.fail(ErrorType::Auth, m.t0(), msg);
-                return m.finish();
-            }
-        };
-        let messages = if spec.nonce {
-            with_nonce(&spec.messages)
-        } else {
-            spec.messages.clone()
-        };
-        let body = spec.api.request_body(&RequestSpec {
-            model: &spec.model,
-            messages: &messages,
-            max_tokens: spec.max_tokens,
-            include_usage: spec.include_usage,
-            extra_body: Some(&spec.extra_body),
-        });
-        let mut req = self
-            .transport
-            .client
-            .post(&url)
-            .header("content-type", "application/json")
-            .header("accept", "text/event-stream")
-            .header("accept-encoding", "identity");
-        if let Some(k) = &key {
-            req = match spec.auth {
-                AuthStyle::XApiKey => req.header("x-api-key", k.expose()),
-                AuthStyle::ApiKey => req.header("api-key", k.expose()),
-                AuthStyle::Bearer => req.bearer_auth(k.expose()),
-            };
-        }
-        if spec.api == Api::AnthropicMessages
-            && !spec
-                .headers
-                .iter()
-                .any(|(n, _)| n.eq_ignore_ascii_case("anthropic-version"))
-        {
-            req = req.header("anthropic-version", "2023-06-01");
-        }
-        for (n, v) in &spec.headers {
-            req = req.header(n, v);
-        }
-        let req = match req.body(body.to_string()).build() {
-            Ok(r) => r,
-            Err(e) => {
-                let mut m = Measurement::new(Instant::now());
-                m.fail(
-                    ErrorType::BadRequest,
-                    m.t0(),
-                    format!("cannot build the request: {e}"),
-                );
-                return m.finish();
-            }
-        };
-        self.transport.clock.reset();
-        let t0 = Instant::now();
-        let m = Measurement::new(t0);
-        let mut r = run_request(&self.transport, req, spec, m, proxy.as_deref()).await;
-        r.phases = Some(self.transport.clock.phases());
-        // A server may echo the request in its error message: never pass a secret on. Redacted
-        // whole, then cut for display, so no part of a secret survives at the cut.
-        if let Some(d) = r.error_detail.as_mut() {
-            *d = truncate(
-                &Redactor::for_spec(spec, key.as_ref()).redact(d),
-                MAX_DETAIL_CHARS,
-            );
-        }
-        r
-    }
-}
 
 /// The deadline that is due first, and which error type it means.
 fn next_deadline(m: &Measurement, t: &Timeouts, last_byte: Instant) -> (Instant, ErrorType) {
@@ -260,7 +56,7 @@ fn deadline_detail(kind: ErrorType, t: &Timeouts) -> String {
     )
 }
 
-async fn run_request(
+pub(super) async fn run_request(
     transport: &Transport,
     req: reqwest::Request,
     spec: &ProbeSpec,
@@ -479,56 +275,6 @@ impl BodyStart {
     }
 }
 
-/// Ruling 1: a 2xx body that yielded no event is an event stream only when every line is blank, a
-/// comment or an SSE field (`data`, `event`, `id`, `retry`, and llama.cpp's `error`). Otherwise it
-/// is judged whole: a JSON error object by ruling 3, an HTML page `server_error`, anything else
-/// (a whole non-streamed answer, say) `malformed`. `None` when it is an (empty) event stream.
-pub fn judge_non_stream(body: &[u8]) -> Option<(ErrorType, String)> {
-    let text = String::from_utf8_lossy(body);
-    let text = text.trim_start_matches('\u{feff}');
-    let is_sse_line = |line: &str| {
-        let name = line.split(':').next().unwrap_or("");
-        line.trim().is_empty()
-            || line.starts_with(':')
-            || (line.contains(':') && ["data", "event", "id", "retry", "error"].contains(&name))
-            || ["data", "event", "id", "retry"].contains(&line)
-    };
-    if text.split(['\n', '\r']).all(is_sse_line) {
-        return None;
-    }
-    let trimmed = text.trim_start();
-    if let Ok(v) = serde_json::from_str::<serde_json::Value>(trimmed)
-        && v.get("error").is_some_and(|e| !e.is_null())
-    {
-        let err = StreamError::from_json(&v);
-        return Some((
-            classify_error_object(&err),
-            format!(
-                "HTTP 2xx with an error object instead of an event stream: {}",
-                err.summary()
-            ),
-        ));
-    }
-    let lower = trimmed
-        .get(..trimmed.len().min(1024))
-        .unwrap_or("")
-        .to_ascii_lowercase();
-    if lower.starts_with("<!doctype html") || lower.starts_with("<html") || lower.contains("<html")
-    {
-        let title = html_title(trimmed).unwrap_or_default();
-        return Some((
-            ErrorType::ServerError,
-            format!("HTTP 2xx with an HTML page instead of an event stream {title:?}"),
-        ));
-    }
-    let what = if trimmed.starts_with('{') {
-        "a JSON body (a whole answer? does the server support \"stream\": true?)"
-    } else {
-        "a body that is not an event stream"
-    };
-    Some((ErrorType::Malformed, format!("HTTP 2xx with {what}")))
-}
-
 /// Decodes bytes into events and folds each; stops at the first `Stop`.
 fn feed_events(
     dec: &mut SseDecoder,
@@ -670,79 +416,6 @@ fn resolve_location(request_url: &str, location: &str) -> String {
     }
 }
 
-fn html_title(s: &str) -> Option<String> {
-    let lower = s.to_ascii_lowercase();
-    let a = lower.find("<title>")? + 7;
-    let b = lower[a..].find("</title>")? + a;
-    s.get(a..b).map(|t| t.trim().to_owned())
-}
-
-/// Classifies a failure before any response: connect timeout, TLS (the handshake had started),
-/// proxy, or connect.
-fn classify_transport(
-    e: &reqwest::Error,
-    proxy: Option<&str>,
-    tls_started: bool,
-) -> (ErrorType, String) {
-    let chain = error_chain(e);
-    let lower = chain.to_ascii_lowercase();
-    let kind = if e.is_timeout() && e.is_connect() {
-        ErrorType::TimeoutConnect
-    } else if not_http(e) {
-        // The target answered, but not in HTTP (no status line, a head too large, too many
-        // headers): that is its answer's fault, not the network's.
-        ErrorType::Malformed
-    } else if e.is_connect() && tls_started {
-        // The TCP connection (and any proxy tunnel) was up: the handshake failed.
-        ErrorType::Tls
-    } else if lower.contains("tunnel") || (proxy.is_some() && e.is_connect()) {
-        ErrorType::Proxy
-    } else if lower.contains("certificate")
-        || lower.contains("tls")
-        || lower.contains("handshake")
-        || lower.contains("invalid peer")
-    {
-        ErrorType::Tls
-    } else {
-        ErrorType::Connect
-    };
-    let detail = match (kind, proxy) {
-        (ErrorType::Proxy, Some(p)) => format!("via proxy {p}: {chain}"),
-        _ => chain,
-    };
-    (kind, detail)
-}
-
-/// True when the HTTP client could not parse the response head (hyper's parse errors).
-fn not_http(e: &reqwest::Error) -> bool {
-    let mut src = e.source();
-    while let Some(c) = src {
-        if let Some(h) = c.downcast_ref::<hyper::Error>() {
-            return h.is_parse() || h.is_parse_too_large() || h.is_parse_status();
-        }
-        src = c.source();
-    }
-    false
-}
-
-/// `e: cause: cause`, with the request URL shown by [`redact_url`].
-fn error_chain(e: &reqwest::Error) -> String {
-    let mut s = e.to_string();
-    if let Some(u) = e.url() {
-        s = s.replace(u.as_str(), &redact_url(u.as_str()));
-    }
-    let mut src = e.source();
-    while let Some(c) = src {
-        let c_s = c.to_string();
-        if !s.contains(&c_s) {
-            s.push_str(": ");
-            s.push_str(&c_s);
-        }
-        src = c.source();
-    }
-    s
-}
-
 /// Streaming decompression of a `Content-Encoding` the server used although we asked for identity.
 enum Inflater {
     Identity,
@@ -806,53 +479,6 @@ mod tests {
             ..t
         };
         assert_eq!(next_deadline(&m, &t2, t0).1, ErrorType::TimeoutTotal);
-    }
-
-    #[test]
-    fn html_titles_and_userinfo() {
-        assert_eq!(
-            html_title("<html><TITLE> Oops </title>").as_deref(),
-            Some("Oops")
-        );
-        assert_eq!(html_title("no title"), None);
-    }
-
-    /// Ruling 1: a 2xx body that yielded no event is judged whole unless it is an event stream.
-    #[test]
-    fn bodies_that_are_not_event_streams_are_judged_whole() {
-        let kind = |b: &[u8]| judge_non_stream(b).map(|(k, _)| k);
-        // Event streams that yielded nothing: empty_response is decided by the fold.
-        for sse in [
-            &b""[..],
-            b"\n\n",
-            b": keep-alive\r\n\r\n",
-            b"event: ping\nid: 3\nretry: 100\n\n",
-            b"data:\n\n",
-            b"\xEF\xBB\xBF: bom then comment\n",
-        ] {
-            assert_eq!(kind(sse), None, "{:?}", String::from_utf8_lossy(sse));
-        }
-        assert_eq!(
-            kind(br#"{"type":"error","error":{"type":"invalid_request_error","message":"x"}}"#),
-            Some(ErrorType::BadRequest)
-        );
-        assert_eq!(
-            kind(b"{\"error\":{\"code\":\"429\",\"message\":\"slow down\"}}\n"),
-            Some(ErrorType::RateLimited)
-        );
-        assert_eq!(
-            kind(b"<!DOCTYPE html><html><title>502 Bad Gateway</title></html>"),
-            Some(ErrorType::ServerError)
-        );
-        assert_eq!(
-            kind(br#"{"id":"resp_1","object":"response","status":"completed"}"#),
-            Some(ErrorType::Malformed)
-        );
-        assert_eq!(kind(b"OK\n"), Some(ErrorType::Malformed));
-        assert_eq!(
-            kind(br#"{"error":null,"choices":[]}"#),
-            Some(ErrorType::Malformed)
-        );
     }
 
     #[test]

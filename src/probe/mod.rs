@@ -1,0 +1,172 @@
+//! One probe: send exactly one streaming request and fold what arrives into a [`ProbeResult`].
+//!
+//! This is the thin async I/O around the pure cores: [`crate::sse::SseDecoder`] (bytes to events),
+//! [`crate::protocol`] (event meaning), [`crate::measure::Measurement`] (the fold) and
+//! [`crate::outcome`] (the classification rules). [`request`] builds the one HTTP request;
+//! [`read`] reads the answer, timestamping bytes with `Instant::now()` in the same task that reads
+//! them and decoding them right there, with no channel between arrival and timestamp. Deadlines
+//! follow docs/measurement.md: `connect` (connection set-up), `first_token` (from `t0`), `idle` (no
+//! bytes after the first token) and `total`. No retries, no redirects, no reconnects: one probe is
+//! one request.
+
+mod read;
+mod request;
+
+pub use read::{MAX_BODY_BYTES, check_expect};
+
+use crate::config::{AuthStyle, Expect, Job, KeySource, ProxySetting, Timeouts};
+use crate::measure::{Measurement, ProbeResult};
+use crate::outcome::ErrorType;
+use crate::protocol::{Api, Message, truncate};
+use crate::redact::{Redactor, effective_proxy, redact_userinfo};
+use crate::transport::{ClientOptions, Transport, TransportError};
+use std::time::Instant;
+
+/// How much of a failure's detail (status, the server's message, ...) is shown (characters).
+pub const MAX_DETAIL_CHARS: usize = 640;
+
+/// Everything one probe needs; built from a [`Job`] or from `probe` command-line flags.
+#[derive(Debug, Clone)]
+pub struct ProbeSpec {
+    /// Protocol.
+    pub api: Api,
+    /// Base URL without trailing slash; the protocol's path is appended.
+    pub base_url: String,
+    /// Model name sent.
+    pub model: String,
+    /// The conversation.
+    pub messages: Vec<Message>,
+    /// Output cap.
+    pub max_tokens: Option<u32>,
+    /// Ask for usage in the stream.
+    pub include_usage: bool,
+    /// Extra headers.
+    pub headers: Vec<(String, String)>,
+    /// Extra body fields.
+    pub extra_body: serde_json::Map<String, serde_json::Value>,
+    /// API key source.
+    pub api_key: Option<KeySource>,
+    /// The header carrying the key.
+    pub auth: AuthStyle,
+    /// Query parameters added to the URL.
+    pub query: Vec<(String, String)>,
+    /// Prepend a fresh nonce to the last user message.
+    pub nonce: bool,
+    /// Content check.
+    pub expect: Option<Expect>,
+    /// Deadlines.
+    pub timeouts: Timeouts,
+    /// Client settings (proxy, TLS, connection reuse; connect deadline from `timeouts`).
+    pub client: ClientOptions,
+}
+
+impl ProbeSpec {
+    /// The spec of a configured job.
+    pub fn from_job(job: &Job) -> Self {
+        ProbeSpec {
+            api: job.target.api,
+            base_url: job.target.base_url.clone(),
+            model: job.model.clone(),
+            messages: job.prompt.messages.clone(),
+            max_tokens: job.prompt.max_tokens,
+            include_usage: job.target.include_usage,
+            headers: job.target.headers.clone(),
+            extra_body: job.target.extra_body.clone(),
+            api_key: job.target.api_key.clone(),
+            auth: job.target.auth,
+            query: job.target.query.clone(),
+            nonce: job.prompt.nonce,
+            expect: job.prompt.expect.clone(),
+            timeouts: job.timeouts,
+            client: ClientOptions {
+                proxy: job.target.proxy.clone(),
+                tls: job.target.tls.clone(),
+                connection: job.target.connection,
+            },
+        }
+    }
+
+    /// The full endpoint URL: `base_url` + the protocol's path + the query parameters.
+    pub fn url(&self) -> String {
+        let mut url = format!("{}{}", self.base_url, self.api.path());
+        if !self.query.is_empty()
+            && let Ok(mut u) = reqwest::Url::parse(&url)
+        {
+            u.query_pairs_mut().extend_pairs(self.query.iter());
+            url = u.to_string();
+        }
+        url
+    }
+
+    /// The proxy this spec's requests go through, credentials removed; `None` when direct.
+    pub fn proxy(&self) -> Option<String> {
+        match &self.client.proxy {
+            ProxySetting::Environment => effective_proxy(&self.url()),
+            ProxySetting::Disabled => None,
+            ProxySetting::Url(u) => Some(redact_userinfo(u)),
+        }
+    }
+}
+
+/// Errors building a [`Prober`].
+pub type ProbeError = TransportError;
+
+/// A prober: an instrumented HTTP client (identity encoding, no redirects; by default no pooled
+/// connections, so TTFT includes what a cold user sees). Run one probe at a time per prober when
+/// connection phases matter (the scheduler does).
+#[derive(Debug, Clone)]
+pub struct Prober {
+    transport: Transport,
+}
+
+impl Prober {
+    /// A prober for `spec`: its client settings, connection set-up bounded by `timeouts.connect`.
+    ///
+    /// # Errors
+    /// [`TransportError`] when the CA file, proxy URL or TLS settings are unusable.
+    pub fn new(spec: &ProbeSpec) -> Result<Self, ProbeError> {
+        Ok(Prober {
+            transport: Transport::new(&spec.client, spec.timeouts.connect)?,
+        })
+    }
+
+    /// Runs one probe. Never panics on network data; every failure is an `error_type`.
+    pub async fn run(&self, spec: &ProbeSpec) -> ProbeResult {
+        let url = spec.url();
+        let proxy = spec.proxy();
+        let key = match spec.api_key.as_ref().map(KeySource::load).transpose() {
+            Ok(k) => k,
+            Err(msg) => {
+                let mut m = Measurement::new(Instant::now());
+                m.fail(ErrorType::Auth, m.t0(), msg);
+                return m.finish();
+            }
+        };
+        let req = match request::build(&self.transport.client, spec, &url, key.as_ref()) {
+            Ok(r) => r,
+            Err(e) => {
+                let mut m = Measurement::new(Instant::now());
+                m.fail(
+                    ErrorType::BadRequest,
+                    m.t0(),
+                    format!("cannot build the request: {e}"),
+                );
+                return m.finish();
+            }
+        };
+        self.transport.clock.reset();
+        let t0 = Instant::now();
+        let m = Measurement::new(t0);
+        let mut r = read::run_request(&self.transport, req, spec, m, proxy.as_deref()).await;
+        r.phases = Some(self.transport.clock.phases());
+        // A server may echo the request in its error message: never pass a secret on. Redacted
+        // whole, then cut for display, so no part of a secret survives at the cut.
+        if let Some(d) = r.error_detail.as_mut() {
+            *d = truncate(
+                &Redactor::for_spec(spec, key.as_ref()).redact(d),
+                MAX_DETAIL_CHARS,
+            );
+        }
+        r
+    }
+}

@@ -1,0 +1,71 @@
+//! The one HTTP request of a probe: endpoint URL, headers (the key in its protocol's header only),
+//! an optional nonce, and the protocol's JSON body (docs/measurement.md, "What requests look like").
+
+use super::ProbeSpec;
+use crate::config::{AuthStyle, Secret};
+use crate::protocol::{Api, Message, RequestSpec};
+use std::time::Instant;
+
+/// A fresh nonce: 16 hex digits from the standard library's randomly seeded hasher.
+fn nonce() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(Instant::now().elapsed().as_nanos());
+    format!("{:016x}", h.finish())
+}
+
+fn with_nonce(messages: &[Message]) -> Vec<Message> {
+    let mut out = messages.to_vec();
+    if let Some(m) = out.iter_mut().rev().find(|m| m.role == "user") {
+        m.content = format!("[{}] {}", nonce(), m.content);
+    }
+    out
+}
+
+/// Builds the request of one probe of `spec` to `url` with `key`.
+///
+/// # Errors
+/// The HTTP client's error when a header or the URL cannot be used.
+pub(super) fn build(
+    client: &reqwest::Client,
+    spec: &ProbeSpec,
+    url: &str,
+    key: Option<&Secret>,
+) -> Result<reqwest::Request, reqwest::Error> {
+    let messages = if spec.nonce {
+        with_nonce(&spec.messages)
+    } else {
+        spec.messages.clone()
+    };
+    let body = spec.api.request_body(&RequestSpec {
+        model: &spec.model,
+        messages: &messages,
+        max_tokens: spec.max_tokens,
+        include_usage: spec.include_usage,
+        extra_body: Some(&spec.extra_body),
+    });
+    let mut req = client
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "text/event-stream")
+        .header("accept-encoding", "identity");
+    if let Some(k) = key {
+        req = match spec.auth {
+            AuthStyle::XApiKey => req.header("x-api-key", k.expose()),
+            AuthStyle::ApiKey => req.header("api-key", k.expose()),
+            AuthStyle::Bearer => req.bearer_auth(k.expose()),
+        };
+    }
+    if spec.api == Api::AnthropicMessages
+        && !spec
+            .headers
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case("anthropic-version"))
+    {
+        req = req.header("anthropic-version", "2023-06-01");
+    }
+    for (n, v) in &spec.headers {
+        req = req.header(n, v);
+    }
+    req.body(body.to_string()).build()
+}
