@@ -1131,7 +1131,7 @@ fn sets_body_key(api: Api, key: &str) -> bool {
             content: "u".into(),
         },
     ];
-    let body = api.request_body(&crate::protocol::RequestSpec {
+    let body = api.request_body(&crate::protocol::BodyParams {
         model: "m",
         messages: &messages,
         max_tokens: Some(1),

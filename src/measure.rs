@@ -126,7 +126,8 @@ pub struct Measurement {
     first_output: Option<Instant>,
     usage_output: Option<u64>,
     usage_input: Option<u64>,
-    finish: bool,
+    /// A finish reason was seen (a proper end, with or without the end marker).
+    finish_reason: bool,
     terminal_at: Option<Instant>,
     eof_at: Option<Instant>,
     failure: Option<Failure>,
@@ -156,7 +157,7 @@ impl Measurement {
             first_output: None,
             usage_output: None,
             usage_input: None,
-            finish: false,
+            finish_reason: false,
             terminal_at: None,
             eof_at: None,
             failure: None,
@@ -286,7 +287,7 @@ impl Measurement {
         if m.server_timings.is_some() {
             self.server_timings = m.server_timings;
         }
-        self.finish |= m.finish;
+        self.finish_reason |= m.finish;
         if m.terminal {
             self.terminal_at = Some(t);
             return Step::Stop;
@@ -301,7 +302,7 @@ impl Measurement {
 
     /// True when the stream has ended properly so far (finish reason or terminal marker).
     pub fn proper_end(&self) -> bool {
-        self.finish || self.terminal_at.is_some()
+        self.finish_reason || self.terminal_at.is_some()
     }
 
     /// Visible answer text received so far.

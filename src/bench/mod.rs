@@ -15,18 +15,18 @@
 //!
 //! [`ProbeResult`]: crate::measure::ProbeResult
 
+pub mod criteria;
 pub mod plot;
 pub mod report;
 pub mod runner;
 pub mod select;
-pub mod spec;
 pub mod stats;
 
 use crate::config::{Config, ConfigError, Job};
 use crate::probe::{ProbeError, ProbeSpec};
+use criteria::{Criteria, CriteriaError, parse_ratio, parse_weights};
 use report::{LoadMode, ModelReport, Report};
 use runner::{Amount, Arrival, Progress, Runner};
-use spec::{Criteria, SpecError, parse_ratio, parse_weights};
 use stats::{LevelKey, LevelStats};
 use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
@@ -38,7 +38,7 @@ use std::time::Duration;
 pub enum BenchError {
     /// A flag or the bench file is invalid.
     #[error(transparent)]
-    Spec(#[from] SpecError),
+    Spec(#[from] CriteriaError),
     /// Flags that do not fit together, or a target/model/prompt the config does not have.
     #[error("{0}")]
     Usage(String),
@@ -194,8 +194,8 @@ fn format_of(p: &Path) -> Option<Format> {
 /// file's weights, knee rule, tolerances and selection level).
 ///
 /// # Errors
-/// [`SpecError`] for an unreadable or invalid file or flag.
-pub fn criteria(a: &BenchArgs) -> Result<Criteria, SpecError> {
+/// [`CriteriaError`] for an unreadable or invalid file or flag.
+pub fn criteria(a: &BenchArgs) -> Result<Criteria, CriteriaError> {
     let mut c = match &a.bench_file {
         Some(p) => Criteria::load_file(p)?,
         None => Criteria::default(),
@@ -210,7 +210,7 @@ pub fn criteria(a: &BenchArgs) -> Result<Criteria, SpecError> {
         }
     }
     for s in &a.slos {
-        let slo: spec::Slo = s.parse()?;
+        let slo: criteria::Slo = s.parse()?;
         c.slos.retain(|o| o.base != slo.base);
         c.slos.push(slo);
     }
@@ -673,7 +673,7 @@ pub async fn run(a: BenchArgs) -> Result<ExitCode, BenchError> {
 fn level_line(label: &str, l: &LevelStats) -> String {
     let f = |s: &Option<stats::Summary>, g: fn(&stats::Summary) -> f64| {
         s.as_ref()
-            .map_or_else(|| "-".to_owned(), |s| spec::fmt_secs(g(s)))
+            .map_or_else(|| "-".to_owned(), |s| criteria::fmt_secs(g(s)))
     };
     format!(
         "  {label}: {} requests, {:.2}% errors, TTFT p50 {} p95 {}, TPOT p50 {}, {:.1} tok/s, {:.2} req/s, lag p99 {}, loop lag p99 {}{}",
@@ -687,7 +687,7 @@ fn level_line(label: &str, l: &LevelStats) -> String {
         f(&l.lag_s, |s| s.p99),
         f(&l.loop_lag_s, |s| s.p99),
         l.ramp_s
-            .map_or_else(String::new, |r| format!(", ramp {}", spec::fmt_secs(r))),
+            .map_or_else(String::new, |r| format!(", ramp {}", criteria::fmt_secs(r))),
     )
 }
 

@@ -7,8 +7,8 @@
 //! font is needed at build or run time (a PNG would need an embedded font and an image encoder;
 //! convert the SVG instead, e.g. `rsvg-convert`).
 
+use super::criteria::{Base, Criteria};
 use super::report::Report;
-use super::spec::{Base, Criteria};
 use plotters::coord::ranged1d::{AsRangedCoord, Ranged, ValueFormatter};
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;

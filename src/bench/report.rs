@@ -2,8 +2,8 @@
 //! paste into docs), CSV (one row per model and level) and JSON (everything; the input of
 //! `--baseline`).
 
+use super::criteria::{KneeRule, fmt_secs};
 use super::select::{Comparison, Knee, Selection};
-use super::spec::{KneeRule, fmt_secs};
 use super::stats::{LevelStats, Summary};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
@@ -269,7 +269,7 @@ fn render_notes(r: &Report, md: bool) -> String {
 
 fn fmt_value(metric: &str, v: f64) -> String {
     metric
-        .parse::<super::spec::Metric>()
+        .parse::<super::criteria::Metric>()
         .map_or_else(|_| format!("{v}"), |m| m.format(v))
 }
 
@@ -462,8 +462,8 @@ pub fn render_json(r: &Report) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::bench::criteria::Criteria;
     use crate::bench::select::{compare, find_knee, select};
-    use crate::bench::spec::Criteria;
     use crate::bench::stats::{LevelKey, Sample};
 
     fn samples(n: usize, ttft: f64, tokens: u64, itl: f64, err_every: usize) -> Vec<Sample> {

@@ -1,8 +1,8 @@
 //! Judging results (pure): the knee of a sweep, selection by hard limits and a weighted score,
 //! and regressions against a baseline run.
 
+use super::criteria::{Base, Criteria, KneeRule, Metric};
 use super::report::ModelReport;
-use super::spec::{Base, Criteria, KneeRule, Metric};
 use super::stats::{LevelKey, LevelStats};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -367,7 +367,7 @@ mod tests {
         ];
         let c = Criteria {
             limits: vec!["error_rate<1%".parse().unwrap()],
-            weights: crate::bench::spec::parse_weights("ttft=0.5,agg_tps=0.5").unwrap(),
+            weights: crate::bench::criteria::parse_weights("ttft=0.5,agg_tps=0.5").unwrap(),
             ..Criteria::default()
         };
         let s = select(&models, &c);

@@ -4,7 +4,7 @@
 //! sorted values are interpolated linearly between the two closest ranks (numpy's default,
 //! Hyndman & Fan type 7), so p50 of `[1, 2, 3, 4]` is 2.5 and the p100 is the maximum.
 
-use super::spec::Slo;
+use super::criteria::Slo;
 use crate::measure::ProbeResult;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

@@ -3,7 +3,7 @@
 
 use super::ProbeSpec;
 use crate::config::{AuthStyle, Secret};
-use crate::protocol::{Api, Message, RequestSpec};
+use crate::protocol::{Api, BodyParams, Message};
 use std::time::Instant;
 
 /// A fresh nonce: 16 hex digits from the standard library's randomly seeded hasher.
@@ -37,7 +37,7 @@ pub(super) fn build(
     } else {
         spec.messages.clone()
     };
-    let body = spec.api.request_body(&RequestSpec {
+    let body = spec.api.request_body(&BodyParams {
         model: &spec.model,
         messages: &messages,
         max_tokens: spec.max_tokens,

@@ -4,7 +4,7 @@
 //! Source: Anthropic docs, "Messages streaming" (event flow, cumulative usage in `message_delta`,
 //! error events) and "Errors" (error types and their HTTP statuses).
 
-use super::{EventMeaning, Malformed, RequestSpec, StreamError, json_object, non_empty_str};
+use super::{BodyParams, EventMeaning, Malformed, StreamError, json_object, non_empty_str};
 use crate::sse::SseEvent;
 use serde_json::{Map, Value, json};
 
@@ -65,7 +65,7 @@ pub(super) fn messages(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
 }
 
 /// Request body: system messages go to the top-level `system` field; `max_tokens` is required.
-pub(super) fn body(req: &RequestSpec<'_>) -> Value {
+pub(super) fn body(req: &BodyParams<'_>) -> Value {
     let system: Vec<&str> = req
         .messages
         .iter()
@@ -166,7 +166,7 @@ mod tests {
                 content: "hi".into(),
             },
         ];
-        let b = body(&RequestSpec {
+        let b = body(&BodyParams {
             model: "c",
             messages: &msgs,
             max_tokens: None,

@@ -77,7 +77,7 @@ impl Api {
     }
 
     /// Builds the JSON request body for a streaming request (docs/measurement.md, "Requests").
-    pub fn request_body(self, req: &RequestSpec<'_>) -> Value {
+    pub fn request_body(self, req: &BodyParams<'_>) -> Value {
         match self {
             Api::OpenaiChat => openai::chat_body(req),
             Api::OpenaiCompletions => openai::completions_body(req),
@@ -105,7 +105,7 @@ pub struct Message {
 
 /// What to ask for, independent of protocol.
 #[derive(Debug, Clone)]
-pub struct RequestSpec<'a> {
+pub struct BodyParams<'a> {
     /// Model name sent to the server.
     pub model: &'a str,
     /// The conversation.

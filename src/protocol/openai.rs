@@ -4,7 +4,7 @@
 //! Responses streaming events) and docs/measurement.md's token-bearing rules.
 
 use super::{
-    EventMeaning, Malformed, RequestSpec, ServerTimings, StreamError, json_object, non_empty_str,
+    BodyParams, EventMeaning, Malformed, ServerTimings, StreamError, json_object, non_empty_str,
     usage_at,
 };
 use crate::sse::SseEvent;
@@ -183,7 +183,7 @@ pub(super) fn responses(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
     Ok(m)
 }
 
-fn merge_extra(mut body: Value, req: &RequestSpec<'_>) -> Value {
+fn merge_extra(mut body: Value, req: &BodyParams<'_>) -> Value {
     if let (Some(extra), Some(obj)) = (req.extra_body, body.as_object_mut()) {
         for (k, v) in extra {
             obj.insert(k.clone(), v.clone());
@@ -192,7 +192,7 @@ fn merge_extra(mut body: Value, req: &RequestSpec<'_>) -> Value {
     body
 }
 
-fn stream_fields(body: &mut Map<String, Value>, req: &RequestSpec<'_>) {
+fn stream_fields(body: &mut Map<String, Value>, req: &BodyParams<'_>) {
     body.insert("stream".into(), Value::Bool(true));
     if req.include_usage {
         body.insert("stream_options".into(), json!({"include_usage": true}));
@@ -202,7 +202,7 @@ fn stream_fields(body: &mut Map<String, Value>, req: &RequestSpec<'_>) {
     }
 }
 
-pub(super) fn chat_body(req: &RequestSpec<'_>) -> Value {
+pub(super) fn chat_body(req: &BodyParams<'_>) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), json!(req.model));
     body.insert("messages".into(), json!(req.messages));
@@ -210,7 +210,7 @@ pub(super) fn chat_body(req: &RequestSpec<'_>) -> Value {
     merge_extra(Value::Object(body), req)
 }
 
-pub(super) fn completions_body(req: &RequestSpec<'_>) -> Value {
+pub(super) fn completions_body(req: &BodyParams<'_>) -> Value {
     let prompt: Vec<&str> = req.messages.iter().map(|m| m.content.as_str()).collect();
     let mut body = Map::new();
     body.insert("model".into(), json!(req.model));
@@ -219,7 +219,7 @@ pub(super) fn completions_body(req: &RequestSpec<'_>) -> Value {
     merge_extra(Value::Object(body), req)
 }
 
-pub(super) fn responses_body(req: &RequestSpec<'_>) -> Value {
+pub(super) fn responses_body(req: &BodyParams<'_>) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), json!(req.model));
     body.insert("input".into(), json!(req.messages));
@@ -352,7 +352,7 @@ mod tests {
         }];
         let mut extra = Map::new();
         extra.insert("temperature".into(), json!(0));
-        let req = RequestSpec {
+        let req = BodyParams {
             model: "m",
             messages: &msgs,
             max_tokens: Some(8),

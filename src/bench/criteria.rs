@@ -16,7 +16,7 @@ use std::str::FromStr;
 
 /// A problem with a bench flag or the bench file.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SpecError {
+pub enum CriteriaError {
     /// A flag value could not be parsed.
     #[error("{0}")]
     Invalid(String),
@@ -38,8 +38,8 @@ pub enum SpecError {
     },
 }
 
-fn invalid(s: impl Into<String>) -> SpecError {
-    SpecError::Invalid(s.into())
+fn invalid(s: impl Into<String>) -> CriteriaError {
+    CriteriaError::Invalid(s.into())
 }
 
 /// What a metric is about.
@@ -181,9 +181,9 @@ pub struct Metric {
 }
 
 impl FromStr for Metric {
-    type Err = SpecError;
+    type Err = CriteriaError;
 
-    fn from_str(s: &str) -> Result<Self, SpecError> {
+    fn from_str(s: &str) -> Result<Self, CriteriaError> {
         let s = s.trim().to_ascii_lowercase();
         if let Some(base) = Base::from_name(&s) {
             return Ok(Metric {
@@ -260,7 +260,7 @@ impl Metric {
 
     /// Parses a threshold for this metric: a duration (`2s`, `50ms`, or bare seconds) for time
     /// metrics, a ratio (`1%` or `0.01`) for `error_rate`, a number otherwise.
-    pub fn parse_value(&self, s: &str) -> Result<f64, SpecError> {
+    pub fn parse_value(&self, s: &str) -> Result<f64, CriteriaError> {
         let s = s.trim();
         if self.base.is_time() {
             parse_seconds(s)
@@ -285,7 +285,7 @@ pub fn fmt_secs(v: f64) -> String {
 }
 
 /// Seconds from `2s`, `50ms`, `1m30s` (humantime) or a bare number of seconds.
-pub fn parse_seconds(s: &str) -> Result<f64, SpecError> {
+pub fn parse_seconds(s: &str) -> Result<f64, CriteriaError> {
     let s = s.trim();
     if let Ok(v) = s.parse::<f64>()
         && v.is_finite()
@@ -299,7 +299,7 @@ pub fn parse_seconds(s: &str) -> Result<f64, SpecError> {
 }
 
 /// A ratio from `10%` or `0.1`.
-pub fn parse_ratio(s: &str) -> Result<f64, SpecError> {
+pub fn parse_ratio(s: &str) -> Result<f64, CriteriaError> {
     let s = s.trim();
     let (num, scale) = match s.strip_suffix('%') {
         Some(n) => (n.trim(), 0.01),
@@ -357,9 +357,9 @@ pub struct Limit {
 }
 
 impl FromStr for Limit {
-    type Err = SpecError;
+    type Err = CriteriaError;
 
-    fn from_str(s: &str) -> Result<Self, SpecError> {
+    fn from_str(s: &str) -> Result<Self, CriteriaError> {
         let i = s.find(['<', '>']).ok_or_else(|| {
             invalid(format!(
                 "limit {s:?}: expected METRIC<VALUE or METRIC>VALUE"
@@ -377,7 +377,7 @@ impl FromStr for Limit {
         };
         let metric: Metric = name
             .parse()
-            .map_err(|e: SpecError| invalid(format!("limit {s:?}: {e}")))?;
+            .map_err(|e: CriteriaError| invalid(format!("limit {s:?}: {e}")))?;
         let value = metric
             .parse_value(value)
             .map_err(|e| invalid(format!("limit {s:?}: {e}")))?;
@@ -413,7 +413,7 @@ impl Limit {
 }
 
 /// Parses `ttft=0.5,tps=0.3` (one or more `METRIC=WEIGHT`).
-pub fn parse_weights(s: &str) -> Result<Vec<(Metric, f64)>, SpecError> {
+pub fn parse_weights(s: &str) -> Result<Vec<(Metric, f64)>, CriteriaError> {
     let mut out = Vec::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (m, w) = part
@@ -442,9 +442,9 @@ pub struct Slo {
 }
 
 impl FromStr for Slo {
-    type Err = SpecError;
+    type Err = CriteriaError;
 
-    fn from_str(s: &str) -> Result<Self, SpecError> {
+    fn from_str(s: &str) -> Result<Self, CriteriaError> {
         let (name, v) = s
             .split_once('=')
             .ok_or_else(|| invalid(format!("slo {s:?}: expected METRIC=VALUE, e.g. ttft=2s")))?;
@@ -606,16 +606,16 @@ impl Criteria {
     /// Parses a bench file's text (see `docs/bench.md`), every problem listed.
     ///
     /// # Errors
-    /// [`SpecError::File`] naming the file `origin`.
-    pub fn parse_file(text: &str, origin: &str) -> Result<Criteria, SpecError> {
-        let file_err = |reason: String| SpecError::File {
+    /// [`CriteriaError::File`] naming the file `origin`.
+    pub fn parse_file(text: &str, origin: &str) -> Result<Criteria, CriteriaError> {
+        let file_err = |reason: String| CriteriaError::File {
             path: origin.to_owned(),
             reason,
         };
         let f: BenchFile = serde_saphyr::from_str(text).map_err(|e| file_err(e.to_string()))?;
         let mut c = Criteria::default();
         let mut problems = Vec::new();
-        let mut keep = |r: Result<(), SpecError>| {
+        let mut keep = |r: Result<(), CriteriaError>| {
             if let Err(e) = r {
                 problems.push(e.to_string());
             }
@@ -654,9 +654,9 @@ impl Criteria {
     /// Reads a bench file.
     ///
     /// # Errors
-    /// [`SpecError::Io`] or [`SpecError::File`].
-    pub fn load_file(path: &Path) -> Result<Criteria, SpecError> {
-        let text = std::fs::read_to_string(path).map_err(|e| SpecError::Io {
+    /// [`CriteriaError::Io`] or [`CriteriaError::File`].
+    pub fn load_file(path: &Path) -> Result<Criteria, CriteriaError> {
+        let text = std::fs::read_to_string(path).map_err(|e| CriteriaError::Io {
             path: path.display().to_string(),
             reason: e.to_string(),
         })?;
