@@ -6,10 +6,11 @@
 //!   regression and 0 without one;
 //! - open loop: constant arrivals send as many requests as the rate says, and a cap is counted;
 //! - bad invocations exit 2 before sending anything;
-//! - against llama.cpp's server with SmolLM2-135M (`tests/e2e`), a 1/2/4 sweep's JSON report
+//! - against llama.cpp's server with SmolLM2-135M (`tests/common/e2e.rs`), a 1/2/4 sweep's JSON report
 //!   parses and its TPS p50 at concurrency 1 agrees with the server's own `timings` within 5%.
 
-mod e2e;
+mod common;
+use common::e2e;
 
 use e2e::*;
 use serde_json::Value;

@@ -3,7 +3,8 @@
 //! (`TOKENPROBE_BIN` may name another build) on loopback; a listener counts the connections a
 //! rejected invocation must not make.
 
-mod e2e;
+mod common;
+use common::e2e;
 
 use e2e::{run_with_timeout, tokenprobe_bin};
 use std::net::TcpListener;

@@ -7,7 +7,8 @@
 //!     query of `grafana/` and fails if one errors or returns nothing (except its small allowlist
 //!     of metrics tokenprobe does not export yet, which it prints as such).
 
-mod e2e;
+mod common;
+use common::e2e;
 
 use e2e::*;
 use std::process::Command;

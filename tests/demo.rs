@@ -9,7 +9,8 @@
 //! - stopped while a probe is in flight, the demo stops tokenprobe first, so the probe finishes
 //!   and no `truncated` failure is logged, then the model server, and nothing is left running.
 
-mod e2e;
+mod common;
+use common::e2e;
 
 use e2e::*;
 use std::net::TcpListener;

@@ -7,7 +7,8 @@
 //!
 //! `TOKENPROBE_SKIP_E2E=1` skips it on a developer machine without the tools, never under CI.
 
-mod e2e;
+mod common;
+use common::e2e;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;

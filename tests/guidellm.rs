@@ -46,9 +46,9 @@
 //! Needs `scripts/install-fault-deps.sh` (guidellm in the project venv); fails, never
 //! skips, without it.
 
-mod e2e;
-#[allow(dead_code)]
-mod faults;
+mod common;
+use common::e2e;
+use common::faults;
 
 use e2e::{Samples, Watchdog};
 use faults::{GuidellmMock, MockTiming, Serve};

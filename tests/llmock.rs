@@ -27,9 +27,9 @@
 //! Needs `scripts/install-fault-deps.sh` (llmock in the project venv); fails, never
 //! skips, without it.
 
-mod e2e;
-#[allow(dead_code)]
-mod faults;
+mod common;
+use common::e2e;
+use common::faults;
 
 use e2e::{ERROR_TYPES, Samples, Watchdog};
 use faults::{Llmock, Serve};

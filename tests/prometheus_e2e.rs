@@ -3,7 +3,8 @@
 //! server scraping it and answering PromQL. tokenprobe probes a real llama.cpp
 //! server (scripts/llama-server.py) so the histograms hold real observations.
 
-mod e2e;
+mod common;
+use common::e2e;
 
 use e2e::*;
 use std::collections::BTreeSet;

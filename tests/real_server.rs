@@ -17,7 +17,8 @@
 //!   `llamacpp:prompt_seconds_total` (sum of prompt_ms),
 //!   `llamacpp:tokens_predicted_seconds_total` (sum of predicted_ms).
 
-mod e2e;
+mod common;
+use common::e2e;
 
 use e2e::*;
 use std::process::Command;

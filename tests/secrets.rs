@@ -9,7 +9,8 @@
 //! secret, none of its base64 or percent-encoded forms, and no 8-character piece of any of them
 //! appears anywhere.
 
-mod e2e;
+mod common;
+use common::e2e;
 
 use base64::Engine;
 use e2e::{ChildGuard, free_port, http_get, http_request, run_with_timeout, tokenprobe_bin};

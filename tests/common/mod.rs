@@ -1,10 +1,14 @@
-//! Shared test support: the stream-case parser ([`case`]) and the replay server ([`server`]).
+//! The one helper tree of the integration tests: the stream-case parser ([`case`]), the replay
+//! server ([`server`]), the end-to-end helpers ([`e2e`]: child processes, llama.cpp, `serve`, an
+//! HTTP client, a metrics reader) and the third-party mocks ([`faults`]: llmock, guidellm).
 //!
 //! Each integration test that says `mod common;` compiles this module anew and may use only part
 //! of it, hence the `dead_code` allowance.
 #![allow(dead_code)]
 
 pub mod case;
+pub mod e2e;
+pub mod faults;
 pub mod server;
 
 use std::path::{Path, PathBuf};

@@ -1,6 +1,6 @@
 //! Shared helpers for the end-to-end tests (`tests/real_server.rs`,
 //! `tests/prometheus_e2e.rs`, `tests/dashboard_queries.rs`, `tests/bench.rs`) and,
-//! through `tests/faults/mod.rs`, the fault tests (`tests/llmock.rs`,
+//! through `tests/common/faults.rs`, the fault tests (`tests/llmock.rs`,
 //! `tests/guidellm.rs`) and `tests/deploy_checks.rs`: child processes that die
 //! with the test, a llama.cpp server with a tiny model, `tokenprobe serve`, a
 //! minimal HTTP/1.1 client with timeouts, and a Prometheus text-format reader.
@@ -417,12 +417,7 @@ impl LlamaServer {
 // ------------------------------------------------------------------ tokenprobe
 
 /// The binary under test; `TOKENPROBE_BIN` overrides it (to test another build).
-pub fn tokenprobe_bin() -> PathBuf {
-    match std::env::var_os("TOKENPROBE_BIN") {
-        Some(p) if !p.is_empty() => PathBuf::from(p),
-        _ => PathBuf::from(env!("CARGO_BIN_EXE_tokenprobe")),
-    }
-}
+pub use super::tokenprobe_bin;
 
 /// A config with one target (the llama server) probing every `interval`.
 pub fn config_yaml(base_url: &str, interval: &str, max_tokens: u32) -> String {

@@ -3,12 +3,12 @@
 //! `tokenprobe probe` / `tokenprobe serve` as child processes, `/proc` readers.
 //! The generic pieces (children killed on drop, the HTTP/1.1 client, the
 //! Prometheus text-format reader, `wait_for`, the watchdog) live in
-//! `tests/e2e/mod.rs`: a test using this module also declares `mod e2e;`.
+//! `tests/common/e2e.rs`.
 //!
 //! What these tests need is installed by `scripts/install-fault-deps.sh`. A missing
 //! piece FAILS the test with that hint: these tests never skip.
 
-use crate::e2e::{
+use super::e2e::{
     ChildGuard, SIGKILL, Samples, free_port, http_request_within, json_logs, median, poll_for,
     run_with_timeout, tokenprobe_bin, tokenprobe_metrics, try_http_request_within, venv,
 };
