@@ -13,6 +13,7 @@
 //! - [`metrics`]: the Prometheus registry and what a result records.
 //! - [`scheduler`]: one task per job, no overlap, spread offsets.
 //! - [`simulate`]: a built-in OpenAI/Anthropic streaming server with timing, faults and an event log.
+//! - [`cli`]: the subcommands' flags and their conversion into validated plans.
 //! - [`bench`]: concurrency and rate sweeps, the knee, model selection, baseline regression.
 //! - [`server`]: `/metrics`, `/-/healthy`, `/-/ready`, `/-/reload`, `/`.
 //! - [`redact`]: what a secret is, and hiding it (and its derived forms) in every output.
@@ -24,6 +25,7 @@
 //! `docs/measurement.md` is the measurement contract, in the project's own words.
 
 pub mod bench;
+pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod log;

@@ -83,7 +83,7 @@ enum Cmd {
     /// Serve a simulated OpenAI-compatible and Anthropic streaming API with configured timing and faults.
     Simulate(tokenprobe::simulate::SimulateArgs),
     /// Load-test: step concurrency (or an arrival rate) up per model; find the knee, rank models, compare with a baseline.
-    Bench(Box<tokenprobe::bench::BenchArgs>),
+    Bench(Box<tokenprobe::cli::bench::BenchArgs>),
 }
 
 #[derive(clap::Args, Debug)]
@@ -234,7 +234,10 @@ fn main() -> ExitCode {
             Cmd::Probe(args) => probe(args).await,
             Cmd::CheckConfig { config_file } => check_config(&config_file),
             Cmd::Simulate(args) => tokenprobe::simulate::run(args).await,
-            Cmd::Bench(args) => tokenprobe::bench::run(*args).await.map_err(Into::into),
+            Cmd::Bench(args) => match args.plan() {
+                Ok(plan) => tokenprobe::bench::run(plan).await.map_err(Into::into),
+                Err(e) => Err(e.into()),
+            },
         }
     });
     match result {

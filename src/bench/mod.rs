@@ -4,7 +4,9 @@
 //!
 //! - [`runner`]: the load generator (closed and open loop) and its own lag.
 //! - [`stats`]: per-request samples and exact per-level statistics.
-//! - [`spec`]: metric names, limits, weights, SLOs and the `--bench.file` YAML.
+//! - [`criteria`]: metric names, limits, weights, SLOs and the `--bench.file` YAML.
+//!
+//! [`BenchPlan`] is a validated run, built from the flags by [`crate::cli::bench`].
 //! - [`select`]: the knee, selection (hard limits, weighted score) and baseline regressions.
 //! - [`report`]: the report and its terminal, Markdown, CSV and JSON renderings.
 //! - [`plot`]: the SVG plot.
@@ -24,14 +26,12 @@ pub mod stats;
 
 use crate::config::{Config, ConfigError, Job};
 use crate::probe::{ProbeError, ProbeSpec};
-use criteria::{Criteria, CriteriaError, parse_ratio, parse_weights};
+use criteria::{Criteria, CriteriaError};
 use report::{LoadMode, ModelReport, Report};
 use runner::{Amount, Arrival, Progress, Runner};
 use stats::{LevelKey, LevelStats};
-use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
 
 /// Why a bench could not run or report (all exit 2).
 #[derive(Debug, thiserror::Error)]
@@ -71,167 +71,76 @@ pub enum BenchError {
     },
 }
 
-/// Open-loop inter-arrival distribution (flag value).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ArrivalArg {
-    /// Exponential gaps (a Poisson process).
-    Poisson,
-    /// Equal gaps.
-    Constant,
-}
-
-/// Flags of `tokenprobe bench`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct BenchArgs {
-    /// The YAML config file (the same one `serve` uses).
-    #[arg(long = "config.file")]
-    pub config_file: PathBuf,
-    /// Target name in the config (default: the first target).
-    #[arg(long)]
-    pub target: Option<String>,
-    /// Models to compare, comma-separated (default: the target's models).
-    #[arg(long, value_delimiter = ',')]
-    pub models: Vec<String>,
-    /// Prompt name (default: the target's first prompt).
-    #[arg(long)]
-    pub prompt: Option<String>,
-    /// Override the prompt's max_tokens.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-    pub max_tokens: Option<u32>,
-    /// Concurrency levels, e.g. 1,5,10,20,50 (closed loop: workers; open loop: the in-flight cap).
-    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..))]
-    pub concurrency: Vec<u32>,
-    /// Measured requests per level.
-    #[arg(
-        long,
-        required_unless_present = "duration_per_level",
-        conflicts_with = "duration_per_level",
-        value_parser = clap::value_parser!(u64).range(1..)
-    )]
-    pub requests_per_level: Option<u64>,
-    /// Sending time per level (e.g. 30s); requests in flight at its end still finish.
-    #[arg(long, value_parser = humantime::parse_duration)]
-    pub duration_per_level: Option<Duration>,
-    /// Unmeasured requests before each level.
-    #[arg(long, default_value_t = 0)]
-    pub warmup: u64,
-    /// Open loop: arrival rates in requests/s, e.g. 1,2,4 (the levels; --concurrency caps in-flight, default 1000).
-    #[arg(long, value_delimiter = ',')]
-    pub rate: Vec<f64>,
-    /// Open loop: inter-arrival distribution.
-    #[arg(long, value_enum, default_value_t = ArrivalArg::Poisson)]
-    pub arrival: ArrivalArg,
-    /// Seed of the Poisson arrivals (default: from the clock; recorded in the report).
-    #[arg(long)]
-    pub seed: Option<u64>,
-    /// Hard limit a model must meet to be ranked, e.g. ttft_p95<2s, error_rate<0.01, tps_p50>30 (repeatable).
-    #[arg(long = "limit")]
-    pub limits: Vec<String>,
-    /// Score weights, e.g. ttft=0.5,tps=0.3,tpot=0.2 (repeatable; default exactly that).
-    #[arg(long = "weight")]
-    pub weights: Vec<String>,
-    /// Per-request SLO of the goodput, e.g. ttft=2s, tpot=50ms, tps=30 (repeatable).
-    #[arg(long = "slo")]
-    pub slos: Vec<String>,
-    /// YAML with limits, weights, slo, knee, tolerance, select_at (flags add to or override it).
-    #[arg(long = "bench.file")]
-    pub bench_file: Option<PathBuf>,
-    /// The level (concurrency, or rate in open loop) at which models are judged (default: the last).
-    #[arg(long)]
-    pub select_at: Option<f64>,
-    /// Knee: aggregate tokens/s grew by less than this (default 10%).
-    #[arg(long)]
-    pub knee_tps_growth: Option<String>,
-    /// Knee: while TTFT p95 grew by more than this (default 50%).
-    #[arg(long)]
-    pub knee_ttft_growth: Option<String>,
-    /// An earlier run's JSON report: exit 3 when a metric got worse beyond the tolerance.
-    #[arg(long)]
-    pub baseline: Option<PathBuf>,
-    /// Relative tolerance of the baseline comparison (default 10%).
-    #[arg(long)]
-    pub tolerance: Option<String>,
-    /// Absolute tolerance of the error rate against the baseline (default 0.01 = 1 point).
-    #[arg(long)]
-    pub tolerance_error_rate: Option<String>,
-    /// Write the report to FILE.json, FILE.csv or FILE.md (by extension; repeatable).
-    #[arg(long = "output", short = 'o')]
-    pub outputs: Vec<PathBuf>,
-    /// Include every request's sample in the JSON report.
-    #[arg(long)]
-    pub samples: bool,
-    /// Plot TTFT p95 and aggregate tokens/s against the load to FILE.svg.
-    #[arg(long)]
-    pub plot: Option<PathBuf>,
-    /// No progress bar (it is shown only when stderr is a terminal anyway).
-    #[arg(long)]
-    pub no_progress: bool,
-}
-
 /// Output formats, by extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Format {
+pub enum Format {
+    /// The JSON report (what `bench report`, `--baseline` and merges read).
     Json,
+    /// One row per model and level.
     Csv,
+    /// The Markdown table.
     Markdown,
 }
 
-fn format_of(p: &Path) -> Option<Format> {
-    match p
-        .extension()
-        .and_then(|e| e.to_str())
-        .map(str::to_ascii_lowercase)
-        .as_deref()
-    {
-        Some("json") => Some(Format::Json),
-        Some("csv") => Some(Format::Csv),
-        Some("md" | "markdown") => Some(Format::Markdown),
-        _ => None,
-    }
-}
-
-/// The criteria from the bench file and the flags (flags add limits and SLOs, and replace the
-/// file's weights, knee rule, tolerances and selection level).
-///
-/// # Errors
-/// [`CriteriaError`] for an unreadable or invalid file or flag.
-pub fn criteria(a: &BenchArgs) -> Result<Criteria, CriteriaError> {
-    let mut c = match &a.bench_file {
-        Some(p) => Criteria::load_file(p)?,
-        None => Criteria::default(),
-    };
-    for l in &a.limits {
-        c.limits.push(l.parse()?);
-    }
-    if !a.weights.is_empty() {
-        c.weights.clear();
-        for w in &a.weights {
-            c.weights.extend(parse_weights(w)?);
+impl Format {
+    /// The format a path's extension names (`.json`, `.csv`, `.md`/`.markdown`).
+    pub fn of(p: &Path) -> Option<Format> {
+        match p
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase)
+            .as_deref()
+        {
+            Some("json") => Some(Format::Json),
+            Some("csv") => Some(Format::Csv),
+            Some("md" | "markdown") => Some(Format::Markdown),
+            _ => None,
         }
     }
-    for s in &a.slos {
-        let slo: criteria::Slo = s.parse()?;
-        c.slos.retain(|o| o.base != slo.base);
-        c.slos.push(slo);
-    }
-    if let Some(g) = &a.knee_tps_growth {
-        c.knee.tps_growth = parse_ratio(g)?;
-    }
-    if let Some(g) = &a.knee_ttft_growth {
-        c.knee.ttft_growth = parse_ratio(g)?;
-    }
-    if let Some(t) = &a.tolerance {
-        c.tolerance = parse_ratio(t)?;
-    }
-    if let Some(t) = &a.tolerance_error_rate {
-        c.tolerance_error_rate = parse_ratio(t)?;
-    }
-    if a.select_at.is_some() {
-        c.select_at = a.select_at;
-    }
-    Ok(c)
 }
 
+/// A validated bench run: everything that can be wrong with the invocation was checked when this
+/// was built ([`crate::cli::bench`]), before any request is sent.
+#[derive(Debug, Clone)]
+pub struct BenchPlan {
+    /// Limits, weights, SLOs, knee rule, tolerances, selection level.
+    pub criteria: Criteria,
+    /// The job whose target and prompt are probed (its model is replaced per model).
+    pub job: Job,
+    /// The probe of one request (`max_tokens` already overridden).
+    pub spec: ProbeSpec,
+    /// Models, in order.
+    pub models: Vec<String>,
+    /// The levels (concurrency, or rate with its in-flight cap), within the fd limit.
+    pub levels: Vec<LevelKey>,
+    /// Open loop: the arrival process.
+    pub arrival: Arrival,
+    /// Open loop: the seed of the arrivals.
+    pub seed: u64,
+    /// Requests or sending time per level.
+    pub amount: Amount,
+    /// Unmeasured requests before each level.
+    pub warmup: u64,
+    /// Keep every request's sample in the report.
+    pub samples: bool,
+    /// Show the progress bar (when stderr is a terminal).
+    pub progress: bool,
+    /// Models are judged (several models, limits, weights or a bench file).
+    pub judged: bool,
+    /// The baseline report and its path.
+    pub baseline: Option<(Report, PathBuf)>,
+    /// Report files and their formats.
+    pub outputs: Vec<(PathBuf, Format)>,
+    /// The SVG plot's path.
+    pub plot: Option<PathBuf>,
+}
+
+impl BenchPlan {
+    /// Open loop (arrival rates) rather than closed loop (workers).
+    pub fn open(&self) -> bool {
+        self.levels.iter().any(|k| k.rate.is_some())
+    }
+}
 /// Highest open-loop arrival rate accepted, requests/s.
 pub const MAX_RATE: f64 = 100_000.0;
 /// Most requests one level may schedule (bounds time and memory of the arrival plan).
@@ -441,101 +350,34 @@ fn write(path: &Path, text: &str) -> Result<(), BenchError> {
 /// # Errors
 /// [`BenchError`] (exit 2) for bad flags, config, bench file or baseline, or an output that
 /// cannot be written. A regression against the baseline is `Ok(ExitCode 3)`.
-pub async fn run(a: BenchArgs) -> Result<ExitCode, BenchError> {
-    // Everything that can be wrong with the invocation fails before any request is sent.
-    let criteria = criteria(&a)?;
-    for o in &a.outputs {
-        if format_of(o).is_none() {
-            return Err(BenchError::Usage(format!(
-                "--output {}: the extension must be .json, .csv or .md",
-                o.display()
-            )));
-        }
-    }
-    if let Some(p) = &a.plot
-        && p.extension().and_then(|e| e.to_str()) != Some("svg")
-    {
-        return Err(BenchError::Usage(format!(
-            "--plot {}: only .svg is supported (convert it with e.g. rsvg-convert for a PNG)",
-            p.display()
-        )));
-    }
-    for o in a.outputs.iter().chain(a.plot.iter()) {
-        let dir = o
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        if !dir.is_dir() {
-            return Err(BenchError::Usage(format!(
-                "{}: the directory {} does not exist",
-                o.display(),
-                dir.display()
-            )));
-        }
-    }
-    if a.models.iter().any(|m| m.trim().is_empty()) {
-        return Err(BenchError::Usage("--models: empty model name".into()));
-    }
-    let baseline = a.baseline.as_deref().map(load_baseline).transpose()?;
-    let mut level_keys = levels(&a.concurrency, &a.rate)?;
-    fit_fd_limit(&mut level_keys, !a.concurrency.is_empty(), fd_limit())?;
-    check_select_at(&level_keys, criteria.select_at)?;
-    let config = Config::load(&a.config_file).map_err(|source| BenchError::Config {
-        path: a.config_file.clone(),
-        source,
-    })?;
-    let (job, models) = choose(&config, a.target.as_deref(), a.prompt.as_deref(), &a.models)?;
-    let mut spec = ProbeSpec::from_job(&job);
-    if a.max_tokens.is_some() {
-        spec.max_tokens = a.max_tokens;
-    }
-    let open = !a.rate.is_empty();
-    let arrival = match a.arrival {
-        ArrivalArg::Poisson => Arrival::Poisson,
-        ArrivalArg::Constant => Arrival::Constant,
-    };
-    let seed = a.seed.unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_nanos() as u64)
-    });
-    let amount = match (a.requests_per_level, a.duration_per_level) {
-        (Some(n), _) => Amount::Requests(n),
-        (None, Some(d)) => Amount::Duration(d),
-        (None, None) => {
-            return Err(BenchError::Usage(
-                "give --requests-per-level N or --duration-per-level D".into(),
-            ));
-        }
-    };
-    let too_many = match amount {
-        Amount::Duration(d) if d.is_zero() => {
-            return Err(BenchError::Usage(
-                "--duration-per-level must be above 0".into(),
-            ));
-        }
-        Amount::Requests(0) => {
-            return Err(BenchError::Usage(
-                "--requests-per-level must be at least 1".into(),
-            ));
-        }
-        Amount::Requests(n) => n as f64 > MAX_REQUESTS_PER_LEVEL,
-        Amount::Duration(d) => a
-            .rate
-            .iter()
-            .any(|r| r * d.as_secs_f64() > MAX_REQUESTS_PER_LEVEL),
-    };
-    if too_many {
-        return Err(BenchError::Usage(format!(
-            "a level would send more than {MAX_REQUESTS_PER_LEVEL} requests: lower --rate, --duration-per-level or --requests-per-level"
-        )));
-    }
+/// Runs a validated bench: every model at every level, then the report, its files and the plot.
+///
+/// # Errors
+/// [`BenchError`] when the prober cannot be built or an output cannot be written.
+pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
+    let BenchPlan {
+        criteria,
+        job,
+        spec,
+        models,
+        levels: level_keys,
+        arrival,
+        seed,
+        amount,
+        warmup,
+        samples,
+        progress: show,
+        judged,
+        baseline,
+        outputs,
+        plot,
+    } = plan;
+    let open = level_keys.iter().any(|k| k.rate.is_some());
     let per_level_units = match amount {
         Amount::Requests(n) => n,
         Amount::Duration(d) => d.as_secs().max(1),
     };
     let total = per_level_units * level_keys.len() as u64 * models.len() as u64;
-    let show = !a.no_progress && std::io::stderr().is_terminal();
     let progress = Progress::new(total, show);
     let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     progress.println(&format!(
@@ -559,7 +401,7 @@ pub async fn run(a: BenchArgs) -> Result<ExitCode, BenchError> {
         let mut levels_out = Vec::new();
         for (li, key) in level_keys.iter().enumerate() {
             let label = format!("{model} @ {}", key.label());
-            runner.warmup(key.concurrency, a.warmup).await?;
+            runner.warmup(key.concurrency, warmup).await?;
             let run = match key.rate {
                 None => {
                     runner
@@ -590,7 +432,7 @@ pub async fn run(a: BenchArgs) -> Result<ExitCode, BenchError> {
                 &criteria.slos,
                 run.capped,
             );
-            if a.samples {
+            if samples {
                 let mut s = run.samples;
                 s.sort_by(|x, y| x.sent_s.total_cmp(&y.sent_s));
                 stats.samples = Some(s);
@@ -606,14 +448,9 @@ pub async fn run(a: BenchArgs) -> Result<ExitCode, BenchError> {
         });
     }
     progress.finish();
-    let judged = models.len() > 1
-        || !criteria.limits.is_empty()
-        || !a.weights.is_empty()
-        || a.bench_file.is_some();
     let selection = judged.then(|| select::select(&reports, &criteria));
     let comparison = baseline
         .as_ref()
-        .zip(a.baseline.as_ref())
         .map(|(b, p)| select::compare(&reports, &b.models, &criteria, &p.display().to_string()));
     let report = Report {
         tool: "tokenprobe".into(),
@@ -628,9 +465,15 @@ pub async fn run(a: BenchArgs) -> Result<ExitCode, BenchError> {
             kind: if open { "open" } else { "closed" }.into(),
             arrival: open.then(|| arrival.as_str().to_owned()),
             seed: (open && arrival == Arrival::Poisson).then_some(seed),
-            requests_per_level: a.requests_per_level,
-            duration_per_level_s: a.duration_per_level.map(|d| d.as_secs_f64()),
-            warmup: a.warmup,
+            requests_per_level: match amount {
+                Amount::Requests(n) => Some(n),
+                Amount::Duration(_) => None,
+            },
+            duration_per_level_s: match amount {
+                Amount::Duration(d) => Some(d.as_secs_f64()),
+                Amount::Requests(_) => None,
+            },
+            warmup,
         },
         slo: criteria.slos.iter().map(ToString::to_string).collect(),
         knee_rule: criteria.knee,
@@ -639,18 +482,18 @@ pub async fn run(a: BenchArgs) -> Result<ExitCode, BenchError> {
         comparison,
     };
     print!("{}", report::render_table(&report));
-    for o in &a.outputs {
-        let text = match format_of(o) {
-            Some(Format::Json) => report::render_json(&report),
-            Some(Format::Csv) => report::render_csv(&report).map_err(|e| BenchError::Output {
+    for (o, format) in &outputs {
+        let text = match format {
+            Format::Json => report::render_json(&report),
+            Format::Csv => report::render_csv(&report).map_err(|e| BenchError::Output {
                 path: o.clone(),
                 reason: e.to_string(),
             })?,
-            _ => report::render_markdown(&report),
+            Format::Markdown => report::render_markdown(&report),
         };
         write(o, &text)?;
     }
-    if let Some(p) = &a.plot {
+    if let Some(p) = &plot {
         let lines = plot::ref_lines(&criteria);
         let svg = plot::render_svg(&report, &lines).map_err(|e| BenchError::Output {
             path: p.clone(),
@@ -733,9 +576,9 @@ mod tests {
 
     #[test]
     fn output_formats_by_extension() {
-        assert_eq!(format_of(Path::new("r.json")), Some(Format::Json));
-        assert_eq!(format_of(Path::new("r.CSV")), Some(Format::Csv));
-        assert_eq!(format_of(Path::new("r.md")), Some(Format::Markdown));
-        assert_eq!(format_of(Path::new("r.txt")), None);
+        assert_eq!(Format::of(Path::new("r.json")), Some(Format::Json));
+        assert_eq!(Format::of(Path::new("r.CSV")), Some(Format::Csv));
+        assert_eq!(Format::of(Path::new("r.md")), Some(Format::Markdown));
+        assert_eq!(Format::of(Path::new("r.txt")), None);
     }
 }
