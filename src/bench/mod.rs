@@ -5,11 +5,11 @@
 //! - [`runner`]: the load generator (closed and open loop) and its own lag.
 //! - [`stats`]: per-request samples and exact per-level statistics.
 //! - [`criteria`]: metric names, limits, weights, SLOs and the `--bench.file` YAML.
-//!
-//! [`BenchPlan`] is a validated run, built from the flags by [`crate::cli::bench`].
 //! - [`select`]: the knee, selection (hard limits, weighted score) and baseline regressions.
 //! - [`report`]: the report and its terminal, Markdown, CSV and JSON renderings.
 //! - [`plot`]: the SVG plot.
+//!
+//! [`run`] takes a [`BenchPlan`], a validated run built from the flags by [`crate::cli::bench`].
 //!
 //! Exit codes: 0 done; 2 bad usage, config, bench file or baseline, or an output that cannot be
 //! written; 3 a metric regressed against `--baseline` beyond the tolerance. `docs/bench.md` is the
