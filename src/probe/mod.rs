@@ -2,8 +2,8 @@
 //!
 //! This is the thin async I/O around the pure cores: [`crate::sse::SseDecoder`] (bytes to events),
 //! [`crate::protocol`] (event meaning), [`crate::measure::Measurement`] (the fold) and
-//! [`crate::outcome`] (the classification rules). [`request`] builds the one HTTP request;
-//! [`read`] reads the answer, timestamping bytes with `Instant::now()` in the same task that reads
+//! [`crate::outcome`] (the classification rules). `request` builds the one HTTP request;
+//! `read` reads the answer, timestamping bytes with `Instant::now()` in the same task that reads
 //! them and decoding them right there, with no channel between arrival and timestamp. Deadlines
 //! follow docs/measurement.md: `connect` (connection set-up), `first_token` (from `t0`), `idle` (no
 //! bytes after the first token) and `total`. No retries, no redirects, no reconnects: one probe is
