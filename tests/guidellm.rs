@@ -155,6 +155,10 @@ struct Outcome {
     timing: Vec<String>,
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, its checks in the order a reader follows the run"
+)]
 fn run_level(
     dir: &std::path::Path,
     mock: &mut GuidellmMock,

@@ -295,6 +295,10 @@ fn check_success(what: &str, v: &Value, p: Proto, after_finish_cut: bool) {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, its checks in the order a reader follows the run"
+)]
 fn probe_classifies_every_llmock_fault() {
     const TEST: &str = "probe_classifies_every_llmock_fault";
     let _wd = Watchdog::new(TEST, Duration::from_secs(120));
@@ -578,6 +582,10 @@ fn watch_connections(pid: u32, port: u16, d: Duration) -> usize {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, its checks in the order a reader follows the run"
+)]
 fn serve_under_fault_mix_no_panic_no_leak() {
     const TEST: &str = "serve_under_fault_mix_no_panic_no_leak";
     // Faults for 7 s (scraped at 3.5 s and 7 s), then 5 s without them.

@@ -77,6 +77,10 @@ fn hist(m: &Samples, name: &str) -> (f64, f64) {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, its checks in the order a reader follows the run"
+)]
 fn serve_against_llama_cpp_agrees_with_the_servers_own_numbers() {
     let _serial = serial();
     if !require_deps("serve_against_llama_cpp", &[]) {

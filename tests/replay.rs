@@ -412,6 +412,10 @@ async fn run_case(expect_path: &Path, bin: &Path, start_gate: &Semaphore) -> Cas
 }
 
 /// Replay one case and push every mismatch into `report.problems`. `Err` = could not even run it.
+#[expect(
+    clippy::too_many_lines,
+    reason = "every value of a case's expect file is checked here, in the file's order"
+)]
 async fn replay_case(
     expect_path: &Path,
     bin: &Path,

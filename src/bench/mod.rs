@@ -461,20 +461,7 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         api: job.target.api.to_string(),
         prompt: job.prompt.name.clone(),
         max_tokens: spec.max_tokens,
-        mode: LoadMode {
-            kind: if open { "open" } else { "closed" }.into(),
-            arrival: open.then(|| arrival.as_str().to_owned()),
-            seed: (open && arrival == Arrival::Poisson).then_some(seed),
-            requests_per_level: match amount {
-                Amount::Requests(n) => Some(n),
-                Amount::Duration(_) => None,
-            },
-            duration_per_level_s: match amount {
-                Amount::Duration(d) => Some(d.as_secs_f64()),
-                Amount::Requests(_) => None,
-            },
-            warmup,
-        },
+        mode: load_mode(open, arrival, seed, amount, warmup),
         slo: criteria.slos.iter().map(ToString::to_string).collect(),
         knee_rule: criteria.knee,
         models: reports,
@@ -482,25 +469,7 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         comparison,
     };
     print!("{}", report::render_table(&report));
-    for (o, format) in &outputs {
-        let text = match format {
-            Format::Json => report::render_json(&report),
-            Format::Csv => report::render_csv(&report).map_err(|e| BenchError::Output {
-                path: o.clone(),
-                reason: e.to_string(),
-            })?,
-            Format::Markdown => report::render_markdown(&report),
-        };
-        write(o, &text)?;
-    }
-    if let Some(p) = &plot {
-        let lines = plot::ref_lines(&criteria);
-        let svg = plot::render_svg(&report, &lines).map_err(|e| BenchError::Output {
-            path: p.clone(),
-            reason: e.to_string(),
-        })?;
-        write(p, &svg)?;
-    }
+    write_outputs(&report, &outputs, plot.as_deref(), &criteria)?;
     let regressed = report
         .comparison
         .as_ref()
@@ -510,6 +479,53 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// How the load was generated, as the report states it.
+fn load_mode(open: bool, arrival: Arrival, seed: u64, amount: Amount, warmup: u64) -> LoadMode {
+    LoadMode {
+        kind: if open { "open" } else { "closed" }.into(),
+        arrival: open.then(|| arrival.as_str().to_owned()),
+        seed: (open && arrival == Arrival::Poisson).then_some(seed),
+        requests_per_level: match amount {
+            Amount::Requests(n) => Some(n),
+            Amount::Duration(_) => None,
+        },
+        duration_per_level_s: match amount {
+            Amount::Duration(d) => Some(d.as_secs_f64()),
+            Amount::Requests(_) => None,
+        },
+        warmup,
+    }
+}
+
+/// Writes the report files and the plot.
+fn write_outputs(
+    report: &Report,
+    outputs: &[(PathBuf, Format)],
+    plot: Option<&Path>,
+    criteria: &Criteria,
+) -> Result<(), BenchError> {
+    for (o, format) in outputs {
+        let text = match format {
+            Format::Json => report::render_json(report),
+            Format::Csv => report::render_csv(report).map_err(|e| BenchError::Output {
+                path: o.clone(),
+                reason: e.to_string(),
+            })?,
+            Format::Markdown => report::render_markdown(report),
+        };
+        write(o, &text)?;
+    }
+    if let Some(p) = plot {
+        let lines = plot::ref_lines(criteria);
+        let svg = plot::render_svg(report, &lines).map_err(|e| BenchError::Output {
+            path: p.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        write(p, &svg)?;
+    }
+    Ok(())
 }
 
 /// One line per finished level on stderr.

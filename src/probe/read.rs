@@ -118,28 +118,22 @@ pub(super) async fn run_request(
     if head.header("content-type").is_none() {
         m.flag(Flag::NoContentType);
     }
-    let mut inflater = match head
-        .header("content-encoding")
-        .map(|e| e.trim().to_ascii_lowercase())
-    {
-        None => Inflater::Identity,
-        Some(e) if e.is_empty() || e == "identity" => Inflater::Identity,
-        Some(e) => {
+    let encoding = head.header("content-encoding");
+    let mut inflater = match Inflater::for_encoding(encoding) {
+        Ok(i) => i,
+        Err(other) => {
             m.flag(Flag::CompressedStream);
-            match e.as_str() {
-                "gzip" | "x-gzip" => Inflater::Gzip(flate2::write::GzDecoder::new(Vec::new())),
-                "deflate" => Inflater::Deflate(flate2::write::ZlibDecoder::new(Vec::new())),
-                other => {
-                    m.fail(
-                        ErrorType::Malformed,
-                        t_headers,
-                        format!("unsupported Content-Encoding {other:?}"),
-                    );
-                    return m.finish();
-                }
-            }
+            m.fail(
+                ErrorType::Malformed,
+                t_headers,
+                format!("unsupported Content-Encoding {other:?}"),
+            );
+            return m.finish();
         }
     };
+    if !matches!(inflater, Inflater::Identity) {
+        m.flag(Flag::CompressedStream);
+    }
     let mut resp = resp;
     let mut dec = SseDecoder::new();
     let mut last_byte = t_headers;
@@ -424,6 +418,22 @@ enum Inflater {
 }
 
 impl Inflater {
+    /// The inflater of a `Content-Encoding` (absent, empty or `identity`: none); the encoding's
+    /// name when it is not one tokenprobe can undo.
+    fn for_encoding(encoding: Option<&str>) -> Result<Self, String> {
+        let e = encoding.map(|e| e.trim().to_ascii_lowercase());
+        match e.as_deref() {
+            None | Some("" | "identity") => Ok(Inflater::Identity),
+            Some("gzip" | "x-gzip") => {
+                Ok(Inflater::Gzip(flate2::write::GzDecoder::new(Vec::new())))
+            }
+            Some("deflate") => Ok(Inflater::Deflate(flate2::write::ZlibDecoder::new(
+                Vec::new(),
+            ))),
+            Some(other) => Err(other.to_owned()),
+        }
+    }
+
     fn feed(&mut self, bytes: &[u8]) -> std::io::Result<Vec<u8>> {
         match self {
             Inflater::Identity => Ok(bytes.to_vec()),
