@@ -15,8 +15,9 @@
 //! - [`bench`]: concurrency and rate sweeps, the knee, model selection, baseline regression.
 //! - [`server`]: `/metrics`, `/-/healthy`, `/-/ready`, `/-/reload`, `/`.
 //! - [`report`]: a probe result as JSON or as a human report.
+//! - [`resources`]: the exporter's own fd budget, fd exhaustion, and web thread priority.
 //! - [`transport`]: the HTTP client, instrumented to time DNS, TCP connect and TLS.
-//! - [`web`]: TLS and basic auth for the endpoints (`--web.config.file`).
+//! - [`web`]: the bounded web server, TLS and basic auth for the endpoints (`--web.config.file`).
 //!
 //! `../shared/MEASUREMENT.md` in the project's workspace is the measurement contract.
 
@@ -29,6 +30,7 @@ pub mod outcome;
 pub mod probe;
 pub mod protocol;
 pub mod report;
+pub mod resources;
 pub mod scheduler;
 pub mod server;
 pub mod simulate;
