@@ -5,7 +5,8 @@
 //!
 //! `/metrics` is encoded once per scrape wave: an answer is reused for [`METRICS_CACHE_TTL`] by
 //! every scrape asking for the same format and encoding, so 200 concurrent scrapers cost one
-//! encode, not 200.
+//! encode, not 200; and answers are spaced by [`METRICS_MIN_SPACING`], so a flood of scrapes
+//! waits rather than taking the CPU.
 
 use crate::config::Job;
 use crate::daemon::Daemon;
@@ -55,6 +56,10 @@ impl JobRow {
 
 /// How long an encoded `/metrics` answer is reused.
 pub const METRICS_CACHE_TTL: Duration = Duration::from_millis(200);
+/// The shortest time between two `/metrics` answers (at most 1,000 a second): a scrape flood
+/// waits instead of taking the CPU the probes need. Prometheus servers scrape an exporter a few
+/// times a minute each.
+pub const METRICS_MIN_SPACING: Duration = Duration::from_millis(1);
 
 /// An encoded exposition: when, for which config generation, the body.
 type Cached = (Instant, u64, Bytes);
@@ -68,6 +73,8 @@ struct App {
     /// Entries from before the last config (re)load ([`crate::metrics::Metrics::generation`])
     /// are not reused.
     cache: tokio::sync::Mutex<HashMap<(bool, bool), Cached>>,
+    /// When the next `/metrics` answer may start ([`METRICS_MIN_SPACING`]).
+    next_answer: tokio::sync::Mutex<tokio::time::Instant>,
 }
 
 /// The router with every endpoint.
@@ -75,6 +82,7 @@ pub fn router(daemon: Arc<Daemon>) -> Router {
     let app = Arc::new(App {
         daemon,
         cache: tokio::sync::Mutex::new(HashMap::new()),
+        next_answer: tokio::sync::Mutex::new(tokio::time::Instant::now()),
     });
     Router::new()
         .route("/metrics", get(metrics))
@@ -169,6 +177,14 @@ async fn encoded(app: &App, openmetrics: bool, gzipped: bool) -> Result<Bytes, S
 }
 
 async fn metrics(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    {
+        let mut next = app.next_answer.lock().await;
+        let now = tokio::time::Instant::now();
+        if *next > now {
+            tokio::time::sleep_until(*next).await;
+        }
+        *next = now.max(*next) + METRICS_MIN_SPACING;
+    }
     let openmetrics = wants_openmetrics(&headers);
     let gzipped = accepts_gzip(&headers);
     let ct = if openmetrics {

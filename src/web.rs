@@ -11,7 +11,7 @@
 //!
 //! With users configured every endpoint but `/-/healthy` and `/-/ready` (which orchestrators probe
 //! without credentials) needs basic auth. bcrypt is deliberately slow, so checks run on the blocking
-//! pool (at most two at once), unknown users are checked against a dummy hash of the same cost (no
+//! pool (one at a time), unknown users are checked against a dummy hash of the same cost (no
 //! user enumeration by timing), and verified credentials are trusted for a minute (keyed by a
 //! salted hash, never the password).
 //!
@@ -131,7 +131,7 @@ const VERIFIED_TTL: Duration = Duration::from_secs(60);
 /// Most cached verified credentials (the cache is cleared when full).
 const VERIFIED_MAX: usize = 1024;
 /// Most bcrypt checks running at once (each takes a core for tens of milliseconds).
-const MAX_CONCURRENT_CHECKS: usize = 2;
+const MAX_CONCURRENT_CHECKS: usize = 1;
 
 struct Auth {
     users: HashMap<String, String>,

@@ -242,16 +242,19 @@ fn sigterm_completes_while_a_client_is_half_open() {
 /// Item 1: a second SIGTERM exits at once, even while a probe holds the grace period.
 #[test]
 fn a_second_sigterm_exits_at_once() {
-    let (_sim, up) = simulate(&["--ttft", "60s"]);
+    // A target that accepts and never answers: once it has accepted, a probe is in flight.
+    let target = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let up = target.local_addr().unwrap().to_string();
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("c.yml");
     std::fs::write(&cfg, job_config(&[("a", &up, "")], "1s")).unwrap();
     let (mut serve, _addr, lines) = serve(&cfg, &["--shutdown.grace", "60s"], None);
-    std::thread::sleep(Duration::from_millis(1500)); // the first probe is in flight
+    let (_conn, _) = target.accept().unwrap();
     serve.signal("-TERM");
     assert!(
         serve.wait_exit(Duration::from_secs(1)).is_none(),
-        "the in-flight probe holds the grace period"
+        "the in-flight probe holds the grace period:\n{}",
+        lines.lock().unwrap().join("\n")
     );
     serve.signal("-TERM");
     let took = serve
