@@ -565,21 +565,26 @@ impl Metrics {
 /// samples with the same labels apart from `le` (a histogram's buckets, `_sum`, `_count`), and
 /// keeps its samples in the encoder's order; comment lines stay where they are.
 pub fn sort_series(text: &str) -> String {
-    fn series_key(line: &str) -> &str {
+    /// The labels of a sample without `le` (first in OpenMetrics, last in the 0.0.4 format).
+    fn series_key(line: &str) -> String {
         let Some(open) = line.find('{') else {
-            return "";
+            return String::new();
         };
-        let labels = &line[open..];
-        // The labels before `le="` (the encoder writes it last), else before the closing brace.
-        match labels.find(",le=\"").or_else(|| labels.find("le=\"")) {
-            Some(i) => &labels[..i],
-            None => labels.rsplit_once("} ").map_or(labels, |(l, _)| l),
+        let rest = &line[open + 1..];
+        let inner = rest.rsplit_once("} ").map_or(rest, |(l, _)| l);
+        let after_value = |v: &str| v.find('"').map_or("", |i| &v[i + 1..]).to_owned();
+        if let Some(v) = inner.strip_prefix("le=\"") {
+            after_value(v).trim_start_matches(',').to_owned()
+        } else if let Some(i) = inner.find(",le=\"") {
+            format!("{}{}", &inner[..i], after_value(&inner[i + 5..]))
+        } else {
+            inner.to_owned()
         }
     }
     let mut out = String::with_capacity(text.len());
-    let mut family: Vec<(&str, Vec<&str>)> = Vec::new();
-    let flush = |family: &mut Vec<(&str, Vec<&str>)>, out: &mut String| {
-        family.sort_by(|a, b| a.0.cmp(b.0));
+    let mut family: Vec<(String, Vec<&str>)> = Vec::new();
+    let flush = |family: &mut Vec<(String, Vec<&str>)>, out: &mut String| {
+        family.sort_by(|a, b| a.0.cmp(&b.0));
         for (_, lines) in family.drain(..) {
             for l in lines {
                 out.push_str(l);
@@ -803,7 +808,22 @@ mod tests {
                 .collect();
             assert!(les.windows(2).all(|w| w[0] < w[1]), "{les:?}");
         }
-        assert_eq!(m.encode_openmetrics().unwrap().matches("# EOF").count(), 1);
+        // OpenMetrics writes `le` first: each series' samples still stay in one run, and the
+        // runs of a family are sorted (strict parsers reject an interleaved histogram).
+        let om = m.encode_openmetrics().unwrap();
+        assert_eq!(om.matches("# EOF").count(), 1);
+        let om_ttft: Vec<&str> = om
+            .lines()
+            .filter(|l| l.starts_with("tokenprobe_time_to_first_token_seconds"))
+            .collect();
+        for (i, chunk) in om_ttft.chunks(per_series).enumerate() {
+            assert!(
+                chunk
+                    .iter()
+                    .all(|l| l.contains(&format!("target=\"{}\"", sorted[i]))),
+                "{chunk:?}"
+            );
+        }
         for _ in 0..3 {
             assert_eq!(m.encode_text().unwrap(), text);
         }
