@@ -397,7 +397,10 @@ fn a_fifo_key_file_fails_only_its_own_job() {
 /// job's series forever. Now a removed job's late probe records nothing.
 #[test]
 fn a_job_removed_mid_probe_leaves_no_series() {
-    let (_slow, slow_up) = simulate(&["--ttft", "2500ms", "--itl", "1ms"]);
+    // The removed job's target: accepts (the probe is then in flight) and answers only when the
+    // test says so.
+    let slow = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let slow_up = slow.local_addr().unwrap().to_string();
     let (_fast, fast_up) = simulate(&["--ttft", "5ms", "--itl", "1ms"]);
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("c.yml");
@@ -407,8 +410,7 @@ fn a_job_removed_mid_probe_leaves_no_series() {
     )
     .unwrap();
     let (serve, addr, _) = serve(&cfg, &[], None);
-    // The slow job's first tick comes within its offset (under 1 s); its probe then takes 2.5 s.
-    std::thread::sleep(Duration::from_millis(1200));
+    let (mut conn, _) = slow.accept().unwrap();
     let before = metrics(addr);
     assert!(before.contains("target=\"slow\""));
     assert_eq!(probes(&before, "slow"), 0.0, "its probe is still running");
@@ -417,8 +419,13 @@ fn a_job_removed_mid_probe_leaves_no_series() {
     wait_until("the reload", Duration::from_secs(10), || {
         !metrics(addr).contains("target=\"slow\"")
     });
-    // Past the removed probe's end (2.5 s after it started), plus a scrape wave.
-    std::thread::sleep(Duration::from_secs(3));
+    // Now the removed job's probe ends (a 500 answer), after its series were deleted.
+    let _ = conn.write_all(
+        b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 2\r\nConnection: close\r\n\r\nno",
+    );
+    drop(conn);
+    // The probe's end, plus more than one scrape wave (200 ms).
+    std::thread::sleep(Duration::from_millis(1500));
     let after = metrics(addr);
     assert!(
         !after.contains("target=\"slow\""),
@@ -429,7 +436,7 @@ fn a_job_removed_mid_probe_leaves_no_series() {
             .collect::<Vec<_>>()
             .join("\n")
     );
-    assert!(probes(&after, "fast") >= 2.0);
+    assert!(probes(&after, "fast") >= 1.0);
 }
 
 /// Items 5 and 13, issue 8: /metrics is gzipped when asked, the same exposition either way
