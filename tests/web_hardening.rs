@@ -239,6 +239,81 @@ fn sigterm_completes_while_a_client_is_half_open() {
     assert!(took < Duration::from_secs(5), "exit took {took:?}");
 }
 
+/// Item 1 with TLS: a client that connected and never sent a ClientHello, and one that completed
+/// the handshake and sent half a request head, do not hold shutdown past `--shutdown.grace`
+/// (before: a fixed 5 s drain for TLS connections).
+#[test]
+fn sigterm_completes_while_a_tls_client_is_half_open() {
+    let (_sim, up) = simulate(&["--ttft", "5ms", "--itl", "1ms"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    let ok = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ])
+        .args([
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ])
+        .args(["-addext", "basicConstraints=critical,CA:FALSE", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stderr(Stdio::null())
+        .status()
+        .expect("openssl")
+        .success();
+    assert!(ok, "openssl could not make a test certificate");
+    let web = dir.path().join("web.yml");
+    std::fs::write(
+        &web,
+        format!(
+            "tls_server_config: {{cert_file: {}, key_file: {}}}\n",
+            cert.display(),
+            key.display()
+        ),
+    )
+    .unwrap();
+    let cfg = dir.path().join("c.yml");
+    std::fs::write(&cfg, job_config(&[("a", &up, "")], "1s")).unwrap();
+    let web_arg = web.display().to_string();
+    let (mut serve, addr, _) = serve(
+        &cfg,
+        &["--shutdown.grace", "1s", "--web.config.file", &web_arg],
+        None,
+    );
+    let silent = TcpStream::connect(addr).unwrap();
+    // A client that completed the handshake and sent half a request head.
+    let mut roots = rustls::RootCertStore::empty();
+    {
+        use rustls_pki_types::pem::PemObject;
+        for c in rustls_pki_types::CertificateDer::pem_file_iter(&cert).unwrap() {
+            roots.add(c.unwrap()).unwrap();
+        }
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let client = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let conn = rustls::ClientConnection::new(Arc::new(client), name).unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, TcpStream::connect(addr).unwrap());
+    tls.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n").unwrap();
+    tls.flush().unwrap();
+    assert!(!tls.conn.is_handshaking(), "handshake done");
+    std::thread::sleep(Duration::from_millis(300));
+    serve.signal("-TERM");
+    let took = serve.wait_exit(Duration::from_secs(9));
+    drop((silent, tls));
+    let took = took.expect("serve (TLS) did not exit within 9 s of SIGTERM");
+    // Grace 1 s plus a margin; before, TLS connections had a fixed 5 s drain.
+    assert!(took < Duration::from_secs(4), "exit took {took:?}");
+}
+
 /// Item 1: a second SIGTERM exits at once, even while a probe holds the grace period.
 #[test]
 fn a_second_sigterm_exits_at_once() {
