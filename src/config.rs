@@ -52,17 +52,85 @@ pub enum KeySource {
     File(PathBuf),
 }
 
+/// How long reading an `api_key_file` may take (a FIFO without a writer, a hung NFS or FUSE
+/// secrets mount must fail the probe, not hold it).
+pub const KEY_FILE_TIMEOUT: Duration = Duration::from_secs(2);
+/// The largest `api_key_file` read (a key is far smaller; a larger file is a mistake).
+pub const KEY_FILE_MAX_BYTES: u64 = 64 * 1024;
+
+/// Key files whose read is still blocked from an earlier probe: not read again until it returns,
+/// so a hung file holds one thread, not one per probe.
+static KEY_READS_IN_FLIGHT: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+fn read_key_file(p: &Path) -> Result<Secret, String> {
+    use std::io::Read as _;
+    let f = std::fs::File::open(p)
+        .map_err(|e| format!("cannot read api_key_file {}: {e}", p.display()))?;
+    let mut buf = Vec::new();
+    f.take(KEY_FILE_MAX_BYTES + 1)
+        .read_to_end(&mut buf)
+        .map_err(|e| format!("cannot read api_key_file {}: {e}", p.display()))?;
+    if buf.len() as u64 > KEY_FILE_MAX_BYTES {
+        return Err(format!(
+            "api_key_file {} is larger than {} KiB: not a key",
+            p.display(),
+            KEY_FILE_MAX_BYTES / 1024
+        ));
+    }
+    let text = String::from_utf8(buf)
+        .map_err(|_| format!("api_key_file {} is not UTF-8 text", p.display()))?;
+    Ok(Secret::new(text.trim()))
+}
+
 impl KeySource {
-    /// The key's value now.
+    /// The key's value now. A file is read on a thread of its own, never on the async runtime,
+    /// within [`KEY_FILE_TIMEOUT`] and up to [`KEY_FILE_MAX_BYTES`].
     ///
     /// # Errors
-    /// The file cannot be read (the error names the path, never the content).
-    pub fn load(&self) -> Result<Secret, String> {
-        match self {
-            KeySource::Inline(s) => Ok(s.clone()),
-            KeySource::File(p) => std::fs::read_to_string(p)
-                .map(|s| Secret::new(s.trim()))
-                .map_err(|e| format!("cannot read api_key_file {}: {e}", p.display())),
+    /// The file cannot be read, is too large, or did not answer in time (the error names the
+    /// path, never the content).
+    pub async fn load(&self) -> Result<Secret, String> {
+        let p = match self {
+            KeySource::Inline(s) => return Ok(s.clone()),
+            KeySource::File(p) => p.clone(),
+        };
+        let hung = || {
+            format!(
+                "api_key_file {}: no answer within {} (a FIFO without a writer, or a hung mount?)",
+                p.display(),
+                humantime::format_duration(KEY_FILE_TIMEOUT)
+            )
+        };
+        {
+            let Ok(mut busy) = KEY_READS_IN_FLIGHT.lock() else {
+                return Err(hung());
+            };
+            if busy.contains(&p) {
+                return Err(hung());
+            }
+            busy.push(p.clone());
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let path = p.clone();
+        let spawned = std::thread::Builder::new()
+            .name("tokenprobe-keyfile".into())
+            .spawn(move || {
+                let r = read_key_file(&path);
+                if let Ok(mut busy) = KEY_READS_IN_FLIGHT.lock() {
+                    busy.retain(|b| b != &path);
+                }
+                let _ = tx.send(r);
+            });
+        if let Err(e) = spawned {
+            if let Ok(mut busy) = KEY_READS_IN_FLIGHT.lock() {
+                busy.retain(|b| b != &p);
+            }
+            return Err(format!("cannot read api_key_file {}: {e}", p.display()));
+        }
+        match tokio::time::timeout(KEY_FILE_TIMEOUT, rx).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => Err(format!("cannot read api_key_file {}", p.display())),
+            Err(_) => Err(hung()),
         }
     }
 }
@@ -1225,7 +1293,10 @@ targets:
         assert_eq!(j.target.base_url, "http://127.0.0.1:8080/v1");
         assert!(matches!(j.schedule, Schedule::Interval(d) if d == Duration::from_secs(15)));
         assert_eq!(
-            j.target.api_key.as_ref().unwrap().load().unwrap().expose(),
+            futures_util::FutureExt::now_or_never(j.target.api_key.as_ref().unwrap().load())
+                .unwrap()
+                .unwrap()
+                .expose(),
             "sk-test"
         );
         let claude = &c.jobs[2];
@@ -1309,7 +1380,11 @@ targets:
         assert!(bad("    timeouts: {total: 500000000000y}\n").contains("between"));
         assert!(bad("    cron: '0 0 0 30 2 *'\n").contains("never fires"));
         let c = Config::parse(&format!("{base}    api_key: 'sk-ab$cd$'\n")).unwrap();
-        let key = c.jobs[0].target.api_key.as_ref().unwrap().load().unwrap();
+        let key = futures_util::FutureExt::now_or_never(
+            c.jobs[0].target.api_key.as_ref().unwrap().load(),
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(key.expose(), "sk-ab$cd$");
         let e = Config::parse(
             "prompts:\n  - name: p\n    messages: [{role: user, content: hi}]\ntargets:\n  - {name: a, base_url: 'http://x/v1?k=1', models: [m]}\n",
@@ -1453,6 +1528,56 @@ targets:
                 "{BASE}    extra_body: {{temperature: 0, seed: 1}}\n"
             ))
             .is_ok()
+        );
+    }
+
+    /// Issue 9 item 4: a FIFO without a writer (or a hung mount) fails the key load within
+    /// [`KEY_FILE_TIMEOUT`] instead of blocking; a second load while the first read still hangs
+    /// fails at once without another thread; a file over the size cap is refused.
+    #[cfg(unix)]
+    #[tokio::test(flavor = "current_thread")]
+    async fn key_file_reads_are_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("key.fifo");
+        let ok = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mkfifo");
+        let src = KeySource::File(fifo.clone());
+        let t = std::time::Instant::now();
+        // On a current-thread runtime a blocking read would hang this very test forever.
+        let e = src.load().await.unwrap_err();
+        let took = t.elapsed();
+        assert!(e.contains("no answer within 2s"), "{e}");
+        assert!(
+            took >= KEY_FILE_TIMEOUT && took < KEY_FILE_TIMEOUT * 3,
+            "{took:?}"
+        );
+        let t = std::time::Instant::now();
+        let e = src.load().await.unwrap_err();
+        assert!(e.contains("no answer"), "{e}");
+        assert!(t.elapsed() < KEY_FILE_TIMEOUT, "{:?}", t.elapsed());
+        // Unblock the hung reader: opening for writing lets its open() return.
+        let _ = {
+            use std::os::unix::fs::OpenOptionsExt as _;
+            // O_NONBLOCK: fails instead of waiting when no reader is left.
+            std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(0o4000)
+                .open(&fifo)
+        };
+
+        let big = dir.path().join("big");
+        std::fs::write(&big, vec![b'k'; KEY_FILE_MAX_BYTES as usize + 1]).unwrap();
+        let e = KeySource::File(big).load().await.unwrap_err();
+        assert!(e.contains("larger than 64 KiB"), "{e}");
+        let good = dir.path().join("good");
+        std::fs::write(&good, "  sk-file\n").unwrap();
+        assert_eq!(
+            KeySource::File(good).load().await.unwrap().expose(),
+            "sk-file"
         );
     }
 }

@@ -1,4 +1,6 @@
 //! The `serve` runtime: the loaded config, the registry, the scheduler, and config reload.
+//! Probes run on the probing runtime given to [`Daemon::start`]; everything else (the web
+//! endpoints, reloads, signals) runs elsewhere.
 //!
 //! A reload (SIGHUP or `POST /-/reload`) reads and validates the file again; an invalid config is
 //! refused and the running one keeps going. Otherwise unchanged jobs keep their series and their
@@ -43,14 +45,15 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    /// Loads `path` and starts every job. Must run inside a tokio runtime.
+    /// Loads `path` and starts every job on `probing` (the probing runtime, apart from the one
+    /// serving the web endpoints, so scrapes cannot delay a probe's timestamps).
     ///
     /// # Errors
     /// [`DaemonError::Config`] or [`DaemonError::Client`].
-    pub fn start(path: &Path) -> Result<Arc<Daemon>, DaemonError> {
+    pub fn start(path: &Path, probing: tokio::runtime::Handle) -> Result<Arc<Daemon>, DaemonError> {
         let config = Config::load(path)?;
         let metrics = Arc::new(Metrics::new(&config.buckets));
-        let scheduler = Scheduler::start(&config.jobs, metrics.clone())?;
+        let scheduler = Scheduler::start(&config.jobs, metrics.clone(), probing)?;
         metrics.reload_result(true, SystemTime::now());
         Ok(Arc::new(Daemon {
             path: path.to_owned(),

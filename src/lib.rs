@@ -18,9 +18,10 @@
 //! - [`server`]: `/metrics`, `/-/healthy`, `/-/ready`, `/-/reload`, `/`.
 //! - [`redact`]: what a secret is, and hiding it (and its derived forms) in every output.
 //! - [`report`]: a probe result as JSON or as a human report.
+//! - [`resources`]: the exporter's own fd budget, fd exhaustion, and web thread priority.
 //! - `rng`: the one seeded pseudo-random generator (simulator jitter, bench arrivals).
 //! - [`transport`]: the HTTP client, instrumented to time DNS, TCP connect and TLS.
-//! - [`web`]: TLS and basic auth for the endpoints (`--web.config.file`).
+//! - [`web`]: the bounded web server, TLS and basic auth for the endpoints (`--web.config.file`).
 //!
 //! `docs/measurement.md` is the measurement contract, in the project's own words.
 
@@ -36,6 +37,7 @@ pub mod probe;
 pub mod protocol;
 pub mod redact;
 pub mod report;
+pub mod resources;
 pub(crate) mod rng;
 pub mod scheduler;
 pub mod server;

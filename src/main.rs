@@ -18,7 +18,7 @@ use tokenprobe::protocol::{Api, Message};
 use tokenprobe::report::{ReportContext, to_json, to_text};
 use tokenprobe::server::router;
 use tokenprobe::transport::ClientOptions;
-use tokenprobe::web::WebConfig;
+use tokenprobe::web::{Limits, WebConfig};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -213,6 +213,15 @@ fn init_logging(level: &str, format: LogFormat) {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(&cli.log_level, cli.log_format);
+    let cmd = match cli.cmd {
+        Cmd::Serve {
+            config_file,
+            listen,
+            grace,
+            web_config,
+        } => return serve_main(config_file, listen, grace, web_config),
+        other => other,
+    };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -224,13 +233,8 @@ fn main() -> ExitCode {
         }
     };
     let result = rt.block_on(async {
-        match cli.cmd {
-            Cmd::Serve {
-                config_file,
-                listen,
-                grace,
-                web_config,
-            } => serve(config_file, listen, grace, web_config).await,
+        match cmd {
+            Cmd::Serve { .. } => unreachable!("handled by serve_main"),
             Cmd::Probe(args) => probe(args).await,
             Cmd::CheckConfig { config_file } => check_config(&config_file),
             Cmd::Simulate(args) => tokenprobe::simulate::run(args).await,
@@ -290,36 +294,124 @@ fn check_config(path: &std::path::Path) -> Result<ExitCode> {
     }
 }
 
+/// `serve` runs on two runtimes: probes on their own (every core), everything else (the web
+/// endpoints, bcrypt, reloads, signals) on one worker thread at a lower CPU priority, so no scrape
+/// or login can delay a probe's timestamps (issue 9, item 5).
+fn serve_main(
+    config_file: PathBuf,
+    listen: String,
+    grace: Duration,
+    web_config: Option<PathBuf>,
+) -> ExitCode {
+    let nofile = tokenprobe::resources::raise_fd_limit();
+    let probing = tokio::runtime::Builder::new_multi_thread()
+        .thread_name("tokenprobe-probe")
+        .enable_all()
+        .build();
+    let web = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("tokenprobe-web")
+        .on_thread_start(|| tokenprobe::resources::lower_thread_priority(10))
+        .enable_all()
+        .build();
+    let (probing, web) = match (probing, web) {
+        (Ok(p), Ok(w)) => (p, w),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("tokenprobe: cannot start the runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let handle = probing.handle().clone();
+    let task = web.spawn(serve(
+        config_file,
+        listen,
+        grace,
+        web_config,
+        handle,
+        nofile,
+    ));
+    let result = web
+        .block_on(task)
+        .unwrap_or_else(|e| Err(anyhow::anyhow!("serve task failed: {e}")));
+    // The grace period is over: whatever still runs (a probe past it) is dropped, not waited for.
+    probing.shutdown_timeout(Duration::from_millis(200));
+    web.shutdown_timeout(Duration::from_millis(200));
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("tokenprobe: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 async fn serve(
     config_file: PathBuf,
     listen: String,
     grace: Duration,
     web_config: Option<PathBuf>,
+    probing: tokio::runtime::Handle,
+    nofile: Option<u64>,
 ) -> Result<ExitCode> {
     let web = match &web_config {
         Some(p) => WebConfig::load(p)?,
         None => WebConfig::default(),
     };
-    let daemon = Daemon::start(&config_file)
+    let daemon = Daemon::start(&config_file, probing)
         .with_context(|| format!("loading {}", config_file.display()))?;
     let listener = std::net::TcpListener::bind(&listen)
         .with_context(|| format!("cannot listen on {listen}"))?;
     let addr = listener.local_addr().context("listener address")?;
     spawn_sighup_reloader(daemon.clone());
+    let stop = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(watch_stop_signals(stop.clone()));
+    let limits = Limits {
+        max_connections: tokenprobe::resources::web_connection_limit(nofile),
+        ..Limits::default()
+    };
     tracing::info!(
         address = %addr,
         tls = web.tls.is_some(),
         basic_auth = !web.users.is_empty(),
         jobs = daemon.jobs().len(),
         config = %config_file.display(),
+        max_web_connections = limits.max_connections,
+        fd_limit = nofile,
         "tokenprobe serving"
     );
-    tokenprobe::web::serve(listener, router(daemon.clone()), &web, shutdown_signal())
+    let app = router(daemon.clone());
+    let stopped = stop.clone();
+    let mut web_task = tokio::spawn(async move {
+        tokenprobe::web::serve(
+            listener,
+            app,
+            &web,
+            limits,
+            async move { stopped.cancelled().await },
+            grace,
+        )
         .await
-        .context("HTTP server")?;
-    tracing::info!(grace = %humantime::format_duration(grace), "shutting down: waiting for in-flight probes");
-    if !daemon.shutdown(grace).await {
+    });
+    tokio::select! {
+        r = &mut web_task => {
+            // The web server only ends by itself on an error (an unusable certificate).
+            r.context("HTTP server")?.context("HTTP server")?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        () = stop.cancelled() => {}
+    }
+    // One deadline for everything: in-flight probes and open web connections both get `grace`.
+    tracing::info!(grace = %humantime::format_duration(grace), "shutting down: waiting for in-flight probes and web connections");
+    let deadline = tokio::time::Instant::now() + grace;
+    let (probes_done, web_done) = tokio::join!(
+        daemon.shutdown(grace),
+        tokio::time::timeout_at(deadline, web_task)
+    );
+    if !probes_done {
         tracing::warn!("in-flight probes did not finish within the grace period");
+    }
+    if let Ok(Ok(Err(e))) = web_done {
+        tracing::warn!(error = %e, "HTTP server");
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -343,31 +435,48 @@ fn spawn_sighup_reloader(daemon: Arc<Daemon>) {
     let _ = daemon;
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        if let Err(e) = tokio::signal::ctrl_c().await {
-            tracing::error!(error = %e, "cannot listen for SIGINT");
-            std::future::pending::<()>().await;
-        }
-    };
+/// The first SIGTERM or SIGINT cancels `stop` (graceful shutdown within `--shutdown.grace`); a
+/// second one exits at once with status 1.
+async fn watch_stop_signals(stop: tokio_util::sync::CancellationToken) {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
+    {
+        use tokio::signal::unix::{Signal, SignalKind, signal};
+        let listen = |kind: SignalKind, name: &str| match signal(kind) {
+            Ok(s) => Some(s),
             Err(e) => {
-                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                tracing::error!(error = %e, signal = name, "cannot listen for the signal");
+                None
+            }
+        };
+        async fn recv(s: &mut Option<Signal>) {
+            let got = match s {
+                Some(s) => s.recv().await.is_some(),
+                None => false,
+            };
+            if !got {
                 std::future::pending::<()>().await;
             }
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
+        let mut term = listen(SignalKind::terminate(), "SIGTERM");
+        let mut int = listen(SignalKind::interrupt(), "SIGINT");
+        tokio::select! {
+            () = recv(&mut term) => {}
+            () = recv(&mut int) => {}
+        }
+        stop.cancel();
+        tokio::select! {
+            () = recv(&mut term) => {}
+            () = recv(&mut int) => {}
+        }
     }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+        stop.cancel();
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    tracing::warn!("second stop signal: exiting now");
+    std::process::exit(1);
 }
 
 /// `base` with the `--timeout-*` flags that were given applied on top.

@@ -15,8 +15,9 @@ use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Content-Type of the OpenMetrics text format served when the scraper asks for it.
@@ -83,6 +84,42 @@ pub struct JobInfo {
     pub connection: String,
     /// `true` when every probe's prompt carries a fresh nonce (no prompt-cache hits).
     pub nonce: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct InternalLabels {
+    reason: &'static str,
+}
+
+/// The exporter's own failures that are not the target's: a probe that hit one is not counted as
+/// a probe of the target (`tokenprobe_internal_errors_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InternalReason {
+    /// The process (or system) ran out of file descriptors (`EMFILE`/`ENFILE`).
+    FdExhausted,
+}
+
+impl InternalReason {
+    /// Every reason (series are pre-created at 0).
+    pub const ALL: [InternalReason; 1] = [InternalReason::FdExhausted];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InternalReason::FdExhausted => "fd_exhausted",
+        }
+    }
+}
+
+/// A job's most recent probe, as shown on `/`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LastResult {
+    /// The error type, `None` for a success.
+    pub error_type: Option<ErrorType>,
+    /// TTFT of a successful probe, seconds.
+    pub ttft_s: Option<f64>,
+    /// When it finished.
+    pub at: SystemTime,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -155,6 +192,13 @@ pub struct Metrics {
     job_info_set: std::sync::Mutex<std::collections::HashMap<JobLabels, JobInfo>>,
     reload_ok: Gauge,
     reload_ts: Gauge<f64, AtomicU64>,
+    internal: Family<InternalLabels, Counter>,
+    /// Jobs whose series exist. A probe of a job no longer here (a reload removed it while the
+    /// probe ran) records nothing: held for reading while recording, for writing while removing.
+    active: RwLock<HashMap<JobLabels, Option<LastResult>>>,
+    /// Bumped by every config (re)load attempt, so cached expositions from before it are not
+    /// served after it.
+    generation: AtomicU64,
 }
 
 /// Phase names of `tokenprobe_connection_phase_seconds`, as blackbox_exporter names them.
@@ -188,6 +232,9 @@ impl Metrics {
             job_info_set: Default::default(),
             reload_ok: Gauge::default(),
             reload_ts: Gauge::default(),
+            internal: Family::default(),
+            active: RwLock::default(),
+            generation: AtomicU64::new(0),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -213,7 +260,7 @@ impl Metrics {
             "Input tokens of successful probes, as reported by the server",
             m.input_tokens.clone(),
         );
-        r.register("probes_skipped", "Scheduled probes that did not run, by reason (overlap: the previous probe was still running)", m.skipped.clone());
+        r.register("probes_skipped", "Scheduled probes that did not run, by reason (overlap: the previous probe was still running; rate_limited: the target's Retry-After had not passed)", m.skipped.clone());
         r.register(
             "last_probe_success",
             "1 when the job's most recent probe succeeded, else 0",
@@ -240,6 +287,12 @@ impl Metrics {
             Unit::Seconds,
             m.reload_ts.clone(),
         );
+        r.register("internal_errors", "The exporter's own failures, by reason (fd_exhausted: out of file descriptors); a probe that hit one is not counted against its target", m.internal.clone());
+        for reason in InternalReason::ALL {
+            let _ = m.internal.get_or_create(&InternalLabels {
+                reason: reason.as_str(),
+            });
+        }
         let build: Family<BuildLabels, Gauge> = Family::default();
         build
             .get_or_create(&BuildLabels {
@@ -252,6 +305,10 @@ impl Metrics {
 
     /// Creates every series of a job at 0, so `increase()` sees the first error (shared case 35).
     pub fn register_job(&self, job: &JobLabels) {
+        let Ok(mut active) = self.active.write() else {
+            return;
+        };
+        active.entry(job.clone()).or_insert(None);
         for h in self.histograms() {
             let _ = h.get_or_create(job);
         }
@@ -286,6 +343,8 @@ impl Metrics {
 
     /// Records the outcome of a config (re)load attempt at wall time `at`.
     pub fn reload_result(&self, ok: bool, at: SystemTime) {
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         self.reload_ok.set(i64::from(ok));
         if ok {
             let unix = at
@@ -308,6 +367,10 @@ impl Metrics {
 
     /// Removes every series of a job (when a reload drops it).
     pub fn remove_job(&self, job: &JobLabels) {
+        let Ok(mut active) = self.active.write() else {
+            return;
+        };
+        active.remove(job);
         for h in self.histograms() {
             h.remove(job);
         }
@@ -362,7 +425,19 @@ impl Metrics {
     }
 
     /// Records one probe's result, finished at wall time `finished`.
+    /// Nothing is recorded for a job that is not registered (removed by a reload mid-probe).
     pub fn record(&self, job: &JobLabels, r: &ProbeResult, finished: SystemTime) {
+        let Ok(mut active) = self.active.write() else {
+            return;
+        };
+        let Some(last) = active.get_mut(job) else {
+            return;
+        };
+        *last = Some(LastResult {
+            error_type: r.error_type,
+            ttft_s: r.ttft_s,
+            at: finished,
+        });
         self.probes.get_or_create(job).inc();
         for f in &r.flags {
             self.flags.get_or_create(&flag_labels(job, *f)).inc();
@@ -437,7 +512,31 @@ impl Metrics {
 
     /// Counts a scheduled probe that did not run.
     pub fn skipped(&self, job: &JobLabels, reason: SkipReason) {
-        self.skipped.get_or_create(&skip_labels(job, reason)).inc();
+        let Ok(active) = self.active.read() else {
+            return;
+        };
+        if active.contains_key(job) {
+            self.skipped.get_or_create(&skip_labels(job, reason)).inc();
+        }
+    }
+
+    /// Changes with every config (re)load attempt (see [`Metrics::reload_result`]).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Counts one of the exporter's own failures.
+    pub fn internal_error(&self, reason: InternalReason) {
+        self.internal
+            .get_or_create(&InternalLabels {
+                reason: reason.as_str(),
+            })
+            .inc();
+    }
+
+    /// A job's most recent probe, `None` before the first or for an unknown job.
+    pub fn last_result(&self, job: &JobLabels) -> Option<LastResult> {
+        self.active.read().ok()?.get(job).cloned().flatten()
     }
 
     /// The OpenMetrics 1.0 text exposition (ends with `# EOF`).
@@ -447,7 +546,7 @@ impl Metrics {
     pub fn encode_openmetrics(&self) -> Result<String, std::fmt::Error> {
         let mut s = String::with_capacity(64 * 1024);
         prometheus_client::encoding::text::encode(&mut s, &self.registry)?;
-        Ok(s)
+        Ok(sort_series(&s))
     }
 
     /// The classic Prometheus text exposition, version 0.0.4.
@@ -457,8 +556,57 @@ impl Metrics {
     pub fn encode_text(&self) -> Result<String, std::fmt::Error> {
         let mut s = String::with_capacity(64 * 1024);
         prometheus_client::encoding::prometheus_text::encode(&mut s, &self.registry)?;
-        Ok(s)
+        Ok(sort_series(&s))
     }
+}
+
+/// The exposition with the series of every family in a stable order, sorted by their label sets
+/// (prometheus-client encodes a family from a hash map). A series is the run of consecutive
+/// samples with the same labels apart from `le` (a histogram's buckets, `_sum`, `_count`), and
+/// keeps its samples in the encoder's order; comment lines stay where they are.
+pub fn sort_series(text: &str) -> String {
+    /// The labels of a sample without `le` (first in OpenMetrics, last in the 0.0.4 format).
+    fn series_key(line: &str) -> String {
+        let Some(open) = line.find('{') else {
+            return String::new();
+        };
+        let rest = &line[open + 1..];
+        let inner = rest.rsplit_once("} ").map_or(rest, |(l, _)| l);
+        let after_value = |v: &str| v.find('"').map_or("", |i| &v[i + 1..]).to_owned();
+        if let Some(v) = inner.strip_prefix("le=\"") {
+            after_value(v).trim_start_matches(',').to_owned()
+        } else if let Some(i) = inner.find(",le=\"") {
+            format!("{}{}", &inner[..i], after_value(&inner[i + 5..]))
+        } else {
+            inner.to_owned()
+        }
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut family: Vec<(String, Vec<&str>)> = Vec::new();
+    let flush = |family: &mut Vec<(String, Vec<&str>)>, out: &mut String| {
+        family.sort_by(|a, b| a.0.cmp(&b.0));
+        for (_, lines) in family.drain(..) {
+            for l in lines {
+                out.push_str(l);
+                out.push('\n');
+            }
+        }
+    };
+    for line in text.lines() {
+        if line.starts_with('#') {
+            flush(&mut family, &mut out);
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        }
+        let key = series_key(line);
+        match family.last_mut() {
+            Some((k, lines)) if *k == key => lines.push(line),
+            _ => family.push((key, vec![line])),
+        }
+    }
+    flush(&mut family, &mut out);
+    out
 }
 
 fn error_labels(job: &JobLabels, e: ErrorType) -> ErrorLabels {
@@ -536,6 +684,7 @@ mod tests {
                 ..EventMeaning::default()
             },
         );
+        m.register_job(&job());
         m.record(&job(), &meas.finish(), SystemTime::now());
         let mut bad = Measurement::new(t0);
         bad.fail(ErrorType::Auth, t0 + Duration::from_millis(60), "401");
@@ -560,5 +709,144 @@ mod tests {
         )));
         assert!(text.contains(&format!("tokenprobe_output_tokens_total{{{l}}} 2")));
         assert!(text.contains(&format!("tokenprobe_last_probe_success{{{l}}} 0")));
+    }
+
+    fn success() -> ProbeResult {
+        let t0 = Instant::now();
+        let mut meas = Measurement::new(t0);
+        let tok = EventMeaning {
+            token: true,
+            output: true,
+            ..EventMeaning::default()
+        };
+        meas.event(t0 + Duration::from_millis(200), &tok);
+        meas.event(
+            t0 + Duration::from_millis(210),
+            &EventMeaning {
+                terminal: true,
+                ..EventMeaning::default()
+            },
+        );
+        meas.finish()
+    }
+
+    /// Issue 9 item 11: a probe of a job that a reload removed while it ran records nothing (it
+    /// used to re-create 215 of the job's series, `probes_total` restarting at 1).
+    #[test]
+    fn a_removed_job_records_nothing() {
+        let m = Metrics::new(&Buckets::default());
+        m.register_job(&job());
+        m.remove_job(&job());
+        m.record(&job(), &success(), SystemTime::now());
+        m.skipped(&job(), SkipReason::Overlap);
+        let text = m.encode_text().unwrap();
+        assert!(!text.contains("target=\"local\""), "{text}");
+        assert_eq!(m.last_result(&job()), None);
+    }
+
+    #[test]
+    fn the_last_result_is_kept_per_job() {
+        let m = Metrics::new(&Buckets::default());
+        m.register_job(&job());
+        assert_eq!(m.last_result(&job()), None);
+        let at = SystemTime::now();
+        m.record(&job(), &success(), at);
+        let last = m.last_result(&job()).unwrap();
+        assert_eq!(last.error_type, None);
+        assert_eq!(last.at, at);
+        assert!((last.ttft_s.unwrap() - 0.2).abs() < 1e-9);
+    }
+
+    /// Issue 8: series come out sorted by labels, the same on every encode, whatever the order
+    /// jobs were registered in (prometheus-client encodes from a hash map).
+    #[test]
+    fn series_are_sorted_by_labels() {
+        let m = Metrics::new(&Buckets::default());
+        let names = ["m", "c", "x", "a", "q", "b", "z", "k"];
+        for n in names {
+            let j = JobLabels {
+                target: n.into(),
+                model: "m".into(),
+                prompt: "p".into(),
+            };
+            m.register_job(&j);
+            m.record(&j, &success(), SystemTime::now());
+        }
+        let text = m.encode_text().unwrap();
+        let targets = |prefix: &str| -> Vec<String> {
+            text.lines()
+                .filter(|l| l.starts_with(prefix))
+                .map(|l| l.split('"').nth(1).unwrap().to_owned())
+                .collect()
+        };
+        let mut sorted = names.to_vec();
+        sorted.sort_unstable();
+        assert_eq!(targets("tokenprobe_probes_total{"), sorted);
+        // A histogram's samples stay together, buckets in order, per series.
+        let ttft: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("tokenprobe_time_to_first_token_seconds"))
+            .collect();
+        let per_series = ttft.len() / names.len();
+        for (i, chunk) in ttft.chunks(per_series).enumerate() {
+            assert!(
+                chunk
+                    .iter()
+                    .all(|l| l.contains(&format!("target=\"{}\"", sorted[i]))),
+                "{chunk:?}"
+            );
+            let les: Vec<f64> = chunk
+                .iter()
+                .filter_map(|l| l.split("le=\"").nth(1))
+                .map(|v| {
+                    v.split('"')
+                        .next()
+                        .unwrap()
+                        .parse::<f64>()
+                        .unwrap_or(f64::INFINITY)
+                })
+                .collect();
+            assert!(les.windows(2).all(|w| w[0] < w[1]), "{les:?}");
+        }
+        // OpenMetrics writes `le` first: each series' samples still stay in one run, and the
+        // runs of a family are sorted (strict parsers reject an interleaved histogram).
+        let om = m.encode_openmetrics().unwrap();
+        assert_eq!(om.matches("# EOF").count(), 1);
+        let om_ttft: Vec<&str> = om
+            .lines()
+            .filter(|l| l.starts_with("tokenprobe_time_to_first_token_seconds"))
+            .collect();
+        for (i, chunk) in om_ttft.chunks(per_series).enumerate() {
+            assert!(
+                chunk
+                    .iter()
+                    .all(|l| l.contains(&format!("target=\"{}\"", sorted[i]))),
+                "{chunk:?}"
+            );
+        }
+        for _ in 0..3 {
+            assert_eq!(m.encode_text().unwrap(), text);
+        }
+    }
+
+    #[test]
+    fn skip_help_names_every_reason_and_internal_errors_start_at_zero() {
+        let m = Metrics::new(&Buckets::default());
+        m.register_job(&job());
+        let text = m.encode_text().unwrap();
+        let help = text
+            .lines()
+            .find(|l| l.starts_with("# HELP tokenprobe_probes_skipped_total"))
+            .unwrap();
+        for r in SkipReason::ALL {
+            assert!(help.contains(r.as_str()), "{help}");
+        }
+        assert!(text.contains("tokenprobe_internal_errors_total{reason=\"fd_exhausted\"} 0"));
+        m.internal_error(InternalReason::FdExhausted);
+        assert!(
+            m.encode_text()
+                .unwrap()
+                .contains("tokenprobe_internal_errors_total{reason=\"fd_exhausted\"} 1")
+        );
     }
 }

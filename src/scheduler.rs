@@ -9,7 +9,8 @@
 
 use crate::config::{Job, Schedule};
 use crate::measure::ProbeResult;
-use crate::metrics::{JobInfo, JobLabels, Metrics, SkipReason};
+use crate::metrics::{InternalReason, JobInfo, JobLabels, Metrics, SkipReason};
+use crate::outcome::ErrorType;
 use crate::probe::{ProbeError, ProbeSpec, Prober};
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -68,6 +69,7 @@ struct Running {
 /// The running jobs. Dropping it does not stop them; call [`Scheduler::shutdown`].
 pub struct Scheduler {
     metrics: Arc<Metrics>,
+    runtime: tokio::runtime::Handle,
     cancel: CancellationToken,
     ticks: TaskTracker,
     probes: TaskTracker,
@@ -95,13 +97,19 @@ pub struct Applied {
 }
 
 impl Scheduler {
-    /// Starts one task per job.
+    /// Starts one task per job on `runtime` (the probing runtime: every tick and probe of every
+    /// job, later ones after a reload too, runs there, whichever runtime calls [`Scheduler::apply`]).
     ///
     /// # Errors
     /// [`ProbeError`] when an HTTP client cannot be built.
-    pub fn start(jobs: &[Job], metrics: Arc<Metrics>) -> Result<Self, ProbeError> {
+    pub fn start(
+        jobs: &[Job],
+        metrics: Arc<Metrics>,
+        runtime: tokio::runtime::Handle,
+    ) -> Result<Self, ProbeError> {
         let mut s = Scheduler {
             metrics,
+            runtime,
             cancel: CancellationToken::new(),
             ticks: TaskTracker::new(),
             probes: TaskTracker::new(),
@@ -175,11 +183,12 @@ impl Scheduler {
                 running: Arc::new(AtomicBool::new(false)),
                 pauses: self.pauses.clone(),
                 probes: self.probes.clone(),
+                runtime: self.runtime.clone(),
             };
             let schedule = job.schedule.clone();
             let c = cancel.clone();
             self.ticks
-                .spawn(async move { runner.run(schedule, c).await });
+                .spawn_on(async move { runner.run(schedule, c).await }, &self.runtime);
             self.jobs.insert(fp, Running { labels, cancel });
             applied.started += 1;
         }
@@ -218,6 +227,7 @@ struct JobRunner {
     running: Arc<AtomicBool>,
     pauses: Pauses,
     probes: TaskTracker,
+    runtime: tokio::runtime::Handle,
 }
 
 impl JobRunner {
@@ -285,10 +295,21 @@ impl JobRunner {
             self.pauses.clone(),
             self.name.clone(),
         );
-        self.probes.spawn(async move {
+        self.probes.spawn_on(async move {
             // Cleared on drop, so even a panicking probe cannot block its job's later ticks.
             let _running = RunningGuard(running);
             let r = prober.run(&spec).await;
+            if exporter_fault(&r) {
+                // Our own fd exhaustion says nothing about the target: not a probe of it.
+                metrics.internal_error(InternalReason::FdExhausted);
+                tracing::error!(
+                    job = %name,
+                    reason = InternalReason::FdExhausted.as_str(),
+                    message = r.error_detail.as_deref().unwrap_or(""),
+                    "the exporter ran out of file descriptors: probe not sent, not counted against the target"
+                );
+                return;
+            }
             metrics.record(&labels, &r, SystemTime::now());
             if let Some(wait) = r.retry_after_s.filter(|w| *w > 0.0)
                 && let Ok(mut p) = pauses.lock()
@@ -297,8 +318,18 @@ impl JobRunner {
                 p.insert(labels.target.clone(), until);
             }
             log_result(&name, &r);
-        });
+        }, &self.runtime);
     }
+}
+
+/// True when a probe failed because the exporter itself is out of file descriptors (before any
+/// byte reached the target), so it must not count as the target's `connect` failure.
+pub fn exporter_fault(r: &ProbeResult) -> bool {
+    r.error_type == Some(ErrorType::Connect)
+        && r.http_status.is_none()
+        && r.error_detail
+            .as_deref()
+            .is_some_and(crate::resources::is_fd_exhaustion_message)
 }
 
 struct RunningGuard(Arc<AtomicBool>);

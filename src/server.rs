@@ -1,21 +1,32 @@
 //! The HTTP endpoints of `serve`: `/metrics` (OpenMetrics when the `Accept` header asks for it,
-//! else the Prometheus 0.0.4 text format), `/-/healthy`, `/-/ready`, `POST /-/reload`, and `/`
-//! (links and the loaded jobs, without secrets), as Prometheus exporters lay them out.
+//! else the Prometheus 0.0.4 text format; gzip when `Accept-Encoding` allows it), `/-/healthy`,
+//! `/-/ready`, `POST /-/reload`, and `/` (links and the loaded jobs with their last result, without
+//! secrets), as Prometheus exporters lay them out.
+//!
+//! `/metrics` is encoded once per scrape wave: an answer is reused for [`METRICS_CACHE_TTL`] by
+//! every scrape asking for the same format and encoding, so 200 concurrent scrapers cost one
+//! encode, not 200; and answers are spaced by [`METRICS_MIN_SPACING`], so a flood of scrapes
+//! waits rather than taking the CPU.
 
 use crate::config::Job;
 use crate::daemon::Daemon;
-use crate::metrics::{OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
+use crate::metrics::{LastResult, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
 use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
+use bytes::Bytes;
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// A job as shown on `/` (no secrets: the key source is not shown).
 #[derive(Debug, Clone)]
 pub struct JobRow {
+    /// The job's labels (to find its last result).
+    pub labels: crate::metrics::JobLabels,
     /// `target/model/prompt`.
     pub name: String,
     /// Protocol.
@@ -30,6 +41,7 @@ impl JobRow {
     /// The row for a job.
     pub fn of(job: &Job) -> Self {
         JobRow {
+            labels: crate::scheduler::labels(job),
             name: job.name(),
             api: job.target.api.to_string(),
             url: crate::redact::redact_url(&format!(
@@ -42,19 +54,47 @@ impl JobRow {
     }
 }
 
+/// How long an encoded `/metrics` answer is reused.
+pub const METRICS_CACHE_TTL: Duration = Duration::from_millis(200);
+/// The shortest time between two `/metrics` answers (at most 1,000 a second): a scrape flood
+/// waits instead of taking the CPU the probes need. Prometheus servers scrape an exporter a few
+/// times a minute each.
+pub const METRICS_MIN_SPACING: Duration = Duration::from_millis(1);
+
+/// An encoded exposition: when, for which config generation, the body.
+type Cached = (Instant, u64, Bytes);
+
+/// Shared state of the endpoints.
+#[derive(Debug)]
+struct App {
+    daemon: Arc<Daemon>,
+    /// Per (OpenMetrics?, gzip?): when encoded, and the body. The async lock makes the scrapes of
+    /// one wave wait for a single encode instead of each encoding.
+    /// Entries from before the last config (re)load ([`crate::metrics::Metrics::generation`])
+    /// are not reused.
+    cache: tokio::sync::Mutex<HashMap<(bool, bool), Cached>>,
+    /// When the next `/metrics` answer may start ([`METRICS_MIN_SPACING`]).
+    next_answer: tokio::sync::Mutex<tokio::time::Instant>,
+}
+
 /// The router with every endpoint.
 pub fn router(daemon: Arc<Daemon>) -> Router {
+    let app = Arc::new(App {
+        daemon,
+        cache: tokio::sync::Mutex::new(HashMap::new()),
+        next_answer: tokio::sync::Mutex::new(tokio::time::Instant::now()),
+    });
     Router::new()
         .route("/metrics", get(metrics))
         .route("/-/healthy", get(|| async { "Healthy\n" }))
         .route("/-/ready", get(|| async { "Ready\n" }))
         .route("/-/reload", post(reload))
         .route("/", get(index))
-        .with_state(daemon)
+        .with_state(app)
 }
 
-async fn reload(State(d): State<Arc<Daemon>>) -> Response {
-    match d.reload().await {
+async fn reload(State(app): State<Arc<App>>) -> Response {
+    match app.daemon.reload().await {
         Ok(a) => format!(
             "config reloaded: {} started, {} stopped, {} unchanged\n",
             a.started, a.stopped, a.kept
@@ -84,19 +124,100 @@ pub fn wants_openmetrics(headers: &HeaderMap) -> bool {
         .any(|v| v.contains("application/openmetrics-text"))
 }
 
-async fn metrics(State(d): State<Arc<Daemon>>, headers: HeaderMap) -> Response {
-    let (body, ct) = if wants_openmetrics(&headers) {
-        (d.metrics().encode_openmetrics(), OPENMETRICS_CONTENT_TYPE)
+/// True when `Accept-Encoding` accepts gzip (`gzip` or `*`, with a q-value above 0).
+pub fn accepts_gzip(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|item| {
+            let mut parts = item.split(';').map(str::trim);
+            let coding = parts.next().unwrap_or("").to_ascii_lowercase();
+            let q = parts
+                .find_map(|p| {
+                    p.strip_prefix("q=")
+                        .and_then(|q| q.trim().parse::<f32>().ok())
+                })
+                .unwrap_or(1.0);
+            (coding == "gzip" || coding == "x-gzip" || coding == "*") && q > 0.0
+        })
+}
+
+fn gzip(body: &[u8]) -> std::io::Result<Vec<u8>> {
+    use std::io::Write as _;
+    let mut e = flate2::write::GzEncoder::new(
+        Vec::with_capacity(body.len() / 8),
+        flate2::Compression::fast(),
+    );
+    e.write_all(body)?;
+    e.finish()
+}
+
+/// The encoded body for (`openmetrics`, `gzipped`), from the cache when fresh.
+async fn encoded(app: &App, openmetrics: bool, gzipped: bool) -> Result<Bytes, String> {
+    let mut cache = app.cache.lock().await;
+    let m = app.daemon.metrics();
+    let generation = m.generation();
+    if let Some((at, g, body)) = cache.get(&(openmetrics, gzipped))
+        && at.elapsed() < METRICS_CACHE_TTL
+        && *g == generation
+    {
+        return Ok(body.clone());
+    }
+    let text = if openmetrics {
+        m.encode_openmetrics()
     } else {
-        (d.metrics().encode_text(), TEXT_CONTENT_TYPE)
+        m.encode_text()
+    }
+    .map_err(|e| format!("encoding metrics failed: {e}"))?;
+    let body = if gzipped {
+        Bytes::from(gzip(text.as_bytes()).map_err(|e| format!("compressing metrics failed: {e}"))?)
+    } else {
+        Bytes::from(text)
     };
-    match body {
-        Ok(b) => ([(header::CONTENT_TYPE, ct)], b).into_response(),
-        Err(e) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("encoding metrics failed: {e}\n"),
+    cache.insert(
+        (openmetrics, gzipped),
+        (Instant::now(), generation, body.clone()),
+    );
+    Ok(body)
+}
+
+async fn metrics(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    {
+        let mut next = app.next_answer.lock().await;
+        let now = tokio::time::Instant::now();
+        if *next > now {
+            tokio::time::sleep_until(*next).await;
+        }
+        *next = now.max(*next) + METRICS_MIN_SPACING;
+    }
+    let openmetrics = wants_openmetrics(&headers);
+    let gzipped = accepts_gzip(&headers);
+    let ct = if openmetrics {
+        OPENMETRICS_CONTENT_TYPE
+    } else {
+        TEXT_CONTENT_TYPE
+    };
+    match encoded(&app, openmetrics, gzipped).await {
+        Ok(b) if gzipped => (
+            [
+                (header::CONTENT_TYPE, ct),
+                (header::CONTENT_ENCODING, "gzip"),
+                (header::VARY, "Accept-Encoding"),
+            ],
+            b,
         )
             .into_response(),
+        Ok(b) => (
+            [
+                (header::CONTENT_TYPE, ct),
+                (header::VARY, "Accept-Encoding"),
+            ],
+            b,
+        )
+            .into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
     }
 }
 
@@ -107,7 +228,34 @@ fn escape(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
-async fn index(State(d): State<Arc<Daemon>>) -> Html<String> {
+/// How a job's last result reads on `/`.
+fn last_cells(last: Option<&LastResult>) -> [String; 4] {
+    let Some(l) = last else {
+        return [
+            "not yet".into(),
+            String::new(),
+            String::new(),
+            String::new(),
+        ];
+    };
+    let when = chrono::DateTime::<chrono::Utc>::from(l.at)
+        .format("%Y-%m-%d %H:%M:%S UTC")
+        .to_string();
+    match l.error_type {
+        None => [
+            "success".into(),
+            String::new(),
+            l.ttft_s
+                .map(|t| format!("{:.1} ms", t * 1000.0))
+                .unwrap_or_default(),
+            when,
+        ],
+        Some(e) => ["error".into(), e.as_str().into(), String::new(), when],
+    }
+}
+
+async fn index(State(app): State<Arc<App>>) -> Html<String> {
+    let d = &app.daemon;
     let jobs = d.jobs();
     let mut h = String::from(
         "<!doctype html><html><head><title>tokenprobe</title></head><body>\n<h1>tokenprobe</h1>\n\
@@ -116,18 +264,25 @@ async fn index(State(d): State<Arc<Daemon>>) -> Html<String> {
     let _ = write!(
         h,
         "<p>version {}</p>\n<h2>Jobs ({})</h2>\n<table border=\"1\" cellpadding=\"4\">\n\
-         <tr><th>job</th><th>api</th><th>endpoint</th><th>schedule</th></tr>\n",
+         <tr><th>job</th><th>api</th><th>endpoint</th><th>schedule</th>\
+         <th>last outcome</th><th>error_type</th><th>TTFT</th><th>when</th></tr>\n",
         env!("CARGO_PKG_VERSION"),
         jobs.len()
     );
     for j in &jobs {
+        let last = d.metrics().last_result(&j.labels);
+        let [outcome, error_type, ttft, when] = last_cells(last.as_ref());
         let _ = writeln!(
             h,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             escape(&j.name),
             escape(&j.api),
             escape(&j.url),
-            escape(&j.schedule)
+            escape(&j.schedule),
+            escape(&outcome),
+            escape(&error_type),
+            escape(&ttft),
+            escape(&when),
         );
     }
     h.push_str("</table>\n</body></html>\n");
@@ -149,6 +304,49 @@ mod tests {
                 .unwrap(),
         );
         assert!(wants_openmetrics(&h));
+    }
+
+    #[test]
+    fn gzip_negotiation() {
+        let mut h = HeaderMap::new();
+        assert!(!accepts_gzip(&h));
+        h.insert(header::ACCEPT_ENCODING, "gzip".parse().unwrap());
+        assert!(accepts_gzip(&h));
+        h.insert(
+            header::ACCEPT_ENCODING,
+            "identity, gzip;q=0".parse().unwrap(),
+        );
+        assert!(!accepts_gzip(&h));
+        h.insert(header::ACCEPT_ENCODING, "br, GZIP; q=0.5".parse().unwrap());
+        assert!(accepts_gzip(&h));
+        h.insert(header::ACCEPT_ENCODING, "identity".parse().unwrap());
+        assert!(!accepts_gzip(&h));
+    }
+
+    #[test]
+    fn last_result_cells() {
+        assert_eq!(last_cells(None)[0], "not yet");
+        let at = std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let ok = LastResult {
+            error_type: None,
+            ttft_s: Some(0.2123),
+            at,
+        };
+        assert_eq!(
+            last_cells(Some(&ok)),
+            [
+                "success".to_owned(),
+                String::new(),
+                "212.3 ms".to_owned(),
+                "2023-11-14 22:13:20 UTC".to_owned()
+            ]
+        );
+        let bad = LastResult {
+            error_type: Some(crate::outcome::ErrorType::RateLimited),
+            ttft_s: None,
+            at,
+        };
+        assert_eq!(last_cells(Some(&bad))[1], "rate_limited");
     }
 
     #[test]

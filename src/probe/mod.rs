@@ -134,7 +134,11 @@ impl Prober {
     pub async fn run(&self, spec: &ProbeSpec) -> ProbeResult {
         let url = spec.url();
         let proxy = spec.proxy();
-        let key = match spec.api_key.as_ref().map(KeySource::load).transpose() {
+        let key = match &spec.api_key {
+            Some(k) => k.load().await.map(Some),
+            None => Ok(None),
+        };
+        let key = match key {
             Ok(k) => k,
             Err(msg) => {
                 let mut m = Measurement::new(Instant::now());

@@ -1,0 +1,136 @@
+//! The exporter's own resources: the file-descriptor budget shared by the web server and the
+//! probes, recognising the exporter's own fd exhaustion (`EMFILE`/`ENFILE`, "Too many open files")
+//! so it is never blamed on a target, and the lower CPU priority of the web threads.
+//!
+//! The web server may hold at most [`web_connection_limit`] connections at once, computed from
+//! `RLIMIT_NOFILE` with [`PROBE_FD_RESERVE`] descriptors kept for probes (each probe needs one
+//! socket, plus DNS), so no number of scrapers or half-open clients can starve a probe of fds.
+
+use std::error::Error;
+
+/// Descriptors kept free for probes, their DNS look-ups, config reloads and key files.
+pub const PROBE_FD_RESERVE: u64 = 256;
+/// The most web connections served at once, whatever the fd limit.
+pub const MAX_WEB_CONNECTIONS: usize = 1024;
+/// The fewest web connections served at once, even under a tiny fd limit.
+pub const MIN_WEB_CONNECTIONS: usize = 4;
+
+/// The soft `RLIMIT_NOFILE` after raising it to the hard limit (as Go programs do at start-up);
+/// `None` when unknown or unlimited.
+pub fn raise_fd_limit() -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        use rustix::process::{Resource, getrlimit, setrlimit};
+        let mut lim = getrlimit(Resource::Nofile);
+        if lim.current != lim.maximum {
+            lim.current = lim.maximum;
+            let _ = setrlimit(Resource::Nofile, lim);
+        }
+        getrlimit(Resource::Nofile).current
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        None
+    }
+}
+
+/// How many web connections to serve at once under a soft fd limit of `nofile`: a quarter of what
+/// is left after [`PROBE_FD_RESERVE`], between [`MIN_WEB_CONNECTIONS`] and
+/// [`MAX_WEB_CONNECTIONS`] (a quarter, so the web side holds well under the limit even counting
+/// the runtime's own descriptors).
+pub fn web_connection_limit(nofile: Option<u64>) -> usize {
+    match nofile {
+        None => MAX_WEB_CONNECTIONS,
+        Some(n) => {
+            let spare = n.saturating_sub(PROBE_FD_RESERVE) / 4;
+            usize::try_from(spare)
+                .unwrap_or(MAX_WEB_CONNECTIONS)
+                .clamp(MIN_WEB_CONNECTIONS, MAX_WEB_CONNECTIONS)
+        }
+    }
+}
+
+/// True when `e` or one of its causes is the process (`EMFILE`) or the system (`ENFILE`) running
+/// out of file descriptors: the exporter's own exhaustion, not the target's failure.
+pub fn is_fd_exhaustion(e: &(dyn Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(c) = cur {
+        if let Some(io) = c.downcast_ref::<std::io::Error>()
+            && is_fd_exhaustion_io(io)
+        {
+            return true;
+        }
+        cur = c.source();
+    }
+    false
+}
+
+/// [`is_fd_exhaustion`] for one I/O error.
+pub fn is_fd_exhaustion_io(e: &std::io::Error) -> bool {
+    // EMFILE = 24, ENFILE = 23 on Linux and the BSDs.
+    matches!(e.raw_os_error(), Some(23 | 24))
+}
+
+/// True when a failure message carries the text of an `EMFILE`/`ENFILE` I/O error (how a failed
+/// probe's detail shows it once the error chain has been formatted).
+pub fn is_fd_exhaustion_message(detail: &str) -> bool {
+    detail.contains("(os error 24)") || detail.contains("(os error 23)")
+}
+
+/// Lowers the calling thread's CPU priority by `nice` steps (Linux: niceness is per thread), so
+/// the web threads yield the CPU to the probing threads when both want it. Best effort.
+pub fn lower_thread_priority(nice: i32) {
+    #[cfg(target_os = "linux")]
+    {
+        let tid = rustix::thread::gettid();
+        let _ = rustix::process::setpriority_process(Some(tid), nice);
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = nice;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn web_limit_keeps_a_reserve_under_the_fd_limit() {
+        assert_eq!(web_connection_limit(Some(1024)), 192);
+        assert_eq!(web_connection_limit(Some(100)), MIN_WEB_CONNECTIONS);
+        assert_eq!(web_connection_limit(Some(1 << 20)), MAX_WEB_CONNECTIONS);
+        assert_eq!(web_connection_limit(None), MAX_WEB_CONNECTIONS);
+        for n in [300u64, 512, 1024, 4096, 65536] {
+            let l = web_connection_limit(Some(n)) as u64;
+            assert!(l + PROBE_FD_RESERVE / 2 < n, "{l} of {n}");
+        }
+    }
+
+    #[test]
+    fn recognises_emfile_and_enfile_through_a_chain() {
+        #[derive(Debug)]
+        struct Wrap(std::io::Error);
+        impl std::fmt::Display for Wrap {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "client error (Connect)")
+            }
+        }
+        impl Error for Wrap {
+            fn source(&self) -> Option<&(dyn Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let emfile = Wrap(std::io::Error::from_raw_os_error(24));
+        assert!(is_fd_exhaustion(&emfile));
+        assert!(is_fd_exhaustion(&Wrap(std::io::Error::from_raw_os_error(
+            23
+        ))));
+        assert!(!is_fd_exhaustion(&Wrap(std::io::Error::from_raw_os_error(
+            111
+        ))));
+        let text = format!("{}: {}", emfile, emfile.0);
+        assert!(is_fd_exhaustion_message(&text), "{text}");
+        assert!(!is_fd_exhaustion_message(
+            "tcp connect error: Connection refused (os error 111)"
+        ));
+    }
+}
