@@ -353,6 +353,11 @@ async fn serve(
     probing: tokio::runtime::Handle,
     nofile: Option<u64>,
 ) -> Result<ExitCode> {
+    // Signal handlers first: a SIGTERM or SIGHUP that arrives while the first probes start must
+    // not meet the default action (which ends the process at once).
+    let stop_signals = StopSignals::install();
+    #[cfg(unix)]
+    let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
     let web = match &web_config {
         Some(p) => WebConfig::load(p)?,
         None => WebConfig::default(),
@@ -362,9 +367,10 @@ async fn serve(
     let listener = std::net::TcpListener::bind(&listen)
         .with_context(|| format!("cannot listen on {listen}"))?;
     let addr = listener.local_addr().context("listener address")?;
-    spawn_sighup_reloader(daemon.clone());
+    #[cfg(unix)]
+    spawn_sighup_reloader(daemon.clone(), hup);
     let stop = tokio_util::sync::CancellationToken::new();
-    tokio::spawn(watch_stop_signals(stop.clone()));
+    tokio::spawn(stop_signals.watch(stop.clone()));
     let limits = Limits {
         max_connections: tokenprobe::resources::web_connection_limit(nofile),
         ..Limits::default()
@@ -392,21 +398,32 @@ async fn serve(
         )
         .await
     });
+    // `biased`: when the stop signal has come, the web server (which stops on the same signal and
+    // may already be done) must not be taken for one that ended by itself, or the process would
+    // exit without waiting for the probes in flight.
+    let mut web_ended = None;
     tokio::select! {
-        r = &mut web_task => {
-            // The web server only ends by itself on an error (an unusable certificate).
-            r.context("HTTP server")?.context("HTTP server")?;
-            return Ok(ExitCode::SUCCESS);
-        }
+        biased;
         () = stop.cancelled() => {}
+        r = &mut web_task => {
+            if !stop.is_cancelled() {
+                // The web server only ends by itself on an error (an unusable certificate).
+                r.context("HTTP server")?.context("HTTP server")?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            web_ended = Some(r);
+        }
     }
     // One deadline for everything: in-flight probes and open web connections both get `grace`.
     tracing::info!(grace = %humantime::format_duration(grace), "shutting down: waiting for in-flight probes and web connections");
     let deadline = tokio::time::Instant::now() + grace;
-    let (probes_done, web_done) = tokio::join!(
-        daemon.shutdown(grace),
-        tokio::time::timeout_at(deadline, web_task)
-    );
+    let web_done = async move {
+        match web_ended {
+            Some(r) => Ok(r),
+            None => tokio::time::timeout_at(deadline, web_task).await,
+        }
+    };
+    let (probes_done, web_done) = tokio::join!(daemon.shutdown(grace), web_done);
     if !probes_done {
         tracing::warn!("in-flight probes did not finish within the grace period");
     }
@@ -417,10 +434,10 @@ async fn serve(
 }
 
 /// SIGHUP reloads the config, as Prometheus and its exporters do.
-fn spawn_sighup_reloader(daemon: Arc<Daemon>) {
-    #[cfg(unix)]
+#[cfg(unix)]
+fn spawn_sighup_reloader(daemon: Arc<Daemon>, hup: std::io::Result<tokio::signal::unix::Signal>) {
     tokio::spawn(async move {
-        let mut hup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        let mut hup = match hup {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(error = %e, "cannot listen for SIGHUP; reload with POST /-/reload");
@@ -431,52 +448,73 @@ fn spawn_sighup_reloader(daemon: Arc<Daemon>) {
             let _ = daemon.reload().await;
         }
     });
-    #[cfg(not(unix))]
-    let _ = daemon;
 }
 
-/// The first SIGTERM or SIGINT cancels `stop` (graceful shutdown within `--shutdown.grace`); a
-/// second one exits at once with status 1.
-async fn watch_stop_signals(stop: tokio_util::sync::CancellationToken) {
+/// The stop signals, listened to from the moment they are installed.
+struct StopSignals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{Signal, SignalKind, signal};
-        let listen = |kind: SignalKind, name: &str| match signal(kind) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                tracing::error!(error = %e, signal = name, "cannot listen for the signal");
-                None
-            }
-        };
-        async fn recv(s: &mut Option<Signal>) {
-            let got = match s {
-                Some(s) => s.recv().await.is_some(),
-                None => false,
+    term: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl StopSignals {
+    /// Installs the handlers of SIGTERM and SIGINT now (within a runtime).
+    fn install() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let listen = |kind: SignalKind, name: &str| match signal(kind) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    tracing::error!(error = %e, signal = name, "cannot listen for the signal");
+                    None
+                }
             };
-            if !got {
-                std::future::pending::<()>().await;
+            StopSignals {
+                term: listen(SignalKind::terminate(), "SIGTERM"),
+                int: listen(SignalKind::interrupt(), "SIGINT"),
             }
         }
-        let mut term = listen(SignalKind::terminate(), "SIGTERM");
-        let mut int = listen(SignalKind::interrupt(), "SIGINT");
-        tokio::select! {
-            () = recv(&mut term) => {}
-            () = recv(&mut int) => {}
-        }
-        stop.cancel();
-        tokio::select! {
-            () = recv(&mut term) => {}
-            () = recv(&mut int) => {}
-        }
+        #[cfg(not(unix))]
+        StopSignals {}
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-        stop.cancel();
-        let _ = tokio::signal::ctrl_c().await;
+
+    /// The first SIGTERM or SIGINT cancels `stop` (graceful shutdown within `--shutdown.grace`); a
+    /// second one exits at once with status 1.
+    async fn watch(self, stop: tokio_util::sync::CancellationToken) {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::Signal;
+            async fn recv(s: &mut Option<Signal>) {
+                let got = match s {
+                    Some(s) => s.recv().await.is_some(),
+                    None => false,
+                };
+                if !got {
+                    std::future::pending::<()>().await;
+                }
+            }
+            let (mut term, mut int) = (self.term, self.int);
+            tokio::select! {
+                () = recv(&mut term) => {}
+                () = recv(&mut int) => {}
+            }
+            stop.cancel();
+            tokio::select! {
+                () = recv(&mut term) => {}
+                () = recv(&mut int) => {}
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            stop.cancel();
+            let _ = tokio::signal::ctrl_c().await;
+        }
+        tracing::warn!("second stop signal: exiting now");
+        std::process::exit(1);
     }
-    tracing::warn!("second stop signal: exiting now");
-    std::process::exit(1);
 }
 
 /// `base` with the `--timeout-*` flags that were given applied on top.

@@ -603,3 +603,33 @@ fn metrics_gzip_sorted_series_and_last_results_on_the_index() {
     );
     assert!(row("down").contains("UTC</td>"), "when: {}", row("down"));
 }
+
+/// Item 1: the first SIGTERM waits for the probe in flight, every time. Before, the web server
+/// (stopping on the same signal, with no connection open) was often taken for one that had ended
+/// by itself, and the process exited at once with status 0 without waiting for the probe: 7 of 10
+/// runs. Repeated, because it was a race.
+#[test]
+fn the_first_sigterm_always_waits_for_the_probe_in_flight() {
+    for round in 0..5 {
+        let target = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let up = target.local_addr().unwrap().to_string();
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("c.yml");
+        std::fs::write(&cfg, job_config(&[("a", &up, "")], "1s")).unwrap();
+        let (mut serve, _addr, lines) = serve(&cfg, &["--shutdown.grace", "60s"], None);
+        let (conn, _) = target.accept().unwrap();
+        serve.signal("-TERM");
+        assert!(
+            serve.wait_exit(Duration::from_millis(700)).is_none(),
+            "round {round}: exited with a probe in flight:\n{}",
+            lines.lock().unwrap().join("\n")
+        );
+        // The probe ends (its target closes), and then the process exits by itself.
+        drop(conn);
+        let took = serve.wait_exit(Duration::from_secs(10));
+        assert!(
+            took.is_some(),
+            "round {round}: did not exit after the probe ended"
+        );
+    }
+}
