@@ -1,4 +1,4 @@
-//! The `tokenprobe` command line: `serve`, `probe`, `check-config`.
+//! The `tokenprobe` command line: `serve`, `probe`, `check-config`, `simulate` and `bench`.
 //!
 //! Exit codes: 0 success; 1 a probe failed (`probe`); 2 bad usage or an invalid config.
 
