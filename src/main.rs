@@ -15,7 +15,7 @@ use tokenprobe::config::{
 use tokenprobe::daemon::Daemon;
 use tokenprobe::probe::{ProbeSpec, Prober};
 use tokenprobe::protocol::{Api, Message};
-use tokenprobe::report::{ReportContext, to_json, to_text};
+use tokenprobe::report::{ReportContext, print_stderr_line, print_stdout, to_json, to_text};
 use tokenprobe::server::router;
 use tokenprobe::transport::ClientOptions;
 use tokenprobe::web::WebConfig;
@@ -219,7 +219,7 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("tokenprobe: cannot start the runtime: {e}");
+            print_stderr_line(&format!("tokenprobe: cannot start the runtime: {e}"));
             return ExitCode::from(2);
         }
     };
@@ -240,7 +240,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("tokenprobe: {e:#}");
+            print_stderr_line(&format!("tokenprobe: {e:#}"));
             ExitCode::from(2)
         }
     }
@@ -260,28 +260,37 @@ fn check_config(path: &std::path::Path) -> Result<ExitCode> {
                 })
                 .collect();
             if !unusable.is_empty() {
-                eprintln!(
+                print_stderr_line(&format!(
                     "{}: invalid config ({} job{} cannot start):\n{}",
                     path.display(),
                     unusable.len(),
                     if unusable.len() == 1 { "" } else { "s" },
                     unusable.join("\n")
-                );
+                ));
                 return Ok(ExitCode::from(2));
             }
-            println!("{}: valid, {} jobs", path.display(), c.jobs.len());
+            print_stdout(&format!(
+                "{}: valid, {} jobs\n",
+                path.display(),
+                c.jobs.len()
+            ));
             for j in &c.jobs {
-                println!("  {} ({}, {})", j.name(), j.target.api, j.schedule);
+                print_stdout(&format!(
+                    "  {} ({}, {})\n",
+                    j.name(),
+                    j.target.api,
+                    j.schedule
+                ));
             }
             Ok(ExitCode::SUCCESS)
         }
         // These name the file themselves.
         Err(e @ (ConfigError::Io { .. } | ConfigError::Syntax(_))) => {
-            eprintln!("{e}");
+            print_stderr_line(&e.to_string());
             Ok(ExitCode::from(2))
         }
         Err(e) => {
-            eprintln!("{}: {e}", path.display());
+            print_stderr_line(&format!("{}: {e}", path.display()));
             Ok(ExitCode::from(2))
         }
     }
@@ -497,34 +506,31 @@ async fn probe(a: ProbeArgs) -> Result<ExitCode> {
         spec.timeouts = deadlines(&a, spec.timeouts);
     }
     if spec.client.tls.insecure_skip_verify {
-        eprintln!(
-            "tokenprobe: WARNING: --insecure-skip-verify: the server certificate is NOT verified"
+        print_stderr_line(
+            "tokenprobe: WARNING: --insecure-skip-verify: the server certificate is NOT verified",
         );
     }
     let prober = Prober::new(&spec)?;
     let result = prober.run(&spec).await;
     match a.format {
         Format::Json => {
-            println!("{}", to_json(&result));
+            print_stdout(&format!("{}\n", to_json(&result)));
             if let Some(e) = result.error_type {
-                eprintln!(
+                print_stderr_line(&format!(
                     "tokenprobe: probe failed: {e} (HTTP {}): {}",
                     result.http_status.map_or("-".into(), |s| s.to_string()),
                     result.error_detail.as_deref().unwrap_or("")
-                );
+                ));
             }
         }
-        Format::Text => print!(
-            "{}",
-            to_text(
-                &result,
-                &ReportContext {
-                    url: tokenprobe::redact::redact_url(&spec.url()),
-                    model: spec.model.clone(),
-                    proxy: spec.proxy(),
-                }
-            )
-        ),
+        Format::Text => print_stdout(&to_text(
+            &result,
+            &ReportContext {
+                url: tokenprobe::redact::redact_url(&spec.url()),
+                model: spec.model.clone(),
+                proxy: spec.proxy(),
+            },
+        )),
     }
     Ok(if result.success() {
         ExitCode::SUCCESS

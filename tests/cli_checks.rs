@@ -335,3 +335,57 @@ fn bad_flags_do_not_echo_their_secret_values() {
     assert!(!err.contains("cli-secret"), "echoed: {err}");
     assert_eq!(conns.load(Ordering::SeqCst), 0);
 }
+
+/// A reader that went away (`tokenprobe probe | head -c 100`, a closed stderr) ends the output,
+/// not the process with a panic: the exit code stays the command's own. Failed before: `print!`
+/// panicked ("failed printing to stdout: Broken pipe") and the exit code was 101.
+#[test]
+fn a_closed_stdout_or_stderr_is_not_a_panic() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let refused = {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr").to_string()
+    };
+    let valid = d.join("valid.yml");
+    std::fs::write(
+        &valid,
+        format!("{PROMPTS}targets: [{{name: t, base_url: 'http://{refused}/v1', models: [m]}}]\n"),
+    )
+    .expect("write");
+    let invalid = d.join("invalid.yml");
+    std::fs::write(&invalid, "targets: 7\n").expect("write");
+    let url = format!("http://{refused}/v1");
+    let valid_s = valid.to_str().expect("utf-8");
+    let invalid_s = invalid.to_str().expect("utf-8");
+    let cases: [(&[&str], i32); 5] = [
+        (&["check-config", "--config.file", valid_s], 0),
+        (&["check-config", "--config.file", invalid_s], 2),
+        (&["probe", "--base-url", &url, "--model", "m"], 1),
+        (
+            &[
+                "probe",
+                "--base-url",
+                &url,
+                "--model",
+                "m",
+                "--format",
+                "json",
+            ],
+            1,
+        ),
+        (&["probe", "--base-url", "not a url", "--model", "m"], 2),
+    ];
+    for (args, want) in cases {
+        // Both ends closed before the process starts: every write fails with EPIPE.
+        let (r1, w1) = std::io::pipe().expect("pipe");
+        let (r2, w2) = std::io::pipe().expect("pipe");
+        drop((r1, r2));
+        let mut cmd = Command::new(tokenprobe_bin());
+        cmd.args(args).current_dir(d).stdout(w1).stderr(w2);
+        cmd.env_remove("http_proxy").env_remove("HTTP_PROXY");
+        cmd.env_remove("all_proxy").env_remove("ALL_PROXY");
+        let st = cmd.status().expect("run");
+        assert_eq!(st.code(), Some(want), "{args:?}: {st}");
+    }
+}

@@ -638,7 +638,7 @@ pub async fn run(a: BenchArgs) -> Result<ExitCode, BenchError> {
         selection,
         comparison,
     };
-    print!("{}", report::render_table(&report));
+    crate::report::print_stdout(&report::render_table(&report));
     for o in &a.outputs {
         let text = match format_of(o) {
             Some(Format::Json) => report::render_json(&report),
