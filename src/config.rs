@@ -949,10 +949,17 @@ impl Config {
                 .unwrap_or_else(|| def_schedule.clone());
             let timeouts = iss.timeouts(&format!("{path}.timeouts"), def_timeouts, &t.timeouts);
             let mut headers = Vec::new();
+            let auth = t.auth.unwrap_or(match t.api {
+                Api::AnthropicMessages => AuthStyle::XApiKey,
+                _ => AuthStyle::Bearer,
+            });
+            let has_key = t.api_key.is_some() || t.api_key_file.is_some();
             for (k, v) in &t.headers {
                 let ok = reqwest::header::HeaderName::from_bytes(k.as_bytes()).is_ok()
                     && reqwest::header::HeaderValue::from_str(v).is_ok();
-                if ok {
+                if let Some(why) = header_set_by_tokenprobe(k, auth, has_key) {
+                    iss.push(format!("{path}.headers.{k}"), &t.name, why);
+                } else if ok {
                     headers.push((k.clone(), v.clone()));
                 } else {
                     iss.push(
@@ -1020,10 +1027,7 @@ impl Config {
                     .iter()
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect(),
-                auth: t.auth.unwrap_or(match t.api {
-                    Api::AnthropicMessages => AuthStyle::XApiKey,
-                    _ => AuthStyle::Bearer,
-                }),
+                auth,
                 proxy,
                 tls: TlsOptions {
                     ca_file,
@@ -1111,6 +1115,45 @@ impl Config {
             return Err(ConfigError::Invalid(iss.0));
         }
         Ok(Config { jobs, buckets })
+    }
+}
+
+/// Why a custom header named `name` may not be sent, if it may not: tokenprobe sends it itself,
+/// so the header would replace or double it and change what is measured (docs/measurement.md,
+/// "What requests look like"): the body's framing, `Accept-Encoding: identity`, `Accept`,
+/// `Content-Type`, and, when a key is configured, the header the key goes in. The one rule for
+/// `headers:` in a config and `probe --header`.
+pub fn header_set_by_tokenprobe(name: &str, auth: AuthStyle, has_key: bool) -> Option<String> {
+    let n = name.trim().to_ascii_lowercase();
+    let (key_header, style) = match auth {
+        AuthStyle::Bearer => ("authorization", "bearer"),
+        AuthStyle::XApiKey => ("x-api-key", "x-api-key"),
+        AuthStyle::ApiKey => ("api-key", "api-key"),
+    };
+    if [
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "te",
+        "trailer",
+        "upgrade",
+        "keep-alive",
+    ]
+    .contains(&n.as_str())
+    {
+        Some(format!(
+            "{name} is set by tokenprobe itself (the HTTP client frames the request); headers may only add fields"
+        ))
+    } else if ["accept-encoding", "accept", "content-type"].contains(&n.as_str()) {
+        Some(format!(
+            "{name} is set by tokenprobe itself (an event stream, uncompressed: docs/measurement.md); headers may only add fields"
+        ))
+    } else if has_key && n == key_header {
+        Some(format!(
+            "{name} would be sent twice: the API key already goes in it (auth: {style}); drop the header or the key"
+        ))
+    } else {
+        None
     }
 }
 

@@ -431,6 +431,12 @@ fn spec_from_args(a: &ProbeArgs) -> Result<ProbeSpec> {
         .iter()
         .map(|h| parse_header(h).map_err(|e| anyhow::anyhow!("--header: {e}")))
         .collect::<Result<Vec<_>>>()?;
+    if let Some(why) = headers
+        .iter()
+        .find_map(|(n, _)| tokenprobe::config::header_set_by_tokenprobe(n, auth, api_key.is_some()))
+    {
+        anyhow::bail!("--header: {why}");
+    }
     let query = a
         .query
         .iter()

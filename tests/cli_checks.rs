@@ -389,3 +389,92 @@ fn a_closed_stdout_or_stderr_is_not_a_panic() {
         assert_eq!(st.code(), Some(want), "{args:?}: {st}");
     }
 }
+
+/// A configured header must not replace or double what tokenprobe sends itself: the framing
+/// (`Content-Length`, `Transfer-Encoding`, `Connection`), `Accept-Encoding: identity` and
+/// `Accept`/`Content-Type` (docs/measurement.md, "What requests look like"), and the key's own
+/// header when a key is configured (a second `Authorization` made the request carry two).
+/// Failed before: all were accepted and sent next to tokenprobe's own (two `accept-encoding`, two
+/// `authorization` on the wire; a chunked body from `Transfer-Encoding: chunked`).
+#[test]
+fn headers_that_tokenprobe_sets_itself_are_rejected() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let target = |extra: &str| {
+        format!(
+            "{PROMPTS}targets:\n  - name: a\n    base_url: http://127.0.0.1:1/v1\n    models: [m]\n{extra}"
+        )
+    };
+    let mut wrong = Vec::new();
+    for (extra, path) in [
+        (
+            "    headers: {Content-Length: '5'}\n",
+            "targets[0].headers.Content-Length",
+        ),
+        (
+            "    headers: {transfer-encoding: chunked}\n",
+            "targets[0].headers.transfer-encoding",
+        ),
+        (
+            "    headers: {Connection: close}\n",
+            "targets[0].headers.Connection",
+        ),
+        (
+            "    headers: {Accept-Encoding: gzip}\n",
+            "targets[0].headers.Accept-Encoding",
+        ),
+        (
+            "    headers: {Accept: text/html}\n",
+            "targets[0].headers.Accept",
+        ),
+        (
+            "    headers: {Content-Type: text/plain}\n",
+            "targets[0].headers.Content-Type",
+        ),
+        (
+            "    api_key: sk-test-1234567\n    headers: {Authorization: Bearer other-value}\n",
+            "targets[0].headers.Authorization",
+        ),
+        (
+            "    api_key: sk-test-1234567\n    auth: x-api-key\n    headers: {X-Api-Key: other-value}\n",
+            "targets[0].headers.X-Api-Key",
+        ),
+    ] {
+        let (code, out) = check_config(d, &target(extra));
+        if code != 2 || !out.contains(path) {
+            wrong.push(format!("{path}: exit {code}: {out}"));
+        }
+        assert!(!out.contains("other-value"), "a header value shown: {out}");
+    }
+    assert!(
+        wrong.is_empty(),
+        "accepted or unnamed:\n{}",
+        wrong.join("\n")
+    );
+    // Without a key, an Authorization header is how a custom scheme is sent; Host names a vhost.
+    for extra in [
+        "    headers: {Authorization: Custom abcdefg}\n",
+        "    headers: {Host: api.example.com}\n",
+        "    api_key: sk-test-1234567\n    headers: {x-api-key: other-value}\n",
+    ] {
+        let (code, out) = check_config(d, &target(extra));
+        assert_eq!(code, 0, "{extra}: {out}");
+    }
+    // The same rule for `probe --header`, before any connection.
+    let (addr, conns) = counting_listener();
+    let url = format!("http://{addr}/v1");
+    for h in ["Accept-Encoding=gzip", "transfer-encoding=chunked"] {
+        let (code, _, err) = run_in(
+            d,
+            &["probe", "--base-url", &url, "--model", "m", "--header", h],
+            None,
+        );
+        assert_eq!(code, 2, "{h}: {err}");
+        assert!(err.contains("--header"), "{h}: {err}");
+    }
+    assert_eq!(
+        conns.load(Ordering::SeqCst),
+        0,
+        "a rejected probe connected"
+    );
+}
