@@ -478,3 +478,28 @@ fn headers_that_tokenprobe_sets_itself_are_rejected() {
         "a rejected probe connected"
     );
 }
+
+/// A `ca_file` that is not a regular file of bounded size is refused at once, with its key path:
+/// `/dev/zero` made `check-config` allocate until it aborted (exit 134 after 12 s, "memory
+/// allocation of 2147483648 bytes failed"), and a FIFO with no writer blocked it forever. Failed
+/// before (abort; hang until this test's 60 s limit).
+#[test]
+fn a_ca_file_that_is_a_device_a_fifo_or_huge_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let fifo = d.join("ca.fifo");
+    let st = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(st.success());
+    let huge = d.join("huge.pem");
+    let line = "MIIBszCCAVmgAwIBAgIUQ0FGSUxFQ0FGSUxFQ0FGSUxFQ0FGSUxFwCgYIKoZIzj0E\n";
+    std::fs::write(&huge, line.repeat((40 << 20) / line.len())).expect("write");
+    for f in [Path::new("/dev/zero"), fifo.as_path(), huge.as_path()] {
+        let yaml = format!(
+            "{PROMPTS}targets:\n  - name: a\n    base_url: https://127.0.0.1:1/v1\n    models: [m]\n    ca_file: {}\n",
+            f.display()
+        );
+        let (code, out) = check_config(d, &yaml);
+        assert_eq!(code, 2, "{}: {out}", f.display());
+        assert!(out.contains("targets[0].ca_file"), "{}: {out}", f.display());
+    }
+}
