@@ -743,6 +743,35 @@ fn expand_env(s: &str) -> Result<String, String> {
         .map_err(|e| format!("environment variable {} is not set", e.var_name))
 }
 
+/// The largest config, bench or baseline file read (a config of 20,000 targets is about 2 MB).
+pub const MAX_INPUT_FILE_BYTES: u64 = 32 << 20;
+
+/// Reads a text input file (config, bench file, baseline), at most [`MAX_INPUT_FILE_BYTES`]: a
+/// file that never ends (`/dev/zero`) or is far too large is an error, not an unbounded read.
+/// A pipe (`--config.file <(envsubst < c.yml)`) is read like a file.
+///
+/// # Errors
+/// The I/O error, or `InvalidData` for a file past the limit or not UTF-8.
+pub fn read_input_file(path: &Path) -> std::io::Result<String> {
+    use std::io::Read as _;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(MAX_INPUT_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_INPUT_FILE_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {} MiB", MAX_INPUT_FILE_BYTES >> 20),
+        ));
+    }
+    String::from_utf8(bytes).map_err(|_| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "stream did not contain valid UTF-8",
+        )
+    })
+}
+
 impl Config {
     /// Reads and validates a config file.
     ///
@@ -750,7 +779,7 @@ impl Config {
     /// [`ConfigError::Io`], [`ConfigError::Syntax`] (with the YAML location) or
     /// [`ConfigError::Invalid`] listing every problem with its key path and `line:column`.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|reason| ConfigError::Io {
+        let text = read_input_file(path).map_err(|reason| ConfigError::Io {
             path: path.to_owned(),
             reason,
         })?;

@@ -503,3 +503,66 @@ fn a_ca_file_that_is_a_device_a_fifo_or_huge_is_refused() {
         assert!(out.contains("targets[0].ca_file"), "{}: {out}", f.display());
     }
 }
+
+/// A config, bench or baseline file that never ends (`/dev/zero`) or is far too large is refused
+/// with what is wrong, after reading at most the cap: it was read whole, so `check-config
+/// --config.file /dev/zero` grew until the kernel's OOM killer ended it (exit 137 after 11 s on a
+/// shared machine). Run here under a 1 GB address-space limit, where it failed before with "out of
+/// memory" instead of the size rule.
+#[test]
+fn a_config_bench_or_baseline_file_that_never_ends_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let cfg = d.join("c.yml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "{PROMPTS}targets: [{{name: a, base_url: 'http://127.0.0.1:1/v1', models: [m]}}]\n"
+        ),
+    )
+    .expect("write");
+    let c = cfg.to_str().expect("utf-8");
+    let limit = Some("ulimit -v 1000000");
+    for (args, what) in [
+        (
+            vec!["check-config", "--config.file", "/dev/zero"],
+            "/dev/zero",
+        ),
+        (vec!["probe", "--config.file", "/dev/zero"], "/dev/zero"),
+        (
+            vec![
+                "bench",
+                "--config.file",
+                c,
+                "--concurrency",
+                "1",
+                "--requests-per-level",
+                "1",
+                "--bench.file",
+                "/dev/zero",
+            ],
+            "bench file /dev/zero",
+        ),
+        (
+            vec![
+                "bench",
+                "--config.file",
+                c,
+                "--concurrency",
+                "1",
+                "--requests-per-level",
+                "1",
+                "--baseline",
+                "/dev/zero",
+            ],
+            "baseline /dev/zero",
+        ),
+    ] {
+        let (code, _, err) = run_in(d, &args, limit);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(
+            err.contains(what) && err.contains("larger than 32 MiB"),
+            "{args:?}: {err}"
+        );
+    }
+}

@@ -424,7 +424,7 @@ pub fn load_baseline(path: &Path) -> Result<Report, BenchError> {
         path: path.to_owned(),
         reason,
     };
-    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+    let text = crate::config::read_input_file(path).map_err(|e| err(e.to_string()))?;
     serde_json::from_str(&text)
         .map_err(|e| err(format!("not a tokenprobe bench JSON report ({e})")))
 }

@@ -656,7 +656,7 @@ impl Criteria {
     /// # Errors
     /// [`SpecError::Io`] or [`SpecError::File`].
     pub fn load_file(path: &Path) -> Result<Criteria, SpecError> {
-        let text = std::fs::read_to_string(path).map_err(|e| SpecError::Io {
+        let text = crate::config::read_input_file(path).map_err(|e| SpecError::Io {
             path: path.display().to_string(),
             reason: e.to_string(),
         })?;
