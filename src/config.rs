@@ -461,9 +461,15 @@ impl SyntaxError {
         if let Some(i) = message.rfind(" at line ") {
             message.truncate(i);
         }
-        let message = crate::redact::yaml_message(message.trim_start_matches("error: "));
+        let message =
+            crate::redact::yaml_message(&plain_yaml_message(message.trim_start_matches("error: ")));
         let path = path
             .split('.')
+            .map(|p| {
+                p.strip_prefix("value")
+                    .filter(|r| r.starts_with('['))
+                    .unwrap_or(p)
+            })
             .filter(|p| *p != "value" && !p.is_empty() && *p != "?")
             .collect::<Vec<_>>()
             .join(".")
@@ -476,6 +482,40 @@ impl SyntaxError {
             message,
             snippet: crate::redact::config_snippet(text, line as usize, column as usize),
         }
+    }
+}
+
+/// The YAML library's message in the words of the file's author: its advice to programmers
+/// (`set DuplicateKeyPolicy in Options`), Rust type names (`invalid u32`) and Debug output
+/// (`budget breached: Depth { depth: 65 }`) replaced by what is wrong in the file.
+fn plain_yaml_message(m: &str) -> String {
+    if let Some(rest) = m.strip_prefix("duplicate mapping key: ") {
+        let key = rest
+            .split(", set DuplicateKeyPolicy")
+            .next()
+            .unwrap_or(rest);
+        return format!("duplicate key `{key}`");
+    }
+    if m.starts_with("multiple YAML documents detected") {
+        return "more than one YAML document (a `---` line): a config is one document".into();
+    }
+    if let Some(rest) = m.strip_prefix("budget breached: ") {
+        return if rest.starts_with("Depth") {
+            "nested too deeply".into()
+        } else {
+            // Nodes, aliases, ...: an alias expansion far larger than any config.
+            "too large once its aliases are expanded (an alias bomb?)".into()
+        };
+    }
+    match m {
+        "invalid u8" | "invalid u16" | "invalid u32" | "invalid u64" | "invalid usize" => {
+            "expected a whole number".into()
+        }
+        "invalid floating point" | "invalid f32" | "invalid f64" => "expected a number".into(),
+        "expected string scalar" => "expected a string".into(),
+        "expected mapping start" => "expected a mapping (`key: value` lines)".into(),
+        "recursion limit exceeded" => "nested too deeply".into(),
+        _ => m.to_owned(),
     }
 }
 
