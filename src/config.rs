@@ -1023,6 +1023,9 @@ impl Config {
                 _ => AuthStyle::Bearer,
             });
             let has_key = t.api_key.is_some() || t.api_key_file.is_some();
+            if let Some(why) = userinfo_conflict(&base_url, auth, has_key) {
+                iss.push(format!("{path}.base_url"), &t.base_url, why);
+            }
             for (k, v) in &t.headers {
                 let ok = reqwest::header::HeaderName::from_bytes(k.as_bytes()).is_ok()
                     && reqwest::header::HeaderValue::from_str(v).is_ok();
@@ -1224,6 +1227,17 @@ pub fn header_set_by_tokenprobe(name: &str, auth: AuthStyle, has_key: bool) -> O
     } else {
         None
     }
+}
+
+/// Why `base_url` may not carry `user:password` with this key setting, if it may not: userinfo is
+/// sent as `Authorization: Basic`, so a key in `Authorization: Bearer` would make the request carry
+/// two `Authorization` headers. The one rule for a config's `base_url` and `probe --base-url`.
+pub fn userinfo_conflict(base_url: &str, auth: AuthStyle, has_key: bool) -> Option<&'static str> {
+    let u = reqwest::Url::parse(base_url).ok()?;
+    let userinfo = !u.username().is_empty() || u.password().is_some();
+    (userinfo && has_key && auth == AuthStyle::Bearer).then_some(
+        "carries user:password, sent as Authorization: Basic, and the API key goes in Authorization: Bearer: a request carries one Authorization header; drop one, or set auth: x-api-key or api-key",
+    )
 }
 
 /// Body fields `extra_body` may never set, whatever the protocol sends: they decide what is

@@ -431,6 +431,9 @@ fn spec_from_args(a: &ProbeArgs) -> Result<ProbeSpec> {
         .iter()
         .map(|h| parse_header(h).map_err(|e| anyhow::anyhow!("--header: {e}")))
         .collect::<Result<Vec<_>>>()?;
+    if let Some(why) = tokenprobe::config::userinfo_conflict(base_url, auth, api_key.is_some()) {
+        anyhow::bail!("--base-url {why}");
+    }
     if let Some(why) = headers
         .iter()
         .find_map(|(n, _)| tokenprobe::config::header_set_by_tokenprobe(n, auth, api_key.is_some()))

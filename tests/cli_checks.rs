@@ -622,3 +622,57 @@ fn check_config_messages_speak_of_the_file_not_the_parser() {
         }
     }
 }
+
+/// A `base_url` with `user:password` is sent as `Authorization: Basic`; with a key in
+/// `auth: bearer` the request carried two `Authorization` headers (seen on the wire:
+/// `authorization: Basic …` and `authorization: Bearer …`), which a server may reject or read
+/// either way. Refused, in config and `probe`; other key headers may go with userinfo. Failed
+/// before: accepted.
+#[test]
+fn userinfo_and_a_bearer_key_are_not_sent_together() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let target = |extra: &str| {
+        format!(
+            "{PROMPTS}targets:\n  - name: a\n    base_url: http://alice:pw-12345678@127.0.0.1:1/v1\n    models: [m]\n{extra}"
+        )
+    };
+    let (code, out) = check_config(d, &target("    api_key: sk-test-1234567\n"));
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("targets[0].base_url") && out.contains("Authorization"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("pw-12345678") && !out.contains("sk-test"),
+        "{out}"
+    );
+    for ok in ["", "    api_key: sk-test-1234567\n    auth: x-api-key\n"] {
+        let (code, out) = check_config(d, &target(ok));
+        assert_eq!(code, 0, "{ok}: {out}");
+    }
+    let (addr, conns) = counting_listener();
+    let (code, _, err) = run_in(
+        d,
+        &[
+            "probe",
+            "--base-url",
+            &format!("http://alice:pw-12345678@{addr}/v1"),
+            "--model",
+            "m",
+            "--api-key-env",
+            "TP_TEST_KEY",
+        ],
+        Some("export TP_TEST_KEY=sk-test-1234567"),
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--base-url") && !err.contains("pw-12345678"),
+        "{err}"
+    );
+    assert_eq!(
+        conns.load(Ordering::SeqCst),
+        0,
+        "a rejected probe connected"
+    );
+}
