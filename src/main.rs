@@ -397,6 +397,7 @@ fn spec_from_args(a: &ProbeArgs) -> Result<ProbeSpec> {
     let (Some(base_url), Some(model)) = (&a.base_url, &a.model) else {
         anyhow::bail!("--base-url and --model are required without --config.file");
     };
+    anyhow::ensure!(!model.trim().is_empty(), "--model must not be empty");
     // The URL is not quoted: it may carry userinfo.
     let parsed = reqwest::Url::parse(base_url).context("--base-url is not a URL")?;
     anyhow::ensure!(
@@ -404,11 +405,9 @@ fn spec_from_args(a: &ProbeArgs) -> Result<ProbeSpec> {
         "--base-url must be http:// or https://"
     );
     let api_key = match (&a.api_key_env, &a.api_key_file) {
-        (Some(var), _) => Some(KeySource::Inline(Secret::new(
-            std::env::var(var).with_context(|| {
-                format!("environment variable {var} (--api-key-env) is not set")
-            })?,
-        ))),
+        (Some(var), _) => Some(KeySource::Inline(Secret::new(std::env::var(var).map_err(
+            |_| anyhow::anyhow!("environment variable {var} (--api-key-env) is not set"),
+        )?))),
         (None, Some(f)) => {
             std::fs::metadata(f).with_context(|| format!("--api-key-file {}", f.display()))?;
             Some(KeySource::File(f.clone()))

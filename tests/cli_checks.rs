@@ -676,3 +676,41 @@ fn userinfo_and_a_bearer_key_are_not_sent_together() {
         "a rejected probe connected"
     );
 }
+
+/// `probe --model ''` is refused as the config refuses an empty model (it was sent as
+/// `"model": ""`), and an unset `--api-key-env` is said once, without the library's echo
+/// ("is not set: environment variable not found"). Failed before: the probe ran; the message
+/// said it twice.
+#[test]
+fn probe_refuses_an_empty_model_and_names_an_unset_key_variable_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let (addr, conns) = counting_listener();
+    let url = format!("http://{addr}/v1");
+    let (code, _, err) = run_in(d, &["probe", "--base-url", &url, "--model", " "], None);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--model"), "{err}");
+    let (code, _, err) = run_in(
+        d,
+        &[
+            "probe",
+            "--base-url",
+            &url,
+            "--model",
+            "m",
+            "--api-key-env",
+            "TP_SURELY_UNSET_VAR",
+        ],
+        None,
+    );
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(
+        err.trim(),
+        "tokenprobe: environment variable TP_SURELY_UNSET_VAR (--api-key-env) is not set"
+    );
+    assert_eq!(
+        conns.load(Ordering::SeqCst),
+        0,
+        "a rejected probe connected"
+    );
+}
