@@ -783,8 +783,9 @@ fn expand_env(s: &str) -> Result<String, String> {
         .map_err(|e| format!("environment variable {} is not set", e.var_name))
 }
 
-/// The largest config, bench or baseline file read (a config of 20,000 targets is about 2 MB).
-pub const MAX_INPUT_FILE_BYTES: u64 = 32 << 20;
+/// The largest config, bench or baseline file read (a config of 20,000 targets is about 2 MB;
+/// a read at this cap must fit well inside the Helm chart's 64 Mi memory limit).
+pub const MAX_INPUT_FILE_BYTES: u64 = 8 << 20;
 
 /// Reads a text input file (config, bench file, baseline), at most [`MAX_INPUT_FILE_BYTES`]: a
 /// file that never ends (`/dev/zero`) or is far too large is an error, not an unbounded read.

@@ -561,7 +561,7 @@ fn a_config_bench_or_baseline_file_that_never_ends_is_refused() {
         let (code, _, err) = run_in(d, &args, limit);
         assert_eq!(code, 2, "{args:?}: {err}");
         assert!(
-            err.contains(what) && err.contains("larger than 32 MiB"),
+            err.contains(what) && err.contains("larger than 8 MiB"),
             "{args:?}: {err}"
         );
     }
