@@ -764,6 +764,17 @@ impl Issues {
             );
             return default;
         }
+        if v.value.len() > MAX_BUCKETS {
+            self.push(
+                path,
+                v,
+                format!(
+                    "at most {MAX_BUCKETS} bucket bounds (every histogram of every job gets each one), got {}",
+                    v.value.len()
+                ),
+            );
+            return default;
+        }
         v.value.clone()
     }
 }
@@ -782,6 +793,9 @@ fn expand_env(s: &str) -> Result<String, String> {
         .map(|c| c.into_owned())
         .map_err(|e| format!("environment variable {} is not set", e.var_name))
 }
+
+/// The most bounds a histogram layout (`buckets:`) may have.
+pub const MAX_BUCKETS: usize = 100;
 
 /// The largest config, bench or baseline file read (a config of 20,000 targets is about 2 MB;
 /// a read at this cap must fit well inside the Helm chart's 64 Mi memory limit).

@@ -714,3 +714,39 @@ fn probe_refuses_an_empty_model_and_names_an_unset_key_variable_once() {
         "a rejected probe connected"
     );
 }
+
+/// A histogram layout has a bounded number of buckets: 200,000 bounds were accepted, and one job's
+/// `/metrics` then weighed 38 MB (every histogram of every job gets every bound). Failed before:
+/// accepted.
+#[test]
+fn a_bucket_layout_has_a_bounded_number_of_bounds() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let t = "targets: [{name: a, base_url: 'http://127.0.0.1:1/v1', models: [m]}]\n";
+    let bounds = |n: usize| {
+        (1..=n)
+            .map(|i| format!("{}", i as f64 / 1000.0))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let (code, out) = check_config(
+        d,
+        &format!(
+            "{PROMPTS}{t}buckets: {{time_to_first_token: [{}]}}\n",
+            bounds(101)
+        ),
+    );
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("buckets.time_to_first_token") && out.contains("at most 100"),
+        "{out}"
+    );
+    let (code, out) = check_config(
+        d,
+        &format!(
+            "{PROMPTS}{t}buckets: {{time_to_first_token: [{}]}}\n",
+            bounds(100)
+        ),
+    );
+    assert_eq!(code, 0, "{out}");
+}
