@@ -529,9 +529,15 @@ impl SyntaxError {
         if let Some(i) = message.rfind(" at line ") {
             message.truncate(i);
         }
-        let message = crate::redact::yaml_message(message.trim_start_matches("error: "));
+        let message =
+            crate::redact::yaml_message(&plain_yaml_message(message.trim_start_matches("error: ")));
         let path = path
             .split('.')
+            .map(|p| {
+                p.strip_prefix("value")
+                    .filter(|r| r.starts_with('['))
+                    .unwrap_or(p)
+            })
             .filter(|p| *p != "value" && !p.is_empty() && *p != "?")
             .collect::<Vec<_>>()
             .join(".")
@@ -544,6 +550,40 @@ impl SyntaxError {
             message,
             snippet: crate::redact::config_snippet(text, line as usize, column as usize),
         }
+    }
+}
+
+/// The YAML library's message in the words of the file's author: its advice to programmers
+/// (`set DuplicateKeyPolicy in Options`), Rust type names (`invalid u32`) and Debug output
+/// (`budget breached: Depth { depth: 65 }`) replaced by what is wrong in the file.
+fn plain_yaml_message(m: &str) -> String {
+    if let Some(rest) = m.strip_prefix("duplicate mapping key: ") {
+        let key = rest
+            .split(", set DuplicateKeyPolicy")
+            .next()
+            .unwrap_or(rest);
+        return format!("duplicate key `{key}`");
+    }
+    if m.starts_with("multiple YAML documents detected") {
+        return "more than one YAML document (a `---` line): a config is one document".into();
+    }
+    if let Some(rest) = m.strip_prefix("budget breached: ") {
+        return if rest.starts_with("Depth") {
+            "nested too deeply".into()
+        } else {
+            // Nodes, aliases, ...: an alias expansion far larger than any config.
+            "too large once its aliases are expanded (an alias bomb?)".into()
+        };
+    }
+    match m {
+        "invalid u8" | "invalid u16" | "invalid u32" | "invalid u64" | "invalid usize" => {
+            "expected a whole number".into()
+        }
+        "invalid floating point" | "invalid f32" | "invalid f64" => "expected a number".into(),
+        "expected string scalar" => "expected a string".into(),
+        "expected mapping start" => "expected a mapping (`key: value` lines)".into(),
+        "recursion limit exceeded" => "nested too deeply".into(),
+        _ => m.to_owned(),
     }
 }
 
@@ -792,6 +832,17 @@ impl Issues {
             );
             return default;
         }
+        if v.value.len() > MAX_BUCKETS {
+            self.push(
+                path,
+                v,
+                format!(
+                    "at most {MAX_BUCKETS} bucket bounds (every histogram of every job gets each one), got {}",
+                    v.value.len()
+                ),
+            );
+            return default;
+        }
         v.value.clone()
     }
 }
@@ -811,6 +862,39 @@ fn expand_env(s: &str) -> Result<String, String> {
         .map_err(|e| format!("environment variable {} is not set", e.var_name))
 }
 
+/// The most bounds a histogram layout (`buckets:`) may have.
+pub const MAX_BUCKETS: usize = 100;
+
+/// The largest config, bench or baseline file read (a config of 20,000 targets is about 2 MB;
+/// a read at this cap must fit well inside the Helm chart's 64 Mi memory limit).
+pub const MAX_INPUT_FILE_BYTES: u64 = 8 << 20;
+
+/// Reads a text input file (config, bench file, baseline), at most [`MAX_INPUT_FILE_BYTES`]: a
+/// file that never ends (`/dev/zero`) or is far too large is an error, not an unbounded read.
+/// A pipe (`--config.file <(envsubst < c.yml)`) is read like a file.
+///
+/// # Errors
+/// The I/O error, or `InvalidData` for a file past the limit or not UTF-8.
+pub fn read_input_file(path: &Path) -> std::io::Result<String> {
+    use std::io::Read as _;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(MAX_INPUT_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_INPUT_FILE_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {} MiB", MAX_INPUT_FILE_BYTES >> 20),
+        ));
+    }
+    String::from_utf8(bytes).map_err(|_| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "stream did not contain valid UTF-8",
+        )
+    })
+}
+
 impl Config {
     /// Reads and validates a config file.
     ///
@@ -818,7 +902,7 @@ impl Config {
     /// [`ConfigError::Io`], [`ConfigError::Syntax`] (with the YAML location) or
     /// [`ConfigError::Invalid`] listing every problem with its key path and `line:column`.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|reason| ConfigError::Io {
+        let text = read_input_file(path).map_err(|reason| ConfigError::Io {
             path: path.to_owned(),
             reason,
         })?;
@@ -1021,10 +1105,20 @@ impl Config {
                 .unwrap_or_else(|| def_schedule.clone());
             let timeouts = iss.timeouts(&format!("{path}.timeouts"), def_timeouts, &t.timeouts);
             let mut headers = Vec::new();
+            let auth = t.auth.unwrap_or(match t.api {
+                Api::AnthropicMessages => AuthStyle::XApiKey,
+                _ => AuthStyle::Bearer,
+            });
+            let has_key = t.api_key.is_some() || t.api_key_file.is_some();
+            if let Some(why) = userinfo_conflict(&base_url, auth, has_key) {
+                iss.push(format!("{path}.base_url"), &t.base_url, why);
+            }
             for (k, v) in &t.headers {
                 let ok = reqwest::header::HeaderName::from_bytes(k.as_bytes()).is_ok()
                     && reqwest::header::HeaderValue::from_str(v).is_ok();
-                if ok {
+                if let Some(why) = header_set_by_tokenprobe(k, auth, has_key) {
+                    iss.push(format!("{path}.headers.{k}"), &t.name, why);
+                } else if ok {
                     headers.push((k.clone(), v.clone()));
                 } else {
                     iss.push(
@@ -1092,10 +1186,7 @@ impl Config {
                     .iter()
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect(),
-                auth: t.auth.unwrap_or(match t.api {
-                    Api::AnthropicMessages => AuthStyle::XApiKey,
-                    _ => AuthStyle::Bearer,
-                }),
+                auth,
                 proxy,
                 tls: TlsOptions {
                     ca_file,
@@ -1184,6 +1275,56 @@ impl Config {
         }
         Ok(Config { jobs, buckets })
     }
+}
+
+/// Why a custom header named `name` may not be sent, if it may not: tokenprobe sends it itself,
+/// so the header would replace or double it and change what is measured (docs/measurement.md,
+/// "What requests look like"): the body's framing, `Accept-Encoding: identity`, `Accept`,
+/// `Content-Type`, and, when a key is configured, the header the key goes in. The one rule for
+/// `headers:` in a config and `probe --header`.
+pub fn header_set_by_tokenprobe(name: &str, auth: AuthStyle, has_key: bool) -> Option<String> {
+    let n = name.trim().to_ascii_lowercase();
+    let (key_header, style) = match auth {
+        AuthStyle::Bearer => ("authorization", "bearer"),
+        AuthStyle::XApiKey => ("x-api-key", "x-api-key"),
+        AuthStyle::ApiKey => ("api-key", "api-key"),
+    };
+    if [
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "te",
+        "trailer",
+        "upgrade",
+        "keep-alive",
+    ]
+    .contains(&n.as_str())
+    {
+        Some(format!(
+            "{name} is set by tokenprobe itself (the HTTP client frames the request); headers may only add fields"
+        ))
+    } else if ["accept-encoding", "accept", "content-type"].contains(&n.as_str()) {
+        Some(format!(
+            "{name} is set by tokenprobe itself (an event stream, uncompressed: docs/measurement.md); headers may only add fields"
+        ))
+    } else if has_key && n == key_header {
+        Some(format!(
+            "{name} would be sent twice: the API key already goes in it (auth: {style}); drop the header or the key"
+        ))
+    } else {
+        None
+    }
+}
+
+/// Why `base_url` may not carry `user:password` with this key setting, if it may not: userinfo is
+/// sent as `Authorization: Basic`, so a key in `Authorization: Bearer` would make the request carry
+/// two `Authorization` headers. The one rule for a config's `base_url` and `probe --base-url`.
+pub fn userinfo_conflict(base_url: &str, auth: AuthStyle, has_key: bool) -> Option<&'static str> {
+    let u = reqwest::Url::parse(base_url).ok()?;
+    let userinfo = !u.username().is_empty() || u.password().is_some();
+    (userinfo && has_key && auth == AuthStyle::Bearer).then_some(
+        "carries user:password, sent as Authorization: Basic, and the API key goes in Authorization: Bearer: a request carries one Authorization header; drop one, or set auth: x-api-key or api-key",
+    )
 }
 
 /// Body fields `extra_body` may never set, whatever the protocol sends: they decide what is

@@ -15,7 +15,7 @@ use tokenprobe::config::{
 use tokenprobe::daemon::Daemon;
 use tokenprobe::probe::{ProbeSpec, Prober};
 use tokenprobe::protocol::{Api, Message};
-use tokenprobe::report::{ReportContext, to_json, to_text};
+use tokenprobe::report::{ReportContext, print_stderr_line, print_stdout, to_json, to_text};
 use tokenprobe::server::router;
 use tokenprobe::transport::ClientOptions;
 use tokenprobe::web::{Limits, WebConfig};
@@ -228,7 +228,7 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("tokenprobe: cannot start the runtime: {e}");
+            print_stderr_line(&format!("tokenprobe: cannot start the runtime: {e}"));
             return ExitCode::from(2);
         }
     };
@@ -247,7 +247,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("tokenprobe: {e:#}");
+            print_stderr_line(&format!("tokenprobe: {e:#}"));
             ExitCode::from(2)
         }
     }
@@ -267,28 +267,37 @@ fn check_config(path: &std::path::Path) -> Result<ExitCode> {
                 })
                 .collect();
             if !unusable.is_empty() {
-                eprintln!(
+                print_stderr_line(&format!(
                     "{}: invalid config ({} job{} cannot start):\n{}",
                     path.display(),
                     unusable.len(),
                     if unusable.len() == 1 { "" } else { "s" },
                     unusable.join("\n")
-                );
+                ));
                 return Ok(ExitCode::from(2));
             }
-            println!("{}: valid, {} jobs", path.display(), c.jobs.len());
+            print_stdout(&format!(
+                "{}: valid, {} jobs\n",
+                path.display(),
+                c.jobs.len()
+            ));
             for j in &c.jobs {
-                println!("  {} ({}, {})", j.name(), j.target.api, j.schedule);
+                print_stdout(&format!(
+                    "  {} ({}, {})\n",
+                    j.name(),
+                    j.target.api,
+                    j.schedule
+                ));
             }
             Ok(ExitCode::SUCCESS)
         }
         // These name the file themselves.
         Err(e @ (ConfigError::Io { .. } | ConfigError::Syntax(_))) => {
-            eprintln!("{e}");
+            print_stderr_line(&e.to_string());
             Ok(ExitCode::from(2))
         }
         Err(e) => {
-            eprintln!("{}: {e}", path.display());
+            print_stderr_line(&format!("{}: {e}", path.display()));
             Ok(ExitCode::from(2))
         }
     }
@@ -538,6 +547,7 @@ fn spec_from_args(a: &ProbeArgs) -> Result<ProbeSpec> {
     let (Some(base_url), Some(model)) = (&a.base_url, &a.model) else {
         anyhow::bail!("--base-url and --model are required without --config.file");
     };
+    anyhow::ensure!(!model.trim().is_empty(), "--model must not be empty");
     // The URL is not quoted: it may carry userinfo.
     let parsed = reqwest::Url::parse(base_url).context("--base-url is not a URL")?;
     anyhow::ensure!(
@@ -545,11 +555,9 @@ fn spec_from_args(a: &ProbeArgs) -> Result<ProbeSpec> {
         "--base-url must be http:// or https://"
     );
     let api_key = match (&a.api_key_env, &a.api_key_file) {
-        (Some(var), _) => Some(KeySource::Inline(Secret::new(
-            std::env::var(var).with_context(|| {
-                format!("environment variable {var} (--api-key-env) is not set")
-            })?,
-        ))),
+        (Some(var), _) => Some(KeySource::Inline(Secret::new(std::env::var(var).map_err(
+            |_| anyhow::anyhow!("environment variable {var} (--api-key-env) is not set"),
+        )?))),
         (None, Some(f)) => {
             std::fs::metadata(f).with_context(|| format!("--api-key-file {}", f.display()))?;
             Some(KeySource::File(f.clone()))
@@ -572,6 +580,15 @@ fn spec_from_args(a: &ProbeArgs) -> Result<ProbeSpec> {
         .iter()
         .map(|h| parse_header(h).map_err(|e| anyhow::anyhow!("--header: {e}")))
         .collect::<Result<Vec<_>>>()?;
+    if let Some(why) = tokenprobe::config::userinfo_conflict(base_url, auth, api_key.is_some()) {
+        anyhow::bail!("--base-url {why}");
+    }
+    if let Some(why) = headers
+        .iter()
+        .find_map(|(n, _)| tokenprobe::config::header_set_by_tokenprobe(n, auth, api_key.is_some()))
+    {
+        anyhow::bail!("--header: {why}");
+    }
     let query = a
         .query
         .iter()
@@ -647,34 +664,31 @@ async fn probe(a: ProbeArgs) -> Result<ExitCode> {
         spec.timeouts = deadlines(&a, spec.timeouts);
     }
     if spec.client.tls.insecure_skip_verify {
-        eprintln!(
-            "tokenprobe: WARNING: --insecure-skip-verify: the server certificate is NOT verified"
+        print_stderr_line(
+            "tokenprobe: WARNING: --insecure-skip-verify: the server certificate is NOT verified",
         );
     }
     let prober = Prober::new(&spec)?;
     let result = prober.run(&spec).await;
     match a.format {
         Format::Json => {
-            println!("{}", to_json(&result));
+            print_stdout(&format!("{}\n", to_json(&result)));
             if let Some(e) = result.error_type {
-                eprintln!(
+                print_stderr_line(&format!(
                     "tokenprobe: probe failed: {e} (HTTP {}): {}",
                     result.http_status.map_or("-".into(), |s| s.to_string()),
                     result.error_detail.as_deref().unwrap_or("")
-                );
+                ));
             }
         }
-        Format::Text => print!(
-            "{}",
-            to_text(
-                &result,
-                &ReportContext {
-                    url: tokenprobe::redact::redact_url(&spec.url()),
-                    model: spec.model.clone(),
-                    proxy: spec.proxy(),
-                }
-            )
-        ),
+        Format::Text => print_stdout(&to_text(
+            &result,
+            &ReportContext {
+                url: tokenprobe::redact::redact_url(&spec.url()),
+                model: spec.model.clone(),
+                proxy: spec.proxy(),
+            },
+        )),
     }
     Ok(if result.success() {
         ExitCode::SUCCESS

@@ -204,7 +204,7 @@ fn spent_budget(e: &StreamError) -> bool {
     if says(&SHORT_WINDOW_MARKERS) {
         return false;
     }
-    says(&QUOTA_MARKERS)
+    e.long_window || says(&QUOTA_MARKERS)
 }
 
 /// The longest wait honoured from a `Retry-After` header (one day): larger values are capped.
@@ -729,6 +729,32 @@ mod tests {
         assert_eq!(
             kind(br#"{"error":null,"choices":[]}"#),
             Some(ErrorType::Malformed)
+        );
+    }
+
+    /// Ruling 13: Google's `RESOURCE_EXHAUSTED` whose `QuotaFailure` names a daily (or monthly)
+    /// quota and that carries no `RetryInfo` is a spent budget, as its `PerMinute` twin is a rate
+    /// limit. Failed before: the `quotaId` was read only for `PerMinute`/`PerSecond`, so this was
+    /// `rate_limited`.
+    #[test]
+    fn a_google_per_day_quota_failure_is_quota_exceeded() {
+        let q = |id: &str| {
+            let body = format!(
+                r#"{{"error":{{"code":429,"message":"Resource has been exhausted (e.g. check quota).","status":"RESOURCE_EXHAUSTED","details":[{{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{{"quotaMetric":"generativelanguage.googleapis.com/generate_content_free_tier_requests","quotaId":"{id}"}}]}}]}}}}"#
+            );
+            classify_response(&head(429, &[]), &body)
+        };
+        assert_eq!(
+            q("GenerateRequestsPerDayPerProjectPerModel-FreeTier"),
+            Some(ErrorType::QuotaExceeded)
+        );
+        assert_eq!(
+            q("GenerateContentInputTokensPerMonthPerProject"),
+            Some(ErrorType::QuotaExceeded)
+        );
+        assert_eq!(
+            q("GenerateRequestsPerMinutePerProjectPerModel-FreeTier"),
+            Some(ErrorType::RateLimited)
         );
     }
 }

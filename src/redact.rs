@@ -83,6 +83,9 @@ impl Redactor {
         }
         // Base64 with its padding stripped, as it appears inside longer text.
         forms.push(b64.encode(s).trim_end_matches('=').to_owned());
+        // Percent-encoded twice (a proxy or logger that encodes an already encoded URL).
+        forms.push(percent_encode(&percent_encode(s, false), false));
+        forms.extend(base64_cores(s));
         self.add_forms(forms);
     }
 
@@ -105,6 +108,7 @@ impl Redactor {
         let b64 = base64::engine::general_purpose::STANDARD;
         let mut forms = Vec::new();
         for pair in [format!("{user}:{pass}"), format!("{user_enc}:{pass_enc}")] {
+            forms.extend(base64_cores(&b64.encode(&pair)));
             forms.push(b64.encode(&pair));
             forms.push(b64.encode(&pair).trim_end_matches('=').to_owned());
             forms.push(pair);
@@ -175,9 +179,7 @@ impl Redactor {
         }
         let mut out = text.to_owned();
         for n in &self.needles {
-            if out.contains(n.as_str()) {
-                out = out.replace(n.as_str(), REDACTED);
-            }
+            out = replace_ascii_case_insensitive(&out, n);
         }
         // A cut-off secret: the text right before each truncation mark, and the text's end.
         let mut cuts: Vec<usize> = out.match_indices('…').map(|(i, _)| i).collect();
@@ -213,6 +215,51 @@ impl Redactor {
         }
         best
     }
+}
+
+/// `text` with every occurrence of `needle` replaced by [`REDACTED`], ignoring ASCII case (a
+/// server may echo a header upper-cased). ASCII case mapping keeps byte offsets, so the offsets
+/// found in the lower-cased copy are those of `text`.
+fn replace_ascii_case_insensitive(text: &str, needle: &str) -> String {
+    let hay = text.to_ascii_lowercase();
+    let pat = needle.to_ascii_lowercase();
+    if pat.is_empty() || !hay.contains(&pat) {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut last = 0;
+    for (i, _) in hay.match_indices(&pat) {
+        out.push_str(&text[last..i]);
+        out.push_str(REDACTED);
+        last = i + pat.len();
+    }
+    out.push_str(&text[last..]);
+    out
+}
+
+/// The part of `base64(x ‖ s ‖ y)` that `s` alone determines, for each of the three alignments
+/// `s` can have inside a longer base64-encoded text (a server that echoes the whole request, or a
+/// header block, base64-encoded), standard and URL-safe alphabets: the characters of the 3-byte
+/// groups made only of `s`'s bytes.
+fn base64_cores(s: &str) -> Vec<String> {
+    let engines = [
+        base64::engine::general_purpose::STANDARD,
+        base64::engine::general_purpose::URL_SAFE,
+    ];
+    let mut out = Vec::new();
+    for e in engines {
+        for lead in 0..3usize {
+            let mut bytes = vec![0u8; lead];
+            bytes.extend_from_slice(s.as_bytes());
+            let enc = e.encode(&bytes);
+            let skip = if lead == 0 { 0 } else { 4 };
+            let end = 4 * (bytes.len() / 3);
+            if end > skip + 4 {
+                out.push(enc[skip..end].to_owned());
+            }
+        }
+    }
+    out
 }
 
 trait LowerHex {
@@ -560,6 +607,75 @@ mod tests {
             assert!(!out.contains(leak), "{leak} in {out}");
         }
         assert!(out.starts_with("raw <redacted> pct <redacted>"), "{out}");
+    }
+
+    /// A server that echoes the request base64-encoded (at any of the three alignments),
+    /// percent-encoded twice, or upper-cased shows no secret. Failed before: only the base64 of
+    /// the secret on its own was searched, so the key, the header value and the Basic
+    /// credentials decoded out of the echo; the twice-encoded and upper-cased key were shown.
+    #[test]
+    fn a_request_echoed_in_odd_encodings_shows_no_secret() {
+        use base64::Engine;
+        const KEY2: &str = "sk-Zq9/Abc+def=GHIJ7xyzLMNOP";
+        let mut r = Redactor::new();
+        r.add_secret(KEY2);
+        r.add_headers([("X-Custom-Tok", "hdrSECRETvalue99")]);
+        r.add_userinfo("http://alice:pa55w0rd-Secret@h/v1");
+        let basic = base64::engine::general_purpose::STANDARD.encode("alice:pa55w0rd-Secret");
+        let head = format!(
+            "POST /v1/chat HTTP/1.1\r\nauthorization: Basic {basic}\r\nauthorization: Bearer {KEY2}\r\nx-custom-tok: hdrSECRETvalue99\r\nhost: h\r\n\r\n"
+        );
+        let windows = |secret: &str| -> Vec<String> {
+            let c: Vec<char> = secret.chars().collect();
+            c.windows(6).map(|w| w.iter().collect()).collect()
+        };
+        let mut secrets = windows(KEY2);
+        secrets.extend(windows("hdrSECRETvalue99"));
+        secrets.extend(windows(&basic));
+        secrets.extend(windows("pa55w0rd-Secret"));
+        let leaks = |out: &str, what: &str| {
+            for s in &secrets {
+                assert!(
+                    !out.contains(s.as_str()),
+                    "{s} of a secret in {what}: {out}"
+                );
+            }
+        };
+        for engine in [
+            base64::engine::general_purpose::STANDARD,
+            base64::engine::general_purpose::URL_SAFE,
+        ] {
+            for lead in ["", "x", "xy"] {
+                let out = r.redact(&engine.encode(format!("{lead}{head}")));
+                assert!(out.contains(REDACTED), "{out}");
+                // Whatever base64 is left, decoded at every offset, holds no piece of a secret.
+                let lenient = base64::engine::GeneralPurpose::new(
+                    &base64::alphabet::STANDARD,
+                    base64::engine::GeneralPurposeConfig::new()
+                        .with_decode_allow_trailing_bits(true)
+                        .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+                );
+                for piece in out.replace('-', "+").replace('_', "/").split(REDACTED) {
+                    for off in 0..4.min(piece.len()) {
+                        let p = piece[off..].trim_end_matches('=');
+                        let p = &p[..p.len() / 4 * 4];
+                        if let Ok(bytes) = lenient.decode(p) {
+                            leaks(&String::from_utf8_lossy(&bytes), "a decoded echo");
+                        }
+                    }
+                }
+            }
+        }
+        let twice = percent_encode(&percent_encode(&head, false), false);
+        leaks(&r.redact(&twice), "a twice percent-encoded echo");
+        let out = r.redact(&head.to_ascii_uppercase());
+        leaks(&out.to_ascii_lowercase(), "an upper-cased echo");
+        for s in &secrets {
+            assert!(
+                !out.contains(&s.to_ascii_uppercase()),
+                "{s} upper-cased in {out}"
+            );
+        }
     }
 
     #[test]

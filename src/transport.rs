@@ -181,8 +181,8 @@ fn tls_config(o: &TlsOptions, clock: PhaseClock) -> Result<rustls::ClientConfig,
                 path: path.display().to_string(),
                 reason,
             };
-            let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
-                .map_err(|e| err(e.to_string()))?
+            let pem = read_ca_file(path).map_err(err)?;
+            let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
                 .collect::<Result<_, _>>()
                 .map_err(|e| err(e.to_string()))?;
             if certs.is_empty() {
@@ -200,6 +200,30 @@ fn tls_config(o: &TlsOptions, clock: PhaseClock) -> Result<rustls::ClientConfig,
         clock,
     }));
     Ok(cfg)
+}
+
+/// The largest `ca_file` read (a full public CA bundle is about 250 KB).
+const MAX_CA_FILE_BYTES: u64 = 8 << 20;
+
+/// Reads a `ca_file`: a regular file (a device such as `/dev/zero` never ends, and a FIFO blocks
+/// its opener) of at most [`MAX_CA_FILE_BYTES`].
+fn read_ca_file(path: &std::path::Path) -> Result<Vec<u8>, String> {
+    use std::io::Read as _;
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    let mut pem = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_CA_FILE_BYTES + 1).read_to_end(&mut pem))
+        .map_err(|e| e.to_string())?;
+    if pem.len() as u64 > MAX_CA_FILE_BYTES {
+        return Err(format!(
+            "larger than {} MiB: not a CA bundle",
+            MAX_CA_FILE_BYTES >> 20
+        ));
+    }
+    Ok(pem)
 }
 
 /// DNS through tokio's resolver (the system's getaddrinfo), timed.

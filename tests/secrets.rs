@@ -139,7 +139,7 @@ fn config(echo: &str, interval: &str) -> String {
     format!(
         "defaults:\n  interval: {interval}\n  timeouts: {{connect: 2s, first_token: 5s, idle: 5s, total: 10s}}\n\
          prompts:\n  - name: p\n    messages: [{{role: user, content: hi}}]\n    max_tokens: 8\n\
-         targets:\n  - name: t\n    base_url: http://{USER}:{PASS}@{echo}/v1\n    api_key: {KEY}\n\
+         targets:\n  - name: t\n    base_url: http://{USER}:{PASS}@{echo}/v1\n    api_key: {KEY}\n    auth: api-key\n\
          \x20   headers:\n      X-Custom-Token: {HEADER}\n    query:\n      code: {QUERY}\n      api-version: '2024-10-21'\n\
          \x20   proxy: none\n    models: [echo500, echo200]\n"
     )
@@ -205,9 +205,11 @@ fn no_secret_reaches_any_output() {
             p.check(code == 1 && out.contains("server_error"), || {
                 format!("probe {model} {format} should fail as server_error:\n{out}")
             });
-            p.check(out.contains("Bearer <redacted>"), || {
-                format!("probe {model} {format}: the echo is shown, redacted:\n{out}")
-            });
+            // userinfo goes as Basic, so the key goes in `api-key` (one Authorization header).
+            p.check(
+                out.contains("api-key: <redacted>") && out.contains("Basic <redacted>"),
+                || format!("probe {model} {format}: the echo is shown, redacted:\n{out}"),
+            );
             p.clean(&format!("probe --model {model} --format {format}"), &out);
         }
     }

@@ -656,7 +656,7 @@ impl Criteria {
     /// # Errors
     /// [`CriteriaError::Io`] or [`CriteriaError::File`].
     pub fn load_file(path: &Path) -> Result<Criteria, CriteriaError> {
-        let text = std::fs::read_to_string(path).map_err(|e| CriteriaError::Io {
+        let text = crate::config::read_input_file(path).map_err(|e| CriteriaError::Io {
             path: path.display().to_string(),
             reason: e.to_string(),
         })?;

@@ -333,7 +333,7 @@ pub fn load_baseline(path: &Path) -> Result<Report, BenchError> {
         path: path.to_owned(),
         reason,
     };
-    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+    let text = crate::config::read_input_file(path).map_err(|e| err(e.to_string()))?;
     serde_json::from_str(&text)
         .map_err(|e| err(format!("not a tokenprobe bench JSON report ({e})")))
 }
@@ -468,7 +468,7 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         selection,
         comparison,
     };
-    print!("{}", report::render_table(&report));
+    crate::report::print_stdout(&report::render_table(&report));
     write_outputs(&report, &outputs, plot.as_deref(), &criteria)?;
     let regressed = report
         .comparison

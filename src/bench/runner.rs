@@ -157,7 +157,7 @@ impl Progress {
     pub fn println(&self, line: &str) {
         match &self.bar {
             Some(b) => b.println(line),
-            None => eprintln!("{line}"),
+            None => crate::report::print_stderr_line(line),
         }
     }
 

@@ -163,6 +163,9 @@ pub struct StreamError {
     /// `quotaId` says `PerMinute`/`PerSecond`, or a `RetryInfo`): a rate limit, not a spent budget
     /// (ruling 13).
     pub short_window: bool,
+    /// The object names a daily or monthly quota (a Google `QuotaFailure` whose `quotaId` says
+    /// `PerDay`/`PerMonth`): a spent budget unless `short_window` (ruling 13).
+    pub long_window: bool,
     /// The wait a `RetryInfo.retryDelay` asks for.
     pub retry_delay: Option<Duration>,
 }
@@ -187,8 +190,8 @@ fn text_code(v: Option<&Value>) -> Option<String> {
 }
 
 /// Google's `details` entries anywhere in the object: (`RetryInfo.retryDelay`, a per-second or
-/// per-minute `QuotaFailure` or any `RetryInfo`).
-fn google_details(v: &Value, depth: usize, out: &mut (Option<Duration>, bool)) {
+/// per-minute `QuotaFailure` or any `RetryInfo`, a per-day or per-month `QuotaFailure`).
+fn google_details(v: &Value, depth: usize, out: &mut (Option<Duration>, bool, bool)) {
     if depth > 8 {
         return;
     }
@@ -204,13 +207,13 @@ fn google_details(v: &Value, depth: usize, out: &mut (Option<Duration>, bool)) {
             if ty.ends_with("QuotaFailure")
                 && let Some(Value::Array(vs)) = o.get("violations")
             {
-                let short = vs.iter().any(|q| {
-                    q.get("quotaId").and_then(Value::as_str).is_some_and(|id| {
-                        let id = id.to_ascii_lowercase();
-                        id.contains("perminute") || id.contains("persecond")
-                    })
-                });
-                out.1 |= short;
+                let ids = || {
+                    vs.iter()
+                        .filter_map(|q| q.get("quotaId").and_then(Value::as_str))
+                        .map(str::to_ascii_lowercase)
+                };
+                out.1 |= ids().any(|id| id.contains("perminute") || id.contains("persecond"));
+                out.2 |= ids().any(|id| id.contains("perday") || id.contains("permonth"));
             }
             for x in o.values() {
                 google_details(x, depth + 1, out);
@@ -246,9 +249,9 @@ impl StreamError {
 
     /// Reads an error from parsed JSON (see [`StreamError::from_payload`]).
     pub fn from_json(v: &Value) -> Self {
-        let mut details = (None, false);
+        let mut details = (None, false, false);
         google_details(v, 0, &mut details);
-        let (retry_delay, short_window) = details;
+        let (retry_delay, short_window, long_window) = details;
         let outer_code = numeric_code(v.get("code")).or_else(|| numeric_code(v.get("status")));
         let obj = match v.get("error") {
             Some(Value::String(s)) => {
@@ -256,6 +259,7 @@ impl StreamError {
                     code: outer_code,
                     message: Some(truncate(s, MAX_MESSAGE_CHARS)),
                     short_window,
+                    long_window,
                     retry_delay,
                     ..StreamError::default()
                 };
@@ -275,6 +279,7 @@ impl StreamError {
                 .and_then(Value::as_str)
                 .map(|m| truncate(m, MAX_MESSAGE_CHARS)),
             short_window,
+            long_window,
             retry_delay,
         }
     }
