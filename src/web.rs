@@ -64,7 +64,7 @@ struct RawTls {
 #[derive(Debug, thiserror::Error)]
 pub enum WebConfigError {
     /// Unreadable file.
-    #[error("cannot read web config {path}: {source}")]
+    #[error("cannot read web config {path}")]
     Io {
         /// The file.
         path: PathBuf,
@@ -85,7 +85,7 @@ impl WebConfig {
     /// # Errors
     /// [`WebConfigError`] naming the problem.
     pub fn load(path: &Path) -> Result<Self, WebConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| WebConfigError::Io {
+        let text = crate::config::read_input_file(path).map_err(|source| WebConfigError::Io {
             path: path.to_owned(),
             source,
         })?;
@@ -288,10 +288,16 @@ fn tls_acceptor(cert: &Path, key: &Path) -> std::io::Result<tokio_rustls::TlsAcc
     let bad = |what: &str, p: &Path, e: &dyn std::fmt::Display| {
         std::io::Error::other(format!("tls_server_config.{what} {}: {e}", p.display()))
     };
-    let certs = CertificateDer::pem_file_iter(cert)
-        .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+    // Read with the size cap of every input file (a `/dev/zero` cert must not take the memory).
+    let read =
+        |what: &str, p: &Path| crate::config::read_input_file(p).map_err(|e| bad(what, p, &e));
+    let cert_pem = read("cert_file", cert)?;
+    let key_pem = read("key_file", key)?;
+    let certs = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
         .map_err(|e| bad("cert_file", cert, &e))?;
-    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| bad("key_file", key, &e))?;
+    let key_der =
+        PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|e| bad("key_file", key, &e))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
