@@ -558,6 +558,18 @@ fn a_config_bench_or_baseline_file_that_never_ends_is_refused() {
             ],
             "baseline /dev/zero",
         ),
+        (
+            vec![
+                "serve",
+                "--config.file",
+                c,
+                "--web.listen-address",
+                "127.0.0.1:0",
+                "--web.config.file",
+                "/dev/zero",
+            ],
+            "web config /dev/zero",
+        ),
     ] {
         let (code, _, err) = run_in(d, &args, limit);
         assert_eq!(code, 2, "{args:?}: {err}");
