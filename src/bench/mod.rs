@@ -217,6 +217,21 @@ pub fn check_select_at(keys: &[LevelKey], select_at: Option<f64>) -> Result<(), 
 /// # Errors
 /// [`BenchError::Usage`] when the lists do not fit.
 pub fn levels(concurrency: &[u32], rate: &[f64]) -> Result<Vec<LevelKey>, BenchError> {
+    let keys = level_keys(concurrency, rate)?;
+    // A level given twice would be run twice and then be one point of the sweep twice over
+    // (the knee, the selection level and the baseline all look levels up by key).
+    for (i, k) in keys.iter().enumerate() {
+        if keys[..i].contains(k) {
+            return Err(BenchError::Usage(format!(
+                "the level {} is given twice: levels must differ",
+                k.label()
+            )));
+        }
+    }
+    Ok(keys)
+}
+
+fn level_keys(concurrency: &[u32], rate: &[f64]) -> Result<Vec<LevelKey>, BenchError> {
     if rate.is_empty() {
         let c = if concurrency.is_empty() {
             &[1][..]
@@ -235,8 +250,13 @@ pub fn levels(concurrency: &[u32], rate: &[f64]) -> Result<Vec<LevelKey>, BenchE
         .iter()
         .find(|r| !(r.is_finite() && **r > 0.0 && **r <= MAX_RATE))
     {
+        let shown = if r.is_finite() && r.abs() < 1e9 {
+            format!("{r}")
+        } else {
+            format!("{r:e}")
+        };
         return Err(BenchError::Usage(format!(
-            "--rate {r}: must be a number of requests/s above 0 and at most {MAX_RATE}"
+            "--rate {shown}: must be a number of requests/s above 0 and at most {MAX_RATE}"
         )));
     }
     let caps = if concurrency.is_empty() {

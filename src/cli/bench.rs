@@ -246,6 +246,12 @@ impl BenchArgs {
                 .iter()
                 .any(|r| r * d.as_secs_f64() > MAX_REQUESTS_PER_LEVEL),
         };
+        if a.warmup as f64 > MAX_REQUESTS_PER_LEVEL {
+            return Err(BenchError::Usage(format!(
+                "--warmup {}: at most {MAX_REQUESTS_PER_LEVEL} unmeasured requests per level",
+                a.warmup
+            )));
+        }
         if too_many {
             return Err(BenchError::Usage(format!(
                 "a level would send more than {MAX_REQUESTS_PER_LEVEL} requests: lower --rate, --duration-per-level or --requests-per-level"
