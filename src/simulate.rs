@@ -224,6 +224,8 @@ async fn bind(listen: &str) -> Result<TcpListener> {
 /// Invalid flags, an address that cannot be bound, or an event log that cannot be created.
 pub async fn run(args: SimulateArgs) -> Result<ExitCode> {
     args.validate()?;
+    // Before the address is printed: a client that reads it may stop us at once.
+    let stop = crate::cli::signals::StopSignals::install();
     let listener = bind(&args.listen).await?;
     let addr = listener.local_addr().context("listener address")?;
     let log = match &args.event_log {
@@ -267,7 +269,7 @@ pub async fn run(args: SimulateArgs) -> Result<ExitCode> {
     );
     tokio::select! {
         () = accept_loop(listener, shared.clone()) => {},
-        () = shutdown_signal() => tracing::info!("shutting down"),
+        () = stop.first() => tracing::info!("shutting down"),
     }
     if let Some(l) = &shared.log {
         l.close();
@@ -290,28 +292,6 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
-    }
-}
-
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {},
-                    _ = term.recv() => {},
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
     }
 }
 

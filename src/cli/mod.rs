@@ -1,5 +1,131 @@
 //! The command line as a library: each subcommand's flags and their conversion into the validated
 //! plan the rest of the crate runs, unit-tested without spawning the binary. `main.rs` only parses
-//! and dispatches.
+//! and calls [`run`].
+//!
+//! - [`probe`]: `probe`'s flags → a [`crate::probe::ProbeSpec`], the report.
+//! - [`serve`]: `serve`'s flags and the exporter's process (runtimes, web server, reload, shutdown).
+//! - [`check`]: the `check-config` command.
+//! - [`bench`]: `bench`'s flags → a [`crate::bench::BenchPlan`].
+//! - [`signals`]: the stop signals of `serve` and `simulate`.
+//!
+//! `simulate`'s flags are [`crate::simulate::SimulateArgs`], beside the simulator they configure.
+//!
+//! Exit codes: 0 success; 1 a probe failed (`probe`); 2 bad usage or an invalid config; 3 a bench
+//! regressed against its baseline.
 
 pub mod bench;
+pub mod check;
+pub mod probe;
+pub mod serve;
+pub mod signals;
+
+use crate::report::print_stderr_line;
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// The whole command line: global flags and one subcommand.
+#[derive(Parser, Debug)]
+#[command(
+    name = "tokenprobe",
+    version,
+    about = "Measures LLM streaming endpoints as users feel them (TTFT, TPOT, errors) and exports Prometheus metrics"
+)]
+pub struct Cli {
+    /// Log level: error, warn, info, debug, trace (or a tracing filter).
+    #[arg(
+        long = "log.level",
+        global = true,
+        default_value = "info",
+        env = "TOKENPROBE_LOG",
+        value_parser = parse_log_level
+    )]
+    pub log_level: String,
+    /// Log format.
+    #[arg(long = "log.format", global = true, value_enum, default_value_t = LogFormat::Logfmt)]
+    pub log_format: LogFormat,
+    /// The subcommand.
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+/// `--log.format`.
+// clap shows a variant's doc comment as its help, which would change `--help`.
+#[allow(missing_docs)]
+#[derive(Copy, Clone, Debug, ValueEnum)]
+pub enum LogFormat {
+    Logfmt,
+    Json,
+}
+
+/// The subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Cmd {
+    /// Probe the configured jobs on their schedules and serve /metrics.
+    Serve(serve::ServeArgs),
+    /// Send one streaming request and report what it measured.
+    Probe(probe::ProbeArgs),
+    /// Validate a config file: exit 0 when valid, 2 with every problem listed when not.
+    CheckConfig {
+        /// The YAML config file.
+        #[arg(long = "config.file")]
+        config_file: PathBuf,
+    },
+    /// Serve a simulated OpenAI-compatible and Anthropic streaming API with configured timing and faults.
+    Simulate(crate::simulate::SimulateArgs),
+    /// Load-test: step concurrency (or an arrival rate) up per model; find the knee, rank models, compare with a baseline.
+    Bench(Box<bench::BenchArgs>),
+}
+
+fn parse_log_level(s: &str) -> Result<String, String> {
+    tracing_subscriber::EnvFilter::try_new(s).map_err(|e| e.to_string())?;
+    Ok(s.to_owned())
+}
+
+fn init_logging(level: &str, format: LogFormat) {
+    crate::log::init(
+        level,
+        match format {
+            LogFormat::Json => crate::log::LogFormat::Json,
+            LogFormat::Logfmt => crate::log::LogFormat::Logfmt,
+        },
+    );
+}
+
+/// Runs a parsed command line; the process's exit code.
+pub fn run(cli: Cli) -> ExitCode {
+    init_logging(&cli.log_level, cli.log_format);
+    let cmd = match cli.cmd {
+        Cmd::Serve(args) => return serve::run(args),
+        other => other,
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            print_stderr_line(&format!("tokenprobe: cannot start the runtime: {e}"));
+            return ExitCode::from(2);
+        }
+    };
+    let result = rt.block_on(async {
+        match cmd {
+            Cmd::Serve(_) => Ok(ExitCode::from(2)), // handled above, on its own runtimes
+            Cmd::Probe(args) => probe::run(args).await,
+            Cmd::CheckConfig { config_file } => check::run(&config_file),
+            Cmd::Simulate(args) => crate::simulate::run(args).await,
+            Cmd::Bench(args) => match args.plan() {
+                Ok(plan) => crate::bench::run(plan).await.map_err(Into::into),
+                Err(e) => Err(e.into()),
+            },
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            print_stderr_line(&format!("tokenprobe: {e:#}"));
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,447 @@
+//! `tokenprobe probe`: its flags, their conversion into a [`ProbeSpec`] (from the flags alone, or
+//! from a target of a config file with the flags on top), and the one probe with its report.
+
+use crate::config::{
+    AuthStyle, Config, ConfigError, ConnectionMode, KeySource, ProxySetting, Secret, Timeouts,
+    TlsOptions,
+};
+use crate::probe::{ProbeSpec, Prober};
+use crate::protocol::{Api, Message};
+use crate::report::{ReportContext, print_stderr_line, print_stdout, to_json, to_text};
+use crate::transport::ClientOptions;
+use anyhow::{Context, Result};
+use clap::ValueEnum;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// `probe --format`.
+// clap shows a variant's doc comment as its help, which would change `--help`.
+#[allow(missing_docs)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Text,
+    Json,
+}
+
+/// Flags of `tokenprobe probe`.
+#[derive(clap::Args, Debug)]
+pub struct ProbeArgs {
+    /// Base URL, e.g. http://127.0.0.1:8080/v1 (the protocol's path is appended).
+    #[arg(
+        long,
+        required_unless_present = "config_file",
+        conflicts_with = "config_file"
+    )]
+    pub base_url: Option<String>,
+    /// Model name to ask for.
+    #[arg(long, required_unless_present = "config_file")]
+    pub model: Option<String>,
+    /// API protocol.
+    #[arg(long, value_enum, default_value = "openai-chat")]
+    pub api: Api,
+    /// Name of the environment variable holding the API key.
+    #[arg(long)]
+    pub api_key_env: Option<String>,
+    /// File holding the API key.
+    #[arg(long, conflicts_with = "api_key_env")]
+    pub api_key_file: Option<PathBuf>,
+    /// The user message.
+    #[arg(long, default_value = "Say hello in five words.")]
+    pub prompt: String,
+    /// Output cap (max_tokens, at least 1).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_tokens: u32,
+    /// Do not send stream_options.include_usage (for servers that reject it).
+    #[arg(long)]
+    pub no_usage: bool,
+    /// Connection set-up deadline.
+    #[arg(long, value_parser = crate::config::parse_timeout)]
+    pub timeout_connect: Option<Duration>,
+    /// Deadline from sending to the first token.
+    #[arg(long, value_parser = crate::config::parse_timeout)]
+    pub timeout_first_token: Option<Duration>,
+    /// Deadline for silence after the first token.
+    #[arg(long, value_parser = crate::config::parse_timeout)]
+    pub timeout_idle: Option<Duration>,
+    /// Deadline for the whole request.
+    #[arg(long, value_parser = crate::config::parse_timeout)]
+    pub timeout_total: Option<Duration>,
+    /// Which header carries the key (default: x-api-key for anthropic-messages, else bearer).
+    #[arg(long, value_enum)]
+    pub auth: Option<AuthArg>,
+    // Header, query and proxy values are checked after parsing, by us: clap's own error for a
+    // bad value quotes it, and these may be secrets.
+    /// Extra request header NAME=VALUE (repeatable).
+    #[arg(long = "header")]
+    pub headers: Vec<String>,
+    /// Query parameter NAME=VALUE added to the URL (repeatable), e.g. api-version=2024-10-21.
+    #[arg(long = "query")]
+    pub query: Vec<String>,
+    /// Proxy URL, or "none" to ignore the environment's proxy variables.
+    #[arg(long)]
+    pub proxy: Option<String>,
+    /// Extra PEM CA certificates to trust.
+    #[arg(long)]
+    pub ca_file: Option<PathBuf>,
+    /// Accept any server certificate (dangerous).
+    #[arg(long)]
+    pub insecure_skip_verify: bool,
+    /// Prepend a random nonce to the prompt so a prompt cache cannot hide prefill time.
+    #[arg(long)]
+    pub nonce: bool,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Probe a target of this config file instead of --base-url (with --target).
+    #[arg(long = "config.file")]
+    pub config_file: Option<PathBuf>,
+    /// Target name in the config file (its first model and prompt, unless --model is given).
+    #[arg(long, requires = "config_file")]
+    pub target: Option<String>,
+}
+
+/// `probe --auth`: the header that carries the key.
+// clap shows a variant's doc comment as its help, which would change `--help`.
+#[allow(missing_docs)]
+#[derive(Copy, Clone, Debug, ValueEnum)]
+pub enum AuthArg {
+    Bearer,
+    XApiKey,
+    ApiKey,
+}
+
+fn parse_pair(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.trim().to_owned(), v.to_owned()))
+        .filter(|(k, _)| !k.is_empty())
+        .ok_or_else(|| "expected NAME=VALUE (a value without '=' or without a name)".to_owned())
+}
+
+fn parse_header(s: &str) -> Result<(String, String), String> {
+    let (k, v) = parse_pair(s)?;
+    reqwest::header::HeaderName::from_bytes(k.as_bytes())
+        .map_err(|_| format!("{k:?} is not a valid header name"))?;
+    reqwest::header::HeaderValue::from_str(&v)
+        .map_err(|_| format!("the value of {k} is not a valid header value"))?;
+    Ok((k, v))
+}
+
+fn parse_proxy(s: &str) -> Result<ProxySetting, String> {
+    if s == "none" || s.is_empty() {
+        return Ok(ProxySetting::Disabled);
+    }
+    match reqwest::Url::parse(s) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") => Ok(ProxySetting::Url(s.to_owned())),
+        _ => Err("--proxy: expected an http:// or https:// proxy URL, or \"none\"".into()),
+    }
+}
+
+/// `base` with the `--timeout-*` flags that were given applied on top.
+fn deadlines(a: &ProbeArgs, base: Timeouts) -> Timeouts {
+    Timeouts {
+        connect: a.timeout_connect.unwrap_or(base.connect),
+        first_token: a.timeout_first_token.unwrap_or(base.first_token),
+        idle: a.timeout_idle.unwrap_or(base.idle),
+        total: a.timeout_total.unwrap_or(base.total),
+    }
+}
+
+/// The probe these flags ask for: from `--config.file`'s target, or from the flags alone.
+///
+/// # Errors
+/// An unusable flag value or config, said without quoting secret values.
+pub fn spec_from_args(a: &ProbeArgs) -> Result<ProbeSpec> {
+    if let Some(cfg) = &a.config_file {
+        let config = Config::load(cfg).map_err(|e| match e {
+            e @ (ConfigError::Io { .. } | ConfigError::Syntax(_)) => anyhow::anyhow!("{e}"),
+            e => anyhow::anyhow!("{}: {e}", cfg.display()),
+        })?;
+        return job_spec(&config, cfg, a.target.as_deref(), a.model.as_deref());
+    }
+    let (Some(base_url), Some(model)) = (&a.base_url, &a.model) else {
+        anyhow::bail!("--base-url and --model are required without --config.file");
+    };
+    anyhow::ensure!(!model.trim().is_empty(), "--model must not be empty");
+    // The URL is not quoted: it may carry userinfo.
+    let parsed = reqwest::Url::parse(base_url).context("--base-url is not a URL")?;
+    anyhow::ensure!(
+        matches!(parsed.scheme(), "http" | "https"),
+        "--base-url must be http:// or https://"
+    );
+    let api_key = match (&a.api_key_env, &a.api_key_file) {
+        (Some(var), _) => Some(KeySource::Inline(Secret::new(std::env::var(var).map_err(
+            |_| anyhow::anyhow!("environment variable {var} (--api-key-env) is not set"),
+        )?))),
+        (None, Some(f)) => {
+            std::fs::metadata(f).with_context(|| format!("--api-key-file {}", f.display()))?;
+            Some(KeySource::File(f.clone()))
+        }
+        (None, None) => None,
+    };
+    let timeouts = deadlines(a, Timeouts::default());
+    let auth = match (a.auth, a.api) {
+        (Some(AuthArg::Bearer), _) => AuthStyle::Bearer,
+        (Some(AuthArg::XApiKey), _) | (None, Api::AnthropicMessages) => AuthStyle::XApiKey,
+        (Some(AuthArg::ApiKey), _) => AuthStyle::ApiKey,
+        (None, _) => AuthStyle::Bearer,
+    };
+    let proxy = match a.proxy.as_deref() {
+        None => ProxySetting::Environment,
+        Some(p) => parse_proxy(p).map_err(anyhow::Error::msg)?,
+    };
+    let headers = a
+        .headers
+        .iter()
+        .map(|h| parse_header(h).map_err(|e| anyhow::anyhow!("--header: {e}")))
+        .collect::<Result<Vec<_>>>()?;
+    if let Some(why) = crate::config::userinfo_conflict(base_url, auth, api_key.is_some()) {
+        anyhow::bail!("--base-url {why}");
+    }
+    if let Some(why) = headers
+        .iter()
+        .find_map(|(n, _)| crate::config::header_set_by_tokenprobe(n, auth, api_key.is_some()))
+    {
+        anyhow::bail!("--header: {why}");
+    }
+    let query = a
+        .query
+        .iter()
+        .map(|q| parse_pair(q).map_err(|e| anyhow::anyhow!("--query: {e}")))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(ProbeSpec {
+        api: a.api,
+        base_url: base_url.trim_end_matches('/').to_owned(),
+        model: model.clone(),
+        messages: vec![Message {
+            role: "user".into(),
+            content: a.prompt.clone(),
+        }],
+        max_tokens: Some(a.max_tokens),
+        include_usage: !a.no_usage,
+        headers,
+        extra_body: serde_json::Map::new(),
+        api_key,
+        auth,
+        query,
+        nonce: a.nonce,
+        expect: None,
+        timeouts,
+        client: ClientOptions {
+            proxy,
+            tls: TlsOptions {
+                ca_file: a.ca_file.clone(),
+                insecure_skip_verify: a.insecure_skip_verify,
+            },
+            connection: ConnectionMode::New,
+        },
+    })
+}
+
+/// The spec of `--target` (default: the first target) in a config: its job for `--model` when the
+/// config lists that model, else its first job with the model replaced (as `bench` accepts any
+/// model). An unknown target is an error that lists the targets there are.
+fn job_spec(
+    config: &Config,
+    file: &std::path::Path,
+    target: Option<&str>,
+    model: Option<&str>,
+) -> Result<ProbeSpec> {
+    let of_target: Vec<_> = config
+        .jobs
+        .iter()
+        .filter(|j| target.is_none_or(|t| j.target.name == t))
+        .collect();
+    let Some(first) = of_target.first() else {
+        let mut names: Vec<&str> = config.jobs.iter().map(|j| j.target.name.as_str()).collect();
+        names.dedup();
+        anyhow::bail!(
+            "{} has no target named {:?}; its targets: {}",
+            file.display(),
+            target.unwrap_or(""),
+            names.join(", ")
+        );
+    };
+    let job = model
+        .and_then(|m| of_target.iter().find(|j| j.model == m))
+        .unwrap_or(first);
+    let mut spec = ProbeSpec::from_job(job);
+    if let Some(m) = model {
+        spec.model = m.to_owned();
+    }
+    Ok(spec)
+}
+
+/// Runs one probe and prints its report; exit 0 on success, 1 when the probe failed.
+///
+/// # Errors
+/// Bad flags or config (exit 2).
+pub async fn run(a: ProbeArgs) -> Result<ExitCode> {
+    let mut spec = spec_from_args(&a)?;
+    if a.config_file.is_some() {
+        // Deadline flags still apply on top of a configured target.
+        spec.timeouts = deadlines(&a, spec.timeouts);
+    }
+    if spec.client.tls.insecure_skip_verify {
+        print_stderr_line(
+            "tokenprobe: WARNING: --insecure-skip-verify: the server certificate is NOT verified",
+        );
+    }
+    let prober = Prober::new(&spec)?;
+    let result = prober.run(&spec).await;
+    match a.format {
+        Format::Json => {
+            print_stdout(&format!("{}\n", to_json(&result)));
+            if let Some(e) = result.error_type {
+                print_stderr_line(&format!(
+                    "tokenprobe: probe failed: {e} (HTTP {}): {}",
+                    result.http_status.map_or("-".into(), |s| s.to_string()),
+                    result.error_detail.as_deref().unwrap_or("")
+                ));
+            }
+        }
+        Format::Text => print_stdout(&to_text(
+            &result,
+            &ReportContext {
+                url: crate::redact::redact_url(&spec.url()),
+                model: spec.model.clone(),
+                proxy: spec.proxy(),
+            },
+        )),
+    }
+    Ok(if result.success() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        probe: ProbeArgs,
+    }
+
+    fn spec(args: &[&str]) -> Result<ProbeSpec> {
+        let mut argv = vec!["probe"];
+        argv.extend_from_slice(args);
+        let a = Cmd::try_parse_from(argv)
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .probe;
+        spec_from_args(&a)
+    }
+
+    fn error(args: &[&str]) -> String {
+        match spec(args) {
+            Ok(s) => panic!("accepted {args:?}: {s:?}"),
+            Err(e) => format!("{e:#}"),
+        }
+    }
+
+    #[test]
+    fn flags_become_the_spec() {
+        let s = spec(&[
+            "--base-url",
+            "http://127.0.0.1:8080/v1/",
+            "--model",
+            "m",
+            "--max-tokens",
+            "9",
+            "--header",
+            "X-Team=sre",
+            "--query",
+            "api-version=2024-10-21",
+            "--timeout-first-token",
+            "3s",
+            "--proxy",
+            "none",
+            "--nonce",
+            "--no-usage",
+        ])
+        .expect("spec");
+        assert_eq!(
+            s.base_url, "http://127.0.0.1:8080/v1",
+            "trailing slash dropped"
+        );
+        assert_eq!(
+            s.url(),
+            "http://127.0.0.1:8080/v1/chat/completions?api-version=2024-10-21"
+        );
+        assert_eq!((s.model.as_str(), s.max_tokens), ("m", Some(9)));
+        assert_eq!(s.headers, [("X-Team".to_owned(), "sre".to_owned())]);
+        assert_eq!(s.timeouts.first_token, Duration::from_secs(3));
+        assert_eq!(s.timeouts.total, Timeouts::default().total);
+        assert!(s.nonce && !s.include_usage);
+        assert!(matches!(s.client.proxy, ProxySetting::Disabled));
+        assert_eq!(s.auth, AuthStyle::Bearer);
+        assert_eq!(s.messages.len(), 1);
+    }
+
+    #[test]
+    fn the_key_header_follows_the_protocol_unless_asked() {
+        let base = ["--base-url", "https://api.example.com", "--model", "c"];
+        let anthropic =
+            spec(&[&base[..], &["--api", "anthropic-messages"]].concat()).expect("spec");
+        assert_eq!(anthropic.auth, AuthStyle::XApiKey);
+        assert_eq!(anthropic.url(), "https://api.example.com/v1/messages");
+        let azure = spec(&[&base[..], &["--auth", "api-key"]].concat()).expect("spec");
+        assert_eq!(azure.auth, AuthStyle::ApiKey);
+    }
+
+    #[test]
+    fn bad_flags_are_refused_without_quoting_their_values() {
+        let base = ["--base-url", "http://h/v1", "--model", "m"];
+        let with = |extra: &[&str]| error(&[&base[..], extra].concat());
+        let e = with(&["--header", "Authorization: Bearer sk-secret-1"]);
+        assert!(e.contains("--header") && !e.contains("sk-secret-1"), "{e}");
+        let e = with(&["--query", "no-equals-sign-secret"]);
+        assert!(
+            e.contains("--query") && !e.contains("no-equals-sign-secret"),
+            "{e}"
+        );
+        let e = with(&["--proxy", "ftp://u:proxy-secret@p"]);
+        assert!(e.contains("--proxy") && !e.contains("proxy-secret"), "{e}");
+        let e = error(&["--base-url", "ftp://u:url-secret@h", "--model", "m"]);
+        assert!(e.contains("http") && !e.contains("url-secret"), "{e}");
+        let e = error(&["--base-url", "http://h/v1", "--model", " "]);
+        assert!(e.contains("--model"), "{e}");
+        let e = error(&[
+            "--base-url",
+            "http://h/v1",
+            "--model",
+            "m",
+            "--api-key-env",
+            "TOKENPROBE_SURELY_UNSET_VAR",
+        ]);
+        assert_eq!(e.matches("TOKENPROBE_SURELY_UNSET_VAR").count(), 1, "{e}");
+    }
+
+    #[test]
+    fn a_config_target_with_the_flags_on_top() {
+        let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/bench.yml");
+        let s = spec(&[
+            "--config.file",
+            config,
+            "--target",
+            "sim",
+            "--model",
+            "unlisted",
+        ])
+        .expect("spec");
+        assert_eq!(
+            s.model, "unlisted",
+            "a model the config does not list is probed as asked"
+        );
+        assert_eq!(s.base_url, "http://127.0.0.1:8000/v1");
+        let e = error(&["--config.file", config, "--target", "nope"]);
+        assert!(
+            e.contains("nope") && e.contains("sim"),
+            "lists the targets there are: {e}"
+        );
+    }
+}
