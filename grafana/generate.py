@@ -2,10 +2,10 @@
 """Generates grafana/dashboards/tokenprobe-overview.json (Grafana's classic dashboard JSON model).
 
 The JSON file is what Grafana provisions; this script is where it is edited. `--check` exits 1 when
-the committed JSON differs from what this script generates (scripts/check-deploy.sh runs it).
+the committed JSON differs from what this script generates (scripts/ci/check-deploy.sh runs it).
 
 Every query uses the template variables as regex matchers (target=~"$target", ...), so that
-scripts/deploy-check/dashboard-queries.py can run it against a real Prometheus with `.*` for them.
+scripts/ci/deploy-check/dashboard-queries.py can run it against a real Prometheus with `.*` for them.
 """
 
 import json

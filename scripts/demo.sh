@@ -83,7 +83,7 @@ case "$ready_timeout" in '' | *[!0-9]*) die "LLAMA_READY_TIMEOUT=$ready_timeout 
 require_free "$llama_port" "the llama.cpp server" LLAMA_PORT
 require_free "$listen_port" "tokenprobe serve" LISTEN
 
-bash scripts/install-test-deps.sh --model-only
+bash scripts/ci/install-test-deps.sh --model-only
 if [ -n "${TOKENPROBE_BIN:-}" ]; then
     bin="$TOKENPROBE_BIN"
     [ -x "$bin" ] || die "TOKENPROBE_BIN=$bin is not an executable"
@@ -123,7 +123,7 @@ trap 'cleanup; exit 143' TERM
 # Each child in its own session: a Ctrl-C in the terminal reaches only this script, which then
 # stops them in order.
 echo "demo: starting llama.cpp server on 127.0.0.1:$llama_port (log: $llama_log)"
-setsid bash scripts/llama-server.sh --port "$llama_port" --die-with-parent >"$llama_log" 2>&1 &
+setsid bash scripts/llama/llama-server.sh --port "$llama_port" --die-with-parent >"$llama_log" 2>&1 &
 llama_pid=$!
 ready=""
 for _ in $(seq 1 $((ready_timeout * 2))); do

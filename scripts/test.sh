@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project's test command: installs what the end-to-end tests need
-# (scripts/install-test-deps.sh, idempotent: ~0.2 s when already done), then
+# (scripts/ci/install-test-deps.sh, idempotent: ~0.2 s when already done), then
 # formatting, lints and every test target. The end-to-end tests fail (never
 # skip) when what they need is missing. TOKENPROBE_NO_INSTALL=1 skips the
 # install step.
@@ -10,15 +10,15 @@ cd "$repo"
 
 export TOKENPROBE_VENV="${TOKENPROBE_VENV:-$repo/.venv}"
 if [ "${TOKENPROBE_NO_INSTALL:-0}" != 1 ]; then
-    bash "$repo/scripts/install-test-deps.sh"
+    bash "$repo/scripts/ci/install-test-deps.sh"
 fi
 if [ ! -x "$TOKENPROBE_VENV/bin/python" ]; then
-    echo "scripts/test.sh: no Python venv at $TOKENPROBE_VENV: run scripts/install-test-deps.sh first" >&2
+    echo "scripts/test.sh: no Python venv at $TOKENPROBE_VENV: run scripts/ci/install-test-deps.sh first" >&2
     exit 1
 fi
 for tool in prometheus promtool; do
     if ! command -v "$tool" >/dev/null 2>&1; then
-        echo "scripts/test.sh: $tool not found: run scripts/install-test-deps.sh first" >&2
+        echo "scripts/test.sh: $tool not found: run scripts/ci/install-test-deps.sh first" >&2
         exit 1
     fi
 done

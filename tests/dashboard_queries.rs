@@ -3,7 +3,7 @@
 //! Prometheus scrapes it and evaluates `deploy/prometheus/tokenprobe-rules.yml`, then
 //!   - every rule of that file is loaded and evaluates without error, and every recording rule
 //!     yields a series;
-//!   - `scripts/deploy-check/dashboard-queries.py` runs every panel, variable and alert-rule
+//!   - `scripts/ci/deploy-check/dashboard-queries.py` runs every panel, variable and alert-rule
 //!     query of `grafana/` and fails if one errors or returns nothing (except its small allowlist
 //!     of metrics tokenprobe does not export yet, which it prints as such).
 
@@ -129,7 +129,7 @@ fn dashboards_alerts_and_rules_query_real_prometheus() {
 
     // Every query of the dashboards and Grafana alert rules.
     let mut cmd = Command::new(venv_python());
-    cmd.arg(root.join("scripts/deploy-check/dashboard-queries.py"))
+    cmd.arg(root.join("scripts/ci/deploy-check/dashboard-queries.py"))
         .args(["--prometheus", &prom]);
     for sub in ["grafana/dashboards", "grafana/provisioning/alerting"] {
         let mut files: Vec<_> = std::fs::read_dir(root.join(sub))

@@ -73,15 +73,15 @@ fn a_taken_tokenprobe_port_fails_at_once() {
     fails_on_taken("LISTEN");
 }
 
-/// A venv whose `python` passes scripts/install-test-deps.sh's checks and plays the model server
+/// A venv whose `python` passes scripts/ci/install-test-deps.sh's checks and plays the model server
 /// as `mode` says: `die` (exits with a bind error), `foreign` (another process takes the port,
 /// then it prints the ready line itself).
 fn fake_venv(dir: &std::path::Path, mode: &str) -> std::path::PathBuf {
     let venv = dir.join("venv");
     std::fs::create_dir_all(venv.join("bin")).expect("mkdir");
-    let req = std::fs::read(repo_root().join("scripts/requirements-test.txt")).expect("reqs");
+    let req = std::fs::read(repo_root().join("scripts/ci/requirements-test.txt")).expect("reqs");
     let sum = Command::new("sha256sum")
-        .arg(repo_root().join("scripts/requirements-test.txt"))
+        .arg(repo_root().join("scripts/ci/requirements-test.txt"))
         .output()
         .expect("sha256sum");
     assert!(!req.is_empty() && sum.status.success());

@@ -1,9 +1,9 @@
-//! Runs `scripts/check-deploy.sh` (the static checks of `grafana/` and `deploy/`: Grafana schema
+//! Runs `scripts/ci/check-deploy.sh` (the static checks of `grafana/` and `deploy/`: Grafana schema
 //! types, Prometheus rules and their unit tests, Kubernetes manifests, Helm chart, custom resource
 //! schemas, YAML lint, Dockerfile lint, and `tokenprobe check-config` on every ConfigMap's config,
 //! with this build's binary) so that `cargo test` covers them. The script installs its
-//! own pinned tools on first use (`.venv-deploy/`, `scripts/deploy-check/node_modules/`); promtool
-//! comes from `scripts/install-test-deps.sh`.
+//! own pinned tools on first use (`.venv-deploy/`, `scripts/ci/deploy-check/node_modules/`); promtool
+//! comes from `scripts/ci/install-test-deps.sh`.
 //!
 //! `TOKENPROBE_SKIP_E2E=1` skips it on a developer machine without the tools, never under CI.
 
@@ -26,13 +26,13 @@ fn deploy_artifacts_pass_check_deploy_sh() {
         && std::env::var("TOKENPROBE_SKIP_E2E").is_ok_and(|v| v == "1")
     {
         eprintln!(
-            "SKIPPED (TOKENPROBE_SKIP_E2E=1): promtool missing: run scripts/install-test-deps.sh"
+            "SKIPPED (TOKENPROBE_SKIP_E2E=1): promtool missing: run scripts/ci/install-test-deps.sh"
         );
         return;
     }
 
     let root = e2e::repo_root();
-    let script = root.join("scripts").join("check-deploy.sh");
+    let script = root.join("scripts/ci/check-deploy.sh");
     let mut cmd = Command::new("bash");
     cmd.arg(&script)
         .current_dir(&root)
@@ -43,10 +43,10 @@ fn deploy_artifacts_pass_check_deploy_sh() {
     eprintln!("{stdout}{stderr}");
     assert!(
         status.success(),
-        "scripts/check-deploy.sh failed ({status}):\n{stdout}\n{stderr}"
+        "scripts/ci/check-deploy.sh failed ({status}):\n{stdout}\n{stderr}"
     );
     assert!(
         stdout.contains(" 0 failed"),
-        "scripts/check-deploy.sh printed no summary:\n{stdout}"
+        "scripts/ci/check-deploy.sh printed no summary:\n{stdout}"
     );
 }

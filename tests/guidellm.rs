@@ -43,7 +43,7 @@
 //! `--fail-after-requests N` (HTTP 500 after N requests): the first is the knob for
 //! finding a saturation "knee"; this test uses neither.
 //!
-//! Needs `scripts/install-fault-deps.sh` (guidellm in the project venv); fails, never
+//! Needs `scripts/ci/install-fault-deps.sh` (guidellm in the project venv); fails, never
 //! skips, without it.
 
 mod common;

@@ -24,7 +24,7 @@
 //!    there are jobs, and SIGTERM ends it at once (10 s grace: a hanging probe
 //!    would hold it).
 //!
-//! Needs `scripts/install-fault-deps.sh` (llmock in the project venv); fails, never
+//! Needs `scripts/ci/install-fault-deps.sh` (llmock in the project venv); fails, never
 //! skips, without it.
 
 mod common;

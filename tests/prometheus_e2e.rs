@@ -1,7 +1,7 @@
 //! tokenprobe's /metrics as real consumers see it: a strict OpenMetrics parser
 //! (Python prometheus_client), `promtool check metrics`, and a real Prometheus
 //! server scraping it and answering PromQL. tokenprobe probes a real llama.cpp
-//! server (scripts/llama-server.py) so the histograms hold real observations.
+//! server (scripts/llama/llama-server.py) so the histograms hold real observations.
 
 mod common;
 use common::e2e;
@@ -66,7 +66,7 @@ fn metrics_parse_as_openmetrics_and_pass_promtool() {
         "OpenMetrics body must end with '# EOF\\n'"
     );
     let mut cmd = Command::new(venv_python());
-    cmd.arg(repo_root().join("scripts").join("check-openmetrics.py"));
+    cmd.arg(repo_root().join("scripts/ci/check-openmetrics.py"));
     for f in EXPECTED_FAMILIES {
         cmd.args(["--expect", f]);
     }

@@ -37,11 +37,11 @@ const SKIPPED: [(&str, &str); 8] = [
     ("kubectl", "needs a Kubernetes cluster"),
     ("helm", "needs a Kubernetes cluster"),
     (
-        "scripts/bench-compare.sh",
+        "scripts/bench/compare.sh",
         "installs GuideLLM and AIPerf from PyPI",
     ),
     (
-        "scripts/bench-",
+        "scripts/bench/",
         "measurements taking minutes each (a release build, then the run); they write docs/figures.md",
     ),
 ];

@@ -1,5 +1,5 @@
 //! The README's measured figures and its test list stay true:
-//! - the figures block of README.md is what `scripts/figures.py` renders from `docs/figures.md`,
+//! - the figures block of README.md is what `scripts/bench/figures.py` renders from `docs/figures.md`,
 //!   every row there has a date and machine and is written by the script it names, and no size
 //!   or latency figure sits in the README outside that block (a hand-copied number goes stale:
 //!   "12.5 MB" stayed while the binary grew to 12.7 MB);
@@ -29,12 +29,12 @@ fn readme_figures_come_from_docs_figures_md() {
         .expect("README has a figures block");
     let (block, after) = rest.split_once(END).expect("the figures block ends");
 
-    // Same text as scripts/figures.py renders (the rendering rule lives there).
+    // Same text as scripts/bench/figures.py renders (the rendering rule lives there).
     let out = Command::new("python3")
-        .arg(repo().join("scripts/figures.py"))
+        .arg(repo().join("scripts/bench/figures.py"))
         .arg("check")
         .output()
-        .expect("run python3 scripts/figures.py check");
+        .expect("run python3 scripts/bench/figures.py check");
     assert!(
         out.status.success(),
         "{}",

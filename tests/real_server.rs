@@ -1,5 +1,5 @@
 //! tokenprobe against a real llama.cpp server (xllamacpp + SmolLM2-135M, see
-//! scripts/llama-server.py): the numbers it exports must agree with what the
+//! scripts/llama/llama-server.py): the numbers it exports must agree with what the
 //! server itself counted and timed.
 //!
 //! What llama.cpp measures (checked against a hand-written client first):

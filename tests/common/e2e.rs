@@ -5,7 +5,7 @@
 //! with the test, a llama.cpp server with a tiny model, `tokenprobe serve`, a
 //! minimal HTTP/1.1 client with timeouts, and a Prometheus text-format reader.
 //!
-//! What these tests need is installed by `scripts/install-test-deps.sh`; a
+//! What these tests need is installed by `scripts/ci/install-test-deps.sh`; a
 //! missing piece fails the test with that hint. `TOKENPROBE_SKIP_E2E=1` skips
 //! them on a developer machine, never under CI (`CI` set).
 #![allow(dead_code)]
@@ -23,7 +23,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
-pub const INSTALL_HINT: &str = "run scripts/install-test-deps.sh (then scripts/test.sh)";
+pub const INSTALL_HINT: &str = "run scripts/ci/install-test-deps.sh (then scripts/test.sh)";
 
 /// The prompt the e2e tests probe with: SmolLM2-135M answers it with a long
 /// story, so a 32-token budget ends by `length` and (nearly) every generated
@@ -357,7 +357,7 @@ pub fn poll_for<T>(
 // ------------------------------------------------------------------ llama.cpp
 
 /// llama.cpp's server (xllamacpp) with SmolLM2-135M, started by
-/// `scripts/llama-server.py` on a free loopback port.
+/// `scripts/llama/llama-server.py` on a free loopback port.
 pub struct LlamaServer {
     pub guard: ChildGuard,
     /// e.g. `http://127.0.0.1:41234` (OpenAI API under `/v1`)
@@ -366,7 +366,7 @@ pub struct LlamaServer {
 
 impl LlamaServer {
     pub fn start(dir: &Path) -> LlamaServer {
-        let script = repo_root().join("scripts").join("llama-server.py");
+        let script = repo_root().join("scripts/llama/llama-server.py");
         let mut cmd = Command::new(venv_python());
         cmd.arg(&script)
             .args(["--port", "0", "--threads", "1", "--die-with-parent"]);
@@ -934,7 +934,7 @@ pub fn start_prometheus(dir: &Path, target: &str, rule_files: &[&Path]) -> (Chil
     .expect("write prometheus.yml");
     let prom_addr = format!("127.0.0.1:{}", free_port());
     let mut cmd = Command::new(
-        which("prometheus").expect("prometheus on PATH (scripts/install-test-deps.sh)"),
+        which("prometheus").expect("prometheus on PATH (scripts/ci/install-test-deps.sh)"),
     );
     cmd.arg(format!("--config.file={}", prom_config.display()))
         .arg(format!(

@@ -5,7 +5,7 @@
 //! Prometheus text-format reader, `wait_for`, the watchdog) live in
 //! `tests/common/e2e.rs`.
 //!
-//! What these tests need is installed by `scripts/install-fault-deps.sh`. A missing
+//! What these tests need is installed by `scripts/ci/install-fault-deps.sh`. A missing
 //! piece FAILS the test with that hint: these tests never skip.
 
 use super::e2e::{
@@ -18,7 +18,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 pub const INSTALL_HINT: &str =
-    "run scripts/install-fault-deps.sh (scripts/install-test-deps.sh runs it)";
+    "run scripts/ci/install-fault-deps.sh (scripts/ci/install-test-deps.sh runs it)";
 
 // ------------------------------------------------------------------ setup
 

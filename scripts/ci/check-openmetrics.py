@@ -7,11 +7,11 @@ missing `# EOF`). Exits 0 and prints a one-line summary per family when the
 text parses; exits 1 with the parser's error otherwise.
 
     curl -sH 'Accept: application/openmetrics-text; version=1.0.0' \
-        http://127.0.0.1:9464/metrics | .venv/bin/python scripts/check-openmetrics.py \
+        http://127.0.0.1:9464/metrics | .venv/bin/python scripts/ci/check-openmetrics.py \
         [--expect FAMILY ...]
 
 --expect NAME makes a family that is absent (or has no samples) an error too.
-Run with the test venv's python (scripts/install-test-deps.sh).
+Run with the test venv's python (scripts/ci/install-test-deps.sh).
 """
 
 import argparse

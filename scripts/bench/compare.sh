@@ -4,15 +4,15 @@
 # scheduling lag, and each tool's TTFT error against the simulator's event log of send instants.
 # Prints a Markdown table (docs/bench.md has the last one and how to read it).
 #
-#   scripts/bench-compare.sh                       # concurrency 1,4,16,64,256
-#   LEVELS=1,16 TOOLS=tokenprobe,aiperf scripts/bench-compare.sh
+#   scripts/bench/compare.sh                       # concurrency 1,4,16,64,256
+#   LEVELS=1,16 TOOLS=tokenprobe,aiperf scripts/bench/compare.sh
 #
 # Installs the tools into .venv-compare/ (git-ignored; created here, several GB: GuideLLM depends
 # on torch, which PyPI ships with CUDA libraries) and writes a small local tokenizer for them
-# (scripts/bench-compare/make_tokenizer.py: both insist on a Hugging Face tokenizer and this
+# (scripts/bench/compare/make_tokenizer.py: both insist on a Hugging Face tokenizer and this
 # machine cannot download one). Loopback only; every run is bounded (compare.py: 600 s each).
 set -euo pipefail
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$repo"
 
 LEVELS="${LEVELS:-1,4,16,64,256}"
@@ -31,11 +31,11 @@ if ! "$venv/bin/guidellm" --help >/dev/null 2>&1 || ! "$venv/bin/aiperf" --help 
     "$venv/bin/pip" install --quiet "aiperf==$AIPERF_VERSION" "guidellm==$GUIDELLM_VERSION"
 fi
 if [ ! -f "$venv/tokenizer/tokenizer.json" ]; then
-    "$venv/bin/python" scripts/bench-compare/make_tokenizer.py "$venv/tokenizer"
+    "$venv/bin/python" scripts/bench/compare/make_tokenizer.py "$venv/tokenizer"
 fi
 cargo build --release --quiet
 mkdir -p "$out"
 echo "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-exec "$venv/bin/python" scripts/bench-compare/compare.py \
+exec "$venv/bin/python" scripts/bench/compare/compare.py \
     --tokenprobe "$repo/target/release/tokenprobe" --venv "$venv" --tokenizer "$venv/tokenizer" \
     --out "$out" --levels "$LEVELS" --tools "$TOOLS"

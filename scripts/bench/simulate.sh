@@ -12,12 +12,12 @@
 # than all at once; STAGGER=0 starts them together (every stream then has the same phase and the
 # server writes N events in one burst every ITL: the worst case).
 #
-#   scripts/bench-simulate.sh                         # 1 and 500 streams, 10 s each
-#   CONCURRENCY="1 500 1000 2000" DURATION=20 scripts/bench-simulate.sh
-#   TTFT=100ms ITL=10ms TOKENS=128 scripts/bench-simulate.sh
-#   TIMER=tokio scripts/bench-simulate.sh             # tokio's 1 ms timer instead of the timerfd
+#   scripts/bench/simulate.sh                         # 1 and 500 streams, 10 s each
+#   CONCURRENCY="1 500 1000 2000" DURATION=20 scripts/bench/simulate.sh
+#   TTFT=100ms ITL=10ms TOKENS=128 scripts/bench/simulate.sh
+#   TIMER=tokio scripts/bench/simulate.sh             # tokio's 1 ms timer instead of the timerfd
 set -euo pipefail
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$repo"
 
 CONCURRENCY="${CONCURRENCY:-1 500}"

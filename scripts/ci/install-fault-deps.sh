@@ -8,16 +8,16 @@
 #   - guidellm        `guidellm mock-server`: streams with a configured TTFT and
 #                     inter-token latency, the timing ground truth (tests/guidellm.rs)
 #
-# Pinned and hash-checked: scripts/requirements-faults.txt, installed with
+# Pinned and hash-checked: scripts/ci/requirements-faults.txt, installed with
 # --no-deps --require-hashes --only-binary=:all: (guidellm's declared dependencies
 # include torch; the mock server needs none of that). Idempotent: when the venv
 # already holds this exact requirements file (stamp) and both commands start, it
 # does nothing (well under a second).
 set -euo pipefail
 
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 venv="${TOKENPROBE_VENV:-$repo/.venv}"
-req="$repo/scripts/requirements-faults.txt"
+req="$repo/scripts/ci/requirements-faults.txt"
 stamp="$venv/.tokenprobe-fault-deps.sha256"
 t_start=$SECONDS
 
@@ -50,7 +50,7 @@ if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
 fi
 
-log "pip install -r scripts/requirements-faults.txt (pinned, hashed, --no-deps)"
+log "pip install -r scripts/ci/requirements-faults.txt (pinned, hashed, --no-deps)"
 "$venv/bin/python" -m pip install --disable-pip-version-check --no-input -q \
     --no-deps --require-hashes --only-binary=:all: --no-compile -r "$req"
 

@@ -6,9 +6,9 @@ and the README's block between `<!-- figures -->` and `<!-- /figures -->` is gen
 that table, so a number in the README always names when, where and by what it was measured.
 tests/readme_figures.rs checks that README.md and docs/figures.md agree.
 
-    python3 scripts/figures.py set KEY VALUE --what TEXT --by SCRIPT   # record, then update README
-    python3 scripts/figures.py readme                                  # regenerate README's block
-    python3 scripts/figures.py check                                   # exit 1 if they disagree
+    python3 scripts/bench/figures.py set KEY VALUE --what TEXT --by SCRIPT   # record, then update README
+    python3 scripts/bench/figures.py readme                                  # regenerate README's block
+    python3 scripts/bench/figures.py check                                   # exit 1 if they disagree
 """
 
 import argparse
@@ -17,16 +17,16 @@ import os
 import re
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIGURES = os.path.join(REPO, "docs", "figures.md")
 README = os.path.join(REPO, "README.md")
 BEGIN = "<!-- figures -->"
 END = "<!-- /figures -->"
 HEADER = """# Measured figures
 
-Each row is written by the script named in it (`scripts/figures.py set`), with the date (UTC) and
+Each row is written by the script named in it (`scripts/bench/figures.py set`), with the date (UTC) and
 the machine it ran on; README.md's "Measured" list is generated from this table
-(`scripts/figures.py readme`) and `tests/readme_figures.rs` checks that the two agree. Re-run the
+(`scripts/bench/figures.py readme`) and `tests/readme_figures.rs` checks that the two agree. Re-run the
 script to update a figure; do not edit the rows by hand.
 
 | key | what | value | measured | machine | by |
@@ -114,7 +114,7 @@ def main():
     new = readme_with_block(text, rows)
     if a.cmd == "check":
         if new != text:
-            sys.exit("figures.py: README.md's figures block differs from docs/figures.md; run scripts/figures.py readme")
+            sys.exit("figures.py: README.md's figures block differs from docs/figures.md; run scripts/bench/figures.py readme")
         return
     if new != text:
         with open(README, "w", encoding="utf-8") as f:
