@@ -38,10 +38,14 @@ const MAX_MEDIAN_TTFT_OVER_PROMPT_MS: f64 = 6.0;
 /// processes hold both cores; 25 ms allows that on a 2-core machine while a TTFT that missed the
 /// first event (one more decode step, 15-20 ms here, plus delivery) still fails the median.
 const MAX_ONE_TTFT_OVER_PROMPT_MS: f64 = 25.0;
-/// How far a token-bearing event's arrival may lag the server's timestamp of
-/// the token (per probe, for the first and the last): under load, up to ~4 ms
-/// seen.
+/// How far the client's t_last - t_first may be from llama.cpp's predicted_ms,
+/// as the median over the probes: the first and the last token's deliveries
+/// are delayed alike on an idle machine (up to ~4 ms seen).
 const MAX_DELIVERY_JITTER_MS: f64 = 6.0;
+/// The same for any single probe: one delivery delayed by a busy machine (9.4 ms
+/// seen while three builds ran); a client that missed one token step (18.6 ms
+/// here) still fails the median.
+const MAX_ONE_DELIVERY_JITTER_MS: f64 = 25.0;
 
 /// Scrapes llama-server and tokenprobe until both are quiet (no request in
 /// flight, nothing changed over 150 ms), so their counters cover the same
@@ -253,6 +257,7 @@ fn serve_against_llama_cpp_agrees_with_the_servers_own_numbers() {
     let logs = &logs[..probes as usize];
     let mut ttft_gaps = Vec::new();
     let mut tpot_gaps = Vec::new();
+    let mut span_gaps = Vec::new();
     let (mut sum_prompt_ms, mut sum_pred_ms, mut sum_ttft, mut sum_span, mut sum_n) =
         (0.0, 0.0, 0.0, 0.0, 0.0);
     let (mut sum_gaps, mut gaps_known) = (0.0, true);
@@ -290,9 +295,14 @@ fn serve_against_llama_cpp_agrees_with_the_servers_own_numbers() {
         // the server's last step (a token sent as no text).
         let events = f64_field(l, "token_events");
         let missing_step = if events == Some(n) { 0.0 } else { per_tok_ms };
+        span_gaps.push(if span > pred_ms {
+            span - pred_ms
+        } else {
+            (pred_ms - missing_step - span).max(0.0)
+        });
         assert!(
-            span <= pred_ms + MAX_DELIVERY_JITTER_MS
-                && span >= pred_ms - missing_step - MAX_DELIVERY_JITTER_MS,
+            span <= pred_ms + MAX_ONE_DELIVERY_JITTER_MS
+                && span >= pred_ms - missing_step - MAX_ONE_DELIVERY_JITTER_MS,
             "probe {i}: t_last - t_first = {span:.3} ms vs llama.cpp predicted_ms {pred_ms:.3} \
              (token events {events:?} of N = {n}; one step {per_tok_ms:.3} ms): {l:?}"
         );
@@ -313,6 +323,11 @@ fn serve_against_llama_cpp_agrees_with_the_servers_own_numbers() {
         sum_span += span / 1e3;
         sum_n += n;
     }
+    let med_span_gap = median(span_gaps.clone());
+    assert!(
+        med_span_gap <= MAX_DELIVERY_JITTER_MS,
+        "median |t_last - t_first - llama.cpp predicted_ms| = {med_span_gap:.3} ms: {span_gaps:.3?}"
+    );
     let med_ttft_gap = median(ttft_gaps.clone());
     let med_tpot_gap = median(tpot_gaps.clone());
     eprintln!(
