@@ -1,9 +1,11 @@
 //! Configuration: the YAML file parsed once into validated types.
 //!
-//! [`Config::parse`] turns the text into [`Config`], collecting every problem at once, each with
-//! its key path and `line:column`. The rest of the program never sees raw YAML. Environment
-//! references `${VAR}` in `api_key` and `base_url` are expanded here; `api_key_file` is read at
-//! each probe, so a rotated secret is picked up without a restart.
+//! [`Config::parse`] is pure: text in, a validated [`Config`] or every problem out, each with its
+//! key path and `line:column`. [`Config::load`] reads the file and adds the checks that touch the
+//! filesystem (`api_key_file`, `ca_file`), reported with the rest, in file order. The rest of the
+//! program never sees raw YAML. Environment references `${VAR}` in `api_key` and `base_url` are
+//! expanded here; `api_key_file` is read at each probe, so a rotated secret is picked up without a
+//! restart.
 //!
 //! - `raw`: the serde shapes of the YAML as written, with the values' places.
 //! - `types`: the validated types and the errors.
@@ -58,7 +60,7 @@ pub fn read_input_file(path: &Path) -> std::io::Result<String> {
 }
 
 impl Config {
-    /// Reads and validates a config file.
+    /// Reads and validates a config file, checking the files it names too.
     ///
     /// # Errors
     /// [`ConfigError::Io`], [`ConfigError::Syntax`] (with the YAML location) or
@@ -68,24 +70,25 @@ impl Config {
             path: path.to_owned(),
             reason,
         })?;
-        Config::parse(&text).map_err(|e| match e {
+        let mut checked = check(&text).map_err(|e| match e {
             ConfigError::Syntax(mut s) => {
                 s.file = Some(path.display().to_string());
                 ConfigError::Syntax(s)
             }
             other => other,
-        })
+        })?;
+        let problems: Vec<Issue> = checked.files.iter().filter_map(file_problem).collect();
+        checked.issues.extend(problems);
+        checked.finish()
     }
 
-    /// Parses and validates config text (see [`Config::load`]).
+    /// Parses and validates config text (see [`Config::load`]), without touching the filesystem:
+    /// the files a target names are not checked.
     ///
     /// # Errors
     /// As [`Config::load`], without `Io`.
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
-        let mut checked = check(text)?;
-        let problems: Vec<Issue> = checked.files.iter().filter_map(file_problem).collect();
-        checked.issues.extend(problems);
-        checked.finish()
+        check(text)?.finish()
     }
 }
 

@@ -164,8 +164,12 @@ fn bad_buckets_and_both_schedules() {
 
 const BASE: &str = "prompts:\n  - name: p\n    messages: [{role: user, content: hi}]\ntargets:\n  - name: a\n    base_url: http://x\n    models: [m]\n";
 
+/// The problems `load` (what `serve` and `check-config` call) finds in `BASE` + `extra`.
 fn problems(extra: &str) -> String {
-    match Config::parse(&format!("{BASE}{extra}")) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("c.yml");
+    std::fs::write(&file, format!("{BASE}{extra}")).unwrap();
+    match Config::load(&file) {
         Err(ConfigError::Invalid(i)) => i
             .iter()
             .map(|i| i.to_string())
@@ -336,4 +340,63 @@ async fn key_file_reads_are_bounded() {
         KeySource::File(good).load().await.unwrap().expose(),
         "sk-file"
     );
+}
+
+/// Issue 10 item 3: `parse` touches no file; `load` checks the files a target names and reports
+/// their problems with the others, in line order, as one list (and a file's problem still stands
+/// in for the "no job" problem, as before the split).
+#[test]
+fn parse_is_pure_and_load_adds_the_file_checks_in_line_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    let not_pem = dir.path().join("ca.txt");
+    std::fs::write(&not_pem, "not a certificate\n").unwrap();
+    let text = format!(
+        "{BASE}    api_key_file: {d}\n    ca_file: {}\n    interval: soon\n    headers: {{Accept: x}}\n",
+        not_pem.display()
+    );
+    let shown = |e: ConfigError| e.to_string();
+    let parsed = shown(Config::parse(&text).unwrap_err());
+    assert_eq!(
+        parsed,
+        "invalid config (2 problems):\n  \
+         5:11: targets[0].headers.Accept: Accept is set by tokenprobe itself (an event stream, uncompressed: docs/measurement.md); headers may only add fields\n  \
+         10:15: targets[0].interval: not a duration like 30s or 1m30s (expected number at 0)"
+    );
+    let file = dir.path().join("c.yml");
+    std::fs::write(&file, &text).unwrap();
+    let loaded = shown(Config::load(&file).unwrap_err());
+    assert_eq!(
+        loaded,
+        format!(
+            "invalid config (4 problems):\n  \
+             5:11: targets[0].headers.Accept: Accept is set by tokenprobe itself (an event stream, uncompressed: docs/measurement.md); headers may only add fields\n  \
+             8:19: targets[0].api_key_file: {d} is a directory, not a key file\n  \
+             9:14: targets[0].ca_file: cannot load ca_file {}: no PEM certificate in the file\n  \
+             10:15: targets[0].interval: not a duration like 30s or 1m30s (expected number at 0)",
+            not_pem.display()
+        )
+    );
+    // A jobless config: `parse` says so; `load` names the file's problem instead, as before.
+    let jobless = format!(
+        "prompts:\n  - name: p\n    messages: [{{role: user, content: hi}}]\ntargets:\n  - {{name: a, base_url: 'http://x', models: [m], prompts: [], api_key_file: {d}}}\n"
+    );
+    assert!(shown(Config::parse(&jobless).unwrap_err()).contains("no job"));
+    std::fs::write(&file, &jobless).unwrap();
+    let loaded = shown(Config::load(&file).unwrap_err());
+    assert_eq!(
+        loaded,
+        format!(
+            "invalid config (1 problem):\n  5:77: targets[0].api_key_file: {d} is a directory, not a key file"
+        )
+    );
+    // A key file that exists and a config without file references: both fine.
+    let key = dir.path().join("key");
+    std::fs::write(&key, "sk-x\n").unwrap();
+    std::fs::write(
+        &file,
+        format!("{BASE}    api_key_file: {}\n", key.display()),
+    )
+    .unwrap();
+    assert!(Config::load(&file).is_ok());
 }
