@@ -1,0 +1,402 @@
+//! The config's unit tests.
+
+use super::*;
+
+const GOOD: &str = r#"
+defaults:
+  interval: 30s
+  timeouts: {connect: 5s, first_token: 30s, idle: 30s, total: 120s}
+prompts:
+  - name: hello
+    messages: [{role: user, content: "Say hello"}]
+    max_tokens: 64
+  - name: long
+    messages: [{role: user, content: "Write a poem"}]
+targets:
+  - name: local
+    base_url: http://127.0.0.1:8080/v1/
+    api: openai-chat
+    api_key: ${TOKENPROBE_TEST_KEY_SET}
+    models: [smollm2, other]
+    prompts: [hello]
+    interval: 15s
+  - name: claude
+    base_url: https://api.example.com
+    api: anthropic-messages
+    models: [c]
+    cron: "*/30 * * * * *"
+    timeouts: {first_token: 10s}
+"#;
+
+fn with_env<R>(f: impl FnOnce() -> R) -> R {
+    // SAFETY: tests in this module only read this variable; set once, same value.
+    unsafe { std::env::set_var("TOKENPROBE_TEST_KEY_SET", "sk-test") };
+    f()
+}
+
+#[test]
+fn good_config_expands_to_jobs() {
+    let c = with_env(|| Config::parse(GOOD)).unwrap();
+    let names: Vec<String> = c.jobs.iter().map(Job::name).collect();
+    assert_eq!(
+        names,
+        [
+            "local/smollm2/hello",
+            "local/other/hello",
+            "claude/c/hello",
+            "claude/c/long"
+        ]
+    );
+    let j = &c.jobs[0];
+    assert_eq!(j.target.base_url, "http://127.0.0.1:8080/v1");
+    assert!(matches!(j.schedule, Schedule::Interval(d) if d == Duration::from_secs(15)));
+    assert_eq!(
+        futures_util::FutureExt::now_or_never(j.target.api_key.as_ref().unwrap().load())
+            .unwrap()
+            .unwrap()
+            .expose(),
+        "sk-test"
+    );
+    let claude = &c.jobs[2];
+    assert!(matches!(claude.schedule, Schedule::Cron(_)));
+    assert_eq!(claude.timeouts.first_token, Duration::from_secs(10));
+    assert_eq!(claude.timeouts.total, Duration::from_secs(120));
+    assert_eq!(c.buckets, Buckets::default());
+}
+
+#[test]
+fn unknown_key_is_a_syntax_error_with_location() {
+    let e = Config::parse("targets:\n  - name: a\n    base_url: http://x\n    modelz: [m]\n")
+        .unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, ConfigError::Syntax(_)));
+    assert!(msg.contains("modelz"), "{msg}");
+    assert!(msg.contains('4'), "line number expected: {msg}");
+}
+
+#[test]
+fn all_semantic_errors_at_once_with_paths_and_lines() {
+    let text = "prompts:\n  - name: p\n    messages: [{role: user, content: hi}]\ntargets:\n  - name: a\n    base_url: ftp://x\n    models: [m]\n    interval: soon\n    prompts: [nope]\n    api_key: ${TOKENPROBE_SURELY_UNSET_VAR}\n";
+    let Err(ConfigError::Invalid(issues)) = Config::parse(text) else {
+        panic!("expected Invalid");
+    };
+    let paths: Vec<&str> = issues.iter().map(|i| i.path.as_str()).collect();
+    assert!(paths.contains(&"targets[0].base_url"), "{paths:?}");
+    assert!(paths.contains(&"targets[0].interval"), "{paths:?}");
+    assert!(paths.contains(&"targets[0].prompts[0]"), "{paths:?}");
+    assert!(paths.contains(&"targets[0].api_key"), "{paths:?}");
+    let interval = issues
+        .iter()
+        .find(|i| i.path == "targets[0].interval")
+        .unwrap();
+    assert_eq!(interval.line, 8);
+    let shown = ConfigError::Invalid(issues).to_string();
+    assert!(shown.contains("TOKENPROBE_SURELY_UNSET_VAR"));
+}
+
+#[test]
+fn secrets_never_print() {
+    let k = KeySource::Inline(Secret::new("sk-very-secret"));
+    assert!(!format!("{k:?}").contains("sk-very"));
+    let c = with_env(|| Config::parse(GOOD)).unwrap();
+    assert!(!format!("{c:?}").contains("sk-test"));
+    let text = "prompts:\n  - name: p\n    messages: [{role: user, content: hi}]\ntargets:\n  - name: a\n    base_url: http://u:pw-debug-1@h/v1\n    models: [m]\n    headers: {X-Key: hdr-debug-1}\n    query: {code: q-debug-1, api-version: '1'}\n    proxy: http://pu:proxy-debug-1@p:3128\n";
+    let shown = format!("{:?}", Config::parse(text).unwrap());
+    for leak in ["pw-debug", "hdr-debug", "q-debug", "proxy-debug"] {
+        assert!(!shown.contains(leak), "{leak}: {shown}");
+    }
+    assert!(shown.contains("\"api-version\", \"1\""), "{shown}");
+}
+
+#[test]
+fn a_change_of_a_hidden_value_still_changes_the_job() {
+    let at = |h: &str, q: &str, u: &str| {
+        let text = format!(
+            "prompts:\n  - name: p\n    messages: [{{role: user, content: hi}}]\ntargets:\n  - name: a\n    base_url: http://{u}@h/v1\n    models: [m]\n    headers: {{X-Key: {h}}}\n    query: {{code: {q}}}\n"
+        );
+        crate::scheduler::fingerprint(&Config::parse(&text).unwrap().jobs[0])
+    };
+    let base = at("h1", "q1", "u:p1");
+    assert_ne!(base, at("h2", "q1", "u:p1"), "header value");
+    assert_ne!(base, at("h1", "q2", "u:p1"), "query value");
+    assert_ne!(base, at("h1", "q1", "u:p2"), "userinfo");
+    assert_eq!(base, at("h1", "q1", "u:p1"));
+}
+
+#[test]
+fn bounds_literal_dollars_and_jobless_configs() {
+    let base = "prompts:\n  - name: p\n    messages: [{role: user, content: hi}]\ntargets:\n  - name: a\n    base_url: http://x\n    models: [m]\n";
+    let bad = |extra: &str| match Config::parse(&format!("{base}{extra}")) {
+        Err(ConfigError::Invalid(i)) => i
+            .iter()
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join("; "),
+        other => panic!("expected Invalid for {extra:?}, got {other:?}"),
+    };
+    assert!(bad("    interval: 1ns\n").contains("between"));
+    assert!(bad("    timeouts: {total: 500000000000y}\n").contains("between"));
+    assert!(bad("    cron: '0 0 0 30 2 *'\n").contains("never fires"));
+    let c = Config::parse(&format!("{base}    api_key: 'sk-ab$cd$'\n")).unwrap();
+    let key =
+        futures_util::FutureExt::now_or_never(c.jobs[0].target.api_key.as_ref().unwrap().load())
+            .unwrap()
+            .unwrap();
+    assert_eq!(key.expose(), "sk-ab$cd$");
+    let e = Config::parse(
+        "prompts:\n  - name: p\n    messages: [{role: user, content: hi}]\ntargets:\n  - {name: a, base_url: 'http://x/v1?k=1', models: [m]}\n",
+    );
+    assert!(matches!(e, Err(ConfigError::Invalid(_))));
+    let e = Config::parse(
+        "prompts:\n  - name: p\n    messages: [{role: user, content: hi}]\ntargets:\n  - {name: a, base_url: 'http://x', models: [m], prompts: []}\n",
+    );
+    assert!(format!("{e:?}").contains("no job"));
+}
+
+#[test]
+fn bad_buckets_and_both_schedules() {
+    let text = "prompts:\n  - name: p\n    messages: [{role: user, content: hi}]\ntargets:\n  - name: a\n    base_url: http://x\n    models: [m]\n    interval: 1s\n    cron: '* * * * *'\nbuckets:\n  time_to_first_token: [1, 0.5]\n";
+    let Err(ConfigError::Invalid(issues)) = Config::parse(text) else {
+        panic!("expected Invalid");
+    };
+    assert_eq!(issues.len(), 2, "{issues:?}");
+}
+
+const BASE: &str = "prompts:\n  - name: p\n    messages: [{role: user, content: hi}]\ntargets:\n  - name: a\n    base_url: http://x\n    models: [m]\n";
+
+/// The problems `load` (what `serve` and `check-config` call) finds in `BASE` + `extra`.
+fn problems(extra: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("c.yml");
+    std::fs::write(&file, format!("{BASE}{extra}")).unwrap();
+    match Config::load(&file) {
+        Err(ConfigError::Invalid(i)) => i
+            .iter()
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join("; "),
+        other => panic!("expected Invalid for {extra:?}, got {other:?}"),
+    }
+}
+
+#[test]
+fn syntax_error_snippets_hide_every_secret() {
+    let text = "prompts:\n  - name: p\n    messages: [{role: user, content: hi}]\n\
+                    targets:\n  - name: a\n    base_url: http://user:pw-userinfo-1@127.0.0.1:1/v1\n\
+                    \x20   api_key: sk-live-abcdefghijklmnop # rotated: sk-old-zyxwvut\n\
+                    \x20   headers:\n      name: hdr-secret-under-name\n      X-Custom: hdr-secret-value-1234\n\
+                    \x20   query: {code: query-secret-value-99}\n\
+                    \x20   extra_body: {temperature: 0}\n    models: [m]\n\
+                    \x20 - {name: b, base_url: 'http://127.0.0.1:2', api_key: sk-flow-secret-5555, models: [m], \"headers\":{\"k\":\"sk-json-style-7777\"}}\n\
+                    \x20 - name: c\n    base_url: http://x\n    models: [m\n    interval: 1s\n";
+    let e = Config::parse(text).unwrap_err();
+    let ConfigError::Syntax(se) = &e else {
+        panic!("expected a syntax error, got {e:?}")
+    };
+    assert_eq!((se.line, se.column), (18, 13), "{se:?}");
+    // Every line up to the error, as check-config could show it.
+    let all = crate::redact::config_lines(text, 18).join("\n");
+    for leak in [
+        "pw-userinfo",
+        "sk-live",
+        "sk-old",
+        "hdr-secret",
+        "query-secret",
+        "sk-flow",
+        "sk-json",
+    ] {
+        assert!(!all.contains(leak), "{leak} shown:\n{all}");
+        assert!(!e.to_string().contains(leak), "{leak} in {e}");
+    }
+    assert!(
+        all.contains("    base_url: http://<redacted>@127.0.0.1:1/v1"),
+        "{all}"
+    );
+    assert!(all.contains("    api_key: <redacted>"), "{all}");
+    assert!(all.contains("  - {name: b, base_url: 'http://127.0.0.1:2', api_key: <redacted>, models: [m], \"headers\":{\"k\": <redacted>}}"), "{all}");
+    assert!(e.to_string().contains("18 |     interval: 1s"), "{e}");
+    assert!(!e.summary().contains("interval: 1s"), "{}", e.summary());
+    assert!(e.summary().contains("line 18 column 13"), "{}", e.summary());
+}
+
+#[test]
+fn a_wrong_type_names_its_key_path() {
+    let e = Config::parse("prompts:\n  - name: p\n    messages: [{role: user, content: hi}]\n    max_tokens: lots\ntargets: []\n").unwrap_err();
+    let ConfigError::Syntax(se) = &e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(se.path, "prompts[0].max_tokens");
+    assert_eq!((se.line, se.column), (4, 17));
+    assert!(!e.to_string().contains("<input>"), "{e}");
+}
+
+#[test]
+fn a_missing_file_says_why_once() {
+    let e = Config::load(Path::new("/nonexistent/tokenprobe.yml")).unwrap_err();
+    let shown = format!("{:#}", anyhow::Error::new(e));
+    assert_eq!(shown.matches("os error 2").count(), 1, "{shown}");
+}
+
+#[test]
+fn problems_are_sorted_by_line() {
+    let text = "prompts:\n  - name: p\n    messages: [{role: user, content: hi}]\ntargets:\n  - name: a\n    base_url: http://x\n    models: [m]\n    cron: 'nope'\n    interval: soon\n    api_key: ${TOKENPROBE_SURELY_UNSET_VAR}\n    prompts: [nope]\n";
+    let Err(ConfigError::Invalid(issues)) = Config::parse(text) else {
+        panic!("expected Invalid");
+    };
+    let lines: Vec<u64> = issues.iter().map(|i| i.line).collect();
+    let mut sorted = lines.clone();
+    sorted.sort_unstable();
+    assert_eq!(lines, sorted, "{issues:?}");
+}
+
+#[test]
+fn what_serve_rejects_check_config_rejects() {
+    let empty = Config::parse(
+        "prompts:\n  - name: p\n    messages: [{role: user, content: hi}]\ntargets:\n  - {name: a, base_url: '', models: [m]}\n",
+    );
+    assert!(
+        format!("{empty:?}").contains("must not be empty"),
+        "{empty:?}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    assert!(problems(&format!("    api_key_file: {d}\n")).contains("is a directory"));
+    let not_pem = dir.path().join("ca.txt");
+    std::fs::write(&not_pem, "not a certificate\n").unwrap();
+    let p = problems(&format!("    ca_file: {}\n", not_pem.display()));
+    assert!(
+        p.contains("targets[0].ca_file") && p.contains("no PEM certificate"),
+        "{p}"
+    );
+    for key in [
+        "stream",
+        "model",
+        "messages",
+        "max_tokens",
+        "stream_options",
+    ] {
+        let p = problems(&format!("    extra_body: {{{key}: 1}}\n"));
+        assert!(
+            p.contains(&format!("targets[0].extra_body.{key}")),
+            "{key}: {p}"
+        );
+    }
+    let anth = "prompts:\n  - name: p\n    messages: [{role: user, content: hi}]\ntargets:\n  - {name: a, base_url: 'http://x', api: anthropic-messages, models: [m], extra_body: {system: x}}\n";
+    assert!(format!("{:?}", Config::parse(anth)).contains("extra_body.system"));
+    // Fields the body does not set are fine.
+    assert!(
+        Config::parse(&format!(
+            "{BASE}    extra_body: {{temperature: 0, seed: 1}}\n"
+        ))
+        .is_ok()
+    );
+}
+
+/// Issue 9 item 4: a FIFO without a writer (or a hung mount) fails the key load within
+/// [`KEY_FILE_TIMEOUT`] instead of blocking; a second load while the first read still hangs
+/// fails at once without another thread; a file over the size cap is refused.
+#[cfg(unix)]
+#[tokio::test(flavor = "current_thread")]
+async fn key_file_reads_are_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("key.fifo");
+    let ok = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "mkfifo");
+    let src = KeySource::File(fifo.clone());
+    let t = std::time::Instant::now();
+    // On a current-thread runtime a blocking read would hang this very test forever.
+    let e = src.load().await.unwrap_err();
+    let took = t.elapsed();
+    assert!(e.contains("no answer within 2s"), "{e}");
+    assert!(
+        took >= KEY_FILE_TIMEOUT && took < KEY_FILE_TIMEOUT * 3,
+        "{took:?}"
+    );
+    let t = std::time::Instant::now();
+    let e = src.load().await.unwrap_err();
+    assert!(e.contains("no answer"), "{e}");
+    assert!(t.elapsed() < KEY_FILE_TIMEOUT, "{:?}", t.elapsed());
+    // Unblock the hung reader: opening for writing lets its open() return.
+    let _ = {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        // O_NONBLOCK: fails instead of waiting when no reader is left.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(0o4000)
+            .open(&fifo)
+    };
+
+    let big = dir.path().join("big");
+    std::fs::write(&big, vec![b'k'; KEY_FILE_MAX_BYTES as usize + 1]).unwrap();
+    let e = KeySource::File(big).load().await.unwrap_err();
+    assert!(e.contains("larger than 64 KiB"), "{e}");
+    let good = dir.path().join("good");
+    std::fs::write(&good, "  sk-file\n").unwrap();
+    assert_eq!(
+        KeySource::File(good).load().await.unwrap().expose(),
+        "sk-file"
+    );
+}
+
+/// Issue 10 item 3: `parse` touches no file; `load` checks the files a target names and reports
+/// their problems with the others, in line order, as one list (and a file's problem still stands
+/// in for the "no job" problem, as before the split).
+#[test]
+fn parse_is_pure_and_load_adds_the_file_checks_in_line_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    let not_pem = dir.path().join("ca.txt");
+    std::fs::write(&not_pem, "not a certificate\n").unwrap();
+    let text = format!(
+        "{BASE}    api_key_file: {d}\n    ca_file: {}\n    interval: soon\n    headers: {{Accept: x}}\n",
+        not_pem.display()
+    );
+    let shown = |e: ConfigError| e.to_string();
+    let parsed = shown(Config::parse(&text).unwrap_err());
+    assert_eq!(
+        parsed,
+        "invalid config (2 problems):\n  \
+         5:11: targets[0].headers.Accept: Accept is set by tokenprobe itself (an event stream, uncompressed: docs/measurement.md); headers may only add fields\n  \
+         10:15: targets[0].interval: not a duration like 30s or 1m30s (expected number at 0)"
+    );
+    let file = dir.path().join("c.yml");
+    std::fs::write(&file, &text).unwrap();
+    let loaded = shown(Config::load(&file).unwrap_err());
+    assert_eq!(
+        loaded,
+        format!(
+            "invalid config (4 problems):\n  \
+             5:11: targets[0].headers.Accept: Accept is set by tokenprobe itself (an event stream, uncompressed: docs/measurement.md); headers may only add fields\n  \
+             8:19: targets[0].api_key_file: {d} is a directory, not a key file\n  \
+             9:14: targets[0].ca_file: cannot load ca_file {}: no PEM certificate in the file\n  \
+             10:15: targets[0].interval: not a duration like 30s or 1m30s (expected number at 0)",
+            not_pem.display()
+        )
+    );
+    // A jobless config: `parse` says so; `load` names the file's problem instead, as before.
+    let jobless = format!(
+        "prompts:\n  - name: p\n    messages: [{{role: user, content: hi}}]\ntargets:\n  - {{name: a, base_url: 'http://x', models: [m], prompts: [], api_key_file: {d}}}\n"
+    );
+    assert!(shown(Config::parse(&jobless).unwrap_err()).contains("no job"));
+    std::fs::write(&file, &jobless).unwrap();
+    let loaded = shown(Config::load(&file).unwrap_err());
+    assert_eq!(
+        loaded,
+        format!(
+            "invalid config (1 problem):\n  5:77: targets[0].api_key_file: {d} is a directory, not a key file"
+        )
+    );
+    // A key file that exists and a config without file references: both fine.
+    let key = dir.path().join("key");
+    std::fs::write(&key, "sk-x\n").unwrap();
+    std::fs::write(
+        &file,
+        format!("{BASE}    api_key_file: {}\n", key.display()),
+    )
+    .unwrap();
+    assert!(Config::load(&file).is_ok());
+}

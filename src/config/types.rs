@@ -1,0 +1,581 @@
+//! The validated config types (what the rest of the program sees), their small methods, and the
+//! errors a config can have ([`ConfigError`], [`Issue`], [`SyntaxError`]).
+
+use crate::protocol::{Api, Message};
+use serde::Deserialize;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A secret string (an API key). Its `Debug` and `Display` never show the value.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret value.
+    pub fn new(s: impl Into<String>) -> Self {
+        Secret(s.into())
+    }
+
+    /// The secret value, for the one place that needs it: the request header.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// Where a target's API key comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySource {
+    /// Given in the config (after `${VAR}` expansion) or by `--api-key-env`.
+    Inline(Secret),
+    /// Read from this file (trimmed) at every probe.
+    File(PathBuf),
+}
+
+/// How long reading an `api_key_file` may take (a FIFO without a writer, a hung NFS or FUSE
+/// secrets mount must fail the probe, not hold it).
+pub const KEY_FILE_TIMEOUT: Duration = Duration::from_secs(2);
+/// The largest `api_key_file` read (a key is far smaller; a larger file is a mistake).
+pub const KEY_FILE_MAX_BYTES: u64 = 64 * 1024;
+
+/// Key files whose read is still blocked from an earlier probe: not read again until it returns,
+/// so a hung file holds one thread, not one per probe.
+static KEY_READS_IN_FLIGHT: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+fn read_key_file(p: &Path) -> Result<Secret, String> {
+    use std::io::Read as _;
+    let f = std::fs::File::open(p)
+        .map_err(|e| format!("cannot read api_key_file {}: {e}", p.display()))?;
+    let mut buf = Vec::new();
+    f.take(KEY_FILE_MAX_BYTES + 1)
+        .read_to_end(&mut buf)
+        .map_err(|e| format!("cannot read api_key_file {}: {e}", p.display()))?;
+    if buf.len() as u64 > KEY_FILE_MAX_BYTES {
+        return Err(format!(
+            "api_key_file {} is larger than {} KiB: not a key",
+            p.display(),
+            KEY_FILE_MAX_BYTES / 1024
+        ));
+    }
+    let text = String::from_utf8(buf)
+        .map_err(|_| format!("api_key_file {} is not UTF-8 text", p.display()))?;
+    Ok(Secret::new(text.trim()))
+}
+
+impl KeySource {
+    /// The key's value now. A file is read on a thread of its own, never on the async runtime,
+    /// within [`KEY_FILE_TIMEOUT`] and up to [`KEY_FILE_MAX_BYTES`].
+    ///
+    /// # Errors
+    /// The file cannot be read, is too large, or did not answer in time (the error names the
+    /// path, never the content).
+    pub async fn load(&self) -> Result<Secret, String> {
+        let p = match self {
+            KeySource::Inline(s) => return Ok(s.clone()),
+            KeySource::File(p) => p.clone(),
+        };
+        let hung = || {
+            format!(
+                "api_key_file {}: no answer within {} (a FIFO without a writer, or a hung mount?)",
+                p.display(),
+                humantime::format_duration(KEY_FILE_TIMEOUT)
+            )
+        };
+        {
+            let Ok(mut busy) = KEY_READS_IN_FLIGHT.lock() else {
+                return Err(hung());
+            };
+            if busy.contains(&p) {
+                return Err(hung());
+            }
+            busy.push(p.clone());
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let path = p.clone();
+        let spawned = std::thread::Builder::new()
+            .name("tokenprobe-keyfile".into())
+            .spawn(move || {
+                let r = read_key_file(&path);
+                if let Ok(mut busy) = KEY_READS_IN_FLIGHT.lock() {
+                    busy.retain(|b| b != &path);
+                }
+                let _ = tx.send(r);
+            });
+        if let Err(e) = spawned {
+            if let Ok(mut busy) = KEY_READS_IN_FLIGHT.lock() {
+                busy.retain(|b| b != &p);
+            }
+            return Err(format!("cannot read api_key_file {}: {e}", p.display()));
+        }
+        match tokio::time::timeout(KEY_FILE_TIMEOUT, rx).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => Err(format!("cannot read api_key_file {}", p.display())),
+            Err(_) => Err(hung()),
+        }
+    }
+}
+
+/// The four deadlines of a probe (docs/measurement.md, `timeout_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// Connection set-up (DNS, TCP, TLS).
+    pub connect: Duration,
+    /// `t0` to the first token-bearing event.
+    pub first_token: Duration,
+    /// No bytes at all for this long after the first token-bearing event.
+    pub idle: Duration,
+    /// `t0` to the end of the stream.
+    pub total: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: Duration::from_secs(5),
+            first_token: Duration::from_secs(30),
+            idle: Duration::from_secs(30),
+            total: Duration::from_secs(120),
+        }
+    }
+}
+
+/// Which proxy a target's requests use.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum ProxySetting {
+    /// The environment's (`http_proxy`, `https_proxy`, `all_proxy`, `no_proxy`), as curl reads it.
+    #[default]
+    Environment,
+    /// No proxy, whatever the environment says (`proxy: none`).
+    Disabled,
+    /// This proxy URL for every request.
+    Url(String),
+}
+
+/// TLS trust settings of a target.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsOptions {
+    /// Extra PEM CA certificates trusted besides the Mozilla roots.
+    pub ca_file: Option<PathBuf>,
+    /// Accept any server certificate (logged loudly at start-up).
+    pub insecure_skip_verify: bool,
+}
+
+/// Whether a probe opens its own connection (`new`, the default: TTFT includes what a cold user
+/// sees) or reuses a kept-alive one (`reuse`: the warm path).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConnectionMode {
+    /// A new connection per probe.
+    #[default]
+    New,
+    /// Keep-alive connections are reused.
+    Reuse,
+}
+
+impl ConnectionMode {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConnectionMode::New => "new",
+            ConnectionMode::Reuse => "reuse",
+        }
+    }
+}
+
+/// Which header carries the API key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AuthStyle {
+    /// `Authorization: Bearer KEY` (OpenAI and compatible servers).
+    Bearer,
+    /// `x-api-key: KEY` (Anthropic).
+    XApiKey,
+    /// `api-key: KEY` (Azure OpenAI).
+    ApiKey,
+}
+
+/// A prompt's content check (docs/measurement.md: `validation_failed`).
+#[derive(Debug, Clone)]
+pub struct Expect {
+    /// The visible answer must match this regular expression.
+    pub regex: Option<regex::Regex>,
+    /// At least this many output tokens.
+    pub min_output_tokens: Option<u64>,
+}
+
+/// When a job runs.
+#[derive(Debug, Clone)]
+pub enum Schedule {
+    /// Every so often, from a per-job offset.
+    Interval(Duration),
+    /// At the instants of a cron expression (UTC; seconds field optional).
+    Cron(Box<croner::Cron>),
+}
+
+impl fmt::Display for Schedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Schedule::Interval(d) => write!(f, "every {}", humantime::format_duration(*d)),
+            Schedule::Cron(c) => write!(f, "cron \"{}\"", c.pattern),
+        }
+    }
+}
+
+/// A named prompt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prompt {
+    /// Config name (a label value).
+    pub name: String,
+    /// The conversation sent.
+    pub messages: Vec<Message>,
+    /// Output cap.
+    pub max_tokens: Option<u32>,
+    /// Prepend a fresh random nonce to the last user message of every probe, so a server's prompt
+    /// cache cannot hide prefill time.
+    pub nonce: bool,
+    /// Content check, if any.
+    pub expect: Option<Expect>,
+}
+
+impl PartialEq for Expect {
+    fn eq(&self, o: &Self) -> bool {
+        self.regex.as_ref().map(regex::Regex::as_str) == o.regex.as_ref().map(regex::Regex::as_str)
+            && self.min_output_tokens == o.min_output_tokens
+    }
+}
+
+impl Eq for Expect {}
+
+/// A validated target. Its `Debug` hides what may be secret (userinfo, non-public header and
+/// query values, a proxy's credentials), as every output does.
+#[derive(Clone)]
+pub struct Target {
+    /// Config name (a label value).
+    pub name: String,
+    /// Base URL without a trailing slash, e.g. `http://127.0.0.1:8080/v1`.
+    pub base_url: String,
+    /// Protocol.
+    pub api: Api,
+    /// API key, if any.
+    pub api_key: Option<KeySource>,
+    /// Ask for usage in the stream (`stream_options.include_usage`); off for servers that reject it.
+    pub include_usage: bool,
+    /// Extra request headers.
+    pub headers: Vec<(String, String)>,
+    /// Extra top-level body fields (e.g. `temperature: 0`, `seed`).
+    pub extra_body: serde_json::Map<String, serde_json::Value>,
+    /// Query parameters added to the URL (e.g. Azure's `api-version`).
+    pub query: Vec<(String, String)>,
+    /// The header carrying the key.
+    pub auth: AuthStyle,
+    /// Proxy choice.
+    pub proxy: ProxySetting,
+    /// TLS trust.
+    pub tls: TlsOptions,
+    /// New connection per probe or reuse.
+    pub connection: ConnectionMode,
+}
+
+impl fmt::Debug for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use crate::redact::{REDACTED, is_public_name, redact_url, redact_userinfo};
+        let pairs = |v: &[(String, String)]| -> Vec<(String, String)> {
+            v.iter()
+                .map(|(n, x)| {
+                    let x = if is_public_name(n) {
+                        x.clone()
+                    } else {
+                        REDACTED.to_owned()
+                    };
+                    (n.clone(), x)
+                })
+                .collect()
+        };
+        let proxy = match &self.proxy {
+            ProxySetting::Url(u) => format!("Url({})", redact_userinfo(u)),
+            other => format!("{other:?}"),
+        };
+        f.debug_struct("Target")
+            .field("name", &self.name)
+            .field("base_url", &redact_url(&self.base_url))
+            .field("api", &self.api)
+            .field("api_key", &self.api_key)
+            .field("include_usage", &self.include_usage)
+            .field("headers", &pairs(&self.headers))
+            .field("extra_body", &self.extra_body)
+            .field("query", &pairs(&self.query))
+            .field("auth", &self.auth)
+            .field("proxy", &proxy)
+            .field("tls", &self.tls)
+            .field("connection", &self.connection)
+            .finish()
+    }
+}
+
+/// One job: a (target, model, prompt) triple with its schedule and deadlines.
+#[derive(Debug, Clone)]
+pub struct Job {
+    /// The target.
+    pub target: Arc<Target>,
+    /// Model name (a label value; from the config, never from a response).
+    pub model: String,
+    /// The prompt.
+    pub prompt: Arc<Prompt>,
+    /// When it runs.
+    pub schedule: Schedule,
+    /// Its deadlines.
+    pub timeouts: Timeouts,
+}
+
+impl Job {
+    /// `target/model/prompt`, unique per config.
+    pub fn name(&self) -> String {
+        format!("{}/{}/{}", self.target.name, self.model, self.prompt.name)
+    }
+}
+
+/// Histogram bucket upper bounds per metric (seconds, or tokens/s for decode rate).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Buckets {
+    /// TTFT and TTFO.
+    pub time_to_first_token: Vec<f64>,
+    /// TPOT and inter-chunk gaps.
+    pub time_per_output_token: Vec<f64>,
+    /// Decode tokens/s.
+    pub decode_tokens_per_second: Vec<f64>,
+    /// E2E and failed-probe durations.
+    pub request_duration: Vec<f64>,
+    /// TTFB.
+    pub time_to_headers: Vec<f64>,
+}
+
+impl Default for Buckets {
+    fn default() -> Self {
+        Buckets {
+            // 10 ms to 60 s, fine between 0.5 and 3 s; 2 s is a boundary so a 2 s alert is exact.
+            time_to_first_token: vec![
+                0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9,
+                1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0,
+                60.0,
+            ],
+            // 1 ms to 1 s.
+            time_per_output_token: vec![
+                0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075,
+                0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0,
+            ],
+            decode_tokens_per_second: vec![
+                1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 60.0, 75.0, 100.0, 125.0,
+                150.0, 200.0, 250.0, 300.0, 400.0, 500.0, 750.0, 1000.0, 2000.0,
+            ],
+            request_duration: vec![
+                0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0,
+                120.0, 180.0, 240.0, 300.0, 450.0, 600.0,
+            ],
+            time_to_headers: vec![
+                0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0,
+                3.0, 5.0, 10.0, 20.0, 30.0, 60.0,
+            ],
+        }
+    }
+}
+
+/// A validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Every job, in config order (targets × models × prompts).
+    pub jobs: Vec<Job>,
+    /// Histogram layouts.
+    pub buckets: Buckets,
+}
+
+/// One problem found in a config file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Issue {
+    /// Key path, e.g. `targets[0].interval`.
+    pub path: String,
+    /// 1-based line and column, when known.
+    pub line: u64,
+    /// 1-based column.
+    pub column: u64,
+    /// What is wrong (never a secret's value).
+    pub message: String,
+}
+
+impl fmt::Display for Issue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.line > 0 {
+            write!(
+                f,
+                "{}:{}: {}: {}",
+                self.line, self.column, self.path, self.message
+            )
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+/// Why a config could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {}: {reason}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause (shown in the message, not chained, so it is printed once).
+        reason: std::io::Error,
+    },
+    /// The YAML is not well-formed or does not have the config's shape (unknown key, wrong type).
+    #[error("invalid config: {0}")]
+    Syntax(Box<SyntaxError>),
+    /// The YAML has the right shape but its values are invalid; every problem is listed.
+    #[error("invalid config ({} problem{}):\n{}", .0.len(), if .0.len() == 1 { "" } else { "s" },
+        .0.iter().map(|i| format!("  {i}")).collect::<Vec<_>>().join("\n"))]
+    Invalid(Vec<Issue>),
+}
+
+impl ConfigError {
+    /// What failed, in one line that quotes nothing from the file (for answers to clients such as
+    /// `POST /-/reload`): the kind of problem and where, never a value or a source line.
+    pub fn summary(&self) -> String {
+        match self {
+            ConfigError::Io { path, reason } => {
+                format!(
+                    "cannot read config file {}: {}",
+                    path.display(),
+                    reason.kind()
+                )
+            }
+            ConfigError::Syntax(e) => format!(
+                "the config has a syntax or type error at line {} column {}{} (run check-config)",
+                e.line,
+                e.column,
+                if e.path.is_empty() {
+                    String::new()
+                } else {
+                    format!(", key {}", e.path)
+                }
+            ),
+            ConfigError::Invalid(issues) => format!(
+                "the config has {} invalid value{} (first at line {}: {}; run check-config)",
+                issues.len(),
+                if issues.len() == 1 { "" } else { "s" },
+                issues.first().map_or(0, |i| i.line),
+                issues.first().map_or("", |i| i.path.as_str()),
+            ),
+        }
+    }
+}
+
+/// A YAML syntax error or a value of the wrong type, with its place and a source snippet in which
+/// every value that may be secret is replaced by `<redacted>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyntaxError {
+    /// The file, when the text came from one.
+    pub file: Option<String>,
+    /// 1-based line (0 when unknown).
+    pub line: u64,
+    /// 1-based column.
+    pub column: u64,
+    /// Key path where the parser was, e.g. `prompts[0].max_tokens` (may be empty).
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+    /// The lines up to the error, redacted, with a caret under the column.
+    pub snippet: String,
+}
+
+impl fmt::Display for SyntaxError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let file = self.file.as_deref().unwrap_or("config");
+        write!(f, "{file}:{}:{}: ", self.line, self.column)?;
+        if !self.path.is_empty() {
+            write!(f, "{}: ", self.path)?;
+        }
+        f.write_str(&self.message)?;
+        if !self.snippet.is_empty() {
+            write!(f, "\n{}", self.snippet)?;
+        }
+        Ok(())
+    }
+}
+
+impl SyntaxError {
+    pub(super) fn from_yaml(e: &serde_saphyr::Error, path: &str, text: &str) -> Self {
+        let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
+        let mut message = e.to_string();
+        // The location is given separately.
+        if let Some(i) = message.rfind(" at line ") {
+            message.truncate(i);
+        }
+        let message =
+            crate::redact::yaml_message(&plain_yaml_message(message.trim_start_matches("error: ")));
+        let path = path
+            .split('.')
+            .map(|p| {
+                p.strip_prefix("value")
+                    .filter(|r| r.starts_with('['))
+                    .unwrap_or(p)
+            })
+            .filter(|p| *p != "value" && !p.is_empty() && *p != "?")
+            .collect::<Vec<_>>()
+            .join(".")
+            .replace(".[", "[");
+        SyntaxError {
+            file: None,
+            line,
+            column,
+            path,
+            message,
+            snippet: crate::redact::config_snippet(text, line as usize, column as usize),
+        }
+    }
+}
+
+/// The YAML library's message in the words of the file's author: its advice to programmers
+/// (`set DuplicateKeyPolicy in Options`), Rust type names (`invalid u32`) and Debug output
+/// (`budget breached: Depth { depth: 65 }`) replaced by what is wrong in the file.
+fn plain_yaml_message(m: &str) -> String {
+    if let Some(rest) = m.strip_prefix("duplicate mapping key: ") {
+        let key = rest
+            .split(", set DuplicateKeyPolicy")
+            .next()
+            .unwrap_or(rest);
+        return format!("duplicate key `{key}`");
+    }
+    if m.starts_with("multiple YAML documents detected") {
+        return "more than one YAML document (a `---` line): a config is one document".into();
+    }
+    if let Some(rest) = m.strip_prefix("budget breached: ") {
+        return if rest.starts_with("Depth") {
+            "nested too deeply".into()
+        } else {
+            // Nodes, aliases, ...: an alias expansion far larger than any config.
+            "too large once its aliases are expanded (an alias bomb?)".into()
+        };
+    }
+    match m {
+        "invalid u8" | "invalid u16" | "invalid u32" | "invalid u64" | "invalid usize" => {
+            "expected a whole number".into()
+        }
+        "invalid floating point" | "invalid f32" | "invalid f64" => "expected a number".into(),
+        "expected string scalar" => "expected a string".into(),
+        "expected mapping start" => "expected a mapping (`key: value` lines)".into(),
+        "recursion limit exceeded" => "nested too deeply".into(),
+        _ => m.to_owned(),
+    }
+}

@@ -1,0 +1,738 @@
+//! The rules a config's values must follow, one validator per section (`defaults`, `prompt`,
+//! `target`, `buckets`), each writing into the one shared list of problems so that every problem
+//! is reported at once (blackbox_exporter's per-type validation). Pure: the files a target names
+//! (`api_key_file`, `ca_file`) are only recorded here, and checked in `mod.rs`.
+
+use super::raw::{RawBuckets, RawConfig, RawDefaults, RawPrompt, RawTarget, RawTimeouts, S};
+use super::types::{
+    AuthStyle, Buckets, Config, ConfigError, Expect, Issue, Job, KeySource, Prompt, ProxySetting,
+    Schedule, Secret, Target, Timeouts, TlsOptions,
+};
+use crate::protocol::{Api, Message};
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The most bounds a histogram layout (`buckets:`) may have.
+pub const MAX_BUCKETS: usize = 100;
+/// Shortest probe interval accepted.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
+/// Longest probe interval accepted (use cron for rarer schedules).
+pub const MAX_INTERVAL: Duration = Duration::from_secs(7 * 86_400);
+/// Longest deadline accepted.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(86_400);
+
+/// A file the config names, checked in `mod.rs` (reading files is no validator's business).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct FileRef {
+    /// Key path, e.g. `targets[0].ca_file`.
+    pub(super) key: String,
+    /// Where its value is written.
+    pub(super) line: u64,
+    /// 1-based column.
+    pub(super) column: u64,
+    /// The file.
+    pub(super) file: PathBuf,
+    /// What it must be.
+    pub(super) kind: FileKind,
+}
+
+/// What a named file must be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum FileKind {
+    /// An `api_key_file`: readable, not a directory.
+    ApiKey,
+    /// A `ca_file`: PEM certificates, loaded as `serve` loads them.
+    Ca,
+}
+
+/// A config checked except for the files it names: what `parse` and `load` finish.
+pub(super) struct Checked {
+    jobs: Vec<Job>,
+    buckets: Buckets,
+    has_targets: bool,
+    /// Every problem found so far (the files' problems are added apart).
+    pub(super) issues: Vec<Issue>,
+    /// The files to check.
+    pub(super) files: Vec<FileRef>,
+}
+
+impl Checked {
+    /// The config, or every problem, in file order (problems without a place last).
+    pub(super) fn finish(mut self) -> Result<Config, ConfigError> {
+        if self.jobs.is_empty() && self.has_targets && self.issues.is_empty() {
+            self.issues.push(Issue {
+                path: "targets".into(),
+                line: 0,
+                column: 0,
+                message: "the config defines no job (every target has no model or no prompt)"
+                    .into(),
+            });
+        }
+        if !self.issues.is_empty() {
+            self.issues.sort_by_key(|i| (i.line == 0, i.line, i.column));
+            return Err(ConfigError::Invalid(self.issues));
+        }
+        Ok(Config {
+            jobs: self.jobs,
+            buckets: self.buckets,
+        })
+    }
+}
+
+/// Validates the raw config, section by section.
+pub(super) fn config(raw: &RawConfig) -> Checked {
+    let mut v = Validator::default();
+    let (def_schedule, def_timeouts) = v.defaults(raw.defaults.as_ref());
+    let mut prompts: Vec<Arc<Prompt>> = Vec::new();
+    for (i, p) in raw.prompts.iter().enumerate() {
+        let prompt = v.prompt(&format!("prompts[{i}]"), p, &prompts);
+        prompts.push(Arc::new(prompt));
+    }
+    if raw.targets.is_empty() {
+        v.push_here("targets", "at least one target is required");
+    }
+    let mut jobs = Vec::new();
+    let mut target_names = HashSet::new();
+    for (i, t) in raw.targets.iter().enumerate() {
+        let path = format!("targets[{i}]");
+        let unique = target_names.insert(t.name.value.clone());
+        let target = Arc::new(v.target(&path, t, unique));
+        let schedule = v
+            .schedule(&path, &t.interval, &t.cron)
+            .unwrap_or_else(|| def_schedule.clone());
+        let timeouts = v.timeouts(&format!("{path}.timeouts"), def_timeouts, &t.timeouts);
+        let chosen = v.target_prompts(&path, t, &prompts);
+        for model in &t.models.value {
+            for prompt in &chosen {
+                jobs.push(Job {
+                    target: target.clone(),
+                    model: model.clone(),
+                    prompt: prompt.clone(),
+                    schedule: schedule.clone(),
+                    timeouts,
+                });
+            }
+        }
+    }
+    let buckets = v.buckets(raw.buckets.as_ref());
+    Checked {
+        jobs,
+        buckets,
+        has_targets: !raw.targets.is_empty(),
+        issues: v.issues,
+        files: v.files,
+    }
+}
+
+/// The shared list of problems (and of files to check) the validators write into.
+#[derive(Default)]
+struct Validator {
+    issues: Vec<Issue>,
+    files: Vec<FileRef>,
+}
+
+impl Validator {
+    fn push<T>(&mut self, path: impl Into<String>, at: &S<T>, message: impl Into<String>) {
+        self.issues.push(Issue {
+            path: path.into(),
+            line: at.referenced.line(),
+            column: at.referenced.column(),
+            message: message.into(),
+        });
+    }
+
+    fn push_here(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.issues.push(Issue {
+            path: path.into(),
+            line: 0,
+            column: 0,
+            message: message.into(),
+        });
+    }
+
+    fn file(&mut self, key: String, at: &S<String>, kind: FileKind) -> PathBuf {
+        let file = PathBuf::from(&at.value);
+        self.files.push(FileRef {
+            key,
+            line: at.referenced.line(),
+            column: at.referenced.column(),
+            file: file.clone(),
+            kind,
+        });
+        file
+    }
+
+    // -- defaults ---------------------------------------------------------------------------
+
+    /// `defaults:`: the schedule and deadlines a target without its own gets.
+    fn defaults(&mut self, raw: Option<&RawDefaults>) -> (Schedule, Timeouts) {
+        let empty = RawDefaults::default();
+        let d = raw.unwrap_or(&empty);
+        let timeouts = self.timeouts("defaults.timeouts", Timeouts::default(), &d.timeouts);
+        let schedule = self
+            .schedule("defaults", &d.interval, &d.cron)
+            .unwrap_or(Schedule::Interval(Duration::from_secs(30)));
+        (schedule, timeouts)
+    }
+
+    fn duration(&mut self, path: &str, v: &Option<S<String>>) -> Option<Duration> {
+        self.duration_in(path, v, Duration::from_millis(1), MAX_TIMEOUT)
+    }
+
+    fn duration_in(
+        &mut self,
+        path: &str,
+        v: &Option<S<String>>,
+        min: Duration,
+        max: Duration,
+    ) -> Option<Duration> {
+        let v = v.as_ref()?;
+        match humantime::parse_duration(v.value.trim()) {
+            Ok(d) if d >= min && d <= max => Some(d),
+            Ok(_) => {
+                self.push(
+                    path,
+                    v,
+                    format!(
+                        "must be between {} and {}",
+                        humantime::format_duration(min),
+                        humantime::format_duration(max)
+                    ),
+                );
+                None
+            }
+            Err(e) => {
+                self.push(path, v, format!("not a duration like 30s or 1m30s ({e})"));
+                None
+            }
+        }
+    }
+
+    fn timeouts(&mut self, path: &str, base: Timeouts, raw: &Option<RawTimeouts>) -> Timeouts {
+        let Some(raw) = raw else { return base };
+        Timeouts {
+            connect: self
+                .duration(&format!("{path}.connect"), &raw.connect)
+                .unwrap_or(base.connect),
+            first_token: self
+                .duration(&format!("{path}.first_token"), &raw.first_token)
+                .unwrap_or(base.first_token),
+            idle: self
+                .duration(&format!("{path}.idle"), &raw.idle)
+                .unwrap_or(base.idle),
+            total: self
+                .duration(&format!("{path}.total"), &raw.total)
+                .unwrap_or(base.total),
+        }
+    }
+
+    fn schedule(
+        &mut self,
+        path: &str,
+        interval: &Option<S<String>>,
+        cron: &Option<S<String>>,
+    ) -> Option<Schedule> {
+        match (interval, cron) {
+            (Some(i), Some(_)) => {
+                self.push(
+                    format!("{path}.interval"),
+                    i,
+                    "set either interval or cron, not both",
+                );
+                None
+            }
+            (Some(_), None) => self
+                .duration_in(
+                    &format!("{path}.interval"),
+                    interval,
+                    MIN_INTERVAL,
+                    MAX_INTERVAL,
+                )
+                .map(Schedule::Interval),
+            (None, Some(c)) => self.cron(&format!("{path}.cron"), c),
+            (None, None) => None,
+        }
+    }
+
+    fn cron(&mut self, path: &str, c: &S<String>) -> Option<Schedule> {
+        let parser = croner::parser::CronParser::builder()
+            .seconds(croner::parser::Seconds::Optional)
+            .build();
+        match parser.parse(&c.value) {
+            Ok(cron)
+                if cron
+                    .find_next_occurrence(&chrono::Utc::now(), false)
+                    .is_err() =>
+            {
+                self.push(path, c, "this cron expression never fires");
+                None
+            }
+            Ok(cron) => Some(Schedule::Cron(Box::new(cron))),
+            Err(e) => {
+                self.push(path, c, format!("not a cron expression ({e})"));
+                None
+            }
+        }
+    }
+
+    // -- prompts ----------------------------------------------------------------------------
+
+    /// One prompt; `earlier` are the prompts before it (names are unique).
+    fn prompt(&mut self, path: &str, p: &RawPrompt, earlier: &[Arc<Prompt>]) -> Prompt {
+        if !valid_name(&p.name.value) {
+            self.push(format!("{path}.name"), &p.name, NAME_RULE);
+        }
+        if earlier.iter().any(|q| q.name == p.name.value) {
+            self.push(format!("{path}.name"), &p.name, "duplicate prompt name");
+        }
+        if p.messages.is_empty() {
+            self.push(
+                format!("{path}.messages"),
+                &p.name,
+                "a prompt needs at least one message",
+            );
+        }
+        for (j, m) in p.messages.iter().enumerate() {
+            if !["system", "user", "assistant", "developer"].contains(&m.role.as_str()) {
+                self.push(
+                    format!("{path}.messages[{j}].role"),
+                    &p.name,
+                    format!(
+                        "unknown role {:?} (system, user, assistant, developer)",
+                        m.role
+                    ),
+                );
+            }
+        }
+        if p.max_tokens == Some(0) {
+            self.push(format!("{path}.max_tokens"), &p.name, "must be at least 1");
+        }
+        let expect = p.expect.as_ref().map(|e| Expect {
+            regex: e
+                .regex
+                .as_ref()
+                .and_then(|r| match regex::Regex::new(&r.value) {
+                    Ok(re) => Some(re),
+                    Err(err) => {
+                        self.push(
+                            format!("{path}.expect.regex"),
+                            r,
+                            format!("not a regular expression ({err})"),
+                        );
+                        None
+                    }
+                }),
+            min_output_tokens: e.min_output_tokens,
+        });
+        Prompt {
+            name: p.name.value.clone(),
+            messages: p.messages.clone(),
+            max_tokens: p.max_tokens,
+            nonce: p.nonce,
+            expect,
+        }
+    }
+
+    // -- targets ----------------------------------------------------------------------------
+
+    /// One target (its schedule, deadlines and prompts are the job's, checked apart);
+    /// `unique`: no earlier target has its name.
+    fn target(&mut self, path: &str, t: &RawTarget, unique: bool) -> Target {
+        if !valid_name(&t.name.value) {
+            self.push(format!("{path}.name"), &t.name, NAME_RULE);
+        }
+        if !unique {
+            self.push(format!("{path}.name"), &t.name, "duplicate target name");
+        }
+        let base_url = self.base_url(path, &t.base_url);
+        let api_key = self.api_key(path, t);
+        self.models(path, &t.models);
+        let auth = t.auth.unwrap_or(match t.api {
+            Api::AnthropicMessages => AuthStyle::XApiKey,
+            _ => AuthStyle::Bearer,
+        });
+        let has_key = t.api_key.is_some() || t.api_key_file.is_some();
+        if let Some(why) = userinfo_conflict(&base_url, auth, has_key) {
+            self.push(format!("{path}.base_url"), &t.base_url, why);
+        }
+        let headers = self.headers(path, t, auth, has_key);
+        let proxy = self.proxy(path, t.proxy.as_ref());
+        let ca_file = t
+            .ca_file
+            .as_ref()
+            .map(|f| self.file(format!("{path}.ca_file"), f, FileKind::Ca));
+        self.extra_body(path, t);
+        Target {
+            name: t.name.value.clone(),
+            base_url,
+            api: t.api,
+            api_key,
+            include_usage: t.include_usage,
+            headers,
+            extra_body: t.extra_body.clone(),
+            query: t
+                .query
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            auth,
+            proxy,
+            tls: TlsOptions {
+                ca_file,
+                insecure_skip_verify: t.insecure_skip_verify,
+            },
+            connection: t.connection,
+        }
+    }
+
+    /// `base_url`, `${VAR}`-expanded, without a trailing slash (empty when unusable).
+    fn base_url(&mut self, path: &str, raw: &S<String>) -> String {
+        let key = format!("{path}.base_url");
+        let base_url = match expand_env(&raw.value) {
+            Ok(u) if u.trim().is_empty() => {
+                self.push(
+                    &key,
+                    raw,
+                    "must not be empty (e.g. http://127.0.0.1:8080/v1)",
+                );
+                String::new()
+            }
+            Ok(u) => u.trim_end_matches('/').to_owned(),
+            Err(e) => {
+                self.push(&key, raw, e);
+                String::new()
+            }
+        };
+        match reqwest::Url::parse(&base_url) {
+            Ok(u) if u.query().is_some() || u.fragment().is_some() => self.push(
+                key,
+                raw,
+                "must not carry a query or fragment: put query parameters under `query:`",
+            ),
+            Ok(u) if matches!(u.scheme(), "http" | "https") => {}
+            Ok(_) => self.push(key, raw, "must be http:// or https://"),
+            Err(e) if !base_url.is_empty() => self.push(key, raw, format!("not a URL ({e})")),
+            Err(_) => {}
+        }
+        base_url
+    }
+
+    /// `api_key` (`${VAR}`-expanded) or `api_key_file` (its file checked apart).
+    fn api_key(&mut self, path: &str, t: &RawTarget) -> Option<KeySource> {
+        match (&t.api_key, &t.api_key_file) {
+            (Some(k), Some(_)) => {
+                self.push(
+                    format!("{path}.api_key"),
+                    k,
+                    "set either api_key or api_key_file, not both",
+                );
+                None
+            }
+            (Some(k), None) => match expand_env(&k.value) {
+                Ok(v) => Some(KeySource::Inline(Secret::new(v))),
+                Err(e) => {
+                    self.push(format!("{path}.api_key"), k, e);
+                    None
+                }
+            },
+            (None, Some(f)) => Some(KeySource::File(self.file(
+                format!("{path}.api_key_file"),
+                f,
+                FileKind::ApiKey,
+            ))),
+            (None, None) => None,
+        }
+    }
+
+    fn models(&mut self, path: &str, models: &S<Vec<String>>) {
+        if models.value.is_empty() {
+            self.push(
+                format!("{path}.models"),
+                models,
+                "at least one model is required",
+            );
+        }
+        let mut seen = HashSet::new();
+        for m in &models.value {
+            if m.trim().is_empty() || !seen.insert(m.as_str()) {
+                self.push(
+                    format!("{path}.models"),
+                    models,
+                    format!("empty or duplicate model {m:?}"),
+                );
+            }
+        }
+    }
+
+    fn headers(
+        &mut self,
+        path: &str,
+        t: &RawTarget,
+        auth: AuthStyle,
+        has_key: bool,
+    ) -> Vec<(String, String)> {
+        let mut headers = Vec::new();
+        for (k, v) in &t.headers {
+            let ok = reqwest::header::HeaderName::from_bytes(k.as_bytes()).is_ok()
+                && reqwest::header::HeaderValue::from_str(v).is_ok();
+            if let Some(why) = header_set_by_tokenprobe(k, auth, has_key) {
+                self.push(format!("{path}.headers.{k}"), &t.name, why);
+            } else if ok {
+                headers.push((k.clone(), v.clone()));
+            } else {
+                self.push(
+                    format!("{path}.headers.{k}"),
+                    &t.name,
+                    "not a valid HTTP header",
+                );
+            }
+        }
+        headers
+    }
+
+    fn proxy(&mut self, path: &str, raw: Option<&S<String>>) -> ProxySetting {
+        match raw {
+            None => ProxySetting::Environment,
+            Some(p) if p.value == "none" || p.value.is_empty() => ProxySetting::Disabled,
+            Some(p) => match reqwest::Url::parse(&p.value) {
+                Ok(u) if matches!(u.scheme(), "http" | "https") => {
+                    ProxySetting::Url(p.value.clone())
+                }
+                _ => {
+                    self.push(
+                        format!("{path}.proxy"),
+                        p,
+                        "must be an http://, https:// proxy URL or \"none\"",
+                    );
+                    ProxySetting::Environment
+                }
+            },
+        }
+    }
+
+    fn extra_body(&mut self, path: &str, t: &RawTarget) {
+        for k in t.extra_body.keys() {
+            if RESERVED_BODY_KEYS.contains(&k.as_str()) || sets_body_key(t.api, k) {
+                self.push(
+                    format!("{path}.extra_body.{k}"),
+                    &t.name,
+                    format!(
+                        "{k:?} is set by tokenprobe itself ({} sends it); extra_body may only add fields",
+                        t.api
+                    ),
+                );
+            }
+        }
+    }
+
+    /// The prompts a target runs: its `prompts:` list, or every prompt.
+    fn target_prompts(
+        &mut self,
+        path: &str,
+        t: &RawTarget,
+        prompts: &[Arc<Prompt>],
+    ) -> Vec<Arc<Prompt>> {
+        let chosen: Vec<Arc<Prompt>> = match &t.prompts {
+            None => prompts.to_vec(),
+            Some(names) => names
+                .iter()
+                .enumerate()
+                .filter_map(|(j, n)| {
+                    let found = prompts.iter().find(|p| p.name == n.value).cloned();
+                    if found.is_none() {
+                        self.push(
+                            format!("{path}.prompts[{j}]"),
+                            n,
+                            format!("no prompt named {:?}", n.value),
+                        );
+                    }
+                    found
+                })
+                .collect(),
+        };
+        if chosen.is_empty() && t.prompts.is_none() {
+            self.push(
+                format!("{path}.name"),
+                &t.name,
+                "no prompts are defined for this target",
+            );
+        }
+        chosen
+    }
+
+    // -- buckets ----------------------------------------------------------------------------
+
+    /// `buckets:`, each layout defaulted when absent or invalid.
+    fn buckets(&mut self, raw: Option<&RawBuckets>) -> Buckets {
+        let d = Buckets::default();
+        let empty = RawBuckets::default();
+        let rb = raw.unwrap_or(&empty);
+        Buckets {
+            time_to_first_token: self.layout(
+                "buckets.time_to_first_token",
+                &rb.time_to_first_token,
+                d.time_to_first_token,
+            ),
+            time_per_output_token: self.layout(
+                "buckets.time_per_output_token",
+                &rb.time_per_output_token,
+                d.time_per_output_token,
+            ),
+            decode_tokens_per_second: self.layout(
+                "buckets.decode_tokens_per_second",
+                &rb.decode_tokens_per_second,
+                d.decode_tokens_per_second,
+            ),
+            request_duration: self.layout(
+                "buckets.request_duration",
+                &rb.request_duration,
+                d.request_duration,
+            ),
+            time_to_headers: self.layout(
+                "buckets.time_to_headers",
+                &rb.time_to_headers,
+                d.time_to_headers,
+            ),
+        }
+    }
+
+    fn layout(&mut self, path: &str, v: &Option<S<Vec<f64>>>, default: Vec<f64>) -> Vec<f64> {
+        let Some(v) = v else { return default };
+        let ok = !v.value.is_empty()
+            && v.value.iter().all(|b| b.is_finite())
+            && v.value.windows(2).all(|w| w[0] < w[1]);
+        if !ok {
+            self.push(
+                path,
+                v,
+                "bucket bounds must be finite and strictly increasing",
+            );
+            return default;
+        }
+        if v.value.len() > MAX_BUCKETS {
+            self.push(
+                path,
+                v,
+                format!(
+                    "at most {MAX_BUCKETS} bucket bounds (every histogram of every job gets each one), got {}",
+                    v.value.len()
+                ),
+            );
+            return default;
+        }
+        v.value.clone()
+    }
+}
+
+/// Expands `${VAR}` only: a `$` not followed by `{` stays literal (API keys may contain `$`).
+fn expand_env(s: &str) -> Result<String, String> {
+    let mut escaped = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        escaped.push(c);
+        if c == '$' && chars.peek() != Some(&'{') {
+            escaped.push('$');
+        }
+    }
+    shellexpand::env(&escaped)
+        .map(|c| c.into_owned())
+        .map_err(|e| format!("environment variable {} is not set", e.var_name))
+}
+/// Why a custom header named `name` may not be sent, if it may not: tokenprobe sends it itself,
+/// so the header would replace or double it and change what is measured (docs/measurement.md,
+/// "What requests look like"): the body's framing, `Accept-Encoding: identity`, `Accept`,
+/// `Content-Type`, and, when a key is configured, the header the key goes in. The one rule for
+/// `headers:` in a config and `probe --header`.
+pub fn header_set_by_tokenprobe(name: &str, auth: AuthStyle, has_key: bool) -> Option<String> {
+    let n = name.trim().to_ascii_lowercase();
+    let (key_header, style) = match auth {
+        AuthStyle::Bearer => ("authorization", "bearer"),
+        AuthStyle::XApiKey => ("x-api-key", "x-api-key"),
+        AuthStyle::ApiKey => ("api-key", "api-key"),
+    };
+    if [
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "te",
+        "trailer",
+        "upgrade",
+        "keep-alive",
+    ]
+    .contains(&n.as_str())
+    {
+        Some(format!(
+            "{name} is set by tokenprobe itself (the HTTP client frames the request); headers may only add fields"
+        ))
+    } else if ["accept-encoding", "accept", "content-type"].contains(&n.as_str()) {
+        Some(format!(
+            "{name} is set by tokenprobe itself (an event stream, uncompressed: docs/measurement.md); headers may only add fields"
+        ))
+    } else if has_key && n == key_header {
+        Some(format!(
+            "{name} would be sent twice: the API key already goes in it (auth: {style}); drop the header or the key"
+        ))
+    } else {
+        None
+    }
+}
+
+/// Why `base_url` may not carry `user:password` with this key setting, if it may not: userinfo is
+/// sent as `Authorization: Basic`, so a key in `Authorization: Bearer` would make the request carry
+/// two `Authorization` headers. The one rule for a config's `base_url` and `probe --base-url`.
+pub fn userinfo_conflict(base_url: &str, auth: AuthStyle, has_key: bool) -> Option<&'static str> {
+    let u = reqwest::Url::parse(base_url).ok()?;
+    let userinfo = !u.username().is_empty() || u.password().is_some();
+    (userinfo && has_key && auth == AuthStyle::Bearer).then_some(
+        "carries user:password, sent as Authorization: Basic, and the API key goes in Authorization: Bearer: a request carries one Authorization header; drop one, or set auth: x-api-key or api-key",
+    )
+}
+
+/// Body fields `extra_body` may never set, whatever the protocol sends: they decide what is
+/// measured (a stream) and what the labels say (the model).
+const RESERVED_BODY_KEYS: &[&str] = &["stream", "model", "stream_options"];
+
+/// True when the request body of `api` already sets the top-level field `key` (asked of the
+/// protocol's own body builder, with every optional field on).
+fn sets_body_key(api: Api, key: &str) -> bool {
+    let messages = [
+        Message {
+            role: "system".into(),
+            content: "s".into(),
+        },
+        Message {
+            role: "user".into(),
+            content: "u".into(),
+        },
+    ];
+    let body = api.request_body(&crate::protocol::BodyParams {
+        model: "m",
+        messages: &messages,
+        max_tokens: Some(1),
+        include_usage: true,
+        extra_body: None,
+    });
+    body.as_object().is_some_and(|o| o.contains_key(key))
+}
+
+/// Parses a deadline given on the command line: a humantime duration between 1 ms and a day.
+///
+/// # Errors
+/// A message saying what is wrong.
+pub fn parse_timeout(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
+    if d < Duration::from_millis(1) || d > MAX_TIMEOUT {
+        return Err("must be between 1ms and 1day".into());
+    }
+    Ok(d)
+}
+
+const NAME_RULE: &str = "names are 1-64 characters of letters, digits, '_', '-', '.'";
+
+fn valid_name(s: &str) -> bool {
+    (1..=64).contains(&s.len())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
