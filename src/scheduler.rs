@@ -9,7 +9,7 @@
 
 use crate::config::{Job, Schedule};
 use crate::measure::ProbeResult;
-use crate::metrics::{InternalReason, JobInfo, JobLabels, Metrics, SkipReason};
+use crate::metrics::{InternalReason, JobInfo, JobLabels, JobSeries, Metrics, SkipReason};
 use crate::outcome::ErrorType;
 use crate::probe::{ProbeError, ProbeSpec, Prober};
 use std::collections::HashMap;
@@ -22,15 +22,6 @@ use tokio_util::task::TaskTracker;
 
 /// The longest start offset given to a job.
 const MAX_OFFSET: Duration = Duration::from_secs(10);
-
-/// The labels of a job.
-pub fn labels(job: &Job) -> JobLabels {
-    JobLabels {
-        target: job.target.name.clone(),
-        model: job.model.clone(),
-        prompt: job.prompt.name.clone(),
-    }
-}
 
 /// Start offset of a job: stable for a name, spread over `[0, min(period, 10 s))`.
 pub fn offset(name: &str, period: Duration) -> Duration {
@@ -62,7 +53,7 @@ pub fn fingerprint(job: &Job) -> u64 {
 }
 
 struct Running {
-    labels: JobLabels,
+    series: Arc<JobSeries>,
     cancel: CancellationToken,
 }
 
@@ -127,46 +118,33 @@ impl Scheduler {
     /// # Errors
     /// [`ProbeError`] when an HTTP client cannot be built; then nothing was changed.
     pub fn apply(&mut self, jobs: &[Job]) -> Result<Applied, ProbeError> {
-        let mut wanted: HashMap<u64, &Job> = HashMap::new();
-        for j in jobs {
-            wanted.insert(fingerprint(j), j);
-        }
+        let wanted: HashMap<u64, &Job> = jobs.iter().map(|j| (fingerprint(j), j)).collect();
         // Build every new client first, so a failure leaves the running set as it was.
         let mut fresh = Vec::new();
-        for (fp, job) in &wanted {
-            if !self.jobs.contains_key(fp) {
+        for (key, job) in &wanted {
+            if !self.jobs.contains_key(key) {
                 let spec = ProbeSpec::from_job(job);
                 let prober = Prober::new(&spec)?;
-                fresh.push((*fp, *job, spec, prober));
+                fresh.push((*key, *job, spec, prober));
             }
         }
         let mut applied = Applied::default();
-        let stale: Vec<u64> = self
-            .jobs
-            .keys()
-            .filter(|fp| !wanted.contains_key(fp))
-            .copied()
-            .collect();
-        let new_labels: std::collections::HashSet<JobLabels> = jobs.iter().map(labels).collect();
-        for fp in stale {
-            if let Some(r) = self.jobs.remove(&fp) {
-                r.cancel.cancel();
-                applied.stopped += 1;
-                if !new_labels.contains(&r.labels) {
-                    self.metrics.remove_job(&r.labels);
-                }
+        let new_labels: std::collections::HashSet<JobLabels> =
+            jobs.iter().map(JobLabels::of).collect();
+        self.jobs.retain(|key, r| {
+            if wanted.contains_key(key) {
+                return true;
             }
-        }
+            r.cancel.cancel();
+            applied.stopped += 1;
+            if !new_labels.contains(r.series.labels()) {
+                self.metrics.remove_job(r.series.labels());
+            }
+            false
+        });
         applied.kept = self.jobs.len();
-        for (fp, job, spec, prober) in fresh {
-            let labels = labels(job);
-            self.metrics.register_job(&labels);
-            self.metrics.set_job_info(JobInfo {
-                job: labels.clone(),
-                api: job.target.api.to_string(),
-                connection: job.target.connection.as_str().to_owned(),
-                nonce: job.prompt.nonce.to_string(),
-            });
+        for (key, job, spec, prober) in fresh {
+            let series = self.metrics.register_job(JobInfo::of(job));
             if spec.client.tls.insecure_skip_verify {
                 tracing::warn!(job = %job.name(), "insecure_skip_verify is set: server certificates are NOT verified");
             }
@@ -175,7 +153,7 @@ impl Scheduler {
             }
             let cancel = self.cancel.child_token();
             let runner = JobRunner {
-                labels: labels.clone(),
+                series: series.clone(),
                 name: job.name(),
                 prober,
                 spec: Arc::new(spec),
@@ -189,7 +167,7 @@ impl Scheduler {
             let c = cancel.clone();
             self.ticks
                 .spawn_on(async move { runner.run(schedule, c).await }, &self.runtime);
-            self.jobs.insert(fp, Running { labels, cancel });
+            self.jobs.insert(key, Running { series, cancel });
             applied.started += 1;
         }
         Ok(applied)
@@ -219,7 +197,8 @@ impl Scheduler {
 }
 
 struct JobRunner {
-    labels: JobLabels,
+    /// The job's series, which its probes record into.
+    series: Arc<JobSeries>,
     name: String,
     spec: Arc<ProbeSpec>,
     prober: Prober,
@@ -266,10 +245,11 @@ impl JobRunner {
         let Ok(mut p) = self.pauses.lock() else {
             return false;
         };
-        match p.get(&self.labels.target) {
+        let target = &self.series.labels().target;
+        match p.get(target) {
             Some(until) if Instant::now() < *until => true,
             Some(_) => {
-                p.remove(&self.labels.target);
+                p.remove(target);
                 false
             }
             None => false,
@@ -278,19 +258,19 @@ impl JobRunner {
 
     fn fire(&self) {
         if self.paused() {
-            self.metrics.skipped(&self.labels, SkipReason::RateLimited);
+            self.series.skipped(SkipReason::RateLimited);
             return;
         }
         if self.running.swap(true, Ordering::AcqRel) {
-            self.metrics.skipped(&self.labels, SkipReason::Overlap);
+            self.series.skipped(SkipReason::Overlap);
             tracing::debug!(job = %self.name, "previous probe still running; tick skipped");
             return;
         }
-        let (prober, spec, metrics, labels, running, pauses, name) = (
+        let (prober, spec, metrics, series, running, pauses, name) = (
             self.prober.clone(),
             self.spec.clone(),
             self.metrics.clone(),
-            self.labels.clone(),
+            self.series.clone(),
             self.running.clone(),
             self.pauses.clone(),
             self.name.clone(),
@@ -310,12 +290,12 @@ impl JobRunner {
                 );
                 return;
             }
-            metrics.record(&labels, &r, SystemTime::now());
+            series.record(&r, SystemTime::now());
             if let Some(wait) = r.retry_after_s.filter(|w| *w > 0.0)
                 && let Ok(mut p) = pauses.lock()
             {
                 let until = Instant::now() + Duration::from_secs_f64(wait.clamp(0.0, 3600.0));
-                p.insert(labels.target.clone(), until);
+                p.insert(series.labels().target.clone(), until);
             }
             log_result(&name, &r);
         }, &self.runtime);

@@ -41,7 +41,7 @@ impl JobRow {
     /// The row for a job.
     pub fn of(job: &Job) -> Self {
         JobRow {
-            labels: crate::scheduler::labels(job),
+            labels: crate::metrics::JobLabels::of(job),
             name: job.name(),
             api: job.target.api.to_string(),
             url: crate::redact::redact_url(&format!(
