@@ -224,7 +224,7 @@ pub struct Expect {
 }
 
 /// When a job runs.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Schedule {
     /// Every so often, from a per-job offset.
     Interval(Duration),
@@ -268,7 +268,7 @@ impl Eq for Expect {}
 
 /// A validated target. Its `Debug` hides what may be secret (userinfo, non-public header and
 /// query values, a proxy's credentials), as every output does.
-#[derive(Clone)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Target {
     /// Config name (a label value).
     pub name: String,
@@ -332,8 +332,9 @@ impl fmt::Debug for Target {
     }
 }
 
-/// One job: a (target, model, prompt) triple with its schedule and deadlines.
-#[derive(Debug, Clone)]
+/// One job: a (target, model, prompt) triple with its schedule and deadlines. Two jobs are equal
+/// when every setting is (hidden values included; the scheduler restarts a job that changed).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Job {
     /// The target.
     pub target: Arc<Target>,
@@ -1497,7 +1498,7 @@ targets:
             let text = format!(
                 "prompts:\n  - name: p\n    messages: [{{role: user, content: hi}}]\ntargets:\n  - name: a\n    base_url: http://{u}@h/v1\n    models: [m]\n    headers: {{X-Key: {h}}}\n    query: {{code: {q}}}\n"
             );
-            crate::scheduler::fingerprint(&Config::parse(&text).unwrap().jobs[0])
+            Config::parse(&text).unwrap().jobs[0].clone()
         };
         let base = at("h1", "q1", "u:p1");
         assert_ne!(base, at("h2", "q1", "u:p1"), "header value");

@@ -35,21 +35,17 @@ pub fn offset(name: &str, period: Duration) -> Duration {
 /// Per-target pause requested by `Retry-After`.
 type Pauses = Arc<Mutex<HashMap<String, Instant>>>;
 
-/// Identity of a job's full settings: equal fingerprints mean nothing about the job changed
-/// (a changed inline key changes it too, without the key ever being formatted).
-pub fn fingerprint(job: &Job) -> u64 {
-    let mut h = DefaultHasher::new();
-    format!("{job:?}").hash(&mut h);
-    if let Some(crate::config::KeySource::Inline(k)) = &job.target.api_key {
-        k.expose().hash(&mut h);
+/// A job as the key of the running set: equal keys mean nothing about the job changed. Equality
+/// is the config types' own (`Eq` on [`Job`], every setting compared, hidden values included),
+/// never their `Debug` text, which hides secrets; the hash is of the job's name, unique per config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct JobKey(Job);
+
+impl Hash for JobKey {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        let j = &self.0;
+        (&j.target.name, &j.model, &j.prompt.name).hash(h);
     }
-    // `Target`'s Debug hides these (userinfo, header and query values, proxy credentials).
-    let t = &job.target;
-    (&t.base_url, &t.headers, &t.query).hash(&mut h);
-    if let crate::config::ProxySetting::Url(u) = &t.proxy {
-        u.hash(&mut h);
-    }
-    h.finish()
 }
 
 struct Running {
@@ -65,7 +61,7 @@ pub struct Scheduler {
     ticks: TaskTracker,
     probes: TaskTracker,
     pauses: Pauses,
-    jobs: HashMap<u64, Running>,
+    jobs: HashMap<JobKey, Running>,
 }
 
 impl std::fmt::Debug for Scheduler {
@@ -118,14 +114,18 @@ impl Scheduler {
     /// # Errors
     /// [`ProbeError`] when an HTTP client cannot be built; then nothing was changed.
     pub fn apply(&mut self, jobs: &[Job]) -> Result<Applied, ProbeError> {
-        let wanted: HashMap<u64, &Job> = jobs.iter().map(|j| (fingerprint(j), j)).collect();
+        #[allow(
+            clippy::mutable_key_type,
+            reason = "a regex's cache is its only interior mutability; JobKey's hash and equality never see it"
+        )]
+        let wanted: HashMap<JobKey, &Job> = jobs.iter().map(|j| (JobKey(j.clone()), j)).collect();
         // Build every new client first, so a failure leaves the running set as it was.
         let mut fresh = Vec::new();
         for (key, job) in &wanted {
             if !self.jobs.contains_key(key) {
                 let spec = ProbeSpec::from_job(job);
                 let prober = Prober::new(&spec)?;
-                fresh.push((*key, *job, spec, prober));
+                fresh.push((key.clone(), *job, spec, prober));
             }
         }
         let mut applied = Applied::default();
@@ -359,6 +359,49 @@ pub fn log_result(job: &str, r: &ProbeResult) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn jobs_with_header(value: &str) -> Vec<Job> {
+        let text = format!(
+            "prompts:\n  - name: p\n    messages: [{{role: user, content: hi}}]\ntargets:\n  - name: a\n    base_url: http://127.0.0.1:9/v1\n    models: [m]\n    interval: 1h\n    headers: {{X-Key: {value}}}\n"
+        );
+        crate::config::Config::parse(&text).unwrap().jobs
+    }
+
+    /// Issue 10 item 5: a job's identity is its settings (`Eq` on the config types), not its
+    /// `Debug` text: a changed header value, which `Debug` hides, restarts the job; an identical
+    /// config keeps it running.
+    #[tokio::test]
+    async fn a_job_is_its_settings_not_its_debug_text() {
+        let (h1, h2) = (jobs_with_header("h1"), jobs_with_header("h2"));
+        assert_eq!(format!("{:?}", h1[0]), format!("{:?}", h2[0]));
+        assert!(!format!("{:?}", h1[0]).contains("h1"));
+        assert_ne!(h1[0], h2[0]);
+        let metrics = Arc::new(Metrics::new(&crate::config::Buckets::default()));
+        let mut s =
+            Scheduler::start(&h1, metrics.clone(), tokio::runtime::Handle::current()).unwrap();
+        let kept = Applied {
+            started: 0,
+            stopped: 0,
+            kept: 1,
+        };
+        assert_eq!(s.apply(&jobs_with_header("h1")).unwrap(), kept);
+        let restarted = Applied {
+            started: 1,
+            stopped: 1,
+            kept: 0,
+        };
+        assert_eq!(s.apply(&h2).unwrap(), restarted);
+        assert_eq!(s.len(), 1);
+        // Same labels: the series stayed (registered once, never removed).
+        let text = metrics.encode_text().unwrap();
+        assert_eq!(
+            text.matches("tokenprobe_probes_total{target=\"a\",model=\"m\",prompt=\"p\"} 0")
+                .count(),
+            1,
+            "{text}"
+        );
+        s.shutdown(Duration::ZERO).await;
+    }
 
     #[test]
     fn offsets_are_stable_bounded_and_spread() {
