@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant, SystemTime};
 use tokenprobe::config::Buckets;
 use tokenprobe::measure::Measurement;
-use tokenprobe::metrics::{JobLabels, Metrics};
+use tokenprobe::metrics::{JobInfo, JobLabels, Metrics};
 use tokenprobe::protocol::EventMeaning;
 
 fn filled(jobs: usize) -> Metrics {
@@ -17,7 +17,12 @@ fn filled(jobs: usize) -> Metrics {
             model: format!("model-{j}"),
             prompt: "hello".into(),
         };
-        m.register_job(&labels);
+        let series = m.register_job(JobInfo {
+            job: labels,
+            api: "openai-chat".into(),
+            connection: "new".into(),
+            nonce: "true".into(),
+        });
         let t0 = Instant::now();
         let mut meas = Measurement::new(t0);
         let tok = EventMeaning {
@@ -35,7 +40,7 @@ fn filled(jobs: usize) -> Metrics {
                 ..EventMeaning::default()
             },
         );
-        m.record(&labels, &meas.finish(), SystemTime::now());
+        series.record(&meas.finish(), SystemTime::now());
     }
     m
 }

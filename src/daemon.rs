@@ -8,11 +8,10 @@
 //! ([`Scheduler::apply`]). `tokenprobe_config_last_reload_successful` and
 //! `tokenprobe_config_last_reload_success_timestamp_seconds` report the outcome, as Prometheus does.
 
-use crate::config::{Buckets, Config, ConfigError};
+use crate::config::{Buckets, Config, ConfigError, Job};
 use crate::metrics::Metrics;
 use crate::probe::ProbeError;
 use crate::scheduler::{Applied, Scheduler};
-use crate::server::JobRow;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
@@ -41,7 +40,8 @@ pub struct Daemon {
     buckets: Buckets,
     metrics: Arc<Metrics>,
     scheduler: tokio::sync::Mutex<Option<Scheduler>>,
-    jobs: RwLock<Vec<JobRow>>,
+    /// The loaded config's jobs (the `/` page lists them).
+    jobs: RwLock<Vec<Job>>,
 }
 
 impl Daemon {
@@ -60,7 +60,7 @@ impl Daemon {
             buckets: config.buckets.clone(),
             metrics,
             scheduler: tokio::sync::Mutex::new(Some(scheduler)),
-            jobs: RwLock::new(config.jobs.iter().map(JobRow::of).collect()),
+            jobs: RwLock::new(config.jobs),
         }))
     }
 
@@ -74,8 +74,8 @@ impl Daemon {
         &self.path
     }
 
-    /// The loaded jobs, as shown on `/`.
-    pub fn jobs(&self) -> Vec<JobRow> {
+    /// The loaded jobs.
+    pub fn jobs(&self) -> Vec<Job> {
         self.jobs.read().map(|j| j.clone()).unwrap_or_default()
     }
 
@@ -110,8 +110,8 @@ impl Daemon {
         let mut guard = self.scheduler.lock().await;
         let scheduler = guard.as_mut().ok_or(DaemonError::ShuttingDown)?;
         let applied = scheduler.apply(&config.jobs)?;
-        if let Ok(mut rows) = self.jobs.write() {
-            *rows = config.jobs.iter().map(JobRow::of).collect();
+        if let Ok(mut jobs) = self.jobs.write() {
+            *jobs = config.jobs;
         }
         Ok(applied)
     }

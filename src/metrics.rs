@@ -5,8 +5,12 @@
 //! (shared case 36). Every counter series of a job exists at 0 from the moment the job is loaded
 //! (shared case 35). Successful probes feed the latency histograms; a failed probe feeds only the
 //! failure series (docs/measurement.md, "Outcome").
+//!
+//! A job's series are one [`JobSeries`]: created together by [`Metrics::register_job`], removed
+//! together by [`Metrics::remove_job`], and written only through [`JobSeries::record`] and
+//! [`JobSeries::skipped`], which do nothing once the job is removed.
 
-use crate::config::Buckets;
+use crate::config::{Buckets, Job};
 use crate::measure::ProbeResult;
 use crate::outcome::{ErrorType, Flag};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -17,7 +21,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Content-Type of the OpenMetrics text format served when the scraper asks for it.
@@ -84,6 +88,29 @@ pub struct JobInfo {
     pub connection: String,
     /// `true` when every probe's prompt carries a fresh nonce (no prompt-cache hits).
     pub nonce: String,
+}
+
+impl JobLabels {
+    /// The labels of a job.
+    pub fn of(job: &Job) -> Self {
+        JobLabels {
+            target: job.target.name.clone(),
+            model: job.model.clone(),
+            prompt: job.prompt.name.clone(),
+        }
+    }
+}
+
+impl JobInfo {
+    /// The `tokenprobe_job_info` labels of a job.
+    pub fn of(job: &Job) -> Self {
+        JobInfo {
+            job: JobLabels::of(job),
+            api: job.target.api.to_string(),
+            connection: job.target.connection.as_str().to_owned(),
+            nonce: job.prompt.nonce.to_string(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -189,13 +216,12 @@ pub struct Metrics {
     connections: Family<ReusedLabels, Counter>,
     retry_after: Family<JobLabels, Gauge<f64, AtomicU64>>,
     job_info: Family<JobInfo, Gauge>,
-    job_info_set: std::sync::Mutex<std::collections::HashMap<JobLabels, JobInfo>>,
     reload_ok: Gauge,
     reload_ts: Gauge<f64, AtomicU64>,
     internal: Family<InternalLabels, Counter>,
-    /// Jobs whose series exist. A probe of a job no longer here (a reload removed it while the
-    /// probe ran) records nothing: held for reading while recording, for writing while removing.
-    active: RwLock<HashMap<JobLabels, Option<LastResult>>>,
+    /// The loaded jobs' series, by labels (for `/`'s last results, and so a job that a reload
+    /// changed keeps its series).
+    active: RwLock<HashMap<JobLabels, Arc<JobSeries>>>,
     /// Bumped by every config (re)load attempt, so cached expositions from before it are not
     /// served after it.
     generation: AtomicU64,
@@ -229,7 +255,6 @@ impl Metrics {
             connections: Family::default(),
             retry_after: Family::default(),
             job_info: Family::default(),
-            job_info_set: Default::default(),
             reload_ok: Gauge::default(),
             reload_ts: Gauge::default(),
             internal: Family::default(),
@@ -303,42 +328,32 @@ impl Metrics {
         Metrics { registry, ..m }
     }
 
-    /// Creates every series of a job at 0, so `increase()` sees the first error (shared case 35).
-    pub fn register_job(&self, job: &JobLabels) {
-        let Ok(mut active) = self.active.write() else {
-            return;
-        };
-        active.entry(job.clone()).or_insert(None);
-        for h in self.histograms() {
-            let _ = h.get_or_create(job);
+    /// Creates every series of a job at 0 (shared case 35: `increase()` sees the first error)
+    /// and returns them as one [`JobSeries`]. A job already registered under the same labels (a
+    /// reload changed its settings) keeps its series and its last result; only its
+    /// `tokenprobe_job_info` series follows the new `info`.
+    pub fn register_job(&self, info: JobInfo) -> Arc<JobSeries> {
+        let mut active = self.active.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some(s) = active.get(&info.job) {
+            s.set_info(info);
+            return s.clone();
         }
-        let _ = self.probes.get_or_create(job);
-        let _ = self.output_tokens.get_or_create(job);
-        let _ = self.input_tokens.get_or_create(job);
-        let _ = self.last_success.get_or_create(job);
-        let _ = self.last_timestamp.get_or_create(job);
-        for e in ErrorType::ALL {
-            let _ = self.errors.get_or_create(&error_labels(job, e));
+        let s = Arc::new(JobSeries::new(self, info));
+        active.insert(s.labels.clone(), s.clone());
+        s
+    }
+
+    /// Removes every series of a job (when a reload drops it). Its [`JobSeries`], still held by a
+    /// probe in flight, records nothing from then on.
+    pub fn remove_job(&self, job: &JobLabels) {
+        let removed = self
+            .active
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(job);
+        if let Some(s) = removed {
+            s.remove();
         }
-        for f in Flag::ALL {
-            let _ = self.flags.get_or_create(&flag_labels(job, f));
-        }
-        for r in SkipReason::ALL {
-            let _ = self.skipped.get_or_create(&skip_labels(job, r));
-        }
-        for phase in PHASES {
-            let _ = self.phases.get_or_create(&PhaseLabels {
-                job: job.clone(),
-                phase,
-            });
-        }
-        for reused in ["true", "false"] {
-            let _ = self.connections.get_or_create(&ReusedLabels {
-                job: job.clone(),
-                reused,
-            });
-        }
-        let _ = self.retry_after.get_or_create(job);
     }
 
     /// Records the outcome of a config (re)load attempt at wall time `at`.
@@ -352,171 +367,6 @@ impl Metrics {
                 .map(|d| d.as_secs_f64())
                 .unwrap_or(0.0);
             self.reload_ts.set(unix);
-        }
-    }
-
-    /// Sets a job's `tokenprobe_job_info` series (replacing any earlier one for the job).
-    pub fn set_job_info(&self, info: JobInfo) {
-        if let Ok(mut set) = self.job_info_set.lock()
-            && let Some(old) = set.insert(info.job.clone(), info.clone())
-        {
-            self.job_info.remove(&old);
-        }
-        self.job_info.get_or_create(&info).set(1);
-    }
-
-    /// Removes every series of a job (when a reload drops it).
-    pub fn remove_job(&self, job: &JobLabels) {
-        let Ok(mut active) = self.active.write() else {
-            return;
-        };
-        active.remove(job);
-        for h in self.histograms() {
-            h.remove(job);
-        }
-        self.probes.remove(job);
-        self.output_tokens.remove(job);
-        self.input_tokens.remove(job);
-        self.last_success.remove(job);
-        self.last_timestamp.remove(job);
-        for e in ErrorType::ALL {
-            self.errors.remove(&error_labels(job, e));
-        }
-        for f in Flag::ALL {
-            self.flags.remove(&flag_labels(job, f));
-        }
-        for r in SkipReason::ALL {
-            self.skipped.remove(&skip_labels(job, r));
-        }
-        for phase in PHASES {
-            self.phases.remove(&PhaseLabels {
-                job: job.clone(),
-                phase,
-            });
-        }
-        for reused in ["true", "false"] {
-            self.connections.remove(&ReusedLabels {
-                job: job.clone(),
-                reused,
-            });
-        }
-        self.retry_after.remove(job);
-        if let Some(old) = self
-            .job_info_set
-            .lock()
-            .ok()
-            .and_then(|mut s| s.remove(job))
-        {
-            self.job_info.remove(&old);
-        }
-    }
-
-    fn histograms(&self) -> [&Hist; 8] {
-        [
-            &self.ttft,
-            &self.ttfo,
-            &self.tpot,
-            &self.itl,
-            &self.decode_tps,
-            &self.e2e,
-            &self.ttfb,
-            &self.failed_duration,
-        ]
-    }
-
-    /// Records one probe's result, finished at wall time `finished`.
-    /// Nothing is recorded for a job that is not registered (removed by a reload mid-probe).
-    pub fn record(&self, job: &JobLabels, r: &ProbeResult, finished: SystemTime) {
-        let Ok(mut active) = self.active.write() else {
-            return;
-        };
-        let Some(last) = active.get_mut(job) else {
-            return;
-        };
-        *last = Some(LastResult {
-            error_type: r.error_type,
-            ttft_s: r.ttft_s,
-            at: finished,
-        });
-        self.probes.get_or_create(job).inc();
-        for f in &r.flags {
-            self.flags.get_or_create(&flag_labels(job, *f)).inc();
-        }
-        let unix = finished
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs_f64())
-            .unwrap_or(0.0);
-        self.last_timestamp.get_or_create(job).set(unix);
-        if let Some(p) = &r.phases {
-            let reused = if p.reused { "true" } else { "false" };
-            self.connections
-                .get_or_create(&ReusedLabels {
-                    job: job.clone(),
-                    reused,
-                })
-                .inc();
-            for (phase, v) in PHASES.into_iter().zip([p.resolve_s, p.connect_s, p.tls_s]) {
-                if let Some(v) = v {
-                    self.phases
-                        .get_or_create(&PhaseLabels {
-                            job: job.clone(),
-                            phase,
-                        })
-                        .observe(v);
-                }
-            }
-        }
-        match (r.error_type, r.retry_after_s) {
-            (Some(_), Some(w)) => {
-                self.retry_after.get_or_create(job).set(w);
-            }
-            (None, _) => {
-                self.retry_after.get_or_create(job).set(0.0);
-            }
-            _ => {}
-        }
-        match r.error_type {
-            Some(e) => {
-                self.errors.get_or_create(&error_labels(job, e)).inc();
-                if let Some(d) = r.failure_s {
-                    self.failed_duration.get_or_create(job).observe(d);
-                }
-                self.last_success.get_or_create(job).set(0);
-            }
-            None => {
-                let observe = |h: &Hist, v: Option<f64>| {
-                    if let Some(v) = v {
-                        h.get_or_create(job).observe(v);
-                    }
-                };
-                observe(&self.ttft, r.ttft_s);
-                observe(&self.ttfo, r.ttfo_s);
-                observe(&self.tpot, r.tpot_s);
-                observe(&self.decode_tps, r.decode_tokens_per_s);
-                observe(&self.e2e, r.e2e_s);
-                observe(&self.ttfb, r.ttfb_s);
-                let itl = self.itl.get_or_create(job);
-                for g in &r.chunk_gaps_s {
-                    itl.observe(*g);
-                }
-                self.output_tokens
-                    .get_or_create(job)
-                    .inc_by(r.output_tokens);
-                if let Some(i) = r.input_tokens {
-                    self.input_tokens.get_or_create(job).inc_by(i);
-                }
-                self.last_success.get_or_create(job).set(1);
-            }
-        }
-    }
-
-    /// Counts a scheduled probe that did not run.
-    pub fn skipped(&self, job: &JobLabels, reason: SkipReason) {
-        let Ok(active) = self.active.read() else {
-            return;
-        };
-        if active.contains_key(job) {
-            self.skipped.get_or_create(&skip_labels(job, reason)).inc();
         }
     }
 
@@ -536,7 +386,13 @@ impl Metrics {
 
     /// A job's most recent probe, `None` before the first or for an unknown job.
     pub fn last_result(&self, job: &JobLabels) -> Option<LastResult> {
-        self.active.read().ok()?.get(job).cloned().flatten()
+        let series = self
+            .active
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(job)
+            .cloned()?;
+        series.last_result()
     }
 
     /// The OpenMetrics 1.0 text exposition (ends with `# EOF`).
@@ -558,6 +414,297 @@ impl Metrics {
         prometheus_client::encoding::prometheus_text::encode(&mut s, &self.registry)?;
         Ok(sort_series(&s))
     }
+}
+
+/// Every series of one job: its labels in every family, created at 0 in one call
+/// ([`Metrics::register_job`]) and removed in one call ([`Metrics::remove_job`]). A probe's result
+/// is recorded through it ([`JobSeries::record`]); once removed it records nothing, so a probe that
+/// a reload's removal caught in flight leaves no series behind.
+///
+/// Adding a metric: a field here, its handle in [`JobSeries::new`] (which also makes its removal),
+/// and what [`JobSeries::record`] writes to it.
+pub struct JobSeries {
+    labels: JobLabels,
+    ttft: Histogram,
+    ttfo: Histogram,
+    tpot: Histogram,
+    itl: Histogram,
+    decode_tps: Histogram,
+    e2e: Histogram,
+    ttfb: Histogram,
+    failed_duration: Histogram,
+    probes: Counter,
+    output_tokens: Counter,
+    input_tokens: Counter,
+    /// In the order of [`ErrorType::ALL`].
+    errors: Vec<Counter>,
+    /// In the order of [`Flag::ALL`].
+    flags: Vec<Counter>,
+    /// In the order of [`SkipReason::ALL`].
+    skipped: Vec<Counter>,
+    /// In the order of [`PHASES`].
+    phases: Vec<Histogram>,
+    /// `reused="true"`, `reused="false"`.
+    connections: [Counter; 2],
+    retry_after: Gauge<f64, AtomicU64>,
+    last_success: Gauge,
+    last_timestamp: Gauge<f64, AtomicU64>,
+    job_info: Family<JobInfo, Gauge>,
+    /// Held while recording and while removing: a probe records all of its result or nothing.
+    state: Mutex<SeriesState>,
+}
+
+struct SeriesState {
+    /// False once removed.
+    live: bool,
+    last: Option<LastResult>,
+    /// The current `tokenprobe_job_info` labels.
+    info: JobInfo,
+    /// Removes each of the job's series from its family.
+    removers: Vec<Remover>,
+}
+
+type Remover = Box<dyn FnOnce() + Send + Sync>;
+
+/// The handle of `labels` in `family`, created at 0 if new; pushes its removal onto `removers`.
+fn handle<S, M, C>(removers: &mut Vec<Remover>, family: &Family<S, M, C>, labels: S) -> M
+where
+    S: Clone + std::hash::Hash + Eq + Send + Sync + 'static,
+    M: Clone + Send + Sync + 'static,
+    C: MetricConstructor<M> + Clone + Send + Sync + 'static,
+{
+    let metric = family.get_or_create_owned(&labels);
+    let family = family.clone();
+    removers.push(Box::new(move || {
+        family.remove(&labels);
+    }));
+    metric
+}
+
+impl std::fmt::Debug for JobSeries {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobSeries")
+            .field("labels", &self.labels)
+            .finish_non_exhaustive()
+    }
+}
+
+impl JobSeries {
+    fn new(m: &Metrics, info: JobInfo) -> Self {
+        let job = info.job.clone();
+        let mut rm = Vec::new();
+        let mut h = |f: &Hist| handle(&mut rm, f, job.clone());
+        let (ttft, ttfo, tpot, itl) = (h(&m.ttft), h(&m.ttfo), h(&m.tpot), h(&m.itl));
+        let (decode_tps, e2e, ttfb) = (h(&m.decode_tps), h(&m.e2e), h(&m.ttfb));
+        let failed_duration = h(&m.failed_duration);
+        let errors = ErrorType::ALL
+            .iter()
+            .map(|e| {
+                let l = ErrorLabels {
+                    job: job.clone(),
+                    error_type: e.as_str(),
+                };
+                handle(&mut rm, &m.errors, l)
+            })
+            .collect();
+        let flags = Flag::ALL
+            .iter()
+            .map(|f| {
+                let l = FlagLabels {
+                    job: job.clone(),
+                    flag: f.as_str(),
+                };
+                handle(&mut rm, &m.flags, l)
+            })
+            .collect();
+        let skipped = SkipReason::ALL
+            .iter()
+            .map(|r| {
+                let l = SkipLabels {
+                    job: job.clone(),
+                    reason: r.as_str(),
+                };
+                handle(&mut rm, &m.skipped, l)
+            })
+            .collect();
+        let phases = PHASES
+            .iter()
+            .map(|phase| {
+                let l = PhaseLabels {
+                    job: job.clone(),
+                    phase,
+                };
+                handle(&mut rm, &m.phases, l)
+            })
+            .collect();
+        let connections = ["true", "false"].map(|reused| {
+            let l = ReusedLabels {
+                job: job.clone(),
+                reused,
+            };
+            handle(&mut rm, &m.connections, l)
+        });
+        let probes = handle(&mut rm, &m.probes, job.clone());
+        let output_tokens = handle(&mut rm, &m.output_tokens, job.clone());
+        let input_tokens = handle(&mut rm, &m.input_tokens, job.clone());
+        let last_success = handle(&mut rm, &m.last_success, job.clone());
+        let last_timestamp = handle(&mut rm, &m.last_timestamp, job.clone());
+        let retry_after = handle(&mut rm, &m.retry_after, job.clone());
+        m.job_info.get_or_create(&info).set(1);
+        JobSeries {
+            labels: job,
+            ttft,
+            ttfo,
+            tpot,
+            itl,
+            decode_tps,
+            e2e,
+            ttfb,
+            failed_duration,
+            probes,
+            output_tokens,
+            input_tokens,
+            errors,
+            flags,
+            skipped,
+            phases,
+            connections,
+            retry_after,
+            last_success,
+            last_timestamp,
+            job_info: m.job_info.clone(),
+            state: Mutex::new(SeriesState {
+                live: true,
+                last: None,
+                info,
+                removers: rm,
+            }),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, SeriesState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The job's labels.
+    pub fn labels(&self) -> &JobLabels {
+        &self.labels
+    }
+
+    /// The job's most recent probe, `None` before the first.
+    pub fn last_result(&self) -> Option<LastResult> {
+        self.state().last.clone()
+    }
+
+    /// Replaces the job's `tokenprobe_job_info` series when `info` differs.
+    fn set_info(&self, info: JobInfo) {
+        let mut st = self.state();
+        if !st.live || st.info == info {
+            return;
+        }
+        self.job_info.remove(&st.info);
+        self.job_info.get_or_create(&info).set(1);
+        st.info = info;
+    }
+
+    /// Deletes every series of the job; later records and skips do nothing.
+    fn remove(&self) {
+        let mut st = self.state();
+        st.live = false;
+        for r in st.removers.drain(..) {
+            r();
+        }
+        self.job_info.remove(&st.info);
+        st.last = None;
+    }
+
+    /// Records one probe's result, finished at wall time `finished` (nothing once removed).
+    pub fn record(&self, r: &ProbeResult, finished: SystemTime) {
+        let mut st = self.state();
+        if !st.live {
+            return;
+        }
+        st.last = Some(LastResult {
+            error_type: r.error_type,
+            ttft_s: r.ttft_s,
+            at: finished,
+        });
+        self.probes.inc();
+        for f in &r.flags {
+            if let Some(c) = nth(&Flag::ALL, f, &self.flags) {
+                c.inc();
+            }
+        }
+        let unix = finished
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        self.last_timestamp.set(unix);
+        if let Some(p) = &r.phases {
+            self.connections[usize::from(!p.reused)].inc();
+            for (h, v) in self.phases.iter().zip([p.resolve_s, p.connect_s, p.tls_s]) {
+                if let Some(v) = v {
+                    h.observe(v);
+                }
+            }
+        }
+        match (r.error_type, r.retry_after_s) {
+            (Some(_), Some(w)) => {
+                self.retry_after.set(w);
+            }
+            (None, _) => {
+                self.retry_after.set(0.0);
+            }
+            _ => {}
+        }
+        match r.error_type {
+            Some(e) => {
+                if let Some(c) = nth(&ErrorType::ALL, &e, &self.errors) {
+                    c.inc();
+                }
+                if let Some(d) = r.failure_s {
+                    self.failed_duration.observe(d);
+                }
+                self.last_success.set(0);
+            }
+            None => {
+                let observe = |h: &Histogram, v: Option<f64>| {
+                    if let Some(v) = v {
+                        h.observe(v);
+                    }
+                };
+                observe(&self.ttft, r.ttft_s);
+                observe(&self.ttfo, r.ttfo_s);
+                observe(&self.tpot, r.tpot_s);
+                observe(&self.decode_tps, r.decode_tokens_per_s);
+                observe(&self.e2e, r.e2e_s);
+                observe(&self.ttfb, r.ttfb_s);
+                for g in &r.chunk_gaps_s {
+                    self.itl.observe(*g);
+                }
+                self.output_tokens.inc_by(r.output_tokens);
+                if let Some(i) = r.input_tokens {
+                    self.input_tokens.inc_by(i);
+                }
+                self.last_success.set(1);
+            }
+        }
+    }
+
+    /// Counts a scheduled probe that did not run (nothing once removed).
+    pub fn skipped(&self, reason: SkipReason) {
+        let st = self.state();
+        if st.live
+            && let Some(c) = nth(&SkipReason::ALL, &reason, &self.skipped)
+        {
+            c.inc();
+        }
+    }
+}
+
+/// The handle of `v` in `handles`, laid out in the order of `all`.
+fn nth<'a, T: PartialEq, M>(all: &[T], v: &T, handles: &'a [M]) -> Option<&'a M> {
+    all.iter().position(|x| x == v).and_then(|i| handles.get(i))
 }
 
 /// The exposition with the series of every family in a stable order, sorted by their label sets
@@ -609,27 +756,6 @@ pub fn sort_series(text: &str) -> String {
     out
 }
 
-fn error_labels(job: &JobLabels, e: ErrorType) -> ErrorLabels {
-    ErrorLabels {
-        job: job.clone(),
-        error_type: e.as_str(),
-    }
-}
-
-fn flag_labels(job: &JobLabels, f: Flag) -> FlagLabels {
-    FlagLabels {
-        job: job.clone(),
-        flag: f.as_str(),
-    }
-}
-
-fn skip_labels(job: &JobLabels, r: SkipReason) -> SkipLabels {
-    SkipLabels {
-        job: job.clone(),
-        reason: r.as_str(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -645,10 +771,19 @@ mod tests {
         }
     }
 
+    fn info(job: JobLabels) -> JobInfo {
+        JobInfo {
+            job,
+            api: "openai-chat".into(),
+            connection: "new".into(),
+            nonce: "false".into(),
+        }
+    }
+
     #[test]
     fn every_error_type_exists_at_zero_after_registration() {
         let m = Metrics::new(&Buckets::default());
-        m.register_job(&job());
+        let _s = m.register_job(info(job()));
         let text = m.encode_text().unwrap();
         for e in ErrorType::ALL {
             let line = format!(
@@ -684,11 +819,11 @@ mod tests {
                 ..EventMeaning::default()
             },
         );
-        m.register_job(&job());
-        m.record(&job(), &meas.finish(), SystemTime::now());
+        let s = m.register_job(info(job()));
+        s.record(&meas.finish(), SystemTime::now());
         let mut bad = Measurement::new(t0);
         bad.fail(ErrorType::Auth, t0 + Duration::from_millis(60), "401");
-        m.record(&job(), &bad.finish(), SystemTime::now());
+        s.record(&bad.finish(), SystemTime::now());
         let text = m.encode_text().unwrap();
         let l = "target=\"local\",model=\"m\",prompt=\"hello\"";
         assert!(
@@ -735,22 +870,88 @@ mod tests {
     #[test]
     fn a_removed_job_records_nothing() {
         let m = Metrics::new(&Buckets::default());
-        m.register_job(&job());
+        let s = m.register_job(info(job()));
         m.remove_job(&job());
-        m.record(&job(), &success(), SystemTime::now());
-        m.skipped(&job(), SkipReason::Overlap);
+        s.record(&success(), SystemTime::now());
+        s.skipped(SkipReason::Overlap);
         let text = m.encode_text().unwrap();
         assert!(!text.contains("target=\"local\""), "{text}");
         assert_eq!(m.last_result(&job()), None);
+        assert_eq!(s.last_result(), None);
+    }
+
+    /// Lines of the exposition that carry the job's labels.
+    fn job_lines(m: &Metrics) -> Vec<String> {
+        m.encode_text()
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains("target=\"local\""))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Issue 10 item 5: a job removed and added again (two reloads) while a probe of the removed
+    /// one was in flight gets fresh series at 0; the old probe's series handle feeds nothing.
+    #[test]
+    fn a_readded_job_is_not_fed_by_a_probe_of_its_removed_self() {
+        let m = Metrics::new(&Buckets::default());
+        let old = m.register_job(info(job()));
+        m.remove_job(&job());
+        let new = m.register_job(info(job()));
+        old.record(&success(), SystemTime::now());
+        old.skipped(SkipReason::Overlap);
+        let lines = job_lines(&m);
+        let l = "target=\"local\",model=\"m\",prompt=\"hello\"";
+        assert!(
+            lines.contains(&format!("tokenprobe_probes_total{{{l}}} 0")),
+            "{lines:#?}"
+        );
+        assert!(lines.contains(&format!(
+            "tokenprobe_probes_skipped_total{{{l},reason=\"overlap\"}} 0"
+        )));
+        assert_eq!(m.last_result(&job()), None);
+        new.record(&success(), SystemTime::now());
+        assert!(job_lines(&m).contains(&format!("tokenprobe_probes_total{{{l}}} 1")));
+    }
+
+    /// A reload that changes a job's settings but not its labels keeps its series (counters go
+    /// on) and its last result; only `tokenprobe_job_info` follows the new settings. Removing it
+    /// then deletes every series registration created, the new `job_info` included.
+    #[test]
+    fn a_changed_job_keeps_its_series_and_its_info_follows() {
+        let m = Metrics::new(&Buckets::default());
+        let before = m.register_job(info(job()));
+        let at = SystemTime::now();
+        before.record(&success(), at);
+        let registered = job_lines(&m).len();
+        let reuse = JobInfo {
+            connection: "reuse".into(),
+            ..info(job())
+        };
+        let after = m.register_job(reuse);
+        assert!(Arc::ptr_eq(&before, &after));
+        let lines = job_lines(&m);
+        assert_eq!(lines.len(), registered, "{lines:#?}");
+        let l = "target=\"local\",model=\"m\",prompt=\"hello\"";
+        assert!(lines.contains(&format!("tokenprobe_probes_total{{{l}}} 1")));
+        let infos: Vec<&String> = lines
+            .iter()
+            .filter(|x| x.starts_with("tokenprobe_job_info"))
+            .collect();
+        assert_eq!(infos.len(), 1, "{infos:?}");
+        assert!(infos[0].contains("connection=\"reuse\""), "{infos:?}");
+        assert_eq!(m.last_result(&job()).map(|r| r.at), Some(at));
+        m.remove_job(&job());
+        assert_eq!(job_lines(&m), Vec::<String>::new());
     }
 
     #[test]
     fn the_last_result_is_kept_per_job() {
         let m = Metrics::new(&Buckets::default());
-        m.register_job(&job());
+        let s = m.register_job(info(job()));
         assert_eq!(m.last_result(&job()), None);
         let at = SystemTime::now();
-        m.record(&job(), &success(), at);
+        s.record(&success(), at);
         let last = m.last_result(&job()).unwrap();
         assert_eq!(last.error_type, None);
         assert_eq!(last.at, at);
@@ -769,8 +970,8 @@ mod tests {
                 model: "m".into(),
                 prompt: "p".into(),
             };
-            m.register_job(&j);
-            m.record(&j, &success(), SystemTime::now());
+            m.register_job(info(j))
+                .record(&success(), SystemTime::now());
         }
         let text = m.encode_text().unwrap();
         let targets = |prefix: &str| -> Vec<String> {
@@ -832,7 +1033,7 @@ mod tests {
     #[test]
     fn skip_help_names_every_reason_and_internal_errors_start_at_zero() {
         let m = Metrics::new(&Buckets::default());
-        m.register_job(&job());
+        let _s = m.register_job(info(job()));
         let text = m.encode_text().unwrap();
         let help = text
             .lines()

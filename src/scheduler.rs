@@ -9,7 +9,7 @@
 
 use crate::config::{Job, Schedule};
 use crate::measure::ProbeResult;
-use crate::metrics::{InternalReason, JobInfo, JobLabels, Metrics, SkipReason};
+use crate::metrics::{InternalReason, JobInfo, JobLabels, JobSeries, Metrics, SkipReason};
 use crate::outcome::ErrorType;
 use crate::probe::{ProbeError, ProbeSpec, Prober};
 use std::collections::HashMap;
@@ -23,15 +23,6 @@ use tokio_util::task::TaskTracker;
 /// The longest start offset given to a job.
 const MAX_OFFSET: Duration = Duration::from_secs(10);
 
-/// The labels of a job.
-pub fn labels(job: &Job) -> JobLabels {
-    JobLabels {
-        target: job.target.name.clone(),
-        model: job.model.clone(),
-        prompt: job.prompt.name.clone(),
-    }
-}
-
 /// Start offset of a job: stable for a name, spread over `[0, min(period, 10 s))`.
 pub fn offset(name: &str, period: Duration) -> Duration {
     let span = period.min(MAX_OFFSET);
@@ -44,25 +35,21 @@ pub fn offset(name: &str, period: Duration) -> Duration {
 /// Per-target pause requested by `Retry-After`.
 type Pauses = Arc<Mutex<HashMap<String, Instant>>>;
 
-/// Identity of a job's full settings: equal fingerprints mean nothing about the job changed
-/// (a changed inline key changes it too, without the key ever being formatted).
-pub fn fingerprint(job: &Job) -> u64 {
-    let mut h = DefaultHasher::new();
-    format!("{job:?}").hash(&mut h);
-    if let Some(crate::config::KeySource::Inline(k)) = &job.target.api_key {
-        k.expose().hash(&mut h);
+/// A job as the key of the running set: equal keys mean nothing about the job changed. Equality
+/// is the config types' own (`Eq` on [`Job`], every setting compared, hidden values included),
+/// never their `Debug` text, which hides secrets; the hash is of the job's name, unique per config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct JobKey(Job);
+
+impl Hash for JobKey {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        let j = &self.0;
+        (&j.target.name, &j.model, &j.prompt.name).hash(h);
     }
-    // `Target`'s Debug hides these (userinfo, header and query values, proxy credentials).
-    let t = &job.target;
-    (&t.base_url, &t.headers, &t.query).hash(&mut h);
-    if let crate::config::ProxySetting::Url(u) = &t.proxy {
-        u.hash(&mut h);
-    }
-    h.finish()
 }
 
 struct Running {
-    labels: JobLabels,
+    series: Arc<JobSeries>,
     cancel: CancellationToken,
 }
 
@@ -74,7 +61,7 @@ pub struct Scheduler {
     ticks: TaskTracker,
     probes: TaskTracker,
     pauses: Pauses,
-    jobs: HashMap<u64, Running>,
+    jobs: HashMap<JobKey, Running>,
 }
 
 impl std::fmt::Debug for Scheduler {
@@ -127,46 +114,37 @@ impl Scheduler {
     /// # Errors
     /// [`ProbeError`] when an HTTP client cannot be built; then nothing was changed.
     pub fn apply(&mut self, jobs: &[Job]) -> Result<Applied, ProbeError> {
-        let mut wanted: HashMap<u64, &Job> = HashMap::new();
-        for j in jobs {
-            wanted.insert(fingerprint(j), j);
-        }
+        #[allow(
+            clippy::mutable_key_type,
+            reason = "a regex's cache is its only interior mutability; JobKey's hash and equality never see it"
+        )]
+        let wanted: HashMap<JobKey, &Job> = jobs.iter().map(|j| (JobKey(j.clone()), j)).collect();
         // Build every new client first, so a failure leaves the running set as it was.
         let mut fresh = Vec::new();
-        for (fp, job) in &wanted {
-            if !self.jobs.contains_key(fp) {
+        for (key, job) in &wanted {
+            if !self.jobs.contains_key(key) {
                 let spec = ProbeSpec::from_job(job);
                 let prober = Prober::new(&spec)?;
-                fresh.push((*fp, *job, spec, prober));
+                fresh.push((key.clone(), *job, spec, prober));
             }
         }
         let mut applied = Applied::default();
-        let stale: Vec<u64> = self
-            .jobs
-            .keys()
-            .filter(|fp| !wanted.contains_key(fp))
-            .copied()
-            .collect();
-        let new_labels: std::collections::HashSet<JobLabels> = jobs.iter().map(labels).collect();
-        for fp in stale {
-            if let Some(r) = self.jobs.remove(&fp) {
-                r.cancel.cancel();
-                applied.stopped += 1;
-                if !new_labels.contains(&r.labels) {
-                    self.metrics.remove_job(&r.labels);
-                }
+        let new_labels: std::collections::HashSet<JobLabels> =
+            jobs.iter().map(JobLabels::of).collect();
+        self.jobs.retain(|key, r| {
+            if wanted.contains_key(key) {
+                return true;
             }
-        }
+            r.cancel.cancel();
+            applied.stopped += 1;
+            if !new_labels.contains(r.series.labels()) {
+                self.metrics.remove_job(r.series.labels());
+            }
+            false
+        });
         applied.kept = self.jobs.len();
-        for (fp, job, spec, prober) in fresh {
-            let labels = labels(job);
-            self.metrics.register_job(&labels);
-            self.metrics.set_job_info(JobInfo {
-                job: labels.clone(),
-                api: job.target.api.to_string(),
-                connection: job.target.connection.as_str().to_owned(),
-                nonce: job.prompt.nonce.to_string(),
-            });
+        for (key, job, spec, prober) in fresh {
+            let series = self.metrics.register_job(JobInfo::of(job));
             if spec.client.tls.insecure_skip_verify {
                 tracing::warn!(job = %job.name(), "insecure_skip_verify is set: server certificates are NOT verified");
             }
@@ -175,7 +153,7 @@ impl Scheduler {
             }
             let cancel = self.cancel.child_token();
             let runner = JobRunner {
-                labels: labels.clone(),
+                series: series.clone(),
                 name: job.name(),
                 prober,
                 spec: Arc::new(spec),
@@ -189,7 +167,7 @@ impl Scheduler {
             let c = cancel.clone();
             self.ticks
                 .spawn_on(async move { runner.run(schedule, c).await }, &self.runtime);
-            self.jobs.insert(fp, Running { labels, cancel });
+            self.jobs.insert(key, Running { series, cancel });
             applied.started += 1;
         }
         Ok(applied)
@@ -219,7 +197,8 @@ impl Scheduler {
 }
 
 struct JobRunner {
-    labels: JobLabels,
+    /// The job's series, which its probes record into.
+    series: Arc<JobSeries>,
     name: String,
     spec: Arc<ProbeSpec>,
     prober: Prober,
@@ -266,10 +245,11 @@ impl JobRunner {
         let Ok(mut p) = self.pauses.lock() else {
             return false;
         };
-        match p.get(&self.labels.target) {
+        let target = &self.series.labels().target;
+        match p.get(target) {
             Some(until) if Instant::now() < *until => true,
             Some(_) => {
-                p.remove(&self.labels.target);
+                p.remove(target);
                 false
             }
             None => false,
@@ -278,19 +258,19 @@ impl JobRunner {
 
     fn fire(&self) {
         if self.paused() {
-            self.metrics.skipped(&self.labels, SkipReason::RateLimited);
+            self.series.skipped(SkipReason::RateLimited);
             return;
         }
         if self.running.swap(true, Ordering::AcqRel) {
-            self.metrics.skipped(&self.labels, SkipReason::Overlap);
+            self.series.skipped(SkipReason::Overlap);
             tracing::debug!(job = %self.name, "previous probe still running; tick skipped");
             return;
         }
-        let (prober, spec, metrics, labels, running, pauses, name) = (
+        let (prober, spec, metrics, series, running, pauses, name) = (
             self.prober.clone(),
             self.spec.clone(),
             self.metrics.clone(),
-            self.labels.clone(),
+            self.series.clone(),
             self.running.clone(),
             self.pauses.clone(),
             self.name.clone(),
@@ -310,12 +290,12 @@ impl JobRunner {
                 );
                 return;
             }
-            metrics.record(&labels, &r, SystemTime::now());
+            series.record(&r, SystemTime::now());
             if let Some(wait) = r.retry_after_s.filter(|w| *w > 0.0)
                 && let Ok(mut p) = pauses.lock()
             {
                 let until = Instant::now() + Duration::from_secs_f64(wait.clamp(0.0, 3600.0));
-                p.insert(labels.target.clone(), until);
+                p.insert(series.labels().target.clone(), until);
             }
             log_result(&name, &r);
         }, &self.runtime);
@@ -379,6 +359,49 @@ pub fn log_result(job: &str, r: &ProbeResult) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn jobs_with_header(value: &str) -> Vec<Job> {
+        let text = format!(
+            "prompts:\n  - name: p\n    messages: [{{role: user, content: hi}}]\ntargets:\n  - name: a\n    base_url: http://127.0.0.1:9/v1\n    models: [m]\n    interval: 1h\n    headers: {{X-Key: {value}}}\n"
+        );
+        crate::config::Config::parse(&text).unwrap().jobs
+    }
+
+    /// Issue 10 item 5: a job's identity is its settings (`Eq` on the config types), not its
+    /// `Debug` text: a changed header value, which `Debug` hides, restarts the job; an identical
+    /// config keeps it running.
+    #[tokio::test]
+    async fn a_job_is_its_settings_not_its_debug_text() {
+        let (h1, h2) = (jobs_with_header("h1"), jobs_with_header("h2"));
+        assert_eq!(format!("{:?}", h1[0]), format!("{:?}", h2[0]));
+        assert!(!format!("{:?}", h1[0]).contains("h1"));
+        assert_ne!(h1[0], h2[0]);
+        let metrics = Arc::new(Metrics::new(&crate::config::Buckets::default()));
+        let mut s =
+            Scheduler::start(&h1, metrics.clone(), tokio::runtime::Handle::current()).unwrap();
+        let kept = Applied {
+            started: 0,
+            stopped: 0,
+            kept: 1,
+        };
+        assert_eq!(s.apply(&jobs_with_header("h1")).unwrap(), kept);
+        let restarted = Applied {
+            started: 1,
+            stopped: 1,
+            kept: 0,
+        };
+        assert_eq!(s.apply(&h2).unwrap(), restarted);
+        assert_eq!(s.len(), 1);
+        // Same labels: the series stayed (registered once, never removed).
+        let text = metrics.encode_text().unwrap();
+        assert_eq!(
+            text.matches("tokenprobe_probes_total{target=\"a\",model=\"m\",prompt=\"p\"} 0")
+                .count(),
+            1,
+            "{text}"
+        );
+        s.shutdown(Duration::ZERO).await;
+    }
 
     #[test]
     fn offsets_are_stable_bounded_and_spread() {

@@ -10,7 +10,7 @@
 
 use crate::config::Job;
 use crate::daemon::Daemon;
-use crate::metrics::{LastResult, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
+use crate::metrics::{JobLabels, LastResult, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
 use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
@@ -24,24 +24,24 @@ use std::time::{Duration, Instant};
 
 /// A job as shown on `/` (no secrets: the key source is not shown).
 #[derive(Debug, Clone)]
-pub struct JobRow {
+struct JobRow {
     /// The job's labels (to find its last result).
-    pub labels: crate::metrics::JobLabels,
+    labels: JobLabels,
     /// `target/model/prompt`.
-    pub name: String,
+    name: String,
     /// Protocol.
-    pub api: String,
+    api: String,
     /// Endpoint URL.
-    pub url: String,
+    url: String,
     /// Schedule, e.g. `every 15s`.
-    pub schedule: String,
+    schedule: String,
 }
 
 impl JobRow {
     /// The row for a job.
-    pub fn of(job: &Job) -> Self {
+    fn of(job: &Job) -> Self {
         JobRow {
-            labels: crate::scheduler::labels(job),
+            labels: JobLabels::of(job),
             name: job.name(),
             api: job.target.api.to_string(),
             url: crate::redact::redact_url(&format!(
@@ -256,7 +256,7 @@ fn last_cells(last: Option<&LastResult>) -> [String; 4] {
 
 async fn index(State(app): State<Arc<App>>) -> Html<String> {
     let d = &app.daemon;
-    let jobs = d.jobs();
+    let jobs: Vec<JobRow> = d.jobs().iter().map(JobRow::of).collect();
     let mut h = String::from(
         "<!doctype html><html><head><title>tokenprobe</title></head><body>\n<h1>tokenprobe</h1>\n\
          <p><a href=\"/metrics\">Metrics</a> · <a href=\"/-/healthy\">Health</a> · <a href=\"/-/ready\">Ready</a> · reload: <code>POST /-/reload</code> or SIGHUP</p>\n",
@@ -347,6 +347,37 @@ mod tests {
             at,
         };
         assert_eq!(last_cells(Some(&bad))[1], "rate_limited");
+    }
+
+    /// Issue 10 item 5: `/` is rendered from the daemon's loaded config (no cached rows in the
+    /// daemon): it lists the jobs of the config running now, after a reload too, with their
+    /// endpoint redacted.
+    #[tokio::test]
+    async fn the_index_lists_the_loaded_jobs_after_a_reload() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.yaml");
+        let config = |models: &str| {
+            format!(
+                "prompts:\n  - name: p\n    messages: [{{role: user, content: hi}}]\ntargets:\n  - name: a\n    base_url: http://u:pw-index-1@127.0.0.1:9/v1\n    models: [{models}]\n    interval: 1h\n"
+            )
+        };
+        std::fs::write(&path, config("m1")).unwrap();
+        let daemon = Daemon::start(&path, tokio::runtime::Handle::current()).unwrap();
+        let app = Arc::new(App {
+            daemon: daemon.clone(),
+            cache: tokio::sync::Mutex::new(HashMap::new()),
+            next_answer: tokio::sync::Mutex::new(tokio::time::Instant::now()),
+        });
+        let Html(page) = index(State(app.clone())).await;
+        assert!(page.contains("<h2>Jobs (1)</h2>"), "{page}");
+        assert!(page.contains("<td>a/m1/p</td>"), "{page}");
+        assert!(!page.contains("pw-index-1"), "{page}");
+        std::fs::write(&path, config("m1, m2")).unwrap();
+        daemon.reload().await.unwrap();
+        let Html(page) = index(State(app)).await;
+        assert!(page.contains("<h2>Jobs (2)</h2>"), "{page}");
+        assert!(page.contains("<td>a/m2/p</td>"), "{page}");
+        daemon.shutdown(Duration::ZERO).await;
     }
 
     #[test]

@@ -114,7 +114,7 @@ fn a_change_of_a_hidden_value_still_changes_the_job() {
         let text = format!(
             "prompts:\n  - name: p\n    messages: [{{role: user, content: hi}}]\ntargets:\n  - name: a\n    base_url: http://{u}@h/v1\n    models: [m]\n    headers: {{X-Key: {h}}}\n    query: {{code: {q}}}\n"
         );
-        crate::scheduler::fingerprint(&Config::parse(&text).unwrap().jobs[0])
+        Config::parse(&text).unwrap().jobs[0].clone()
     };
     let base = at("h1", "q1", "u:p1");
     assert_ne!(base, at("h2", "q1", "u:p1"), "header value");

@@ -217,7 +217,7 @@ pub struct Expect {
 }
 
 /// When a job runs.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Schedule {
     /// Every so often, from a per-job offset.
     Interval(Duration),
@@ -261,7 +261,7 @@ impl Eq for Expect {}
 
 /// A validated target. Its `Debug` hides what may be secret (userinfo, non-public header and
 /// query values, a proxy's credentials), as every output does.
-#[derive(Clone)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Target {
     /// Config name (a label value).
     pub name: String,
@@ -325,8 +325,9 @@ impl fmt::Debug for Target {
     }
 }
 
-/// One job: a (target, model, prompt) triple with its schedule and deadlines.
-#[derive(Debug, Clone)]
+/// One job: a (target, model, prompt) triple with its schedule and deadlines. Two jobs are equal
+/// when every setting is (hidden values included; the scheduler restarts a job that changed).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Job {
     /// The target.
     pub target: Arc<Target>,
