@@ -10,8 +10,8 @@
 
 use crate::config::{Buckets, Config, ConfigError, Job};
 use crate::metrics::Metrics;
-use crate::probe::ProbeError;
 use crate::scheduler::{Applied, Scheduler};
+use crate::transport::TransportError;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
@@ -24,7 +24,7 @@ pub enum DaemonError {
     Config(#[from] ConfigError),
     /// An HTTP client could not be built (CA file, proxy URL).
     #[error(transparent)]
-    Client(#[from] ProbeError),
+    Client(#[from] TransportError),
     /// Histogram layouts are fixed for the life of the process.
     #[error("the buckets section changed: histogram layouts can only change with a restart")]
     BucketsChanged,

@@ -17,7 +17,7 @@
 //! - [`bench`]: concurrency and rate sweeps, the knee, model selection, baseline regression.
 //! - [`server`]: `/metrics`, `/-/healthy`, `/-/ready`, `/-/reload`, `/`.
 //! - [`redact`]: what a secret is, and hiding it (and its derived forms) in every output.
-//! - [`report`]: a probe result as JSON or as a human report.
+//! - [`output`]: writing to stdout and stderr without panicking on a closed pipe.
 //! - [`resources`]: the exporter's own fd budget, fd exhaustion, and web thread priority.
 //! - `rng`: the one seeded pseudo-random generator (simulator jitter, bench arrivals).
 //! - [`transport`]: the HTTP client, instrumented to time DNS, TCP connect and TLS.
@@ -33,10 +33,10 @@ pub mod log;
 pub mod measure;
 pub mod metrics;
 pub mod outcome;
+pub mod output;
 pub mod probe;
 pub mod protocol;
 pub mod redact;
-pub mod report;
 pub mod resources;
 pub(crate) mod rng;
 pub mod scheduler;

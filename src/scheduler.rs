@@ -11,7 +11,8 @@ use crate::config::{Job, Schedule};
 use crate::measure::ProbeResult;
 use crate::metrics::{InternalReason, JobInfo, JobLabels, JobSeries, Metrics, SkipReason};
 use crate::outcome::ErrorType;
-use crate::probe::{ProbeError, ProbeSpec, Prober};
+use crate::probe::{ProbeSpec, Prober};
+use crate::transport::TransportError;
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -88,12 +89,12 @@ impl Scheduler {
     /// job, later ones after a reload too, runs there, whichever runtime calls [`Scheduler::apply`]).
     ///
     /// # Errors
-    /// [`ProbeError`] when an HTTP client cannot be built.
+    /// [`TransportError`] when an HTTP client cannot be built.
     pub fn start(
         jobs: &[Job],
         metrics: Arc<Metrics>,
         runtime: tokio::runtime::Handle,
-    ) -> Result<Self, ProbeError> {
+    ) -> Result<Self, TransportError> {
         let mut s = Scheduler {
             metrics,
             runtime,
@@ -112,8 +113,8 @@ impl Scheduler {
     /// Probes already in flight finish and are recorded.
     ///
     /// # Errors
-    /// [`ProbeError`] when an HTTP client cannot be built; then nothing was changed.
-    pub fn apply(&mut self, jobs: &[Job]) -> Result<Applied, ProbeError> {
+    /// [`TransportError`] when an HTTP client cannot be built; then nothing was changed.
+    pub fn apply(&mut self, jobs: &[Job]) -> Result<Applied, TransportError> {
         #[allow(
             clippy::mutable_key_type,
             reason = "a regex's cache is its only interior mutability; JobKey's hash and equality never see it"

@@ -25,7 +25,8 @@ pub mod select;
 pub mod stats;
 
 use crate::config::{Config, ConfigError, Job};
-use crate::probe::{ProbeError, ProbeSpec};
+use crate::probe::ProbeSpec;
+use crate::transport::TransportError;
 use criteria::{Criteria, CriteriaError};
 use report::{LoadMode, ModelReport, Report};
 use runner::{Amount, Arrival, Progress, Runner};
@@ -52,7 +53,7 @@ pub enum BenchError {
     },
     /// The HTTP client could not be built from the target's settings.
     #[error(transparent)]
-    Client(#[from] ProbeError),
+    Client(#[from] TransportError),
     /// The baseline report could not be read.
     #[error("cannot use baseline {path}: {reason}")]
     Baseline {
@@ -488,7 +489,7 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         selection,
         comparison,
     };
-    crate::report::print_stdout(&report::render_table(&report));
+    crate::output::print_stdout(&report::render_table(&report));
     write_outputs(&report, &outputs, plot.as_deref(), &criteria)?;
     let regressed = report
         .comparison

@@ -17,8 +17,9 @@
 
 use super::stats::Sample;
 use crate::measure::ProbeResult;
-use crate::probe::{ProbeError, ProbeSpec, Prober};
+use crate::probe::{ProbeSpec, Prober};
 use crate::rng::Rng;
+use crate::transport::TransportError;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -157,7 +158,7 @@ impl Progress {
     pub fn println(&self, line: &str) {
         match &self.bar {
             Some(b) => b.println(line),
-            None => crate::report::print_stderr_line(line),
+            None => crate::output::print_stderr_line(line),
         }
     }
 
@@ -282,8 +283,8 @@ impl Runner {
     /// A runner for `spec` (the first prober is built here, so bad client settings fail early).
     ///
     /// # Errors
-    /// [`ProbeError`] when the client settings are unusable.
-    pub fn new(spec: ProbeSpec, progress: Progress) -> Result<Runner, ProbeError> {
+    /// [`TransportError`] when the client settings are unusable.
+    pub fn new(spec: ProbeSpec, progress: Progress) -> Result<Runner, TransportError> {
         let first = Prober::new(&spec)?;
         Ok(Runner {
             spec: Arc::new(spec),
@@ -297,7 +298,7 @@ impl Runner {
         Arc::make_mut(&mut self.spec).model = model.to_owned();
     }
 
-    fn ensure_probers(&mut self, n: usize) -> Result<(), ProbeError> {
+    fn ensure_probers(&mut self, n: usize) -> Result<(), TransportError> {
         while self.probers.len() < n {
             self.probers.push(Prober::new(&self.spec)?);
         }
@@ -307,8 +308,8 @@ impl Runner {
     /// Unmeasured requests before a level, closed loop at `min(concurrency, n)` workers.
     ///
     /// # Errors
-    /// [`ProbeError`] if a prober cannot be built.
-    pub async fn warmup(&mut self, concurrency: u32, n: u64) -> Result<(), ProbeError> {
+    /// [`TransportError`] if a prober cannot be built.
+    pub async fn warmup(&mut self, concurrency: u32, n: u64) -> Result<(), TransportError> {
         if n == 0 {
             return Ok(());
         }
@@ -328,14 +329,14 @@ impl Runner {
     /// One closed-loop level: `c` workers, each with its own prober.
     ///
     /// # Errors
-    /// [`ProbeError`] if a prober cannot be built.
+    /// [`TransportError`] if a prober cannot be built.
     pub async fn closed(
         &mut self,
         c: u32,
         amount: Amount,
         label: String,
         progress_base: u64,
-    ) -> Result<LevelRun, ProbeError> {
+    ) -> Result<LevelRun, TransportError> {
         self.ensure_probers(c as usize)?;
         let limit = match amount {
             Amount::Requests(n) => n,
@@ -417,7 +418,7 @@ impl Runner {
     /// for a slot and are counted as capped).
     ///
     /// # Errors
-    /// [`ProbeError`] if a prober cannot be built.
+    /// [`TransportError`] if a prober cannot be built.
     #[allow(clippy::too_many_arguments)]
     pub async fn open(
         &mut self,
@@ -428,7 +429,7 @@ impl Runner {
         amount: Amount,
         label: String,
         progress_base: u64,
-    ) -> Result<LevelRun, ProbeError> {
+    ) -> Result<LevelRun, TransportError> {
         // Probers for the first arrivals up front; more are built on demand up to the cap.
         self.ensure_probers((cap as usize).min(64))?;
         let pool = Arc::new(Mutex::new(self.probers.clone()));

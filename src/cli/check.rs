@@ -1,8 +1,8 @@
 //! `tokenprobe check-config`: validate a config file as `serve` would load it.
 
 use crate::config::{Config, ConfigError};
+use crate::output::{print_stderr_line, print_stdout};
 use crate::probe::{ProbeSpec, Prober};
-use crate::report::{print_stderr_line, print_stdout};
 use anyhow::Result;
 use std::process::ExitCode;
 

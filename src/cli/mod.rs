@@ -19,7 +19,7 @@ pub mod probe;
 pub mod serve;
 pub mod signals;
 
-use crate::report::print_stderr_line;
+use crate::output::print_stderr_line;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -5,9 +5,10 @@ use crate::config::{
     AuthStyle, Config, ConfigError, ConnectionMode, KeySource, ProxySetting, Secret, Timeouts,
     TlsOptions,
 };
+use crate::output::{print_stderr_line, print_stdout};
+use crate::probe::report::{ReportContext, to_json, to_text};
 use crate::probe::{ProbeSpec, Prober};
 use crate::protocol::{Api, Message};
-use crate::report::{ReportContext, print_stderr_line, print_stdout, to_json, to_text};
 use crate::transport::ClientOptions;
 use anyhow::{Context, Result};
 use clap::ValueEnum;

@@ -7,9 +7,10 @@
 //! them and decoding them right there, with no channel between arrival and timestamp. Deadlines
 //! follow docs/measurement.md: `connect` (connection set-up), `first_token` (from `t0`), `idle` (no
 //! bytes after the first token) and `total`. No retries, no redirects, no reconnects: one probe is
-//! one request.
+//! one request. [`report`] shows a result to people (text) and programs (JSON).
 
 mod read;
+pub mod report;
 mod request;
 
 pub use read::{MAX_BODY_BYTES, check_expect};
@@ -108,9 +109,6 @@ impl ProbeSpec {
     }
 }
 
-/// Errors building a [`Prober`].
-pub type ProbeError = TransportError;
-
 /// A prober: an instrumented HTTP client (identity encoding, no redirects; by default no pooled
 /// connections, so TTFT includes what a cold user sees). Run one probe at a time per prober when
 /// connection phases matter (the scheduler does).
@@ -124,7 +122,7 @@ impl Prober {
     ///
     /// # Errors
     /// [`TransportError`] when the CA file, proxy URL or TLS settings are unusable.
-    pub fn new(spec: &ProbeSpec) -> Result<Self, ProbeError> {
+    pub fn new(spec: &ProbeSpec) -> Result<Self, TransportError> {
         Ok(Prober {
             transport: Transport::new(&spec.client, spec.timeouts.connect)?,
         })

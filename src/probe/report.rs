@@ -6,22 +6,6 @@ use crate::outcome::ErrorType;
 use serde_json::{Value, json};
 use std::fmt::Write as _;
 
-/// Writes `text` to stdout and flushes it. A reader that went away (`tokenprobe probe | head`)
-/// drops the rest of the output; it is not a panic (as `print!` makes it) and does not change the
-/// command's exit code. Every command's stdout output goes through here.
-pub fn print_stdout(text: &str) {
-    use std::io::Write as _;
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
-}
-
-/// [`print_stdout`] for stderr, with a line end added.
-pub fn print_stderr_line(line: &str) {
-    use std::io::Write as _;
-    let mut err = std::io::stderr().lock();
-    let _ = writeln!(err, "{line}").and_then(|()| err.flush());
-}
-
 /// The JSON object printed by `probe --format json`: exactly the keys `outcome`, `error_type`,
 /// `ttfb_s`, `ttft_s`, `ttfo_s`, `e2e_s`, `output_tokens`, `token_source`, `input_tokens`, `tpot_s`,
 /// `decode_tokens_per_s`, `chunk_gaps_s`, `chunk_gaps_dropped`, `flags`, `retry_after_s`; absent
