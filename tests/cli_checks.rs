@@ -717,9 +717,10 @@ fn probe_refuses_an_empty_model_and_names_an_unset_key_variable_once() {
         None,
     );
     assert_eq!(code, 2, "{err}");
+    // The flags go through the config's rules, so the message is the config's, naming the flag.
     assert_eq!(
         err.trim(),
-        "tokenprobe: environment variable TP_SURELY_UNSET_VAR (--api-key-env) is not set"
+        "tokenprobe: invalid flags: --api-key-env: environment variable TP_SURELY_UNSET_VAR is not set"
     );
     assert_eq!(
         conns.load(Ordering::SeqCst),

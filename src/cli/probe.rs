@@ -1,15 +1,11 @@
 //! `tokenprobe probe`: its flags, their conversion into a [`ProbeSpec`] (from the flags alone, or
 //! from a target of a config file with the flags on top), and the one probe with its report.
 
-use crate::config::{
-    AuthStyle, Config, ConfigError, ConnectionMode, KeySource, ProxySetting, Secret, Timeouts,
-    TlsOptions,
-};
+use crate::config::{AuthStyle, Config, ConfigError, Timeouts};
 use crate::output::{print_stderr_line, print_stdout};
 use crate::probe::report::{ReportContext, to_json, to_text};
 use crate::probe::{ProbeSpec, Prober};
-use crate::protocol::{Api, Message};
-use crate::transport::ClientOptions;
+use crate::protocol::Api;
 use anyhow::{Context, Result};
 use clap::ValueEnum;
 use std::path::PathBuf;
@@ -119,25 +115,6 @@ fn parse_pair(s: &str) -> Result<(String, String), String> {
         .ok_or_else(|| "expected NAME=VALUE (a value without '=' or without a name)".to_owned())
 }
 
-fn parse_header(s: &str) -> Result<(String, String), String> {
-    let (k, v) = parse_pair(s)?;
-    reqwest::header::HeaderName::from_bytes(k.as_bytes())
-        .map_err(|_| format!("{k:?} is not a valid header name"))?;
-    reqwest::header::HeaderValue::from_str(&v)
-        .map_err(|_| format!("the value of {k} is not a valid header value"))?;
-    Ok((k, v))
-}
-
-fn parse_proxy(s: &str) -> Result<ProxySetting, String> {
-    if s == "none" || s.is_empty() {
-        return Ok(ProxySetting::Disabled);
-    }
-    match reqwest::Url::parse(s) {
-        Ok(u) if matches!(u.scheme(), "http" | "https") => Ok(ProxySetting::Url(s.to_owned())),
-        _ => Err("--proxy: expected an http:// or https:// proxy URL, or \"none\"".into()),
-    }
-}
-
 /// `base` with the `--timeout-*` flags that were given applied on top.
 fn deadlines(a: &ProbeArgs, base: Timeouts) -> Timeouts {
     Timeouts {
@@ -163,80 +140,53 @@ pub fn spec_from_args(a: &ProbeArgs) -> Result<ProbeSpec> {
     let (Some(base_url), Some(model)) = (&a.base_url, &a.model) else {
         anyhow::bail!("--base-url and --model are required without --config.file");
     };
-    anyhow::ensure!(!model.trim().is_empty(), "--model must not be empty");
-    // The URL is not quoted: it may carry userinfo.
-    let parsed = reqwest::Url::parse(base_url).context("--base-url is not a URL")?;
-    anyhow::ensure!(
-        matches!(parsed.scheme(), "http" | "https"),
-        "--base-url must be http:// or https://"
-    );
-    let api_key = match (&a.api_key_env, &a.api_key_file) {
-        (Some(var), _) => Some(KeySource::Inline(Secret::new(std::env::var(var).map_err(
-            |_| anyhow::anyhow!("environment variable {var} (--api-key-env) is not set"),
-        )?))),
-        (None, Some(f)) => {
-            std::fs::metadata(f).with_context(|| format!("--api-key-file {}", f.display()))?;
-            Some(KeySource::File(f.clone()))
-        }
-        (None, None) => None,
+    let pairs = |flag: &str, given: &[String]| {
+        given
+            .iter()
+            .map(|p| parse_pair(p).map_err(|e| anyhow::anyhow!("{flag}: {e}")))
+            .collect::<Result<Vec<_>>>()
     };
-    let timeouts = deadlines(a, Timeouts::default());
-    let auth = match (a.auth, a.api) {
-        (Some(AuthArg::Bearer), _) => AuthStyle::Bearer,
-        (Some(AuthArg::XApiKey), _) | (None, Api::AnthropicMessages) => AuthStyle::XApiKey,
-        (Some(AuthArg::ApiKey), _) => AuthStyle::ApiKey,
-        (None, _) => AuthStyle::Bearer,
-    };
-    let proxy = match a.proxy.as_deref() {
-        None => ProxySetting::Environment,
-        Some(p) => parse_proxy(p).map_err(anyhow::Error::msg)?,
-    };
-    let headers = a
-        .headers
-        .iter()
-        .map(|h| parse_header(h).map_err(|e| anyhow::anyhow!("--header: {e}")))
-        .collect::<Result<Vec<_>>>()?;
-    if let Some(why) = crate::config::userinfo_conflict(base_url, auth, api_key.is_some()) {
-        anyhow::bail!("--base-url {why}");
-    }
-    if let Some(why) = headers
-        .iter()
-        .find_map(|(n, _)| crate::config::header_set_by_tokenprobe(n, auth, api_key.is_some()))
-    {
-        anyhow::bail!("--header: {why}");
-    }
-    let query = a
-        .query
-        .iter()
-        .map(|q| parse_pair(q).map_err(|e| anyhow::anyhow!("--query: {e}")))
-        .collect::<Result<Vec<_>>>()?;
-    Ok(ProbeSpec {
+    // The flags are a one-target config: the config's rules check them, and only them.
+    let flags = crate::config::FlagTarget {
+        base_url: base_url.clone(),
         api: a.api,
-        base_url: base_url.trim_end_matches('/').to_owned(),
         model: model.clone(),
-        messages: vec![Message {
-            role: "user".into(),
-            content: a.prompt.clone(),
-        }],
-        max_tokens: Some(a.max_tokens),
+        api_key_env: a.api_key_env.clone(),
+        api_key_file: a.api_key_file.clone(),
+        auth: a.auth.map(|s| match s {
+            AuthArg::Bearer => AuthStyle::Bearer,
+            AuthArg::XApiKey => AuthStyle::XApiKey,
+            AuthArg::ApiKey => AuthStyle::ApiKey,
+        }),
+        headers: pairs("--header", &a.headers)?,
+        query: pairs("--query", &a.query)?,
+        proxy: a.proxy.clone(),
+        ca_file: a.ca_file.clone(),
+        insecure_skip_verify: a.insecure_skip_verify,
         include_usage: !a.no_usage,
-        headers,
-        extra_body: serde_json::Map::new(),
-        api_key,
-        auth,
-        query,
+        prompt: a.prompt.clone(),
+        max_tokens: a.max_tokens,
         nonce: a.nonce,
-        expect: None,
-        timeouts,
-        client: ClientOptions {
-            proxy,
-            tls: TlsOptions {
-                ca_file: a.ca_file.clone(),
-                insecure_skip_verify: a.insecure_skip_verify,
-            },
-            connection: ConnectionMode::New,
-        },
-    })
+        timeouts: [
+            a.timeout_connect,
+            a.timeout_first_token,
+            a.timeout_idle,
+            a.timeout_total,
+        ],
+    };
+    let config = Config::from_flags(&flags).map_err(|e| match e {
+        ConfigError::Invalid(issues) => anyhow::anyhow!(
+            "invalid flags: {}",
+            issues
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+        other => anyhow::anyhow!("{other}"),
+    })?;
+    let job = config.jobs.first().context("the flags define no probe")?;
+    Ok(ProbeSpec::from_job(job))
 }
 
 /// The spec of `--target` (default: the first target) in a config: its job for `--model` when the
@@ -378,7 +328,10 @@ mod tests {
         assert_eq!(s.timeouts.first_token, Duration::from_secs(3));
         assert_eq!(s.timeouts.total, Timeouts::default().total);
         assert!(s.nonce && !s.include_usage);
-        assert!(matches!(s.client.proxy, ProxySetting::Disabled));
+        assert!(matches!(
+            s.client.proxy,
+            crate::config::ProxySetting::Disabled
+        ));
         assert_eq!(s.auth, AuthStyle::Bearer);
         assert_eq!(s.messages.len(), 1);
     }

@@ -11,10 +11,12 @@
 //! - `types`: the validated types and the errors.
 //! - `validate`: the rules, one validator per section, writing into one list of problems.
 
+mod flags;
 mod raw;
 mod types;
 mod validate;
 
+pub use flags::FlagTarget;
 pub use types::{
     AuthStyle, Buckets, Config, ConfigError, ConnectionMode, Expect, Issue, Job,
     KEY_FILE_MAX_BYTES, KEY_FILE_TIMEOUT, KeySource, Prompt, ProxySetting, Schedule, Secret,
