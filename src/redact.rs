@@ -137,8 +137,8 @@ impl Redactor {
         if let Some(k) = key {
             r.add_secret(k.expose());
         }
-        r.add_userinfo(&spec.base_url);
-        match &spec.client.proxy {
+        r.add_userinfo(&spec.target.base_url);
+        match &spec.target.proxy {
             crate::config::ProxySetting::Url(p) => r.add_userinfo(p),
             crate::config::ProxySetting::Environment => {
                 if let Some(p) = environment_proxy(&spec.url()) {
@@ -147,8 +147,18 @@ impl Redactor {
             }
             crate::config::ProxySetting::Disabled => {}
         }
-        r.add_headers(spec.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())));
-        r.add_query(spec.query.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+        r.add_headers(
+            spec.target
+                .headers
+                .iter()
+                .map(|(n, v)| (n.as_str(), v.as_str())),
+        );
+        r.add_query(
+            spec.target
+                .query
+                .iter()
+                .map(|(n, v)| (n.as_str(), v.as_str())),
+        );
         r
     }
 

@@ -146,7 +146,7 @@ impl Scheduler {
         applied.kept = self.jobs.len();
         for (key, job, spec, prober) in fresh {
             let series = self.metrics.register_job(JobInfo::of(job));
-            if spec.client.tls.insecure_skip_verify {
+            if spec.target.tls.insecure_skip_verify {
                 tracing::warn!(job = %job.name(), "insecure_skip_verify is set: server certificates are NOT verified");
             }
             if let Some(p) = spec.proxy() {

@@ -233,7 +233,7 @@ pub async fn run(a: ProbeArgs) -> Result<ExitCode> {
         // Deadline flags still apply on top of a configured target.
         spec.timeouts = deadlines(&a, spec.timeouts);
     }
-    if spec.client.tls.insecure_skip_verify {
+    if spec.target.tls.insecure_skip_verify {
         print_stderr_line(
             "tokenprobe: WARNING: --insecure-skip-verify: the server certificate is NOT verified",
         );
@@ -316,7 +316,7 @@ mod tests {
         ])
         .expect("spec");
         assert_eq!(
-            s.base_url, "http://127.0.0.1:8080/v1",
+            s.target.base_url, "http://127.0.0.1:8080/v1",
             "trailing slash dropped"
         );
         assert_eq!(
@@ -324,16 +324,16 @@ mod tests {
             "http://127.0.0.1:8080/v1/chat/completions?api-version=2024-10-21"
         );
         assert_eq!((s.model.as_str(), s.max_tokens), ("m", Some(9)));
-        assert_eq!(s.headers, [("X-Team".to_owned(), "sre".to_owned())]);
+        assert_eq!(s.target.headers, [("X-Team".to_owned(), "sre".to_owned())]);
         assert_eq!(s.timeouts.first_token, Duration::from_secs(3));
         assert_eq!(s.timeouts.total, Timeouts::default().total);
-        assert!(s.nonce && !s.include_usage);
+        assert!(s.prompt.nonce && !s.target.include_usage);
         assert!(matches!(
-            s.client.proxy,
+            s.target.proxy,
             crate::config::ProxySetting::Disabled
         ));
-        assert_eq!(s.auth, AuthStyle::Bearer);
-        assert_eq!(s.messages.len(), 1);
+        assert_eq!(s.target.auth, AuthStyle::Bearer);
+        assert_eq!(s.prompt.messages.len(), 1);
     }
 
     #[test]
@@ -341,10 +341,10 @@ mod tests {
         let base = ["--base-url", "https://api.example.com", "--model", "c"];
         let anthropic =
             spec(&[&base[..], &["--api", "anthropic-messages"]].concat()).expect("spec");
-        assert_eq!(anthropic.auth, AuthStyle::XApiKey);
+        assert_eq!(anthropic.target.auth, AuthStyle::XApiKey);
         assert_eq!(anthropic.url(), "https://api.example.com/v1/messages");
         let azure = spec(&[&base[..], &["--auth", "api-key"]].concat()).expect("spec");
-        assert_eq!(azure.auth, AuthStyle::ApiKey);
+        assert_eq!(azure.target.auth, AuthStyle::ApiKey);
     }
 
     #[test]
@@ -391,7 +391,7 @@ mod tests {
             s.model, "unlisted",
             "a model the config does not list is probed as asked"
         );
-        assert_eq!(s.base_url, "http://127.0.0.1:8000/v1");
+        assert_eq!(s.target.base_url, "http://127.0.0.1:8000/v1");
         let e = error(&["--config.file", config, "--target", "nope"]);
         assert!(
             e.contains("nope") && e.contains("sim"),

@@ -15,85 +15,63 @@ mod request;
 
 pub use read::{MAX_BODY_BYTES, check_expect};
 
-use crate::config::{AuthStyle, Expect, Job, KeySource, ProxySetting, Timeouts};
+use crate::config::{Job, Prompt, ProxySetting, Target, Timeouts};
 use crate::measure::{Measurement, ProbeResult};
 use crate::outcome::ErrorType;
-use crate::protocol::{Api, Message, truncate};
+use crate::protocol::truncate;
 use crate::redact::{Redactor, effective_proxy, redact_userinfo};
 use crate::transport::{ClientOptions, Transport, TransportError};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// How much of a failure's detail (status, the server's message, ...) is shown (characters).
 pub const MAX_DETAIL_CHARS: usize = 640;
 
-/// Everything one probe needs; built from a [`Job`] or from `probe` command-line flags.
+/// Everything one probe needs: the validated target and prompt of a [`Job`] (a config's, or the
+/// `probe` command's flags made into one), the model, and what a command may override.
 #[derive(Debug, Clone)]
 pub struct ProbeSpec {
-    /// Protocol.
-    pub api: Api,
-    /// Base URL without trailing slash; the protocol's path is appended.
-    pub base_url: String,
+    /// The validated target: protocol, URL, key, headers, query, body fields, client settings.
+    pub target: Arc<Target>,
+    /// The validated prompt: messages, nonce, content check.
+    pub prompt: Arc<Prompt>,
     /// Model name sent.
     pub model: String,
-    /// The conversation.
-    pub messages: Vec<Message>,
-    /// Output cap.
+    /// Output cap (the prompt's, unless overridden).
     pub max_tokens: Option<u32>,
-    /// Ask for usage in the stream.
-    pub include_usage: bool,
-    /// Extra headers.
-    pub headers: Vec<(String, String)>,
-    /// Extra body fields.
-    pub extra_body: serde_json::Map<String, serde_json::Value>,
-    /// API key source.
-    pub api_key: Option<KeySource>,
-    /// The header carrying the key.
-    pub auth: AuthStyle,
-    /// Query parameters added to the URL.
-    pub query: Vec<(String, String)>,
-    /// Prepend a fresh nonce to the last user message.
-    pub nonce: bool,
-    /// Content check.
-    pub expect: Option<Expect>,
     /// Deadlines.
     pub timeouts: Timeouts,
-    /// Client settings (proxy, TLS, connection reuse; connect deadline from `timeouts`).
-    pub client: ClientOptions,
 }
 
 impl ProbeSpec {
     /// The spec of a configured job.
     pub fn from_job(job: &Job) -> Self {
         ProbeSpec {
-            api: job.target.api,
-            base_url: job.target.base_url.clone(),
+            target: job.target.clone(),
+            prompt: job.prompt.clone(),
             model: job.model.clone(),
-            messages: job.prompt.messages.clone(),
             max_tokens: job.prompt.max_tokens,
-            include_usage: job.target.include_usage,
-            headers: job.target.headers.clone(),
-            extra_body: job.target.extra_body.clone(),
-            api_key: job.target.api_key.clone(),
-            auth: job.target.auth,
-            query: job.target.query.clone(),
-            nonce: job.prompt.nonce,
-            expect: job.prompt.expect.clone(),
             timeouts: job.timeouts,
-            client: ClientOptions {
-                proxy: job.target.proxy.clone(),
-                tls: job.target.tls.clone(),
-                connection: job.target.connection,
-            },
+        }
+    }
+
+    /// The client settings of the target (proxy, TLS, connection reuse).
+    pub fn client(&self) -> ClientOptions {
+        ClientOptions {
+            proxy: self.target.proxy.clone(),
+            tls: self.target.tls.clone(),
+            connection: self.target.connection,
         }
     }
 
     /// The full endpoint URL: `base_url` + the protocol's path + the query parameters.
     pub fn url(&self) -> String {
-        let mut url = format!("{}{}", self.base_url, self.api.path());
-        if !self.query.is_empty()
+        let t = &self.target;
+        let mut url = format!("{}{}", t.base_url, t.api.path());
+        if !t.query.is_empty()
             && let Ok(mut u) = reqwest::Url::parse(&url)
         {
-            u.query_pairs_mut().extend_pairs(self.query.iter());
+            u.query_pairs_mut().extend_pairs(t.query.iter());
             url = u.to_string();
         }
         url
@@ -101,7 +79,7 @@ impl ProbeSpec {
 
     /// The proxy this spec's requests go through, credentials removed; `None` when direct.
     pub fn proxy(&self) -> Option<String> {
-        match &self.client.proxy {
+        match &self.target.proxy {
             ProxySetting::Environment => effective_proxy(&self.url()),
             ProxySetting::Disabled => None,
             ProxySetting::Url(u) => Some(redact_userinfo(u)),
@@ -124,7 +102,7 @@ impl Prober {
     /// [`TransportError`] when the CA file, proxy URL or TLS settings are unusable.
     pub fn new(spec: &ProbeSpec) -> Result<Self, TransportError> {
         Ok(Prober {
-            transport: Transport::new(&spec.client, spec.timeouts.connect)?,
+            transport: Transport::new(&spec.client(), spec.timeouts.connect)?,
         })
     }
 
@@ -132,7 +110,7 @@ impl Prober {
     pub async fn run(&self, spec: &ProbeSpec) -> ProbeResult {
         let url = spec.url();
         let proxy = spec.proxy();
-        let key = match &spec.api_key {
+        let key = match &spec.target.api_key {
             Some(k) => k.load().await.map(Some),
             None => Ok(None),
         };

@@ -134,6 +134,7 @@ pub(super) async fn run_request(
     if !matches!(inflater, Inflater::Identity) {
         m.flag(Flag::CompressedStream);
     }
+    let api = spec.target.api;
     let mut resp = resp;
     let mut dec = SseDecoder::new();
     let mut last_byte = t_headers;
@@ -172,7 +173,7 @@ pub(super) async fn run_request(
                     );
                     break;
                 }
-                if feed_events(&mut dec, &plain, spec.api, &mut m, now) == Step::Stop {
+                if feed_events(&mut dec, &plain, api, &mut m, now) == Step::Stop {
                     break;
                 }
             }
@@ -181,8 +182,8 @@ pub(super) async fn run_request(
                 match inflater.finish() {
                     Ok(rest) => {
                         body.take(&rest, &m);
-                        if feed_events(&mut dec, &rest, spec.api, &mut m, now) == Step::Continue {
-                            flush_final(&mut dec, spec.api, &mut m, now);
+                        if feed_events(&mut dec, &rest, api, &mut m, now) == Step::Continue {
+                            flush_final(&mut dec, api, &mut m, now);
                         }
                     }
                     Err(e) => m.fail(
@@ -210,7 +211,7 @@ pub(super) async fn run_request(
             }
         }
     }
-    if let Some(exp) = &spec.expect {
+    if let Some(exp) = &spec.prompt.expect {
         m.validate(|text, n| check_expect(exp, text, n));
     }
     m.finish()

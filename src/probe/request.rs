@@ -32,17 +32,18 @@ pub(super) fn build(
     url: &str,
     key: Option<&Secret>,
 ) -> Result<reqwest::Request, reqwest::Error> {
-    let messages = if spec.nonce {
-        with_nonce(&spec.messages)
+    let (target, prompt) = (&spec.target, &spec.prompt);
+    let messages = if prompt.nonce {
+        with_nonce(&prompt.messages)
     } else {
-        spec.messages.clone()
+        prompt.messages.clone()
     };
-    let body = spec.api.request_body(&BodyParams {
+    let body = target.api.request_body(&BodyParams {
         model: &spec.model,
         messages: &messages,
         max_tokens: spec.max_tokens,
-        include_usage: spec.include_usage,
-        extra_body: Some(&spec.extra_body),
+        include_usage: target.include_usage,
+        extra_body: Some(&target.extra_body),
     });
     let mut req = client
         .post(url)
@@ -50,21 +51,21 @@ pub(super) fn build(
         .header("accept", "text/event-stream")
         .header("accept-encoding", "identity");
     if let Some(k) = key {
-        req = match spec.auth {
+        req = match target.auth {
             AuthStyle::XApiKey => req.header("x-api-key", k.expose()),
             AuthStyle::ApiKey => req.header("api-key", k.expose()),
             AuthStyle::Bearer => req.bearer_auth(k.expose()),
         };
     }
-    if spec.api == Api::AnthropicMessages
-        && !spec
+    if target.api == Api::AnthropicMessages
+        && !target
             .headers
             .iter()
             .any(|(n, _)| n.eq_ignore_ascii_case("anthropic-version"))
     {
         req = req.header("anthropic-version", "2023-06-01");
     }
-    for (n, v) in &spec.headers {
+    for (n, v) in &target.headers {
         req = req.header(n, v);
     }
     req.body(body.to_string()).build()
