@@ -44,11 +44,7 @@ impl JobRow {
             labels: JobLabels::of(job),
             name: job.name(),
             api: job.target.api.to_string(),
-            url: crate::redact::redact_url(&format!(
-                "{}{}",
-                job.target.base_url,
-                job.target.api.path()
-            )),
+            url: crate::redact::redact_url(&job.target.url()),
             schedule: job.schedule.to_string(),
         }
     }

@@ -289,6 +289,21 @@ pub struct Target {
     pub connection: ConnectionMode,
 }
 
+impl Target {
+    /// The endpoint URL: `base_url` + the protocol's path + the query parameters (the one place
+    /// a target's URL is built; show it through `redact::redact_url`).
+    pub fn url(&self) -> String {
+        let mut url = format!("{}{}", self.base_url, self.api.path());
+        if !self.query.is_empty()
+            && let Ok(mut u) = reqwest::Url::parse(&url)
+        {
+            u.query_pairs_mut().extend_pairs(self.query.iter());
+            url = u.to_string();
+        }
+        url
+    }
+}
+
 impl fmt::Debug for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         use crate::redact::{REDACTED, is_public_name, redact_url, redact_userinfo};

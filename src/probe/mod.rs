@@ -64,17 +64,9 @@ impl ProbeSpec {
         }
     }
 
-    /// The full endpoint URL: `base_url` + the protocol's path + the query parameters.
+    /// The full endpoint URL (see [`Target::url`]).
     pub fn url(&self) -> String {
-        let t = &self.target;
-        let mut url = format!("{}{}", t.base_url, t.api.path());
-        if !t.query.is_empty()
-            && let Ok(mut u) = reqwest::Url::parse(&url)
-        {
-            u.query_pairs_mut().extend_pairs(t.query.iter());
-            url = u.to_string();
-        }
-        url
+        self.target.url()
     }
 
     /// The proxy this spec's requests go through, credentials removed; `None` when direct.
