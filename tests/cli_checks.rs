@@ -34,14 +34,7 @@ fn run_in(dir: &Path, args: &[&str], shell_prefix: Option<&str>) -> (i32, String
         }
     };
     cmd.current_dir(dir);
-    for v in [
-        "HTTP_PROXY",
-        "http_proxy",
-        "HTTPS_PROXY",
-        "https_proxy",
-        "ALL_PROXY",
-        "all_proxy",
-    ] {
+    for v in common::PROXY_ENV_VARS {
         cmd.env_remove(v);
     }
     let (st, out, err) = run_with_timeout(cmd, None, Duration::from_secs(60));

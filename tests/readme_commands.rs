@@ -13,6 +13,8 @@
 //! `--requests-per-level 100` → 5 (100 take a minute per level; the flags and files are what is
 //! checked here, bench's numbers are checked in tests/bench.rs).
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -123,14 +125,7 @@ fn command(cmd: &str) -> Command {
     assert_eq!(words.next(), Some("tokenprobe"), "{cmd}");
     let mut c = Command::new(tokenprobe());
     c.args(words).current_dir(repo());
-    for v in [
-        "HTTP_PROXY",
-        "http_proxy",
-        "HTTPS_PROXY",
-        "https_proxy",
-        "ALL_PROXY",
-        "all_proxy",
-    ] {
+    for v in common::PROXY_ENV_VARS {
         c.env_remove(v);
     }
     c

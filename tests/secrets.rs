@@ -156,24 +156,11 @@ fn broken_config(echo: &str) -> String {
 fn run(args: &[&str], dir: &Path) -> (i32, String) {
     let mut cmd = Command::new(tokenprobe_bin());
     cmd.args(args).current_dir(dir);
-    for v in e2e_proxy_vars() {
+    for v in common::PROXY_ENV_VARS {
         cmd.env_remove(v);
     }
     let (st, out, err) = run_with_timeout(cmd, None, Duration::from_secs(60));
     (st.code().unwrap_or(-1), format!("{out}\n{err}"))
-}
-
-fn e2e_proxy_vars() -> [&'static str; 8] {
-    [
-        "HTTP_PROXY",
-        "http_proxy",
-        "HTTPS_PROXY",
-        "https_proxy",
-        "ALL_PROXY",
-        "all_proxy",
-        "NO_PROXY",
-        "no_proxy",
-    ]
 }
 
 #[test]
@@ -251,7 +238,7 @@ fn no_secret_reaches_any_output() {
         cmd.args(["serve", "--config.file", cfg_s])
             .args(["--web.listen-address", &format!("127.0.0.1:{port}")])
             .args(["--log.level", "debug", "--log.format", log_format]);
-        for v in e2e_proxy_vars() {
+        for v in common::PROXY_ENV_VARS {
             cmd.env_remove(v);
         }
         let mut serve = ChildGuard::spawn(&format!("serve-{log_format}"), cmd, dir.path());
