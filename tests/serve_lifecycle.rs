@@ -5,72 +5,27 @@
 mod common;
 
 use common::case::Case;
+use common::serve::Proc;
 use common::server::{ReplayHandle, ReplayServer};
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A `tokenprobe serve` child, killed on drop.
+/// A `tokenprobe serve` child on an ephemeral port, killed on drop.
 struct Serve {
-    child: Child,
+    child: Proc,
     addr: SocketAddr,
 }
 
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 impl Serve {
-    /// Starts serve on an ephemeral port and reads the bound address from its first log line.
     fn start(config: &Path, extra: &[&str]) -> Serve {
-        let mut child = Command::new(common::tokenprobe_bin())
-            .args(["serve", "--config.file"])
-            .arg(config)
-            .args([
-                "--web.listen-address",
-                "127.0.0.1:0",
-                "--log.format",
-                "json",
-            ])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn tokenprobe serve");
-        let stderr = child.stderr.take().expect("stderr");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut sent = false;
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if !sent
-                    && let Ok(v) = serde_json::from_str::<serde_json::Value>(&line)
-                    && let Some(a) = v.get("address").and_then(|a| a.as_str())
-                {
-                    let _ = tx.send(a.to_owned());
-                    sent = true;
-                }
-            }
-        });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(20))
-            .expect("serve did not log its address")
-            .parse()
-            .expect("address");
+        let (child, addr, _) = common::serve::serve(config, extra, None);
         Serve { child, addr }
     }
 
     fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args([sig, &self.child.id().to_string()])
-            .status()
-            .expect("kill")
-            .success();
-        assert!(ok, "kill {sig} failed");
+        self.child.signal(sig);
     }
 }
 
@@ -205,7 +160,7 @@ async fn reload_keeps_unchanged_jobs_and_sigterm_exits_cleanly() {
     serve.signal("-TERM");
     let end = Instant::now() + Duration::from_secs(15);
     let status = loop {
-        if let Some(s) = serve.child.try_wait().expect("wait") {
+        if let Some(s) = serve.child.0.try_wait().expect("wait") {
             break s;
         }
         assert!(Instant::now() < end, "serve did not exit after SIGTERM");

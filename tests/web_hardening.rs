@@ -4,45 +4,12 @@
 
 mod common;
 
+use common::serve::{Proc, serve};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// A child process, killed on drop.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Proc {
-    fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args([sig, &self.0.id().to_string()])
-            .status()
-            .expect("kill")
-            .success();
-        assert!(ok, "kill {sig}");
-    }
-
-    /// Waits up to `limit` for the process to exit; how long it took, or `None`.
-    fn wait_exit(&mut self, limit: Duration) -> Option<Duration> {
-        let t = Instant::now();
-        while t.elapsed() < limit {
-            if self.0.try_wait().expect("try_wait").is_some() {
-                return Some(t.elapsed());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
-    }
-}
 
 /// `tokenprobe simulate` with `args`; its `host:port`.
 fn simulate(args: &[&str]) -> (Proc, String) {
@@ -63,58 +30,6 @@ fn simulate(args: &[&str]) -> (Proc, String) {
         .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
         .to_owned();
     (Proc(child), addr)
-}
-
-/// `tokenprobe serve` (optionally under `prlimit --nofile=N:N`); its address and its log lines.
-fn serve(
-    config: &Path,
-    extra: &[&str],
-    nofile: Option<u32>,
-) -> (Proc, SocketAddr, Arc<Mutex<Vec<String>>>) {
-    let mut cmd = match nofile {
-        Some(n) => {
-            let mut c = Command::new("prlimit");
-            c.arg(format!("--nofile={n}:{n}"))
-                .arg("--")
-                .arg(common::tokenprobe_bin());
-            c
-        }
-        None => Command::new(common::tokenprobe_bin()),
-    };
-    let mut child = cmd
-        .args(["serve", "--config.file"])
-        .arg(config)
-        .args([
-            "--web.listen-address",
-            "127.0.0.1:0",
-            "--log.format",
-            "json",
-        ])
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn serve");
-    let stderr = child.stderr.take().expect("stderr");
-    let lines = Arc::new(Mutex::new(Vec::new()));
-    let (tx, rx) = std::sync::mpsc::channel();
-    let l = lines.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line)
-                && let Some(a) = v.get("address").and_then(|a| a.as_str())
-            {
-                let _ = tx.send(a.to_owned());
-            }
-            l.lock().unwrap().push(line);
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(20))
-        .expect("serve did not log its address")
-        .parse()
-        .expect("address");
-    (Proc(child), addr, lines)
 }
 
 /// One HTTP/1.1 GET on a fresh connection, bounded by `limit`: (status, headers, body bytes).
@@ -314,17 +229,40 @@ fn sigterm_completes_while_a_tls_client_is_half_open() {
     assert!(took < Duration::from_secs(4), "exit took {took:?}");
 }
 
-/// Item 1: a second SIGTERM exits at once, even while a probe holds the grace period.
-#[test]
-fn a_second_sigterm_exits_at_once() {
-    // A target that accepts and never answers: once it has accepted, a probe is in flight.
+/// A `serve` with a 60 s grace whose one job has a probe in flight: its target accepted the
+/// connection and never answers.
+struct InFlight {
+    serve: Proc,
+    lines: Arc<std::sync::Mutex<Vec<String>>>,
+    /// The probe's connection, as the target holds it: dropping it ends the probe.
+    conn: TcpStream,
+    _target: std::net::TcpListener,
+    _dir: tempfile::TempDir,
+}
+
+fn serve_with_a_probe_in_flight() -> InFlight {
     let target = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let up = target.local_addr().unwrap().to_string();
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("c.yml");
     std::fs::write(&cfg, job_config(&[("a", &up, "")], "1s")).unwrap();
-    let (mut serve, _addr, lines) = serve(&cfg, &["--shutdown.grace", "60s"], None);
-    let (_conn, _) = target.accept().unwrap();
+    let (serve, _addr, lines) = serve(&cfg, &["--shutdown.grace", "60s"], None);
+    let (conn, _) = target.accept().unwrap();
+    InFlight {
+        serve,
+        lines,
+        conn,
+        _target: target,
+        _dir: dir,
+    }
+}
+
+/// Item 1: a second SIGTERM exits at once, even while a probe holds the grace period.
+#[test]
+fn a_second_sigterm_exits_at_once() {
+    // Bound whole: dropping the probe's connection would end the probe.
+    let mut inflight = serve_with_a_probe_in_flight();
+    let (serve, lines) = (&mut inflight.serve, inflight.lines.clone());
     serve.signal("-TERM");
     assert!(
         serve.wait_exit(Duration::from_secs(1)).is_none(),
@@ -611,13 +549,13 @@ fn metrics_gzip_sorted_series_and_last_results_on_the_index() {
 #[test]
 fn the_first_sigterm_always_waits_for_the_probe_in_flight() {
     for round in 0..5 {
-        let target = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let up = target.local_addr().unwrap().to_string();
-        let dir = tempfile::tempdir().unwrap();
-        let cfg = dir.path().join("c.yml");
-        std::fs::write(&cfg, job_config(&[("a", &up, "")], "1s")).unwrap();
-        let (mut serve, _addr, lines) = serve(&cfg, &["--shutdown.grace", "60s"], None);
-        let (conn, _) = target.accept().unwrap();
+        let InFlight {
+            mut serve,
+            lines,
+            conn,
+            _target,
+            _dir,
+        } = serve_with_a_probe_in_flight();
         serve.signal("-TERM");
         assert!(
             serve.wait_exit(Duration::from_millis(700)).is_none(),
