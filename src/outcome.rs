@@ -290,6 +290,11 @@ impl Head<'_> {
 /// whatever the body does (ruling 5); the body only tells a spent quota from a rate limit (a 429,
 /// ruling 13) and an overloaded server from another failure. 3xx is `bad_request` (ruling 4).
 pub fn classify_response(head: &Head<'_>, body: &str) -> Option<ErrorType> {
+    classify_head(head, &StreamError::from_payload(body))
+}
+
+/// [`classify_response`] with the body already read as an error object.
+pub fn classify_head(head: &Head<'_>, err: &StreamError) -> Option<ErrorType> {
     let s = head.status;
     if s == 407 || head.from_proxy() {
         return Some(ErrorType::Proxy);
@@ -297,11 +302,10 @@ pub fn classify_response(head: &Head<'_>, body: &str) -> Option<ErrorType> {
     if (200..300).contains(&s) {
         return None;
     }
-    let err = StreamError::from_payload(body);
     Some(match s {
         300..=399 => ErrorType::BadRequest,
         401 | 403 => ErrorType::Auth,
-        429 if spent_budget(&err) => ErrorType::QuotaExceeded,
+        429 if spent_budget(err) => ErrorType::QuotaExceeded,
         429 => ErrorType::RateLimited,
         529 => ErrorType::Overloaded,
         _ if err.is_overloaded() => ErrorType::Overloaded,

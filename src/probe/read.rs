@@ -6,7 +6,7 @@ use super::ProbeSpec;
 use crate::config::{Expect, Timeouts};
 use crate::measure::{Measurement, ProbeResult, Step};
 use crate::outcome::{
-    ErrorType, Flag, Head, classify_response, classify_transport, error_chain, html_title,
+    ErrorType, Flag, Head, classify_head, classify_transport, error_chain, html_title,
     judge_non_stream,
 };
 use crate::protocol::{Api, StreamError};
@@ -112,7 +112,7 @@ pub(super) async fn run_request(
     };
     // A non-2xx head (or a proxy's answer) decides the type (ruling 5); a 2xx body is read as a
     // stream and judged from its bytes, whatever its Content-Type says (ruling 1).
-    if classify_response(&head, "").is_some() {
+    if classify_head(&head, &StreamError::default()).is_some() {
         return read_error_body(resp, &head, spec, m, proxy).await;
     }
     if head.header("content-type").is_none() {
@@ -330,7 +330,7 @@ async fn read_error_body(
     proxy: Option<&str>,
 ) -> ProbeResult {
     let mut body = Vec::new();
-    let (deadline, _) = next_deadline(&m, &spec.timeouts, m.t0());
+    let (deadline, deadline_kind) = next_deadline(&m, &spec.timeouts, m.t0());
     let mut end = Instant::now();
     let mut stalled = false;
     while body.len() < MAX_ERROR_BODY {
@@ -360,7 +360,7 @@ async fn read_error_body(
     {
         m.retry_after(wait);
     }
-    let kind = classify_response(head, &text).unwrap_or(ErrorType::ServerError);
+    let kind = classify_head(head, &err).unwrap_or(ErrorType::ServerError);
     let mut detail = format!("HTTP {}", head.status);
     if kind == ErrorType::Proxy {
         match proxy {
@@ -395,7 +395,7 @@ async fn read_error_body(
     if stalled {
         detail.push_str(&format!(
             " (the body stalled: read until {})",
-            deadline_detail(next_deadline(&m, &spec.timeouts, m.t0()).1, &spec.timeouts)
+            deadline_detail(deadline_kind, &spec.timeouts)
         ));
     }
     m.fail(kind, end, detail);
