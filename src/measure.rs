@@ -99,6 +99,9 @@ pub struct ProbeResult {
     pub text: String,
     /// Connection set-up phases, when known (set by the prober, which times them).
     pub phases: Option<Phases>,
+    /// The exporter itself could not make the request (it is out of file descriptors): not the
+    /// target's failure (set by the prober, which sees the typed error).
+    pub exporter_fault: bool,
 }
 
 impl ProbeResult {
@@ -374,6 +377,7 @@ impl Measurement {
             server_timings: self.server_timings,
             text: self.text,
             phases: None,
+            exporter_fault: false,
         };
         if let Some(f) = self.failure {
             r.error_type = Some(f.kind);

@@ -71,12 +71,6 @@ pub fn is_fd_exhaustion_io(e: &std::io::Error) -> bool {
     matches!(e.raw_os_error(), Some(23 | 24))
 }
 
-/// True when a failure message carries the text of an `EMFILE`/`ENFILE` I/O error (how a failed
-/// probe's detail shows it once the error chain has been formatted).
-pub fn is_fd_exhaustion_message(detail: &str) -> bool {
-    detail.contains("(os error 24)") || detail.contains("(os error 23)")
-}
-
 /// Lowers the calling thread's CPU priority by `nice` steps (Linux: niceness is per thread), so
 /// the web threads yield the CPU to the probing threads when both want it. Best effort.
 pub fn lower_thread_priority(nice: i32) {
@@ -127,10 +121,5 @@ mod tests {
         assert!(!is_fd_exhaustion(&Wrap(std::io::Error::from_raw_os_error(
             111
         ))));
-        let text = format!("{}: {}", emfile, emfile.0);
-        assert!(is_fd_exhaustion_message(&text), "{text}");
-        assert!(!is_fd_exhaustion_message(
-            "tcp connect error: Connection refused (os error 111)"
-        ));
     }
 }

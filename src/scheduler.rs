@@ -10,7 +10,6 @@
 use crate::config::{Job, Schedule};
 use crate::measure::ProbeResult;
 use crate::metrics::{InternalReason, JobInfo, JobLabels, JobSeries, Metrics, SkipReason};
-use crate::outcome::ErrorType;
 use crate::probe::{ProbeSpec, Prober};
 use crate::transport::TransportError;
 use std::collections::HashMap;
@@ -280,7 +279,7 @@ impl JobRunner {
             // Cleared on drop, so even a panicking probe cannot block its job's later ticks.
             let _running = RunningGuard(running);
             let r = prober.run(&spec).await;
-            if exporter_fault(&r) {
+            if r.exporter_fault {
                 // Our own fd exhaustion says nothing about the target: not a probe of it.
                 metrics.internal_error(InternalReason::FdExhausted);
                 tracing::error!(
@@ -301,16 +300,6 @@ impl JobRunner {
             log_result(&name, &r);
         }, &self.runtime);
     }
-}
-
-/// True when a probe failed because the exporter itself is out of file descriptors (before any
-/// byte reached the target), so it must not count as the target's `connect` failure.
-pub fn exporter_fault(r: &ProbeResult) -> bool {
-    r.error_type == Some(ErrorType::Connect)
-        && r.http_status.is_none()
-        && r.error_detail
-            .as_deref()
-            .is_some_and(crate::resources::is_fd_exhaustion_message)
 }
 
 struct RunningGuard(Arc<AtomicBool>);

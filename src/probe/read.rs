@@ -65,31 +65,26 @@ pub(super) async fn run_request(
 ) -> ProbeResult {
     let t = &spec.timeouts;
     let (deadline, kind) = next_deadline(&m, t, m.t0());
+    // The deadline passed before the head (or the head came after it: timer and socket raced).
+    let head_late = |mut m: Measurement| {
+        let detail = format!("{} waiting for the response head", deadline_detail(kind, t));
+        m.fail(kind, deadline, detail);
+        m.finish()
+    };
     let resp = match timeout_at(deadline.into(), transport.client.execute(req)).await {
-        Err(_) => {
-            m.fail(
-                kind,
-                deadline,
-                format!("{} waiting for the response head", deadline_detail(kind, t)),
-            );
-            return m.finish();
-        }
+        Err(_) => return head_late(m),
         Ok(Err(e)) => {
             let (kind, detail) = classify_transport(&e, proxy, transport.clock.tls_started());
             m.fail(kind, Instant::now(), detail);
-            return m.finish();
+            let mut r = m.finish();
+            r.exporter_fault = crate::resources::is_fd_exhaustion(&e);
+            return r;
         }
         Ok(Ok(r)) => r,
     };
     let t_headers = Instant::now();
     if t_headers > deadline {
-        // The head was ready but arrived after the deadline (the timer and the socket raced).
-        m.fail(
-            kind,
-            deadline,
-            format!("{} waiting for the response head", deadline_detail(kind, t)),
-        );
-        return m.finish();
+        return head_late(m);
     }
     let status = resp.status().as_u16();
     m.headers(t_headers, status);
