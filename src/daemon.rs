@@ -28,6 +28,12 @@ pub enum DaemonError {
     /// Histogram layouts are fixed for the life of the process.
     #[error("the buckets section changed: histogram layouts can only change with a restart")]
     BucketsChanged,
+    /// The `location` label is fixed for the life of the process.
+    #[error("the location changed: the location label can only change with a restart")]
+    LocationChanged,
+    /// `--location` is not a valid location.
+    #[error("--location: {0}")]
+    Location(String),
     /// The daemon is shutting down.
     #[error("shutting down")]
     ShuttingDown,
@@ -38,6 +44,10 @@ pub enum DaemonError {
 pub struct Daemon {
     path: PathBuf,
     buckets: Buckets,
+    /// `--location`, which wins over the config's `location:`.
+    location_flag: Option<String>,
+    /// The location label in use.
+    location: Option<String>,
     metrics: Arc<Metrics>,
     scheduler: tokio::sync::Mutex<Option<Scheduler>>,
     /// The loaded config's jobs (the `/` page lists them).
@@ -46,18 +56,30 @@ pub struct Daemon {
 
 impl Daemon {
     /// Loads `path` and starts every job on `probing` (the probing runtime, apart from the one
-    /// serving the web endpoints, so scrapes cannot delay a probe's timestamps).
+    /// serving the web endpoints, so scrapes cannot delay a probe's timestamps). `location` (the
+    /// `--location` flag) wins over the config's `location:`.
     ///
     /// # Errors
-    /// [`DaemonError::Config`] or [`DaemonError::Client`].
-    pub fn start(path: &Path, probing: tokio::runtime::Handle) -> Result<Arc<Daemon>, DaemonError> {
+    /// [`DaemonError::Config`], [`DaemonError::Client`] or [`DaemonError::Location`].
+    pub fn start(
+        path: &Path,
+        probing: tokio::runtime::Handle,
+        location: Option<String>,
+    ) -> Result<Arc<Daemon>, DaemonError> {
+        if let Some(l) = &location {
+            crate::config::check_location(l).map_err(DaemonError::Location)?;
+        }
         let config = Config::load(path)?;
-        let metrics = Arc::new(Metrics::new(&config.buckets));
+        let location_flag = location;
+        let location = location_flag.clone().or_else(|| config.location.clone());
+        let metrics = Arc::new(Metrics::with_location(&config.buckets, location.as_deref()));
         let scheduler = Scheduler::start(&config.jobs, metrics.clone(), probing)?;
         metrics.reload_result(true, SystemTime::now());
         Ok(Arc::new(Daemon {
             path: path.to_owned(),
             buckets: config.buckets.clone(),
+            location_flag,
+            location,
             metrics,
             scheduler: tokio::sync::Mutex::new(Some(scheduler)),
             jobs: RwLock::new(config.jobs),
@@ -67,6 +89,11 @@ impl Daemon {
     /// The registry.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
+    }
+
+    /// The `location` label in use, if any.
+    pub fn location(&self) -> Option<&str> {
+        self.location.as_deref()
     }
 
     /// The config file.
@@ -107,6 +134,9 @@ impl Daemon {
         if config.buckets != self.buckets {
             return Err(DaemonError::BucketsChanged);
         }
+        if self.location_flag.is_none() && config.location != self.location {
+            return Err(DaemonError::LocationChanged);
+        }
         let mut guard = self.scheduler.lock().await;
         let scheduler = guard.as_mut().ok_or(DaemonError::ShuttingDown)?;
         let applied = scheduler.apply(&config.jobs)?;
@@ -123,5 +153,55 @@ impl Daemon {
             Some(s) => s.shutdown(grace).await,
             None => true,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(location: &str) -> String {
+        format!(
+            "{location}prompts:\n  - name: p\n    messages: [{{role: user, content: hi}}]\ntargets:\n  - name: a\n    base_url: http://127.0.0.1:9/v1\n    models: [m]\n    interval: 1h\n"
+        )
+    }
+
+    /// Issue 13: the location is a constant label; the flag wins over the file, a reload that
+    /// changes the file's location is refused (the labels of every series would change), and a
+    /// bad flag value is refused before anything starts.
+    #[tokio::test]
+    async fn location_comes_from_the_flag_or_the_file_and_cannot_change_on_reload() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.yaml");
+        std::fs::write(&path, config("location: eu-west-1\n")).unwrap();
+        let rt = tokio::runtime::Handle::current();
+        let d = Daemon::start(&path, rt.clone(), None).unwrap();
+        assert_eq!(d.location(), Some("eu-west-1"));
+        let text = d.metrics().encode_text().unwrap();
+        assert!(text.contains("location=\"eu-west-1\""), "{text}");
+        std::fs::write(&path, config("location: us-east-1\n")).unwrap();
+        assert!(matches!(
+            d.reload().await,
+            Err(DaemonError::LocationChanged)
+        ));
+        std::fs::write(&path, config("")).unwrap();
+        assert!(matches!(
+            d.reload().await,
+            Err(DaemonError::LocationChanged)
+        ));
+        std::fs::write(&path, config("location: eu-west-1\n")).unwrap();
+        d.reload().await.unwrap();
+        d.shutdown(Duration::ZERO).await;
+
+        let f = Daemon::start(&path, rt.clone(), Some("ap-south-1".into())).unwrap();
+        assert_eq!(f.location(), Some("ap-south-1"));
+        std::fs::write(&path, config("location: us-east-1\n")).unwrap();
+        f.reload().await.unwrap();
+        f.shutdown(Duration::ZERO).await;
+
+        let Err(e) = Daemon::start(&path, rt, Some("ap south".into())) else {
+            panic!("a bad --location must be refused");
+        };
+        assert!(e.to_string().starts_with("--location: "), "{e}");
     }
 }

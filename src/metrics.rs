@@ -2,7 +2,8 @@
 //!
 //! Labels are `target`, `model`, `prompt` (config names only, never anything from a response) plus
 //! the bounded enums `error_type`, `flag` and `reason`, so the series count is bounded by the config
-//! (shared case 36). Every counter series of a job exists at 0 from the moment the job is loaded
+//! (shared case 36). A `location` (`serve --location`, or `location:` in the config) is one
+//! constant label on every series of the registry, so it adds none. Every counter series of a job exists at 0 from the moment the job is loaded
 //! (shared case 35). Successful probes feed the latency histograms; a failed probe feeds only the
 //! failure series (docs/measurement.md, "Outcome").
 //!
@@ -19,6 +20,7 @@ use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -233,7 +235,17 @@ pub const PHASES: [&str; 3] = ["resolve", "connect", "tls"];
 impl Metrics {
     /// A registry with every family registered, histograms laid out by `buckets`.
     pub fn new(buckets: &Buckets) -> Self {
-        let mut registry = Registry::with_prefix("tokenprobe");
+        Self::with_location(buckets, None)
+    }
+
+    /// [`Metrics::new`], with `location` (already checked by [`crate::config::check_location`])
+    /// as a constant `location` label on every series, so several exporters probing the same
+    /// targets from different places can be told apart and aggregated by one Prometheus.
+    pub fn with_location(buckets: &Buckets, location: Option<&str>) -> Self {
+        let labels = location
+            .map(|l| (Cow::Borrowed("location"), Cow::Owned(l.to_owned())))
+            .into_iter();
+        let mut registry = Registry::with_prefix_and_labels("tokenprobe", labels);
         let m = Metrics {
             ttft: hist(&buckets.time_to_first_token),
             ttfo: hist(&buckets.time_to_first_token),
@@ -798,6 +810,27 @@ mod tests {
         assert!(om.ends_with("# EOF\n"));
         m.remove_job(&job());
         assert!(!m.encode_text().unwrap().contains("target=\"local\""));
+    }
+
+    #[test]
+    fn location_labels_every_series_of_both_formats() {
+        let m = Metrics::with_location(&Buckets::default(), Some("eu-west-1"));
+        let _s = m.register_job(info(job()));
+        m.reload_result(true, std::time::SystemTime::now());
+        for text in [m.encode_text().unwrap(), m.encode_openmetrics().unwrap()] {
+            let samples: Vec<&str> = text
+                .lines()
+                .filter(|l| !l.starts_with('#') && !l.is_empty())
+                .collect();
+            assert!(samples.len() > 50, "{text}");
+            for l in samples {
+                assert!(l.contains("location=\"eu-west-1\""), "no location: {l}");
+                assert_eq!(l.matches("location=").count(), 1, "{l}");
+            }
+        }
+        let plain = Metrics::new(&Buckets::default());
+        let _s = plain.register_job(info(job()));
+        assert!(!plain.encode_text().unwrap().contains("location="));
     }
 
     #[test]

@@ -118,6 +118,7 @@ check "sync: dashboard JSON from grafana/generate.py" python3 grafana/generate.p
 # Prometheus rules.
 check "promtool check rules" promtool check rules deploy/prometheus/tokenprobe-rules.yml
 check "promtool test rules" promtool test rules deploy/prometheus/tokenprobe-rules.test.yml
+check "promtool check config (federation example)" promtool check config deploy/prometheus/federation.yml
 every_alert_tested() {
     python - deploy/prometheus/tokenprobe-rules.yml deploy/prometheus/tokenprobe-rules.test.yml <<'PY'
 import sys, yaml
@@ -169,17 +170,21 @@ check "grafana provisioning files" python "$dc/grafana-provisioning.py" .
 # Helm.
 check "helm lint --strict (default values)" "$helm" lint --strict "$chart"
 check "helm lint --strict (ci/sidecar-values.yaml)" "$helm" lint --strict "$chart" -f "$chart/ci/sidecar-values.yaml"
+check "helm lint --strict (ci/region-values.yaml)" "$helm" lint --strict "$chart" -f "$chart/ci/region-values.yaml"
 render() {
     "$helm" template tokenprobe "$chart" --namespace monitoring >"$tmp/helm-default.yaml" &&
         "$helm" template tokenprobe "$chart" --namespace monitoring -f "$chart/ci/sidecar-values.yaml" \
             >"$tmp/helm-sidecar.yaml" &&
         "$helm" template tp "$chart" --namespace monitoring --set apiKey.value=secret-value \
             --set serviceMonitor.enabled=false --set prometheusRule.enabled=false >"$tmp/helm-minimal.yaml" &&
-        for f in default sidecar minimal; do
+        "$helm" template tokenprobe-eu "$chart" --namespace monitoring -f "$chart/ci/region-values.yaml" \
+            >"$tmp/helm-region.yaml" &&
+        grep -A1 -- '- --location' "$tmp/helm-region.yaml" | grep -q '"eu-west-1"' &&
+        for f in default sidecar minimal region; do
             printf '%s: %s resources  ' "$f" "$(grep -c '^kind:' "$tmp/helm-$f.yaml")"
         done
 }
-check "helm template (3 value sets)" render
+check "helm template (4 value sets)" render
 rendered=("$tmp"/helm-*.yaml)
 
 # Kubernetes manifests and rendered chart: core kinds strictly; CRs below (no schema here).

@@ -26,6 +26,10 @@ pub struct ServeArgs {
     /// TLS and basic auth for the endpoints (Prometheus exporter-toolkit format).
     #[arg(long = "web.config.file")]
     pub web_config: Option<PathBuf>,
+    /// Where this exporter probes from (e.g. eu-west-1): a constant `location` label on every
+    /// series; wins over the config's `location:`.
+    #[arg(long)]
+    pub location: Option<String>,
 }
 
 /// `serve` runs on two runtimes: probes on their own (every core), everything else (the web
@@ -37,6 +41,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
         listen,
         grace,
         web_config,
+        location,
     } = args;
     let nofile = crate::resources::raise_fd_limit();
     let probing = tokio::runtime::Builder::new_multi_thread()
@@ -62,6 +67,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
         listen,
         grace,
         web_config,
+        location,
         handle,
         nofile,
     ));
@@ -85,6 +91,7 @@ async fn serve(
     listen: String,
     grace: Duration,
     web_config: Option<PathBuf>,
+    location: Option<String>,
     probing: tokio::runtime::Handle,
     nofile: Option<u64>,
 ) -> Result<ExitCode> {
@@ -97,7 +104,7 @@ async fn serve(
         Some(p) => WebConfig::load(p)?,
         None => WebConfig::default(),
     };
-    let daemon = Daemon::start(&config_file, probing)
+    let daemon = Daemon::start(&config_file, probing, location)
         .with_context(|| format!("loading {}", config_file.display()))?;
     let listener = std::net::TcpListener::bind(&listen)
         .with_context(|| format!("cannot listen on {listen}"))?;
@@ -115,6 +122,7 @@ async fn serve(
         tls = web.tls.is_some(),
         basic_auth = !web.users.is_empty(),
         jobs = daemon.jobs().len(),
+        location = daemon.location().unwrap_or(""),
         config = %config_file.display(),
         max_web_connections = limits.max_connections,
         fd_limit = nofile,

@@ -133,6 +133,7 @@ impl FlagTarget {
                 connection: ConnectionMode::New,
             }],
             buckets: None,
+            location: None,
         }
     }
 }

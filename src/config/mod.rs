@@ -23,8 +23,8 @@ pub use types::{
     SyntaxError, Target, Timeouts, TlsOptions,
 };
 pub use validate::{
-    MAX_BUCKETS, MAX_INTERVAL, MAX_TIMEOUT, MIN_INTERVAL, header_set_by_tokenprobe, parse_timeout,
-    userinfo_conflict,
+    MAX_BUCKETS, MAX_INTERVAL, MAX_LOCATION_CHARS, MAX_TIMEOUT, MIN_INTERVAL, check_location,
+    header_set_by_tokenprobe, parse_timeout, userinfo_conflict,
 };
 
 use std::path::Path;

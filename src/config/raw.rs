@@ -22,6 +22,9 @@ pub(super) struct RawConfig {
     pub(super) targets: Vec<RawTarget>,
     #[serde(default)]
     pub(super) buckets: Option<RawBuckets>,
+    /// Where this exporter probes from (a constant `location` label on every series).
+    #[serde(default)]
+    pub(super) location: Option<S<String>>,
 }
 
 /// `defaults:`.

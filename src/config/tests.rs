@@ -400,3 +400,36 @@ fn parse_is_pure_and_load_adds_the_file_checks_in_line_order() {
     .unwrap();
     assert!(Config::load(&file).is_ok());
 }
+
+#[test]
+fn location_is_checked_by_one_rule() {
+    let with = |l: &str| format!("location: {l}\n{GOOD}");
+    let c = with_env(|| Config::parse(&with("eu-west-1"))).unwrap();
+    assert_eq!(c.location.as_deref(), Some("eu-west-1"));
+    assert_eq!(with_env(|| Config::parse(GOOD)).unwrap().location, None);
+    for ok in ["a", "gcp:us-central1", "dc_2.rack-4", &"x".repeat(63)] {
+        assert_eq!(check_location(ok), Ok(()), "{ok}");
+    }
+    for bad in [
+        "",
+        "-eu",
+        "eu west",
+        "eu/west",
+        "é",
+        "\"x\"",
+        &"x".repeat(64),
+    ] {
+        assert!(check_location(bad).is_err(), "{bad:?} accepted");
+    }
+    let Err(ConfigError::Invalid(issues)) = with_env(|| Config::parse(&with("'eu west'"))) else {
+        panic!("a bad location must be refused");
+    };
+    assert_eq!(issues.len(), 1);
+    assert_eq!(issues[0].path, "location");
+    assert_eq!(issues[0].line, 1);
+    assert!(
+        !issues[0].message.contains("eu west"),
+        "{}",
+        issues[0].message
+    );
+}

@@ -415,6 +415,8 @@ pub struct Config {
     pub jobs: Vec<Job>,
     /// Histogram layouts.
     pub buckets: Buckets,
+    /// Where this exporter probes from (`location:`), a constant label on every series.
+    pub location: Option<String>,
 }
 
 /// One problem found in a config file.

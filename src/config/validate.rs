@@ -51,6 +51,7 @@ pub(super) enum FileKind {
 pub(super) struct Checked {
     jobs: Vec<Job>,
     buckets: Buckets,
+    location: Option<String>,
     has_targets: bool,
     /// Every problem found so far (the files' problems are added apart).
     pub(super) issues: Vec<Issue>,
@@ -77,6 +78,7 @@ impl Checked {
         Ok(Config {
             jobs: self.jobs,
             buckets: self.buckets,
+            location: self.location,
         })
     }
 }
@@ -117,13 +119,49 @@ pub(super) fn config(raw: &RawConfig) -> Checked {
         }
     }
     let buckets = v.buckets(raw.buckets.as_ref());
+    let location = raw
+        .location
+        .as_ref()
+        .and_then(|l| match check_location(&l.value) {
+            Ok(()) => Some(l.value.clone()),
+            Err(m) => {
+                v.push("location", l, m);
+                None
+            }
+        });
     Checked {
         jobs,
         buckets,
+        location,
         has_targets: !raw.targets.is_empty(),
         issues: v.issues,
         files: v.files,
     }
+}
+
+/// The longest `location` (a label value on every series, so kept short).
+pub const MAX_LOCATION_CHARS: usize = 63;
+
+/// The rule for a `location` (the config key and `serve --location`): 1 to 63 characters of
+/// letters, digits, `_`, `-`, `.` and `:`, starting with a letter or digit, such as `eu-west-1`
+/// or `gcp:us-central1`. One constant value per exporter, so it adds no series.
+///
+/// # Errors
+/// What is wrong with it, in words that quote nothing but the rule.
+pub fn check_location(s: &str) -> Result<(), String> {
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':');
+    if s.is_empty() || s.chars().count() > MAX_LOCATION_CHARS {
+        return Err(format!(
+            "a location is 1 to {MAX_LOCATION_CHARS} characters (e.g. eu-west-1)"
+        ));
+    }
+    if !s.starts_with(|c: char| c.is_ascii_alphanumeric()) || !s.chars().all(ok_char) {
+        return Err(
+            "a location is letters, digits, `_`, `-`, `.` and `:`, starting with a letter or digit (e.g. eu-west-1)"
+                .into(),
+        );
+    }
+    Ok(())
 }
 
 /// The shared list of problems (and of files to check) the validators write into.

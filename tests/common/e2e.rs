@@ -916,6 +916,20 @@ pub const ERROR_TYPES: [&str; 17] = [
 /// with these rule files loaded, storing into `dir/tsdb`; waits until `/-/ready`. Returns the
 /// guard and its base URL.
 pub fn start_prometheus(dir: &Path, target: &str, rule_files: &[&Path]) -> (ChildGuard, String) {
+    start_prometheus_scraping(dir, &[target], rule_files)
+}
+
+/// [`start_prometheus`] scraping several targets (host:port each) in one scrape job.
+pub fn start_prometheus_scraping(
+    dir: &Path,
+    targets: &[&str],
+    rule_files: &[&Path],
+) -> (ChildGuard, String) {
+    let targets = targets
+        .iter()
+        .map(|t| format!("'{t}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
     let mut rules = String::new();
     if !rule_files.is_empty() {
         rules.push_str("rule_files:\n");
@@ -928,7 +942,7 @@ pub fn start_prometheus(dir: &Path, target: &str, rule_files: &[&Path]) -> (Chil
         &prom_config,
         format!(
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n{rules}\
-             scrape_configs:\n  - job_name: tokenprobe\n    static_configs:\n      - targets: ['{target}']\n"
+             scrape_configs:\n  - job_name: tokenprobe\n    static_configs:\n      - targets: [{targets}]\n"
         ),
     )
     .expect("write prometheus.yml");
