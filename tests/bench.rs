@@ -266,6 +266,59 @@ fn open_loop_sends_at_the_rate_and_counts_the_cap() {
     assert_eq!(ls[1]["error_rate"].as_f64(), Some(0.0));
 }
 
+/// Issue 13: `--ramp` spreads the closed-loop workers' first sends evenly (worker w of c at
+/// ramp × w / c), recorded in the report; each first send's intended instant (sent − lag) is on
+/// that schedule, whatever the machine's load does to the actual send.
+#[test]
+fn ramp_spreads_the_first_sends_of_the_workers() {
+    let _serial = serial();
+    let _wd = Watchdog::new("ramp_spreads_the_first_sends", Duration::from_secs(120));
+    let dir = tempfile::tempdir().unwrap();
+    let (_sim, url) = simulate(
+        dir.path(),
+        &["--ttft", "20ms", "--itl", "5ms", "--output-tokens", "4"],
+    );
+    let cfg = sim_config(dir.path(), &url);
+    let json = dir.path().join("ramp.json");
+    let (code, out, err) = bench(
+        &[
+            "--config.file",
+            cfg.to_str().unwrap(),
+            "--concurrency",
+            "4",
+            "--ramp",
+            "400ms",
+            // Enough that the last worker still finds a ticket when its turn comes.
+            "--requests-per-level",
+            "60",
+            "--samples",
+            "-o",
+            json.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let r = read_json(&json);
+    assert_eq!(r["mode"]["ramp_s"].as_f64(), Some(0.4), "{}", r["mode"]);
+    let ls = levels(&r, 0);
+    let mut intended: Vec<f64> = ls[0]["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["first"].as_bool() == Some(true))
+        .map(|s| s["sent_s"].as_f64().unwrap() - s["lag_s"].as_f64().unwrap())
+        .collect();
+    intended.sort_by(f64::total_cmp);
+    assert_eq!(intended.len(), 4, "{intended:?}");
+    for (w, t) in intended.iter().enumerate() {
+        assert!(
+            (t - 0.1 * w as f64).abs() < 0.002,
+            "worker {w}: {intended:?}"
+        );
+    }
+    assert!(ls[0]["ramp_s"].as_f64().unwrap() >= 0.3, "{}", ls[0]);
+}
+
 #[test]
 fn bad_invocations_exit_2_before_sending() {
     let dir = tempfile::tempdir().unwrap();

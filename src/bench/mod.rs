@@ -122,6 +122,8 @@ pub struct BenchPlan {
     pub amount: Amount,
     /// Unmeasured requests before each level.
     pub warmup: u64,
+    /// Closed loop: the workers' first sends are spread over this.
+    pub ramp: std::time::Duration,
     /// Keep every request's sample in the report.
     pub samples: bool,
     /// Show the progress bar (when stderr is a terminal).
@@ -386,6 +388,7 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         seed,
         amount,
         warmup,
+        ramp,
         samples,
         progress: show,
         judged,
@@ -415,6 +418,7 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         }
     ));
     let mut runner = Runner::new(spec.clone(), progress.clone())?;
+    runner.ramp = ramp;
     let mut reports = Vec::new();
     let mut done_units = 0;
     for (mi, model) in models.iter().enumerate() {
@@ -482,7 +486,10 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         api: job.target.api.to_string(),
         prompt: job.prompt.name.clone(),
         max_tokens: spec.max_tokens,
-        mode: load_mode(open, arrival, seed, amount, warmup),
+        mode: LoadMode {
+            ramp_s: (!open && !ramp.is_zero()).then(|| ramp.as_secs_f64()),
+            ..load_mode(open, arrival, seed, amount, warmup)
+        },
         slo: criteria.slos.iter().map(ToString::to_string).collect(),
         knee_rule: criteria.knee,
         models: reports,
@@ -517,6 +524,7 @@ fn load_mode(open: bool, arrival: Arrival, seed: u64, amount: Amount, warmup: u6
             Amount::Requests(_) => None,
         },
         warmup,
+        ramp_s: None,
     }
 }
 

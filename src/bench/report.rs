@@ -40,6 +40,9 @@ pub struct LoadMode {
     /// Unmeasured requests before each level.
     #[serde(default)]
     pub warmup: u64,
+    /// Closed loop: the first sends of each level's workers were spread over this, s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ramp_s: Option<f64>,
 }
 
 /// A whole bench run.
@@ -551,6 +554,7 @@ pub(crate) mod tests {
                 requests_per_level: Some(20),
                 duration_per_level_s: None,
                 warmup: 2,
+                ramp_s: None,
             },
             slo: slos.iter().map(ToString::to_string).collect(),
             knee_rule: rule,

@@ -277,6 +277,9 @@ pub struct Runner {
     probers: Vec<Prober>,
     /// Progress display.
     pub progress: Progress,
+    /// Closed loop: the first sends of a level's workers are spread evenly over this (worker `w`
+    /// of `c` first sends at `ramp × w / c`), so streams do not start, and stay, in step.
+    pub ramp: Duration,
 }
 
 impl Runner {
@@ -290,6 +293,7 @@ impl Runner {
             spec: Arc::new(spec),
             probers: vec![first],
             progress,
+            ramp: Duration::ZERO,
         })
     }
 
@@ -319,14 +323,17 @@ impl Runner {
             ..self.progress.clone()
         };
         let saved = std::mem::replace(&mut self.progress, quiet);
+        let ramp = std::mem::take(&mut self.ramp);
         let r = self
             .closed(c, Amount::Requests(n), "warm-up".into(), 0)
             .await;
         self.progress = saved;
+        self.ramp = ramp;
         r.map(|_| ())
     }
 
-    /// One closed-loop level: `c` workers, each with its own prober.
+    /// One closed-loop level: `c` workers, each with its own prober, their first sends spread over
+    /// [`Runner::ramp`].
     ///
     /// # Errors
     /// [`TransportError`] if a prober cannot be built.
@@ -362,7 +369,8 @@ impl Runner {
             Amount::Requests(_) => None,
         };
         let mut handles = Vec::with_capacity(c as usize);
-        for prober in self.probers.iter().take(c as usize) {
+        for (w, prober) in self.probers.iter().take(c as usize).enumerate() {
+            let first_send = start + self.ramp.mul_f64(w as f64 / f64::from(c.max(1)));
             let (prober, spec, tickets, progress) = (
                 prober.clone(),
                 self.spec.clone(),
@@ -371,8 +379,9 @@ impl Runner {
             );
             handles.push(tokio::spawn(async move {
                 let mut out = Vec::new();
-                let mut intended = start;
+                let mut intended = first_send;
                 let mut first = true;
+                tokio::time::sleep_until(first_send.into()).await;
                 loop {
                     if tickets.fetch_add(1, Ordering::Relaxed) >= limit {
                         break;

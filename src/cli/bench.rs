@@ -58,6 +58,10 @@ pub struct BenchArgs {
     /// Unmeasured requests before each level.
     #[arg(long, default_value_t = 0)]
     pub warmup: u64,
+    /// Closed loop: spread the workers' first sends evenly over this (e.g. 200ms), so streams do
+    /// not start, and stay, in step against a server without jitter (default 0: all at once).
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    pub ramp: Duration,
     /// Open loop: arrival rates in requests/s, e.g. 1,2,4 (the levels; --concurrency caps in-flight, default 1000).
     #[arg(long, value_delimiter = ',')]
     pub rate: Vec<f64>,
@@ -271,6 +275,7 @@ impl BenchArgs {
             seed,
             amount,
             warmup: a.warmup,
+            ramp: a.ramp,
             samples: a.samples,
             progress: !a.no_progress && std::io::stderr().is_terminal(),
             judged,
