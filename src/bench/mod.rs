@@ -487,7 +487,7 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         prompt: job.prompt.name.clone(),
         max_tokens: spec.max_tokens,
         mode: LoadMode {
-            ramp_s: (!open && !ramp.is_zero()).then(|| ramp.as_secs_f64()),
+            ramp_s: (!open && !ramp.is_zero()).then_some(ramp.as_secs_f64()),
             ..load_mode(open, arrival, seed, amount, warmup)
         },
         slo: criteria.slos.iter().map(ToString::to_string).collect(),
