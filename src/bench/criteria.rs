@@ -551,7 +551,75 @@ impl Default for Criteria {
     }
 }
 
+/// The criteria a run judged by, as its JSON report records them: exactly (canonical texts with
+/// the numbers in full), so that `bench merge` judges the union of shards as the run would have.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CriteriaRecord {
+    /// Hard limits, e.g. `ttft_p95<2`.
+    pub limits: Vec<String>,
+    /// Weights as given (empty: the default ones).
+    pub weights: Vec<(String, f64)>,
+    /// Per-request SLOs, e.g. `ttft=2`.
+    pub slo: Vec<String>,
+    /// The selection level.
+    #[serde(default)]
+    pub select_at: Option<f64>,
+    /// Relative tolerance of the regression check.
+    pub tolerance: f64,
+    /// Absolute tolerance of the error rate in the regression check.
+    pub tolerance_error_rate: f64,
+}
+
 impl Criteria {
+    /// What a report records of these criteria (see [`CriteriaRecord`]; the knee rule is
+    /// recorded apart).
+    pub fn record(&self) -> CriteriaRecord {
+        CriteriaRecord {
+            limits: self
+                .limits
+                .iter()
+                .map(|l| format!("{}{}{}", l.metric, l.op.as_str(), l.value))
+                .collect(),
+            weights: self
+                .weights
+                .iter()
+                .map(|(m, w)| (m.to_string(), *w))
+                .collect(),
+            slo: self
+                .slos
+                .iter()
+                .map(|s| format!("{}={}", s.base.name(), s.value))
+                .collect(),
+            select_at: self.select_at,
+            tolerance: self.tolerance,
+            tolerance_error_rate: self.tolerance_error_rate,
+        }
+    }
+
+    /// The criteria a report recorded, with its knee rule.
+    ///
+    /// # Errors
+    /// [`CriteriaError`] when the record does not parse (a hand-edited report).
+    pub fn from_record(r: &CriteriaRecord, knee: KneeRule) -> Result<Criteria, CriteriaError> {
+        let mut weights = Vec::new();
+        for (m, w) in &r.weights {
+            weights.extend(parse_weights(&format!("{m}={w}"))?);
+        }
+        Ok(Criteria {
+            limits: r
+                .limits
+                .iter()
+                .map(|l| l.parse())
+                .collect::<Result<_, _>>()?,
+            weights,
+            slos: r.slo.iter().map(|s| s.parse()).collect::<Result<_, _>>()?,
+            knee,
+            tolerance: r.tolerance,
+            tolerance_error_rate: r.tolerance_error_rate,
+            select_at: r.select_at,
+        })
+    }
+
     /// The weights in force: the configured ones, else `ttft=0.5,tps=0.3,tpot=0.2`.
     pub fn effective_weights(&self) -> Vec<(Metric, f64)> {
         if self.weights.is_empty() {
@@ -667,6 +735,48 @@ impl Criteria {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `bench merge` judges by what the shards' reports recorded: the record must give back the
+    /// same criteria, numbers in full (a limit of 1/3 s stays 1/3 s, not a rounded text).
+    #[test]
+    fn criteria_records_round_trip_exactly() {
+        let mut c = Criteria {
+            limits: [
+                "ttft_p95<2s",
+                "tpot_p50<=50ms",
+                "error_rate<1%",
+                "tps_p50>30",
+                "rps>=2.5",
+            ]
+            .iter()
+            .map(|l| l.parse().unwrap())
+            .collect(),
+            weights: parse_weights("ttft=0.5,agg_tps=0.25,error_rate=0.25").unwrap(),
+            slos: vec!["ttft=2s".parse().unwrap(), "tps=30".parse().unwrap()],
+            select_at: Some(8.0),
+            tolerance: 0.05,
+            tolerance_error_rate: 0.02,
+            ..Criteria::default()
+        };
+        c.limits[0].value = 1.0 / 3.0;
+        let knee = KneeRule {
+            tps_growth: 0.2,
+            ttft_growth: 0.7,
+        };
+        c.knee = knee;
+        let r = c.record();
+        assert_eq!(r.limits[0], format!("ttft_p95<{}", 1.0 / 3.0));
+        let json = serde_json::to_string(&r).unwrap();
+        let back: CriteriaRecord = serde_json::from_str(&json).unwrap();
+        assert_eq!(Criteria::from_record(&back, knee).unwrap(), c);
+        assert_eq!(
+            Criteria::from_record(&Criteria::default().record(), KneeRule::default()).unwrap(),
+            Criteria::default()
+        );
+        let mut bad = r.clone();
+        bad.limits.push("nonsense<1".into());
+        assert!(Criteria::from_record(&bad, knee).is_err());
+    }
 
     #[test]
     fn metric_names_round_trip() {

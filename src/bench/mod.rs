@@ -8,6 +8,8 @@
 //! - [`select`]: the knee, selection (hard limits, weighted score) and baseline regressions.
 //! - [`report`]: the report and its terminal, Markdown, CSV and JSON renderings.
 //! - [`plot`]: the SVG plot.
+//! - [`shard`]: one run split across processes (`--shard i/N`, `--start-at`), the run id.
+//! - [`merge`]: `bench merge`, the shards' reports made into the whole run's.
 //!
 //! [`run`] takes a [`BenchPlan`], a validated run built from the flags by [`crate::cli::bench`].
 //!
@@ -18,10 +20,12 @@
 //! [`ProbeResult`]: crate::measure::ProbeResult
 
 pub mod criteria;
+pub mod merge;
 pub mod plot;
 pub mod report;
 pub mod runner;
 pub mod select;
+pub mod shard;
 pub mod stats;
 
 use crate::config::{Config, ConfigError, Job};
@@ -57,6 +61,14 @@ pub enum BenchError {
     /// The baseline report could not be read.
     #[error("cannot use baseline {path}: {reason}")]
     Baseline {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// A report to merge could not be read.
+    #[error("cannot read {path}: {reason}")]
+    Report {
         /// The file.
         path: PathBuf,
         /// Why.
@@ -136,6 +148,12 @@ pub struct BenchPlan {
     pub outputs: Vec<(PathBuf, Format)>,
     /// The SVG plot's path.
     pub plot: Option<PathBuf>,
+    /// This process's shard of the run (0/1 when it is the whole run).
+    pub shard: shard::Shard,
+    /// `--start-at`: the shared start instants of the levels.
+    pub start: Option<shard::StartPlan>,
+    /// The run id (every shard of a run computes the same).
+    pub run_id: String,
 }
 
 impl BenchPlan {
@@ -347,18 +365,36 @@ fn dedup(v: Vec<&str>) -> Vec<&str> {
     out
 }
 
+/// The largest bench JSON report read (a baseline, a shard's report): a million samples fit.
+pub const MAX_REPORT_FILE_BYTES: u64 = 1 << 30;
+
+/// Reads a JSON report; `Err` says why, in words.
+fn read_report(path: &Path) -> Result<Report, String> {
+    let text =
+        crate::config::read_text_file(path, MAX_REPORT_FILE_BYTES).map_err(|e| e.to_string())?;
+    serde_json::from_str(&text).map_err(|e| format!("not a tokenprobe bench JSON report ({e})"))
+}
+
 /// Reads a baseline report.
 ///
 /// # Errors
 /// [`BenchError::Baseline`] when it cannot be read or is not a bench JSON report.
 pub fn load_baseline(path: &Path) -> Result<Report, BenchError> {
-    let err = |reason: String| BenchError::Baseline {
+    read_report(path).map_err(|reason| BenchError::Baseline {
         path: path.to_owned(),
         reason,
-    };
-    let text = crate::config::read_input_file(path).map_err(|e| err(e.to_string()))?;
-    serde_json::from_str(&text)
-        .map_err(|e| err(format!("not a tokenprobe bench JSON report ({e})")))
+    })
+}
+
+/// Reads a report to merge.
+///
+/// # Errors
+/// [`BenchError::Report`] when it cannot be read or is not a bench JSON report.
+pub fn load_report(path: &Path) -> Result<Report, BenchError> {
+    read_report(path).map_err(|reason| BenchError::Report {
+        path: path.to_owned(),
+        reason,
+    })
 }
 
 fn write(path: &Path, text: &str) -> Result<(), BenchError> {
@@ -368,15 +404,13 @@ fn write(path: &Path, text: &str) -> Result<(), BenchError> {
     })
 }
 
-/// Runs `tokenprobe bench`.
-///
-/// # Errors
-/// [`BenchError`] (exit 2) for bad flags, config, bench file or baseline, or an output that
-/// cannot be written. A regression against the baseline is `Ok(ExitCode 3)`.
 /// Runs a validated bench: every model at every level, then the report, its files and the plot.
+/// A shard (`--shard i/N`) sends its share of every level; with `--start-at` every level starts at
+/// its shared instant (see [`shard`]).
 ///
 /// # Errors
-/// [`BenchError`] when the prober cannot be built or an output cannot be written.
+/// [`BenchError`] when the prober cannot be built or an output cannot be written. A regression
+/// against the baseline is `Ok(ExitCode 3)`.
 pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
     let BenchPlan {
         criteria,
@@ -395,8 +429,15 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         baseline,
         outputs,
         plot,
+        shard,
+        start,
+        run_id,
     } = plan;
     let open = level_keys.iter().any(|k| k.rate.is_some());
+    let amount = match amount {
+        Amount::Requests(n) => Amount::Requests(shard.share(n)),
+        d @ Amount::Duration(_) => d,
+    };
     let per_level_units = match amount {
         Amount::Requests(n) => n,
         Amount::Duration(d) => d.as_secs().max(1),
@@ -405,7 +446,7 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
     let progress = Progress::new(total, show);
     let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     progress.println(&format!(
-        "tokenprobe bench: target {} ({}), prompt {}, models {}, {} levels ({})",
+        "tokenprobe bench: target {} ({}), prompt {}, models {}, {} levels ({}){}",
         job.target.name,
         crate::redact::redact_url(&spec.url()),
         job.prompt.name,
@@ -415,6 +456,11 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
             format!("open loop, {} arrivals", arrival.as_str())
         } else {
             "closed loop".into()
+        },
+        if shard.count > 1 {
+            format!(", shard {shard} of run {run_id}")
+        } else {
+            String::new()
         }
     ));
     let mut runner = Runner::new(spec.clone(), progress.clone())?;
@@ -426,21 +472,25 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         let mut levels_out = Vec::new();
         for (li, key) in level_keys.iter().enumerate() {
             let label = format!("{model} @ {}", key.label());
-            runner.warmup(key.concurrency, warmup).await?;
+            runner.warmup(key.concurrency, shard.share(warmup)).await?;
+            let slot = mi * level_keys.len() + li;
+            if let Some(p) = &start {
+                tokio::time::sleep(p.wait(slot, chrono::Utc::now())).await;
+            }
+            let started = chrono::Utc::now();
             let run = match key.rate {
-                None => {
-                    runner
-                        .closed(key.concurrency, amount, label.clone(), done_units)
-                        .await?
-                }
+                None => match shard.workers(key.concurrency) {
+                    0 => runner::LevelRun::default(),
+                    c => runner.closed(c, amount, label.clone(), done_units).await?,
+                },
                 Some(rate) => {
                     let level_seed = seed.wrapping_add((mi as u64) << 32).wrapping_add(li as u64);
                     runner
                         .open(
-                            rate,
-                            key.concurrency,
+                            shard.rate(rate),
+                            shard.cap(key.concurrency),
                             arrival,
-                            level_seed,
+                            shard.seed(level_seed),
                             amount,
                             label.clone(),
                             done_units,
@@ -449,35 +499,23 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
                 }
             };
             done_units += per_level_units;
-            let mut stats = LevelStats::from_samples(
-                *key,
-                &run.samples,
-                run.wall_s,
-                &run.loop_lag,
-                &criteria.slos,
-                run.capped,
-            );
-            if samples {
-                let mut s = run.samples;
-                s.sort_by(|x, y| x.sent_s.total_cmp(&y.sent_s));
-                stats.samples = Some(s);
-            }
+            let late = start.as_ref().map(|p| {
+                (started - p.level_start(slot))
+                    .to_std()
+                    .map_or(0.0, |d| d.as_secs_f64())
+            });
+            let stats = level_stats(*key, run, &criteria.slos, late, samples);
             progress.println(&level_line(&label, &stats));
             levels_out.push(stats);
         }
-        let knee = select::find_knee(&levels_out, &criteria.knee);
         reports.push(ModelReport {
             model: model.clone(),
             levels: levels_out,
-            knee,
+            knee: None,
         });
     }
     progress.finish();
-    let selection = judged.then(|| select::select(&reports, &criteria));
-    let comparison = baseline
-        .as_ref()
-        .map(|(b, p)| select::compare(&reports, &b.models, &criteria, &p.display().to_string()));
-    let report = Report {
+    let mut report = Report {
         tool: "tokenprobe".into(),
         version: env!("CARGO_PKG_VERSION").into(),
         started_at,
@@ -493,11 +531,91 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         slo: criteria.slos.iter().map(ToString::to_string).collect(),
         knee_rule: criteria.knee,
         models: reports,
-        selection,
-        comparison,
+        selection: None,
+        comparison: None,
+        run: Some(report::RunInfo {
+            id: run_id,
+            shard: (shard.count > 1).then(|| shard.to_string()),
+            start_at: start.map(|p| p.start_at.to_rfc3339()),
+            merged_from: Vec::new(),
+        }),
+        criteria: Some(criteria.record()),
     };
-    crate::output::print_stdout(&report::render_table(&report));
-    write_outputs(&report, &outputs, plot.as_deref(), &criteria)?;
+    finish(
+        &mut report,
+        &criteria,
+        judged,
+        baseline.as_ref(),
+        &outputs,
+        plot.as_deref(),
+    )
+}
+
+/// A level's statistics from what it measured; `late` is how late it started after its shared
+/// start instant (with `--start-at`), `keep_samples` keeps every sample (`--samples`).
+fn level_stats(
+    key: LevelKey,
+    run: runner::LevelRun,
+    slos: &[criteria::Slo],
+    late: Option<f64>,
+    keep_samples: bool,
+) -> LevelStats {
+    let mut stats = LevelStats::from_samples(
+        key,
+        &run.samples,
+        run.wall_s,
+        &run.loop_lag,
+        slos,
+        run.capped,
+    );
+    stats.started_unix_s = run.started_unix_s;
+    stats.start_offset_s = late;
+    if keep_samples {
+        let mut s = run.samples;
+        s.sort_by(|x, y| x.sent_s.total_cmp(&y.sent_s));
+        stats.samples = Some(s);
+    }
+    stats
+}
+
+/// Judges a run's sweeps (the one place a run and a merge of shards are judged): each model's
+/// knee, the selection when `judged`, the comparison with the baseline.
+pub fn judge(
+    report: &mut Report,
+    criteria: &Criteria,
+    judged: bool,
+    baseline: Option<&(Report, PathBuf)>,
+) {
+    for m in &mut report.models {
+        m.knee = select::find_knee(&m.levels, &criteria.knee);
+    }
+    report.selection = judged.then(|| select::select(&report.models, criteria));
+    report.comparison = baseline.map(|(b, p)| {
+        select::compare(
+            &report.models,
+            &b.models,
+            criteria,
+            &p.display().to_string(),
+        )
+    });
+}
+
+/// Judges `report`, prints its table, writes its files and plot; exit 3 when it regressed
+/// against the baseline.
+///
+/// # Errors
+/// [`BenchError::Output`] when a file cannot be written.
+pub fn finish(
+    report: &mut Report,
+    criteria: &Criteria,
+    judged: bool,
+    baseline: Option<&(Report, PathBuf)>,
+    outputs: &[(PathBuf, Format)],
+    plot: Option<&Path>,
+) -> Result<ExitCode, BenchError> {
+    judge(report, criteria, judged, baseline);
+    crate::output::print_stdout(&report::render_table(report));
+    write_outputs(report, outputs, plot, criteria)?;
     let regressed = report
         .comparison
         .as_ref()

@@ -2,7 +2,7 @@
 //! paste into docs), CSV (one row per model and level) and JSON (everything; the input of
 //! `--baseline`).
 
-use super::criteria::{KneeRule, fmt_secs};
+use super::criteria::{CriteriaRecord, KneeRule, fmt_secs};
 use super::select::{Comparison, Knee, Selection};
 use super::stats::{LevelStats, Summary};
 use serde::{Deserialize, Serialize};
@@ -80,6 +80,28 @@ pub struct Report {
     /// Comparison with `--baseline`.
     #[serde(default)]
     pub comparison: Option<Comparison>,
+    /// Which run this is and, for a shard, which part of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunInfo>,
+    /// What the run was judged by (so that a merge of its shards judges alike).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub criteria: Option<CriteriaRecord>,
+}
+
+/// A run's identity: every shard of one run has the same id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunInfo {
+    /// From `--run-id`, else computed alike on every shard from what defines the run.
+    pub id: String,
+    /// This report's shard, `i/N` (absent for a run of one process).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<String>,
+    /// `--start-at`: the shared start of the first level (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_at: Option<String>,
+    /// A merged report: the shards it was computed from, `i/N` each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub merged_from: Vec<String>,
 }
 
 fn opt(s: &Option<Summary>, f: impl Fn(&Summary) -> f64, fmt: impl Fn(f64) -> String) -> String {
@@ -561,6 +583,8 @@ pub(crate) mod tests {
             models,
             selection: Some(selection),
             comparison: Some(comparison),
+            run: None,
+            criteria: None,
         }
     }
 

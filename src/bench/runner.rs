@@ -65,6 +65,15 @@ pub struct LevelRun {
     pub loop_lag: Vec<f64>,
     /// Open loop: sends that waited for a free slot.
     pub capped: u64,
+    /// The level's start (its sends' time 0), wall clock, Unix seconds.
+    pub started_unix_s: Option<f64>,
+}
+
+/// `t` as Unix seconds.
+fn unix_s(t: std::time::SystemTime) -> Option<f64> {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .map(|d| d.as_secs_f64())
 }
 
 /// The arrival offsets (seconds after the level's start) of an open-loop level: the first at 0,
@@ -364,6 +373,7 @@ impl Runner {
         let tickets = Arc::new(AtomicU64::new(0));
         let monitor = LagMonitor::start();
         let start = Instant::now();
+        let started_unix_s = unix_s(std::time::SystemTime::now());
         let deadline = match amount {
             Amount::Duration(d) => Some(start + d),
             Amount::Requests(_) => None,
@@ -420,6 +430,7 @@ impl Runner {
             samples,
             loop_lag,
             capped: 0,
+            started_unix_s,
         })
     }
 
@@ -461,6 +472,7 @@ impl Runner {
         let handle = tokio::runtime::Handle::current();
         // The dispatcher thread needs a moment to start: arrivals are scheduled from then.
         let start = Instant::now() + Duration::from_millis(5);
+        let started_unix_s = unix_s(std::time::SystemTime::now() + Duration::from_millis(5));
         let (spec, progress) = (self.spec.clone(), self.progress.clone());
         let capped2 = capped.clone();
         let pool2 = pool.clone();
@@ -512,6 +524,7 @@ impl Runner {
             samples,
             loop_lag,
             capped: capped.load(Ordering::Relaxed),
+            started_unix_s,
         })
     }
 }

@@ -326,6 +326,8 @@ mod tests {
             ramp_s: None,
             loop_lag_s: None,
             capped: 0,
+            started_unix_s: None,
+            start_offset_s: None,
             samples: None,
         }
     }

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// One measured request of a level, as the bench keeps it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Sample {
     /// `None` on success, else the one `error_type`.
     pub error_type: Option<String>,
@@ -232,6 +232,13 @@ pub struct LevelStats {
     /// Open loop: requests whose send waited for a free in-flight slot (the cap was reached).
     #[serde(default)]
     pub capped: u64,
+    /// When the level started, wall clock (Unix seconds): shards' levels are lined up by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_unix_s: Option<f64>,
+    /// With `--start-at`: how late the level started after its shared start instant, s (the
+    /// previous level ran past it, or the clock was behind).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_offset_s: Option<f64>,
     /// Every sample, with `--samples`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub samples: Option<Vec<Sample>>,
@@ -288,6 +295,8 @@ impl LevelStats {
                 .reduce(f64::max),
             loop_lag_s: Summary::of(loop_lag.iter().copied()),
             capped,
+            started_unix_s: None,
+            start_offset_s: None,
             samples: None,
         }
     }

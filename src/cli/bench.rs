@@ -6,7 +6,7 @@ use crate::bench::criteria::{self, Criteria, CriteriaError, parse_ratio, parse_w
 use crate::bench::runner::{Amount, Arrival};
 use crate::bench::{
     BenchError, BenchPlan, Format, MAX_REQUESTS_PER_LEVEL, check_select_at, choose, fd_limit,
-    fit_fd_limit, levels, load_baseline,
+    fit_fd_limit, levels, load_baseline, load_report,
 };
 use crate::config::Config;
 use crate::probe::ProbeSpec;
@@ -25,10 +25,14 @@ pub enum ArrivalArg {
 
 /// Flags of `tokenprobe bench`.
 #[derive(clap::Args, Debug, Clone)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct BenchArgs {
+    /// What to do instead of a load test.
+    #[command(subcommand)]
+    pub action: Option<BenchAction>,
     /// The YAML config file (the same one `serve` uses).
-    #[arg(long = "config.file")]
-    pub config_file: PathBuf,
+    #[arg(long = "config.file", required = true)]
+    pub config_file: Option<PathBuf>,
     /// Target name in the config (default: the first target).
     #[arg(long)]
     pub target: Option<String>,
@@ -113,6 +117,30 @@ pub struct BenchArgs {
     /// No progress bar (it is shown only when stderr is a terminal anyway).
     #[arg(long)]
     pub no_progress: bool,
+    /// Run shard INDEX of COUNT (0-based, e.g. `$(JOB_COMPLETION_INDEX)/4` in a Kubernetes Indexed
+    /// Job): this process sends its share of every level and keeps every sample (`bench merge`
+    /// makes the shards' reports into the run's).
+    #[arg(long, value_parser = clap::value_parser!(crate::bench::shard::Shard))]
+    pub shard: Option<crate::bench::shard::Shard>,
+    /// Start the first level at this wall-clock instant (RFC 3339, e.g. 2026-12-01T12:00:00Z) and
+    /// every later one a level slot after the previous (duration per level + --level-gap), so the
+    /// levels of every shard line up. Needs --duration-per-level.
+    #[arg(long, value_parser = parse_start_at)]
+    pub start_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// With --start-at: the time left after a level's sending ends for its last requests and the
+    /// next level's warm-up, before the next level starts.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub level_gap: Duration,
+    /// The run id every shard's report carries (default: computed alike on every shard from the
+    /// config's target, prompt, models, levels, load and --start-at).
+    #[arg(long)]
+    pub run_id: Option<String>,
+}
+
+fn parse_start_at(s: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
+    chrono::DateTime::parse_from_rfc3339(s)
+        .map(|t| t.with_timezone(&chrono::Utc))
+        .map_err(|e| format!("{s:?}: not an RFC 3339 time such as 2026-12-01T12:00:00Z ({e})"))
 }
 
 /// The criteria from the bench file and the flags (flags add limits and SLOs, and replace the
@@ -157,6 +185,111 @@ pub fn criteria(a: &BenchArgs) -> Result<Criteria, CriteriaError> {
     Ok(c)
 }
 
+/// The report files (format by extension) and the plot, checked before anything runs: a known
+/// extension, an existing directory.
+///
+/// # Errors
+/// [`BenchError::Usage`] naming the file.
+fn outputs(files: &[PathBuf], plot: Option<&Path>) -> Result<Vec<(PathBuf, Format)>, BenchError> {
+    let mut out = Vec::new();
+    for o in files {
+        let Some(format) = Format::of(o) else {
+            return Err(BenchError::Usage(format!(
+                "--output {}: the extension must be .json, .csv or .md",
+                o.display()
+            )));
+        };
+        out.push((o.clone(), format));
+    }
+    if let Some(p) = plot
+        && p.extension().and_then(|e| e.to_str()) != Some("svg")
+    {
+        return Err(BenchError::Usage(format!(
+            "--plot {}: only .svg is supported (convert it with e.g. rsvg-convert for a PNG)",
+            p.display()
+        )));
+    }
+    for o in files.iter().map(PathBuf::as_path).chain(plot) {
+        let dir = o
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        if !dir.is_dir() {
+            return Err(BenchError::Usage(format!(
+                "{}: the directory {} does not exist",
+                o.display(),
+                dir.display()
+            )));
+        }
+    }
+    Ok(out)
+}
+
+/// `tokenprobe bench merge`'s flags.
+#[derive(clap::Args, Debug, Clone)]
+pub struct MergeArgs {
+    /// The shards' JSON reports (every shard of one run, in any order).
+    #[arg(required = true, num_args = 1..)]
+    pub reports: Vec<PathBuf>,
+    /// Write the merged report to FILE.json, FILE.csv or FILE.md (by extension; repeatable).
+    #[arg(long = "output", short = 'o')]
+    pub outputs: Vec<PathBuf>,
+    /// Plot the merged run to FILE.svg.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// An earlier run's JSON report: exit 3 when a metric of the merged run got worse beyond the
+    /// tolerance the shards were run with.
+    #[arg(long)]
+    pub baseline: Option<PathBuf>,
+}
+
+/// What `bench` does besides running a load test.
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum BenchAction {
+    /// Merge the JSON reports of a run's shards (`bench --shard i/N`) into the run's report:
+    /// every statistic recomputed from the union of their samples.
+    Merge(MergeArgs),
+}
+
+impl MergeArgs {
+    /// Merges the shards' reports, judges the merged run as the shards' criteria say, and writes
+    /// it (exit 3 on a regression against `--baseline`).
+    ///
+    /// # Errors
+    /// [`BenchError`] for an unreadable report, shards that are not one run's, or an output
+    /// that cannot be written.
+    pub fn run(&self) -> Result<std::process::ExitCode, BenchError> {
+        let outputs = outputs(&self.outputs, self.plot.as_deref())?;
+        let mut reports = Vec::new();
+        for p in &self.reports {
+            reports.push((p.display().to_string(), load_report(p)?));
+        }
+        let first = &reports[0].1;
+        let criteria = match &first.criteria {
+            Some(r) => Criteria::from_record(r, first.knee_rule)?,
+            None => Criteria {
+                knee: first.knee_rule,
+                ..Criteria::default()
+            },
+        };
+        let judged = first.selection.is_some();
+        let baseline = match &self.baseline {
+            Some(p) => Some((load_baseline(p)?, p.clone())),
+            None => None,
+        };
+        let mut merged = crate::bench::merge::merge(&reports, &criteria.slos)
+            .map_err(|e| BenchError::Usage(format!("bench merge: {e}")))?;
+        crate::bench::finish(
+            &mut merged,
+            &criteria,
+            judged,
+            baseline.as_ref(),
+            &outputs,
+            self.plot.as_deref(),
+        )
+    }
+}
+
 impl BenchArgs {
     /// The validated plan of this invocation.
     ///
@@ -165,37 +298,7 @@ impl BenchArgs {
     pub fn plan(&self) -> Result<BenchPlan, BenchError> {
         let a = self;
         let criteria = criteria(a)?;
-        let mut outputs = Vec::new();
-        for o in &a.outputs {
-            let Some(format) = Format::of(o) else {
-                return Err(BenchError::Usage(format!(
-                    "--output {}: the extension must be .json, .csv or .md",
-                    o.display()
-                )));
-            };
-            outputs.push((o.clone(), format));
-        }
-        if let Some(p) = &a.plot
-            && p.extension().and_then(|e| e.to_str()) != Some("svg")
-        {
-            return Err(BenchError::Usage(format!(
-                "--plot {}: only .svg is supported (convert it with e.g. rsvg-convert for a PNG)",
-                p.display()
-            )));
-        }
-        for o in a.outputs.iter().chain(a.plot.iter()) {
-            let dir = o
-                .parent()
-                .filter(|d| !d.as_os_str().is_empty())
-                .unwrap_or(Path::new("."));
-            if !dir.is_dir() {
-                return Err(BenchError::Usage(format!(
-                    "{}: the directory {} does not exist",
-                    o.display(),
-                    dir.display()
-                )));
-            }
-        }
+        let outputs = outputs(&a.outputs, a.plot.as_deref())?;
         if a.models.iter().any(|m| m.trim().is_empty()) {
             return Err(BenchError::Usage("--models: empty model name".into()));
         }
@@ -206,8 +309,12 @@ impl BenchArgs {
         let mut level_keys = levels(&a.concurrency, &a.rate)?;
         fit_fd_limit(&mut level_keys, !a.concurrency.is_empty(), fd_limit())?;
         check_select_at(&level_keys, criteria.select_at)?;
-        let config = Config::load(&a.config_file).map_err(|source| BenchError::Config {
-            path: a.config_file.clone(),
+        let config_file = a
+            .config_file
+            .clone()
+            .ok_or_else(|| BenchError::Usage("--config.file is required".into()))?;
+        let config = Config::load(&config_file).map_err(|source| BenchError::Config {
+            path: config_file.clone(),
             source,
         })?;
         let (job, models) = choose(&config, a.target.as_deref(), a.prompt.as_deref(), &a.models)?;
@@ -261,6 +368,35 @@ impl BenchArgs {
                 "a level would send more than {MAX_REQUESTS_PER_LEVEL} requests: lower --rate, --duration-per-level or --requests-per-level"
             )));
         }
+        let shard = a.shard.unwrap_or_default();
+        let start = match (a.start_at, amount) {
+            (None, _) => None,
+            (Some(start_at), Amount::Duration(d)) => Some(crate::bench::shard::StartPlan {
+                start_at,
+                slot: d + a.level_gap,
+            }),
+            (Some(_), Amount::Requests(_)) => {
+                return Err(BenchError::Usage(
+                    "--start-at needs --duration-per-level: levels start at shared instants one level slot apart, so every level must take the same time".into(),
+                ));
+            }
+        };
+        let run_id = match &a.run_id {
+            Some(id) if id.trim().is_empty() || id.len() > 128 => {
+                return Err(BenchError::Usage("--run-id: 1 to 128 characters".into()));
+            }
+            Some(id) => id.clone(),
+            None => crate::bench::shard::run_id(&[
+                &job.target.name,
+                &crate::redact::redact_url(&job.target.base_url),
+                &job.prompt.name,
+                &models.join(","),
+                &format!("{level_keys:?}"),
+                &format!("{amount:?} {arrival:?} warmup {}", a.warmup),
+                &a.start_at.map(|t| t.to_rfc3339()).unwrap_or_default(),
+                &shard.count.to_string(),
+            ]),
+        };
         let judged = models.len() > 1
             || !criteria.limits.is_empty()
             || !a.weights.is_empty()
@@ -276,12 +412,15 @@ impl BenchArgs {
             amount,
             warmup: a.warmup,
             ramp: a.ramp,
-            samples: a.samples,
+            samples: a.samples || shard.count > 1,
             progress: !a.no_progress && std::io::stderr().is_terminal(),
             judged,
             baseline,
             outputs,
             plot: a.plot.clone(),
+            shard,
+            start,
+            run_id,
         })
     }
 }

@@ -115,9 +115,12 @@ pub fn run(cli: Cli) -> ExitCode {
             Cmd::Probe(args) => probe::run(args).await,
             Cmd::CheckConfig { config_file } => check::run(&config_file),
             Cmd::Simulate(args) => crate::simulate::run(args).await,
-            Cmd::Bench(args) => match args.plan() {
-                Ok(plan) => crate::bench::run(plan).await.map_err(Into::into),
-                Err(e) => Err(e.into()),
+            Cmd::Bench(args) => match &args.action {
+                Some(bench::BenchAction::Merge(m)) => m.run().map_err(Into::into),
+                None => match args.plan() {
+                    Ok(plan) => crate::bench::run(plan).await.map_err(Into::into),
+                    Err(e) => Err(e.into()),
+                },
             },
         }
     });

@@ -42,15 +42,24 @@ pub const MAX_INPUT_FILE_BYTES: u64 = 8 << 20;
 /// # Errors
 /// The I/O error, or `InvalidData` for a file past the limit or not UTF-8.
 pub fn read_input_file(path: &Path) -> std::io::Result<String> {
+    read_text_file(path, MAX_INPUT_FILE_BYTES)
+}
+
+/// [`read_input_file`] with another limit (`max_bytes`), for files that hold data rather than
+/// settings (bench reports with every sample).
+///
+/// # Errors
+/// As [`read_input_file`].
+pub fn read_text_file(path: &Path, max_bytes: u64) -> std::io::Result<String> {
     use std::io::Read as _;
     let mut bytes = Vec::new();
     std::fs::File::open(path)?
-        .take(MAX_INPUT_FILE_BYTES + 1)
+        .take(max_bytes + 1)
         .read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > MAX_INPUT_FILE_BYTES {
+    if bytes.len() as u64 > max_bytes {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
-            format!("larger than {} MiB", MAX_INPUT_FILE_BYTES >> 20),
+            format!("larger than {} MiB", max_bytes >> 20),
         ));
     }
     String::from_utf8(bytes).map_err(|_| {
