@@ -171,6 +171,7 @@ check "grafana provisioning files" python "$dc/grafana-provisioning.py" .
 check "helm lint --strict (default values)" "$helm" lint --strict "$chart"
 check "helm lint --strict (ci/sidecar-values.yaml)" "$helm" lint --strict "$chart" -f "$chart/ci/sidecar-values.yaml"
 check "helm lint --strict (ci/region-values.yaml)" "$helm" lint --strict "$chart" -f "$chart/ci/region-values.yaml"
+check "helm lint --strict (ci/bench-values.yaml)" "$helm" lint --strict "$chart" -f "$chart/ci/bench-values.yaml"
 render() {
     "$helm" template tokenprobe "$chart" --namespace monitoring >"$tmp/helm-default.yaml" &&
         "$helm" template tokenprobe "$chart" --namespace monitoring -f "$chart/ci/sidecar-values.yaml" \
@@ -180,11 +181,17 @@ render() {
         "$helm" template tokenprobe-eu "$chart" --namespace monitoring -f "$chart/ci/region-values.yaml" \
             >"$tmp/helm-region.yaml" &&
         grep -A1 -- '- --location' "$tmp/helm-region.yaml" | grep -q '"eu-west-1"' &&
-        for f in default sidecar minimal region; do
+        "$helm" template tp-bench "$chart" --namespace bench -f "$chart/ci/bench-values.yaml" \
+            >"$tmp/helm-bench.yaml" &&
+        grep -q 'completionMode: Indexed' "$tmp/helm-bench.yaml" &&
+        grep -qF -- "- \"\$(JOB_COMPLETION_INDEX)/3\"" "$tmp/helm-bench.yaml" &&
+        ! grep -q '^kind: Deployment' "$tmp/helm-bench.yaml" &&
+        ! "$helm" template tp-bench "$chart" -f "$chart/ci/bench-values.yaml" --set bench.startAt= >/dev/null 2>&1 &&
+        for f in default sidecar minimal region bench; do
             printf '%s: %s resources  ' "$f" "$(grep -c '^kind:' "$tmp/helm-$f.yaml")"
         done
 }
-check "helm template (4 value sets)" render
+check "helm template (5 value sets)" render
 rendered=("$tmp"/helm-*.yaml)
 
 # Kubernetes manifests and rendered chart: core kinds strictly; CRs below (no schema here).
