@@ -24,7 +24,7 @@ pub mod runner;
 pub mod select;
 pub mod stats;
 
-use crate::config::{Config, ConfigError, Job};
+use crate::config::{Config, ConfigError, Job, Target, Timeouts};
 use crate::probe::ProbeSpec;
 use crate::transport::TransportError;
 use criteria::{Criteria, CriteriaError};
@@ -33,6 +33,37 @@ use runner::{Amount, Arrival, Progress, Runner};
 use stats::{LevelKey, LevelStats};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
+
+/// One model of a comparison: the model name sent and the target it is sent to (with that
+/// target's deadlines), so one run compares models behind one gateway and the same model at two
+/// providers with the same prompt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BenchModel {
+    /// The target.
+    pub target: Arc<Target>,
+    /// Its deadlines (from the config).
+    pub timeouts: Timeouts,
+    /// The model name sent.
+    pub model: String,
+}
+
+impl BenchModel {
+    /// `target/model`.
+    pub fn name(&self) -> String {
+        format!("{}/{}", self.target.name, self.model)
+    }
+
+    /// The probe of this model: `base` (the prompt and its overrides) sent to this target.
+    pub fn spec(&self, base: &ProbeSpec) -> ProbeSpec {
+        ProbeSpec {
+            target: self.target.clone(),
+            timeouts: self.timeouts,
+            model: self.model.clone(),
+            ..base.clone()
+        }
+    }
+}
 
 /// Why a bench could not run or report (all exit 2).
 #[derive(Debug, thiserror::Error)]
@@ -110,8 +141,8 @@ pub struct BenchPlan {
     pub job: Job,
     /// The probe of one request (`max_tokens` already overridden).
     pub spec: ProbeSpec,
-    /// Models, in order.
-    pub models: Vec<String>,
+    /// Models (each with its target), in order.
+    pub models: Vec<BenchModel>,
     /// The levels (concurrency, or rate with its in-flight cap), within the fd limit.
     pub levels: Vec<LevelKey>,
     /// Open loop: the arrival process.
@@ -282,7 +313,9 @@ fn level_keys(concurrency: &[u32], rate: &[f64]) -> Result<Vec<LevelKey>, BenchE
 }
 
 /// The job the bench sends: the target (named, or the first), its prompt (named, or its first),
-/// and the models to compare (named, or the target's).
+/// and the models to compare (named, or the target's). A named model `T/M` whose `T` is a
+/// target of the config is model `M` at target `T`; any other name (`M`, also `org/M`) is a
+/// model of the chosen target.
 ///
 /// # Errors
 /// [`BenchError::Usage`] when the config has no such target or prompt.
@@ -291,7 +324,7 @@ pub fn choose(
     target: Option<&str>,
     prompt: Option<&str>,
     models: &[String],
-) -> Result<(Job, Vec<String>), BenchError> {
+) -> Result<(Job, Vec<BenchModel>), BenchError> {
     let first = config
         .jobs
         .iter()
@@ -324,14 +357,43 @@ pub fn choose(
                 ))
             })?,
     };
-    let models = if models.is_empty() {
+    let at = |j: &Job, model: &str| BenchModel {
+        target: j.target.clone(),
+        timeouts: j.timeouts,
+        model: model.to_owned(),
+    };
+    let models: Vec<BenchModel> = if models.is_empty() {
         dedup(of_target.iter().map(|j| j.model.as_str()).collect())
             .into_iter()
-            .map(str::to_owned)
+            .map(|m| at(job, m))
             .collect()
     } else {
-        models.to_vec()
+        models
+            .iter()
+            .map(|m| {
+                m.split_once('/')
+                    .and_then(|(t, rest)| {
+                        let j = config.jobs.iter().find(|j| j.target.name == t)?;
+                        Some(at(j, rest))
+                    })
+                    .unwrap_or_else(|| at(job, m))
+            })
+            .collect()
     };
+    for (i, m) in models.iter().enumerate() {
+        if m.model.trim().is_empty() {
+            return Err(BenchError::Usage(format!(
+                "--models {}: empty model name",
+                m.name()
+            )));
+        }
+        if models[..i].contains(m) {
+            return Err(BenchError::Usage(format!(
+                "--models: {} is given twice",
+                m.name()
+            )));
+        }
+    }
     Ok((job.clone(), models))
 }
 
@@ -400,13 +462,18 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
     };
     let total = per_level_units * level_keys.len() as u64 * models.len() as u64;
     let progress = Progress::new(total, show);
+    let mixed = models.iter().any(|m| m.target.name != job.target.name);
+    let names: Vec<String> = models
+        .iter()
+        .map(|m| if mixed { m.name() } else { m.model.clone() })
+        .collect();
     let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     progress.println(&format!(
         "tokenprobe bench: target {} ({}), prompt {}, models {}, {} levels ({})",
         job.target.name,
         crate::redact::redact_url(&spec.url()),
         job.prompt.name,
-        models.join(", "),
+        names.join(", "),
         level_keys.len(),
         if open {
             format!("open loop, {} arrivals", arrival.as_str())
@@ -415,13 +482,21 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         }
     ));
     let mut runner = Runner::new(spec.clone(), progress.clone())?;
+    let mut runner_target = job.target.clone();
     let mut reports = Vec::new();
     let mut done_units = 0;
-    for (mi, model) in models.iter().enumerate() {
-        runner.set_model(model);
+    for (mi, (bm, name)) in models.iter().zip(&names).enumerate() {
+        if bm.target != runner_target {
+            // Another target: its own client settings, so its own probers.
+            runner = Runner::new(bm.spec(&spec), progress.clone())?;
+            runner_target = bm.target.clone();
+        }
+        runner.set_model(&bm.model);
+        let price = bm.target.price_of(&bm.model);
         let mut levels_out = Vec::new();
+        let mut lengths = stats::Lengths::default();
         for (li, key) in level_keys.iter().enumerate() {
-            let label = format!("{model} @ {}", key.label());
+            let label = format!("{name} @ {}", key.label());
             runner.warmup(key.concurrency, warmup).await?;
             let run = match key.rate {
                 None => {
@@ -453,6 +528,10 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
                 &criteria.slos,
                 run.capped,
             );
+            if let Some(p) = &price {
+                stats.set_cost(&run.samples, p);
+            }
+            lengths.add(&run.samples);
             if samples {
                 let mut s = run.samples;
                 s.sort_by(|x, y| x.sent_s.total_cmp(&y.sent_s));
@@ -462,8 +541,13 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
             levels_out.push(stats);
         }
         let knee = select::find_knee(&levels_out, &criteria.knee);
+        let (input_tokens_mean, output_tokens_mean) = lengths.means();
         reports.push(ModelReport {
-            model: model.clone(),
+            model: bm.model.clone(),
+            target: Some(bm.target.name.clone()),
+            price,
+            input_tokens_mean,
+            output_tokens_mean,
             levels: levels_out,
             knee,
         });
@@ -597,14 +681,38 @@ mod tests {
              targets:\n  - name: t1\n    base_url: http://127.0.0.1:1/v1\n    models: [m1, m2]\n  - name: t2\n    base_url: http://127.0.0.1:2/v1\n    models: [x]\n    prompts: [b]\n",
         )
         .unwrap();
+        let names = |m: Vec<BenchModel>| m.iter().map(BenchModel::name).collect::<Vec<_>>();
         let (j, m) = choose(&cfg, None, None, &[]).unwrap();
         assert_eq!(
             (j.target.name.as_str(), j.prompt.name.as_str()),
             ("t1", "a")
         );
-        assert_eq!(m, vec!["m1", "m2"]);
+        assert_eq!(names(m), vec!["t1/m1", "t1/m2"]);
         let (j, m) = choose(&cfg, Some("t2"), None, &["y".into()]).unwrap();
-        assert_eq!((j.prompt.name.as_str(), m), ("b", vec!["y".to_owned()]));
+        assert_eq!(
+            (j.prompt.name.as_str(), names(m)),
+            ("b", vec!["t2/y".to_owned()])
+        );
+        // target/model pairs: the same model at two targets; a prefix that names no target is
+        // part of the model's name.
+        let pairs = [
+            "m1".into(),
+            "t2/m1".into(),
+            "org/big".into(),
+            "t2/org/big".into(),
+        ];
+        let (j, m) = choose(&cfg, None, None, &pairs).unwrap();
+        assert_eq!(j.target.name, "t1");
+        assert_eq!(
+            names(m.clone()),
+            ["t1/m1", "t2/m1", "t1/org/big", "t2/org/big"]
+        );
+        assert_eq!(m[1].target.base_url, "http://127.0.0.1:2/v1");
+        assert_eq!(m[2].model, "org/big");
+        let e = choose(&cfg, None, None, &["m1".into(), "t1/m1".into()]).unwrap_err();
+        assert!(e.to_string().contains("t1/m1 is given twice"), "{e}");
+        let e = choose(&cfg, None, None, &["t2/".into()]).unwrap_err();
+        assert!(e.to_string().contains("empty model name"), "{e}");
         let (j, _) = choose(&cfg, Some("t1"), Some("b"), &[]).unwrap();
         assert_eq!(j.prompt.name, "b");
         assert!(choose(&cfg, Some("nope"), None, &[]).is_err());

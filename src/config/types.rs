@@ -261,7 +261,7 @@ impl Eq for Expect {}
 
 /// What a model costs, per million tokens (in the currency of the config; validated
 /// non-negative and finite).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, Deserialize)]
 pub struct Price {
     /// Per million input tokens.
     pub input_per_mtok: f64,

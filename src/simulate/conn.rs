@@ -147,16 +147,7 @@ async fn handle(
         .and_then(|o| o.get("include_usage"))
         .and_then(Value::as_bool)
         .unwrap_or(false);
-    let ask = Ask {
-        max_tokens: ["max_tokens", "max_completion_tokens", "max_output_tokens"]
-            .iter()
-            .find_map(|k| body.get(*k).and_then(Value::as_u64)),
-        min_tokens: body.get("min_tokens").and_then(Value::as_u64),
-        ignore_eos: body
-            .get("ignore_eos")
-            .and_then(Value::as_bool)
-            .unwrap_or(false),
-    };
+    let ask = ask_of(&body);
     let model = body.get("model").and_then(Value::as_str).unwrap_or(MODEL);
     let served = shared.served(model);
     let input = profile::input_bytes(&body);
@@ -226,6 +217,20 @@ async fn handle(
     let keep = rec.end == End::Complete && req.keep_alive && (req.chunked_ok || !is_stream);
     finish(shared, rec);
     keep
+}
+
+/// What a request body asks of the output length.
+fn ask_of(body: &Value) -> Ask {
+    Ask {
+        max_tokens: ["max_tokens", "max_completion_tokens", "max_output_tokens"]
+            .iter()
+            .find_map(|k| body.get(*k).and_then(Value::as_u64)),
+        min_tokens: body.get("min_tokens").and_then(Value::as_u64),
+        ignore_eos: body
+            .get("ignore_eos")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+    }
 }
 
 fn finish(shared: &Shared, rec: Record) {
