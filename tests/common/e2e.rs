@@ -953,3 +953,26 @@ pub fn start_prometheus(dir: &Path, target: &str, rule_files: &[&Path]) -> (Chil
     });
     (guard, prom)
 }
+
+// ------------------------------------------------------------------ simulate
+
+/// `tokenprobe simulate --seed 1` on a free loopback port with `args`; returns its guard and
+/// `http://ADDR`.
+pub fn start_simulate(dir: &Path, args: &[&str]) -> (ChildGuard, String) {
+    let mut cmd = Command::new(tokenprobe_bin());
+    cmd.args(["simulate", "--listen", "127.0.0.1:0", "--seed", "1"])
+        .args(args);
+    let mut guard = ChildGuard::spawn("simulate", cmd, dir);
+    let url = wait_for(
+        "simulate to print its address",
+        Duration::from_secs(20),
+        || {
+            guard.assert_running();
+            guard
+                .stdout()
+                .lines()
+                .find_map(|l| l.strip_prefix("listening on ").map(str::to_owned))
+        },
+    );
+    (guard, url)
+}
