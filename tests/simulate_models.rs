@@ -2,9 +2,10 @@
 //! processes on loopback):
 //!
 //! - two profiles compared by bench are ranked as their profiles say (the fast one first on a
-//!   TTFT weight), with the cost their prices give; `target/model` pairs compare the same model
-//!   at two targets, `--limit cost_per_request<=…` rejects the expensive one, and a model with a
-//!   different output length is flagged next to the ranking;
+//!   TTFT weight), with the cost their prices give;
+//! - `target/model` pairs compare the same model at two targets, `--limit cost_per_request<=…`
+//!   rejects the expensive one, and a model with a different output length is flagged next to
+//!   the ranking;
 //! - an input-length sweep (512, 2048 and 8192-byte prompts) reports the token rule's input
 //!   tokens in `usage`, and the client's TTFT grows by `prefill_per_1k × Δtokens` within 1 ms
 //!   (the fastest of several requests per length, so scheduling noise on a busy machine, which
@@ -64,13 +65,11 @@ fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-12 * b.abs().max(1.0)
 }
 
-#[test]
-fn profiles_are_ranked_as_they_say_and_cost_what_their_prices_say() {
-    let _serial = serial();
-    let _wd = Watchdog::new("profiles_are_ranked", Duration::from_secs(180));
-    let dir = tempfile::tempdir().unwrap();
-    let (_sim, url) = start_simulate(
-        dir.path(),
+/// A simulator with profiles `fast`, `slow` and `short`, and a config with target `sim` (every
+/// model; a price, and `slow`'s own) and target `sim2` (`fast`, dearer) on it.
+fn priced_sim(dir: &Path) -> (ChildGuard, PathBuf) {
+    let (sim, url) = start_simulate(
+        dir,
         &[
             "--profile",
             "fast:ttft=20ms,itl=2ms,output_tokens=8",
@@ -82,7 +81,7 @@ fn profiles_are_ranked_as_they_say_and_cost_what_their_prices_say() {
     );
     // "Say hello" is 9 bytes: 4 template tokens + 3 = 7 input tokens; 8 output tokens.
     let cfg = write(
-        dir.path(),
+        dir,
         "c.yml",
         &format!(
             "prompts:\n  - name: hello\n    messages: [{{role: user, content: \"Say hello\"}}]\n    max_tokens: 64\n\
@@ -93,6 +92,15 @@ fn profiles_are_ranked_as_they_say_and_cost_what_their_prices_say() {
              \x20   price: {{input_per_mtok: 100, output_per_mtok: 100}}\n"
         ),
     );
+    (sim, cfg)
+}
+
+#[test]
+fn profiles_are_ranked_as_they_say_and_cost_what_their_prices_say() {
+    let _serial = serial();
+    let _wd = Watchdog::new("profiles_are_ranked", Duration::from_secs(180));
+    let dir = tempfile::tempdir().unwrap();
+    let (_sim, cfg) = priced_sim(dir.path());
     let cfg = cfg.to_str().unwrap();
     let json = dir.path().join("a.json");
     let (code, out, err) = run(
@@ -150,7 +158,15 @@ fn profiles_are_ranked_as_they_say_and_cost_what_their_prices_say() {
         "{out}"
     );
     assert!(out.contains("achieved lengths (mean input/output tokens of the successes): fast 7.0/8.0, slow 7.0/8.0"), "{out}");
+}
 
+#[test]
+fn target_model_pairs_a_cost_limit_and_a_length_note() {
+    let _serial = serial();
+    let _wd = Watchdog::new("target_model_pairs", Duration::from_secs(180));
+    let dir = tempfile::tempdir().unwrap();
+    let (_sim, cfg) = priced_sim(dir.path());
+    let cfg = cfg.to_str().unwrap();
     // The same model at two targets, and a model whose output is half as long; the cost limit
     // rejects the dear target.
     let json = dir.path().join("b.json");
