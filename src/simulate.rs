@@ -20,7 +20,22 @@
 //! write returns.
 //! `--event-log FILE` writes, per request, each event's due and send instants relative to arrival
 //! (one JSON line, written by a separate thread), so a benchmark can compare a client's TTFT with
-//! the instant the first token left the server.
+//! the instant the first token left the server; with the request's model, profile, input and
+//! cached tokens and prefill time.
+//!
+//! Models. `--profile NAME:ttft=D,itl=D[,output_tokens=N][,prefill_per_1k=D][,prefix_cache=on]`
+//! (repeatable, see [`profile`]) gives the model `NAME` its own timing; the request's `model`
+//! picks it, any other model gets the command's flags. Input tokens follow the token rule of
+//! [`profile`]: the input rendered to bytes, 4 bytes a token, a chat message being a 16-byte role
+//! header (4 template tokens) and its text content padded to whole tokens, so `4 + ceil(bytes /
+//! 4)` per message (a completions `prompt`: `ceil(bytes / 4)`); they are reported in `usage`
+//! (`prompt_tokens`; Anthropic's and the Responses API's `input_tokens`). The TTFT is the
+//! profile's plus `prefill_per_1k × uncached input tokens / 1000`; with `prefix_cache=on` (or
+//! `--prefix-cache`) a prefix seen before, in whole 16-token blocks, is cached (vLLM's automatic
+//! prefix caching; a bounded LRU per profile) and reported as
+//! `usage.prompt_tokens_details.cached_tokens`. The output length is the profile's, raised to the
+//! request's `min_tokens` and capped by its `max_tokens`; with `ignore_eos: true` it is exactly
+//! `max_tokens`.
 //!
 //! Connections: HTTP/1.1 keep-alive with chunked streams (several requests per connection, also
 //! pipelined); `Connection: close` or HTTP/1.0 end the connection after the response. A client
@@ -77,7 +92,7 @@ pub struct SimulateArgs {
     #[arg(long)]
     pub prefix_cache: bool,
     /// A model's own timing, picked by the request's `model`:
-    /// NAME:ttft=D,itl=D[,output_tokens=N][,prefill_per_1k=D][,prefix_cache=on] (repeatable;
+    /// `NAME:ttft=D,itl=D[,output_tokens=N][,prefill_per_1k=D][,prefix_cache=on]` (repeatable;
     /// other models get the flags above).
     #[arg(long = "profile")]
     pub profiles: Vec<profile::Profile>,
