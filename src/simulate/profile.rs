@@ -251,8 +251,8 @@ impl PrefixCache {
         self.used.is_empty()
     }
 
-    /// The cumulative hashes of the full blocks of `input`.
-    fn hashes(input: &[u8]) -> Vec<u64> {
+    /// The cumulative hashes of the full blocks of `input` (computed outside the cache's lock).
+    pub fn hashes(input: &[u8]) -> Vec<u64> {
         let mut parent = 0u64;
         input
             .chunks_exact(BLOCK_TOKENS * BYTES_PER_TOKEN)
@@ -278,23 +278,26 @@ impl PrefixCache {
     /// from the start, within all but its last token), then caches every full block of it,
     /// evicting the least recently used blocks beyond the capacity.
     pub fn admit(&mut self, input: &[u8]) -> u32 {
-        let hashes = Self::hashes(input);
-        let tokens = token_count(input) as usize;
-        let max_hit = tokens.saturating_sub(1) / BLOCK_TOKENS;
+        self.admit_hashes(&Self::hashes(input), token_count(input))
+    }
+
+    /// [`PrefixCache::admit`] of an input of `tokens` tokens whose block hashes are `hashes`.
+    pub fn admit_hashes(&mut self, hashes: &[u64], tokens: u32) -> u32 {
+        let max_hit = (tokens as usize).saturating_sub(1) / BLOCK_TOKENS;
         let hits = hashes
             .iter()
             .take(max_hit)
             .take_while(|h| self.used.contains_key(h))
             .count();
-        // Touched tail first, so that the head of this prefix is evicted last.
+        // Touched tail first, so that the head of this prefix is evicted last; evicting as it
+        // goes keeps the cache within its capacity however long the input.
         for h in hashes.iter().rev() {
             self.touch(*h);
-        }
-        while self.used.len() > self.capacity {
-            let Some((_, h)) = self.order.pop_first() else {
-                break;
-            };
-            self.used.remove(&h);
+            if self.used.len() > self.capacity
+                && let Some((_, old)) = self.order.pop_first()
+            {
+                self.used.remove(&old);
+            }
         }
         u32::try_from(hits * BLOCK_TOKENS).unwrap_or(u32::MAX)
     }
@@ -360,7 +363,12 @@ impl Served {
         let cached_tokens = self
             .cache
             .as_ref()
-            .and_then(|c| c.lock().ok().map(|mut c| c.admit(input)))
+            .and_then(|c| {
+                let hashes = PrefixCache::hashes(input);
+                c.lock()
+                    .ok()
+                    .map(|mut c| c.admit_hashes(&hashes, input_tokens))
+            })
             .unwrap_or(0)
             .min(input_tokens);
         Admitted {
@@ -574,6 +582,13 @@ mod tests {
         let mut c = PrefixCache::new(0);
         assert_eq!(c.admit(&a), 0);
         assert_eq!(c.len(), 1, "capacity is at least one block");
+        // An input far longer than the cache keeps its head, and never holds more.
+        let mut c = PrefixCache::new(8);
+        let long = blocks(100, |i| i as u8);
+        assert_eq!(c.admit(&long), 0);
+        assert_eq!(c.len(), 8);
+        let head = blocks(9, |i| i as u8);
+        assert_eq!(c.admit(&head), 128, "the first 8 blocks are the ones kept");
     }
 
     fn timing() -> Timing {
