@@ -8,9 +8,9 @@
 //!   the ranking;
 //! - an input-length sweep (512, 2048 and 8192-byte prompts) reports the token rule's input
 //!   tokens in `usage`, and the client's TTFT grows by `prefill_per_1k × Δtokens` within 1 ms
-//!   (the fastest of several requests per length, so scheduling noise on a busy machine, which
-//!   only ever adds time, drops out; the simulator's event log of the same requests is the
-//!   ground truth of each one's prefill);
+//!   (the fastest of 12 requests per length on a reused connection, so connection set-up and
+//!   scheduling noise on a busy machine, which only ever add time, drop out; the simulator's
+//!   event log of the same requests is the ground truth of each one's prefill);
 //! - `prefix_cache=on`: the second request with the same 2 KiB prefix reports its cached tokens
 //!   and is faster by the prefill of the cached part (event log); `ignore_eos` and `min_tokens`
 //!   give the output length asked for, also streamed through `tokenprobe probe`; an unknown
@@ -269,10 +269,10 @@ fn input_length_sweep_shows_the_configured_prefill() {
         ));
     }
     yaml.push_str(&format!(
-        "targets:\n  - name: sim\n    base_url: {url}/v1\n    models: [sweep]\n"
+        "targets:\n  - name: sim\n    base_url: {url}/v1\n    models: [sweep]\n    connection: reuse\n"
     ));
     let cfg = write(dir.path(), "c.yml", &yaml);
-    const PER_LENGTH: usize = 8;
+    const PER_LENGTH: usize = 12;
     let mut fastest = Vec::new();
     for n in lengths {
         let json = dir.path().join(format!("r{n}.json"));
