@@ -243,6 +243,38 @@ fn target_model_pairs_a_cost_limit_and_a_length_note() {
         header.contains("model") && header.contains("target"),
         "{out}"
     );
+    assert_eq!(r["target"], "sim");
+
+    // Every model at another target: the report is that target's, the names plain.
+    let json = dir.path().join("c.json");
+    let (code, out, err) = run(
+        &[
+            "bench",
+            "--config.file",
+            cfg,
+            "--models",
+            "sim2/fast",
+            "--concurrency",
+            "1",
+            "--requests-per-level",
+            "2",
+            "-o",
+            json.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let r = read_json(&json);
+    let m = &r["models"][0];
+    assert_eq!(
+        (r["target"].as_str(), m["target"].as_str()),
+        (Some("sim2"), Some("sim2"))
+    );
+    assert!(close(f(&m["levels"][0]["cost_per_request"]), 1.5e-3), "{m}");
+    assert!(
+        err.contains("target sim2 (") && err.contains("models fast,"),
+        "{err}"
+    );
 }
 
 #[test]

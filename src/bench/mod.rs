@@ -462,7 +462,11 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
     };
     let total = per_level_units * level_keys.len() as u64 * models.len() as u64;
     let progress = Progress::new(total, show);
-    let mixed = models.iter().any(|m| m.target.name != job.target.name);
+    // The report's target: the first model's (the --target's unless a pair names another).
+    let head = models
+        .first()
+        .map_or_else(|| job.target.clone(), |m| m.target.clone());
+    let mixed = models.iter().any(|m| m.target != head);
     let names: Vec<String> = models
         .iter()
         .map(|m| if mixed { m.name() } else { m.model.clone() })
@@ -470,8 +474,8 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
     let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     progress.println(&format!(
         "tokenprobe bench: target {} ({}), prompt {}, models {}, {} levels ({})",
-        job.target.name,
-        crate::redact::redact_url(&spec.url()),
+        head.name,
+        crate::redact::redact_url(&head.url()),
         job.prompt.name,
         names.join(", "),
         level_keys.len(),
@@ -481,8 +485,11 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
             "closed loop".into()
         }
     ));
-    let mut runner = Runner::new(spec.clone(), progress.clone())?;
-    let mut runner_target = job.target.clone();
+    let first = models
+        .first()
+        .map_or_else(|| spec.clone(), |m| m.spec(&spec));
+    let mut runner = Runner::new(first, progress.clone())?;
+    let mut runner_target = head.clone();
     let mut reports = Vec::new();
     let mut done_units = 0;
     for (mi, (bm, name)) in models.iter().zip(&names).enumerate() {
@@ -520,23 +527,8 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
                 }
             };
             done_units += per_level_units;
-            let mut stats = LevelStats::from_samples(
-                *key,
-                &run.samples,
-                run.wall_s,
-                &run.loop_lag,
-                &criteria.slos,
-                run.capped,
-            );
-            if let Some(p) = &price {
-                stats.set_cost(&run.samples, p);
-            }
             lengths.add(&run.samples);
-            if samples {
-                let mut s = run.samples;
-                s.sort_by(|x, y| x.sent_s.total_cmp(&y.sent_s));
-                stats.samples = Some(s);
-            }
+            let stats = fold_level(*key, run, &criteria, price.as_ref(), samples);
             progress.println(&level_line(&label, &stats));
             levels_out.push(stats);
         }
@@ -561,9 +553,9 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         tool: "tokenprobe".into(),
         version: env!("CARGO_PKG_VERSION").into(),
         started_at,
-        target: job.target.name.clone(),
-        base_url: crate::redact::redact_url(&job.target.base_url),
-        api: job.target.api.to_string(),
+        target: head.name.clone(),
+        base_url: crate::redact::redact_url(&head.base_url),
+        api: head.api.to_string(),
         prompt: job.prompt.name.clone(),
         max_tokens: spec.max_tokens,
         mode: load_mode(open, arrival, seed, amount, warmup),
@@ -631,6 +623,34 @@ fn write_outputs(
         write(p, &svg)?;
     }
     Ok(())
+}
+
+/// A level's statistics from its run: the fold, the cost at `price`, and the samples (sorted by
+/// send instant) when they are kept.
+fn fold_level(
+    key: LevelKey,
+    run: runner::LevelRun,
+    criteria: &Criteria,
+    price: Option<&crate::config::Price>,
+    keep_samples: bool,
+) -> LevelStats {
+    let mut stats = LevelStats::from_samples(
+        key,
+        &run.samples,
+        run.wall_s,
+        &run.loop_lag,
+        &criteria.slos,
+        run.capped,
+    );
+    if let Some(p) = price {
+        stats.set_cost(&run.samples, p);
+    }
+    if keep_samples {
+        let mut s = run.samples;
+        s.sort_by(|x, y| x.sent_s.total_cmp(&y.sent_s));
+        stats.samples = Some(s);
+    }
+    stats
 }
 
 /// One line per finished level on stderr.

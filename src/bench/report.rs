@@ -64,7 +64,7 @@ pub struct Report {
     pub version: String,
     /// When the run started (RFC 3339, UTC).
     pub started_at: String,
-    /// The config's target name.
+    /// The config's target name (the first model's, when `--models` names several targets).
     pub target: String,
     /// Its base URL.
     pub base_url: String,
