@@ -4,7 +4,8 @@
 //!
 //! Endpoints: `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/messages`
 //! (Anthropic), `POST /v1/responses` (OpenAI Responses), each also without the `/v1` prefix;
-//! `GET /v1/models`, `GET /health`. `"stream": true` gets an SSE stream, anything else one JSON
+//! `GET /v1/models` (the default model `tokenprobe-simulated`, then every `--profile`),
+//! `GET /health`. `"stream": true` gets an SSE stream, anything else one JSON
 //! body once the whole answer would have been generated.
 //!
 //! Timing. A request *arrives* when its body has been read in full; its head is written at once.
@@ -94,7 +95,7 @@ pub struct SimulateArgs {
     /// A model's own timing, picked by the request's `model`:
     /// `NAME:ttft=D,itl=D[,output_tokens=N][,prefill_per_1k=D][,prefix_cache=on]` (repeatable;
     /// other models get the flags above).
-    #[arg(long = "profile")]
+    #[arg(long = "profile", value_name = "PROFILE")]
     pub profiles: Vec<profile::Profile>,
     /// Uniform jitter on the TTFT (ttft ± this).
     #[arg(long, default_value = "0ms", value_parser = humantime::parse_duration)]

@@ -501,6 +501,20 @@ fn prefix_cache_ignore_eos_and_defaults() {
     assert_eq!(p["output_tokens"], 40, "{p}");
     assert_eq!(p["input_tokens"], 5, "{p}");
 
+    let models = http_get(&format!("{url}/v1/models"), &[]);
+    let ids: Value = serde_json::from_str(&models.body).expect("models JSON");
+    let ids: Vec<&str> = ids["data"]
+        .as_array()
+        .expect("data")
+        .iter()
+        .filter_map(|m| m["id"].as_str())
+        .collect();
+    assert_eq!(
+        ids,
+        ["tokenprobe-simulated", "cached"],
+        "the default, then the profiles"
+    );
+
     let lines = event_log(&log, 7);
     drop(sim);
     let (a, b) = (&lines[0], &lines[1]);

@@ -22,7 +22,8 @@ use tokio::net::TcpStream;
 const IDLE: Duration = Duration::from_secs(120);
 /// Pipelined bytes buffered while a response is in progress, at most.
 const MAX_PENDING: usize = 1024 * 1024;
-/// The model listed by `GET /v1/models` and used when a request names none.
+/// The model listed first by `GET /v1/models` (then each `--profile`) and used when a request
+/// names none.
 const MODEL: &str = "tokenprobe-simulated";
 
 /// The client closed or reset the connection.
@@ -78,7 +79,13 @@ async fn handle(
         "/v1/responses" | "/responses" => Proto::Responses,
         "/health" | "/healthz" | "/v1/models" | "/models" if req.method == "GET" => {
             let body = if path.ends_with("models") {
-                json!({"object": "list", "data": [{"id": MODEL, "object": "model", "created": 0, "owned_by": "tokenprobe"}]})
+                // The default model, then every --profile.
+                let ids = std::iter::once(MODEL)
+                    .chain(shared.profiles.iter().filter_map(|p| p.name.as_deref()));
+                let data: Vec<Value> = ids
+                    .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "tokenprobe"}))
+                    .collect();
+                json!({"object": "list", "data": data})
             } else {
                 json!({"status": "ok"})
             };
