@@ -252,8 +252,8 @@ pub struct Comparison {
     pub not_in_baseline: Vec<String>,
 }
 
-/// The metrics compared with a baseline.
-pub const COMPARED: [&str; 10] = [
+/// The metrics compared with a baseline (costs only where both runs have a price).
+pub const COMPARED: [&str; 12] = [
     "ttft_p50",
     "ttft_p95",
     "tpot_p50",
@@ -264,6 +264,8 @@ pub const COMPARED: [&str; 10] = [
     "rps",
     "goodput",
     "error_rate",
+    "cost_per_request",
+    "cost_per_mtok",
 ];
 
 /// Compares every (model, level) of `current` that `baseline` also has: a lower-is-better metric
@@ -562,5 +564,20 @@ mod tests {
             "{r:?}"
         );
         assert_eq!(r.not_in_baseline, vec!["a @ 16".to_owned()]);
+        // Costs are compared where both runs have them: 12% dearer regresses.
+        let priced = |c: f64| {
+            let mut l = level(8, 400.0, 0.5, 0.0);
+            (l.cost_per_request, l.cost_per_mtok) = (Some(c), Some(c * 1e4));
+            vec![model("a", vec![l])]
+        };
+        let r = compare(&priced(0.0112), &priced(0.01), &c, "old.json");
+        assert_eq!(r.compared, 11);
+        let names: Vec<&str> = r.regressions.iter().map(|r| r.metric.as_str()).collect();
+        assert_eq!(names, ["cost_per_request", "cost_per_mtok"]);
+        assert!(
+            compare(&priced(0.0105), &priced(0.01), &c, "o")
+                .regressions
+                .is_empty()
+        );
     }
 }
