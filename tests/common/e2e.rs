@@ -1,9 +1,11 @@
 //! Shared helpers for the end-to-end tests (`tests/real_server.rs`,
-//! `tests/prometheus_e2e.rs`, `tests/dashboard_queries.rs`, `tests/bench.rs`) and,
+//! `tests/prometheus_e2e.rs`, `tests/dashboard_queries.rs`, `tests/bench.rs`,
+//! `tests/simulate_models.rs`) and,
 //! through `tests/common/faults.rs`, the fault tests (`tests/llmock.rs`,
 //! `tests/guidellm.rs`) and `tests/deploy_checks.rs`: child processes that die
-//! with the test, a llama.cpp server with a tiny model, `tokenprobe serve`, a
-//! minimal HTTP/1.1 client with timeouts, and a Prometheus text-format reader.
+//! with the test, a llama.cpp server with a tiny model, `tokenprobe serve` and
+//! `tokenprobe simulate`, a minimal HTTP/1.1 client with timeouts, and a
+//! Prometheus text-format reader.
 //!
 //! What these tests need is installed by `scripts/ci/install-test-deps.sh`; a
 //! missing piece fails the test with that hint. `TOKENPROBE_SKIP_E2E=1` skips
