@@ -4,7 +4,8 @@
 //!
 //! Endpoints: `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/messages`
 //! (Anthropic), `POST /v1/responses` (OpenAI Responses), each also without the `/v1` prefix;
-//! `GET /v1/models`, `GET /health`. `"stream": true` gets an SSE stream, anything else one JSON
+//! `GET /v1/models` (the default model `tokenprobe-simulated`, then every `--profile`),
+//! `GET /health`. `"stream": true` gets an SSE stream, anything else one JSON
 //! body once the whole answer would have been generated.
 //!
 //! Timing. A request *arrives* when its body has been read in full; its head is written at once.
@@ -20,7 +21,22 @@
 //! write returns.
 //! `--event-log FILE` writes, per request, each event's due and send instants relative to arrival
 //! (one JSON line, written by a separate thread), so a benchmark can compare a client's TTFT with
-//! the instant the first token left the server.
+//! the instant the first token left the server; with the request's model, profile, input and
+//! cached tokens and prefill time.
+//!
+//! Models. `--profile NAME:ttft=D,itl=D[,output_tokens=N][,prefill_per_1k=D][,prefix_cache=on]`
+//! (repeatable, see [`profile`]) gives the model `NAME` its own timing; the request's `model`
+//! picks it, any other model gets the command's flags. Input tokens follow the token rule of
+//! [`profile`]: the input rendered to bytes, 4 bytes a token, a chat message being a 16-byte role
+//! header (4 template tokens) and its text content padded to whole tokens, so `4 + ceil(bytes /
+//! 4)` per message (a completions `prompt`: `ceil(bytes / 4)`); they are reported in `usage`
+//! (`prompt_tokens`; Anthropic's and the Responses API's `input_tokens`). The TTFT is the
+//! profile's plus `prefill_per_1k × uncached input tokens / 1000`; with `prefix_cache=on` (or
+//! `--prefix-cache`) a prefix seen before, in whole 16-token blocks, is cached (vLLM's automatic
+//! prefix caching; a bounded LRU per profile) and reported as
+//! `usage.prompt_tokens_details.cached_tokens`. The output length is the profile's, raised to the
+//! request's `min_tokens` and capped by its `max_tokens`; with `ignore_eos: true` it is exactly
+//! `max_tokens`.
 //!
 //! Connections: HTTP/1.1 keep-alive with chunked streams (several requests per connection, also
 //! pipelined); `Connection: close` or HTTP/1.0 end the connection after the response. A client
@@ -36,6 +52,7 @@ mod conn;
 mod http;
 mod log;
 pub mod plan;
+pub mod profile;
 mod render;
 mod timer;
 
@@ -67,6 +84,19 @@ pub struct SimulateArgs {
     /// Output length in tokens (a request's max_tokens caps it: finish reason "length").
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
     pub output_tokens: u32,
+    /// Prefill time per 1,000 uncached input tokens, added to the TTFT (input tokens: see the
+    /// token rule in docs/bench.md).
+    #[arg(long = "prefill-per-1k", default_value = "0ms", value_parser = humantime::parse_duration)]
+    pub prefill_per_1k: Duration,
+    /// Automatic prefix caching: a repeated input prefix (in 16-token blocks) is not prefilled
+    /// again.
+    #[arg(long)]
+    pub prefix_cache: bool,
+    /// A model's own timing, picked by the request's `model`:
+    /// `NAME:ttft=D,itl=D[,output_tokens=N][,prefill_per_1k=D][,prefix_cache=on]` (repeatable;
+    /// other models get the flags above).
+    #[arg(long = "profile", value_name = "PROFILE")]
+    pub profiles: Vec<profile::Profile>,
     /// Uniform jitter on the TTFT (ttft ± this).
     #[arg(long, default_value = "0ms", value_parser = humantime::parse_duration)]
     pub ttft_jitter: Duration,
@@ -160,7 +190,10 @@ impl std::fmt::Display for Fault {
 
 /// What every connection task shares.
 pub(crate) struct Shared {
-    pub timing: Timing,
+    /// The `--profile`s.
+    pub profiles: Vec<profile::Served>,
+    /// What a model without a profile gets (the command's flags).
+    pub default: profile::Served,
     pub error_rate: f64,
     pub errors: Vec<Fault>,
     pub seed: u64,
@@ -182,7 +215,7 @@ impl SimulateArgs {
         if self.error_rate > 0.0 && self.errors.is_empty() {
             bail!("--error-rate > 0 needs at least one fault in --errors");
         }
-        Ok(())
+        profile::check_profiles(&self.profiles).map_err(anyhow::Error::msg)
     }
 
     fn timing(&self) -> Timing {
@@ -195,6 +228,16 @@ impl SimulateArgs {
             output_tokens_jitter: self.output_tokens_jitter,
             tokens_per_chunk: self.tokens_per_chunk,
         }
+    }
+}
+
+impl Shared {
+    /// The profile a request's model picks: its `--profile`, else the defaults.
+    pub(crate) fn served(&self, model: &str) -> &profile::Served {
+        self.profiles
+            .iter()
+            .find(|p| p.name.as_deref() == Some(model))
+            .unwrap_or(&self.default)
     }
 }
 
@@ -241,8 +284,14 @@ pub async fn run(args: SimulateArgs) -> Result<ExitCode> {
             .map_or(0, |d| d.as_nanos() as u64)
             ^ u64::from(std::process::id()).rotate_left(32)
     });
+    let timing = args.timing();
     let shared = Arc::new(Shared {
-        timing: args.timing(),
+        profiles: args
+            .profiles
+            .iter()
+            .map(|p| profile::Served::of(p, &timing))
+            .collect(),
+        default: profile::Served::new(None, timing, args.prefill_per_1k, args.prefix_cache),
         error_rate: args.error_rate,
         errors: args.errors.clone(),
         seed,
@@ -263,6 +312,7 @@ pub async fn run(args: SimulateArgs) -> Result<ExitCode> {
         ttft = %humantime::format_duration(args.ttft),
         itl = %humantime::format_duration(args.itl),
         output_tokens = args.output_tokens,
+        profiles = args.profiles.len(),
         error_rate = args.error_rate,
         seed,
         "tokenprobe simulate serving"

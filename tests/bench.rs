@@ -164,7 +164,7 @@ fn knee_is_found_at_the_simulators_capacity() {
     );
     let csv = std::fs::read_to_string(&csv).unwrap();
     assert_eq!(csv.lines().count(), 6, "{csv}");
-    assert!(csv.starts_with("model,concurrency,rate,"), "{csv}");
+    assert!(csv.starts_with("model,target,concurrency,rate,"), "{csv}");
     let svg = std::fs::read_to_string(&svg).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("TTFT p95"));
     assert_eq!(r["selection"]["ranked"][0]["model"].as_str(), Some("sim-a"));

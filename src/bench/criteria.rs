@@ -5,7 +5,9 @@
 //! `lag` (the load generator's scheduling lag, seconds), each with a statistic suffix `_mean`,
 //! `_p50`, `_p90`, `_p95`, `_p99` or `_max`; bare, they mean `_p95` (`tps`: `_p50`; `lag`:
 //! `_p99`). Level-wide metrics without a suffix: `agg_tps` (aggregate output tokens/s),
-//! `rps` (requests/s), `goodput` (requests/s that met every SLO) and `error_rate` (0..1).
+//! `rps` (requests/s), `goodput` (requests/s that met every SLO), `error_rate` (0..1), and, when
+//! the model has a price, `cost_per_request` (mean cost of a successful request) and
+//! `cost_per_mtok` (cost per million output tokens), lower is better.
 
 use super::stats::{LevelStats, Sample, Summary};
 use serde::{Deserialize, Serialize};
@@ -65,6 +67,10 @@ pub enum Base {
     Goodput,
     /// Failed / all requests.
     ErrorRate,
+    /// Mean cost of a successful request.
+    CostPerRequest,
+    /// Cost per million output tokens.
+    CostPerMtok,
 }
 
 /// A statistic of a per-request distribution.
@@ -121,6 +127,8 @@ impl Base {
             Base::Rps => "rps",
             Base::Goodput => "goodput",
             Base::ErrorRate => "error_rate",
+            Base::CostPerRequest => "cost_per_request",
+            Base::CostPerMtok => "cost_per_mtok",
         }
     }
 
@@ -136,6 +144,8 @@ impl Base {
             "rps" => Base::Rps,
             "goodput" => Base::Goodput,
             "error_rate" | "errors" => Base::ErrorRate,
+            "cost_per_request" | "cost" => Base::CostPerRequest,
+            "cost_per_mtok" => Base::CostPerMtok,
             _ => return None,
         })
     }
@@ -158,7 +168,11 @@ impl Base {
 
     /// Smaller values are better.
     pub fn lower_is_better(self) -> bool {
-        self.is_time() || self == Base::ErrorRate
+        self.is_time()
+            || matches!(
+                self,
+                Base::ErrorRate | Base::CostPerRequest | Base::CostPerMtok
+            )
     }
 
     fn default_stat(self) -> Option<Stat> {
@@ -210,7 +224,8 @@ impl FromStr for Metric {
         parsed.ok_or_else(|| {
             invalid(format!(
                 "unknown metric {s:?}: expected ttft, ttfo, tpot, e2e, tps or lag (optionally with \
-                 _mean, _p50, _p90, _p95, _p99, _max), agg_tps, rps, goodput or error_rate"
+                 _mean, _p50, _p90, _p95, _p99, _max), agg_tps, rps, goodput, error_rate, \
+                 cost_per_request or cost_per_mtok"
             ))
         })
     }
@@ -245,6 +260,8 @@ impl Metric {
             Base::Rps => Some(l.requests_per_s),
             Base::Goodput => l.goodput_rps,
             Base::ErrorRate => Some(l.error_rate),
+            Base::CostPerRequest => l.cost_per_request,
+            Base::CostPerMtok => l.cost_per_mtok,
         }
     }
 
@@ -254,6 +271,8 @@ impl Metric {
             b if b.is_time() => fmt_secs(v),
             Base::ErrorRate => format!("{:.2}%", v * 100.0),
             Base::Tps | Base::AggTps => format!("{v:.1} tok/s"),
+            Base::CostPerRequest => fmt_cost(v),
+            Base::CostPerMtok => format!("{} per Mtok", fmt_cost(v)),
             _ => format!("{v:.2}/s"),
         }
     }
@@ -272,6 +291,20 @@ impl Metric {
                 .filter(|v| v.is_finite())
                 .ok_or_else(|| invalid(format!("{self}: {s:?} is not a number")))
         }
+    }
+}
+
+/// A cost, in the config's currency: four significant digits (`0.007`, `0.0001234`, `35.00`).
+pub fn fmt_cost(v: f64) -> String {
+    if v == 0.0 || !v.is_finite() {
+        return format!("{v}");
+    }
+    let digits = (3 - v.abs().log10().floor() as i32).clamp(0, 12) as usize;
+    let s = format!("{v:.digits$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_owned()
+    } else {
+        s
     }
 }
 
@@ -793,6 +826,16 @@ mod tests {
             assert_eq!(s.parse::<Metric>().unwrap().to_string(), shown, "{s}");
         }
         assert!("agg_tps_p50".parse::<Metric>().is_err());
+        for (s, shown) in [
+            ("cost_per_request", "cost_per_request"),
+            ("cost", "cost_per_request"),
+            ("COST_PER_MTOK", "cost_per_mtok"),
+        ] {
+            let m: Metric = s.parse().unwrap();
+            assert_eq!(m.to_string(), shown);
+            assert!(m.base.lower_is_better() && m.stat.is_none());
+        }
+        assert!("cost_per_mtok_p95".parse::<Metric>().is_err());
         assert!("ttft_p42".parse::<Metric>().is_err());
         assert!("latency".parse::<Metric>().is_err());
     }
@@ -810,6 +853,16 @@ mod tests {
         let l: Limit = "tps_p50>30".parse().unwrap();
         assert_eq!((l.op, l.value), (Op::Gt, 30.0));
         assert_eq!(l.to_string(), "tps_p50 > 30.0 tok/s");
+        let l: Limit = "cost_per_request<=0.01".parse().unwrap();
+        assert_eq!((l.op, l.value), (Op::Le, 0.01));
+        assert_eq!(l.to_string(), "cost_per_request <= 0.01");
+        let l: Limit = "cost_per_mtok<12.5".parse().unwrap();
+        assert_eq!(l.to_string(), "cost_per_mtok < 12.5 per Mtok");
+        assert!("cost_per_request<cheap".parse::<Limit>().is_err());
+        assert_eq!(
+            [0.007, 0.000_123_46, 35.0, 1234.5678, 0.0].map(fmt_cost),
+            ["0.007", "0.0001235", "35", "1235", "0"]
+        );
         assert!("ttft_p95=2s".parse::<Limit>().is_err());
         assert!("ttft_p95<fast".parse::<Limit>().is_err());
     }

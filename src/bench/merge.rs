@@ -14,7 +14,7 @@
 
 use super::report::{ModelReport, Report, RunInfo};
 use super::shard::Shard;
-use super::stats::{LevelStats, Sample};
+use super::stats::{Lengths, LevelStats, Sample};
 use std::collections::BTreeSet;
 
 /// Why shards cannot be merged.
@@ -53,7 +53,11 @@ fn shard_of(r: &Report) -> Result<Shard, String> {
 
 /// What must be equal between two shards of one run, as text (the first difference is named).
 fn identity(r: &Report) -> Vec<(&'static str, String)> {
-    let models: Vec<String> = r.models.iter().map(|m| m.model.clone()).collect();
+    let models: Vec<String> = r
+        .models
+        .iter()
+        .map(|m| format!("{}/{}", m.target.as_deref().unwrap_or(""), m.model))
+        .collect();
     let levels: Vec<String> = r
         .models
         .first()
@@ -152,8 +156,12 @@ fn check(reports: &[(String, Report)]) -> Result<Vec<Shard>, MergeError> {
     Ok(shards)
 }
 
-/// One level of the merged run from the same level of every shard.
-fn merge_level(parts: &[&LevelStats], slos: &[super::criteria::Slo]) -> LevelStats {
+/// One level of the merged run from the same level of every shard (its cost at `price`).
+fn merge_level(
+    parts: &[&LevelStats],
+    slos: &[super::criteria::Slo],
+    price: Option<&crate::config::Price>,
+) -> LevelStats {
     let t0 = parts
         .iter()
         .filter_map(|l| l.started_unix_s)
@@ -176,6 +184,9 @@ fn merge_level(parts: &[&LevelStats], slos: &[super::criteria::Slo]) -> LevelSta
     samples.sort_by(|a, b| a.sent_s.total_cmp(&b.sent_s));
     let capped = parts.iter().map(|l| l.capped).sum();
     let mut out = LevelStats::from_samples(parts[0].key, &samples, wall_s, &[], slos, capped);
+    if let Some(p) = price {
+        out.set_cost(&samples, p);
+    }
     out.loop_lag_s = parts
         .iter()
         .filter_map(|l| l.loop_lag_s)
@@ -206,18 +217,28 @@ pub fn merge(
         .models
         .iter()
         .enumerate()
-        .map(|(mi, m)| ModelReport {
-            model: m.model.clone(),
-            levels: (0..m.levels.len())
+        .map(|(mi, m)| {
+            let levels: Vec<LevelStats> = (0..m.levels.len())
                 .map(|li| {
                     let parts: Vec<&LevelStats> = reports
                         .iter()
                         .map(|(_, r)| &r.models[mi].levels[li])
                         .collect();
-                    merge_level(&parts, slos)
+                    merge_level(&parts, slos, m.price.as_ref())
                 })
-                .collect(),
-            knee: None,
+                .collect();
+            let mut lengths = Lengths::default();
+            for l in &levels {
+                lengths.add(l.samples.as_deref().unwrap_or_default());
+            }
+            let (input_tokens_mean, output_tokens_mean) = lengths.means();
+            ModelReport {
+                levels,
+                input_tokens_mean,
+                output_tokens_mean,
+                knee: None,
+                ..m.clone()
+            }
         })
         .collect();
     let started_at = reports
@@ -280,6 +301,10 @@ mod tests {
         let mut r = crate::bench::report::tests::synthetic();
         r.models = vec![ModelReport {
             model: "m".into(),
+            target: Some("local".into()),
+            price: None,
+            input_tokens_mean: None,
+            output_tokens_mean: None,
             levels,
             knee: None,
         }];

@@ -28,7 +28,7 @@ pub mod select;
 pub mod shard;
 pub mod stats;
 
-use crate::config::{Config, ConfigError, Job};
+use crate::config::{Config, ConfigError, Job, Target, Timeouts};
 use crate::probe::ProbeSpec;
 use crate::transport::TransportError;
 use criteria::{Criteria, CriteriaError};
@@ -37,6 +37,37 @@ use runner::{Amount, Arrival, Progress, Runner};
 use stats::{LevelKey, LevelStats};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
+
+/// One model of a comparison: the model name sent and the target it is sent to (with that
+/// target's deadlines), so one run compares models behind one gateway and the same model at two
+/// providers with the same prompt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BenchModel {
+    /// The target.
+    pub target: Arc<Target>,
+    /// Its deadlines (from the config).
+    pub timeouts: Timeouts,
+    /// The model name sent.
+    pub model: String,
+}
+
+impl BenchModel {
+    /// `target/model`.
+    pub fn name(&self) -> String {
+        format!("{}/{}", self.target.name, self.model)
+    }
+
+    /// The probe of this model: `base` (the prompt and its overrides) sent to this target.
+    pub fn spec(&self, base: &ProbeSpec) -> ProbeSpec {
+        ProbeSpec {
+            target: self.target.clone(),
+            timeouts: self.timeouts,
+            model: self.model.clone(),
+            ..base.clone()
+        }
+    }
+}
 
 /// Why a bench could not run or report (all exit 2).
 #[derive(Debug, thiserror::Error)]
@@ -122,8 +153,8 @@ pub struct BenchPlan {
     pub job: Job,
     /// The probe of one request (`max_tokens` already overridden).
     pub spec: ProbeSpec,
-    /// Models, in order.
-    pub models: Vec<String>,
+    /// Models (each with its target), in order.
+    pub models: Vec<BenchModel>,
     /// The levels (concurrency, or rate with its in-flight cap), within the fd limit.
     pub levels: Vec<LevelKey>,
     /// Open loop: the arrival process.
@@ -302,7 +333,9 @@ fn level_keys(concurrency: &[u32], rate: &[f64]) -> Result<Vec<LevelKey>, BenchE
 }
 
 /// The job the bench sends: the target (named, or the first), its prompt (named, or its first),
-/// and the models to compare (named, or the target's).
+/// and the models to compare (named, or the target's). A named model `T/M` whose `T` is a
+/// target of the config is model `M` at target `T`; any other name (`M`, also `org/M`) is a
+/// model of the chosen target.
 ///
 /// # Errors
 /// [`BenchError::Usage`] when the config has no such target or prompt.
@@ -311,7 +344,7 @@ pub fn choose(
     target: Option<&str>,
     prompt: Option<&str>,
     models: &[String],
-) -> Result<(Job, Vec<String>), BenchError> {
+) -> Result<(Job, Vec<BenchModel>), BenchError> {
     let first = config
         .jobs
         .iter()
@@ -344,14 +377,43 @@ pub fn choose(
                 ))
             })?,
     };
-    let models = if models.is_empty() {
+    let at = |j: &Job, model: &str| BenchModel {
+        target: j.target.clone(),
+        timeouts: j.timeouts,
+        model: model.to_owned(),
+    };
+    let models: Vec<BenchModel> = if models.is_empty() {
         dedup(of_target.iter().map(|j| j.model.as_str()).collect())
             .into_iter()
-            .map(str::to_owned)
+            .map(|m| at(job, m))
             .collect()
     } else {
-        models.to_vec()
+        models
+            .iter()
+            .map(|m| {
+                m.split_once('/')
+                    .and_then(|(t, rest)| {
+                        let j = config.jobs.iter().find(|j| j.target.name == t)?;
+                        Some(at(j, rest))
+                    })
+                    .unwrap_or_else(|| at(job, m))
+            })
+            .collect()
     };
+    for (i, m) in models.iter().enumerate() {
+        if m.model.trim().is_empty() {
+            return Err(BenchError::Usage(format!(
+                "--models {}: empty model name",
+                m.name()
+            )));
+        }
+        if models[..i].contains(m) {
+            return Err(BenchError::Usage(format!(
+                "--models: {} is given twice",
+                m.name()
+            )));
+        }
+    }
     Ok((job.clone(), models))
 }
 
@@ -444,13 +506,22 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
     };
     let total = per_level_units * level_keys.len() as u64 * models.len() as u64;
     let progress = Progress::new(total, show);
+    // The report's target: the first model's (the --target's unless a pair names another).
+    let head = models
+        .first()
+        .map_or_else(|| job.target.clone(), |m| m.target.clone());
+    let mixed = models.iter().any(|m| m.target != head);
+    let names: Vec<String> = models
+        .iter()
+        .map(|m| if mixed { m.name() } else { m.model.clone() })
+        .collect();
     let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     progress.println(&format!(
         "tokenprobe bench: target {} ({}), prompt {}, models {}, {} levels ({}){}",
-        job.target.name,
-        crate::redact::redact_url(&spec.url()),
+        head.name,
+        crate::redact::redact_url(&head.url()),
         job.prompt.name,
-        models.join(", "),
+        names.join(", "),
         level_keys.len(),
         if open {
             format!("open loop, {} arrivals", arrival.as_str())
@@ -463,53 +534,52 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
             String::new()
         }
     ));
-    let mut runner = Runner::new(spec.clone(), progress.clone())?;
+    let first = models
+        .first()
+        .map_or_else(|| spec.clone(), |m| m.spec(&spec));
+    let mut runner = Runner::new(first, progress.clone())?;
     runner.ramp = ramp;
+    let mut runner_target = head.clone();
+    let sender = Sender {
+        shard,
+        start,
+        amount,
+        arrival,
+        seed,
+        warmup,
+    };
     let mut reports = Vec::new();
     let mut done_units = 0;
-    for (mi, model) in models.iter().enumerate() {
-        runner.set_model(model);
+    for (mi, (bm, name)) in models.iter().zip(&names).enumerate() {
+        if bm.target != runner_target {
+            // Another target: its own client settings, so its own probers.
+            runner = Runner::new(bm.spec(&spec), progress.clone())?;
+            runner.ramp = ramp;
+            runner_target = bm.target.clone();
+        }
+        runner.set_model(&bm.model);
+        let price = bm.target.price_of(&bm.model);
         let mut levels_out = Vec::new();
+        let mut lengths = stats::Lengths::default();
         for (li, key) in level_keys.iter().enumerate() {
-            let label = format!("{model} @ {}", key.label());
-            runner.warmup(key.concurrency, shard.share(warmup)).await?;
+            let label = format!("{name} @ {}", key.label());
             let slot = mi * level_keys.len() + li;
-            if let Some(p) = &start {
-                tokio::time::sleep(p.wait(slot, chrono::Utc::now())).await;
-            }
-            let started = chrono::Utc::now();
-            let run = match key.rate {
-                None => match shard.workers(key.concurrency) {
-                    0 => runner::LevelRun::default(),
-                    c => runner.closed(c, amount, label.clone(), done_units).await?,
-                },
-                Some(rate) => {
-                    let level_seed = seed.wrapping_add((mi as u64) << 32).wrapping_add(li as u64);
-                    runner
-                        .open(
-                            shard.rate(rate),
-                            shard.cap(key.concurrency),
-                            arrival,
-                            shard.seed(level_seed),
-                            amount,
-                            label.clone(),
-                            done_units,
-                        )
-                        .await?
-                }
-            };
+            let (run, late) = sender
+                .level(&mut runner, key, (mi, li, slot), label.clone(), done_units)
+                .await?;
             done_units += per_level_units;
-            let late = start.as_ref().map(|p| {
-                (started - p.level_start(slot))
-                    .to_std()
-                    .map_or(0.0, |d| d.as_secs_f64())
-            });
-            let stats = level_stats(*key, run, &criteria.slos, late, samples);
+            lengths.add(&run.samples);
+            let stats = fold_level(*key, run, &criteria, price.as_ref(), late, samples);
             progress.println(&level_line(&label, &stats));
             levels_out.push(stats);
         }
+        let (input_tokens_mean, output_tokens_mean) = lengths.means();
         reports.push(ModelReport {
-            model: model.clone(),
+            model: bm.model.clone(),
+            target: Some(bm.target.name.clone()),
+            price,
+            input_tokens_mean,
+            output_tokens_mean,
             levels: levels_out,
             knee: None,
         });
@@ -519,9 +589,9 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         tool: "tokenprobe".into(),
         version: env!("CARGO_PKG_VERSION").into(),
         started_at,
-        target: job.target.name.clone(),
-        base_url: crate::redact::redact_url(&job.target.base_url),
-        api: job.target.api.to_string(),
+        target: head.name.clone(),
+        base_url: crate::redact::redact_url(&head.base_url),
+        api: head.api.to_string(),
         prompt: job.prompt.name.clone(),
         max_tokens: spec.max_tokens,
         mode: LoadMode {
@@ -536,7 +606,7 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         run: Some(report::RunInfo {
             id: run_id,
             shard: (shard.count > 1).then(|| shard.to_string()),
-            start_at: start.map(|p| p.start_at.to_rfc3339()),
+            start_at: sender.start.map(|p| p.start_at.to_rfc3339()),
             merged_from: Vec::new(),
         }),
         criteria: Some(criteria.record()),
@@ -549,33 +619,6 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         &outputs,
         plot.as_deref(),
     )
-}
-
-/// A level's statistics from what it measured; `late` is how late it started after its shared
-/// start instant (with `--start-at`), `keep_samples` keeps every sample (`--samples`).
-fn level_stats(
-    key: LevelKey,
-    run: runner::LevelRun,
-    slos: &[criteria::Slo],
-    late: Option<f64>,
-    keep_samples: bool,
-) -> LevelStats {
-    let mut stats = LevelStats::from_samples(
-        key,
-        &run.samples,
-        run.wall_s,
-        &run.loop_lag,
-        slos,
-        run.capped,
-    );
-    stats.started_unix_s = run.started_unix_s;
-    stats.start_offset_s = late;
-    if keep_samples {
-        let mut s = run.samples;
-        s.sort_by(|x, y| x.sent_s.total_cmp(&y.sent_s));
-        stats.samples = Some(s);
-    }
-    stats
 }
 
 /// Judges a run's sweeps (the one place a run and a merge of shards are judged): each model's
@@ -675,6 +718,101 @@ fn write_outputs(
     Ok(())
 }
 
+/// How each level is sent: this shard's share of it, from its shared start instant.
+struct Sender {
+    shard: shard::Shard,
+    start: Option<shard::StartPlan>,
+    amount: Amount,
+    arrival: Arrival,
+    seed: u64,
+    warmup: u64,
+}
+
+impl Sender {
+    /// Sends one level through `runner`: the warm-up, the wait for the level's shared start
+    /// (`at` = model index, level index, slot in the run), then the level. What it measured, and
+    /// how late it started after its shared instant (with `--start-at`).
+    async fn level(
+        &self,
+        runner: &mut Runner,
+        key: &LevelKey,
+        at: (usize, usize, usize),
+        label: String,
+        done_units: u64,
+    ) -> Result<(runner::LevelRun, Option<f64>), BenchError> {
+        let (mi, li, slot) = at;
+        let shard = self.shard;
+        runner
+            .warmup(key.concurrency, shard.share(self.warmup))
+            .await?;
+        if let Some(p) = &self.start {
+            tokio::time::sleep(p.wait(slot, chrono::Utc::now())).await;
+        }
+        let started = chrono::Utc::now();
+        let run = match key.rate {
+            None => match shard.workers(key.concurrency) {
+                0 => runner::LevelRun::default(),
+                c => runner.closed(c, self.amount, label, done_units).await?,
+            },
+            Some(rate) => {
+                let level_seed = self
+                    .seed
+                    .wrapping_add((mi as u64) << 32)
+                    .wrapping_add(li as u64);
+                runner
+                    .open(
+                        shard.rate(rate),
+                        shard.cap(key.concurrency),
+                        self.arrival,
+                        shard.seed(level_seed),
+                        self.amount,
+                        label,
+                        done_units,
+                    )
+                    .await?
+            }
+        };
+        let late = self.start.as_ref().map(|p| {
+            (started - p.level_start(slot))
+                .to_std()
+                .map_or(0.0, |d| d.as_secs_f64())
+        });
+        Ok((run, late))
+    }
+}
+
+/// A level's statistics from its run: the fold, the cost at `price`, when it started (and, with
+/// `--start-at`, how `late` after its shared instant), and the samples (sorted by send instant)
+/// when they are kept.
+fn fold_level(
+    key: LevelKey,
+    run: runner::LevelRun,
+    criteria: &Criteria,
+    price: Option<&crate::config::Price>,
+    late: Option<f64>,
+    keep_samples: bool,
+) -> LevelStats {
+    let mut stats = LevelStats::from_samples(
+        key,
+        &run.samples,
+        run.wall_s,
+        &run.loop_lag,
+        &criteria.slos,
+        run.capped,
+    );
+    if let Some(p) = price {
+        stats.set_cost(&run.samples, p);
+    }
+    stats.started_unix_s = run.started_unix_s;
+    stats.start_offset_s = late;
+    if keep_samples {
+        let mut s = run.samples;
+        s.sort_by(|x, y| x.sent_s.total_cmp(&y.sent_s));
+        stats.samples = Some(s);
+    }
+    stats
+}
+
 /// One line per finished level on stderr.
 fn level_line(label: &str, l: &LevelStats) -> String {
     let f = |s: &Option<stats::Summary>, g: fn(&stats::Summary) -> f64| {
@@ -723,14 +861,38 @@ mod tests {
              targets:\n  - name: t1\n    base_url: http://127.0.0.1:1/v1\n    models: [m1, m2]\n  - name: t2\n    base_url: http://127.0.0.1:2/v1\n    models: [x]\n    prompts: [b]\n",
         )
         .unwrap();
+        let names = |m: Vec<BenchModel>| m.iter().map(BenchModel::name).collect::<Vec<_>>();
         let (j, m) = choose(&cfg, None, None, &[]).unwrap();
         assert_eq!(
             (j.target.name.as_str(), j.prompt.name.as_str()),
             ("t1", "a")
         );
-        assert_eq!(m, vec!["m1", "m2"]);
+        assert_eq!(names(m), vec!["t1/m1", "t1/m2"]);
         let (j, m) = choose(&cfg, Some("t2"), None, &["y".into()]).unwrap();
-        assert_eq!((j.prompt.name.as_str(), m), ("b", vec!["y".to_owned()]));
+        assert_eq!(
+            (j.prompt.name.as_str(), names(m)),
+            ("b", vec!["t2/y".to_owned()])
+        );
+        // target/model pairs: the same model at two targets; a prefix that names no target is
+        // part of the model's name.
+        let pairs = [
+            "m1".into(),
+            "t2/m1".into(),
+            "org/big".into(),
+            "t2/org/big".into(),
+        ];
+        let (j, m) = choose(&cfg, None, None, &pairs).unwrap();
+        assert_eq!(j.target.name, "t1");
+        assert_eq!(
+            names(m.clone()),
+            ["t1/m1", "t2/m1", "t1/org/big", "t2/org/big"]
+        );
+        assert_eq!(m[1].target.base_url, "http://127.0.0.1:2/v1");
+        assert_eq!(m[2].model, "org/big");
+        let e = choose(&cfg, None, None, &["m1".into(), "t1/m1".into()]).unwrap_err();
+        assert!(e.to_string().contains("t1/m1 is given twice"), "{e}");
+        let e = choose(&cfg, None, None, &["t2/".into()]).unwrap_err();
+        assert!(e.to_string().contains("empty model name"), "{e}");
         let (j, _) = choose(&cfg, Some("t1"), Some("b"), &[]).unwrap();
         assert_eq!(j.prompt.name, "b");
         assert!(choose(&cfg, Some("nope"), None, &[]).is_err());

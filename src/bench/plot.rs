@@ -95,7 +95,8 @@ type Series = Vec<(String, Vec<(u32, f64)>, Option<(u32, f64)>)>;
 fn series(r: &Report, y: impl Fn(&super::stats::LevelStats) -> Option<f64>) -> Series {
     r.models
         .iter()
-        .map(|m| {
+        .zip(super::report::model_names(&r.models))
+        .map(|(m, name)| {
             let pts: Vec<(u32, f64)> = m
                 .levels
                 .iter()
@@ -107,7 +108,7 @@ fn series(r: &Report, y: impl Fn(&super::stats::LevelStats) -> Option<f64>) -> S
                 .as_ref()
                 .and_then(|k| m.levels.get(k.index).map(|l| (k.index as u32, l)))
                 .and_then(|(i, l)| y(l).map(|v| (i, v)));
-            (m.model.clone(), pts, knee)
+            (name, pts, knee)
         })
         .collect()
 }
@@ -361,18 +362,19 @@ pub fn render_svg(r: &Report, lines: &[RefLine]) -> Result<String, PlotError> {
     if log.is_some() {
         left.y_desc = format!("ms (log scale: values span more than {LOG_SPAN}×)");
     }
-    let mut entries: Vec<(Glyph, String)> = r
-        .models
+    let names = super::report::model_names(&r.models);
+    let mut entries: Vec<(Glyph, String)> = names
         .iter()
         .enumerate()
-        .map(|(i, m)| (Glyph::Model(Palette99::pick(i).to_rgba()), m.model.clone()))
+        .map(|(i, name)| (Glyph::Model(Palette99::pick(i).to_rgba()), name.clone()))
         .collect();
     let knees: Vec<String> = r
         .models
         .iter()
-        .map(|m| match &m.knee {
-            Some(k) => format!("{} at {}", m.model, k.level.label()),
-            None => format!("{} none", m.model),
+        .zip(&names)
+        .map(|(m, name)| match &m.knee {
+            Some(k) => format!("{name} at {}", k.level.label()),
+            None => format!("{name} none"),
         })
         .collect();
     entries.push((Glyph::Knee, format!("knee, circled ({})", knees.join("; "))));

@@ -2,9 +2,10 @@
 //! paste into docs), CSV (one row per model and level) and JSON (everything; the input of
 //! `--baseline`).
 
-use super::criteria::{CriteriaRecord, KneeRule, fmt_secs};
+use super::criteria::{CriteriaRecord, KneeRule, fmt_cost, fmt_secs};
 use super::select::{Comparison, Knee, Selection};
 use super::stats::{LevelStats, Summary};
+use crate::config::Price;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 
@@ -13,6 +14,18 @@ use std::fmt::Write as _;
 pub struct ModelReport {
     /// The model name sent.
     pub model: String,
+    /// The config's target it was sent to (absent in reports of older versions).
+    #[serde(default)]
+    pub target: Option<String>,
+    /// Its price at that target, when the config gives one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price: Option<Price>,
+    /// Achieved input length: mean input tokens of the successful requests that reported them.
+    #[serde(default)]
+    pub input_tokens_mean: Option<f64>,
+    /// Achieved output length: mean output tokens (N) of the successful requests.
+    #[serde(default)]
+    pub output_tokens_mean: Option<f64>,
     /// One entry per level, in the order run.
     pub levels: Vec<LevelStats>,
     /// Where scaling stopped, if it did within the sweep.
@@ -54,7 +67,7 @@ pub struct Report {
     pub version: String,
     /// When the run started (RFC 3339, UTC).
     pub started_at: String,
-    /// The config's target name.
+    /// The config's target name (the first model's, when `--models` names several targets).
     pub target: String,
     /// Its base URL.
     pub base_url: String,
@@ -102,6 +115,39 @@ pub struct RunInfo {
     /// A merged report: the shards it was computed from, `i/N` each.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub merged_from: Vec<String>,
+}
+
+/// True when the models were sent to more than one target.
+pub fn mixed_targets(models: &[ModelReport]) -> bool {
+    models.iter().any(|m| m.target != models[0].target)
+}
+
+/// The names models are judged and shown by: `target/model` when their targets differ, else the
+/// model (one per model, in order).
+pub fn model_names(models: &[ModelReport]) -> Vec<String> {
+    let mixed = mixed_targets(models);
+    models
+        .iter()
+        .map(|m| match (&m.target, mixed) {
+            (Some(t), true) => format!("{t}/{}", m.model),
+            _ => m.model.clone(),
+        })
+        .collect()
+}
+
+/// True when some level has a cost (some model has a price).
+fn has_costs(r: &Report) -> bool {
+    r.models
+        .iter()
+        .flat_map(|m| &m.levels)
+        .any(|l| l.cost_per_request.is_some())
+}
+
+fn cost_cells(l: &LevelStats) -> [String; 2] {
+    [
+        l.cost_per_request.map_or_else(|| "-".into(), fmt_cost),
+        l.cost_per_mtok.map_or_else(|| "-".into(), fmt_cost),
+    ]
 }
 
 fn opt(s: &Option<Summary>, f: impl Fn(&Summary) -> f64, fmt: impl Fn(f64) -> String) -> String {
@@ -166,17 +212,34 @@ fn table_row(m: &ModelReport, i: usize, l: &LevelStats) -> [String; 16] {
 }
 
 /// The terminal table: one row per model and level, the knee marked, then the selection and
-/// the regressions.
+/// the regressions. A `target` column when the models' targets differ, cost columns when a
+/// model has a price.
 pub fn render_table(r: &Report) -> String {
+    let (mixed, costs) = (mixed_targets(&r.models), has_costs(r));
+    let knee_col = TABLE_HEADER.len() - 1;
+    let mut header: Vec<String> = TABLE_HEADER.iter().map(|h| (*h).to_owned()).collect();
+    if costs {
+        header.splice(knee_col..knee_col, ["cost/req".into(), "cost/Mtok".into()]);
+    }
+    if mixed {
+        header.insert(1, "target".into());
+    }
     let mut t = comfy_table::Table::new();
     t.load_style(comfy_table::presets::UTF8_FULL_CONDENSED)
-        .set_header(TABLE_HEADER);
+        .set_header(&header);
     for m in &r.models {
         for (i, l) in m.levels.iter().enumerate() {
-            t.add_row(table_row(m, i, l));
+            let mut row = table_row(m, i, l).to_vec();
+            if costs {
+                row.splice(knee_col..knee_col, cost_cells(l));
+            }
+            if mixed {
+                row.insert(1, m.target.clone().unwrap_or_default());
+            }
+            t.add_row(row);
         }
     }
-    for i in 2..TABLE_HEADER.len() - 1 {
+    for i in 2 + usize::from(mixed)..header.len() - 1 {
         if let Some(c) = t.column_mut(i) {
             c.set_cell_alignment(comfy_table::CellAlignment::Right);
         }
@@ -190,14 +253,15 @@ pub fn render_table(r: &Report) -> String {
 fn render_notes(r: &Report, md: bool) -> String {
     let mut out = String::new();
     let bullet = if md { "- " } else { "  " };
+    let names = model_names(&r.models);
     let mut errs = Vec::new();
-    for m in &r.models {
+    for (m, name) in r.models.iter().zip(&names) {
         for l in &m.levels {
             if !l.errors.is_empty() {
                 let parts: Vec<String> = l.errors.iter().map(|(k, v)| format!("{k} {v}")).collect();
                 errs.push(format!(
                     "{bullet}{} @ {}: {}",
-                    m.model,
+                    name,
                     l.key.label(),
                     parts.join(", ")
                 ));
@@ -216,17 +280,16 @@ fn render_notes(r: &Report, md: bool) -> String {
         r.knee_rule.tps_growth * 100.0,
         r.knee_rule.ttft_growth * 100.0
     );
-    for m in &r.models {
+    for (m, name) in r.models.iter().zip(&names) {
         let _ = match &m.knee {
             Some(k) => writeln!(
                 out,
-                "{bullet}{}: at {} (agg tokens/s {:+.0}%, TTFT p95 {:+.0}%)",
-                m.model,
+                "{bullet}{name}: at {} (agg tokens/s {:+.0}%, TTFT p95 {:+.0}%)",
                 k.level.label(),
                 k.agg_tps_growth * 100.0,
                 k.ttft_p95_growth * 100.0
             ),
-            None => writeln!(out, "{bullet}{}: none within the sweep", m.model),
+            None => writeln!(out, "{bullet}{name}: none within the sweep"),
         };
     }
     if let Some(s) = &r.selection {
@@ -253,6 +316,27 @@ fn render_notes(r: &Report, md: bool) -> String {
                 k.model,
                 k.reasons.join("; ")
             );
+        }
+        let tokens = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"));
+        let lengths: Vec<String> = r
+            .models
+            .iter()
+            .zip(&names)
+            .map(|(m, name)| {
+                format!(
+                    "{name} {}/{}",
+                    tokens(m.input_tokens_mean),
+                    tokens(m.output_tokens_mean)
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "{bullet}achieved lengths (mean input/output tokens of the successes): {}",
+            lengths.join(", ")
+        );
+        if let Some(w) = &s.length_mismatch {
+            let _ = writeln!(out, "{bullet}NOTE {w}");
         }
     }
     if let Some(c) = &r.comparison {
@@ -332,7 +416,8 @@ pub fn render_markdown(r: &Report) -> String {
     } else {
         "concurrency"
     };
-    let header = [
+    let (mixed, costs) = (mixed_targets(&r.models), has_costs(r));
+    let mut header = vec![
         "model",
         load,
         "requests",
@@ -355,6 +440,13 @@ pub fn render_markdown(r: &Report) -> String {
         "ramp (ms)",
         "knee",
     ];
+    let knee_col = header.len() - 1;
+    if costs {
+        header.splice(knee_col..knee_col, ["cost/req", "cost/Mtok"]);
+    }
+    if mixed {
+        header.insert(1, "target");
+    }
     let _ = writeln!(out, "| {} |", header.join(" | "));
     let aligns: Vec<&str> = header
         .iter()
@@ -364,7 +456,7 @@ pub fn render_markdown(r: &Report) -> String {
     let _ = writeln!(out, "|{}|", aligns.join("|"));
     for m in &r.models {
         for (i, l) in m.levels.iter().enumerate() {
-            let cells = [
+            let mut cells = vec![
                 m.model.replace('|', "\\|"),
                 l.key.label(),
                 l.requests.to_string(),
@@ -393,6 +485,12 @@ pub fn render_markdown(r: &Report) -> String {
                     "**knee**".to_owned()
                 },
             ];
+            if costs {
+                cells.splice(knee_col..knee_col, cost_cells(l));
+            }
+            if mixed {
+                cells.insert(1, m.target.as_deref().unwrap_or("").replace('|', "\\|"));
+            }
             let _ = writeln!(out, "| {} |", cells.join(" | "));
         }
     }
@@ -410,6 +508,7 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
     let mut w = csv::Writer::from_writer(Vec::new());
     let mut header: Vec<String> = [
         "model",
+        "target",
         "concurrency",
         "rate",
         "requests",
@@ -421,6 +520,8 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
         "agg_tps",
         "rps",
         "goodput_rps",
+        "cost_per_request",
+        "cost_per_mtok",
         "capped",
         "ramp_s",
         "knee",
@@ -441,6 +542,7 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
             let errors: Vec<String> = l.errors.iter().map(|(k, v)| format!("{k}={v}")).collect();
             let mut row = vec![
                 m.model.clone(),
+                m.target.clone().unwrap_or_default(),
                 l.key.concurrency.to_string(),
                 l.key.rate.map(num).unwrap_or_default(),
                 l.requests.to_string(),
@@ -452,6 +554,8 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
                 num(l.output_tokens_per_s),
                 num(l.requests_per_s),
                 l.goodput_rps.map(num).unwrap_or_default(),
+                l.cost_per_request.map(num).unwrap_or_default(),
+                l.cost_per_mtok.map(num).unwrap_or_default(),
                 l.capped.to_string(),
                 l.ramp_s.map(num).unwrap_or_default(),
                 (!knee_mark(m, i).is_empty()).to_string(),
@@ -505,6 +609,7 @@ pub(crate) mod tests {
                     failure_s: failed.then_some(0.01),
                     decode_tokens_per_s: (!failed).then_some(1.0 / itl),
                     output_tokens: if failed { 0 } else { tokens },
+                    input_tokens: None,
                     sent_s: 0.0,
                     end_s: 1.0,
                     lag_s: 0.0002 * (i % 3) as f64,
@@ -534,11 +639,19 @@ pub(crate) mod tests {
         let mut models = vec![
             ModelReport {
                 model: "alpha".into(),
+                target: Some("local".into()),
+                price: None,
+                input_tokens_mean: None,
+                output_tokens_mean: Some(64.0),
                 levels: vec![mk(2, 0.1, 10.0, 0), mk(4, 0.1, 5.0, 0), mk(8, 0.4, 4.8, 0)],
                 knee: None,
             },
             ModelReport {
                 model: "beta".into(),
+                target: Some("local".into()),
+                price: None,
+                input_tokens_mean: None,
+                output_tokens_mean: Some(60.8),
                 levels: vec![
                     mk(2, 0.2, 12.0, 0),
                     mk(4, 0.2, 6.0, 10),
@@ -611,6 +724,73 @@ pub(crate) mod tests {
             knee_row.contains("alpha") && knee_row.contains("┆ 8 "),
             "{knee_row}"
         );
+    }
+
+    #[test]
+    fn mixed_targets_and_prices_get_their_columns_and_names() {
+        let mut r = synthetic();
+        r.models[1].target = Some("other".into());
+        r.models[1].model = "alpha".into(); // the same model at two targets
+        for l in &mut r.models[0].levels {
+            (l.cost_per_request, l.cost_per_mtok) = (Some(0.0035), Some(35.0));
+        }
+        assert_eq!(model_names(&r.models), ["local/alpha", "other/alpha"]);
+        r.selection = Some(select(&r.models, &Criteria::default()));
+        let t = render_table(&r);
+        let header = t.lines().nth(1).expect("a header line");
+        let cells: Vec<&str> = header
+            .trim_matches(|c| c == '│' || c == ' ')
+            .split('┆')
+            .map(str::trim)
+            .collect();
+        assert_eq!(cells.len(), TABLE_HEADER.len() + 3, "{header}");
+        assert_eq!(&cells[..2], ["model", "target"]);
+        assert_eq!(&cells[cells.len() - 3..], ["cost/req", "cost/Mtok", "knee"]);
+        let row_cells = |l: &str| -> Vec<String> {
+            l.trim_matches(|c| c == '│' || c == ' ')
+                .split('┆')
+                .map(|c| c.trim().to_owned())
+                .collect()
+        };
+        let rows: Vec<Vec<String>> = t
+            .lines()
+            .filter(|l| l.contains("alpha ┆"))
+            .map(row_cells)
+            .collect();
+        assert_eq!(rows.len(), 6, "{t}");
+        assert_eq!(
+            (rows[0][1].as_str(), rows[3][1].as_str()),
+            ("local", "other")
+        );
+        let n = rows[0].len();
+        assert_eq!(&rows[0][n - 3..n - 1], ["0.0035", "35"]);
+        assert_eq!(&rows[3][n - 3..n - 1], ["-", "-"]);
+        assert!(
+            t.contains(". local/alpha score") && t.contains(". other/alpha score"),
+            "{t}"
+        );
+        assert!(t.contains("local/alpha -/64.0, other/alpha -/60.8"), "{t}");
+        let md = render_markdown(&r);
+        let head = md
+            .lines()
+            .find(|l| l.starts_with("| model"))
+            .expect("md header");
+        assert!(head.starts_with("| model | target | concurrency"), "{head}");
+        assert!(head.ends_with("| cost/req | cost/Mtok | knee |"), "{head}");
+        let csv = render_csv(&r).unwrap();
+        let line = csv.lines().nth(1).expect("a CSV row");
+        assert!(line.starts_with("alpha,local,2,"), "{line}");
+        assert!(line.contains(",0.0035,35,"), "{line}");
+        // One target: no target column, plain names.
+        let one = synthetic();
+        assert!(
+            !render_table(&one)
+                .lines()
+                .nth(1)
+                .unwrap_or("")
+                .contains("target")
+        );
+        assert_eq!(model_names(&one.models), ["alpha", "beta"]);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! and regressions against a baseline run.
 
 use super::criteria::{Base, Criteria, KneeRule, Metric};
-use super::report::ModelReport;
+use super::report::{ModelReport, model_names};
 use super::stats::{LevelKey, LevelStats};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -78,6 +78,47 @@ pub struct Selection {
     pub ranked: Vec<Ranked>,
     /// Models that failed a limit.
     pub rejected: Vec<Rejected>,
+    /// The models' achieved input or output lengths differ by more than
+    /// [`LENGTH_TOLERANCE`] (the sentence saying so), so the ranking compares different work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub length_mismatch: Option<String>,
+}
+
+/// How far apart (max / min − 1) models' mean input or output lengths may be before a
+/// comparison says they differ.
+pub const LENGTH_TOLERANCE: f64 = 0.05;
+
+/// The sentence saying that the models' achieved lengths differ by more than
+/// [`LENGTH_TOLERANCE`], if they do (models without a length are left out).
+pub fn length_mismatch(models: &[ModelReport]) -> Option<String> {
+    let names = model_names(models);
+    let mut parts = Vec::new();
+    for (what, get) in [
+        (
+            "input",
+            (|m: &ModelReport| m.input_tokens_mean) as fn(&ModelReport) -> Option<f64>,
+        ),
+        ("output", |m: &ModelReport| m.output_tokens_mean),
+    ] {
+        let vals: Vec<(&str, f64)> = models
+            .iter()
+            .zip(&names)
+            .filter_map(|(m, n)| get(m).map(|v| (n.as_str(), v)))
+            .collect();
+        let lo = vals.iter().map(|v| v.1).fold(f64::INFINITY, f64::min);
+        let hi = vals.iter().map(|v| v.1).fold(0.0, f64::max);
+        if vals.len() >= 2 && (lo <= 0.0 || hi > lo * (1.0 + LENGTH_TOLERANCE)) {
+            let each: Vec<String> = vals.iter().map(|(n, v)| format!("{n} {v:.1}")).collect();
+            parts.push(format!("{what} tokens {}", each.join(", ")));
+        }
+    }
+    (!parts.is_empty()).then(|| {
+        format!(
+            "the models' achieved lengths differ by more than {:.0}% ({}): the ranking compares different work",
+            LENGTH_TOLERANCE * 100.0,
+            parts.join("; ")
+        )
+    })
 }
 
 /// Normalizes one metric's value among the eligible models' values (see `docs/bench.md`):
@@ -113,10 +154,11 @@ pub fn select(models: &[ModelReport], c: &Criteria) -> Selection {
     let mut rejected = Vec::new();
     let mut eligible: Vec<(&str, &LevelStats)> = Vec::new();
     let mut label = c.select_at.map(super::stats::trim_float);
-    for m in models {
+    let names = model_names(models);
+    for (m, name) in models.iter().zip(&names) {
         let Some(l) = level_at(m, c.select_at) else {
             rejected.push(Rejected {
-                model: m.model.clone(),
+                model: name.clone(),
                 reasons: vec![format!(
                     "no level at {}",
                     label.clone().unwrap_or_else(|| "the end".into())
@@ -127,10 +169,10 @@ pub fn select(models: &[ModelReport], c: &Criteria) -> Selection {
         label.get_or_insert_with(|| l.key.label());
         let reasons: Vec<String> = c.limits.iter().filter_map(|lim| lim.violation(l)).collect();
         if reasons.is_empty() {
-            eligible.push((&m.model, l));
+            eligible.push((name, l));
         } else {
             rejected.push(Rejected {
-                model: m.model.clone(),
+                model: name.clone(),
                 reasons,
             });
         }
@@ -172,6 +214,7 @@ pub fn select(models: &[ModelReport], c: &Criteria) -> Selection {
         weights: weights.iter().map(|(m, w)| (m.to_string(), *w)).collect(),
         ranked,
         rejected,
+        length_mismatch: length_mismatch(models),
     }
 }
 
@@ -209,8 +252,8 @@ pub struct Comparison {
     pub not_in_baseline: Vec<String>,
 }
 
-/// The metrics compared with a baseline.
-pub const COMPARED: [&str; 10] = [
+/// The metrics compared with a baseline (costs only where both runs have a price).
+pub const COMPARED: [&str; 12] = [
     "ttft_p50",
     "ttft_p95",
     "tpot_p50",
@@ -221,6 +264,8 @@ pub const COMPARED: [&str; 10] = [
     "rps",
     "goodput",
     "error_rate",
+    "cost_per_request",
+    "cost_per_mtok",
 ];
 
 /// Compares every (model, level) of `current` that `baseline` also has: a lower-is-better metric
@@ -242,16 +287,21 @@ pub fn compare(
         regressions: Vec::new(),
         not_in_baseline: Vec::new(),
     };
-    for m in current {
+    let names = model_names(current);
+    for (m, name) in current.iter().zip(&names) {
         for l in &m.levels {
+            // A baseline entry of an older version names no target: the model alone matches.
             let Some(b) = baseline
                 .iter()
-                .filter(|bm| bm.model == m.model)
+                .filter(|bm| {
+                    bm.model == m.model
+                        && (bm.target.is_none() || m.target.is_none() || bm.target == m.target)
+                })
                 .flat_map(|bm| bm.levels.iter())
                 .find(|bl| bl.key.same(&l.key))
             else {
                 out.not_in_baseline
-                    .push(format!("{} @ {}", m.model, l.key.label()));
+                    .push(format!("{name} @ {}", l.key.label()));
                 continue;
             };
             for metric in &metrics {
@@ -272,7 +322,7 @@ pub fn compare(
                 };
                 if worse {
                     out.regressions.push(Regression {
-                        model: m.model.clone(),
+                        model: name.clone(),
                         level: l.key.label(),
                         metric: metric.to_string(),
                         baseline: old,
@@ -328,6 +378,8 @@ mod tests {
             capped: 0,
             started_unix_s: None,
             start_offset_s: None,
+            cost_per_request: None,
+            cost_per_mtok: None,
             samples: None,
         }
     }
@@ -335,6 +387,10 @@ mod tests {
     fn model(name: &str, levels: Vec<LevelStats>) -> ModelReport {
         ModelReport {
             model: name.into(),
+            target: None,
+            price: None,
+            input_tokens_mean: None,
+            output_tokens_mean: None,
             levels,
             knee: None,
         }
@@ -385,6 +441,101 @@ mod tests {
     }
 
     #[test]
+    fn length_mismatch_beyond_five_percent() {
+        let with = |name: &str, i: Option<f64>, o: Option<f64>| ModelReport {
+            input_tokens_mean: i,
+            output_tokens_mean: o,
+            ..model(name, vec![])
+        };
+        // 5% apart exactly is still the same work; more is not.
+        let same = [
+            with("a", Some(1000.0), Some(100.0)),
+            with("b", Some(1050.0), Some(96.0)),
+        ];
+        assert_eq!(length_mismatch(&same), None);
+        let apart = [
+            with("a", Some(1000.0), Some(100.0)),
+            with("b", Some(1051.0), Some(100.0)),
+        ];
+        let m = length_mismatch(&apart).unwrap();
+        assert!(
+            m.contains("input tokens a 1000.0, b 1051.0") && !m.contains("output"),
+            "{m}"
+        );
+        let out = [
+            with("a", None, Some(64.0)),
+            with("b", None, Some(128.0)),
+            with("c", None, None),
+        ];
+        let m = length_mismatch(&out).unwrap();
+        assert!(
+            m.contains("output tokens a 64.0, b 128.0") && !m.contains("input"),
+            "{m}"
+        );
+        // One model with a length: nothing to compare; a zero length differs from any other.
+        assert_eq!(
+            length_mismatch(&[with("a", Some(1.0), None), with("b", None, None)]),
+            None
+        );
+        assert!(
+            length_mismatch(&[with("a", None, Some(0.0)), with("b", None, Some(1.0))]).is_some()
+        );
+        let s = select(&apart, &Criteria::default());
+        assert_eq!(s.length_mismatch, length_mismatch(&apart));
+    }
+
+    #[test]
+    fn cost_limits_reject_and_cost_weights_rank_cheaper_first() {
+        let priced = |name: &str, per_req: f64, per_mtok: f64| {
+            let mut l = level(8, 400.0, 0.5, 0.0);
+            (l.cost_per_request, l.cost_per_mtok) = (Some(per_req), Some(per_mtok));
+            model(name, vec![l])
+        };
+        let models = vec![
+            priced("cheap", 0.002, 20.0),
+            priced("dear", 0.02, 200.0),
+            model("unpriced", vec![level(8, 400.0, 0.5, 0.0)]),
+        ];
+        let c = Criteria {
+            limits: vec!["cost_per_request<=0.01".parse().unwrap()],
+            weights: crate::bench::criteria::parse_weights("cost_per_mtok=1").unwrap(),
+            ..Criteria::default()
+        };
+        let s = select(&models, &c);
+        let rejected: Vec<(&str, &str)> = s
+            .rejected
+            .iter()
+            .map(|r| (r.model.as_str(), r.reasons[0].as_str()))
+            .collect();
+        assert_eq!(
+            rejected,
+            [
+                (
+                    "dear",
+                    "cost_per_request = 0.02 (limit cost_per_request <= 0.01)"
+                ),
+                (
+                    "unpriced",
+                    "cost_per_request not measured (limit cost_per_request <= 0.01)"
+                )
+            ]
+        );
+        assert_eq!((s.ranked.len(), s.ranked[0].model.as_str()), (1, "cheap"));
+        // Weighted without the limit: cost 20 scores 1, cost 200 scores 20/200, none scores 0.
+        let c = Criteria {
+            weights: crate::bench::criteria::parse_weights("cost_per_mtok=1").unwrap(),
+            ..Criteria::default()
+        };
+        let s = select(&models, &c);
+        let order: Vec<(&str, f64)> = s
+            .ranked
+            .iter()
+            .map(|r| (r.model.as_str(), r.score))
+            .collect();
+        assert_eq!(order, [("cheap", 1.0), ("dear", 0.1), ("unpriced", 0.0)]);
+    }
+
+    #[test]
     fn selection_at_a_missing_level_rejects() {
         let models = vec![model("a", vec![level(8, 400.0, 0.5, 0.0)])];
         let c = Criteria {
@@ -415,5 +566,20 @@ mod tests {
             "{r:?}"
         );
         assert_eq!(r.not_in_baseline, vec!["a @ 16".to_owned()]);
+        // Costs are compared where both runs have them: 12% dearer regresses.
+        let priced = |c: f64| {
+            let mut l = level(8, 400.0, 0.5, 0.0);
+            (l.cost_per_request, l.cost_per_mtok) = (Some(c), Some(c * 1e4));
+            vec![model("a", vec![l])]
+        };
+        let r = compare(&priced(0.0112), &priced(0.01), &c, "old.json");
+        assert_eq!(r.compared, 11);
+        let names: Vec<&str> = r.regressions.iter().map(|r| r.metric.as_str()).collect();
+        assert_eq!(names, ["cost_per_request", "cost_per_mtok"]);
+        assert!(
+            compare(&priced(0.0105), &priced(0.01), &c, "o")
+                .regressions
+                .is_empty()
+        );
     }
 }

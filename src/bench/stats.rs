@@ -5,6 +5,7 @@
 //! Hyndman & Fan type 7), so p50 of `[1, 2, 3, 4]` is 2.5 and the p100 is the maximum.
 
 use super::criteria::Slo;
+use crate::config::Price;
 use crate::measure::ProbeResult;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -28,6 +29,9 @@ pub struct Sample {
     pub decode_tokens_per_s: Option<f64>,
     /// N, output tokens (counted for successes only, as `tokenprobe_output_tokens_total`).
     pub output_tokens: u64,
+    /// Input tokens the server reported (`usage`), successes only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_tokens: Option<u64>,
     /// When the request was sent, s after the level's start.
     pub sent_s: f64,
     /// When the request's probe returned, s after the level's start.
@@ -57,6 +61,7 @@ impl Sample {
             failure_s: r.failure_s,
             decode_tokens_per_s: r.decode_tokens_per_s,
             output_tokens: if ok { r.output_tokens } else { 0 },
+            input_tokens: r.input_tokens.filter(|_| ok),
             sent_s,
             end_s,
             lag_s,
@@ -239,9 +244,74 @@ pub struct LevelStats {
     /// previous level ran past it, or the clock was behind).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_offset_s: Option<f64>,
+    /// Mean cost of a successful request at the model's price (see [`cost`]); `None` without
+    /// a price.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_per_request: Option<f64>,
+    /// Cost per million output tokens: the priced requests' total cost / their output tokens × 10⁶.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_per_mtok: Option<f64>,
     /// Every sample, with `--samples`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub samples: Option<Vec<Sample>>,
+}
+
+/// The cost of a level at `price`: `(mean cost per request, cost per million output tokens)`
+/// over its successful requests. A request whose input tokens the server did not report is left
+/// out when input is priced (its cost is unknown); `None` when no request is priced, and for the
+/// per-million figure when they have no output tokens.
+pub fn cost(samples: &[Sample], price: &Price) -> (Option<f64>, Option<f64>) {
+    let (mut n, mut total, mut out) = (0u64, 0.0, 0u64);
+    for s in samples.iter().filter(|s| s.success()) {
+        let input = match s.input_tokens {
+            Some(i) => i,
+            None if price.input_per_mtok == 0.0 => 0,
+            None => continue,
+        };
+        n += 1;
+        total += price.cost(input, s.output_tokens);
+        out += s.output_tokens;
+    }
+    if n == 0 {
+        return (None, None);
+    }
+    (
+        Some(total / n as f64),
+        (out > 0).then(|| total / out as f64 * 1e6),
+    )
+}
+
+/// Achieved lengths over several levels: sums of the input tokens (of the successes that
+/// reported them) and of the output tokens (of every success).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Lengths {
+    input: u64,
+    with_input: u64,
+    output: u64,
+    successes: u64,
+}
+
+impl Lengths {
+    /// Adds a level's samples.
+    pub fn add(&mut self, samples: &[Sample]) {
+        for s in samples.iter().filter(|s| s.success()) {
+            if let Some(i) = s.input_tokens {
+                self.input += i;
+                self.with_input += 1;
+            }
+            self.output += s.output_tokens;
+            self.successes += 1;
+        }
+    }
+
+    /// Mean input and output tokens (`None` without a value).
+    pub fn means(&self) -> (Option<f64>, Option<f64>) {
+        let mean = |sum: u64, n: u64| (n > 0).then(|| sum as f64 / n as f64);
+        (
+            mean(self.input, self.with_input),
+            mean(self.output, self.successes),
+        )
+    }
 }
 
 impl LevelStats {
@@ -297,8 +367,15 @@ impl LevelStats {
             capped,
             started_unix_s: None,
             start_offset_s: None,
+            cost_per_request: None,
+            cost_per_mtok: None,
             samples: None,
         }
+    }
+
+    /// Sets the level's cost at `price` (see [`cost`]).
+    pub fn set_cost(&mut self, samples: &[Sample], price: &Price) {
+        (self.cost_per_request, self.cost_per_mtok) = cost(samples, price);
     }
 }
 
@@ -335,6 +412,7 @@ mod tests {
             failure_s: err.map(|_| 0.5),
             decode_tokens_per_s: ttft.map(|_| 100.0),
             output_tokens: n,
+            input_tokens: None,
             sent_s: 0.0,
             end_s: 1.0,
             lag_s: 0.001,
@@ -367,6 +445,57 @@ mod tests {
         assert_eq!(l.goodput_rps, Some(0.5));
         let t = l.ttft_s.unwrap();
         assert_eq!((t.n, t.p50), (2, 0.2));
+    }
+
+    #[test]
+    fn costs_and_lengths() {
+        let price = Price {
+            input_per_mtok: 2.5,
+            output_per_mtok: 10.0,
+        };
+        let with_input = |i: Option<u64>, n: u64| Sample {
+            input_tokens: i,
+            ..sample(Some(0.1), n, None)
+        };
+        let samples = vec![
+            with_input(Some(1000), 100), // 0.0025 + 0.001 = 0.0035
+            with_input(Some(3000), 300), // 0.0075 + 0.003 = 0.0105
+            with_input(None, 50),        // input unknown: not priced
+            sample(None, 0, Some("server_error")),
+        ];
+        let (per_req, per_mtok) = cost(&samples, &price);
+        assert!((per_req.unwrap() - 0.007).abs() < 1e-15, "{per_req:?}");
+        // 0.014 for 400 output tokens = 35 per million.
+        assert!((per_mtok.unwrap() - 35.0).abs() < 1e-9, "{per_mtok:?}");
+        // Output-only prices price every success.
+        let out_only = Price {
+            input_per_mtok: 0.0,
+            output_per_mtok: 10.0,
+        };
+        let (per_req, per_mtok) = cost(&samples, &out_only);
+        assert!((per_req.unwrap() - 0.0045 / 3.0).abs() < 1e-15);
+        assert!((per_mtok.unwrap() - 10.0).abs() < 1e-9);
+        assert_eq!(cost(&samples[3..], &price), (None, None));
+        let mut len = Lengths::default();
+        assert_eq!(len.means(), (None, None));
+        len.add(&samples[3..]);
+        assert_eq!(len.means(), (None, None), "failures have no length");
+        len.add(&samples);
+        assert_eq!(len.means(), (Some(2000.0), Some(150.0)));
+        len.add(&samples[..1]);
+        assert_eq!(
+            len.means(),
+            (Some(5000.0 / 3.0), Some(137.5)),
+            "over every level"
+        );
+        let key = LevelKey {
+            concurrency: 1,
+            rate: None,
+        };
+        let mut l = LevelStats::from_samples(key, &samples, 1.0, &[], &[], 0);
+        assert_eq!((l.cost_per_request, l.cost_per_mtok), (None, None));
+        l.set_cost(&samples, &price);
+        assert!(l.cost_per_request.is_some() && l.cost_per_mtok.is_some());
     }
 
     #[test]

@@ -36,7 +36,8 @@ pub struct BenchArgs {
     /// Target name in the config (default: the first target).
     #[arg(long)]
     pub target: Option<String>,
-    /// Models to compare, comma-separated (default: the target's models).
+    /// Models to compare, comma-separated (default: the target's models); `TARGET/MODEL` is a
+    /// model at another target of the config (the same prompt is sent to each).
     #[arg(long, value_delimiter = ',')]
     pub models: Vec<String>,
     /// Prompt name (default: the target's first prompt).
@@ -390,7 +391,11 @@ impl BenchArgs {
                 &job.target.name,
                 &crate::redact::redact_url(&job.target.base_url),
                 &job.prompt.name,
-                &models.join(","),
+                &models
+                    .iter()
+                    .map(crate::bench::BenchModel::name)
+                    .collect::<Vec<_>>()
+                    .join(","),
                 &format!("{level_keys:?}"),
                 &format!("{amount:?} {arrival:?} warmup {}", a.warmup),
                 &a.start_at.map(|t| t.to_rfc3339()).unwrap_or_default(),
@@ -483,7 +488,10 @@ mod tests {
             [(1, None), (5, None), (10, None)]
         );
         assert!(!p.open());
-        assert_eq!(p.models, ["a", "b"]);
+        assert_eq!(
+            p.models.iter().map(|m| m.name()).collect::<Vec<_>>(),
+            ["sim/a", "sim/b"]
+        );
         assert!(p.judged, "two models are ranked");
         assert_eq!(p.spec.max_tokens, Some(7));
         assert!(matches!(p.amount, Amount::Requests(20)));

@@ -131,6 +131,8 @@ impl FlagTarget {
                 ca_file: self.ca_file.as_ref().map(|p| at(p.display().to_string())),
                 insecure_skip_verify: self.insecure_skip_verify,
                 connection: ConnectionMode::New,
+                price: None,
+                model_prices: BTreeMap::new(),
             }],
             buckets: None,
             location: None,

@@ -19,7 +19,7 @@ mod validate;
 pub use flags::FlagTarget;
 pub use types::{
     AuthStyle, Buckets, Config, ConfigError, ConnectionMode, Expect, Issue, Job,
-    KEY_FILE_MAX_BYTES, KEY_FILE_TIMEOUT, KeySource, Prompt, ProxySetting, Schedule, Secret,
+    KEY_FILE_MAX_BYTES, KEY_FILE_TIMEOUT, KeySource, Price, Prompt, ProxySetting, Schedule, Secret,
     SyntaxError, Target, Timeouts, TlsOptions,
 };
 pub use validate::{

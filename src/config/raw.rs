@@ -96,6 +96,17 @@ pub(super) struct RawTarget {
     pub(super) insecure_skip_verify: bool,
     #[serde(default)]
     pub(super) connection: ConnectionMode,
+    pub(super) price: Option<RawPrice>,
+    #[serde(default)]
+    pub(super) model_prices: BTreeMap<String, RawPrice>,
+}
+
+/// A target's `price:` or an entry of its `model_prices:`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPrice {
+    pub(super) input_per_mtok: S<f64>,
+    pub(super) output_per_mtok: S<f64>,
 }
 
 /// `buckets:`.

@@ -433,3 +433,55 @@ fn location_is_checked_by_one_rule() {
         issues[0].message
     );
 }
+
+#[test]
+fn prices_per_target_and_model() {
+    let cfg = Config::parse(&format!(
+        "{BASE}    price: {{input_per_mtok: 2.5, output_per_mtok: 10}}\n    model_prices:\n      m: {{input_per_mtok: 0.15, output_per_mtok: 0.6}}\n  - name: b\n    base_url: http://y\n    models: [m, n]\n    price: {{input_per_mtok: 0, output_per_mtok: 1}}\n  - name: c\n    base_url: http://z\n    models: [m]\n"
+    ))
+    .unwrap();
+    let t = |name: &str| {
+        cfg.jobs
+            .iter()
+            .find(|j| j.target.name == name)
+            .map(|j| j.target.clone())
+            .unwrap()
+    };
+    let a = t("a").price_of("m").unwrap();
+    assert_eq!((a.input_per_mtok, a.output_per_mtok), (0.15, 0.6));
+    assert_eq!(
+        t("a").price_of("other").map(|p| p.input_per_mtok),
+        Some(2.5)
+    );
+    assert_eq!(t("b").price_of("n").map(|p| p.output_per_mtok), Some(1.0));
+    assert!(t("c").price_of("m").is_none());
+    // 1,000 input and 500 output tokens at 2.5 and 10 per million.
+    let p = t("a").price_of("other").unwrap();
+    assert!((p.cost(1000, 500) - 0.0075).abs() < 1e-15);
+}
+
+#[test]
+fn bad_prices_are_named_by_key() {
+    let m = problems("    price: {input_per_mtok: -1, output_per_mtok: .inf}\n");
+    assert!(
+        m.contains("targets[0].price.input_per_mtok: must be a non-negative number"),
+        "{m}"
+    );
+    assert!(
+        m.contains("targets[0].price.output_per_mtok: must be a non-negative number"),
+        "{m}"
+    );
+    let m = problems("    model_prices:\n      x: {input_per_mtok: 1, output_per_mtok: 1}\n");
+    assert!(
+        m.contains("targets[0].model_prices.x: \"x\" is not one of the target's models"),
+        "{m}"
+    );
+    let m = problems("    model_prices:\n      m: {input_per_mtok: .nan, output_per_mtok: 1}\n");
+    assert!(
+        m.contains("targets[0].model_prices.m.input_per_mtok"),
+        "{m}"
+    );
+    // A price needs both numbers (a shape error, with its key).
+    let e = Config::parse(&format!("{BASE}    price: {{input_per_mtok: 1}}\n")).unwrap_err();
+    assert!(e.to_string().contains("output_per_mtok"), "{e}");
+}

@@ -259,6 +259,26 @@ impl PartialEq for Expect {
 
 impl Eq for Expect {}
 
+/// What a model costs, per million tokens (in the currency of the config; validated
+/// non-negative and finite).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, Deserialize)]
+pub struct Price {
+    /// Per million input tokens.
+    pub input_per_mtok: f64,
+    /// Per million output tokens.
+    pub output_per_mtok: f64,
+}
+
+// The validator admits finite numbers only, so equality is an equivalence.
+impl Eq for Price {}
+
+impl Price {
+    /// The cost of one request of `input` and `output` tokens.
+    pub fn cost(&self, input: u64, output: u64) -> f64 {
+        (input as f64 * self.input_per_mtok + output as f64 * self.output_per_mtok) / 1e6
+    }
+}
+
 /// A validated target. Its `Debug` hides what may be secret (userinfo, non-public header and
 /// query values, a proxy's credentials), as every output does.
 #[derive(Clone, PartialEq, Eq)]
@@ -287,9 +307,22 @@ pub struct Target {
     pub tls: TlsOptions,
     /// New connection per probe or reuse.
     pub connection: ConnectionMode,
+    /// `price:`: what every model of the target costs, unless `model_prices` names it.
+    pub price: Option<Price>,
+    /// `model_prices:`: per-model prices.
+    pub model_prices: Vec<(String, Price)>,
 }
 
 impl Target {
+    /// The price of `model` at this target: its `model_prices` entry, else the target's `price`.
+    pub fn price_of(&self, model: &str) -> Option<Price> {
+        self.model_prices
+            .iter()
+            .find(|(m, _)| m == model)
+            .map(|(_, p)| *p)
+            .or(self.price)
+    }
+
     /// The endpoint URL: `base_url` + the protocol's path + the query parameters (the one place
     /// a target's URL is built; show it through `redact::redact_url`).
     pub fn url(&self) -> String {
@@ -336,6 +369,8 @@ impl fmt::Debug for Target {
             .field("proxy", &proxy)
             .field("tls", &self.tls)
             .field("connection", &self.connection)
+            .field("price", &self.price)
+            .field("model_prices", &self.model_prices)
             .finish()
     }
 }

@@ -3,10 +3,12 @@
 //! is reported at once (blackbox_exporter's per-type validation). Pure: the files a target names
 //! (`api_key_file`, `ca_file`) are only recorded here, and checked in `mod.rs`.
 
-use super::raw::{RawBuckets, RawConfig, RawDefaults, RawPrompt, RawTarget, RawTimeouts, S};
+use super::raw::{
+    RawBuckets, RawConfig, RawDefaults, RawPrice, RawPrompt, RawTarget, RawTimeouts, S,
+};
 use super::types::{
-    AuthStyle, Buckets, Config, ConfigError, Expect, Issue, Job, KeySource, Prompt, ProxySetting,
-    Schedule, Secret, Target, Timeouts, TlsOptions,
+    AuthStyle, Buckets, Config, ConfigError, Expect, Issue, Job, KeySource, Price, Prompt,
+    ProxySetting, Schedule, Secret, Target, Timeouts, TlsOptions,
 };
 use crate::protocol::{Api, Message};
 use std::collections::HashSet;
@@ -402,6 +404,7 @@ impl Validator {
             .as_ref()
             .map(|f| self.file(format!("{path}.ca_file"), f, FileKind::Ca));
         self.extra_body(path, t);
+        let (price, model_prices) = self.prices(path, t);
         Target {
             name: t.name.value.clone(),
             base_url,
@@ -422,7 +425,53 @@ impl Validator {
                 insecure_skip_verify: t.insecure_skip_verify,
             },
             connection: t.connection,
+            price,
+            model_prices,
         }
+    }
+
+    /// `price:` and `model_prices:` (whose models must be the target's).
+    fn prices(&mut self, path: &str, t: &RawTarget) -> (Option<Price>, Vec<(String, Price)>) {
+        let price = t
+            .price
+            .as_ref()
+            .and_then(|p| self.price(&format!("{path}.price"), p));
+        let mut model_prices = Vec::new();
+        for (m, p) in &t.model_prices {
+            let key = format!("{path}.model_prices.{m}");
+            if !t.models.value.contains(m) {
+                self.push(
+                    &key,
+                    &p.input_per_mtok,
+                    format!("{m:?} is not one of the target's models"),
+                );
+            }
+            if let Some(p) = self.price(&key, p) {
+                model_prices.push((m.clone(), p));
+            }
+        }
+        (price, model_prices)
+    }
+
+    fn price(&mut self, path: &str, p: &RawPrice) -> Option<Price> {
+        let mut ok = true;
+        for (k, v) in [
+            ("input_per_mtok", &p.input_per_mtok),
+            ("output_per_mtok", &p.output_per_mtok),
+        ] {
+            if !(v.value.is_finite() && v.value >= 0.0) {
+                self.push(
+                    format!("{path}.{k}"),
+                    v,
+                    "must be a non-negative number (a price per million tokens)",
+                );
+                ok = false;
+            }
+        }
+        ok.then_some(Price {
+            input_per_mtok: p.input_per_mtok.value,
+            output_per_mtok: p.output_per_mtok.value,
+        })
     }
 
     /// `base_url`, `${VAR}`-expanded, without a trailing slash (empty when unusable).

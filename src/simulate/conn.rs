@@ -5,7 +5,8 @@
 
 use super::http::{self, Framing, ReadError, Request};
 use super::log::{End, EventRec, Record};
-use super::plan::Plan;
+use super::plan::{Ask, Plan};
+use super::profile;
 use super::render::{self, Proto, Renderer};
 use super::timer::Timer;
 use super::{Fault, Shared};
@@ -21,7 +22,8 @@ use tokio::net::TcpStream;
 const IDLE: Duration = Duration::from_secs(120);
 /// Pipelined bytes buffered while a response is in progress, at most.
 const MAX_PENDING: usize = 1024 * 1024;
-/// The model listed by `GET /v1/models` and used when a request names none.
+/// The model listed first by `GET /v1/models` (then each `--profile`) and used when a request
+/// names none.
 const MODEL: &str = "tokenprobe-simulated";
 
 /// The client closed or reset the connection.
@@ -77,7 +79,13 @@ async fn handle(
         "/v1/responses" | "/responses" => Proto::Responses,
         "/health" | "/healthz" | "/v1/models" | "/models" if req.method == "GET" => {
             let body = if path.ends_with("models") {
-                json!({"object": "list", "data": [{"id": MODEL, "object": "model", "created": 0, "owned_by": "tokenprobe"}]})
+                // The default model, then every --profile.
+                let ids = std::iter::once(MODEL)
+                    .chain(shared.profiles.iter().filter_map(|p| p.name.as_deref()));
+                let data: Vec<Value> = ids
+                    .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "tokenprobe"}))
+                    .collect();
+                json!({"object": "list", "data": data})
             } else {
                 json!({"status": "ok"})
             };
@@ -117,6 +125,11 @@ async fn handle(
         stream: false,
         status: 200,
         fault: None,
+        model: String::new(),
+        profile: None,
+        input_tokens: 0,
+        cached_tokens: 0,
+        prefill: Duration::ZERO,
         output_tokens: 0,
         queued: Duration::ZERO,
         head_written: None,
@@ -141,24 +154,14 @@ async fn handle(
         .and_then(|o| o.get("include_usage"))
         .and_then(Value::as_bool)
         .unwrap_or(false);
-    let max_tokens = ["max_tokens", "max_completion_tokens", "max_output_tokens"]
-        .iter()
-        .find_map(|k| body.get(*k).and_then(Value::as_u64));
+    let ask = ask_of(&body);
     let model = body.get("model").and_then(Value::as_str).unwrap_or(MODEL);
-    let prompt_tokens = ["messages", "prompt", "system", "input", "instructions"]
-        .iter()
-        .filter_map(|k| body.get(*k))
-        .map(|v| v.to_string().len())
-        .sum::<usize>()
-        .div_ceil(4)
-        .clamp(1, u32::MAX as usize) as u32;
-    let plan = Plan::draw(
-        &shared.timing,
-        shared.error_rate,
-        &shared.errors,
-        max_tokens,
-        rng,
-    );
+    let served = shared.served(model);
+    let input = profile::input_bytes(&body);
+    rec.model = model.to_owned();
+    rec.profile.clone_from(&served.name);
+    rec.input_tokens = profile::token_count(&input);
+    let mut plan = Plan::draw(&served.timing, shared.error_rate, &shared.errors, &ask, rng);
     rec.fault = plan.fault.map(|f| f.to_string());
 
     if let Some(Fault::Status(status)) = plan.fault {
@@ -175,6 +178,12 @@ async fn handle(
         return keep;
     }
 
+    // Admitted (its blocks cached) only when it is answered.
+    let admitted = served.admit(&input);
+    drop(input);
+    rec.cached_tokens = admitted.cached_tokens;
+    rec.prefill = admitted.prefill;
+    plan.add_prefill(admitted.prefill);
     let created = wall.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let chunk_id = match proto {
         Proto::Chat => format!("chatcmpl-{id}"),
@@ -182,7 +191,8 @@ async fn handle(
         Proto::Messages => format!("msg_{id}"),
         Proto::Responses => format!("resp_{id}"),
     };
-    let renderer = Renderer::new(proto, &chunk_id, model, created, prompt_tokens);
+    let renderer = Renderer::new(proto, &chunk_id, model, created, admitted.input_tokens)
+        .with_cached(admitted.cached_tokens);
     let mut out = Out {
         stream,
         timer: &shared.timer,
@@ -214,6 +224,20 @@ async fn handle(
     let keep = rec.end == End::Complete && req.keep_alive && (req.chunked_ok || !is_stream);
     finish(shared, rec);
     keep
+}
+
+/// What a request body asks of the output length.
+fn ask_of(body: &Value) -> Ask {
+    Ask {
+        max_tokens: ["max_tokens", "max_completion_tokens", "max_output_tokens"]
+            .iter()
+            .find_map(|k| body.get(*k).and_then(Value::as_u64)),
+        min_tokens: body.get("min_tokens").and_then(Value::as_u64),
+        ignore_eos: body
+            .get("ignore_eos")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+    }
 }
 
 fn finish(shared: &Shared, rec: Record) {

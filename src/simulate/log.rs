@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! {"id":"sim-0-1a2b3c4d","seq":0,"path":"/v1/chat/completions","arrival_unix_ns":…,"stream":true,
-//!  "status":200,"fault":null,"output_tokens":64,"queued_s":0.000000000,"head_written_s":0.000041,
+//!  "status":200,"fault":null,"model":"fast","profile":"fast","input_tokens":132,"cached_tokens":0,
+//!  "prefill_s":0.001320000,"output_tokens":64,"queued_s":0.000000000,"head_written_s":0.000041,
 //!  "end":"complete","events":[{"k":0,"due_s":0.0,"t_s":0.000052,"token":false},
 //!  {"k":1,"due_s":0.2,"t_s":0.200113,"token":true},…]}
 //! ```
@@ -13,7 +14,10 @@
 //! one (echoed in the response), else generated. `fault` is the injected fault (`"429"`, `"stall"`,
 //! …); `end` is `complete`, `closed` (the server cut the stream: `truncate`) or `client_gone`.
 //! `queued_s` is the wait for a `--max-concurrency` slot. Non-stream answers have one event (the
-//! whole body); status faults have none.
+//! whole body); status faults have none. `model` is the request's, `profile` the `--profile` it
+//! picked (`null`: the command's defaults); `input_tokens` follow the token rule
+//! (`simulate::profile`), `cached_tokens` of them came from the prefix cache, and `prefill_s` is
+//! what their prefill added to the TTFT.
 
 use super::render::json_str;
 use std::fmt::Write as _;
@@ -56,6 +60,16 @@ pub(crate) struct Record {
     pub stream: bool,
     pub status: u16,
     pub fault: Option<String>,
+    /// The request's `model`.
+    pub model: String,
+    /// The `--profile` it picked (`None`: the defaults).
+    pub profile: Option<String>,
+    /// Input tokens by the token rule (`usage.prompt_tokens`).
+    pub input_tokens: u32,
+    /// Of them, served from the prefix cache.
+    pub cached_tokens: u32,
+    /// The prefill time added to the TTFT.
+    pub prefill: Duration,
     pub output_tokens: u32,
     /// Waiting for a `--max-concurrency` slot.
     pub queued: Duration,
@@ -75,7 +89,7 @@ impl Record {
         let mut s = String::with_capacity(256 + self.events.len() * 56);
         let _ = write!(
             s,
-            r#"{{"id":{},"seq":{},"path":{},"arrival_unix_ns":{},"stream":{},"status":{},"fault":{},"output_tokens":{},"queued_s":{},"head_written_s":{},"end":"{}","events":["#,
+            r#"{{"id":{},"seq":{},"path":{},"arrival_unix_ns":{},"stream":{},"status":{},"fault":{},"model":{},"profile":{},"input_tokens":{},"cached_tokens":{},"prefill_s":{},"output_tokens":{},"queued_s":{},"head_written_s":{},"end":"{}","events":["#,
             json_str(&self.id),
             self.seq,
             json_str(&self.path),
@@ -85,6 +99,13 @@ impl Record {
             self.fault
                 .as_deref()
                 .map_or_else(|| "null".to_owned(), json_str),
+            json_str(&self.model),
+            self.profile
+                .as_deref()
+                .map_or_else(|| "null".to_owned(), json_str),
+            self.input_tokens,
+            self.cached_tokens,
+            secs(self.prefill),
             self.output_tokens,
             secs(self.queued),
             self.head_written.map_or_else(|| "null".to_owned(), secs),
@@ -195,6 +216,11 @@ mod tests {
             stream: true,
             status: 200,
             fault: None,
+            model: "m".into(),
+            profile: Some("m".into()),
+            input_tokens: 132,
+            cached_tokens: 128,
+            prefill: Duration::from_micros(40),
             output_tokens: 2,
             queued: Duration::ZERO,
             head_written: Some(Duration::from_micros(15)),
@@ -215,6 +241,15 @@ mod tests {
             Some(1_700_000_000_000_000_000)
         );
         assert_eq!(v["end"], "complete");
+        assert_eq!(
+            (v["model"].as_str(), v["profile"].as_str()),
+            (Some("m"), Some("m"))
+        );
+        assert_eq!(
+            (v["input_tokens"].as_u64(), v["cached_tokens"].as_u64()),
+            (Some(132), Some(128))
+        );
+        assert_eq!(v["prefill_s"].as_f64(), Some(0.00004));
     }
 
     #[test]
@@ -231,6 +266,11 @@ mod tests {
                 stream: false,
                 status: 429,
                 fault: Some("429".into()),
+                model: "m".into(),
+                profile: None,
+                input_tokens: 1,
+                cached_tokens: 0,
+                prefill: Duration::ZERO,
                 output_tokens: 0,
                 queued: Duration::ZERO,
                 head_written: None,

@@ -31,6 +31,17 @@ pub struct Timing {
     pub tokens_per_chunk: u32,
 }
 
+/// What the request asks of its output length, and the prefill its input costs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Ask {
+    /// `max_tokens` (or `max_completion_tokens`, `max_output_tokens`): caps the output.
+    pub max_tokens: Option<u64>,
+    /// `min_tokens` (vLLM): at least this many output tokens (still capped by `max_tokens`).
+    pub min_tokens: Option<u64>,
+    /// `ignore_eos: true` (vLLM, SGLang, llama.cpp): exactly `max_tokens` output tokens.
+    pub ignore_eos: bool,
+}
+
 /// The drawn plan of one request.
 #[derive(Debug, Clone)]
 pub(crate) struct Plan {
@@ -50,11 +61,13 @@ pub(crate) struct Plan {
 
 impl Plan {
     /// Draws a plan: the fault first, then TTFT, then N; the gaps are drawn as chunks are taken.
+    /// N is the profile's (with jitter), raised to `min_tokens`, capped by `max_tokens`; with
+    /// `ignore_eos` it is `max_tokens` (the profile's N without one).
     pub(crate) fn draw(
         t: &Timing,
         error_rate: f64,
         errors: &[Fault],
-        max_tokens: Option<u64>,
+        ask: &Ask,
         mut rng: Rng,
     ) -> Self {
         let fault = if error_rate > 0.0 && !errors.is_empty() && rng.unit() < error_rate {
@@ -64,11 +77,16 @@ impl Plan {
             None
         };
         let ttft = jitter(&mut rng, t.ttft, t.ttft_jitter);
-        let n = (i128::from(t.output_tokens) + rng.symmetric(u64::from(t.output_tokens_jitter)))
+        let drawn = (i128::from(t.output_tokens) + rng.symmetric(u64::from(t.output_tokens_jitter)))
             .clamp(1, i128::from(u32::MAX)) as u32;
-        let cap = max_tokens.map(|m| m.clamp(1, u64::from(u32::MAX)) as u32);
+        let to_u32 = |m: u64| m.clamp(1, u64::from(u32::MAX)) as u32;
+        let cap = ask.max_tokens.map(to_u32);
+        let n = match (ask.ignore_eos, cap) {
+            (true, Some(c)) => c,
+            _ => drawn.max(ask.min_tokens.map_or(1, to_u32)),
+        };
         let (tokens, capped) = match cap {
-            Some(c) if c < n => (c, true),
+            Some(c) if c <= n && (c < n || ask.ignore_eos) => (c, true),
             _ => (n, false),
         };
         Plan {
@@ -81,6 +99,12 @@ impl Plan {
             per_chunk: t.tokens_per_chunk.max(1),
             rng,
         }
+    }
+
+    /// Adds the prefill of the request's uncached input tokens to its TTFT (every token moves
+    /// by it; the gaps stay).
+    pub(crate) fn add_prefill(&mut self, prefill: Duration) {
+        self.ttft = self.ttft.saturating_add(prefill);
     }
 
     /// The token index at which a mid-stream fault (truncate, malformed, stall-mid) strikes:
@@ -175,7 +199,7 @@ mod tests {
 
     #[test]
     fn exact_schedule_without_jitter() {
-        let mut p = Plan::draw(&timing(), 0.0, &[], None, Rng::new(1));
+        let mut p = Plan::draw(&timing(), 0.0, &[], &Ask::default(), Rng::new(1));
         let c: Vec<_> = p.chunks().collect();
         assert_eq!(c.len(), 5);
         for (k, ch) in c.iter().enumerate() {
@@ -192,7 +216,7 @@ mod tests {
             tokens_per_chunk: 3,
             ..timing()
         };
-        let mut p = Plan::draw(&t, 0.0, &[], None, Rng::new(1));
+        let mut p = Plan::draw(&t, 0.0, &[], &Ask::default(), Rng::new(1));
         let c: Vec<_> = p
             .chunks()
             .map(|c| (c.due.as_millis(), c.start, c.count))
@@ -200,13 +224,55 @@ mod tests {
         assert_eq!(c, vec![(200, 0, 1), (260, 1, 3), (320, 4, 3), (340, 7, 1)]);
     }
 
+    fn cap(n: u64) -> Ask {
+        Ask {
+            max_tokens: Some(n),
+            ..Ask::default()
+        }
+    }
+
+    #[test]
+    fn ignore_eos_min_tokens_and_prefill() {
+        // (max_tokens, min_tokens, ignore_eos) → (N, capped); the profile's N is 5.
+        for (max, min, ignore_eos, want) in [
+            (Some(9), None, true, (9, true)),
+            (Some(3), None, true, (3, true)),
+            (Some(5), None, true, (5, true)),
+            (None, None, true, (5, false)),
+            (None, Some(8), false, (8, false)),
+            (None, Some(2), false, (5, false)),
+            (Some(6), Some(8), false, (6, true)),
+            (Some(8), Some(8), false, (8, false)),
+            (Some(5), None, false, (5, false)),
+            (Some(12), Some(3), true, (12, true)),
+        ] {
+            let ask = Ask {
+                max_tokens: max,
+                min_tokens: min,
+                ignore_eos,
+            };
+            let p = Plan::draw(&timing(), 0.0, &[], &ask, Rng::new(1));
+            assert_eq!((p.tokens, p.capped), want, "{ask:?}");
+        }
+        let mut p = Plan::draw(&timing(), 0.0, &[], &Ask::default(), Rng::new(1));
+        p.add_prefill(Duration::from_micros(3840));
+        assert_eq!(p.ttft, Duration::from_micros(203_840));
+        let dues: Vec<_> = p.chunks().map(|c| c.due).collect();
+        assert_eq!(dues[0], Duration::from_micros(203_840));
+        assert_eq!(
+            dues[4] - dues[0],
+            Duration::from_millis(80),
+            "prefill moves the first token only"
+        );
+    }
+
     #[test]
     fn max_tokens_caps() {
-        let p = Plan::draw(&timing(), 0.0, &[], Some(3), Rng::new(1));
+        let p = Plan::draw(&timing(), 0.0, &[], &cap(3), Rng::new(1));
         assert_eq!((p.tokens, p.capped), (3, true));
-        let p = Plan::draw(&timing(), 0.0, &[], Some(5), Rng::new(1));
+        let p = Plan::draw(&timing(), 0.0, &[], &cap(5), Rng::new(1));
         assert_eq!((p.tokens, p.capped), (5, false));
-        let p = Plan::draw(&timing(), 0.0, &[], Some(0), Rng::new(1));
+        let p = Plan::draw(&timing(), 0.0, &[], &cap(0), Rng::new(1));
         assert_eq!(p.tokens, 1);
     }
 
@@ -221,7 +287,7 @@ mod tests {
         };
         let mut seen_n = std::collections::BTreeSet::new();
         for seq in 0..200 {
-            let mut p = Plan::draw(&t, 0.0, &[], None, Rng::for_request(7, seq));
+            let mut p = Plan::draw(&t, 0.0, &[], &Ask::default(), Rng::for_request(7, seq));
             assert!((150..=250).contains(&p.ttft.as_millis()), "{:?}", p.ttft);
             assert!((90..=110).contains(&p.tokens));
             seen_n.insert(p.tokens);
@@ -232,8 +298,8 @@ mod tests {
             }
         }
         assert!(seen_n.len() > 10);
-        let a = Plan::draw(&t, 0.0, &[], None, Rng::for_request(7, 3));
-        let b = Plan::draw(&t, 0.0, &[], None, Rng::for_request(7, 3));
+        let a = Plan::draw(&t, 0.0, &[], &Ask::default(), Rng::for_request(7, 3));
+        let b = Plan::draw(&t, 0.0, &[], &Ask::default(), Rng::for_request(7, 3));
         assert_eq!((a.ttft, a.tokens), (b.ttft, b.tokens));
     }
 
@@ -242,7 +308,13 @@ mod tests {
         let errs = [Fault::Status(429), Fault::Truncate];
         let mut counts = [0; 3];
         for seq in 0..2000 {
-            let p = Plan::draw(&timing(), 0.25, &errs, None, Rng::for_request(1, seq));
+            let p = Plan::draw(
+                &timing(),
+                0.25,
+                &errs,
+                &Ask::default(),
+                Rng::for_request(1, seq),
+            );
             match p.fault {
                 Some(Fault::Status(429)) => counts[0] += 1,
                 Some(Fault::Truncate) => counts[1] += 1,
@@ -252,13 +324,13 @@ mod tests {
         }
         assert!((200..300).contains(&counts[0]), "{counts:?}");
         assert!((200..300).contains(&counts[1]), "{counts:?}");
-        let p = Plan::draw(&timing(), 1.0, &errs, None, Rng::new(3));
+        let p = Plan::draw(&timing(), 1.0, &errs, &Ask::default(), Rng::new(3));
         assert!(p.fault.is_some());
     }
 
     #[test]
     fn cut_is_halfway_and_after_the_first_token() {
-        let p = Plan::draw(&timing(), 0.0, &[], Some(1), Rng::new(1));
+        let p = Plan::draw(&timing(), 0.0, &[], &cap(1), Rng::new(1));
         assert_eq!(p.cut(), 1);
         let p = Plan::draw(
             &Timing {
@@ -267,7 +339,7 @@ mod tests {
             },
             0.0,
             &[],
-            None,
+            &Ask::default(),
             Rng::new(1),
         );
         assert_eq!(p.cut(), 32);

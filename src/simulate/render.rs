@@ -67,6 +67,8 @@ pub(crate) struct Renderer {
     model: String,
     created: u64,
     prompt_tokens: u32,
+    /// Of `prompt_tokens`, served from the prefix cache.
+    cached_tokens: u32,
 }
 
 /// One SSE event of the stream, and whether it carries tokens.
@@ -131,7 +133,21 @@ data: {"type":"response.output_text.delta","item_id":"msg_0","output_index":0,"c
             model: modelj,
             created,
             prompt_tokens,
+            cached_tokens: 0,
         }
+    }
+
+    /// Reports `cached` of the prompt tokens as served from the prefix cache
+    /// (`prompt_tokens_details.cached_tokens`; Anthropic: `cache_read_input_tokens`, with
+    /// `input_tokens` the rest, as Anthropic counts them).
+    pub(crate) fn with_cached(mut self, cached: u32) -> Self {
+        self.cached_tokens = cached.min(self.prompt_tokens);
+        self
+    }
+
+    /// Anthropic's `usage` input fields: uncached input tokens and cache reads.
+    fn anthropic_input(&self) -> (u32, u32) {
+        (self.prompt_tokens - self.cached_tokens, self.cached_tokens)
     }
 
     /// Writes the event carrying tokens `start..start + count` into `out` (cleared first).
@@ -159,8 +175,9 @@ data: {"type":"response.output_text.delta","item_id":"msg_0","output_index":0,"c
                 ev(named_event(
                     "message_start",
                     &format!(
-                        r#"{{"type":"message_start","message":{{"id":{id},"type":"message","role":"assistant","model":{model},"content":[],"stop_reason":null,"stop_sequence":null,"usage":{{"input_tokens":{},"output_tokens":1}}}}}}"#,
-                        self.prompt_tokens
+                        r#"{{"type":"message_start","message":{{"id":{id},"type":"message","role":"assistant","model":{model},"content":[],"stop_reason":null,"stop_sequence":null,"usage":{{"input_tokens":{},"cache_read_input_tokens":{},"output_tokens":1}}}}}}"#,
+                        self.anthropic_input().0,
+                        self.anthropic_input().1,
                     ),
                 )),
                 ev(named_event(
@@ -200,7 +217,8 @@ data: {"type":"response.output_text.delta","item_id":"msg_0","output_index":0,"c
             "model": serde_json::from_str::<Value>(&self.model).unwrap_or(Value::Null),
             "output": [{"id": "msg_0", "type": "message", "status": if capped { "incomplete" } else { "completed" },
                         "role": "assistant", "content": [{"type": "output_text", "text": text, "annotations": []}]}],
-            "usage": {"input_tokens": p, "output_tokens": n, "total_tokens": u64::from(p) + u64::from(n)},
+            "usage": {"input_tokens": p, "input_tokens_details": {"cached_tokens": self.cached_tokens},
+                      "output_tokens": n, "total_tokens": u64::from(p) + u64::from(n)},
         });
         if capped {
             v["incomplete_details"] = json!({"reason": "max_output_tokens"});
@@ -218,8 +236,9 @@ data: {"type":"response.output_text.delta","item_id":"msg_0","output_index":0,"c
         };
         let reason = if capped { "length" } else { "stop" };
         let usage = format!(
-            r#"{{"prompt_tokens":{p},"completion_tokens":{n},"total_tokens":{}}}"#,
-            u64::from(p) + u64::from(n)
+            r#"{{"prompt_tokens":{p},"completion_tokens":{n},"total_tokens":{},"prompt_tokens_details":{{"cached_tokens":{}}}}}"#,
+            u64::from(p) + u64::from(n),
+            self.cached_tokens
         );
         let done = || ev(b"data: [DONE]\n\n".to_vec());
         match self.proto {
@@ -318,7 +337,8 @@ data: {"type":"response.output_text.delta","item_id":"msg_0","output_index":0,"c
         let model: Value = serde_json::from_str(&self.model).unwrap_or(Value::Null);
         let text = answer_text(n);
         let p = self.prompt_tokens;
-        let usage = json!({"prompt_tokens": p, "completion_tokens": n, "total_tokens": u64::from(p) + u64::from(n)});
+        let usage = json!({"prompt_tokens": p, "completion_tokens": n, "total_tokens": u64::from(p) + u64::from(n),
+                           "prompt_tokens_details": {"cached_tokens": self.cached_tokens}});
         let reason = if capped { "length" } else { "stop" };
         let v = match self.proto {
             Proto::Chat => json!({
@@ -335,7 +355,8 @@ data: {"type":"response.output_text.delta","item_id":"msg_0","output_index":0,"c
                 "id": id, "type": "message", "role": "assistant", "model": model,
                 "content": [{"type": "text", "text": text}],
                 "stop_reason": if capped { "max_tokens" } else { "end_turn" }, "stop_sequence": null,
-                "usage": {"input_tokens": p, "output_tokens": n},
+                "usage": {"input_tokens": self.anthropic_input().0,
+                          "cache_read_input_tokens": self.anthropic_input().1, "output_tokens": n},
             }),
             Proto::Responses => self.response_object(n, capped),
         };
@@ -470,6 +491,34 @@ mod tests {
         let mut d = SseDecoder::new();
         let ev = d.feed(&r.malformed().bytes).unwrap();
         assert!(Api::OpenaiChat.interpret(&ev[0]).is_err());
+    }
+
+    #[test]
+    fn cached_tokens_are_reported_in_each_usage_shape() {
+        let r = Renderer::new(Proto::Chat, "c", "m", 1, 100).with_cached(64);
+        let v: Value = serde_json::from_slice(&r.full_body(2, false)).unwrap();
+        assert_eq!(v["usage"]["prompt_tokens"], 100);
+        assert_eq!(v["usage"]["prompt_tokens_details"]["cached_tokens"], 64);
+        let closing = r.closing(2, false, true);
+        let usage = String::from_utf8(closing[1].bytes.clone()).unwrap();
+        let v: Value = serde_json::from_str(usage.trim().trim_start_matches("data: ")).unwrap();
+        assert_eq!(v["usage"]["prompt_tokens_details"]["cached_tokens"], 64);
+        assert_eq!(v["usage"]["prompt_tokens"], 100);
+        let r = Renderer::new(Proto::Messages, "m", "m", 1, 100).with_cached(64);
+        let v: Value = serde_json::from_slice(&r.full_body(2, false)).unwrap();
+        assert_eq!(
+            (
+                v["usage"]["input_tokens"].as_u64(),
+                v["usage"]["cache_read_input_tokens"].as_u64()
+            ),
+            (Some(36), Some(64))
+        );
+        let r = Renderer::new(Proto::Responses, "r", "m", 1, 100).with_cached(200);
+        let v: Value = serde_json::from_slice(&r.full_body(2, false)).unwrap();
+        assert_eq!(
+            v["usage"]["input_tokens_details"]["cached_tokens"], 100,
+            "never more than the input"
+        );
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! Shared helpers for the end-to-end tests (`tests/real_server.rs`,
-//! `tests/prometheus_e2e.rs`, `tests/dashboard_queries.rs`, `tests/bench.rs`) and,
+//! `tests/prometheus_e2e.rs`, `tests/dashboard_queries.rs`, `tests/bench.rs`,
+//! `tests/simulate_models.rs`) and,
 //! through `tests/common/faults.rs`, the fault tests (`tests/llmock.rs`,
 //! `tests/guidellm.rs`) and `tests/deploy_checks.rs`: child processes that die
-//! with the test, a llama.cpp server with a tiny model, `tokenprobe serve`, a
-//! minimal HTTP/1.1 client with timeouts, and a Prometheus text-format reader.
+//! with the test, a llama.cpp server with a tiny model, `tokenprobe serve` and
+//! `tokenprobe simulate`, a minimal HTTP/1.1 client with timeouts, and a
+//! Prometheus text-format reader.
 //!
 //! What these tests need is installed by `scripts/ci/install-test-deps.sh`; a
 //! missing piece fails the test with that hint. `TOKENPROBE_SKIP_E2E=1` skips
@@ -966,4 +968,27 @@ pub fn start_prometheus_scraping(
             .filter(|r| r.status == 200)
     });
     (guard, prom)
+}
+
+// ------------------------------------------------------------------ simulate
+
+/// `tokenprobe simulate --seed 1` on a free loopback port with `args`; returns its guard and
+/// `http://ADDR`.
+pub fn start_simulate(dir: &Path, args: &[&str]) -> (ChildGuard, String) {
+    let mut cmd = Command::new(tokenprobe_bin());
+    cmd.args(["simulate", "--listen", "127.0.0.1:0", "--seed", "1"])
+        .args(args);
+    let mut guard = ChildGuard::spawn("simulate", cmd, dir);
+    let url = wait_for(
+        "simulate to print its address",
+        Duration::from_secs(20),
+        || {
+            guard.assert_running();
+            guard
+                .stdout()
+                .lines()
+                .find_map(|l| l.strip_prefix("listening on ").map(str::to_owned))
+        },
+    );
+    (guard, url)
 }

@@ -1,0 +1,648 @@
+//! Per-model profiles and the input side of a simulated request (pure: no I/O, no clocks).
+//!
+//! - [`Profile`]: one `--profile NAME:ttft=D,itl=D[,output_tokens=N][,prefill_per_1k=D][,prefix_cache=on]`,
+//!   parsed and checked here (the one place), a clear error naming the bad part.
+//! - The token rule: a request's input is rendered to bytes ([`input_bytes`]) and a token is
+//!   [`BYTES_PER_TOKEN`] bytes of it. A chat message is a 16-byte role header (4 tokens of
+//!   template) and its text content padded to a multiple of 4 bytes, so a message costs
+//!   `4 + ceil(content bytes / 4)` tokens; a completions `prompt` costs `ceil(bytes / 4)`.
+//! - [`PrefixCache`]: automatic prefix caching as vLLM does it: the input is cut into blocks of
+//!   [`BLOCK_TOKENS`] tokens (64 bytes), each full block is named by a hash of its bytes and of
+//!   the hash of the block before it (so a hash names the whole prefix up to it), a request reuses
+//!   the longest run of cached blocks from its start (never its last token), and a bounded LRU
+//!   evicts the least recently used block, a request's tail blocks before its head.
+//! - [`prefill`]: the TTFT a profile adds for the uncached input tokens.
+
+use super::plan::Timing;
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash as _, Hasher as _};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Bytes of rendered input per token.
+pub const BYTES_PER_TOKEN: usize = 4;
+/// Template tokens per chat message (its 16-byte role header).
+pub const MESSAGE_OVERHEAD_TOKENS: usize = 4;
+/// Tokens per prefix-cache block (vLLM's default block size).
+pub const BLOCK_TOKENS: usize = 16;
+/// Blocks a profile's prefix cache holds (64 Ki tokens).
+pub const CACHE_BLOCKS: usize = 4096;
+
+/// One model's behaviour, as `--profile` gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Profile {
+    /// The model name requests select it by (exact match of the request's `model`).
+    pub name: String,
+    /// Base time to first token (before prefill).
+    pub ttft: Duration,
+    /// Inter-token latency.
+    pub itl: Duration,
+    /// Output length; `None`: the command's `--output-tokens`.
+    pub output_tokens: Option<u32>,
+    /// Prefill time per 1,000 uncached input tokens.
+    pub prefill_per_1k: Duration,
+    /// Automatic prefix caching on.
+    pub prefix_cache: bool,
+}
+
+impl std::str::FromStr for Profile {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = |why: String| format!("--profile {s:?}: {why}");
+        let (name, settings) = s.rsplit_once(':').ok_or_else(|| {
+            bad(
+                "expected NAME:ttft=D,itl=D[,output_tokens=N][,prefill_per_1k=D][,prefix_cache=on]"
+                    .into(),
+            )
+        })?;
+        let name = name.trim();
+        if name.is_empty() {
+            return Err(bad("the model name is empty".into()));
+        }
+        let (mut ttft, mut itl, mut output_tokens) = (None, None, None);
+        let (mut prefill_per_1k, mut prefix_cache) = (Duration::ZERO, false);
+        let mut seen: Vec<&str> = Vec::new();
+        for part in settings.split(',').map(str::trim) {
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| bad(format!("{part:?} is not KEY=VALUE")))?;
+            let (k, v) = (k.trim(), v.trim());
+            if seen.contains(&k) {
+                return Err(bad(format!("{k} is given twice")));
+            }
+            seen.push(k);
+            let dur = || {
+                humantime::parse_duration(v)
+                    .map_err(|e| bad(format!("{k}={v:?} is not a duration like 200ms ({e})")))
+            };
+            match k {
+                "ttft" => ttft = Some(dur()?),
+                "itl" => itl = Some(dur()?),
+                "prefill_per_1k" => prefill_per_1k = dur()?,
+                "output_tokens" => {
+                    output_tokens =
+                        Some(v.parse::<u32>().ok().filter(|n| *n >= 1).ok_or_else(|| {
+                            bad(format!(
+                                "output_tokens={v:?} is not a whole number of at least 1"
+                            ))
+                        })?);
+                }
+                "prefix_cache" => {
+                    prefix_cache = match v {
+                        "on" | "true" => true,
+                        "off" | "false" => false,
+                        _ => return Err(bad(format!("prefix_cache={v:?}: expected on or off"))),
+                    };
+                }
+                _ => {
+                    return Err(bad(format!(
+                        "unknown setting {k:?} (ttft, itl, output_tokens, prefill_per_1k, prefix_cache)"
+                    )));
+                }
+            }
+        }
+        Ok(Profile {
+            name: name.to_owned(),
+            ttft: ttft.ok_or_else(|| bad("ttft=D is required".into()))?,
+            itl: itl.ok_or_else(|| bad("itl=D is required".into()))?,
+            output_tokens,
+            prefill_per_1k,
+            prefix_cache,
+        })
+    }
+}
+
+/// Checks a command's profiles together: names are unique.
+///
+/// # Errors
+/// The first duplicate name.
+pub fn check_profiles(profiles: &[Profile]) -> Result<(), String> {
+    for (i, p) in profiles.iter().enumerate() {
+        if profiles[..i].iter().any(|q| q.name == p.name) {
+            return Err(format!("--profile {:?} is given twice", p.name));
+        }
+    }
+    Ok(())
+}
+
+/// The prefill time of `uncached` input tokens at `per_1k` per 1,000 tokens.
+pub fn prefill(per_1k: Duration, uncached: u32) -> Duration {
+    let ns = per_1k.as_nanos() * u128::from(uncached) / 1000;
+    Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
+}
+
+/// Appends `text` padded with zero bytes to a whole number of tokens.
+fn push_padded(out: &mut Vec<u8>, text: &[u8]) {
+    out.extend_from_slice(text);
+    let rem = text.len() % BYTES_PER_TOKEN;
+    if rem != 0 {
+        out.resize(out.len() + BYTES_PER_TOKEN - rem, 0);
+    }
+}
+
+/// A message content's text: a string, or the `text` of each part of an array of parts.
+fn content_text(v: &Value, out: &mut Vec<u8>) {
+    match v {
+        Value::String(s) => out.extend_from_slice(s.as_bytes()),
+        Value::Array(parts) => {
+            for p in parts {
+                match p {
+                    Value::String(s) => out.extend_from_slice(s.as_bytes()),
+                    _ => {
+                        if let Some(t) = p.get("text").and_then(Value::as_str) {
+                            out.extend_from_slice(t.as_bytes());
+                        }
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Appends one chat message: a 16-byte role header (the role, cut to 15 bytes, space-padded,
+/// and a newline), then its content padded to whole tokens.
+fn push_message(out: &mut Vec<u8>, role: &str, content: &Value) {
+    let role = role.as_bytes();
+    let r = &role[..role.len().min(15)];
+    out.extend_from_slice(r);
+    out.resize(out.len() + 15 - r.len(), b' ');
+    out.push(b'\n');
+    let mut text = Vec::new();
+    content_text(content, &mut text);
+    push_padded(out, &text);
+}
+
+fn push_messages(out: &mut Vec<u8>, messages: &Value) {
+    let Some(list) = messages.as_array() else {
+        if messages.is_string() {
+            push_message(out, "user", messages);
+        }
+        return;
+    };
+    for m in list {
+        let role = m.get("role").and_then(Value::as_str).unwrap_or("user");
+        push_message(out, role, m.get("content").unwrap_or(&Value::Null));
+    }
+}
+
+/// The request's input as the simulator tokenizes it (a multiple of [`BYTES_PER_TOKEN`] bytes):
+/// Anthropic's `system` and the Responses API's `instructions` as a first `system` message, then
+/// `messages` (chat, Anthropic) or `input` (Responses: a string is one user message); a
+/// completions `prompt` (a string or a list of strings) as its bytes, without a template.
+pub fn input_bytes(body: &Value) -> Vec<u8> {
+    let mut out = Vec::new();
+    for k in ["system", "instructions"] {
+        if let Some(v) = body.get(k) {
+            push_message(&mut out, "system", v);
+        }
+    }
+    for k in ["messages", "input"] {
+        if let Some(v) = body.get(k) {
+            push_messages(&mut out, v);
+        }
+    }
+    if let Some(p) = body.get("prompt") {
+        let mut text = Vec::new();
+        content_text(p, &mut text);
+        push_padded(&mut out, &text);
+    }
+    out
+}
+
+/// Input tokens of rendered input: its length / [`BYTES_PER_TOKEN`], at least 1.
+pub fn token_count(input: &[u8]) -> u32 {
+    u32::try_from(input.len() / BYTES_PER_TOKEN)
+        .unwrap_or(u32::MAX)
+        .max(1)
+}
+
+/// A bounded LRU of prefix blocks (see the module doc).
+#[derive(Debug)]
+pub struct PrefixCache {
+    capacity: usize,
+    tick: u64,
+    /// Block hash → the tick it was last used at.
+    used: HashMap<u64, u64>,
+    /// Tick → block hash (the LRU order; ticks are unique).
+    order: BTreeMap<u64, u64>,
+}
+
+impl PrefixCache {
+    /// An empty cache of at most `capacity` blocks (at least 1).
+    pub fn new(capacity: usize) -> Self {
+        PrefixCache {
+            capacity: capacity.max(1),
+            tick: 0,
+            used: HashMap::new(),
+            order: BTreeMap::new(),
+        }
+    }
+
+    /// Blocks held.
+    pub fn len(&self) -> usize {
+        self.used.len()
+    }
+
+    /// True when no block is held.
+    pub fn is_empty(&self) -> bool {
+        self.used.is_empty()
+    }
+
+    /// The cumulative hashes of the full blocks of `input` (computed outside the cache's lock).
+    pub fn hashes(input: &[u8]) -> Vec<u64> {
+        let mut parent = 0u64;
+        input
+            .chunks_exact(BLOCK_TOKENS * BYTES_PER_TOKEN)
+            .map(|block| {
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                parent.hash(&mut h);
+                block.hash(&mut h);
+                parent = h.finish();
+                parent
+            })
+            .collect()
+    }
+
+    fn touch(&mut self, hash: u64) {
+        self.tick += 1;
+        if let Some(old) = self.used.insert(hash, self.tick) {
+            self.order.remove(&old);
+        }
+        self.order.insert(self.tick, hash);
+    }
+
+    /// Admits a request's input: returns its cached tokens (the longest run of cached blocks
+    /// from the start, within all but its last token), then caches every full block of it,
+    /// evicting the least recently used blocks beyond the capacity.
+    pub fn admit(&mut self, input: &[u8]) -> u32 {
+        self.admit_hashes(&Self::hashes(input), token_count(input))
+    }
+
+    /// [`PrefixCache::admit`] of an input of `tokens` tokens whose block hashes are `hashes`.
+    pub fn admit_hashes(&mut self, hashes: &[u64], tokens: u32) -> u32 {
+        let max_hit = (tokens as usize).saturating_sub(1) / BLOCK_TOKENS;
+        let hits = hashes
+            .iter()
+            .take(max_hit)
+            .take_while(|h| self.used.contains_key(h))
+            .count();
+        // Touched tail first, so that the head of this prefix is evicted last; evicting as it
+        // goes keeps the cache within its capacity however long the input.
+        for h in hashes.iter().rev() {
+            self.touch(*h);
+            if self.used.len() > self.capacity
+                && let Some((_, old)) = self.order.pop_first()
+            {
+                self.used.remove(&old);
+            }
+        }
+        u32::try_from(hits * BLOCK_TOKENS).unwrap_or(u32::MAX)
+    }
+}
+
+/// What a request's input costs under a profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admitted {
+    /// Input tokens (`usage.prompt_tokens`).
+    pub input_tokens: u32,
+    /// Of them, served from the prefix cache (`usage.prompt_tokens_details.cached_tokens`).
+    pub cached_tokens: u32,
+    /// The prefill time added to the TTFT: `prefill_per_1k × uncached / 1000`.
+    pub prefill: Duration,
+}
+
+/// A profile as the server runs it: its timing, prefill rate and prefix cache.
+#[derive(Debug)]
+pub(crate) struct Served {
+    /// The profile's name; `None` for the command's defaults.
+    pub name: Option<String>,
+    /// Timing of its requests.
+    pub timing: Timing,
+    prefill_per_1k: Duration,
+    cache: Option<Mutex<PrefixCache>>,
+}
+
+impl Served {
+    /// A profile on top of the command's timing (jitter and chunking are the command's).
+    pub(crate) fn new(
+        name: Option<String>,
+        timing: Timing,
+        prefill_per_1k: Duration,
+        prefix_cache: bool,
+    ) -> Self {
+        Served {
+            name,
+            timing,
+            prefill_per_1k,
+            cache: prefix_cache.then(|| Mutex::new(PrefixCache::new(CACHE_BLOCKS))),
+        }
+    }
+
+    /// The served form of a `--profile` over the command's timing `base`.
+    pub(crate) fn of(p: &Profile, base: &Timing) -> Self {
+        let timing = Timing {
+            ttft: p.ttft,
+            itl: p.itl,
+            output_tokens: p.output_tokens.unwrap_or(base.output_tokens),
+            ..base.clone()
+        };
+        Served::new(
+            Some(p.name.clone()),
+            timing,
+            p.prefill_per_1k,
+            p.prefix_cache,
+        )
+    }
+
+    /// Admits a request's rendered input (see [`PrefixCache::admit`]).
+    pub(crate) fn admit(&self, input: &[u8]) -> Admitted {
+        let input_tokens = token_count(input);
+        let cached_tokens = self
+            .cache
+            .as_ref()
+            .and_then(|c| {
+                let hashes = PrefixCache::hashes(input);
+                c.lock()
+                    .ok()
+                    .map(|mut c| c.admit_hashes(&hashes, input_tokens))
+            })
+            .unwrap_or(0)
+            .min(input_tokens);
+        Admitted {
+            input_tokens,
+            cached_tokens,
+            prefill: prefill(self.prefill_per_1k, input_tokens - cached_tokens),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn profiles_parse() {
+        let p: Profile = "fast:ttft=50ms,itl=5ms".parse().unwrap();
+        assert_eq!(
+            p,
+            Profile {
+                name: "fast".into(),
+                ttft: ms(50),
+                itl: ms(5),
+                output_tokens: None,
+                prefill_per_1k: Duration::ZERO,
+                prefix_cache: false,
+            }
+        );
+        let p: Profile =
+            "meta-llama/Llama-3:8b: ttft=1s, itl=20ms, output_tokens=7, prefill_per_1k=12ms, prefix_cache=on"
+                .parse()
+                .unwrap();
+        assert_eq!(p.name, "meta-llama/Llama-3:8b");
+        assert_eq!(
+            (
+                p.ttft,
+                p.itl,
+                p.output_tokens,
+                p.prefill_per_1k,
+                p.prefix_cache
+            ),
+            (ms(1000), ms(20), Some(7), ms(12), true)
+        );
+        let p: Profile = "m:ttft=0ms,itl=0ms,prefix_cache=off".parse().unwrap();
+        assert!(!p.prefix_cache);
+    }
+
+    #[test]
+    fn bad_profiles_name_the_bad_part() {
+        for (s, says) in [
+            ("fast", "expected NAME:"),
+            (":ttft=1ms,itl=1ms", "name is empty"),
+            ("m:ttft=1ms", "itl=D is required"),
+            ("m:itl=1ms", "ttft=D is required"),
+            ("m:ttft=fast,itl=1ms", "ttft=\"fast\""),
+            ("m:ttft=1ms,itl=1ms,output_tokens=0", "output_tokens=\"0\""),
+            ("m:ttft=1ms,itl=1ms,output_tokens=x", "output_tokens=\"x\""),
+            (
+                "m:ttft=1ms,itl=1ms,prefix_cache=yes",
+                "prefix_cache=\"yes\"",
+            ),
+            (
+                "m:ttft=1ms,itl=1ms,prefill_per_1k=-1ms",
+                "prefill_per_1k=\"-1ms\"",
+            ),
+            ("m:ttft=1ms,itl=1ms,speed=3", "unknown setting \"speed\""),
+            ("m:ttft=1ms,itl=1ms,itl=2ms", "itl is given twice"),
+            ("m:ttft=1ms,itl", "\"itl\" is not KEY=VALUE"),
+        ] {
+            let e = s.parse::<Profile>().unwrap_err();
+            assert!(e.contains(says), "{s}: {e}");
+            assert!(e.starts_with("--profile "), "{e}");
+        }
+        let a: Profile = "m:ttft=1ms,itl=1ms".parse().unwrap();
+        let b: Profile = "n:ttft=1ms,itl=1ms".parse().unwrap();
+        assert!(check_profiles(&[a.clone(), b]).is_ok());
+        let e = check_profiles(&[a.clone(), a]).unwrap_err();
+        assert!(e.contains("\"m\" is given twice"), "{e}");
+    }
+
+    #[test]
+    fn token_rule() {
+        // (body, tokens): a chat message is 4 template tokens + ceil(content bytes / 4).
+        for (body, tokens) in [
+            (json!({"messages": [{"role": "user", "content": ""}]}), 4),
+            (json!({"messages": [{"role": "user", "content": "a"}]}), 5),
+            (
+                json!({"messages": [{"role": "user", "content": "abcd"}]}),
+                5,
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "abcde"}]}),
+                6,
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x".repeat(512)}]}),
+                132,
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x".repeat(2048)}]}),
+                516,
+            ),
+            (
+                json!({"messages": [{"role": "system", "content": "abc"}, {"role": "user", "content": "abcdefgh"}]}),
+                4 + 1 + 4 + 2,
+            ),
+            // Parts: their text is concatenated, other parts are ignored.
+            (
+                json!({"messages": [{"role": "user", "content": [{"type": "text", "text": "ab"}, {"type": "image_url"}, {"type": "text", "text": "cd"}]}]}),
+                5,
+            ),
+            // Anthropic's system and the Responses API's instructions are a first message.
+            (
+                json!({"system": "abcd", "messages": [{"role": "user", "content": "abcd"}]}),
+                10,
+            ),
+            (
+                json!({"instructions": "abcd", "input": "abcdefgh"}),
+                4 + 1 + 4 + 2,
+            ),
+            (
+                json!({"input": [{"role": "user", "content": [{"type": "input_text", "text": "abcd"}]}]}),
+                5,
+            ),
+            // Completions: the prompt's bytes, no template.
+            (json!({"prompt": "abcdefghi"}), 3),
+            (json!({"prompt": ["abcd", "efgh"]}), 2),
+            // Nothing to read: one token.
+            (json!({}), 1),
+            // Multi-byte UTF-8 counts bytes: 3 × 3 bytes.
+            (json!({"prompt": "€€€"}), 3),
+        ] {
+            let b = input_bytes(&body);
+            assert_eq!(b.len() % BYTES_PER_TOKEN, 0, "{body}");
+            assert_eq!(token_count(&b), tokens, "{body}");
+        }
+        // Role headers are 16 bytes whatever the role.
+        let long =
+            input_bytes(&json!({"messages": [{"role": "a-very-long-role-name", "content": ""}]}));
+        assert_eq!(long.len(), 16);
+        assert_eq!(&long[..16], b"a-very-long-rol\n");
+    }
+
+    #[test]
+    fn prefill_is_per_thousand_uncached_tokens() {
+        assert_eq!(prefill(ms(10), 1000), ms(10));
+        assert_eq!(prefill(ms(10), 384), Duration::from_micros(3840));
+        assert_eq!(prefill(ms(10), 0), Duration::ZERO);
+        assert_eq!(prefill(Duration::ZERO, 5000), Duration::ZERO);
+        assert_eq!(prefill(Duration::from_secs(1), 1), ms(1));
+        assert_eq!(
+            prefill(Duration::from_secs(1), u32::MAX),
+            Duration::from_millis(u64::from(u32::MAX))
+        );
+    }
+
+    /// `n` tokens of input whose block `i` is filled with byte `fill(i)`.
+    fn blocks(n_blocks: usize, fill: impl Fn(usize) -> u8) -> Vec<u8> {
+        (0..n_blocks)
+            .flat_map(|i| std::iter::repeat_n(fill(i), BLOCK_TOKENS * BYTES_PER_TOKEN))
+            .collect()
+    }
+
+    #[test]
+    fn prefix_cache_hits_the_shared_prefix_only() {
+        let mut c = PrefixCache::new(100);
+        let a = blocks(4, |i| i as u8);
+        assert_eq!(c.admit(&a), 0, "a cold cache");
+        assert_eq!(c.len(), 4);
+        // The same input again: every block but the one holding the last token.
+        assert_eq!(c.admit(&a), 48);
+        // One token more: all four blocks.
+        let mut a1 = a.clone();
+        a1.extend_from_slice(b"zzzz");
+        assert_eq!(c.admit(&a1), 64);
+        // Same first two blocks, then different: two blocks.
+        let b = blocks(4, |i| if i < 2 { i as u8 } else { 9 });
+        assert_eq!(c.admit(&b), 32);
+        // A block equal to a cached one, but after a different prefix, is not a hit.
+        let d = blocks(4, |i| if i == 0 { 7 } else { i as u8 });
+        assert_eq!(c.admit(&d), 0);
+        // A partial block is never cached.
+        let mut c = PrefixCache::new(100);
+        let short = vec![1u8; 63];
+        assert_eq!(c.admit(&short), 0);
+        assert!(c.is_empty());
+        assert_eq!(c.admit(&short), 0);
+    }
+
+    #[test]
+    fn prefix_cache_evicts_least_recently_used_tail_first() {
+        let mut c = PrefixCache::new(4);
+        let a = blocks(3, |i| i as u8); // blocks a0 a1 a2
+        let b = blocks(2, |i| 50 + i as u8); // b0 b1
+        c.admit(&a);
+        c.admit(&b); // 5 blocks: the oldest, a2 (a's tail, touched first), goes.
+        assert_eq!(c.len(), 4);
+        let mut a3 = a.clone();
+        a3.extend_from_slice(b"zzzz");
+        assert_eq!(c.admit(&a3), 32, "a0 a1 kept, a2 evicted");
+        // a2 came back, so the oldest block went: b1, b's tail.
+        let mut b2 = b.clone();
+        b2.extend_from_slice(b"zzzz");
+        assert_eq!(c.admit(&b2), 16, "b0 kept, b1 (b's tail) evicted");
+        assert_eq!(c.len(), 4);
+        let mut c = PrefixCache::new(0);
+        assert_eq!(c.admit(&a), 0);
+        assert_eq!(c.len(), 1, "capacity is at least one block");
+        // An input far longer than the cache keeps its head, and never holds more.
+        let mut c = PrefixCache::new(8);
+        let long = blocks(100, |i| i as u8);
+        assert_eq!(c.admit(&long), 0);
+        assert_eq!(c.len(), 8);
+        let head = blocks(9, |i| i as u8);
+        assert_eq!(c.admit(&head), 128, "the first 8 blocks are the ones kept");
+    }
+
+    fn timing() -> Timing {
+        Timing {
+            ttft: ms(200),
+            ttft_jitter: ms(3),
+            itl: ms(20),
+            itl_jitter: ms(1),
+            output_tokens: 64,
+            output_tokens_jitter: 2,
+            tokens_per_chunk: 2,
+        }
+    }
+
+    #[test]
+    fn served_profiles_compute_the_ttft_addition() {
+        let p: Profile = "m:ttft=50ms,itl=5ms,prefill_per_1k=10ms,prefix_cache=on"
+            .parse()
+            .unwrap();
+        let s = Served::of(&p, &timing());
+        assert_eq!(s.name.as_deref(), Some("m"));
+        assert_eq!(
+            (s.timing.ttft, s.timing.itl, s.timing.output_tokens),
+            (ms(50), ms(5), 64)
+        );
+        assert_eq!(
+            (s.timing.ttft_jitter, s.timing.tokens_per_chunk),
+            (ms(3), 2)
+        );
+        let prefix = "p".repeat(2048);
+        let first = input_bytes(
+            &json!({"messages": [{"role": "user", "content": format!("{prefix}one")}]}),
+        );
+        let second = input_bytes(
+            &json!({"messages": [{"role": "user", "content": format!("{prefix}two")}]}),
+        );
+        let a = s.admit(&first);
+        assert_eq!(
+            a,
+            Admitted {
+                input_tokens: 517,
+                cached_tokens: 0,
+                prefill: Duration::from_micros(5170)
+            }
+        );
+        // 16 header bytes + 2048 shared bytes = 2064 = 32.25 blocks: 32 blocks shared.
+        let b = s.admit(&second);
+        assert_eq!(b.cached_tokens, 512);
+        assert_eq!(b.prefill, Duration::from_micros(50));
+        // Without a cache nothing is cached.
+        let off = Served::new(None, timing(), ms(10), false);
+        assert_eq!(off.admit(&second).cached_tokens, 0);
+        assert_eq!(off.admit(&second).prefill, Duration::from_micros(5170));
+        let p: Profile = "n:ttft=1ms,itl=1ms,output_tokens=9".parse().unwrap();
+        assert_eq!(Served::of(&p, &timing()).timing.output_tokens, 9);
+    }
+}
