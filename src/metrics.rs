@@ -88,6 +88,8 @@ pub struct JobInfo {
     pub connection: String,
     /// `true` when every probe's prompt carries a fresh nonce (no prompt-cache hits).
     pub nonce: String,
+    /// `false` when probes ask for the whole answer at once (no TTFT or TPOT observed).
+    pub stream: String,
 }
 
 impl JobLabels {
@@ -109,6 +111,7 @@ impl JobInfo {
             api: job.target.api.to_string(),
             connection: job.target.connection.as_str().to_owned(),
             nonce: job.prompt.nonce.to_string(),
+            stream: job.stream().to_string(),
         }
     }
 }
@@ -304,7 +307,7 @@ impl Metrics {
             m.connections.clone(),
         );
         r.register_with_unit("retry_after", "The wait the target last asked for with Retry-After on a 429/overload answer; the job's probes pause that long; 0 after a success", Unit::Seconds, m.retry_after.clone());
-        r.register("job_info", "A job's settings that change what its numbers mean: api, connection (new = cold connection per probe, reuse = warm path), nonce (true = prompt-cache hits prevented); always 1", m.job_info.clone());
+        r.register("job_info", "A job's settings that change what its numbers mean: api, connection (new = cold connection per probe, reuse = warm path), nonce (true = prompt-cache hits prevented), stream (false = whole answers: no TTFT/TPOT observed); always 1", m.job_info.clone());
         r.register("config_last_reload_successful", "1 when the last config (re)load succeeded, 0 when the last attempt was refused (the previous config keeps running)", m.reload_ok.clone());
         r.register_with_unit(
             "config_last_reload_success_timestamp",
@@ -777,6 +780,7 @@ mod tests {
             api: "openai-chat".into(),
             connection: "new".into(),
             nonce: "false".into(),
+            stream: "true".into(),
         }
     }
 

@@ -101,6 +101,7 @@ impl FlagTarget {
                 max_tokens: Some(self.max_tokens),
                 nonce: self.nonce,
                 expect: None,
+                stream: None,
             }],
             targets: vec![RawTarget {
                 name: at(NAME.to_owned()),
@@ -131,6 +132,8 @@ impl FlagTarget {
                 ca_file: self.ca_file.as_ref().map(|p| at(p.display().to_string())),
                 insecure_skip_verify: self.insecure_skip_verify,
                 connection: ConnectionMode::New,
+                stream: true,
+                exact_output: crate::protocol::ExactOutput::None,
             }],
             buckets: None,
         }

@@ -12,9 +12,12 @@ use std::fmt::Write as _;
 /// values are `null`. `chunk_gaps_s` holds at most the first `measure::MAX_CHUNK_GAPS` gaps;
 /// `chunk_gaps_dropped` counts the rest.
 /// For a failed probe, `e2e_s` is the duration to the failure instant (docs/measurement.md), and the
-/// token counts are `null`: N is defined for successful probes only.
+/// token counts are `null`: N is defined for successful probes only. A non-streamed answer has
+/// `null` TTFT, TTFO, TPOT and decode rate, and `output_tokens` `null` with `token_source`
+/// `unknown` when it carried no usage.
 pub fn to_json(r: &ProbeResult) -> Value {
     let ok = r.success();
+    let known = ok && r.token_source != crate::measure::TokenSource::Unknown;
     json!({
         "outcome": if r.success() { "success" } else { "error" },
         "error_type": r.error_type.map(|e| e.as_str()),
@@ -22,7 +25,7 @@ pub fn to_json(r: &ProbeResult) -> Value {
         "ttft_s": r.ttft_s,
         "ttfo_s": r.ttfo_s,
         "e2e_s": r.e2e_s.or(r.failure_s),
-        "output_tokens": ok.then_some(r.output_tokens),
+        "output_tokens": known.then_some(r.output_tokens),
         "token_source": ok.then_some(r.token_source),
         "input_tokens": if ok { r.input_tokens } else { None },
         "tpot_s": r.tpot_s,
@@ -80,6 +83,9 @@ pub fn to_text(r: &ProbeResult, ctx: &ReportContext) -> String {
         "proxy      {}",
         ctx.proxy.as_deref().unwrap_or("none (direct)")
     );
+    if !r.stream {
+        s.push_str("mode       non-streaming (the whole answer at once: no TTFT, TPOT or gaps)\n");
+    }
     match r.error_type {
         None => {
             let _ = writeln!(
@@ -141,7 +147,8 @@ pub fn to_text(r: &ProbeResult, ctx: &ReportContext) -> String {
         ("last token  ", r.last_token_s),
     ];
     if r.success() {
-        for (name, v) in rows {
+        // Without streaming there are no per-token instants to show.
+        for (name, v) in rows.into_iter().filter(|(n, _)| r.stream || n.starts_with("headers")) {
             let _ = writeln!(s, "  {name}  {}", ms(v));
         }
         let _ = writeln!(s, "  end           {}", ms(r.e2e_s));
@@ -154,20 +161,41 @@ pub fn to_text(r: &ProbeResult, ctx: &ReportContext) -> String {
     }
     s.push('\n');
     if r.success() {
-        let _ = writeln!(
-            s,
-            "output     {} tokens (from {}), {} token events",
-            r.output_tokens,
-            match r.token_source {
-                crate::measure::TokenSource::Usage => "usage",
-                crate::measure::TokenSource::Events => "event count",
-            },
-            r.token_events
-        );
+        let requested = r
+            .requested_output_tokens
+            .map_or_else(String::new, |n| format!(", {n} requested (exact_output)"));
+        let _ = match r.token_source {
+            crate::measure::TokenSource::Unknown => writeln!(
+                s,
+                "output     unknown (the answer carried no usage){requested}"
+            ),
+            src if !r.stream => writeln!(
+                s,
+                "output     {} tokens (from {}){requested}",
+                r.output_tokens,
+                if src == crate::measure::TokenSource::Usage {
+                    "usage"
+                } else {
+                    "event count"
+                }
+            ),
+            src => writeln!(
+                s,
+                "output     {} tokens (from {}){requested}, {} token events",
+                r.output_tokens,
+                if src == crate::measure::TokenSource::Usage {
+                    "usage"
+                } else {
+                    "event count"
+                },
+                r.token_events
+            ),
+        };
         if let Some(i) = r.input_tokens {
             let _ = writeln!(s, "input      {i} tokens");
         }
         match (r.tpot_s, r.decode_tokens_per_s) {
+            _ if !r.stream => {}
             (Some(t), Some(d)) => {
                 let _ = writeln!(
                     s,
