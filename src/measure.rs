@@ -769,7 +769,13 @@ mod tests {
         assert_eq!((r.output_tokens, r.token_source), (64, TokenSource::Usage));
         assert_eq!(r.input_tokens, Some(31));
         assert_eq!(
-            (r.ttft_s, r.ttfo_s, r.tpot_s, r.decode_tokens_per_s, r.last_token_s),
+            (
+                r.ttft_s,
+                r.ttfo_s,
+                r.tpot_s,
+                r.decode_tokens_per_s,
+                r.last_token_s
+            ),
             (None, None, None, None, None),
             "absent, never 0"
         );
@@ -802,7 +808,10 @@ mod tests {
         });
         assert_eq!(r.error_type, Some(ErrorType::EmptyResponse));
         assert!(close(r.failure_s, 0.5));
-        assert_eq!(r.error_detail.as_deref(), Some("the answer carried no output"));
+        assert_eq!(
+            r.error_detail.as_deref(),
+            Some("the answer carried no output")
+        );
         // An error object: ruling 3, as in a stream.
         let r = answer(EventMeaning {
             error: Some(crate::protocol::StreamError::from_payload(

@@ -8,6 +8,7 @@
 //! - [`select`]: the knee, selection (hard limits, weighted score) and baseline regressions.
 //! - [`report`]: the report and its terminal, Markdown, CSV and JSON renderings.
 //! - [`plot`]: the SVG plot.
+//! - [`crosscheck`]: `--cross-check`, streaming vs non-streaming E2E beside each level.
 //!
 //! [`run`] takes a [`BenchPlan`], a validated run built from the flags by [`crate::cli::bench`].
 //!
@@ -18,6 +19,7 @@
 //! [`ProbeResult`]: crate::measure::ProbeResult
 
 pub mod criteria;
+pub mod crosscheck;
 pub mod plot;
 pub mod report;
 pub mod runner;
@@ -134,6 +136,8 @@ pub struct BenchPlan {
     pub outputs: Vec<(PathBuf, Format)>,
     /// The SVG plot's path.
     pub plot: Option<PathBuf>,
+    /// `--cross-check`: non-streaming requests beside each level.
+    pub cross_check: Option<crosscheck::CrossCheckSpec>,
 }
 
 impl BenchPlan {
@@ -392,6 +396,7 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         baseline,
         outputs,
         plot,
+        cross_check,
     } = plan;
     let open = level_keys.iter().any(|k| k.rate.is_some());
     let per_level_units = match amount {
@@ -453,6 +458,10 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
                 &criteria.slos,
                 run.capped,
             );
+            if let Some(cc) = &cross_check {
+                let c = crosscheck::run(&mut runner, &stats, &run.samples, cc, &label).await?;
+                stats.cross_check = Some(c);
+            }
             if samples {
                 let mut s = run.samples;
                 s.sort_by(|x, y| x.sent_s.total_cmp(&y.sent_s));

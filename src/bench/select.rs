@@ -327,6 +327,7 @@ mod tests {
             loop_lag_s: None,
             capped: 0,
             samples: None,
+            cross_check: None,
         }
     }
 

@@ -235,6 +235,9 @@ pub struct LevelStats {
     /// Every sample, with `--samples`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub samples: Option<Vec<Sample>>,
+    /// `--cross-check`: streaming vs non-streaming E2E at this level.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cross_check: Option<super::crosscheck::CrossCheck>,
 }
 
 impl LevelStats {
@@ -289,6 +292,7 @@ impl LevelStats {
             loop_lag_s: Summary::of(loop_lag.iter().copied()),
             capped,
             samples: None,
+            cross_check: None,
         }
     }
 }

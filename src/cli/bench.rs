@@ -3,6 +3,7 @@
 //! target, prompt and models, the baseline) happens here, before any request is sent.
 
 use crate::bench::criteria::{self, Criteria, CriteriaError, parse_ratio, parse_weights};
+use crate::bench::crosscheck::CrossCheckSpec;
 use crate::bench::runner::{Amount, Arrival};
 use crate::bench::{
     BenchError, BenchPlan, Format, MAX_REQUESTS_PER_LEVEL, check_select_at, choose, fd_limit,
@@ -109,6 +110,42 @@ pub struct BenchArgs {
     /// No progress bar (it is shown only when stderr is a terminal anyway).
     #[arg(long)]
     pub no_progress: bool,
+    /// After each level, N non-streaming requests of the same workload at its concurrency (default 5), and their E2E p50 against the level's.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "5", value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub cross_check: Option<u64>,
+    /// Cross-check: a gap is a finding when the E2E ratio is off by more than this (default 10%)...
+    #[arg(long, requires = "cross_check")]
+    pub cross_check_ratio: Option<String>,
+    /// ...and the difference is more than this (default 50ms).
+    #[arg(long, requires = "cross_check", value_parser = humantime::parse_duration)]
+    pub cross_check_min_gap: Option<Duration>,
+}
+
+/// The `--cross-check` settings, when given.
+///
+/// # Errors
+/// [`BenchError::Usage`] for a bad ratio, or a workload that does not stream (nothing to compare).
+fn cross_check(a: &BenchArgs, spec: &ProbeSpec) -> Result<Option<CrossCheckSpec>, BenchError> {
+    let Some(requests) = a.cross_check else {
+        return Ok(None);
+    };
+    if !spec.stream {
+        return Err(BenchError::Usage(
+            "--cross-check compares streaming with non-streaming requests, but this workload does not stream (stream: false)".into(),
+        ));
+    }
+    let mut c = CrossCheckSpec {
+        requests,
+        ..CrossCheckSpec::default()
+    };
+    if let Some(r) = &a.cross_check_ratio {
+        c.max_ratio =
+            parse_ratio(r).map_err(|e| BenchError::Usage(format!("--cross-check-ratio: {e}")))?;
+    }
+    if let Some(g) = a.cross_check_min_gap {
+        c.min_gap_s = g.as_secs_f64();
+    }
+    Ok(Some(c))
 }
 
 /// The criteria from the bench file and the flags (flags add limits and SLOs, and replace the
@@ -211,6 +248,7 @@ impl BenchArgs {
         if a.max_tokens.is_some() {
             spec.max_tokens = a.max_tokens;
         }
+        let cross_check = cross_check(a, &spec)?;
         let arrival = match a.arrival {
             ArrivalArg::Poisson => Arrival::Poisson,
             ArrivalArg::Constant => Arrival::Constant,
@@ -277,6 +315,7 @@ impl BenchArgs {
             baseline,
             outputs,
             plot: a.plot.clone(),
+            cross_check,
         })
     }
 }

@@ -143,7 +143,10 @@ impl Prober {
         };
         self.transport.clock.reset();
         let t0 = Instant::now();
-        let m = Measurement::new(t0);
+        let mut m = Measurement::new(t0);
+        if !spec.stream {
+            m.non_stream();
+        }
         let mut r = read::run_request(&self.transport, req, spec, m, proxy.as_deref()).await;
         r.phases = Some(self.transport.clock.phases());
         r.requested_output_tokens = spec.requested_output_tokens();

@@ -82,9 +82,6 @@ pub(super) async fn run_request(
     proxy: Option<&str>,
 ) -> ProbeResult {
     let t = &spec.timeouts;
-    if !spec.stream {
-        m.non_stream();
-    }
     let (deadline, kind) = next_deadline(&m, t, None, spec.stream);
     // The deadline passed before the head (or the head came after it: timer and socket raced).
     let head_late = |mut m: Measurement| {
@@ -593,7 +590,10 @@ mod tests {
             total: Duration::from_secs(3),
             ..t
         };
-        assert_eq!(next_deadline(&m, &t2, Some(t0), true).1, ErrorType::TimeoutTotal);
+        assert_eq!(
+            next_deadline(&m, &t2, Some(t0), true).1,
+            ErrorType::TimeoutTotal
+        );
     }
 
     #[test]

@@ -72,6 +72,56 @@ pub struct ReportContext {
     pub proxy: Option<String>,
 }
 
+/// The counts of a successful probe: N (and where it came from, and what was asked), input
+/// tokens, TPOT (streaming only).
+fn output_lines(s: &mut String, r: &ProbeResult) {
+    let requested = r
+        .requested_output_tokens
+        .map_or_else(String::new, |n| format!(", {n} requested (exact_output)"));
+    let source = match r.token_source {
+        crate::measure::TokenSource::Usage => "usage",
+        crate::measure::TokenSource::Events => "event count",
+        crate::measure::TokenSource::Unknown => {
+            let _ = writeln!(
+                s,
+                "output     unknown (the answer carried no usage){requested}"
+            );
+            ""
+        }
+    };
+    if r.token_source != crate::measure::TokenSource::Unknown {
+        let events = if r.stream {
+            format!(", {} token events", r.token_events)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            s,
+            "output     {} tokens (from {source}){requested}{events}",
+            r.output_tokens
+        );
+    }
+    if let Some(i) = r.input_tokens {
+        let _ = writeln!(s, "input      {i} tokens");
+    }
+    match (r.tpot_s, r.decode_tokens_per_s) {
+        _ if !r.stream => {}
+        (Some(t), Some(d)) => {
+            let _ = writeln!(
+                s,
+                "TPOT       {:.2} ms/token ({d:.1} tokens/s decode)",
+                t * 1000.0
+            );
+        }
+        _ => {
+            let _ = writeln!(
+                s,
+                "TPOT       not measurable (fewer than 2 tokens, or a burst)"
+            );
+        }
+    }
+}
+
 /// A short human report: outcome, then a phase timeline like curl's `-w` timings, then counts.
 /// A failure says why: HTTP status, the server's message, which deadline, the proxy in use.
 pub fn to_text(r: &ProbeResult, ctx: &ReportContext) -> String {
@@ -148,7 +198,10 @@ pub fn to_text(r: &ProbeResult, ctx: &ReportContext) -> String {
     ];
     if r.success() {
         // Without streaming there are no per-token instants to show.
-        for (name, v) in rows.into_iter().filter(|(n, _)| r.stream || n.starts_with("headers")) {
+        for (name, v) in rows
+            .into_iter()
+            .filter(|(n, _)| r.stream || n.starts_with("headers"))
+        {
             let _ = writeln!(s, "  {name}  {}", ms(v));
         }
         let _ = writeln!(s, "  end           {}", ms(r.e2e_s));
@@ -161,55 +214,7 @@ pub fn to_text(r: &ProbeResult, ctx: &ReportContext) -> String {
     }
     s.push('\n');
     if r.success() {
-        let requested = r
-            .requested_output_tokens
-            .map_or_else(String::new, |n| format!(", {n} requested (exact_output)"));
-        let _ = match r.token_source {
-            crate::measure::TokenSource::Unknown => writeln!(
-                s,
-                "output     unknown (the answer carried no usage){requested}"
-            ),
-            src if !r.stream => writeln!(
-                s,
-                "output     {} tokens (from {}){requested}",
-                r.output_tokens,
-                if src == crate::measure::TokenSource::Usage {
-                    "usage"
-                } else {
-                    "event count"
-                }
-            ),
-            src => writeln!(
-                s,
-                "output     {} tokens (from {}){requested}, {} token events",
-                r.output_tokens,
-                if src == crate::measure::TokenSource::Usage {
-                    "usage"
-                } else {
-                    "event count"
-                },
-                r.token_events
-            ),
-        };
-        if let Some(i) = r.input_tokens {
-            let _ = writeln!(s, "input      {i} tokens");
-        }
-        match (r.tpot_s, r.decode_tokens_per_s) {
-            _ if !r.stream => {}
-            (Some(t), Some(d)) => {
-                let _ = writeln!(
-                    s,
-                    "TPOT       {:.2} ms/token ({d:.1} tokens/s decode)",
-                    t * 1000.0
-                );
-            }
-            _ => {
-                let _ = writeln!(
-                    s,
-                    "TPOT       not measurable (fewer than 2 tokens, or a burst)"
-                );
-            }
-        }
+        output_lines(&mut s, r);
     } else if r.token_events > 0 {
         // N is defined for successful probes only (as in the JSON report); say what arrived.
         let _ = writeln!(

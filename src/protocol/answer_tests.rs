@@ -82,13 +82,19 @@ fn completions_and_responses_and_messages_answers() {
         Api::OpenaiResponses,
         r#"{"object":"response","status":"incomplete","incomplete_details":{"reason":"max_output_tokens"},"error":null,"output":[{"type":"function_call","name":"f","arguments":"{}","call_id":"c"}],"usage":{"input_tokens":1,"output_tokens":16}}"#,
     );
-    assert!(m.token && !m.output && m.finish, "incomplete is a proper end");
+    assert!(
+        m.token && !m.output && m.finish,
+        "incomplete is a proper end"
+    );
     let m = read(
         Api::AnthropicMessages,
         r#"{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4","content":[{"type":"thinking","thinking":"hmm","signature":"s"},{"type":"text","text":"Hi!"}],"stop_reason":"max_tokens","stop_sequence":null,"usage":{"input_tokens":25,"output_tokens":64}}"#,
     );
     assert!(m.token && m.output && m.finish);
-    assert_eq!((m.text.as_str(), m.usage_output, m.usage_input), ("Hi!", Some(64), Some(25)));
+    assert_eq!(
+        (m.text.as_str(), m.usage_output, m.usage_input),
+        ("Hi!", Some(64), Some(25))
+    );
     let m = read(
         Api::AnthropicMessages,
         r#"{"type":"message","content":[{"type":"tool_use","id":"t","name":"get","input":{}}],"stop_reason":"tool_use","usage":{"input_tokens":5,"output_tokens":9}}"#,
@@ -148,16 +154,31 @@ fn garbage_and_json_without_an_answer_are_malformed() {
         (Api::OpenaiChat, r#"{"choices":"x"}"#),
         (Api::OpenaiChat, r#"{"choices":[]}"#),
         (Api::OpenaiChat, r#"{"id":"x","object":"chat.completion"}"#),
-        (Api::OpenaiChat, r#"{"choices":[{"delta":{"content":"x"}}]}"#),
+        (
+            Api::OpenaiChat,
+            r#"{"choices":[{"delta":{"content":"x"}}]}"#,
+        ),
         (Api::OpenaiChat, r#"{"choices":[{"message":"x"}]}"#),
         (Api::OpenaiChat, "data: {\"choices\":[]}\n\n"),
         (Api::OpenaiCompletions, r#"{"choices":[{"index":0}]}"#),
-        (Api::OpenaiCompletions, r#"{"choices":[{"message":{"content":"x"}}]}"#),
+        (
+            Api::OpenaiCompletions,
+            r#"{"choices":[{"message":{"content":"x"}}]}"#,
+        ),
         (Api::OpenaiResponses, r#"{"status":"completed"}"#),
         (Api::OpenaiResponses, r#"{"output":{}}"#),
-        (Api::AnthropicMessages, r#"{"type":"message","content":"Hi"}"#),
-        (Api::AnthropicMessages, r#"{"choices":[{"message":{"content":"x"}}]}"#),
-        (Api::AnthropicMessages, "{\"content\":[{\"type\":\"text\",\"text\":\"cut"),
+        (
+            Api::AnthropicMessages,
+            r#"{"type":"message","content":"Hi"}"#,
+        ),
+        (
+            Api::AnthropicMessages,
+            r#"{"choices":[{"message":{"content":"x"}}]}"#,
+        ),
+        (
+            Api::AnthropicMessages,
+            "{\"content\":[{\"type\":\"text\",\"text\":\"cut",
+        ),
     ];
     for (api, body) in cases {
         assert!(

@@ -8,9 +8,9 @@
 //! by [`Api::interpret_answer`] into the same [`EventMeaning`], as if it were one event
 //! (docs/measurement.md, "Non-streaming requests"). This module is pure: no I/O, no clocks.
 
-mod anthropic;
 #[cfg(test)]
 mod answer_tests;
+mod anthropic;
 mod openai;
 
 use crate::sse::SseEvent;
