@@ -14,7 +14,7 @@ mod read;
 pub mod report;
 mod request;
 
-pub use read::{MAX_BODY_BYTES, check_expect};
+pub use read::{MAX_ANSWER_BYTES, MAX_BODY_BYTES, check_expect};
 
 use crate::config::{Job, Prompt, ProxySetting, Target, Timeouts};
 use crate::measure::{Measurement, ProbeResult};
