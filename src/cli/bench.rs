@@ -499,4 +499,42 @@ mod tests {
         assert!((p.criteria.knee.tps_growth - 0.05).abs() < 1e-12);
         assert!(p.judged, "a limit is a judgement");
     }
+
+    #[test]
+    fn cross_check_flags() {
+        let p = plan(&["--requests-per-level", "5", "--cross-check"]).expect("plan");
+        assert_eq!(p.cross_check, Some(CrossCheckSpec::default()));
+        assert_eq!(CrossCheckSpec::default().requests, 5);
+        let p = plan(&[
+            "--requests-per-level",
+            "5",
+            "--cross-check=9",
+            "--cross-check-ratio",
+            "20%",
+            "--cross-check-min-gap",
+            "10ms",
+        ])
+        .expect("plan");
+        let c = p.cross_check.expect("cross-check");
+        assert_eq!(c.requests, 9);
+        assert!((c.max_ratio - 0.2).abs() < 1e-12 && (c.min_gap_s - 0.01).abs() < 1e-12);
+        assert_eq!(
+            plan(&["--requests-per-level", "5"])
+                .expect("plan")
+                .cross_check,
+            None
+        );
+        assert!(plan(&["--requests-per-level", "5", "--cross-check=0"]).is_err());
+        assert!(plan(&["--requests-per-level", "5", "--cross-check-ratio", "5%"]).is_err());
+        assert!(
+            plan(&[
+                "--requests-per-level",
+                "5",
+                "--cross-check",
+                "--cross-check-ratio",
+                "x"
+            ])
+            .is_err()
+        );
+    }
 }
