@@ -151,15 +151,15 @@ async fn a_whole_answer_is_asked_for_and_measured_without_per_token_numbers() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn whole_answers_fail_with_the_streaming_error_types() {
+/// Whole answers that fail, what the probe's config adds, and the error type each must get.
+fn failure_cases() -> Vec<(&'static str, Script, &'static str, ErrorType)> {
     let ok_head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n";
     let big = format!(
         "{ok_head}content-length: {}\r\n\r\n",
         tokenprobe::probe::MAX_ANSWER_BYTES + 1024
     );
     let filler = vec![b' '; tokenprobe::probe::MAX_ANSWER_BYTES + 1024];
-    let cases: Vec<(&str, Script, &str, ErrorType)> = vec![
+    vec![
         (
             "empty body",
             close(response("200 OK", "application/json", "")),
@@ -294,7 +294,12 @@ async fn whole_answers_fail_with_the_streaming_error_types() {
             "",
             ErrorType::Malformed,
         ),
-    ];
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whole_answers_fail_with_the_streaming_error_types() {
+    let cases = failure_cases();
     let prompt = format!("{HELLO}\n    stream: false");
     for (what, script, extra, want) in cases {
         let (addr, h) = ReplayServer::start_script(script).await.expect("server");

@@ -237,6 +237,7 @@ mod tests {
             lag_s: 0.0,
             first: false,
             server_predicted_per_token_ms: None,
+            requested_output_tokens: None,
         }
     }
 

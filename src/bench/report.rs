@@ -493,6 +493,7 @@ pub(crate) mod tests {
                     lag_s: 0.0002 * (i % 3) as f64,
                     first: false,
                     server_predicted_per_token_ms: None,
+                    requested_output_tokens: None,
                 }
             })
             .collect()

@@ -41,6 +41,9 @@ pub struct Sample {
     /// llama.cpp's own `timings.predicted_per_token_ms`, when the server sent it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_predicted_per_token_ms: Option<f64>,
+    /// The output length asked for exactly (`exact_output`), beside `output_tokens` achieved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_output_tokens: Option<u64>,
 }
 
 impl Sample {
@@ -65,6 +68,7 @@ impl Sample {
                 .server_timings
                 .as_ref()
                 .and_then(|t| t.predicted_per_token_ms),
+            requested_output_tokens: r.requested_output_tokens,
         }
     }
 
@@ -335,6 +339,7 @@ mod tests {
             lag_s: 0.001,
             first: false,
             server_predicted_per_token_ms: None,
+            requested_output_tokens: None,
         }
     }
 
