@@ -121,6 +121,43 @@ pub struct BenchArgs {
     pub cross_check_min_gap: Option<Duration>,
 }
 
+/// A workload that does not stream has no TTFT, TTFO, TPOT or decode rate: criteria on them could
+/// neither be met nor judged, so they are refused; the default score weights become `e2e=1`.
+///
+/// # Errors
+/// [`BenchError::Usage`] naming the first such limit, SLO or weight.
+fn fit_non_stream(criteria: &mut Criteria, spec: &ProbeSpec) -> Result<(), BenchError> {
+    use crate::bench::criteria::Base;
+    if spec.stream {
+        return Ok(());
+    }
+    let per_token = |b: Base| matches!(b, Base::Ttft | Base::Ttfo | Base::Tpot | Base::Tps);
+    let named = criteria
+        .limits
+        .iter()
+        .map(|l| l.metric)
+        .chain(criteria.weights.iter().map(|(m, _)| *m))
+        .filter(|m| per_token(m.base))
+        .map(|m| m.to_string())
+        .chain(
+            criteria
+                .slos
+                .iter()
+                .filter(|s| per_token(s.base))
+                .map(|s| format!("--slo {s}")),
+        )
+        .next();
+    if let Some(m) = named {
+        return Err(BenchError::Usage(format!(
+            "{m}: this workload does not stream (stream: false), so TTFT, TTFO, TPOT and decode tokens/s are not measured; judge it by e2e, agg_tps, rps or error_rate"
+        )));
+    }
+    if criteria.weights.is_empty() {
+        criteria.weights = parse_weights("e2e=1")?;
+    }
+    Ok(())
+}
+
 /// The `--cross-check` settings, when given.
 ///
 /// # Errors
@@ -249,6 +286,8 @@ impl BenchArgs {
             spec.max_tokens = a.max_tokens;
         }
         let cross_check = cross_check(a, &spec)?;
+        let mut criteria = criteria;
+        fit_non_stream(&mut criteria, &spec)?;
         let arrival = match a.arrival {
             ArrivalArg::Poisson => Arrival::Poisson,
             ArrivalArg::Constant => Arrival::Constant,
@@ -536,5 +575,46 @@ mod tests {
             ])
             .is_err()
         );
+    }
+
+    #[test]
+    fn a_workload_that_does_not_stream_is_judged_by_what_it_measures() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cfg = dir.path().join("ns.yml");
+        std::fs::write(
+            &cfg,
+            "prompts:\n  - name: p\n    messages: [{role: user, content: hi}]\n    stream: false\ntargets:\n  - name: t\n    base_url: http://127.0.0.1:1/v1\n    models: [a, b]\n",
+        )
+        .expect("config");
+        let plan = |extra: &[&str]| {
+            let mut argv = vec![
+                "bench",
+                "--config.file",
+                cfg.to_str().expect("path"),
+                "--requests-per-level",
+                "3",
+            ];
+            argv.extend_from_slice(extra);
+            Cmd::try_parse_from(argv)
+                .map_err(|e| BenchError::Usage(e.to_string()))?
+                .bench
+                .plan()
+        };
+        let p = plan(&[]).expect("plan");
+        assert!(!p.spec.stream);
+        assert_eq!(
+            p.criteria.effective_weights(),
+            parse_weights("e2e=1").expect("weights")
+        );
+        for bad in [
+            &["--slo", "ttft=1s"][..],
+            &["--limit", "tpot_p95<50ms"],
+            &["--weight", "tps=1"],
+            &["--cross-check"],
+        ] {
+            let e = plan(bad).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(e.contains("does not stream"), "{bad:?}: {e}");
+        }
+        assert!(plan(&["--slo", "e2e=2s", "--limit", "error_rate<0.1"]).is_ok());
     }
 }
