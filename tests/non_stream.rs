@@ -4,6 +4,7 @@
 //!
 //! - the replay server, in-process: what goes on the wire, and every way a whole answer fails
 //!   (the same error types as streaming; `first_token` never fires without a first token);
+//! - every protocol's whole answer from `tokenprobe simulate`;
 //! - `tokenprobe simulate`: non-stream E2E against the simulator's event log of the same
 //!   request, its faults through `probe --no-stream`, and `bench --cross-check` agreeing within
 //!   2 ms (on the simulator both kinds end at TTFT + Σ gaps);
@@ -423,6 +424,49 @@ fn non_stream_e2e_matches_the_simulators_event_log() {
     panic!(
         "non-stream E2E never agreed with the event log:\n{}",
         problems.join("\n")
+    );
+}
+
+#[test]
+fn every_protocol_answers_whole_on_the_simulator() {
+    let _serial = serial();
+    let _wd = Watchdog::new("every_protocol_whole", Duration::from_secs(60));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sim = Sim::start(
+        dir.path(),
+        "sim",
+        &["--ttft", "20ms", "--itl", "2ms", "--output-tokens", "10"],
+    );
+    for api in [
+        "openai-chat",
+        "openai-completions",
+        "openai-responses",
+        "anthropic-messages",
+    ] {
+        let base = if api == "anthropic-messages" {
+            sim.url.clone()
+        } else {
+            format!("{}/v1", sim.url)
+        };
+        let s = spec(
+            &base,
+            "    messages: [{role: user, content: hi}]\n    max_tokens: 64\n    stream: false",
+            &format!("    api: {api}"),
+        );
+        let r = blocking_probe(&s);
+        assert!(r.success(), "{api}: {r:?}");
+        assert_eq!(
+            (r.output_tokens, r.token_source),
+            (10, TokenSource::Usage),
+            "{api}"
+        );
+        assert!(r.input_tokens.is_some_and(|n| n > 0), "{api}");
+        assert!(!r.text.is_empty() && r.ttft_s.is_none(), "{api}: {r:?}");
+    }
+    let recs = sim.records(4);
+    assert!(
+        recs.iter().all(|r| r["stream"] == Value::Bool(false)),
+        "{recs:?}"
     );
 }
 

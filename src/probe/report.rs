@@ -294,6 +294,58 @@ mod tests {
     }
 
     #[test]
+    fn a_whole_answer_shows_no_per_token_numbers() {
+        let t0 = Instant::now();
+        let whole = |usage: Option<u64>| {
+            let mut m = Measurement::new(t0);
+            m.non_stream();
+            m.headers(t0 + Duration::from_millis(400), 200);
+            m.answer(
+                t0 + Duration::from_millis(401),
+                &crate::protocol::EventMeaning {
+                    token: true,
+                    output: true,
+                    text: "Hi".into(),
+                    usage_output: usage,
+                    usage_input: Some(5),
+                    ..Default::default()
+                },
+            );
+            let mut r = m.finish();
+            r.requested_output_tokens = Some(64);
+            r
+        };
+        let r = whole(Some(64));
+        let v = to_json(&r);
+        assert_eq!(
+            (v["output_tokens"].as_u64(), v["token_source"].as_str()),
+            (Some(64), Some("usage"))
+        );
+        assert!(
+            v["ttft_s"].is_null() && v["tpot_s"].is_null() && v["decode_tokens_per_s"].is_null()
+        );
+        let text = to_text(&r, &ReportContext::default());
+        assert!(text.contains("mode       non-streaming"), "{text}");
+        assert!(
+            text.contains("output     64 tokens (from usage), 64 requested (exact_output)\n"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("first token") && !text.contains("\nTPOT "),
+            "{text}"
+        );
+        // Without usage N is unknown: null, not 0 or 1.
+        let r = whole(None);
+        let v = to_json(&r);
+        assert!(v["output_tokens"].is_null(), "{v}");
+        assert_eq!(v["token_source"], "unknown");
+        assert!(
+            to_text(&r, &ReportContext::default())
+                .contains("output     unknown (the answer carried no usage)")
+        );
+    }
+
+    #[test]
     fn text_explains_a_failure() {
         let t0 = Instant::now();
         let mut m = Measurement::new(t0);
