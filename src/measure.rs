@@ -208,12 +208,18 @@ impl Measurement {
     }
 
     /// Applies a content check to a probe that would otherwise succeed: `check` gets the visible
-    /// answer and N and returns why it failed, if it did (docs/measurement.md: `validation_failed`).
-    pub fn validate(&mut self, check: impl FnOnce(&str, u64) -> Option<String>) {
+    /// answer and N (`None` when unknown: a whole answer without usage) and returns why it
+    /// failed, if it did (docs/measurement.md: `validation_failed`).
+    pub fn validate(&mut self, check: impl FnOnce(&str, Option<u64>) -> Option<String>) {
         if self.failure.is_some() || !self.proper_end() || self.token_events == 0 {
             return;
         }
-        if let Some(why) = check(&self.text, self.output_tokens()) {
+        let n = if self.whole && self.usage_output.is_none() {
+            None
+        } else {
+            Some(self.output_tokens())
+        };
+        if let Some(why) = check(&self.text, n) {
             let at = self.terminal_at.or(self.eof_at).unwrap_or(self.t0);
             self.fail(ErrorType::ValidationFailed, at, why);
         }

@@ -324,6 +324,33 @@ async fn whole_answers_fail_with_the_streaming_error_types() {
     let prompt = format!("{HELLO}\n    stream: false\n    expect: {{regex: \"^Goodbye\"}}");
     let r = probe(&spec(&format!("http://{addr}/v1"), &prompt, "")).await;
     assert_eq!(r.error_type, Some(ErrorType::ValidationFailed), "{r:?}");
+    // Without usage N is unknown: it cannot meet a minimum, and the probe says why.
+    let no_usage = r#"{"choices":[{"index":0,"message":{"role":"assistant","content":"Hello"},"finish_reason":"stop"}]}"#;
+    let (addr, _h) =
+        ReplayServer::start_script(close(response("200 OK", "application/json", no_usage)))
+            .await
+            .expect("server");
+    let prompt = format!("{HELLO}\n    stream: false\n    expect: {{min_output_tokens: 1}}");
+    let r = probe(&spec(&format!("http://{addr}/v1"), &prompt, "")).await;
+    assert_eq!(r.error_type, Some(ErrorType::ValidationFailed), "{r:?}");
+    assert!(
+        r.error_detail
+            .as_deref()
+            .is_some_and(|d| d.contains("unknown")),
+        "{r:?}"
+    );
+    let (addr, _h) =
+        ReplayServer::start_script(close(response("200 OK", "application/json", no_usage)))
+            .await
+            .expect("server");
+    let r = probe(&spec(
+        &format!("http://{addr}/v1"),
+        &format!("{HELLO}\n    stream: false"),
+        "",
+    ))
+    .await;
+    assert!(r.success(), "{r:?}");
+    assert_eq!((r.output_tokens, r.token_source), (0, TokenSource::Unknown));
 }
 
 fn close(bytes: Vec<u8>) -> Script {

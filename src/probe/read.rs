@@ -319,13 +319,22 @@ async fn read_answer(
 }
 
 /// The content check: why the answer fails it, if it does.
-pub fn check_expect(exp: &Expect, text: &str, n: u64) -> Option<String> {
-    if let Some(min) = exp.min_output_tokens
-        && n < min
-    {
-        return Some(format!(
-            "content check: {n} output tokens, expected at least {min}"
-        ));
+/// `n`: N, `None` when unknown (a whole answer without usage), which cannot meet a minimum.
+pub fn check_expect(exp: &Expect, text: &str, n: Option<u64>) -> Option<String> {
+    if let Some(min) = exp.min_output_tokens {
+        match n {
+            Some(n) if n < min => {
+                return Some(format!(
+                    "content check: {n} output tokens, expected at least {min}"
+                ));
+            }
+            None => {
+                return Some(format!(
+                    "content check: the answer carried no usage, so its output tokens are unknown; expected at least {min}"
+                ));
+            }
+            Some(_) => {}
+        }
     }
     if let Some(re) = &exp.regex
         && !re.is_match(text)
