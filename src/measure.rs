@@ -192,13 +192,18 @@ impl Measurement {
 
     /// Folds a whole non-streamed answer (see [`crate::protocol::Api::interpret_answer`]) whose
     /// body was complete at `t`: the one event of the probe, its end marker included.
-    pub fn answer(&mut self, t: Instant, m: &EventMeaning) {
+    pub fn answer(&mut self, t: Instant, mut m: EventMeaning) {
         self.whole = true;
-        let m = EventMeaning {
-            terminal: true,
-            keepalive: false,
-            ..m.clone()
-        };
+        m.terminal = true;
+        m.keepalive = false;
+        // One event may carry the whole answer: keep only what a stream would have kept.
+        if m.text.len() > MAX_TEXT {
+            let mut cut = MAX_TEXT;
+            while !m.text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            m.text.truncate(cut);
+        }
         self.event(t, &m);
     }
 
@@ -759,7 +764,7 @@ mod tests {
         m.eof(at(t0, 0.81));
         m.answer(
             at(t0, 0.81),
-            &EventMeaning {
+            EventMeaning {
                 token: true,
                 output: true,
                 text: "Hello".into(),
@@ -790,12 +795,36 @@ mod tests {
     }
 
     #[test]
+    fn a_whole_answers_text_is_bounded_like_a_streams() {
+        let t0 = Instant::now();
+        let mut m = Measurement::new(t0);
+        m.non_stream();
+        m.answer(
+            at(t0, 0.1),
+            EventMeaning {
+                token: true,
+                output: true,
+                text: "é".repeat(MAX_TEXT),
+                usage_output: Some(1),
+                ..EventMeaning::default()
+            },
+        );
+        let r = m.finish();
+        assert!(r.success());
+        assert!(
+            r.text.len() <= MAX_TEXT && r.text.len() > MAX_TEXT - 4,
+            "{}",
+            r.text.len()
+        );
+    }
+
+    #[test]
     fn a_whole_answer_without_usage_or_output() {
         let t0 = Instant::now();
         let answer = |m: EventMeaning| {
             let mut x = Measurement::new(t0);
             x.non_stream();
-            x.answer(at(t0, 0.5), &m);
+            x.answer(at(t0, 0.5), m);
             x.finish()
         };
         // No usage: N is unknown, not 1 (the one "event") and not a guess.

@@ -859,7 +859,7 @@ mod tests {
         meas.headers(t0 + Duration::from_millis(300), 200);
         meas.answer(
             t0 + Duration::from_millis(301),
-            &EventMeaning {
+            EventMeaning {
                 token: true,
                 output: true,
                 finish: true,

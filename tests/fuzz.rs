@@ -277,7 +277,7 @@ fn fuzz_sse_decoder_and_protocols() {
                 let mut m = Measurement::new(t0);
                 m.non_stream();
                 if let Ok(meaning) = api.interpret_answer(data) {
-                    m.answer(t0 + Duration::from_millis(5), &meaning);
+                    m.answer(t0 + Duration::from_millis(5), meaning);
                 }
                 let r = m.finish();
                 prop_assert!(r.ttft_s.is_none() && r.tpot_s.is_none() && r.chunk_gaps_s.is_empty());

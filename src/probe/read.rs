@@ -306,7 +306,7 @@ async fn read_answer(
         return failed(m, kind, t_end, detail);
     }
     match spec.target.api.interpret_answer(&text) {
-        Ok(meaning) => m.answer(t_end, &meaning),
+        Ok(meaning) => m.answer(t_end, meaning),
         Err(e) => {
             let d = format!("HTTP 2xx with a body that is not an answer: {}", e.reason);
             return failed(m, ErrorType::Malformed, t_end, d);

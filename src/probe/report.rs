@@ -302,7 +302,7 @@ mod tests {
             m.headers(t0 + Duration::from_millis(400), 200);
             m.answer(
                 t0 + Duration::from_millis(401),
-                &crate::protocol::EventMeaning {
+                crate::protocol::EventMeaning {
                     token: true,
                     output: true,
                     text: "Hi".into(),
