@@ -4,6 +4,9 @@
 //! `Instant::now()` in the task that reads the bytes, and calls the methods here in arrival order.
 //! Every definition is docs/measurement.md's: instants (`t0`, `t_headers`, `t_first`, `t_first_output`,
 //! `t_last`, `t_end`), the metrics of a successful probe, the outcome precedence and the flags.
+//! A non-streamed answer ([`Measurement::non_stream`], [`Measurement::answer`]) is folded as one
+//! event at the body's end: E2E, N and input tokens, never TTFT, TTFO, TPOT or gaps
+//! (docs/measurement.md, "Non-streaming requests").
 
 use crate::outcome::{ErrorType, Flag, classify_error_object};
 use crate::protocol::{EventMeaning, ServerTimings};
@@ -33,6 +36,8 @@ pub enum TokenSource {
     Usage,
     /// The number of token-bearing events (no usage arrived).
     Events,
+    /// A non-streamed answer without usage: N is unknown (reported `null`, counted as 0).
+    Unknown,
 }
 
 /// What the fold tells the reader after an event.
@@ -102,6 +107,11 @@ pub struct ProbeResult {
     /// The exporter itself could not make the request (it is out of file descriptors): not the
     /// target's failure (set by the prober, which sees the typed error).
     pub exporter_fault: bool,
+    /// The request streamed (`false`: the whole answer was asked for at once).
+    pub stream: bool,
+    /// The output length asked for exactly (`max_tokens` with `exact_output`), set by the prober;
+    /// compare with `output_tokens`, the length achieved.
+    pub requested_output_tokens: Option<u64>,
 }
 
 impl ProbeResult {
@@ -138,6 +148,8 @@ pub struct Measurement {
     retry_after: Option<Duration>,
     server_timings: Option<ServerTimings>,
     text: String,
+    /// The answer is not streamed: one whole body, no per-token instants.
+    whole: bool,
 }
 
 fn secs(d: Duration) -> f64 {
@@ -168,7 +180,31 @@ impl Measurement {
             retry_after: None,
             server_timings: None,
             text: String::new(),
+            whole: false,
         }
+    }
+
+    /// Marks this probe's request as non-streaming: the answer comes whole ([`Self::answer`]),
+    /// and TTFT, TTFO, TPOT, decode tokens/s and gaps are not observed.
+    pub fn non_stream(&mut self) {
+        self.whole = true;
+    }
+
+    /// Folds a whole non-streamed answer (see [`crate::protocol::Api::interpret_answer`]) whose
+    /// body was complete at `t`: the one event of the probe, its end marker included.
+    pub fn answer(&mut self, t: Instant, mut m: EventMeaning) {
+        self.whole = true;
+        m.terminal = true;
+        m.keepalive = false;
+        // One event may carry the whole answer: keep only what a stream would have kept.
+        if m.text.len() > MAX_TEXT {
+            let mut cut = MAX_TEXT;
+            while !m.text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            m.text.truncate(cut);
+        }
+        self.event(t, &m);
     }
 
     /// Output tokens so far: the server's usage when reported, else token-bearing events.
@@ -177,12 +213,18 @@ impl Measurement {
     }
 
     /// Applies a content check to a probe that would otherwise succeed: `check` gets the visible
-    /// answer and N and returns why it failed, if it did (docs/measurement.md: `validation_failed`).
-    pub fn validate(&mut self, check: impl FnOnce(&str, u64) -> Option<String>) {
+    /// answer and N (`None` when unknown: a whole answer without usage) and returns why it
+    /// failed, if it did (docs/measurement.md: `validation_failed`).
+    pub fn validate(&mut self, check: impl FnOnce(&str, Option<u64>) -> Option<String>) {
         if self.failure.is_some() || !self.proper_end() || self.token_events == 0 {
             return;
         }
-        if let Some(why) = check(&self.text, self.output_tokens()) {
+        let n = if self.whole && self.usage_output.is_none() {
+            None
+        } else {
+            Some(self.output_tokens())
+        };
+        if let Some(why) = check(&self.text, n) {
             let at = self.terminal_at.or(self.eof_at).unwrap_or(self.t0);
             self.fail(ErrorType::ValidationFailed, at, why);
         }
@@ -332,16 +374,18 @@ impl Measurement {
                     "the stream ended without a finish reason or end marker",
                 );
             } else if self.token_events == 0 {
-                self.fail(
-                    ErrorType::EmptyResponse,
-                    at,
-                    "the stream ended properly but carried no token",
-                );
+                let what = if self.whole {
+                    "the answer carried no output"
+                } else {
+                    "the stream ended properly but carried no token"
+                };
+                self.fail(ErrorType::EmptyResponse, at, what);
             }
         }
         let n_events = self.token_events;
         let (output_tokens, token_source) = match self.usage_output {
             Some(n) => (n, TokenSource::Usage),
+            None if self.whole => (0, TokenSource::Unknown),
             None => (n_events, TokenSource::Events),
         };
         let first = self.first_token;
@@ -378,6 +422,8 @@ impl Measurement {
             text: self.text,
             phases: None,
             exporter_fault: false,
+            stream: !self.whole,
+            requested_output_tokens: None,
         };
         if let Some(f) = self.failure {
             r.error_type = Some(f.kind);
@@ -389,9 +435,13 @@ impl Measurement {
         let (Some(first), Some(last), Some(end)) = (first, last, end) else {
             return r;
         };
+        r.e2e_s = Some(since(end));
+        if self.whole {
+            // One body, no per-token instants: TTFT, TTFO, TPOT, decode rate and gaps are absent.
+            return r;
+        }
         r.ttft_s = Some(since(first));
         r.ttfo_s = self.first_output.map(since);
-        r.e2e_s = Some(since(end));
         r.last_token_s = Some(since(last));
         let span = last.duration_since(first);
         // TPOT needs N >= 2 and a decode interval that the client could observe: not a burst, and
@@ -703,5 +753,108 @@ mod tests {
         assert_eq!(r.output_tokens, 7);
         assert_eq!(r.tpot_s, None);
         assert_eq!(r.decode_tokens_per_s, None);
+    }
+
+    #[test]
+    fn a_whole_answer_has_e2e_and_n_but_no_per_token_numbers() {
+        let t0 = Instant::now();
+        let mut m = Measurement::new(t0);
+        m.non_stream();
+        m.headers(at(t0, 0.8), 200);
+        m.eof(at(t0, 0.81));
+        m.answer(
+            at(t0, 0.81),
+            EventMeaning {
+                token: true,
+                output: true,
+                text: "Hello".into(),
+                finish: true,
+                usage_output: Some(64),
+                usage_input: Some(31),
+                ..EventMeaning::default()
+            },
+        );
+        let r = m.finish();
+        assert!(r.success() && !r.stream);
+        assert!(close(r.e2e_s, 0.81) && close(r.ttfb_s, 0.8));
+        assert_eq!((r.output_tokens, r.token_source), (64, TokenSource::Usage));
+        assert_eq!(r.input_tokens, Some(31));
+        assert_eq!(
+            (
+                r.ttft_s,
+                r.ttfo_s,
+                r.tpot_s,
+                r.decode_tokens_per_s,
+                r.last_token_s
+            ),
+            (None, None, None, None, None),
+            "absent, never 0"
+        );
+        assert!(r.chunk_gaps_s.is_empty() && r.flags.is_empty());
+        assert_eq!(r.text, "Hello");
+    }
+
+    #[test]
+    fn a_whole_answers_text_is_bounded_like_a_streams() {
+        let t0 = Instant::now();
+        let mut m = Measurement::new(t0);
+        m.non_stream();
+        m.answer(
+            at(t0, 0.1),
+            EventMeaning {
+                token: true,
+                output: true,
+                text: "é".repeat(MAX_TEXT),
+                usage_output: Some(1),
+                ..EventMeaning::default()
+            },
+        );
+        let r = m.finish();
+        assert!(r.success());
+        assert!(
+            r.text.len() <= MAX_TEXT && r.text.len() > MAX_TEXT - 4,
+            "{}",
+            r.text.len()
+        );
+    }
+
+    #[test]
+    fn a_whole_answer_without_usage_or_output() {
+        let t0 = Instant::now();
+        let answer = |m: EventMeaning| {
+            let mut x = Measurement::new(t0);
+            x.non_stream();
+            x.answer(at(t0, 0.5), m);
+            x.finish()
+        };
+        // No usage: N is unknown, not 1 (the one "event") and not a guess.
+        let r = answer(EventMeaning {
+            token: true,
+            output: true,
+            ..EventMeaning::default()
+        });
+        assert!(r.success());
+        assert_eq!((r.output_tokens, r.token_source), (0, TokenSource::Unknown));
+        // Nothing generated: empty_response, as a stream that ended properly without a token.
+        let r = answer(EventMeaning {
+            finish: true,
+            usage_output: Some(0),
+            ..EventMeaning::default()
+        });
+        assert_eq!(r.error_type, Some(ErrorType::EmptyResponse));
+        assert!(close(r.failure_s, 0.5));
+        assert_eq!(
+            r.error_detail.as_deref(),
+            Some("the answer carried no output")
+        );
+        // An error object: ruling 3, as in a stream.
+        let r = answer(EventMeaning {
+            error: Some(crate::protocol::StreamError::from_payload(
+                r#"{"type":"error","error":{"type":"overloaded_error"}}"#,
+            )),
+            ..EventMeaning::default()
+        });
+        assert_eq!(r.error_type, Some(ErrorType::Overloaded));
+        assert_eq!(r.ttft_s, None);
     }
 }

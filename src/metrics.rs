@@ -90,6 +90,8 @@ pub struct JobInfo {
     pub connection: String,
     /// `true` when every probe's prompt carries a fresh nonce (no prompt-cache hits).
     pub nonce: String,
+    /// `false` when probes ask for the whole answer at once (no TTFT or TPOT observed).
+    pub stream: String,
 }
 
 impl JobLabels {
@@ -111,6 +113,7 @@ impl JobInfo {
             api: job.target.api.to_string(),
             connection: job.target.connection.as_str().to_owned(),
             nonce: job.prompt.nonce.to_string(),
+            stream: job.stream().to_string(),
         }
     }
 }
@@ -281,7 +284,7 @@ impl Metrics {
         r.register_with_unit("time_per_output_token", "TPOT of successful probes: (last token event - first token event) / (output tokens - 1); not observed for N < 2 or burst delivery", s.clone(), m.tpot.clone());
         r.register_with_unit("inter_chunk_latency", "Gaps between consecutive token-bearing events of successful probes (time per output chunk; a chunk may hold several tokens)", s.clone(), m.itl.clone());
         r.register("decode_tokens_per_second", "Per-request decode rate of successful probes: (output tokens - 1) / (last token event - first token event) = 1 / TPOT", m.decode_tps.clone());
-        r.register_with_unit("request_duration", "E2E of successful probes: from sending the request to the stream's end marker (or the connection's end after a finish reason)", s.clone(), m.e2e.clone());
+        r.register_with_unit("request_duration", "E2E of successful probes: from sending the request to the stream's end marker (or the connection's end after a finish reason; without streaming, the end of the whole answer)", s.clone(), m.e2e.clone());
         r.register_with_unit("time_to_headers", "TTFB of successful probes: from sending the request to the response status line and headers", s.clone(), m.ttfb.clone());
         r.register_with_unit("failed_probe_duration", "Failed probes: from sending the request to the failure instant (error event, close or deadline)", s, m.failed_duration.clone());
         r.register("probes", "Probes run, successful or not", m.probes.clone());
@@ -316,7 +319,7 @@ impl Metrics {
             m.connections.clone(),
         );
         r.register_with_unit("retry_after", "The wait the target last asked for with Retry-After on a 429/overload answer; the job's probes pause that long; 0 after a success", Unit::Seconds, m.retry_after.clone());
-        r.register("job_info", "A job's settings that change what its numbers mean: api, connection (new = cold connection per probe, reuse = warm path), nonce (true = prompt-cache hits prevented); always 1", m.job_info.clone());
+        r.register("job_info", "A job's settings that change what its numbers mean: api, connection (new = cold connection per probe, reuse = warm path), nonce (true = prompt-cache hits prevented), stream (false = whole answers: no TTFT/TPOT observed); always 1", m.job_info.clone());
         r.register("config_last_reload_successful", "1 when the last config (re)load succeeded, 0 when the last attempt was refused (the previous config keeps running)", m.reload_ok.clone());
         r.register_with_unit(
             "config_last_reload_success_timestamp",
@@ -789,6 +792,7 @@ mod tests {
             api: "openai-chat".into(),
             connection: "new".into(),
             nonce: "false".into(),
+            stream: "true".into(),
         }
     }
 
@@ -877,6 +881,47 @@ mod tests {
         )));
         assert!(text.contains(&format!("tokenprobe_output_tokens_total{{{l}}} 2")));
         assert!(text.contains(&format!("tokenprobe_last_probe_success{{{l}}} 0")));
+    }
+
+    #[test]
+    fn a_whole_answer_observes_e2e_and_no_per_token_histogram() {
+        let m = Metrics::new(&Buckets::default());
+        let t0 = Instant::now();
+        let mut meas = Measurement::new(t0);
+        meas.non_stream();
+        meas.headers(t0 + Duration::from_millis(300), 200);
+        meas.answer(
+            t0 + Duration::from_millis(301),
+            EventMeaning {
+                token: true,
+                output: true,
+                finish: true,
+                usage_output: Some(7),
+                ..EventMeaning::default()
+            },
+        );
+        let s = m.register_job(JobInfo {
+            stream: "false".into(),
+            ..info(job())
+        });
+        s.record(&meas.finish(), SystemTime::now());
+        let text = m.encode_text().unwrap();
+        let l = "target=\"local\",model=\"m\",prompt=\"hello\"";
+        for (family, n) in [
+            ("request_duration_seconds", 1),
+            ("time_to_headers_seconds", 1),
+            ("time_to_first_token_seconds", 0),
+            ("time_to_first_output_token_seconds", 0),
+            ("time_per_output_token_seconds", 0),
+            ("inter_chunk_latency_seconds", 0),
+        ] {
+            let want = format!("tokenprobe_{family}_count{{{l}}} {n}");
+            assert!(text.contains(&want), "{want}\n{text}");
+        }
+        assert!(text.contains(&format!("tokenprobe_output_tokens_total{{{l}}} 7")));
+        assert!(text.contains(&format!(
+            "tokenprobe_job_info{{{l},api=\"openai-chat\",connection=\"new\",nonce=\"false\",stream=\"false\"}} 1"
+        )));
     }
 
     fn success() -> ProbeResult {

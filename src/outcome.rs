@@ -365,6 +365,43 @@ pub fn judge_non_stream(body: &[u8]) -> Option<(ErrorType, String)> {
     Some((ErrorType::Malformed, format!("HTTP 2xx with {what}")))
 }
 
+/// A non-streamed 2xx body (`"stream": false`) judged before it is read as the protocol's answer,
+/// with ruling 1's types: nothing but whitespace is `empty_response`, an HTML page
+/// `server_error`, an event stream or anything else that cannot be JSON `malformed`. `None` when
+/// it may be JSON: the protocol reads it (an error object by ruling 3; JSON without an answer is
+/// `malformed`).
+pub fn judge_non_answer(body: &str) -> Option<(ErrorType, String)> {
+    let trimmed = body.trim_start_matches('\u{feff}').trim();
+    if trimmed.is_empty() {
+        return Some((
+            ErrorType::EmptyResponse,
+            "HTTP 2xx with an empty body instead of an answer".into(),
+        ));
+    }
+    if trimmed.starts_with(['{', '[']) {
+        return None;
+    }
+    let lower = trimmed
+        .get(..trimmed.len().min(1024))
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    if lower.starts_with("<!doctype html") || lower.contains("<html") {
+        let title = html_title(trimmed).unwrap_or_default();
+        return Some((
+            ErrorType::ServerError,
+            format!("HTTP 2xx with an HTML page instead of an answer {title:?}"),
+        ));
+    }
+    let what = if judge_non_stream(trimmed.as_bytes()).is_none()
+        || ["data:", "event:"].iter().any(|p| lower.starts_with(p))
+    {
+        "an event stream instead of a whole answer (does the server ignore \"stream\": false?)"
+    } else {
+        "a body that is not JSON"
+    };
+    Some((ErrorType::Malformed, format!("HTTP 2xx with {what}")))
+}
+
 /// The `<title>` of an HTML page, if any.
 pub(crate) fn html_title(s: &str) -> Option<String> {
     let lower = s.to_ascii_lowercase();
@@ -760,5 +797,23 @@ mod tests {
             q("GenerateRequestsPerMinutePerProjectPerModel-FreeTier"),
             Some(ErrorType::RateLimited)
         );
+    }
+
+    #[test]
+    fn whole_answers_that_are_not_json_get_ruling_1s_types() {
+        let kind = |b: &str| judge_non_answer(b).map(|(k, _)| k);
+        assert_eq!(kind(""), Some(ErrorType::EmptyResponse));
+        assert_eq!(kind(" \r\n"), Some(ErrorType::EmptyResponse));
+        assert_eq!(
+            kind("<!DOCTYPE html><html><title>502 Bad Gateway</title></html>"),
+            Some(ErrorType::ServerError)
+        );
+        assert_eq!(kind("upstream connect error"), Some(ErrorType::Malformed));
+        let (k, d) = judge_non_answer("data: {\"choices\":[]}\n\ndata: [DONE]\n\n").unwrap();
+        assert_eq!(k, ErrorType::Malformed);
+        assert!(d.contains("event stream"), "{d}");
+        // JSON is the protocol's to read (an answer, an error object, or malformed).
+        assert_eq!(kind("\u{feff}{\"choices\":[]}"), None);
+        assert_eq!(kind("[1]"), None);
     }
 }

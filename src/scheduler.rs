@@ -334,7 +334,10 @@ pub fn log_result(job: &str, r: &ProbeResult) {
             ttfo_s = r.ttfo_s,
             tpot_s = r.tpot_s,
             e2e_s = r.e2e_s,
-            output_tokens = r.output_tokens,
+            stream = r.stream,
+            // Unknown (a whole answer without usage) is absent, not 0.
+            output_tokens =
+                (r.token_source != crate::measure::TokenSource::Unknown).then_some(r.output_tokens),
             token_events = r.token_events,
             input_tokens = r.input_tokens,
             server_prompt_ms = st.prompt_ms,

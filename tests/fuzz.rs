@@ -6,7 +6,9 @@
 //! duplicated), split into reads at random points, and fed through. Properties:
 //! - nothing panics, and every probe ends in a result (success or one error type);
 //! - the decoder's events do not depend on how the bytes were split into reads;
-//! - a successful result obeys the contract's identities (TTFT <= E2E, TPOT * (N - 1) = span).
+//! - a successful result obeys the contract's identities (TTFT <= E2E, TPOT * (N - 1) = span);
+//! - a whole non-streamed answer (each event's data and the body, read as one) never has a TTFT,
+//!   TPOT or gaps, and has an E2E exactly when it succeeded.
 //!
 //! CI runs `TOKENPROBE_FUZZ_CASES` cases per target (default 3,000 streams and 400 configs, about
 //! 10 s in a debug build; a config parse costs ~10 ms there); run longer with
@@ -258,6 +260,30 @@ fn fuzz_sse_decoder_and_protocols() {
             }
         }
         let _ = tokenprobe::outcome::judge_non_stream(&bytes);
+        // Whole non-streamed answers: the body, and every event's (mutated) JSON as one.
+        let body = String::from_utf8_lossy(&bytes).into_owned();
+        let _ = tokenprobe::outcome::judge_non_answer(&body);
+        for data in events
+            .iter()
+            .map(|e| e.data.as_str())
+            .chain([body.as_str()])
+        {
+            for api in [
+                Api::OpenaiChat,
+                Api::OpenaiResponses,
+                Api::AnthropicMessages,
+            ] {
+                let t0 = Instant::now();
+                let mut m = Measurement::new(t0);
+                m.non_stream();
+                if let Ok(meaning) = api.interpret_answer(data) {
+                    m.answer(t0 + Duration::from_millis(5), meaning);
+                }
+                let r = m.finish();
+                prop_assert!(r.ttft_s.is_none() && r.tpot_s.is_none() && r.chunk_gaps_s.is_empty());
+                prop_assert_eq!(r.success(), r.e2e_s.is_some());
+            }
+        }
         Ok(())
     });
     eprintln!(

@@ -10,6 +10,7 @@
 //! - [`plot`]: the SVG plot.
 //! - [`shard`]: one run split across processes (`--shard i/N`, `--start-at`), the run id.
 //! - [`merge`]: `bench merge`, the shards' reports made into the whole run's.
+//! - [`crosscheck`]: `--cross-check`, streaming vs non-streaming E2E beside each level.
 //!
 //! [`run`] takes a [`BenchPlan`], a validated run built from the flags by [`crate::cli::bench`].
 //!
@@ -20,6 +21,7 @@
 //! [`ProbeResult`]: crate::measure::ProbeResult
 
 pub mod criteria;
+pub mod crosscheck;
 pub mod merge;
 pub mod plot;
 pub mod report;
@@ -185,6 +187,8 @@ pub struct BenchPlan {
     pub start: Option<shard::StartPlan>,
     /// The run id (every shard of a run computes the same).
     pub run_id: String,
+    /// `--cross-check`: non-streaming requests beside each level.
+    pub cross_check: Option<crosscheck::CrossCheckSpec>,
 }
 
 impl BenchPlan {
@@ -430,11 +434,20 @@ fn dedup(v: Vec<&str>) -> Vec<&str> {
 /// The largest bench JSON report read (a baseline, a shard's report): a million samples fit.
 pub const MAX_REPORT_FILE_BYTES: u64 = 1 << 30;
 
-/// Reads a JSON report; `Err` says why, in words.
+/// Reads a JSON report; `Err` says why, in words. Parsed as it is read (a report is held once,
+/// as values, never as text too), at most [`MAX_REPORT_FILE_BYTES`] of it: a file that never
+/// ends (`/dev/zero`) fails at its first byte that is not JSON, a larger one at the limit.
 fn read_report(path: &Path) -> Result<Report, String> {
-    let text =
-        crate::config::read_text_file(path, MAX_REPORT_FILE_BYTES).map_err(|e| e.to_string())?;
-    serde_json::from_str(&text).map_err(|e| format!("not a tokenprobe bench JSON report ({e})"))
+    use std::io::Read as _;
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    if file
+        .metadata()
+        .is_ok_and(|m| m.len() > MAX_REPORT_FILE_BYTES)
+    {
+        return Err(format!("larger than {} MiB", MAX_REPORT_FILE_BYTES >> 20));
+    }
+    let reader = std::io::BufReader::new(file.take(MAX_REPORT_FILE_BYTES));
+    serde_json::from_reader(reader).map_err(|e| format!("not a tokenprobe bench JSON report ({e})"))
 }
 
 /// Reads a baseline report.
@@ -494,6 +507,7 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         shard,
         start,
         run_id,
+        cross_check,
     } = plan;
     let open = level_keys.iter().any(|k| k.rate.is_some());
     let amount = match amount {
@@ -547,6 +561,12 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         arrival,
         seed,
         warmup,
+        levels: level_keys.clone(),
+        per_level_units,
+        criteria: criteria.clone(),
+        cross_check,
+        samples,
+        progress: progress.clone(),
     };
     let mut reports = Vec::new();
     let mut done_units = 0;
@@ -558,31 +578,11 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
             runner_target = bm.target.clone();
         }
         runner.set_model(&bm.model);
-        let price = bm.target.price_of(&bm.model);
-        let mut levels_out = Vec::new();
-        let mut lengths = stats::Lengths::default();
-        for (li, key) in level_keys.iter().enumerate() {
-            let label = format!("{name} @ {}", key.label());
-            let slot = mi * level_keys.len() + li;
-            let (run, late) = sender
-                .level(&mut runner, key, (mi, li, slot), label.clone(), done_units)
-                .await?;
-            done_units += per_level_units;
-            lengths.add(&run.samples);
-            let stats = fold_level(*key, run, &criteria, price.as_ref(), late, samples);
-            progress.println(&level_line(&label, &stats));
-            levels_out.push(stats);
-        }
-        let (input_tokens_mean, output_tokens_mean) = lengths.means();
-        reports.push(ModelReport {
-            model: bm.model.clone(),
-            target: Some(bm.target.name.clone()),
-            price,
-            input_tokens_mean,
-            output_tokens_mean,
-            levels: levels_out,
-            knee: None,
-        });
+        reports.push(
+            sender
+                .sweep(&mut runner, bm, name, mi, &mut done_units)
+                .await?,
+        );
     }
     progress.finish();
     let mut report = Report {
@@ -718,7 +718,8 @@ fn write_outputs(
     Ok(())
 }
 
-/// How each level is sent: this shard's share of it, from its shared start instant.
+/// How each level is sent and measured: this shard's share of it, from its shared start instant,
+/// folded into its statistics (with the cross-check, when asked for).
 struct Sender {
     shard: shard::Shard,
     start: Option<shard::StartPlan>,
@@ -726,9 +727,60 @@ struct Sender {
     arrival: Arrival,
     seed: u64,
     warmup: u64,
+    levels: Vec<LevelKey>,
+    per_level_units: u64,
+    criteria: Criteria,
+    cross_check: Option<crosscheck::CrossCheckSpec>,
+    samples: bool,
+    progress: Progress,
 }
 
 impl Sender {
+    /// One model's sweep (model `mi` of the run, shown as `name`): every level in turn through
+    /// `runner`, which already sends to this model. `done_units` counts the progress.
+    async fn sweep(
+        &self,
+        runner: &mut Runner,
+        bm: &BenchModel,
+        name: &str,
+        mi: usize,
+        done_units: &mut u64,
+    ) -> Result<ModelReport, BenchError> {
+        let price = bm.target.price_of(&bm.model);
+        let mut levels_out = Vec::new();
+        let mut lengths = stats::Lengths::default();
+        for (li, key) in self.levels.iter().enumerate() {
+            let label = format!("{name} @ {}", key.label());
+            let slot = mi * self.levels.len() + li;
+            let (run, late) = self
+                .level(runner, key, (mi, li, slot), label.clone(), *done_units)
+                .await?;
+            *done_units += self.per_level_units;
+            lengths.add(&run.samples);
+            let mut stats = fold_level(*key, run, &self.criteria, price.as_ref(), late, true);
+            if let Some(cc) = &self.cross_check {
+                let all = stats.samples.as_deref().unwrap_or_default();
+                let c = crosscheck::run(runner, &stats, all, cc, &label).await?;
+                stats.cross_check = Some(c);
+            }
+            if !self.samples {
+                stats.samples = None;
+            }
+            self.progress.println(&level_line(&label, &stats));
+            levels_out.push(stats);
+        }
+        let (input_tokens_mean, output_tokens_mean) = lengths.means();
+        Ok(ModelReport {
+            model: bm.model.clone(),
+            target: Some(bm.target.name.clone()),
+            price,
+            input_tokens_mean,
+            output_tokens_mean,
+            levels: levels_out,
+            knee: None,
+        })
+    }
+
     /// Sends one level through `runner`: the warm-up, the wait for the level's shared start
     /// (`at` = model index, level index, slot in the run), then the level. What it measured, and
     /// how late it started after its shared instant (with `--start-at`).

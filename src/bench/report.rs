@@ -373,6 +373,7 @@ fn render_notes(r: &Report, md: bool) -> String {
             );
         }
     }
+    out.push_str(&super::crosscheck::render_notes(r, md));
     out
 }
 
@@ -535,6 +536,10 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
             header.push(format!("{m}_{st}{unit}"));
         }
     }
+    let cross_check = super::crosscheck::any(r);
+    if cross_check {
+        header.extend(super::crosscheck::CSV_HEADER.map(str::to_owned));
+    }
     w.write_record(&header)?;
     let num = |v: f64| format!("{v}");
     for m in &r.models {
@@ -573,6 +578,9 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
                     Some(s) => row.extend([s.mean, s.p50, s.p90, s.p95, s.p99, s.max].map(num)),
                     None => row.extend(std::iter::repeat_n(String::new(), 6)),
                 }
+            }
+            if cross_check {
+                row.extend(super::crosscheck::csv_cells(l.cross_check.as_ref()));
             }
             w.write_record(&row)?;
         }
@@ -615,6 +623,7 @@ pub(crate) mod tests {
                     lag_s: 0.0002 * (i % 3) as f64,
                     first: false,
                     server_predicted_per_token_ms: None,
+                    requested_output_tokens: None,
                 }
             })
             .collect()

@@ -327,18 +327,38 @@ impl Runner {
             return Ok(());
         }
         let c = u64::from(concurrency).min(n) as u32;
+        self.quietly(c, Amount::Requests(n), "warm-up".into())
+            .await
+            .map(|_| ())
+    }
+
+    /// A closed-loop run of `c` workers that the progress bar does not show (warm-up, and
+    /// `--cross-check`'s requests).
+    ///
+    /// # Errors
+    /// [`TransportError`] if a prober cannot be built.
+    pub async fn quietly(
+        &mut self,
+        c: u32,
+        amount: Amount,
+        label: String,
+    ) -> Result<LevelRun, TransportError> {
         let quiet = Progress {
             bar: None,
             ..self.progress.clone()
         };
         let saved = std::mem::replace(&mut self.progress, quiet);
         let ramp = std::mem::take(&mut self.ramp);
-        let r = self
-            .closed(c, Amount::Requests(n), "warm-up".into(), 0)
-            .await;
+        let r = self.closed(c, amount, label, 0).await;
         self.progress = saved;
         self.ramp = ramp;
-        r.map(|_| ())
+        r
+    }
+
+    /// Streaming (the spec's own setting) or whole answers (`--cross-check`); probers are kept.
+    /// Returns the setting it replaced.
+    pub fn set_stream(&mut self, stream: bool) -> bool {
+        std::mem::replace(&mut Arc::make_mut(&mut self.spec).stream, stream)
     }
 
     /// One closed-loop level: `c` workers, each with its own prober, their first sends spread over

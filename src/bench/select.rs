@@ -381,6 +381,7 @@ mod tests {
             cost_per_request: None,
             cost_per_mtok: None,
             samples: None,
+            cross_check: None,
         }
     }
 

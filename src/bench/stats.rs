@@ -45,6 +45,9 @@ pub struct Sample {
     /// llama.cpp's own `timings.predicted_per_token_ms`, when the server sent it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_predicted_per_token_ms: Option<f64>,
+    /// The output length asked for exactly (`exact_output`), beside `output_tokens` achieved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_output_tokens: Option<u64>,
 }
 
 impl Sample {
@@ -70,6 +73,7 @@ impl Sample {
                 .server_timings
                 .as_ref()
                 .and_then(|t| t.predicted_per_token_ms),
+            requested_output_tokens: r.requested_output_tokens,
         }
     }
 
@@ -254,6 +258,9 @@ pub struct LevelStats {
     /// Every sample, with `--samples`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub samples: Option<Vec<Sample>>,
+    /// `--cross-check`: streaming vs non-streaming E2E at this level.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cross_check: Option<super::crosscheck::CrossCheck>,
 }
 
 /// The cost of a level at `price`: `(mean cost per request, cost per million output tokens)`
@@ -370,6 +377,7 @@ impl LevelStats {
             cost_per_request: None,
             cost_per_mtok: None,
             samples: None,
+            cross_check: None,
         }
     }
 
@@ -418,6 +426,7 @@ mod tests {
             lag_s: 0.001,
             first: false,
             server_predicted_per_token_ms: None,
+            requested_output_tokens: None,
         }
     }
 

@@ -3,6 +3,7 @@
 //! target, prompt and models, the baseline) happens here, before any request is sent.
 
 use crate::bench::criteria::{self, Criteria, CriteriaError, parse_ratio, parse_weights};
+use crate::bench::crosscheck::CrossCheckSpec;
 use crate::bench::runner::{Amount, Arrival};
 use crate::bench::{
     BenchError, BenchPlan, Format, MAX_REQUESTS_PER_LEVEL, check_select_at, choose, fd_limit,
@@ -136,12 +137,85 @@ pub struct BenchArgs {
     /// config's target, prompt, models, levels, load and --start-at).
     #[arg(long)]
     pub run_id: Option<String>,
+    /// After each level, N non-streaming requests of the same workload at its concurrency (default 5), and their E2E p50 against the level's.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "5", value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub cross_check: Option<u64>,
+    /// Cross-check: a gap is a finding when the E2E ratio is off by more than this (default 10%)...
+    #[arg(long, requires = "cross_check")]
+    pub cross_check_ratio: Option<String>,
+    /// ...and the difference is more than this (default 50ms).
+    #[arg(long, requires = "cross_check", value_parser = humantime::parse_duration)]
+    pub cross_check_min_gap: Option<Duration>,
 }
 
 fn parse_start_at(s: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
     chrono::DateTime::parse_from_rfc3339(s)
         .map(|t| t.with_timezone(&chrono::Utc))
         .map_err(|e| format!("{s:?}: not an RFC 3339 time such as 2026-12-01T12:00:00Z ({e})"))
+}
+
+/// A workload that does not stream has no TTFT, TTFO, TPOT or decode rate: criteria on them could
+/// neither be met nor judged, so they are refused; the default score weights become `e2e=1`.
+///
+/// # Errors
+/// [`BenchError::Usage`] naming the first such limit, SLO or weight.
+fn fit_non_stream(criteria: &mut Criteria, spec: &ProbeSpec) -> Result<(), BenchError> {
+    use crate::bench::criteria::Base;
+    if spec.stream {
+        return Ok(());
+    }
+    let per_token = |b: Base| matches!(b, Base::Ttft | Base::Ttfo | Base::Tpot | Base::Tps);
+    let named = criteria
+        .limits
+        .iter()
+        .map(|l| l.metric)
+        .chain(criteria.weights.iter().map(|(m, _)| *m))
+        .filter(|m| per_token(m.base))
+        .map(|m| m.to_string())
+        .chain(
+            criteria
+                .slos
+                .iter()
+                .filter(|s| per_token(s.base))
+                .map(|s| format!("--slo {s}")),
+        )
+        .next();
+    if let Some(m) = named {
+        return Err(BenchError::Usage(format!(
+            "{m}: this workload does not stream (stream: false), so TTFT, TTFO, TPOT and decode tokens/s are not measured; judge it by e2e, agg_tps, rps or error_rate"
+        )));
+    }
+    if criteria.weights.is_empty() {
+        criteria.weights = parse_weights("e2e=1")?;
+    }
+    Ok(())
+}
+
+/// The `--cross-check` settings, when given.
+///
+/// # Errors
+/// [`BenchError::Usage`] for a bad ratio, or a workload that does not stream (nothing to compare).
+fn cross_check(a: &BenchArgs, spec: &ProbeSpec) -> Result<Option<CrossCheckSpec>, BenchError> {
+    let Some(requests) = a.cross_check else {
+        return Ok(None);
+    };
+    if !spec.stream {
+        return Err(BenchError::Usage(
+            "--cross-check compares streaming with non-streaming requests, but this workload does not stream (stream: false)".into(),
+        ));
+    }
+    let mut c = CrossCheckSpec {
+        requests,
+        ..CrossCheckSpec::default()
+    };
+    if let Some(r) = &a.cross_check_ratio {
+        c.max_ratio =
+            parse_ratio(r).map_err(|e| BenchError::Usage(format!("--cross-check-ratio: {e}")))?;
+    }
+    if let Some(g) = a.cross_check_min_gap {
+        c.min_gap_s = g.as_secs_f64();
+    }
+    Ok(Some(c))
 }
 
 /// The criteria from the bench file and the flags (flags add limits and SLOs, and replace the
@@ -323,6 +397,9 @@ impl BenchArgs {
         if a.max_tokens.is_some() {
             spec.max_tokens = a.max_tokens;
         }
+        let cross_check = cross_check(a, &spec)?;
+        let mut criteria = criteria;
+        fit_non_stream(&mut criteria, &spec)?;
         let arrival = match a.arrival {
             ArrivalArg::Poisson => Arrival::Poisson,
             ArrivalArg::Constant => Arrival::Constant,
@@ -426,6 +503,7 @@ impl BenchArgs {
             shard,
             start,
             run_id,
+            cross_check,
         })
     }
 }
@@ -611,5 +689,84 @@ mod tests {
         assert_eq!(p.criteria.slos.len(), 1);
         assert!((p.criteria.knee.tps_growth - 0.05).abs() < 1e-12);
         assert!(p.judged, "a limit is a judgement");
+    }
+
+    #[test]
+    fn cross_check_flags() {
+        let p = plan(&["--requests-per-level", "5", "--cross-check"]).expect("plan");
+        assert_eq!(p.cross_check, Some(CrossCheckSpec::default()));
+        assert_eq!(CrossCheckSpec::default().requests, 5);
+        let p = plan(&[
+            "--requests-per-level",
+            "5",
+            "--cross-check=9",
+            "--cross-check-ratio",
+            "20%",
+            "--cross-check-min-gap",
+            "10ms",
+        ])
+        .expect("plan");
+        let c = p.cross_check.expect("cross-check");
+        assert_eq!(c.requests, 9);
+        assert!((c.max_ratio - 0.2).abs() < 1e-12 && (c.min_gap_s - 0.01).abs() < 1e-12);
+        assert_eq!(
+            plan(&["--requests-per-level", "5"])
+                .expect("plan")
+                .cross_check,
+            None
+        );
+        assert!(plan(&["--requests-per-level", "5", "--cross-check=0"]).is_err());
+        assert!(plan(&["--requests-per-level", "5", "--cross-check-ratio", "5%"]).is_err());
+        assert!(
+            plan(&[
+                "--requests-per-level",
+                "5",
+                "--cross-check",
+                "--cross-check-ratio",
+                "x"
+            ])
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn a_workload_that_does_not_stream_is_judged_by_what_it_measures() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cfg = dir.path().join("ns.yml");
+        std::fs::write(
+            &cfg,
+            "prompts:\n  - name: p\n    messages: [{role: user, content: hi}]\n    stream: false\ntargets:\n  - name: t\n    base_url: http://127.0.0.1:1/v1\n    models: [a, b]\n",
+        )
+        .expect("config");
+        let plan = |extra: &[&str]| {
+            let mut argv = vec![
+                "bench",
+                "--config.file",
+                cfg.to_str().expect("path"),
+                "--requests-per-level",
+                "3",
+            ];
+            argv.extend_from_slice(extra);
+            Cmd::try_parse_from(argv)
+                .map_err(|e| BenchError::Usage(e.to_string()))?
+                .bench
+                .plan()
+        };
+        let p = plan(&[]).expect("plan");
+        assert!(!p.spec.stream);
+        assert_eq!(
+            p.criteria.effective_weights(),
+            parse_weights("e2e=1").expect("weights")
+        );
+        for bad in [
+            &["--slo", "ttft=1s"][..],
+            &["--limit", "tpot_p95<50ms"],
+            &["--weight", "tps=1"],
+            &["--cross-check"],
+        ] {
+            let e = plan(bad).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(e.contains("does not stream"), "{bad:?}: {e}");
+        }
+        assert!(plan(&["--slo", "e2e=2s", "--limit", "error_rate<0.1"]).is_ok());
     }
 }

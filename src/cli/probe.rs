@@ -52,6 +52,9 @@ pub struct ProbeArgs {
     /// Do not send stream_options.include_usage (for servers that reject it).
     #[arg(long)]
     pub no_usage: bool,
+    /// Ask for the whole answer at once ("stream": false): E2E, output and input tokens only.
+    #[arg(long)]
+    pub no_stream: bool,
     /// Connection set-up deadline.
     #[arg(long, value_parser = crate::config::parse_timeout)]
     pub timeout_connect: Option<Duration>,
@@ -229,6 +232,9 @@ fn job_spec(
 /// Bad flags or config (exit 2).
 pub async fn run(a: ProbeArgs) -> Result<ExitCode> {
     let mut spec = spec_from_args(&a)?;
+    if a.no_stream {
+        spec.stream = false;
+    }
     if a.config_file.is_some() {
         // Deadline flags still apply on top of a configured target.
         spec.timeouts = deadlines(&a, spec.timeouts);

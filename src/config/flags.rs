@@ -101,6 +101,7 @@ impl FlagTarget {
                 max_tokens: Some(self.max_tokens),
                 nonce: self.nonce,
                 expect: None,
+                stream: None,
             }],
             targets: vec![RawTarget {
                 name: at(NAME.to_owned()),
@@ -133,6 +134,8 @@ impl FlagTarget {
                 connection: ConnectionMode::New,
                 price: None,
                 model_prices: BTreeMap::new(),
+                stream: true,
+                exact_output: crate::protocol::ExactOutput::None,
             }],
             buckets: None,
             location: None,

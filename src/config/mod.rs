@@ -45,12 +45,8 @@ pub fn read_input_file(path: &Path) -> std::io::Result<String> {
     read_text_file(path, MAX_INPUT_FILE_BYTES)
 }
 
-/// [`read_input_file`] with another limit (`max_bytes`), for files that hold data rather than
-/// settings (bench reports with every sample).
-///
-/// # Errors
-/// As [`read_input_file`].
-pub fn read_text_file(path: &Path, max_bytes: u64) -> std::io::Result<String> {
+/// [`read_input_file`] with the limit `max_bytes`.
+fn read_text_file(path: &Path, max_bytes: u64) -> std::io::Result<String> {
     use std::io::Read as _;
     let mut bytes = Vec::new();
     std::fs::File::open(path)?

@@ -2,7 +2,7 @@
 //! the values a problem can be reported at. Nothing here checks a value; `validate` does.
 
 use super::types::{AuthStyle, ConnectionMode};
-use crate::protocol::{Api, Message};
+use crate::protocol::{Api, ExactOutput, Message};
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 use std::collections::BTreeMap;
@@ -56,6 +56,9 @@ pub(super) struct RawPrompt {
     #[serde(default)]
     pub(super) nonce: bool,
     pub(super) expect: Option<RawExpect>,
+    /// `stream: false` asks for the whole answer at once (overrides the target's).
+    #[serde(default)]
+    pub(super) stream: Option<bool>,
 }
 
 /// A prompt's `expect:`.
@@ -96,6 +99,10 @@ pub(super) struct RawTarget {
     pub(super) insecure_skip_verify: bool,
     #[serde(default)]
     pub(super) connection: ConnectionMode,
+    #[serde(default = "default_true")]
+    pub(super) stream: bool,
+    #[serde(default)]
+    pub(super) exact_output: ExactOutput,
     pub(super) price: Option<RawPrice>,
     #[serde(default)]
     pub(super) model_prices: BTreeMap<String, RawPrice>,

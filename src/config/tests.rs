@@ -485,3 +485,47 @@ fn bad_prices_are_named_by_key() {
     let e = Config::parse(&format!("{BASE}    price: {{input_per_mtok: 1}}\n")).unwrap_err();
     assert!(e.to_string().contains("output_per_mtok"), "{e}");
 }
+
+#[test]
+fn stream_and_exact_output() {
+    let yaml = |prompt: &str, target: &str| {
+        format!(
+            "prompts:\n  - name: p\n    messages: [{{role: user, content: hi}}]\n    max_tokens: 8\n{prompt}\ntargets:\n  - name: t\n    base_url: http://127.0.0.1:1/v1\n    models: [m]\n{target}\n"
+        )
+    };
+    let job = |prompt: &str, target: &str| {
+        Config::parse(&yaml(prompt, target)).map(|c| c.jobs[0].clone())
+    };
+    // Defaults: streaming, nothing added for the output length.
+    let j = job("", "").unwrap();
+    assert!(j.stream() && j.target.stream && j.prompt.stream.is_none());
+    assert_eq!(j.target.exact_output, crate::protocol::ExactOutput::None);
+    // The prompt's `stream:` overrides the target's, both ways.
+    assert!(!job("    stream: false", "").unwrap().stream());
+    assert!(
+        job("    stream: true", "    stream: false")
+            .unwrap()
+            .stream()
+    );
+    assert!(!job("", "    stream: false").unwrap().stream());
+    let j = job("", "    exact_output: min_tokens").unwrap();
+    assert_eq!(
+        j.target.exact_output,
+        crate::protocol::ExactOutput::MinTokens
+    );
+    // An unknown value is a shape error at its key; the same field twice is a problem at its path.
+    let e = job("", "    exact_output: always").unwrap_err().to_string();
+    assert!(e.contains("exact_output") || e.contains("always"), "{e}");
+    let e = job(
+        "",
+        "    exact_output: ignore_eos\n    extra_body: {ignore_eos: false}",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("targets[0].extra_body.ignore_eos") && e.contains("exact_output"),
+        "{e}"
+    );
+    // extra_body may still carry a field exact_output would set, when exact_output does not.
+    assert!(job("", "    extra_body: {ignore_eos: true}").is_ok());
+}

@@ -1,7 +1,7 @@
 //! The validated config types (what the rest of the program sees), their small methods, and the
 //! errors a config can have ([`ConfigError`], [`Issue`], [`SyntaxError`]).
 
-use crate::protocol::{Api, Message};
+use crate::protocol::{Api, ExactOutput, Message};
 use serde::Deserialize;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -248,6 +248,8 @@ pub struct Prompt {
     pub nonce: bool,
     /// Content check, if any.
     pub expect: Option<Expect>,
+    /// `stream:` of the prompt, overriding the target's when set.
+    pub stream: Option<bool>,
 }
 
 impl PartialEq for Expect {
@@ -311,6 +313,10 @@ pub struct Target {
     pub price: Option<Price>,
     /// `model_prices:`: per-model prices.
     pub model_prices: Vec<(String, Price)>,
+    /// Stream the answer (`stream: true`, the default) or ask for it whole (`false`).
+    pub stream: bool,
+    /// How requests ask for exactly `max_tokens` output tokens.
+    pub exact_output: ExactOutput,
 }
 
 impl Target {
@@ -371,6 +377,8 @@ impl fmt::Debug for Target {
             .field("connection", &self.connection)
             .field("price", &self.price)
             .field("model_prices", &self.model_prices)
+            .field("stream", &self.stream)
+            .field("exact_output", &self.exact_output)
             .finish()
     }
 }
@@ -395,6 +403,11 @@ impl Job {
     /// `target/model/prompt`, unique per config.
     pub fn name(&self) -> String {
         format!("{}/{}/{}", self.target.name, self.model, self.prompt.name)
+    }
+
+    /// Whether this job's requests stream: the prompt's `stream:`, else the target's.
+    pub fn stream(&self) -> bool {
+        self.prompt.stream.unwrap_or(self.target.stream)
     }
 }
 

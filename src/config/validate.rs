@@ -372,6 +372,7 @@ impl Validator {
             max_tokens: p.max_tokens,
             nonce: p.nonce,
             expect,
+            stream: p.stream,
         }
     }
 
@@ -427,6 +428,8 @@ impl Validator {
             connection: t.connection,
             price,
             model_prices,
+            stream: t.stream,
+            exact_output: t.exact_output,
         }
     }
 
@@ -611,6 +614,18 @@ impl Validator {
                     ),
                 );
             }
+        }
+        if let Some((k, _)) = t.exact_output.field(Some(1))
+            && t.extra_body.contains_key(k)
+        {
+            self.push(
+                format!("{path}.extra_body.{k}"),
+                &t.name,
+                format!(
+                    "{k:?} is set by exact_output: {}; give it in one place only",
+                    t.exact_output.as_str()
+                ),
+            );
         }
     }
 
@@ -799,6 +814,9 @@ fn sets_body_key(api: Api, key: &str) -> bool {
         messages: &messages,
         max_tokens: Some(1),
         include_usage: true,
+        // `exact_output`'s fields are checked apart (they may come from extra_body instead).
+        stream: true,
+        exact_output: crate::protocol::ExactOutput::None,
         extra_body: None,
     });
     body.as_object().is_some_and(|o| o.contains_key(key))

@@ -1,4 +1,5 @@
-//! One probe: send exactly one streaming request and fold what arrives into a [`ProbeResult`].
+//! One probe: send exactly one request (streaming, or asking for the whole answer) and fold what
+//! arrives into a [`ProbeResult`].
 //!
 //! This is the thin async I/O around the pure cores: [`crate::sse::SseDecoder`] (bytes to events),
 //! [`crate::protocol`] (event meaning), [`crate::measure::Measurement`] (the fold) and
@@ -13,7 +14,7 @@ mod read;
 pub mod report;
 mod request;
 
-pub use read::{MAX_BODY_BYTES, check_expect};
+pub use read::{MAX_ANSWER_BYTES, MAX_BODY_BYTES, check_expect};
 
 use crate::config::{Job, Prompt, ProxySetting, Target, Timeouts};
 use crate::measure::{Measurement, ProbeResult};
@@ -41,6 +42,10 @@ pub struct ProbeSpec {
     pub max_tokens: Option<u32>,
     /// Deadlines.
     pub timeouts: Timeouts,
+    /// Stream the answer (the prompt's `stream:`, else the target's; `probe --no-stream` and
+    /// `bench --cross-check` set it false): without streaming only E2E, N and input tokens are
+    /// measured (docs/measurement.md, "Non-streaming requests").
+    pub stream: bool,
 }
 
 impl ProbeSpec {
@@ -52,6 +57,7 @@ impl ProbeSpec {
             model: job.model.clone(),
             max_tokens: job.prompt.max_tokens,
             timeouts: job.timeouts,
+            stream: job.stream(),
         }
     }
 
@@ -61,6 +67,15 @@ impl ProbeSpec {
             proxy: self.target.proxy.clone(),
             tls: self.target.tls.clone(),
             connection: self.target.connection,
+        }
+    }
+
+    /// The output length asked for exactly (`max_tokens` with the target's `exact_output` switch
+    /// on); `None` when the server may stop early.
+    pub fn requested_output_tokens(&self) -> Option<u64> {
+        match self.target.exact_output {
+            crate::protocol::ExactOutput::None => None,
+            _ => self.max_tokens.map(u64::from),
         }
     }
 
@@ -128,9 +143,13 @@ impl Prober {
         };
         self.transport.clock.reset();
         let t0 = Instant::now();
-        let m = Measurement::new(t0);
+        let mut m = Measurement::new(t0);
+        if !spec.stream {
+            m.non_stream();
+        }
         let mut r = read::run_request(&self.transport, req, spec, m, proxy.as_deref()).await;
         r.phases = Some(self.transport.clock.phases());
+        r.requested_output_tokens = spec.requested_output_tokens();
         // A server may echo the request in its error message: never pass a secret on. Redacted
         // whole, then cut for display, so no part of a secret survives at the cut.
         if let Some(d) = r.error_detail.as_mut() {

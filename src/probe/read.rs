@@ -1,13 +1,14 @@
 //! Reading the answer of a probe's request: the response head, then the body as an event stream
-//! (decoded and folded as it arrives, under the four deadlines) or, for a non-2xx head, as an error
-//! body read for its message (docs/measurement.md rulings 1, 5 and 12).
+//! (decoded and folded as it arrives, under the four deadlines), as a whole non-streamed answer
+//! (`stream: false`: read to its end, then judged once), or, for a non-2xx head, as an error body
+//! read for its message (docs/measurement.md rulings 1, 5 and 12, "Non-streaming requests").
 
 use super::ProbeSpec;
 use crate::config::{Expect, Timeouts};
 use crate::measure::{Measurement, ProbeResult, Step};
 use crate::outcome::{
     ErrorType, Flag, Head, classify_head, classify_transport, error_chain, html_title,
-    judge_non_stream,
+    judge_non_answer, judge_non_stream,
 };
 use crate::protocol::{Api, StreamError};
 use crate::redact::redact_url;
@@ -26,18 +27,35 @@ const MAX_ERROR_BODY: usize = 64 * 1024;
 /// the work a runaway stream can cause within `timeouts.total`.
 pub const MAX_BODY_BYTES: u64 = 256 * 1024 * 1024;
 
-/// The deadline that is due first, and which error type it means.
-fn next_deadline(m: &Measurement, t: &Timeouts, last_byte: Instant) -> (Instant, ErrorType) {
+/// The largest non-streamed answer read (bytes, after decompression), kept whole to be parsed;
+/// past it the probe fails as `malformed`. The same bound as one SSE line or event.
+pub const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
+
+/// The deadline that is due first, and which error type it means. `last_byte`: the instant of
+/// the last body bytes read, `None` before any (the head's wait included).
+///
+/// A stream: `first_token` from `t0` until the first token-bearing event (the head's wait
+/// included, ruling 9), then `idle` from the last bytes; `total` throughout. Without streaming
+/// there is no first token, and the head comes only when the whole answer is ready: `total`
+/// alone bounds the wait for the head and the first body bytes, then `idle` from the last bytes.
+fn next_deadline(
+    m: &Measurement,
+    t: &Timeouts,
+    last_byte: Option<Instant>,
+    stream: bool,
+) -> (Instant, ErrorType) {
     // Durations are validated to at most a day, but never panic on an overflow here either.
     let after = |i: Instant, d: Duration| {
         i.checked_add(d)
             .unwrap_or(i + Duration::from_secs(86_400 * 365))
     };
     let total = (after(m.t0(), t.total), ErrorType::TimeoutTotal);
-    let other = if m.first_token_seen() {
-        (after(last_byte, t.idle), ErrorType::TimeoutIdle)
-    } else {
-        (after(m.t0(), t.first_token), ErrorType::TimeoutFirstToken)
+    let idle = |b: Instant| (after(b, t.idle), ErrorType::TimeoutIdle);
+    let other = match (stream, last_byte) {
+        (true, Some(b)) if m.first_token_seen() => idle(b),
+        (true, _) => (after(m.t0(), t.first_token), ErrorType::TimeoutFirstToken),
+        (false, Some(b)) => idle(b),
+        (false, None) => total,
     };
     // On a tie the type listed first in docs/measurement.md wins (first_token/idle before total).
     if other.0 <= total.0 { other } else { total }
@@ -64,7 +82,7 @@ pub(super) async fn run_request(
     proxy: Option<&str>,
 ) -> ProbeResult {
     let t = &spec.timeouts;
-    let (deadline, kind) = next_deadline(&m, t, m.t0());
+    let (deadline, kind) = next_deadline(&m, t, None, spec.stream);
     // The deadline passed before the head (or the head came after it: timer and socket raced).
     let head_late = |mut m: Measurement| {
         let detail = format!("{} waiting for the response head", deadline_detail(kind, t));
@@ -130,12 +148,15 @@ pub(super) async fn run_request(
         m.flag(Flag::CompressedStream);
     }
     let api = spec.target.api;
+    if !spec.stream {
+        return read_answer(resp, inflater, spec, m, t_headers).await;
+    }
     let mut resp = resp;
     let mut dec = SseDecoder::new();
     let mut last_byte = t_headers;
     let mut body = BodyStart::default();
     loop {
-        let (deadline, kind) = next_deadline(&m, t, last_byte);
+        let (deadline, kind) = next_deadline(&m, t, Some(last_byte), true);
         match timeout_at(deadline.into(), resp.chunk()).await {
             Err(_) => {
                 m.fail(kind, deadline, deadline_detail(kind, t));
@@ -212,14 +233,108 @@ pub(super) async fn run_request(
     m.finish()
 }
 
+/// Reads a whole non-streamed answer to its end (bounded by [`MAX_ANSWER_BYTES`] and the
+/// deadlines), then judges it once: an empty body, an HTML page or a body that is not JSON by
+/// [`judge_non_answer`], the rest by the protocol's [`Api::interpret_answer`]. `t_end` is the
+/// instant the read that completed the body returned.
+async fn read_answer(
+    mut resp: reqwest::Response,
+    mut inflater: Inflater,
+    spec: &ProbeSpec,
+    mut m: Measurement,
+    t_headers: Instant,
+) -> ProbeResult {
+    let t = &spec.timeouts;
+    let mut body: Vec<u8> = Vec::new();
+    let mut last_byte: Option<Instant> = None;
+    let failed = |mut m: Measurement, kind, at, detail: String| {
+        m.fail(kind, at, detail);
+        m.finish()
+    };
+    let t_end = loop {
+        let (deadline, kind) = next_deadline(&m, t, last_byte, false);
+        match timeout_at(deadline.into(), resp.chunk()).await {
+            Err(_) => return failed(m, kind, deadline, deadline_detail(kind, t)),
+            Ok(Ok(Some(bytes))) => {
+                let now = Instant::now();
+                if now > deadline {
+                    return failed(m, kind, deadline, deadline_detail(kind, t));
+                }
+                last_byte = Some(now);
+                match inflater.feed(&bytes) {
+                    Ok(p) => body.extend_from_slice(&p),
+                    Err(e) => {
+                        let d = format!("cannot decompress the body: {e}");
+                        return failed(m, ErrorType::Malformed, now, d);
+                    }
+                }
+                if body.len() > MAX_ANSWER_BYTES {
+                    let d = format!("the answer passed the cap of {MAX_ANSWER_BYTES} bytes");
+                    return failed(m, ErrorType::Malformed, now, d);
+                }
+            }
+            Ok(Ok(None)) => {
+                let now = Instant::now();
+                match inflater.finish() {
+                    Ok(rest) => body.extend_from_slice(&rest),
+                    Err(e) => {
+                        let d = format!("cannot decompress the body: {e}");
+                        return failed(m, ErrorType::Malformed, now, d);
+                    }
+                }
+                break last_byte.unwrap_or(now).max(t_headers);
+            }
+            Ok(Err(e)) => {
+                let now = Instant::now();
+                let kind = if body.is_empty() {
+                    ErrorType::EmptyResponse
+                } else {
+                    ErrorType::Truncated
+                };
+                let d = format!("the answer broke off: {}", error_chain(&e));
+                return failed(m, kind, now, d);
+            }
+        }
+    };
+    m.eof(t_end);
+    if body.len() > MAX_ANSWER_BYTES {
+        let d = format!("the answer passed the cap of {MAX_ANSWER_BYTES} bytes");
+        return failed(m, ErrorType::Malformed, t_end, d);
+    }
+    let text = String::from_utf8_lossy(&body);
+    if let Some((kind, detail)) = judge_non_answer(&text) {
+        return failed(m, kind, t_end, detail);
+    }
+    match spec.target.api.interpret_answer(&text) {
+        Ok(meaning) => m.answer(t_end, meaning),
+        Err(e) => {
+            let d = format!("HTTP 2xx with a body that is not an answer: {}", e.reason);
+            return failed(m, ErrorType::Malformed, t_end, d);
+        }
+    }
+    if let Some(exp) = &spec.prompt.expect {
+        m.validate(|text, n| check_expect(exp, text, n));
+    }
+    m.finish()
+}
+
 /// The content check: why the answer fails it, if it does.
-pub fn check_expect(exp: &Expect, text: &str, n: u64) -> Option<String> {
-    if let Some(min) = exp.min_output_tokens
-        && n < min
-    {
-        return Some(format!(
-            "content check: {n} output tokens, expected at least {min}"
-        ));
+/// `n`: N, `None` when unknown (a whole answer without usage), which cannot meet a minimum.
+pub fn check_expect(exp: &Expect, text: &str, n: Option<u64>) -> Option<String> {
+    if let Some(min) = exp.min_output_tokens {
+        match n {
+            Some(n) if n < min => {
+                return Some(format!(
+                    "content check: {n} output tokens, expected at least {min}"
+                ));
+            }
+            None => {
+                return Some(format!(
+                    "content check: the answer carried no usage, so its output tokens are unknown; expected at least {min}"
+                ));
+            }
+            Some(_) => {}
+        }
     }
     if let Some(re) = &exp.regex
         && !re.is_match(text)
@@ -325,7 +440,7 @@ async fn read_error_body(
     proxy: Option<&str>,
 ) -> ProbeResult {
     let mut body = Vec::new();
-    let (deadline, deadline_kind) = next_deadline(&m, &spec.timeouts, m.t0());
+    let (deadline, deadline_kind) = next_deadline(&m, &spec.timeouts, None, spec.stream);
     let mut end = Instant::now();
     let mut stalled = false;
     while body.len() < MAX_ERROR_BODY {
@@ -475,7 +590,7 @@ mod tests {
             idle: Duration::from_secs(5),
             total: Duration::from_secs(10),
         };
-        let (d, k) = next_deadline(&m, &t, t0);
+        let (d, k) = next_deadline(&m, &t, Some(t0), true);
         assert_eq!(
             (d, k),
             (t0 + Duration::from_secs(10), ErrorType::TimeoutFirstToken)
@@ -484,7 +599,38 @@ mod tests {
             total: Duration::from_secs(3),
             ..t
         };
-        assert_eq!(next_deadline(&m, &t2, t0).1, ErrorType::TimeoutTotal);
+        assert_eq!(
+            next_deadline(&m, &t2, Some(t0), true).1,
+            ErrorType::TimeoutTotal
+        );
+    }
+
+    #[test]
+    fn without_streaming_first_token_never_fires() {
+        // No first token exists: the head and the first body bytes wait for `total` alone, then
+        // `idle` counts from the last body bytes.
+        let t0 = Instant::now();
+        let m = Measurement::new(t0);
+        let t = Timeouts {
+            connect: Duration::from_secs(1),
+            first_token: Duration::from_secs(2),
+            idle: Duration::from_secs(5),
+            total: Duration::from_secs(60),
+        };
+        assert_eq!(
+            next_deadline(&m, &t, None, false),
+            (t0 + Duration::from_secs(60), ErrorType::TimeoutTotal)
+        );
+        let b = t0 + Duration::from_secs(40);
+        assert_eq!(
+            next_deadline(&m, &t, Some(b), false),
+            (b + Duration::from_secs(5), ErrorType::TimeoutIdle)
+        );
+        let late = t0 + Duration::from_secs(58);
+        assert_eq!(
+            next_deadline(&m, &t, Some(late), false),
+            (t0 + Duration::from_secs(60), ErrorType::TimeoutTotal)
+        );
     }
 
     #[test]

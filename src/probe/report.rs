@@ -12,9 +12,12 @@ use std::fmt::Write as _;
 /// values are `null`. `chunk_gaps_s` holds at most the first `measure::MAX_CHUNK_GAPS` gaps;
 /// `chunk_gaps_dropped` counts the rest.
 /// For a failed probe, `e2e_s` is the duration to the failure instant (docs/measurement.md), and the
-/// token counts are `null`: N is defined for successful probes only.
+/// token counts are `null`: N is defined for successful probes only. A non-streamed answer has
+/// `null` TTFT, TTFO, TPOT and decode rate, and `output_tokens` `null` with `token_source`
+/// `unknown` when it carried no usage.
 pub fn to_json(r: &ProbeResult) -> Value {
     let ok = r.success();
+    let known = ok && r.token_source != crate::measure::TokenSource::Unknown;
     json!({
         "outcome": if r.success() { "success" } else { "error" },
         "error_type": r.error_type.map(|e| e.as_str()),
@@ -22,7 +25,7 @@ pub fn to_json(r: &ProbeResult) -> Value {
         "ttft_s": r.ttft_s,
         "ttfo_s": r.ttfo_s,
         "e2e_s": r.e2e_s.or(r.failure_s),
-        "output_tokens": ok.then_some(r.output_tokens),
+        "output_tokens": known.then_some(r.output_tokens),
         "token_source": ok.then_some(r.token_source),
         "input_tokens": if ok { r.input_tokens } else { None },
         "tpot_s": r.tpot_s,
@@ -69,6 +72,56 @@ pub struct ReportContext {
     pub proxy: Option<String>,
 }
 
+/// The counts of a successful probe: N (and where it came from, and what was asked), input
+/// tokens, TPOT (streaming only).
+fn output_lines(s: &mut String, r: &ProbeResult) {
+    let requested = r
+        .requested_output_tokens
+        .map_or_else(String::new, |n| format!(", {n} requested (exact_output)"));
+    let source = match r.token_source {
+        crate::measure::TokenSource::Usage => "usage",
+        crate::measure::TokenSource::Events => "event count",
+        crate::measure::TokenSource::Unknown => {
+            let _ = writeln!(
+                s,
+                "output     unknown (the answer carried no usage){requested}"
+            );
+            ""
+        }
+    };
+    if r.token_source != crate::measure::TokenSource::Unknown {
+        let events = if r.stream {
+            format!(", {} token events", r.token_events)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            s,
+            "output     {} tokens (from {source}){requested}{events}",
+            r.output_tokens
+        );
+    }
+    if let Some(i) = r.input_tokens {
+        let _ = writeln!(s, "input      {i} tokens");
+    }
+    match (r.tpot_s, r.decode_tokens_per_s) {
+        _ if !r.stream => {}
+        (Some(t), Some(d)) => {
+            let _ = writeln!(
+                s,
+                "TPOT       {:.2} ms/token ({d:.1} tokens/s decode)",
+                t * 1000.0
+            );
+        }
+        _ => {
+            let _ = writeln!(
+                s,
+                "TPOT       not measurable (fewer than 2 tokens, or a burst)"
+            );
+        }
+    }
+}
+
 /// A short human report: outcome, then a phase timeline like curl's `-w` timings, then counts.
 /// A failure says why: HTTP status, the server's message, which deadline, the proxy in use.
 pub fn to_text(r: &ProbeResult, ctx: &ReportContext) -> String {
@@ -80,6 +133,9 @@ pub fn to_text(r: &ProbeResult, ctx: &ReportContext) -> String {
         "proxy      {}",
         ctx.proxy.as_deref().unwrap_or("none (direct)")
     );
+    if !r.stream {
+        s.push_str("mode       non-streaming (the whole answer at once: no TTFT, TPOT or gaps)\n");
+    }
     match r.error_type {
         None => {
             let _ = writeln!(
@@ -141,7 +197,11 @@ pub fn to_text(r: &ProbeResult, ctx: &ReportContext) -> String {
         ("last token  ", r.last_token_s),
     ];
     if r.success() {
-        for (name, v) in rows {
+        // Without streaming there are no per-token instants to show.
+        for (name, v) in rows
+            .into_iter()
+            .filter(|(n, _)| r.stream || n.starts_with("headers"))
+        {
             let _ = writeln!(s, "  {name}  {}", ms(v));
         }
         let _ = writeln!(s, "  end           {}", ms(r.e2e_s));
@@ -154,34 +214,7 @@ pub fn to_text(r: &ProbeResult, ctx: &ReportContext) -> String {
     }
     s.push('\n');
     if r.success() {
-        let _ = writeln!(
-            s,
-            "output     {} tokens (from {}), {} token events",
-            r.output_tokens,
-            match r.token_source {
-                crate::measure::TokenSource::Usage => "usage",
-                crate::measure::TokenSource::Events => "event count",
-            },
-            r.token_events
-        );
-        if let Some(i) = r.input_tokens {
-            let _ = writeln!(s, "input      {i} tokens");
-        }
-        match (r.tpot_s, r.decode_tokens_per_s) {
-            (Some(t), Some(d)) => {
-                let _ = writeln!(
-                    s,
-                    "TPOT       {:.2} ms/token ({d:.1} tokens/s decode)",
-                    t * 1000.0
-                );
-            }
-            _ => {
-                let _ = writeln!(
-                    s,
-                    "TPOT       not measurable (fewer than 2 tokens, or a burst)"
-                );
-            }
-        }
+        output_lines(&mut s, r);
     } else if r.token_events > 0 {
         // N is defined for successful probes only (as in the JSON report); say what arrived.
         let _ = writeln!(
@@ -258,6 +291,58 @@ mod tests {
         assert!((v["e2e_s"].as_f64().unwrap() - 0.08).abs() < 1e-9);
         assert!(v["ttft_s"].is_null());
         assert!(v["output_tokens"].is_null() && v["token_source"].is_null());
+    }
+
+    #[test]
+    fn a_whole_answer_shows_no_per_token_numbers() {
+        let t0 = Instant::now();
+        let whole = |usage: Option<u64>| {
+            let mut m = Measurement::new(t0);
+            m.non_stream();
+            m.headers(t0 + Duration::from_millis(400), 200);
+            m.answer(
+                t0 + Duration::from_millis(401),
+                crate::protocol::EventMeaning {
+                    token: true,
+                    output: true,
+                    text: "Hi".into(),
+                    usage_output: usage,
+                    usage_input: Some(5),
+                    ..Default::default()
+                },
+            );
+            let mut r = m.finish();
+            r.requested_output_tokens = Some(64);
+            r
+        };
+        let r = whole(Some(64));
+        let v = to_json(&r);
+        assert_eq!(
+            (v["output_tokens"].as_u64(), v["token_source"].as_str()),
+            (Some(64), Some("usage"))
+        );
+        assert!(
+            v["ttft_s"].is_null() && v["tpot_s"].is_null() && v["decode_tokens_per_s"].is_null()
+        );
+        let text = to_text(&r, &ReportContext::default());
+        assert!(text.contains("mode       non-streaming"), "{text}");
+        assert!(
+            text.contains("output     64 tokens (from usage), 64 requested (exact_output)\n"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("first token") && !text.contains("\nTPOT "),
+            "{text}"
+        );
+        // Without usage N is unknown: null, not 0 or 1.
+        let r = whole(None);
+        let v = to_json(&r);
+        assert!(v["output_tokens"].is_null(), "{v}");
+        assert_eq!(v["token_source"], "unknown");
+        assert!(
+            to_text(&r, &ReportContext::default())
+                .contains("output     unknown (the answer carried no usage)")
+        );
     }
 
     #[test]

@@ -43,12 +43,19 @@ pub(super) fn build(
         messages: &messages,
         max_tokens: spec.max_tokens,
         include_usage: target.include_usage,
+        stream: spec.stream,
+        exact_output: target.exact_output,
         extra_body: Some(&target.extra_body),
     });
+    let accept = if spec.stream {
+        "text/event-stream"
+    } else {
+        "application/json"
+    };
     let mut req = client
         .post(url)
         .header("content-type", "application/json")
-        .header("accept", "text/event-stream")
+        .header("accept", accept)
         .header("accept-encoding", "identity");
     if let Some(k) = key {
         req = match target.auth {

@@ -64,6 +64,37 @@ pub(super) fn messages(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
     Ok(m)
 }
 
+/// A whole Messages answer (`"stream": false`): `content[]` blocks `text` (visible), `thinking`
+/// and `tool_use` (output in other channels), `stop_reason`, `usage`.
+pub(super) fn answer(v: &Value) -> Result<EventMeaning, Malformed> {
+    let Some(Value::Array(blocks)) = v.get("content") else {
+        return Err(Malformed::new(
+            "JSON without a `content` array: not a Messages answer",
+        ));
+    };
+    let mut m = EventMeaning::default();
+    for b in blocks {
+        match b.get("type").and_then(Value::as_str) {
+            Some("text") => {
+                if let Some(t) = non_empty_str(b, "text") {
+                    m.token = true;
+                    m.output = true;
+                    m.text.push_str(t);
+                }
+            }
+            Some("thinking") => m.token |= non_empty_str(b, "thinking").is_some(),
+            Some("tool_use") => m.token |= non_empty_str(b, "name").is_some(),
+            _ => {}
+        }
+    }
+    if let Some(u) = v.get("usage") {
+        m.usage_output = u.get("output_tokens").and_then(Value::as_u64);
+        m.usage_input = u.get("input_tokens").and_then(Value::as_u64);
+    }
+    m.finish = v.get("stop_reason").is_some_and(Value::is_string);
+    Ok(m)
+}
+
 /// Request body: system messages go to the top-level `system` field; `max_tokens` is required.
 pub(super) fn body(req: &BodyParams<'_>) -> Value {
     let system: Vec<&str> = req
@@ -77,7 +108,10 @@ pub(super) fn body(req: &BodyParams<'_>) -> Value {
     body.insert("model".into(), json!(req.model));
     body.insert("messages".into(), json!(msgs));
     body.insert("max_tokens".into(), json!(req.max_tokens.unwrap_or(256)));
-    body.insert("stream".into(), Value::Bool(true));
+    body.insert("stream".into(), Value::Bool(req.stream));
+    if let Some((k, v)) = req.exact_output.field(req.max_tokens) {
+        body.insert(k.into(), v);
+    }
     if !system.is_empty() {
         body.insert("system".into(), json!(system.join("\n")));
     }
@@ -171,6 +205,8 @@ mod tests {
             messages: &msgs,
             max_tokens: None,
             include_usage: true,
+            stream: true,
+            exact_output: crate::protocol::ExactOutput::None,
             extra_body: None,
         });
         assert_eq!(b["system"], json!("be brief"));

@@ -4,8 +4,12 @@
 //! it carries visible answer text, usage, a finish reason, the terminal marker or an in-stream
 //! error. The rules are docs/measurement.md's "Token-bearing events" and "In-stream errors"; the shapes
 //! are those of the providers' API references (OpenAI Chat Completions, Completions and Responses
-//! streaming; Anthropic Messages streaming). This module is pure: no I/O, no clocks.
+//! streaming; Anthropic Messages streaming). A whole non-streamed answer (`"stream": false`) is read
+//! by [`Api::interpret_answer`] into the same [`EventMeaning`], as if it were one event
+//! (docs/measurement.md, "Non-streaming requests"). This module is pure: no I/O, no clocks.
 
+#[cfg(test)]
+mod answer_tests;
 mod anthropic;
 mod openai;
 
@@ -76,7 +80,32 @@ impl Api {
         }
     }
 
-    /// Builds the JSON request body for a streaming request (docs/measurement.md, "Requests").
+    /// Reads a whole non-streamed answer (the body of a `"stream": false` request) as one event:
+    /// its output in every channel, visible text, finish reason, usage, llama.cpp's `timings`, or
+    /// the error object it is (ruling 3). `terminal` is always set: the body's end is the end.
+    ///
+    /// # Errors
+    /// [`Malformed`] when the body is not JSON, or is JSON without the protocol's answer
+    /// (`choices`, `output`, `content`) and without an error object.
+    pub fn interpret_answer(self, body: &str) -> Result<EventMeaning, Malformed> {
+        let v = json_object(body.trim_start_matches('\u{feff}'))?;
+        let mut m = match v.get("error") {
+            None | Some(Value::Null) => match self {
+                Api::OpenaiChat => openai::chat_answer(&v)?,
+                Api::OpenaiCompletions => openai::completions_answer(&v)?,
+                Api::OpenaiResponses => openai::responses_answer(&v)?,
+                Api::AnthropicMessages => anthropic::answer(&v)?,
+            },
+            Some(_) => EventMeaning {
+                error: Some(StreamError::from_json(&v)),
+                ..EventMeaning::default()
+            },
+        };
+        m.terminal = true;
+        Ok(m)
+    }
+
+    /// Builds the JSON request body (docs/measurement.md, "What requests look like").
     pub fn request_body(self, req: &BodyParams<'_>) -> Value {
         match self {
             Api::OpenaiChat => openai::chat_body(req),
@@ -112,10 +141,50 @@ pub struct BodyParams<'a> {
     pub messages: &'a [Message],
     /// Output cap, if any (`max_tokens`; Anthropic requires one, 256 is used when absent).
     pub max_tokens: Option<u32>,
-    /// Ask for usage in the stream (`stream_options.include_usage`, OpenAI chat and completions).
+    /// Ask for usage in the stream (`stream_options.include_usage`, OpenAI chat and completions;
+    /// never sent without streaming, where usage is part of the answer).
     pub include_usage: bool,
+    /// `"stream": true` (the default of every probe) or `false` (the whole answer at once).
+    pub stream: bool,
+    /// Ask the server not to stop before `max_tokens` (only when `max_tokens` is set).
+    pub exact_output: ExactOutput,
     /// Extra top-level body fields, merged last (e.g. `temperature`, `seed`).
     pub extra_body: Option<&'a serde_json::Map<String, Value>>,
+}
+
+/// How a request asks for exactly `max_tokens` output tokens (`exact_output:` of a target):
+/// servers stop early at an end-of-sequence token unless told not to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExactOutput {
+    /// Nothing is added: the server may stop early.
+    #[default]
+    None,
+    /// `"ignore_eos": true` (vLLM, SGLang, llama.cpp's server).
+    IgnoreEos,
+    /// `"min_tokens": <max_tokens>` (vLLM).
+    MinTokens,
+}
+
+impl ExactOutput {
+    /// The config spelling, e.g. `ignore_eos`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExactOutput::None => "none",
+            ExactOutput::IgnoreEos => "ignore_eos",
+            ExactOutput::MinTokens => "min_tokens",
+        }
+    }
+
+    /// The body field this asks with for `max_tokens` output tokens, if any.
+    pub fn field(self, max_tokens: Option<u32>) -> Option<(&'static str, Value)> {
+        let n = max_tokens?;
+        match self {
+            ExactOutput::None => None,
+            ExactOutput::IgnoreEos => Some(("ignore_eos", Value::Bool(true))),
+            ExactOutput::MinTokens => Some(("min_tokens", Value::from(n))),
+        }
+    }
 }
 
 /// What one event means to the measurement (docs/measurement.md, "Token-bearing events").

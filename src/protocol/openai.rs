@@ -192,13 +192,18 @@ fn merge_extra(mut body: Value, req: &BodyParams<'_>) -> Value {
     body
 }
 
-fn stream_fields(body: &mut Map<String, Value>, req: &BodyParams<'_>) {
-    body.insert("stream".into(), Value::Bool(true));
-    if req.include_usage {
+/// `stream` (with `stream_options` only when streaming), the output cap and the exact-output
+/// switch: what every OpenAI body asks the same way (`cap` is the protocol's name for the cap).
+fn stream_fields(body: &mut Map<String, Value>, req: &BodyParams<'_>, cap: &str, options: bool) {
+    body.insert("stream".into(), Value::Bool(req.stream));
+    if req.stream && options && req.include_usage {
         body.insert("stream_options".into(), json!({"include_usage": true}));
     }
     if let Some(n) = req.max_tokens {
-        body.insert("max_tokens".into(), json!(n));
+        body.insert(cap.into(), json!(n));
+    }
+    if let Some((k, v)) = req.exact_output.field(req.max_tokens) {
+        body.insert(k.into(), v);
     }
 }
 
@@ -206,7 +211,7 @@ pub(super) fn chat_body(req: &BodyParams<'_>) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), json!(req.model));
     body.insert("messages".into(), json!(req.messages));
-    stream_fields(&mut body, req);
+    stream_fields(&mut body, req, "max_tokens", true);
     merge_extra(Value::Object(body), req)
 }
 
@@ -215,7 +220,7 @@ pub(super) fn completions_body(req: &BodyParams<'_>) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), json!(req.model));
     body.insert("prompt".into(), json!(prompt.join("\n")));
-    stream_fields(&mut body, req);
+    stream_fields(&mut body, req, "max_tokens", true);
     merge_extra(Value::Object(body), req)
 }
 
@@ -223,11 +228,140 @@ pub(super) fn responses_body(req: &BodyParams<'_>) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), json!(req.model));
     body.insert("input".into(), json!(req.messages));
-    body.insert("stream".into(), Value::Bool(true));
-    if let Some(n) = req.max_tokens {
-        body.insert("max_output_tokens".into(), json!(n));
-    }
+    stream_fields(&mut body, req, "max_output_tokens", false);
     merge_extra(Value::Object(body), req)
+}
+
+// -- whole answers (`"stream": false`) ------------------------------------------------------
+
+/// `choices` of a whole answer: a non-empty array, or it is not an answer.
+fn answer_choices(v: &Value) -> Result<&[Value], Malformed> {
+    match v.get("choices") {
+        Some(Value::Array(a)) if !a.is_empty() => Ok(a),
+        Some(Value::Array(_)) => Err(Malformed::new("the answer has no choices")),
+        Some(_) => Err(Malformed::new("`choices` is not an array")),
+        None => Err(Malformed::new(
+            "JSON without `choices`: not a chat or completions answer",
+        )),
+    }
+}
+
+/// Usage and llama.cpp's `timings`, which chat and completions answers carry alike.
+fn answer_common(v: &Value) -> EventMeaning {
+    let mut m = EventMeaning::default();
+    (m.usage_output, m.usage_input) = usage_at(v, "completion_tokens", "prompt_tokens");
+    m.server_timings = v.get("timings").and_then(ServerTimings::from_json);
+    m
+}
+
+/// A whole Chat Completions answer: `choices[*].message` with `content`, `refusal`,
+/// `reasoning_content`/`reasoning` and `tool_calls`, as the streaming deltas have them.
+pub(super) fn chat_answer(v: &Value) -> Result<EventMeaning, Malformed> {
+    let mut m = answer_common(v);
+    for choice in answer_choices(v)? {
+        let Some(msg) = choice.get("message").filter(|d| d.is_object()) else {
+            return Err(Malformed::new("a choice without a `message` object"));
+        };
+        for key in ["content", "refusal"] {
+            if let Some(s) = non_empty_str(msg, key) {
+                m.token = true;
+                m.output = true;
+                m.text.push_str(s);
+            }
+        }
+        if ["reasoning_content", "reasoning"]
+            .iter()
+            .any(|k| non_empty_str(msg, k).is_some())
+        {
+            m.token = true;
+        }
+        if let Some(Value::Array(calls)) = msg.get("tool_calls") {
+            m.token |= calls.iter().any(|c| {
+                c.get("function").is_some_and(|f| {
+                    non_empty_str(f, "name").is_some() || non_empty_str(f, "arguments").is_some()
+                })
+            });
+        }
+        m.finish |= choice.get("finish_reason").is_some_and(Value::is_string);
+    }
+    Ok(m)
+}
+
+/// A whole legacy Completions answer: `choices[*].text`.
+pub(super) fn completions_answer(v: &Value) -> Result<EventMeaning, Malformed> {
+    let mut m = answer_common(v);
+    for choice in answer_choices(v)? {
+        match choice.get("text") {
+            Some(Value::String(s)) => {
+                if !s.is_empty() {
+                    m.token = true;
+                    m.output = true;
+                    m.text.push_str(s);
+                }
+            }
+            _ => return Err(Malformed::new("a choice without a `text` string")),
+        }
+        m.finish |= choice.get("finish_reason").is_some_and(Value::is_string);
+    }
+    Ok(m)
+}
+
+/// A whole Responses answer (a `response` object): `output[]` items of type `message`
+/// (`content[]` parts `output_text` and `refusal`), `reasoning` (`content[]`/`summary[]` text) and
+/// `function_call` (`arguments`); `status` `completed` or `incomplete` is a proper end, `failed`
+/// (with its `error`) an error object.
+pub(super) fn responses_answer(v: &Value) -> Result<EventMeaning, Malformed> {
+    let mut m = EventMeaning::default();
+    let status = v.get("status").and_then(Value::as_str);
+    if status == Some("failed") {
+        // A failed response without an `error` object (with one, it was read as an error object).
+        m.error = Some(StreamError::default());
+        return Ok(m);
+    }
+    let Some(Value::Array(items)) = v.get("output") else {
+        return Err(Malformed::new(
+            "JSON without an `output` array: not a Responses answer",
+        ));
+    };
+    (m.usage_output, m.usage_input) = usage_at(v, "output_tokens", "input_tokens");
+    m.finish = matches!(status, Some("completed" | "incomplete"));
+    fn parts<'a>(item: &'a Value, key: &str) -> &'a [Value] {
+        match item.get(key) {
+            Some(Value::Array(a)) => a,
+            _ => &[],
+        }
+    }
+    for item in items {
+        match item.get("type").and_then(Value::as_str) {
+            Some("message") => {
+                for part in parts(item, "content") {
+                    let text = match part.get("type").and_then(Value::as_str) {
+                        Some("output_text") => non_empty_str(part, "text"),
+                        Some("refusal") => non_empty_str(part, "refusal"),
+                        _ => None,
+                    };
+                    if let Some(t) = text {
+                        m.token = true;
+                        m.output = true;
+                        m.text.push_str(t);
+                    }
+                }
+            }
+            Some("reasoning") => {
+                let any = ["content", "summary"]
+                    .iter()
+                    .flat_map(|k| parts(item, k))
+                    .any(|p| non_empty_str(p, "text").is_some());
+                m.token |= any;
+            }
+            Some("function_call") => {
+                m.token |= non_empty_str(item, "arguments").is_some()
+                    || non_empty_str(item, "name").is_some();
+            }
+            _ => {}
+        }
+    }
+    Ok(m)
 }
 
 #[cfg(test)]
@@ -357,6 +491,8 @@ mod tests {
             messages: &msgs,
             max_tokens: Some(8),
             include_usage: true,
+            stream: true,
+            exact_output: crate::protocol::ExactOutput::None,
             extra_body: Some(&extra),
         };
         let b = Api::OpenaiChat.request_body(&req);
