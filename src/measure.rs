@@ -102,6 +102,13 @@ pub struct ProbeResult {
     /// The exporter itself could not make the request (it is out of file descriptors): not the
     /// target's failure (set by the prober, which sees the typed error).
     pub exporter_fault: bool,
+    /// The input length the workload asked for (set by the prober; docs/measurement.md, "Input
+    /// and output lengths").
+    pub requested_input_tokens: Option<u64>,
+    /// The output length the workload asked for (set by the prober).
+    pub requested_output_tokens: Option<u64>,
+    /// The conversation turn, from 1 (set by the prober; `None` outside conversations).
+    pub turn: Option<u32>,
 }
 
 impl ProbeResult {
@@ -378,6 +385,9 @@ impl Measurement {
             text: self.text,
             phases: None,
             exporter_fault: false,
+            requested_input_tokens: None,
+            requested_output_tokens: None,
+            turn: None,
         };
         if let Some(f) = self.failure {
             r.error_type = Some(f.kind);

@@ -87,6 +87,17 @@ pub struct ProbeArgs {
     /// Prepend a random nonce to the prompt so a prompt cache cannot hide prefill time.
     #[arg(long)]
     pub nonce: bool,
+    /// Send filler text of this many input tokens (as the server counts them, chat template
+    /// included; calibrated first) instead of --prompt.
+    #[arg(long, conflicts_with_all = ["config_file", "dataset"], value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::workload::MAX_TOKENS)))]
+    pub input_tokens: Option<u32>,
+    /// Output length asked for (the output cap; overrides --max-tokens).
+    #[arg(long, conflicts_with = "config_file", value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::workload::MAX_TOKENS)))]
+    pub output_tokens: Option<u32>,
+    /// Send a conversation of this dataset (ShareGPT JSON, or JSONL of message lists when the
+    /// name ends in .jsonl), chosen at random, instead of --prompt.
+    #[arg(long, conflicts_with = "config_file")]
+    pub dataset: Option<PathBuf>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
@@ -167,6 +178,9 @@ pub fn spec_from_args(a: &ProbeArgs) -> Result<ProbeSpec> {
         prompt: a.prompt.clone(),
         max_tokens: a.max_tokens,
         nonce: a.nonce,
+        input_tokens: a.input_tokens,
+        output_tokens: a.output_tokens,
+        dataset: a.dataset.clone(),
         timeouts: [
             a.timeout_connect,
             a.timeout_first_token,
@@ -333,7 +347,9 @@ mod tests {
             crate::config::ProxySetting::Disabled
         ));
         assert_eq!(s.target.auth, AuthStyle::Bearer);
-        assert_eq!(s.prompt.messages.len(), 1);
+        assert!(
+            matches!(&s.prompt.workload, crate::workload::Workload::Messages(m) if m.len() == 1)
+        );
     }
 
     #[test]

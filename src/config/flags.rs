@@ -3,9 +3,12 @@
 //! give and go through [`super::validate`], and the files they name through the same checks as
 //! [`Config::load`]'s. A problem names the flag it came from instead of a key path.
 
-use super::raw::{RawConfig, RawPrompt, RawTarget, RawTimeouts, S};
+use super::raw::{
+    RawConfig, RawDataset, RawLength, RawPrompt, RawSynthetic, RawTarget, RawTimeouts, S,
+};
 use super::types::{AuthStyle, Config, ConfigError, ConnectionMode, Issue};
 use crate::protocol::{Api, Message};
+use crate::workload::{DatasetFormat, Order};
 use serde_saphyr::{Location, Spanned};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -44,6 +47,13 @@ pub struct FlagTarget {
     pub max_tokens: u32,
     /// `--nonce`.
     pub nonce: bool,
+    /// `--input-tokens`: a synthetic prompt of this many input tokens instead of `--prompt`.
+    pub input_tokens: Option<u32>,
+    /// `--output-tokens`: the synthetic prompt's output length (else `--max-tokens`).
+    pub output_tokens: Option<u32>,
+    /// `--dataset`: a conversation of this file (ShareGPT JSON; JSONL when it ends in `.jsonl`)
+    /// instead of `--prompt`.
+    pub dataset: Option<PathBuf>,
     /// `--timeout-connect`, `--timeout-first-token`, `--timeout-idle`, `--timeout-total`.
     pub timeouts: [Option<Duration>; 4],
 }
@@ -75,6 +85,11 @@ fn flag_of(path: &str) -> &'static str {
         "auth" => "--auth",
         "max_tokens" => "--max-tokens",
         "messages" => "--prompt",
+        "synthetic" => match path.rsplit('.').next() {
+            Some("output_tokens") => "--output-tokens",
+            _ => "--input-tokens",
+        },
+        "dataset" => "--dataset",
         "timeouts" => match path.rsplit('.').next() {
             Some("connect") => "--timeout-connect",
             Some("first_token") => "--timeout-first-token",
@@ -86,22 +101,58 @@ fn flag_of(path: &str) -> &'static str {
 }
 
 impl FlagTarget {
+    /// The one prompt: `--input-tokens` (synthetic), `--dataset`, or `--prompt`.
+    fn raw_prompt(&self) -> RawPrompt {
+        let cap = self.output_tokens.unwrap_or(self.max_tokens);
+        let mut p = RawPrompt {
+            name: at(NAME.to_owned()),
+            messages: Vec::new(),
+            max_tokens: None,
+            nonce: self.nonce,
+            expect: None,
+            synthetic: None,
+            dataset: None,
+            conversation: None,
+        };
+        if let Some(n) = self.input_tokens {
+            p.synthetic = Some(at(RawSynthetic {
+                input_tokens: Some(at(RawLength::Fixed(u64::from(n)))),
+                output_tokens: Some(at(RawLength::Fixed(u64::from(cap)))),
+                shared_prefix_tokens: None,
+                seed: None,
+            }));
+        } else if let Some(f) = &self.dataset {
+            let jsonl = f
+                .extension()
+                .is_some_and(|e| e.eq_ignore_ascii_case("jsonl"));
+            p.dataset = Some(at(RawDataset {
+                file: at(f.display().to_string()),
+                format: if jsonl {
+                    DatasetFormat::Jsonl
+                } else {
+                    DatasetFormat::Sharegpt
+                },
+                order: Order::Random,
+                seed: None,
+            }));
+            p.max_tokens = Some(cap);
+        } else {
+            p.messages = vec![Message {
+                role: "user".into(),
+                content: self.prompt.clone(),
+            }];
+            p.max_tokens = Some(cap);
+        }
+        p
+    }
+
     /// The raw config a file with this target, model and prompt would give.
     fn raw(&self) -> RawConfig {
         let secs = |d: Option<Duration>| d.map(|d| at(humantime::format_duration(d).to_string()));
         let [connect, first_token, idle, total] = self.timeouts;
         RawConfig {
             defaults: None,
-            prompts: vec![RawPrompt {
-                name: at(NAME.to_owned()),
-                messages: vec![Message {
-                    role: "user".into(),
-                    content: self.prompt.clone(),
-                }],
-                max_tokens: Some(self.max_tokens),
-                nonce: self.nonce,
-                expect: None,
-            }],
+            prompts: vec![self.raw_prompt()],
             targets: vec![RawTarget {
                 name: at(NAME.to_owned()),
                 base_url: at(self.base_url.clone()),
@@ -205,6 +256,9 @@ mod tests {
             prompt: "hi".into(),
             max_tokens: 8,
             nonce: false,
+            input_tokens: None,
+            output_tokens: None,
+            dataset: None,
             timeouts: [None; 4],
         }
     }

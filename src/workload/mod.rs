@@ -52,8 +52,9 @@ pub struct Synthetic {
     pub output_tokens: Length,
     /// The first this many tokens of filler are the same in every request.
     pub shared_prefix_tokens: u32,
-    /// The seed of lengths and filler; every request's draw is fixed by it and its number.
-    pub seed: u64,
+    /// The seed of lengths and filler; every request's draw is fixed by it and its number
+    /// (`None`: a fresh seed per run, see [`Workload::with_seeds`]).
+    pub seed: Option<u64>,
 }
 
 /// Order of a dataset's conversations.
@@ -76,8 +77,8 @@ pub struct Dataset {
     pub format: DatasetFormat,
     /// Which entry a request sends.
     pub order: Order,
-    /// The seed of a random order.
-    pub seed: u64,
+    /// The seed of a random order (`None`: a fresh seed per run).
+    pub seed: Option<u64>,
     /// The conversations, once read.
     pub entries: Arc<OnceLock<Vec<Vec<Message>>>>,
 }
@@ -93,20 +94,15 @@ pub struct Conversation {
     pub user_tokens: Length,
     /// Output cap of each turn.
     pub output_tokens: Length,
-    /// The seed of lengths and filler.
-    pub seed: u64,
+    /// The seed of lengths and filler (`None`: a fresh seed per run).
+    pub seed: Option<u64>,
 }
 
 /// What a prompt sends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Workload {
-    /// The configured messages.
-    Messages {
-        /// The conversation.
-        messages: Vec<Message>,
-        /// Output cap.
-        max_tokens: Option<u32>,
-    },
+    /// The configured messages (the prompt's `max_tokens` is their output cap).
+    Messages(Vec<Message>),
     /// Filler of requested lengths.
     Synthetic(Synthetic),
     /// Conversations from a file.
@@ -119,11 +115,25 @@ impl Workload {
     /// The config's name of the kind: `messages`, `synthetic`, `dataset`, `conversation`.
     pub fn kind(&self) -> &'static str {
         match self {
-            Workload::Messages { .. } => "messages",
+            Workload::Messages(_) => "messages",
             Workload::Synthetic(_) => "synthetic",
             Workload::Dataset(_) => "dataset",
             Workload::Conversation(_) => "conversation",
         }
+    }
+
+    /// This workload with every unset seed set to `fresh` (what a run draws from: a config
+    /// without `seed` gets other filler in every run, yet compares equal across reloads).
+    #[must_use]
+    pub fn with_seeds(&self, fresh: u64) -> Workload {
+        let mut w = self.clone();
+        match &mut w {
+            Workload::Messages(_) => {}
+            Workload::Synthetic(s) => s.seed = Some(s.seed.unwrap_or(fresh)),
+            Workload::Dataset(d) => d.seed = Some(d.seed.unwrap_or(fresh)),
+            Workload::Conversation(c) => c.seed = Some(c.seed.unwrap_or(fresh)),
+        }
+        w
     }
 
     /// True when the content is built to a token length, so a [`TokenModel`] of the server is
@@ -136,12 +146,9 @@ impl Workload {
     /// `seq`; use [`Turns`] for the others). An unread dataset gives no messages.
     pub fn draw(&self, seq: u64, tokens: &TokenModel) -> RequestContent {
         match self {
-            Workload::Messages {
-                messages,
-                max_tokens,
-            } => RequestContent {
+            Workload::Messages(messages) => RequestContent {
                 messages: messages.clone(),
-                max_tokens: *max_tokens,
+                max_tokens: None,
                 requested_input_tokens: None,
                 requested_output_tokens: None,
                 turn: None,
@@ -162,7 +169,8 @@ fn user(content: String) -> Message {
 
 impl Synthetic {
     fn draw(&self, seq: u64, tokens: &TokenModel) -> RequestContent {
-        let mut rng = Rng::for_request(self.seed, seq);
+        let seed = self.seed.unwrap_or(0);
+        let mut rng = Rng::for_request(seed, seq);
         let input = self.input_tokens.draw(&mut rng);
         let output = self.output_tokens.draw(&mut rng);
         let total = tokens.words_for_prompt(input);
@@ -172,7 +180,7 @@ impl Synthetic {
         let mut text = String::new();
         if prefix > 0 {
             // The same generator for every request: the prefix is shared.
-            text = words(&mut Rng::new(self.seed ^ 0x5348_4152_4544), prefix);
+            text = words(&mut Rng::new(seed ^ 0x5348_4152_4544), prefix);
             text.push(' ');
         }
         text.push_str(&words(&mut rng, total - prefix));
@@ -195,7 +203,7 @@ impl Dataset {
             let n = entries.len() as u64;
             let i = match self.order {
                 Order::Sequential => seq % n,
-                Order::Random => Rng::for_request(self.seed, seq).below(n),
+                Order::Random => Rng::for_request(self.seed.unwrap_or(0), seq).below(n),
             };
             entries[i as usize].clone()
         };
@@ -269,7 +277,8 @@ impl Turns {
             }
         }
         self.turn += 1;
-        let mut rng = Rng::for_request(self.conv.seed ^ u64::from(self.turn), self.seq);
+        let mut rng =
+            Rng::for_request(self.conv.seed.unwrap_or(0) ^ u64::from(self.turn), self.seq);
         let user_tokens = self.conv.user_tokens.draw(&mut rng);
         let output = self.conv.output_tokens.draw(&mut rng);
         let n = if self.turn == 1 {
@@ -305,7 +314,7 @@ mod tests {
             input_tokens: input,
             output_tokens: Length::Uniform { min: 10, max: 20 },
             shared_prefix_tokens: prefix,
-            seed: 7,
+            seed: Some(7),
         })
     }
 
@@ -362,7 +371,7 @@ mod tests {
             file: "d.json".into(),
             format: DatasetFormat::Sharegpt,
             order,
-            seed: 1,
+            seed: Some(1),
             entries: Arc::new(OnceLock::from(entries.clone())),
         };
         let seq = Workload::Dataset(d(Order::Sequential));
@@ -401,7 +410,7 @@ mod tests {
             think_time: Duration::from_secs(2),
             user_tokens: Length::Fixed(50),
             output_tokens: Length::Fixed(8),
-            seed: 3,
+            seed: Some(3),
         };
         let mut t = Turns::new(conv.clone(), 0, MODEL);
         assert!(t.at_start() && t.think_time() == Duration::ZERO);
@@ -455,16 +464,22 @@ mod tests {
 
     #[test]
     fn kinds() {
-        let m = Workload::Messages {
-            messages: vec![user("hi".into())],
-            max_tokens: Some(4),
-        };
+        let m = Workload::Messages(vec![user("hi".into())]);
         assert_eq!((m.kind(), m.needs_token_model()), ("messages", false));
         let c = m.draw(9, &MODEL);
         assert_eq!(
             (c.messages[0].content.as_str(), c.max_tokens, c.turn),
-            ("hi", Some(4), None)
+            ("hi", None, None)
         );
-        assert!(synthetic(Length::Fixed(5), 0).needs_token_model());
+        let s = synthetic(Length::Fixed(5), 0);
+        assert!(s.needs_token_model());
+        assert_eq!(s.with_seeds(1), s, "a set seed stays");
+        let Workload::Synthetic(mut unseeded) = s.clone() else {
+            unreachable!()
+        };
+        unseeded.seed = None;
+        let w = Workload::Synthetic(unseeded);
+        assert_eq!(w.with_seeds(7), s);
+        assert_ne!(w.with_seeds(8).draw(0, &MODEL), s.draw(0, &MODEL));
     }
 }
