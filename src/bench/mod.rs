@@ -110,6 +110,9 @@ pub struct BenchPlan {
     pub job: Job,
     /// The probe of one request (`max_tokens` already overridden).
     pub spec: ProbeSpec,
+    /// Every prompt swept (`--prompt a,b`), the first being `spec`'s; each is its own series
+    /// per model.
+    pub prompts: Vec<ProbeSpec>,
     /// Models, in order.
     pub models: Vec<String>,
     /// The levels (concurrency, or rate with its in-flight cap), within the fd limit.
@@ -292,6 +295,56 @@ pub fn choose(
     prompt: Option<&str>,
     models: &[String],
 ) -> Result<(Job, Vec<String>), BenchError> {
+    let (jobs, models) = choose_prompts(
+        config,
+        target,
+        prompt.map(|p| vec![p.to_owned()]).as_deref().unwrap_or(&[]),
+        models,
+    )?;
+    let first = jobs
+        .into_iter()
+        .next()
+        .ok_or_else(|| BenchError::Usage("no job".into()))?;
+    Ok((first, models))
+}
+
+/// As [`choose`], with several prompts (`--prompt a,b`; none: the target's first): one job per
+/// prompt, in the order given.
+///
+/// # Errors
+/// [`BenchError::Usage`] when the config has no such target or prompt, or a prompt is named
+/// twice.
+pub fn choose_prompts(
+    config: &Config,
+    target: Option<&str>,
+    prompts: &[String],
+    models: &[String],
+) -> Result<(Vec<Job>, Vec<String>), BenchError> {
+    if prompts.is_empty() {
+        let (job, models) = choose_one(config, target, None, models)?;
+        return Ok((vec![job], models));
+    }
+    let mut jobs = Vec::new();
+    let mut chosen_models = Vec::new();
+    for (i, p) in prompts.iter().enumerate() {
+        if prompts[..i].contains(p) {
+            return Err(BenchError::Usage(format!(
+                "--prompt {p:?} is given twice: prompts must differ"
+            )));
+        }
+        let (job, m) = choose_one(config, target, Some(p), models)?;
+        jobs.push(job);
+        chosen_models = m;
+    }
+    Ok((jobs, chosen_models))
+}
+
+fn choose_one(
+    config: &Config,
+    target: Option<&str>,
+    prompt: Option<&str>,
+    models: &[String],
+) -> Result<(Job, Vec<String>), BenchError> {
     let first = config
         .jobs
         .iter()
@@ -380,6 +433,7 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         criteria,
         job,
         spec,
+        prompts,
         models,
         levels: level_keys,
         arrival,
@@ -398,14 +452,19 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         Amount::Requests(n) => n,
         Amount::Duration(d) => d.as_secs().max(1),
     };
-    let total = per_level_units * level_keys.len() as u64 * models.len() as u64;
+    let total = per_level_units
+        * level_keys.len() as u64
+        * models.len() as u64
+        * prompts.len().max(1) as u64;
+    let sweep = prompts.len() > 1;
+    let prompt_names: Vec<&str> = prompts.iter().map(|p| p.prompt.name.as_str()).collect();
     let progress = Progress::new(total, show);
     let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     progress.println(&format!(
         "tokenprobe bench: target {} ({}), prompt {}, models {}, {} levels ({})",
         job.target.name,
         crate::redact::redact_url(&spec.url()),
-        job.prompt.name,
+        prompt_names.join(", "),
         models.join(", "),
         level_keys.len(),
         if open {
@@ -415,13 +474,29 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         }
     ));
     let mut runner = Runner::new(spec.clone(), progress.clone())?;
+    let token_models = crate::probe::TokenModels::default();
     let mut reports = Vec::new();
     let mut done_units = 0;
-    for (mi, model) in models.iter().enumerate() {
+    let series: Vec<(usize, &String, &ProbeSpec)> = models
+        .iter()
+        .enumerate()
+        .flat_map(|(mi, m)| prompts.iter().map(move |p| (mi, m, p)))
+        .collect();
+    for (mi, model, prompt_spec) in series {
+        runner.set_prompt(prompt_spec);
         runner.set_model(model);
+        let name = if sweep {
+            format!("{model} · {}", prompt_spec.prompt.name)
+        } else {
+            model.clone()
+        };
+        let calibration = runner.calibrate(&token_models).await;
+        if let Some(c) = &calibration {
+            progress.println(&format!("  {name}: calibrated with {}", c.summary()));
+        }
         let mut levels_out = Vec::new();
         for (li, key) in level_keys.iter().enumerate() {
-            let label = format!("{model} @ {}", key.label());
+            let label = format!("{name} @ {}", key.label());
             runner.warmup(key.concurrency, warmup).await?;
             let run = match key.rate {
                 None => {
@@ -466,6 +541,8 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
             model: model.clone(),
             levels: levels_out,
             knee,
+            prompt: sweep.then(|| prompt_spec.prompt.name.clone()),
+            calibration,
         });
     }
     progress.finish();
@@ -480,7 +557,7 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         target: job.target.name.clone(),
         base_url: crate::redact::redact_url(&job.target.base_url),
         api: job.target.api.to_string(),
-        prompt: job.prompt.name.clone(),
+        prompt: prompt_names.join(","),
         max_tokens: spec.max_tokens,
         mode: load_mode(open, arrival, seed, amount, warmup),
         slo: criteria.slos.iter().map(ToString::to_string).collect(),

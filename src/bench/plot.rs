@@ -107,7 +107,7 @@ fn series(r: &Report, y: impl Fn(&super::stats::LevelStats) -> Option<f64>) -> S
                 .as_ref()
                 .and_then(|k| m.levels.get(k.index).map(|l| (k.index as u32, l)))
                 .and_then(|(i, l)| y(l).map(|v| (i, v)));
-            (m.model.clone(), pts, knee)
+            (m.name(), pts, knee)
         })
         .collect()
 }
@@ -365,14 +365,14 @@ pub fn render_svg(r: &Report, lines: &[RefLine]) -> Result<String, PlotError> {
         .models
         .iter()
         .enumerate()
-        .map(|(i, m)| (Glyph::Model(Palette99::pick(i).to_rgba()), m.model.clone()))
+        .map(|(i, m)| (Glyph::Model(Palette99::pick(i).to_rgba()), m.name()))
         .collect();
     let knees: Vec<String> = r
         .models
         .iter()
         .map(|m| match &m.knee {
-            Some(k) => format!("{} at {}", m.model, k.level.label()),
-            None => format!("{} none", m.model),
+            Some(k) => format!("{} at {}", m.name(), k.level.label()),
+            None => format!("{} none", m.name()),
         })
         .collect();
     entries.push((Glyph::Knee, format!("knee, circled ({})", knees.join("; "))));

@@ -326,6 +326,7 @@ mod tests {
             ramp_s: None,
             loop_lag_s: None,
             capped: 0,
+            lengths: Default::default(),
             samples: None,
         }
     }
@@ -335,6 +336,8 @@ mod tests {
             model: name.into(),
             levels,
             knee: None,
+            prompt: None,
+            calibration: None,
         }
     }
 

@@ -5,8 +5,8 @@
 use crate::bench::criteria::{self, Criteria, CriteriaError, parse_ratio, parse_weights};
 use crate::bench::runner::{Amount, Arrival};
 use crate::bench::{
-    BenchError, BenchPlan, Format, MAX_REQUESTS_PER_LEVEL, check_select_at, choose, fd_limit,
-    fit_fd_limit, levels, load_baseline,
+    BenchError, BenchPlan, Format, MAX_REQUESTS_PER_LEVEL, check_select_at, choose_prompts,
+    fd_limit, fit_fd_limit, levels, load_baseline,
 };
 use crate::config::Config;
 use crate::probe::ProbeSpec;
@@ -35,9 +35,10 @@ pub struct BenchArgs {
     /// Models to compare, comma-separated (default: the target's models).
     #[arg(long, value_delimiter = ',')]
     pub models: Vec<String>,
-    /// Prompt name (default: the target's first prompt).
-    #[arg(long)]
-    pub prompt: Option<String>,
+    /// Prompt names, comma-separated (default: the target's first prompt); several are swept
+    /// one after the other, each its own series per model (e.g. an input-length sweep).
+    #[arg(long, value_delimiter = ',')]
+    pub prompt: Vec<String>,
     /// Override the prompt's max_tokens.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_tokens: Option<u32>,
@@ -206,10 +207,39 @@ impl BenchArgs {
             path: a.config_file.clone(),
             source,
         })?;
-        let (job, models) = choose(&config, a.target.as_deref(), a.prompt.as_deref(), &a.models)?;
-        let mut spec = ProbeSpec::from_job(&job);
-        if a.max_tokens.is_some() {
-            spec.max_tokens = a.max_tokens;
+        let (jobs, models) = choose_prompts(&config, a.target.as_deref(), &a.prompt, &a.models)?;
+        let prompts: Vec<ProbeSpec> = jobs
+            .iter()
+            .map(|j| {
+                let mut spec = ProbeSpec::from_job(j);
+                if a.max_tokens.is_some() {
+                    spec.max_tokens = a.max_tokens;
+                }
+                spec
+            })
+            .collect();
+        let (Some(job), Some(spec)) = (jobs.first().cloned(), prompts.first().cloned()) else {
+            return Err(BenchError::Usage("no prompt to send".into()));
+        };
+        if !a.rate.is_empty()
+            && let Some(p) = prompts
+                .iter()
+                .find(|p| matches!(p.workload, crate::workload::Workload::Conversation(_)))
+        {
+            return Err(BenchError::Usage(format!(
+                "prompt {}: a conversation runs in closed loop (each worker keeps its turns); drop --rate",
+                p.prompt.name
+            )));
+        }
+        if prompts.len() > 1
+            && (a.baseline.is_some()
+                || !criteria.limits.is_empty()
+                || !a.weights.is_empty()
+                || a.bench_file.is_some())
+        {
+            return Err(BenchError::Usage(
+                "several prompts are a sweep, not a selection: --baseline, --limit, --weight and --bench.file compare one prompt at a time".into(),
+            ));
         }
         let arrival = match a.arrival {
             ArrivalArg::Poisson => Arrival::Poisson,
@@ -257,7 +287,7 @@ impl BenchArgs {
                 "a level would send more than {MAX_REQUESTS_PER_LEVEL} requests: lower --rate, --duration-per-level or --requests-per-level"
             )));
         }
-        let judged = models.len() > 1
+        let judged = (models.len() > 1 && prompts.len() == 1)
             || !criteria.limits.is_empty()
             || !a.weights.is_empty()
             || a.bench_file.is_some();
@@ -265,6 +295,7 @@ impl BenchArgs {
             criteria,
             job,
             spec,
+            prompts,
             models,
             levels: level_keys,
             arrival,

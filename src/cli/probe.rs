@@ -253,10 +253,25 @@ pub async fn run(a: ProbeArgs) -> Result<ExitCode> {
         );
     }
     let prober = Prober::new(&spec)?;
+    // A prompt built to a token length is sized by the server's own counts first.
+    let calibration = if spec.workload.needs_token_model() {
+        let c = crate::probe::calibrate(&prober, &spec).await;
+        spec.tokens = c.model();
+        Some(c)
+    } else {
+        None
+    };
     let result = prober.run(&spec).await;
     match a.format {
         Format::Json => {
-            print_stdout(&format!("{}\n", to_json(&result)));
+            let mut v = to_json(&result);
+            if let (Some(o), Some(c)) = (v.as_object_mut(), &calibration) {
+                o.insert(
+                    "calibration".into(),
+                    serde_json::to_value(c).unwrap_or_default(),
+                );
+            }
+            print_stdout(&format!("{v}\n"));
             if let Some(e) = result.error_type {
                 print_stderr_line(&format!(
                     "tokenprobe: probe failed: {e} (HTTP {}): {}",
@@ -271,6 +286,7 @@ pub async fn run(a: ProbeArgs) -> Result<ExitCode> {
                 url: crate::redact::redact_url(&spec.url()),
                 model: spec.model.clone(),
                 proxy: spec.proxy(),
+                calibration: calibration.as_ref().map(crate::probe::Calibration::summary),
             },
         )),
     }

@@ -362,7 +362,7 @@ impl TokenModel {
 
 /// The calibration's filler sizes (words): three sizes over two orders of magnitude, small enough
 /// for any context and cheap to prefill.
-pub const CALIBRATION_WORDS: [usize; 3] = [16, 128, 512];
+pub const CALIBRATION_WORDS: [usize; 3] = [16, 64, 256];
 
 /// True when an achieved input length is off the requested one by more than 2% of the requested
 /// length or 4 tokens, whichever is larger (the `input_length_off` flag of docs/measurement.md).
