@@ -63,7 +63,8 @@ pub struct LevelLengths {
     /// Mean requested input length of the successes that asked for one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requested_input_tokens_mean: Option<f64>,
-    /// Mean `usage.prompt_tokens` of the successes that reported it.
+    /// Mean `usage.prompt_tokens` of the successes that reported it (of those that asked for an
+    /// input length, when some did).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_tokens_mean: Option<f64>,
     /// Mean requested output length of the successes that asked for one.
@@ -98,12 +99,19 @@ impl LevelLengths {
                     .filter_map(|s| s.ttft_s),
             )
         };
+        let asked_input = ok().any(|s| s.requested_input_tokens.is_some());
         LevelLengths {
             requested_input_tokens_mean: mean(
                 ok().filter_map(|s| s.requested_input_tokens)
                     .map(|v| v as f64),
             ),
-            input_tokens_mean: mean(ok().filter_map(|s| s.input_tokens).map(|v| v as f64)),
+            // Like with like: where lengths were asked for (a conversation asks only in its
+            // first turns), the counted lengths of those requests.
+            input_tokens_mean: mean(
+                ok().filter(|s| !asked_input || s.requested_input_tokens.is_some())
+                    .filter_map(|s| s.input_tokens)
+                    .map(|v| v as f64),
+            ),
             requested_output_tokens_mean: mean(
                 ok().filter_map(|s| s.requested_output_tokens)
                     .map(|v| v as f64),
@@ -443,19 +451,26 @@ mod tests {
         b.output_tokens = 6;
         b.input_tokens = Some(140);
         b.turn = Some(2);
+        let mut later = b.clone();
+        later.requested_input_tokens = None;
+        later.input_tokens = Some(900);
         let mut failed = sample(None, 0, Some("timeout_idle"));
         failed.requested_input_tokens = Some(4000);
-        let l = LevelLengths::of(&[a, b, failed]);
+        let l = LevelLengths::of(&[a, b, failed, later]);
         assert_eq!(l.requested_input_tokens_mean, Some(128.0));
         assert_eq!(l.input_tokens_mean, Some(135.0));
         assert_eq!(l.requested_output_tokens_mean, Some(10.0));
-        assert_eq!(l.output_tokens_mean, Some(8.0));
+        assert_eq!(
+            l.output_tokens_mean,
+            Some(22.0 / 3.0),
+            "every success's N (10, 6, 6)"
+        );
         assert_eq!(
             l.input_length_off, 1,
             "140 of 128 is off by more than 4 tokens"
         );
         assert_eq!(l.ttft_first_turn_s.map(|s| s.p50), Some(0.1));
-        assert_eq!(l.ttft_later_turns_s.map(|s| s.p50), Some(0.05));
+        assert_eq!(l.ttft_later_turns_s.map(|s| (s.n, s.p50)), Some((2, 0.05)));
         assert!(l.asked());
         let plain = LevelLengths::of(&[sample(Some(0.1), 3, None)]);
         assert!(!plain.asked() && plain.ttft_first_turn_s.is_none());
