@@ -22,6 +22,7 @@ fn filled(jobs: usize) -> Metrics {
             api: "openai-chat".into(),
             connection: "new".into(),
             nonce: "true".into(),
+            workload: "messages".into(),
         });
         let t0 = Instant::now();
         let mut meas = Measurement::new(t0);

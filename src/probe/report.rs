@@ -89,6 +89,33 @@ pub struct ReportContext {
     pub calibration: Option<String>,
 }
 
+/// The input length counted (and asked for, with the difference), the output length asked for.
+fn lengths(s: &mut String, r: &ProbeResult) {
+    match (r.input_tokens, r.requested_input_tokens) {
+        (Some(i), Some(want)) => {
+            let off = i as f64 - want as f64;
+            let _ = writeln!(
+                s,
+                "input      {i} tokens ({want} requested, {off:+} = {:+.1}%)",
+                100.0 * off / want.max(1) as f64
+            );
+        }
+        (Some(i), None) => {
+            let _ = writeln!(s, "input      {i} tokens");
+        }
+        (None, Some(want)) => {
+            let _ = writeln!(
+                s,
+                "input      {want} tokens requested (the server reported none)"
+            );
+        }
+        (None, None) => {}
+    }
+    if let Some(want) = r.requested_output_tokens {
+        let _ = writeln!(s, "requested  {want} output tokens");
+    }
+}
+
 /// A short human report: outcome, then a phase timeline like curl's `-w` timings, then counts.
 /// A failure says why: HTTP status, the server's message, which deadline, the proxy in use.
 pub fn to_text(r: &ProbeResult, ctx: &ReportContext) -> String {
@@ -190,29 +217,7 @@ pub fn to_text(r: &ProbeResult, ctx: &ReportContext) -> String {
             },
             r.token_events
         );
-        match (r.input_tokens, r.requested_input_tokens) {
-            (Some(i), Some(want)) => {
-                let off = i as f64 - want as f64;
-                let _ = writeln!(
-                    s,
-                    "input      {i} tokens ({want} requested, {off:+} = {:+.1}%)",
-                    100.0 * off / want.max(1) as f64
-                );
-            }
-            (Some(i), None) => {
-                let _ = writeln!(s, "input      {i} tokens");
-            }
-            (None, Some(want)) => {
-                let _ = writeln!(
-                    s,
-                    "input      {want} tokens requested (the server reported none)"
-                );
-            }
-            (None, None) => {}
-        }
-        if let Some(want) = r.requested_output_tokens {
-            let _ = writeln!(s, "requested  {want} output tokens");
-        }
+        lengths(&mut s, r);
         match (r.tpot_s, r.decode_tokens_per_s) {
             (Some(t), Some(d)) => {
                 let _ = writeln!(
