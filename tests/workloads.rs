@@ -19,7 +19,7 @@ use tokenprobe::measure::ProbeResult;
 use tokenprobe::outcome::Flag;
 use tokenprobe::probe::{ProbeSpec, Prober, TokenModels};
 
-fn config(dir: &std::path::Path, base_url: &str) -> Config {
+fn config(dir: &std::path::Path, base_url: &str, tokenizer: &std::path::Path) -> Config {
     let dataset = repo_root().join("examples/datasets/sharegpt-small.json");
     let text = format!(
         r#"prompts:
@@ -40,8 +40,14 @@ targets:
   - name: local
     base_url: {base_url}
     models: [smollm2]
+  - name: counted
+    base_url: {base_url}
+    models: [smollm2]
+    prompts: [isl512]
+    tokenizer: {}
 "#,
-        dataset.display()
+        dataset.display(),
+        tokenizer.display()
     );
     let path = dir.join("workloads.yml");
     std::fs::write(&path, text).unwrap();
@@ -49,7 +55,11 @@ targets:
 }
 
 fn spec(c: &Config, prompt: &str) -> ProbeSpec {
-    let job = c.jobs.iter().find(|j| j.prompt.name == prompt).unwrap();
+    let job = c
+        .jobs
+        .iter()
+        .find(|j| j.target.name == "local" && j.prompt.name == prompt)
+        .unwrap();
     ProbeSpec::from_job(job)
 }
 
@@ -90,7 +100,19 @@ fn workloads_against_llama_cpp() {
     let _wd = Watchdog::new("workloads_against_llama_cpp", Duration::from_secs(400));
     let dir = tempfile::tempdir().unwrap();
     let llama = LlamaServer::start(dir.path());
-    let c = config(dir.path(), &llama.base_url());
+    // SmolLM2's vocabulary as a tokenizer.json, from the GGUF llama.cpp serves.
+    let tokenizer = dir.path().join("tokenizer.json");
+    let made = Command::new(venv_python())
+        .arg(repo_root().join("scripts/llama/gguf-tokenizer.py"))
+        .arg(&tokenizer)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let c = config(dir.path(), &llama.base_url(), &tokenizer);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let models = TokenModels::default();
 
@@ -153,6 +175,33 @@ fn workloads_against_llama_cpp() {
         );
     }
 
+    // ---- with the model's tokenizer.json: one request learns the template, lengths still hold
+    let job = c.jobs.iter().find(|j| j.target.name == "counted").unwrap();
+    let mut counted = ProbeSpec::from_job(job);
+    let local = rt.block_on(models.get(&prober, &counted)).unwrap();
+    eprintln!("calibration with the tokenizer: {}", local.summary());
+    assert!(
+        local.error.is_none() && local.tokenizer.is_some(),
+        "{local:?}"
+    );
+    assert_eq!(local.requests, 1);
+    assert!(
+        (local.tokens_per_word - cal.tokens_per_word).abs() < 0.01,
+        "{local:?} vs {cal:?}"
+    );
+    assert!(
+        (local.overhead_tokens - cal.overhead_tokens).abs() <= 2.0,
+        "{local:?} vs {cal:?}"
+    );
+    counted.tokens = local.model();
+    let r = rt.block_on(prober.run(&counted));
+    ok(&r, "counted");
+    let got = r.input_tokens.unwrap();
+    assert!(
+        got.abs_diff(512) <= 10 && !r.flags.contains(&Flag::InputLengthOff),
+        "{got}"
+    );
+
     // ---- a shared prefix is served from llama.cpp's prompt cache from the 2nd request on
     let mut prefix = spec(&c, "prefix");
     prefix.tokens = cal.model();
@@ -169,7 +218,7 @@ fn workloads_against_llama_cpp() {
     }
     assert!(
         cached(&p[0]) < 320,
-        "the first request shares only the template with isl1024"
+        "the first request shares only the template with the last"
     );
     for r in &p[1..] {
         assert!(
@@ -325,10 +374,9 @@ fn workloads_against_llama_cpp() {
     assert_eq!(turns, [1, 2, 3], "one worker keeps its conversation");
 
     // ---- serve: a conversation job's turns, TTFT by turn
-    let serve_cfg = std::fs::read_to_string(&cfg).unwrap().replace(
-        "    models: [smollm2]\n",
-        "    models: [smollm2]\n    prompts: [chat]\n    interval: 500ms\n",
-    );
+    let whole = std::fs::read_to_string(&cfg).unwrap();
+    let first_target = whole.split("  - name: counted").next().unwrap();
+    let serve_cfg = format!("{first_target}    prompts: [chat]\n    interval: 500ms\n");
     let mut tp = Tokenprobe::serve(dir.path(), &serve_cfg);
     let m = tp.wait_probes(3.0, Duration::from_secs(120));
     let count = |turn: &str| {

@@ -182,6 +182,7 @@ impl FlagTarget {
                 ca_file: self.ca_file.as_ref().map(|p| at(p.display().to_string())),
                 insecure_skip_verify: self.insecure_skip_verify,
                 connection: ConnectionMode::New,
+                tokenizer: None,
             }],
             buckets: None,
         }

@@ -115,6 +115,7 @@ fn check(text: &str) -> Result<Checked, ConfigError> {
 fn file_problem(f: &FileRef) -> Option<Issue> {
     let p = &f.file;
     let message = match &f.kind {
+        FileKind::Tokenizer => crate::probe::LocalTokenizer::load(p).err()?,
         FileKind::Dataset { format, entries } => {
             let parsed = read_input_file(p)
                 .map_err(|e| format!("cannot read dataset {}: {e}", p.display()))

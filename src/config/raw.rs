@@ -183,6 +183,7 @@ pub(super) struct RawTarget {
     pub(super) insecure_skip_verify: bool,
     #[serde(default)]
     pub(super) connection: ConnectionMode,
+    pub(super) tokenizer: Option<S<String>>,
 }
 
 /// `buckets:`.

@@ -632,3 +632,29 @@ fn a_dataset_is_read_at_load_and_a_bad_one_named() {
     let e = Config::load(&cfg).unwrap_err().to_string();
     assert!(e.contains("larger than 8 MiB"), "{e}");
 }
+
+#[test]
+fn a_tokenizer_is_checked_at_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("tokenizer.json");
+    std::fs::write(&bad, "{\"not\": \"a tokenizer\"}").unwrap();
+    let cfg = dir.path().join("c.yml");
+    let text = |file: &std::path::Path| {
+        format!(
+            "prompts:\n  - name: s\n    synthetic: {{input_tokens: 64, output_tokens: 4}}\ntargets:\n  - name: t\n    base_url: http://127.0.0.1:1/v1\n    models: [m]\n    tokenizer: {}\n",
+            file.display()
+        )
+    };
+    // parse is pure: the path is kept, the file not read.
+    let c = Config::parse(&text(&bad)).unwrap();
+    assert_eq!(c.jobs[0].target.tokenizer.as_deref(), Some(bad.as_path()));
+    std::fs::write(&cfg, text(&bad)).unwrap();
+    let e = Config::load(&cfg).unwrap_err().to_string();
+    assert!(
+        e.contains("targets[0].tokenizer") && e.contains("is not a tokenizer.json"),
+        "{e}"
+    );
+    std::fs::write(&cfg, text(&dir.path().join("none.json"))).unwrap();
+    let e = Config::load(&cfg).unwrap_err().to_string();
+    assert!(e.contains("cannot read tokenizer"), "{e}");
+}

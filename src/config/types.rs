@@ -289,6 +289,9 @@ pub struct Target {
     pub tls: TlsOptions,
     /// New connection per probe or reuse.
     pub connection: ConnectionMode,
+    /// A Hugging Face `tokenizer.json` of the target's models: filler is counted with it, so a
+    /// calibration needs one request (the chat template) instead of three.
+    pub tokenizer: Option<PathBuf>,
 }
 
 impl Target {
@@ -338,6 +341,7 @@ impl fmt::Debug for Target {
             .field("proxy", &proxy)
             .field("tls", &self.tls)
             .field("connection", &self.connection)
+            .field("tokenizer", &self.tokenizer)
             .finish()
     }
 }

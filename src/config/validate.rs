@@ -53,6 +53,8 @@ pub(super) enum FileKind {
     ApiKey,
     /// A `ca_file`: PEM certificates, loaded as `serve` loads them.
     Ca,
+    /// A `tokenizer`: a Hugging Face `tokenizer.json`, loaded as calibration loads it.
+    Tokenizer,
     /// A prompt's `dataset.file`: read and parsed at load time into `entries`.
     Dataset {
         /// Its format.
@@ -647,6 +649,10 @@ impl Validator {
                 insecure_skip_verify: t.insecure_skip_verify,
             },
             connection: t.connection,
+            tokenizer: t
+                .tokenizer
+                .as_ref()
+                .map(|f| self.file(format!("{path}.tokenizer"), f, FileKind::Tokenizer)),
         }
     }
 

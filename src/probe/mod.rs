@@ -14,7 +14,7 @@ mod read;
 pub mod report;
 mod request;
 
-pub use calibrate::{Calibration, TokenModels, calibrate};
+pub use calibrate::{Calibration, LocalTokenizer, MAX_TOKENIZER_BYTES, TokenModels, calibrate};
 pub use read::{MAX_BODY_BYTES, check_expect};
 
 use crate::config::{Job, Prompt, ProxySetting, Target, Timeouts};
