@@ -2,7 +2,8 @@
 //! check): synthetic input lengths reached as llama.cpp counts them, TTFT following llama.cpp's
 //! own prefill time, a shared prefix served from llama.cpp's prompt cache, a conversation's
 //! history resent (and cached), the example dataset, and the same workloads through `probe`,
-//! `bench` and `serve`.
+//! `bench` and `serve`; and against `tokenprobe simulate`, a prompt off its length flagged
+//! `input_length_off`.
 //!
 //! Ground truth is the server's: `usage.prompt_tokens` for lengths, `timings.prompt_ms` for
 //! prefill time and `timings.prompt_n` (the prompt tokens it evaluated, so `prompt_tokens -
@@ -398,4 +399,55 @@ fn workloads_against_llama_cpp() {
             .any(|l| l.get("turn").and_then(serde_json::Value::as_u64) == Some(2)),
         "{logs:?}"
     );
+}
+
+/// `input_length_off`: against `tokenprobe simulate` (which counts a prompt as a quarter of its
+/// JSON's bytes, so a filler word is about 1.4 tokens), a prompt built at one token per word
+/// (no calibration) is far off its length and says so; after calibration it is close. Both
+/// numbers are the server's own `usage.prompt_tokens`.
+#[test]
+fn an_input_length_off_the_request_is_flagged() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(tokenprobe_bin());
+    cmd.args(["simulate", "--listen", "127.0.0.1:0", "--seed", "1"])
+        .args(["--ttft", "1ms", "--itl", "1ms", "--output-tokens", "2"]);
+    let mut sim = ChildGuard::spawn("simulate", cmd, dir.path());
+    let url = wait_for("simulate's address", Duration::from_secs(20), || {
+        sim.assert_running();
+        sim.stdout()
+            .lines()
+            .find_map(|l| l.strip_prefix("listening on ").map(str::to_owned))
+    });
+    let c = Config::parse(&format!(
+        "prompts:\n  - name: s\n    synthetic: {{input_tokens: 400, output_tokens: 2, seed: 3}}\n\
+         targets:\n  - name: sim\n    base_url: {url}/v1\n    models: [m]\n"
+    ))
+    .unwrap();
+    let mut s = ProbeSpec::from_job(&c.jobs[0]);
+    let prober = Prober::new(&s).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let r = rt.block_on(prober.run(&s));
+    ok(&r, "uncalibrated");
+    let got = r.input_tokens.unwrap();
+    assert!(
+        got > 480,
+        "one token per word is too few for simulate: {got}"
+    );
+    assert!(
+        r.flags.contains(&Flag::InputLengthOff),
+        "{got} of 400: {:?}",
+        r.flags
+    );
+    let cal = rt
+        .block_on(TokenModels::default().get(&prober, &s))
+        .unwrap();
+    assert!(cal.error.is_none() && cal.tokens_per_word > 1.2, "{cal:?}");
+    s.tokens = cal.model();
+    let r = rt.block_on(prober.run(&s));
+    ok(&r, "calibrated");
+    let got = r.input_tokens.unwrap();
+    // Word lengths vary, so simulate's byte count does too: about 3% (one standard deviation)
+    // at 400 tokens; 10% is past three.
+    assert!(got.abs_diff(400) <= 40, "{got} of 400 after {cal:?}");
+    assert_eq!(r.requested_input_tokens, Some(400));
 }

@@ -255,9 +255,10 @@ impl TokenModels {
         if !spec.workload.needs_token_model() {
             return None;
         }
+        // What decides the fit: the endpoint, the model, and a local tokenizer if any.
         let key = (
             spec.target.name.clone(),
-            spec.target.url(),
+            format!("{} {:?}", spec.target.url(), spec.target.tokenizer),
             spec.model.clone(),
         );
         let mut done = self.done.lock().await;

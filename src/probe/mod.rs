@@ -271,3 +271,71 @@ impl Prober {
         r
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(prompt: &str) -> ProbeSpec {
+        let c = crate::config::Config::parse(&format!(
+            "prompts:\n  - name: p\n    {prompt}\ntargets:\n  - name: t\n    base_url: http://127.0.0.1:1/v1\n    models: [m]\n"
+        ))
+        .unwrap();
+        ProbeSpec::from_job(&c.jobs[0])
+    }
+
+    fn result(answer: Option<&str>) -> ProbeResult {
+        let mut m = Measurement::new(Instant::now());
+        m.fail(ErrorType::ServerError, m.t0(), "x");
+        let mut r = m.finish();
+        if let Some(a) = answer {
+            r.error_type = None;
+            r.text = a.to_owned();
+        }
+        r
+    }
+
+    /// A session follows a conversation's turns after each answer, with the think time between
+    /// them; a failed turn or the last one starts a new conversation. Other workloads draw
+    /// independent requests, each numbered once across the spec's clones.
+    #[test]
+    fn sessions_keep_a_conversation_and_nothing_else() {
+        let s = spec(
+            "conversation: {turns: 2, think_time: 3s, user_tokens: 8, output_tokens: 4, seed: 1}",
+        );
+        let mut session = s.session();
+        assert!(session.at_start());
+        let (c1, w1) = session.next(&s);
+        assert_eq!((c1.turn, w1), (Some(1), Duration::ZERO));
+        session.answered(&result(Some("hi")));
+        assert!(!session.at_start());
+        let (c2, w2) = session.next(&s);
+        assert_eq!((c2.turn, w2), (Some(2), Duration::from_secs(3)));
+        assert_eq!(c2.messages[1].content, "hi");
+        session.answered(&result(Some("bye")));
+        assert!(session.at_start(), "two turns done");
+        let (c3, w3) = session.next(&s);
+        assert_eq!((c3.turn, w3), (Some(1), Duration::from_secs(0)));
+        assert_ne!(c3.messages, c1.messages, "a new conversation, new words");
+        session.answered(&result(None));
+        assert!(session.at_start(), "a failed turn ends the conversation");
+        let (c4, w4) = session.next(&s);
+        assert_eq!(
+            (c4.turn, w4, c4.messages.len()),
+            (Some(1), Duration::ZERO, 1)
+        );
+
+        let s = spec("synthetic: {input_tokens: 20, output_tokens: 3, seed: 2}");
+        let clone = s.clone();
+        let mut session = s.session();
+        let (a, wait) = session.next(&s);
+        let b = clone.next_content();
+        assert_eq!(
+            (a.turn, wait, a.requested_input_tokens),
+            (None, Duration::ZERO, Some(20))
+        );
+        assert_ne!(a.messages, b.messages, "clones share the request numbers");
+        session.answered(&result(Some("x")));
+        assert!(session.at_start());
+    }
+}
