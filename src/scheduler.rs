@@ -166,6 +166,7 @@ impl Scheduler {
                 probes: self.probes.clone(),
                 runtime: self.runtime.clone(),
                 token_models: self.token_models.clone(),
+                calibrated: Arc::default(),
             };
             let schedule = job.schedule.clone();
             let c = cancel.clone();
@@ -212,6 +213,8 @@ struct JobRunner {
     probes: TaskTracker,
     runtime: tokio::runtime::Handle,
     token_models: Arc<TokenModels>,
+    /// The job's calibration was logged (once per job).
+    calibrated: Arc<AtomicBool>,
 }
 
 impl JobRunner {
@@ -273,6 +276,7 @@ impl JobRunner {
             tracing::debug!(job = %self.name, "previous probe still running; tick skipped");
             return;
         }
+        let calibrated = self.calibrated.clone();
         let (prober, spec, metrics, series, running, pauses, name, models, cancel) = (
             self.prober.clone(),
             self.spec.clone(),
@@ -289,7 +293,11 @@ impl JobRunner {
             let _running = RunningGuard(running);
             let spec = match models.get(&prober, &spec).await {
                 Some(c) => {
-                    tracing::info!(job = %name, requests = c.requests, seconds = c.seconds, calibration = %c.summary(), "calibrated the input length");
+                    if c.error.is_some() {
+                        tracing::warn!(job = %name, requests = c.requests, seconds = c.seconds, calibration = %c.summary(), "calibration failed; tried again at the next tick");
+                    } else if !calibrated.swap(true, Ordering::AcqRel) {
+                        tracing::info!(job = %name, requests = c.requests, seconds = c.seconds, calibration = %c.summary(), "calibrated the input length");
+                    }
                     let mut s = (*spec).clone();
                     s.tokens = c.model();
                     Arc::new(s)

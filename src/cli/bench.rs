@@ -342,6 +342,74 @@ mod tests {
         }
     }
 
+    /// `--prompt a,b` sweeps prompts, each its own spec; a sweep is not a selection, a
+    /// conversation is closed loop only, and a prompt named twice or unknown is refused.
+    #[test]
+    fn prompt_sweeps_and_what_they_refuse() {
+        let p = plan(&[
+            "--requests-per-level",
+            "2",
+            "--prompt",
+            "isl128,isl512,chat",
+        ])
+        .expect("plan");
+        let names: Vec<&str> = p.prompts.iter().map(|s| s.prompt.name.as_str()).collect();
+        assert_eq!(names, ["isl128", "isl512", "chat"]);
+        assert_eq!(p.spec.prompt.name, "isl128");
+        assert!(!p.judged, "one model, a sweep: nothing to rank");
+        let p = plan(&[
+            "--requests-per-level",
+            "2",
+            "--models",
+            "a,b",
+            "--prompt",
+            "isl128,isl512",
+        ])
+        .expect("plan");
+        assert!(!p.judged, "two models over a sweep are shown, not ranked");
+        let m = usage(plan(&[
+            "--requests-per-level",
+            "2",
+            "--prompt",
+            "isl128,isl512",
+            "--limit",
+            "ttft_p95<2s",
+        ]));
+        assert!(m.contains("several prompts are a sweep"), "{m}");
+        let m = usage(plan(&[
+            "--requests-per-level",
+            "2",
+            "--prompt",
+            "chat",
+            "--rate",
+            "2",
+        ]));
+        assert!(
+            m.contains("prompt chat: a conversation runs in closed loop"),
+            "{m}"
+        );
+        let m = usage(plan(&[
+            "--requests-per-level",
+            "2",
+            "--prompt",
+            "isl128,isl128",
+        ]));
+        assert!(m.contains("given twice"), "{m}");
+        let m = usage(plan(&[
+            "--requests-per-level",
+            "2",
+            "--prompt",
+            "isl128,nope",
+        ]));
+        assert!(m.contains("no prompt \"nope\""), "{m}");
+        let p = plan(&["--requests-per-level", "2"]).expect("plan");
+        assert_eq!(
+            (p.prompts.len(), p.spec.prompt.name.as_str()),
+            (1, "haiku"),
+            "default: the first prompt"
+        );
+    }
+
     #[test]
     fn closed_loop_flags_become_levels_models_and_outputs() {
         let dir = tempfile::tempdir().expect("tempdir");
