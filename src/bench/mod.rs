@@ -491,7 +491,11 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
             model.clone()
         };
         let calibration = runner.calibrate(&token_models).await;
-        if let Some(c) = &calibration {
+        // A model's calibration is kept for the run: said once, where it was made.
+        let kept = reports
+            .iter()
+            .any(|r: &ModelReport| r.model == *model && r.calibration == calibration);
+        if let Some(c) = calibration.as_ref().filter(|_| !kept) {
             progress.println(&format!("  {name}: calibrated with {}", c.summary()));
         }
         let mut levels_out = Vec::new();

@@ -317,8 +317,12 @@ fn render_notes(r: &Report, md: bool) -> String {
 /// The calibrations, the requests off their input length, and a conversation's TTFT by turn.
 fn render_lengths(out: &mut String, r: &Report, bullet: &str) {
     let mut lines = Vec::new();
-    for m in &r.models {
-        if let Some(c) = &m.calibration {
+    for (i, m) in r.models.iter().enumerate() {
+        // A model's calibration is kept for the run: named where it was made.
+        let kept = r.models[..i]
+            .iter()
+            .any(|e| e.model == m.model && e.calibration == m.calibration);
+        if let Some(c) = m.calibration.as_ref().filter(|_| !kept) {
             lines.push(format!(
                 "{bullet}{}: calibrated with {}",
                 m.name(),
@@ -757,7 +761,14 @@ pub(crate) mod tests {
         l.requested_output_tokens_mean = Some(64.0);
         l.output_tokens_mean = Some(64.0);
         l.input_length_off = 2;
+        r.models[1].calibration = r.models[0].calibration.clone();
+        r.models[1].model = "alpha".into();
         let table = render_table(&r);
+        assert_eq!(
+            table.matches("calibrated with").count(),
+            1,
+            "said once per model: {table}"
+        );
         assert!(
             table.contains("ISL req→got") && table.contains("512→514"),
             "{table}"
