@@ -490,14 +490,7 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         } else {
             model.clone()
         };
-        let calibration = runner.calibrate(&token_models).await;
-        // A model's calibration is kept for the run: said once, where it was made.
-        let kept = reports
-            .iter()
-            .any(|r: &ModelReport| r.model == *model && r.calibration == calibration);
-        if let Some(c) = calibration.as_ref().filter(|_| !kept) {
-            progress.println(&format!("  {name}: calibrated with {}", c.summary()));
-        }
+        let calibration = calibrate(&mut runner, &token_models, &reports, &name).await;
         let mut levels_out = Vec::new();
         for (li, key) in level_keys.iter().enumerate() {
             let label = format!("{name} @ {}", key.label());
@@ -581,6 +574,27 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// The runner's (target, model) calibrated (once per run; `None` when the prompt needs none),
+/// said on stderr where it was made, not again for the model's later prompts.
+async fn calibrate(
+    runner: &mut Runner,
+    models: &crate::probe::TokenModels,
+    earlier: &[ModelReport],
+    name: &str,
+) -> Option<crate::probe::Calibration> {
+    let c = runner.calibrate(models).await?;
+    let model = &runner.spec().model;
+    if !earlier
+        .iter()
+        .any(|r| &r.model == model && r.calibration.as_ref() == Some(&c))
+    {
+        runner
+            .progress
+            .println(&format!("  {name}: calibrated with {}", c.summary()));
+    }
+    Some(c)
 }
 
 /// How the load was generated, as the report states it.
