@@ -551,6 +551,10 @@ fn workload_problems_name_their_key() {
             "  - name: a\n    conversation: {turns: 2, output_tokens: 5}\n",
             "prompts[0].conversation.user_tokens: user_tokens is required",
         ),
+        (
+            "  - name: a\n    conversation: {turns: 4, user_tokens: {distribution: normal, mean: 100, stddev: 10}, output_tokens: 5}\n",
+            "prompts[0].conversation.turns: the history can reach",
+        ),
     ];
     for (prompts, want) in cases {
         let p = workload_problems(prompts);

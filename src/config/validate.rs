@@ -492,6 +492,16 @@ impl Validator {
             self.required_length(path, "user_tokens", &name, c.value.user_tokens.as_ref());
         let output_tokens =
             self.required_length(path, "output_tokens", &name, c.value.output_tokens.as_ref());
+        // Memory per probe stays bounded: the history a worker keeps and resends.
+        let history =
+            u64::from(turns) * (u64::from(user_tokens.max()) + u64::from(output_tokens.max()));
+        if history > u64::from(MAX_TOKENS) {
+            self.push(
+                format!("{path}.turns"),
+                &c.value.turns,
+                format!("the history can reach {history} tokens (turns × the largest user_tokens + output_tokens): keep it within {MAX_TOKENS} (give distributions a max)"),
+            );
+        }
         Workload::Conversation(Conversation {
             turns: turns.clamp(1, MAX_TURNS),
             think_time,

@@ -96,6 +96,16 @@ impl Length {
         }
     }
 
+    /// The largest value a draw can give.
+    pub fn max(&self) -> u32 {
+        match *self {
+            Length::Fixed(n) => n,
+            Length::Uniform { max, .. }
+            | Length::Normal { max, .. }
+            | Length::Lognormal { max, .. } => max,
+        }
+    }
+
     /// The smallest value a draw can give.
     pub fn min(&self) -> u32 {
         match *self {
@@ -221,7 +231,7 @@ mod tests {
             let at_min = v.iter().filter(|x| **x == 80.0).count() as f64 / N as f64;
             let at_max = v.iter().filter(|x| **x == 120.0).count() as f64 / N as f64;
             assert!(at_min > 0.15 && at_max > 0.1, "{l:?}: {at_min} {at_max}");
-            assert_eq!(l.min(), 80);
+            assert_eq!((l.min(), l.max()), (80, 120));
         }
         // Normal(100, 50) below 80: P(z < -0.4) = 0.345.
         let v = draws(
