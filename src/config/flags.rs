@@ -292,6 +292,55 @@ mod tests {
         );
     }
 
+    /// `--input-tokens` makes a synthetic prompt (`--output-tokens`, else `--max-tokens`, its
+    /// output length), `--dataset` a dataset prompt read as `load` reads it; their problems
+    /// name the flag.
+    #[test]
+    fn input_tokens_and_dataset_make_their_prompts() {
+        use crate::workload::{DatasetFormat, Length, Workload};
+        let mut f = flags();
+        f.input_tokens = Some(512);
+        let c = Config::from_flags(&f).expect("valid");
+        let Workload::Synthetic(s) = &c.jobs[0].prompt.workload else {
+            panic!("{:?}", c.jobs[0].prompt.workload)
+        };
+        assert_eq!(
+            (s.input_tokens, s.output_tokens),
+            (Length::Fixed(512), Length::Fixed(8))
+        );
+        assert_eq!(c.jobs[0].prompt.max_tokens, None);
+        f.output_tokens = Some(3);
+        let c = Config::from_flags(&f).expect("valid");
+        let Workload::Synthetic(s) = &c.jobs[0].prompt.workload else {
+            panic!()
+        };
+        assert_eq!(s.output_tokens, Length::Fixed(3));
+        f.input_tokens = Some(0);
+        assert!(
+            problems(&f)[0].starts_with("--input-tokens"),
+            "{:?}",
+            problems(&f)
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("d.jsonl");
+        std::fs::write(&file, "[{\"role\": \"user\", \"content\": \"hi\"}]\n").unwrap();
+        let mut d = flags();
+        d.dataset = Some(file);
+        let c = Config::from_flags(&d).expect("valid");
+        let Workload::Dataset(ds) = &c.jobs[0].prompt.workload else {
+            panic!()
+        };
+        assert_eq!(
+            (ds.format, ds.entries.get().map(Vec::len)),
+            (DatasetFormat::Jsonl, Some(1))
+        );
+        assert_eq!(c.jobs[0].prompt.max_tokens, Some(8));
+        d.dataset = Some(dir.path().join("none.json"));
+        let p = problems(&d);
+        assert!(p[0].starts_with("--dataset: cannot read dataset"), "{p:?}");
+    }
+
     #[test]
     fn the_config_rules_apply_and_name_the_flag() {
         let mut f = flags();
