@@ -652,10 +652,13 @@ fn a_tokenizer_is_checked_at_load() {
     // parse is pure: the path is kept, the file not read.
     let c = Config::parse(&text(&bad)).unwrap();
     assert_eq!(c.jobs[0].target.tokenizer.as_deref(), Some(bad.as_path()));
+    // load looks at the file, calibration parses it (probe::tests).
     std::fs::write(&cfg, text(&bad)).unwrap();
+    assert!(Config::load(&cfg).is_ok());
+    std::fs::write(&cfg, text(dir.path())).unwrap();
     let e = Config::load(&cfg).unwrap_err().to_string();
     assert!(
-        e.contains("targets[0].tokenizer") && e.contains("is not a tokenizer.json"),
+        e.contains("targets[0].tokenizer") && e.contains("is not a file"),
         "{e}"
     );
     std::fs::write(&cfg, text(&dir.path().join("none.json"))).unwrap();

@@ -53,7 +53,8 @@ pub(super) enum FileKind {
     ApiKey,
     /// A `ca_file`: PEM certificates, loaded as `serve` loads them.
     Ca,
-    /// A `tokenizer`: a Hugging Face `tokenizer.json`, loaded as calibration loads it.
+    /// A `tokenizer`: a Hugging Face `tokenizer.json`, a readable file within the size cap
+    /// (calibration parses it).
     Tokenizer,
     /// A prompt's `dataset.file`: read and parsed at load time into `entries`.
     Dataset {

@@ -295,6 +295,32 @@ mod tests {
         r
     }
 
+    /// A tokenizer that is not one fails the calibration before any request, which says why and
+    /// leaves prompts at one token per word.
+    #[tokio::test]
+    async fn a_bad_tokenizer_fails_the_calibration_without_a_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let bad = dir.path().join("tokenizer.json");
+        std::fs::write(&bad, "{\"not\": \"a tokenizer\"}").unwrap();
+        let c = crate::config::Config::parse(&format!(
+            "prompts:\n  - name: p\n    synthetic: {{input_tokens: 9, output_tokens: 1}}\ntargets:\n  - name: t\n    base_url: http://127.0.0.1:1/v1\n    models: [m]\n    tokenizer: {}\n",
+            bad.display()
+        ))
+        .unwrap();
+        let s = ProbeSpec::from_job(&c.jobs[0]);
+        assert!(s.target.tokenizer.is_some());
+        let cal = calibrate(&Prober::new(&s).unwrap(), &s).await;
+        assert_eq!(cal.requests, 0);
+        assert!(
+            cal.error
+                .as_deref()
+                .is_some_and(|e| e.contains("is not a tokenizer.json")),
+            "{cal:?}"
+        );
+        assert_eq!(cal.model(), TokenModel::UNCALIBRATED);
+        assert!(cal.summary().contains("failed"), "{}", cal.summary());
+    }
+
     /// A session follows a conversation's turns after each answer, with the think time between
     /// them; a failed turn or the last one starts a new conversation. Other workloads draw
     /// independent requests, each numbered once across the spec's clones.
