@@ -23,6 +23,7 @@ fn filled(jobs: usize) -> Metrics {
             connection: "new".into(),
             nonce: "true".into(),
             stream: "true".into(),
+            workload: "messages".into(),
         });
         let t0 = Instant::now();
         let mut meas = Measurement::new(t0);

@@ -22,6 +22,7 @@
 //! - `rng`: the one seeded pseudo-random generator (simulator jitter, bench arrivals).
 //! - [`transport`]: the HTTP client, instrumented to time DNS, TCP connect and TLS.
 //! - [`web`]: the bounded web server, TLS and basic auth for the endpoints (`--web.config.file`).
+//! - [`workload`]: what a probe sends: messages, synthetic lengths, datasets, conversations (pure).
 //!
 //! `docs/measurement.md` is the measurement contract, in the project's own words.
 
@@ -45,3 +46,4 @@ pub mod simulate;
 pub mod sse;
 pub mod transport;
 pub mod web;
+pub mod workload;

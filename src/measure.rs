@@ -109,9 +109,13 @@ pub struct ProbeResult {
     pub exporter_fault: bool,
     /// The request streamed (`false`: the whole answer was asked for at once).
     pub stream: bool,
-    /// The output length asked for exactly (`max_tokens` with `exact_output`), set by the prober;
-    /// compare with `output_tokens`, the length achieved.
+    /// The input length the workload asked for (set by the prober; docs/measurement.md, "Input
+    /// and output lengths").
+    pub requested_input_tokens: Option<u64>,
+    /// The output length the workload asked for (set by the prober).
     pub requested_output_tokens: Option<u64>,
+    /// The conversation turn, from 1 (set by the prober; `None` outside conversations).
+    pub turn: Option<u32>,
 }
 
 impl ProbeResult {
@@ -423,7 +427,9 @@ impl Measurement {
             phases: None,
             exporter_fault: false,
             stream: !self.whole,
+            requested_input_tokens: None,
             requested_output_tokens: None,
+            turn: None,
         };
         if let Some(f) = self.failure {
             r.error_type = Some(f.kind);

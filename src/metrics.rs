@@ -72,6 +72,17 @@ struct PhaseLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TurnLabels {
+    #[prometheus(flatten)]
+    job: JobLabels,
+    turn: &'static str,
+}
+
+/// The `turn` label values of a conversation job's series: its first turn, and every later one
+/// (which resends the history, so a prefix cache can serve it).
+pub const TURNS: [&str; 2] = ["first", "later"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReusedLabels {
     #[prometheus(flatten)]
     job: JobLabels,
@@ -92,6 +103,8 @@ pub struct JobInfo {
     pub nonce: String,
     /// `false` when probes ask for the whole answer at once (no TTFT or TPOT observed).
     pub stream: String,
+    /// The prompt's kind: `messages`, `synthetic`, `dataset` or `conversation`.
+    pub workload: String,
 }
 
 impl JobLabels {
@@ -114,6 +127,7 @@ impl JobInfo {
             connection: job.target.connection.as_str().to_owned(),
             nonce: job.prompt.nonce.to_string(),
             stream: job.stream().to_string(),
+            workload: job.prompt.workload.kind().to_owned(),
         }
     }
 }
@@ -218,6 +232,7 @@ pub struct Metrics {
     last_success: Family<JobLabels, Gauge>,
     last_timestamp: Family<JobLabels, Gauge<f64, AtomicU64>>,
     phases: Family<PhaseLabels, Histogram, Layout>,
+    turn_ttft: Family<TurnLabels, Histogram, Layout>,
     connections: Family<ReusedLabels, Counter>,
     retry_after: Family<JobLabels, Gauge<f64, AtomicU64>>,
     job_info: Family<JobInfo, Gauge>,
@@ -267,6 +282,9 @@ impl Metrics {
             last_success: Family::default(),
             last_timestamp: Family::default(),
             phases: Family::new_with_constructor(Layout(buckets.time_to_headers.as_slice().into())),
+            turn_ttft: Family::new_with_constructor(Layout(
+                buckets.time_to_first_token.as_slice().into(),
+            )),
             connections: Family::default(),
             retry_after: Family::default(),
             job_info: Family::default(),
@@ -289,7 +307,7 @@ impl Metrics {
         r.register_with_unit("failed_probe_duration", "Failed probes: from sending the request to the failure instant (error event, close or deadline)", s, m.failed_duration.clone());
         r.register("probes", "Probes run, successful or not", m.probes.clone());
         r.register("probe_errors", "Failed probes by error_type (exactly one per failed probe; see docs/measurement.md for the order)", m.errors.clone());
-        r.register("probe_flags", "Anomalies seen in probes (not errors): no_content_type, unterminated_final_event, compressed_stream, burst_delivery", m.flags.clone());
+        r.register("probe_flags", "Anomalies seen in probes (not errors): no_content_type, unterminated_final_event, compressed_stream, burst_delivery, input_length_off", m.flags.clone());
         r.register(
             "output_tokens",
             "Output tokens of successful probes (usage when reported, else token-bearing events)",
@@ -313,13 +331,14 @@ impl Metrics {
             m.last_timestamp.clone(),
         );
         r.register_with_unit("connection_phase", "Connection set-up of probes that opened a connection, by phase: resolve (DNS), connect (TCP, to the target or the proxy), tls (handshake)", Unit::Seconds, m.phases.clone());
+        r.register_with_unit("conversation_time_to_first_token", "TTFT of successful probes of conversation prompts, by turn: first (a new conversation) or later (the history resent, which a prefix cache can serve); only conversation jobs have these series", Unit::Seconds, m.turn_ttft.clone());
         r.register(
             "probe_connections",
             "Probes by whether they reused a kept-alive connection (reused=\"true\") or opened one",
             m.connections.clone(),
         );
         r.register_with_unit("retry_after", "The wait the target last asked for with Retry-After on a 429/overload answer; the job's probes pause that long; 0 after a success", Unit::Seconds, m.retry_after.clone());
-        r.register("job_info", "A job's settings that change what its numbers mean: api, connection (new = cold connection per probe, reuse = warm path), nonce (true = prompt-cache hits prevented), stream (false = whole answers: no TTFT/TPOT observed); always 1", m.job_info.clone());
+        r.register("job_info", "A job's settings that change what its numbers mean: api, connection (new = cold connection per probe, reuse = warm path), nonce (true = prompt-cache hits prevented), workload (messages, synthetic, dataset, conversation), stream (false = whole answers: no TTFT/TPOT observed); always 1", m.job_info.clone());
         r.register("config_last_reload_successful", "1 when the last config (re)load succeeded, 0 when the last attempt was refused (the previous config keeps running)", m.reload_ok.clone());
         r.register_with_unit(
             "config_last_reload_success_timestamp",
@@ -459,6 +478,8 @@ pub struct JobSeries {
     skipped: Vec<Counter>,
     /// In the order of [`PHASES`].
     phases: Vec<Histogram>,
+    /// Conversation jobs: TTFT by turn, in the order of [`TURNS`].
+    turn_ttft: Vec<Histogram>,
     /// `reused="true"`, `reused="false"`.
     connections: [Counter; 2],
     retry_after: Gauge<f64, AtomicU64>,
@@ -552,6 +573,20 @@ impl JobSeries {
                 handle(&mut rm, &m.phases, l)
             })
             .collect();
+        let turn_ttft = if info.workload == "conversation" {
+            TURNS
+                .iter()
+                .map(|turn| {
+                    let l = TurnLabels {
+                        job: job.clone(),
+                        turn,
+                    };
+                    handle(&mut rm, &m.turn_ttft, l)
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         let connections = ["true", "false"].map(|reused| {
             let l = ReusedLabels {
                 job: job.clone(),
@@ -583,6 +618,7 @@ impl JobSeries {
             flags,
             skipped,
             phases,
+            turn_ttft,
             connections,
             retry_after,
             last_success,
@@ -689,6 +725,11 @@ impl JobSeries {
                     }
                 };
                 observe(&self.ttft, r.ttft_s);
+                if let Some(t) = r.turn
+                    && let Some(h) = self.turn_ttft.get(usize::from(t > 1))
+                {
+                    observe(h, r.ttft_s);
+                }
                 observe(&self.ttfo, r.ttfo_s);
                 observe(&self.tpot, r.tpot_s);
                 observe(&self.decode_tps, r.decode_tokens_per_s);
@@ -793,7 +834,49 @@ mod tests {
             connection: "new".into(),
             nonce: "false".into(),
             stream: "true".into(),
+            workload: "messages".into(),
         }
+    }
+
+    /// A conversation job has TTFT by turn (first, later), pre-created at 0; other jobs have none.
+    #[test]
+    fn conversation_jobs_have_ttft_by_turn() {
+        let m = Metrics::new(&Buckets::default());
+        let conv = m.register_job(JobInfo {
+            workload: "conversation".into(),
+            ..info(job())
+        });
+        let plain = JobLabels {
+            prompt: "plain".into(),
+            ..job()
+        };
+        let _other = m.register_job(info(plain));
+        let count = |m: &Metrics, turn: &str| {
+            let line = format!(
+                "tokenprobe_conversation_time_to_first_token_seconds_count{{target=\"local\",model=\"m\",prompt=\"hello\",turn=\"{turn}\"}} "
+            );
+            let text = m.encode_text().unwrap();
+            text.lines()
+                .find_map(|l| l.strip_prefix(line.as_str()).map(str::to_owned))
+                .unwrap_or_else(|| panic!("no {line} in {text}"))
+        };
+        assert_eq!(
+            (count(&m, "first"), count(&m, "later")),
+            ("0".into(), "0".into())
+        );
+        let mut r = success();
+        for turn in [1, 2, 3, 1] {
+            r.turn = Some(turn);
+            conv.record(&r, SystemTime::now());
+        }
+        assert_eq!(
+            (count(&m, "first"), count(&m, "later")),
+            ("2".into(), "2".into())
+        );
+        let text = m.encode_text().unwrap();
+        assert!(!text.contains("prompt=\"plain\",turn="), "{text}");
+        m.remove_job(&job());
+        assert!(!m.encode_text().unwrap().contains("turn=\"first\""));
     }
 
     #[test]
@@ -920,7 +1003,7 @@ mod tests {
         }
         assert!(text.contains(&format!("tokenprobe_output_tokens_total{{{l}}} 7")));
         assert!(text.contains(&format!(
-            "tokenprobe_job_info{{{l},api=\"openai-chat\",connection=\"new\",nonce=\"false\",stream=\"false\"}} 1"
+            "tokenprobe_job_info{{{l},api=\"openai-chat\",connection=\"new\",nonce=\"false\",stream=\"false\",workload=\"messages\"}} 1"
         )));
     }
 

@@ -114,15 +114,19 @@ pub enum Flag {
     CompressedStream,
     /// Two or more token-bearing events, all completed within 1 ms of each other.
     BurstDelivery,
+    /// The server counted an input length off the requested one by more than 2% or 4 tokens
+    /// (`workload::input_length_off`).
+    InputLengthOff,
 }
 
 impl Flag {
     /// Every flag (used to pre-create counter series at 0).
-    pub const ALL: [Flag; 4] = [
+    pub const ALL: [Flag; 5] = [
         Flag::NoContentType,
         Flag::UnterminatedFinalEvent,
         Flag::CompressedStream,
         Flag::BurstDelivery,
+        Flag::InputLengthOff,
     ];
 
     /// The label value, e.g. `burst_delivery`.
@@ -132,6 +136,7 @@ impl Flag {
             Flag::UnterminatedFinalEvent => "unterminated_final_event",
             Flag::CompressedStream => "compressed_stream",
             Flag::BurstDelivery => "burst_delivery",
+            Flag::InputLengthOff => "input_length_off",
         }
     }
 }

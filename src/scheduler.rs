@@ -10,7 +10,7 @@
 use crate::config::{Job, Schedule};
 use crate::measure::ProbeResult;
 use crate::metrics::{InternalReason, JobInfo, JobLabels, JobSeries, Metrics, SkipReason};
-use crate::probe::{ProbeSpec, Prober};
+use crate::probe::{ProbeSpec, Prober, TokenModels};
 use crate::transport::TransportError;
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -62,6 +62,8 @@ pub struct Scheduler {
     probes: TaskTracker,
     pauses: Pauses,
     jobs: HashMap<JobKey, Running>,
+    /// Calibrations of the (target, model)s whose prompts are built to a token length.
+    token_models: Arc<TokenModels>,
 }
 
 impl std::fmt::Debug for Scheduler {
@@ -102,6 +104,7 @@ impl Scheduler {
             probes: TaskTracker::new(),
             pauses: Arc::default(),
             jobs: HashMap::new(),
+            token_models: Arc::default(),
         };
         s.apply(jobs)?;
         Ok(s)
@@ -162,6 +165,8 @@ impl Scheduler {
                 pauses: self.pauses.clone(),
                 probes: self.probes.clone(),
                 runtime: self.runtime.clone(),
+                token_models: self.token_models.clone(),
+                calibrated: Arc::default(),
             };
             let schedule = job.schedule.clone();
             let c = cancel.clone();
@@ -207,6 +212,9 @@ struct JobRunner {
     pauses: Pauses,
     probes: TaskTracker,
     runtime: tokio::runtime::Handle,
+    token_models: Arc<TokenModels>,
+    /// The job's calibration was logged (once per job).
+    calibrated: Arc<AtomicBool>,
 }
 
 impl JobRunner {
@@ -219,7 +227,7 @@ impl JobRunner {
                 loop {
                     tokio::select! {
                         _ = cancel.cancelled() => return,
-                        _ = iv.tick() => self.fire(),
+                        _ = iv.tick() => self.fire(&cancel),
                     }
                 }
             }
@@ -235,7 +243,7 @@ impl JobRunner {
                 let wait = (next - now).to_std().unwrap_or(Duration::ZERO);
                 tokio::select! {
                     _ = cancel.cancelled() => return,
-                    _ = tokio::time::sleep(wait) => self.fire(),
+                    _ = tokio::time::sleep(wait) => self.fire(&cancel),
                 }
             },
         }
@@ -256,7 +264,9 @@ impl JobRunner {
         }
     }
 
-    fn fire(&self) {
+    /// One tick: a probe, or for a conversation prompt its turns, one after the other with the
+    /// think time between them (a stop between turns ends the conversation there).
+    fn fire(&self, cancel: &CancellationToken) {
         if self.paused() {
             self.series.skipped(SkipReason::RateLimited);
             return;
@@ -266,7 +276,8 @@ impl JobRunner {
             tracing::debug!(job = %self.name, "previous probe still running; tick skipped");
             return;
         }
-        let (prober, spec, metrics, series, running, pauses, name) = (
+        let calibrated = self.calibrated.clone();
+        let (prober, spec, metrics, series, running, pauses, name, models, cancel) = (
             self.prober.clone(),
             self.spec.clone(),
             self.metrics.clone(),
@@ -274,30 +285,59 @@ impl JobRunner {
             self.running.clone(),
             self.pauses.clone(),
             self.name.clone(),
+            self.token_models.clone(),
+            cancel.clone(),
         );
         self.probes.spawn_on(async move {
             // Cleared on drop, so even a panicking probe cannot block its job's later ticks.
             let _running = RunningGuard(running);
-            let r = prober.run(&spec).await;
-            if r.exporter_fault {
-                // Our own fd exhaustion says nothing about the target: not a probe of it.
-                metrics.internal_error(InternalReason::FdExhausted);
-                tracing::error!(
-                    job = %name,
-                    reason = InternalReason::FdExhausted.as_str(),
-                    message = r.error_detail.as_deref().unwrap_or(""),
-                    "the exporter ran out of file descriptors: probe not sent, not counted against the target"
-                );
-                return;
+            let spec = match models.get(&prober, &spec).await {
+                Some(c) => {
+                    if c.error.is_some() {
+                        tracing::warn!(job = %name, requests = c.requests, seconds = c.seconds, calibration = %c.summary(), "calibration failed; tried again at the next tick");
+                    } else if !calibrated.swap(true, Ordering::AcqRel) {
+                        tracing::info!(job = %name, requests = c.requests, seconds = c.seconds, calibration = %c.summary(), "calibrated the input length");
+                    }
+                    let mut s = (*spec).clone();
+                    s.tokens = c.model();
+                    Arc::new(s)
+                }
+                None => spec,
+            };
+            let mut session = spec.session();
+            loop {
+                let (content, wait) = session.next(&spec);
+                if !wait.is_zero() {
+                    tokio::select! {
+                        () = cancel.cancelled() => return,
+                        () = tokio::time::sleep(wait) => {}
+                    }
+                }
+                let r = prober.run_content(&spec, &content).await;
+                if r.exporter_fault {
+                    // Our own fd exhaustion says nothing about the target: not a probe of it.
+                    metrics.internal_error(InternalReason::FdExhausted);
+                    tracing::error!(
+                        job = %name,
+                        reason = InternalReason::FdExhausted.as_str(),
+                        message = r.error_detail.as_deref().unwrap_or(""),
+                        "the exporter ran out of file descriptors: probe not sent, not counted against the target"
+                    );
+                    return;
+                }
+                series.record(&r, SystemTime::now());
+                if let Some(wait) = r.retry_after_s.filter(|w| *w > 0.0)
+                    && let Ok(mut p) = pauses.lock()
+                {
+                    let until = Instant::now() + Duration::from_secs_f64(wait.clamp(0.0, 3600.0));
+                    p.insert(series.labels().target.clone(), until);
+                }
+                log_result(&name, &r);
+                session.answered(&r);
+                if session.at_start() || cancel.is_cancelled() {
+                    return;
+                }
             }
-            series.record(&r, SystemTime::now());
-            if let Some(wait) = r.retry_after_s.filter(|w| *w > 0.0)
-                && let Ok(mut p) = pauses.lock()
-            {
-                let until = Instant::now() + Duration::from_secs_f64(wait.clamp(0.0, 3600.0));
-                p.insert(series.labels().target.clone(), until);
-            }
-            log_result(&name, &r);
         }, &self.runtime);
     }
 }
@@ -340,6 +380,9 @@ pub fn log_result(job: &str, r: &ProbeResult) {
                 (r.token_source != crate::measure::TokenSource::Unknown).then_some(r.output_tokens),
             token_events = r.token_events,
             input_tokens = r.input_tokens,
+            requested_input_tokens = r.requested_input_tokens,
+            requested_output_tokens = r.requested_output_tokens,
+            turn = r.turn,
             server_prompt_ms = st.prompt_ms,
             server_predicted_ms = st.predicted_ms,
             server_predicted_n = st.predicted_n,

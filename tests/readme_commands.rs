@@ -372,5 +372,5 @@ fn every_readme_command_runs_or_is_listed_as_skipped() {
         }
         ran.push(c.clone());
     }
-    assert_eq!(ran.len(), 6, "ran: {ran:#?}");
+    assert_eq!(ran.len(), 8, "ran: {ran:#?}");
 }

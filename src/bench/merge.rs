@@ -300,6 +300,8 @@ mod tests {
     fn report(shard: Option<&str>, id: &str, levels: Vec<LevelStats>) -> Report {
         let mut r = crate::bench::report::tests::synthetic();
         r.models = vec![ModelReport {
+            prompt: None,
+            calibration: None,
             model: "m".into(),
             target: Some("local".into()),
             price: None,

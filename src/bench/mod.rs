@@ -62,12 +62,11 @@ impl BenchModel {
 
     /// The probe of this model: `base` (the prompt and its overrides) sent to this target.
     pub fn spec(&self, base: &ProbeSpec) -> ProbeSpec {
-        ProbeSpec {
-            target: self.target.clone(),
-            timeouts: self.timeouts,
-            model: self.model.clone(),
-            ..base.clone()
-        }
+        let mut spec = base.clone();
+        spec.target = self.target.clone();
+        spec.timeouts = self.timeouts;
+        spec.model.clone_from(&self.model);
+        spec
     }
 }
 
@@ -157,6 +156,9 @@ pub struct BenchPlan {
     pub spec: ProbeSpec,
     /// Models (each with its target), in order.
     pub models: Vec<BenchModel>,
+    /// Every prompt swept (`--prompt a,b`), the first being `spec`'s; each is its own series
+    /// per model.
+    pub prompts: Vec<ProbeSpec>,
     /// The levels (concurrency, or rate with its in-flight cap), within the fd limit.
     pub levels: Vec<LevelKey>,
     /// Open loop: the arrival process.
@@ -421,6 +423,37 @@ pub fn choose(
     Ok((job.clone(), models))
 }
 
+/// As [`choose`], with several prompts (`--prompt a,b`; none: the target's first): one job per
+/// prompt, in the order given, and the models to compare.
+///
+/// # Errors
+/// [`BenchError::Usage`] when the config has no such target or prompt, or a prompt is named
+/// twice.
+pub fn choose_prompts(
+    config: &Config,
+    target: Option<&str>,
+    prompts: &[String],
+    models: &[String],
+) -> Result<(Vec<Job>, Vec<BenchModel>), BenchError> {
+    if prompts.is_empty() {
+        let (job, models) = choose(config, target, None, models)?;
+        return Ok((vec![job], models));
+    }
+    let mut jobs = Vec::new();
+    let mut chosen_models = Vec::new();
+    for (i, p) in prompts.iter().enumerate() {
+        if prompts[..i].contains(p) {
+            return Err(BenchError::Usage(format!(
+                "--prompt {p:?} is given twice: prompts must differ"
+            )));
+        }
+        let (job, m) = choose(config, target, Some(p), models)?;
+        jobs.push(job);
+        chosen_models = m;
+    }
+    Ok((jobs, chosen_models))
+}
+
 fn dedup(v: Vec<&str>) -> Vec<&str> {
     let mut out: Vec<&str> = Vec::new();
     for s in v {
@@ -491,6 +524,7 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         criteria,
         job,
         spec,
+        prompts,
         models,
         levels: level_keys,
         arrival,
@@ -518,7 +552,12 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         Amount::Requests(n) => n,
         Amount::Duration(d) => d.as_secs().max(1),
     };
-    let total = per_level_units * level_keys.len() as u64 * models.len() as u64;
+    let total = per_level_units
+        * level_keys.len() as u64
+        * models.len() as u64
+        * prompts.len().max(1) as u64;
+    let sweep = prompts.len() > 1;
+    let prompt_names: Vec<&str> = prompts.iter().map(|p| p.prompt.name.as_str()).collect();
     let progress = Progress::new(total, show);
     // The report's target: the first model's (the --target's unless a pair names another).
     let head = models
@@ -534,7 +573,7 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         "tokenprobe bench: target {} ({}), prompt {}, models {}, {} levels ({}){}",
         head.name,
         crate::redact::redact_url(&head.url()),
-        job.prompt.name,
+        prompt_names.join(", "),
         names.join(", "),
         level_keys.len(),
         if open {
@@ -568,21 +607,33 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         samples,
         progress: progress.clone(),
     };
-    let mut reports = Vec::new();
+    let token_models = crate::probe::TokenModels::default();
+    let mut reports: Vec<ModelReport> = Vec::new();
     let mut done_units = 0;
-    for (mi, (bm, name)) in models.iter().zip(&names).enumerate() {
+    for (bm, name) in models.iter().zip(&names) {
         if bm.target != runner_target {
             // Another target: its own client settings, so its own probers.
             runner = Runner::new(bm.spec(&spec), progress.clone())?;
             runner.ramp = ramp;
             runner_target = bm.target.clone();
         }
-        runner.set_model(&bm.model);
-        reports.push(
-            sender
-                .sweep(&mut runner, bm, name, mi, &mut done_units)
-                .await?,
-        );
+        for prompt_spec in &prompts {
+            runner.set_prompt(&bm.spec(prompt_spec));
+            runner.set_model(&bm.model);
+            let name = if sweep {
+                format!("{name} · {}", prompt_spec.prompt.name)
+            } else {
+                name.clone()
+            };
+            let calibration = calibrate(&mut runner, &token_models, &reports, &name).await;
+            let series = reports.len();
+            let mut report = sender
+                .sweep(&mut runner, bm, &name, series, &mut done_units)
+                .await?;
+            report.prompt = sweep.then(|| prompt_spec.prompt.name.clone());
+            report.calibration = calibration;
+            reports.push(report);
+        }
     }
     progress.finish();
     let mut report = Report {
@@ -592,7 +643,7 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         target: head.name.clone(),
         base_url: crate::redact::redact_url(&head.base_url),
         api: head.api.to_string(),
-        prompt: job.prompt.name.clone(),
+        prompt: prompt_names.join(","),
         max_tokens: spec.max_tokens,
         mode: LoadMode {
             ramp_s: (!open && !ramp.is_zero()).then_some(ramp.as_secs_f64()),
@@ -668,6 +719,27 @@ pub fn finish(
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// The runner's (target, model) calibrated (once per run; `None` when the prompt needs none),
+/// said on stderr where it was made, not again for the model's later prompts.
+async fn calibrate(
+    runner: &mut Runner,
+    models: &crate::probe::TokenModels,
+    earlier: &[ModelReport],
+    name: &str,
+) -> Option<crate::probe::Calibration> {
+    let c = runner.calibrate(models).await?;
+    let model = &runner.spec().model;
+    if !earlier
+        .iter()
+        .any(|r| &r.model == model && r.calibration.as_ref() == Some(&c))
+    {
+        runner
+            .progress
+            .println(&format!("  {name}: calibrated with {}", c.summary()));
+    }
+    Some(c)
 }
 
 /// How the load was generated, as the report states it.
@@ -771,6 +843,8 @@ impl Sender {
         }
         let (input_tokens_mean, output_tokens_mean) = lengths.means();
         Ok(ModelReport {
+            prompt: None,
+            calibration: None,
             model: bm.model.clone(),
             target: Some(bm.target.name.clone()),
             price,

@@ -9,7 +9,7 @@ use crate::config::Price;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 
-/// One model's sweep.
+/// One model's sweep (of one prompt, when the run sweeps several).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelReport {
     /// The model name sent.
@@ -31,6 +31,35 @@ pub struct ModelReport {
     /// Where scaling stopped, if it did within the sweep.
     #[serde(default)]
     pub knee: Option<Knee>,
+    /// The prompt of this sweep, when the run has several (`--prompt a,b`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    /// The calibration that sized this sweep's prompts (requests, seconds, the fit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<crate::probe::Calibration>,
+}
+
+impl ModelReport {
+    /// The sweep's name in tables and plots: the model, with the prompt when there are several.
+    pub fn name(&self) -> String {
+        match &self.prompt {
+            Some(p) => format!("{} · {p}", self.model),
+            None => self.model.clone(),
+        }
+    }
+}
+
+/// True when some level asked for lengths: the tables then show them.
+fn has_lengths(r: &Report) -> bool {
+    r.models
+        .iter()
+        .any(|m| m.levels.iter().any(|l| l.lengths.asked()))
+}
+
+/// `requested→reached` mean tokens, e.g. `512→514`; `-` for what is unknown.
+fn length_cell(requested: Option<f64>, reached: Option<f64>) -> String {
+    let f = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.0}"));
+    format!("{}→{}", f(requested), f(reached))
 }
 
 /// How load was generated.
@@ -123,14 +152,14 @@ pub fn mixed_targets(models: &[ModelReport]) -> bool {
 }
 
 /// The names models are judged and shown by: `target/model` when their targets differ, else the
-/// model (one per model, in order).
+/// model, each with ` · prompt` in a prompt sweep (one per series, in order).
 pub fn model_names(models: &[ModelReport]) -> Vec<String> {
     let mixed = mixed_targets(models);
     models
         .iter()
         .map(|m| match (&m.target, mixed) {
-            (Some(t), true) => format!("{t}/{}", m.model),
-            _ => m.model.clone(),
+            (Some(t), true) => format!("{t}/{}", m.name()),
+            _ => m.name(),
         })
         .collect()
 }
@@ -191,7 +220,7 @@ const TABLE_HEADER: [&str; 16] = [
 
 fn table_row(m: &ModelReport, i: usize, l: &LevelStats) -> [String; 16] {
     [
-        m.model.clone(),
+        m.name(),
         l.key.label(),
         l.requests.to_string(),
         pct(l.error_rate),
@@ -216,6 +245,7 @@ fn table_row(m: &ModelReport, i: usize, l: &LevelStats) -> [String; 16] {
 /// model has a price.
 pub fn render_table(r: &Report) -> String {
     let (mixed, costs) = (mixed_targets(&r.models), has_costs(r));
+    let lengths = has_lengths(r);
     let knee_col = TABLE_HEADER.len() - 1;
     let mut header: Vec<String> = TABLE_HEADER.iter().map(|h| (*h).to_owned()).collect();
     if costs {
@@ -223,6 +253,9 @@ pub fn render_table(r: &Report) -> String {
     }
     if mixed {
         header.insert(1, "target".into());
+    }
+    if lengths {
+        header.extend(["ISL req→got".into(), "OSL req→got".into()]);
     }
     let mut t = comfy_table::Table::new();
     t.load_style(comfy_table::presets::UTF8_FULL_CONDENSED)
@@ -235,6 +268,17 @@ pub fn render_table(r: &Report) -> String {
             }
             if mixed {
                 row.insert(1, m.target.clone().unwrap_or_default());
+            }
+            if lengths {
+                let n = &l.lengths;
+                row.push(length_cell(
+                    n.requested_input_tokens_mean,
+                    n.input_tokens_mean,
+                ));
+                row.push(length_cell(
+                    n.requested_output_tokens_mean,
+                    n.output_tokens_mean,
+                ));
             }
             t.add_row(row);
         }
@@ -292,6 +336,7 @@ fn render_notes(r: &Report, md: bool) -> String {
             None => writeln!(out, "{bullet}{name}: none within the sweep"),
         };
     }
+    render_lengths(&mut out, r, bullet);
     if let Some(s) = &r.selection {
         let w: Vec<String> = s.weights.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let _ = writeln!(
@@ -377,6 +422,51 @@ fn render_notes(r: &Report, md: bool) -> String {
     out
 }
 
+/// The calibrations, the requests off their input length, and a conversation's TTFT by turn.
+fn render_lengths(out: &mut String, r: &Report, bullet: &str) {
+    let mut lines = Vec::new();
+    for (i, m) in r.models.iter().enumerate() {
+        // A model's calibration is kept for the run: named where it was made.
+        let kept = r.models[..i]
+            .iter()
+            .any(|e| e.model == m.model && e.calibration == m.calibration);
+        if let Some(c) = m.calibration.as_ref().filter(|_| !kept) {
+            lines.push(format!(
+                "{bullet}{}: calibrated with {}",
+                m.name(),
+                c.summary()
+            ));
+        }
+        for l in &m.levels {
+            let n = &l.lengths;
+            if n.input_length_off > 0 {
+                lines.push(format!(
+                    "{bullet}{} @ {}: {} of {} successes off the requested input length (> 2% or 4 tokens)",
+                    m.name(),
+                    l.key.label(),
+                    n.input_length_off,
+                    l.successes
+                ));
+            }
+            if let (Some(a), Some(b)) = (&n.ttft_first_turn_s, &n.ttft_later_turns_s) {
+                lines.push(format!(
+                    "{bullet}{} @ {}: TTFT p50 first turn {}, later turns {}",
+                    m.name(),
+                    l.key.label(),
+                    fmt_secs(a.p50),
+                    fmt_secs(b.p50)
+                ));
+            }
+        }
+    }
+    if !lines.is_empty() {
+        let _ = writeln!(out, "\nWorkload:");
+        for l in lines {
+            let _ = writeln!(out, "{l}");
+        }
+    }
+}
+
 fn fmt_value(metric: &str, v: f64) -> String {
     metric
         .parse::<super::criteria::Metric>()
@@ -418,6 +508,7 @@ pub fn render_markdown(r: &Report) -> String {
         "concurrency"
     };
     let (mixed, costs) = (mixed_targets(&r.models), has_costs(r));
+    let lengths = has_lengths(r);
     let mut header = vec![
         "model",
         load,
@@ -448,6 +539,9 @@ pub fn render_markdown(r: &Report) -> String {
     if mixed {
         header.insert(1, "target");
     }
+    if lengths {
+        header.extend(["ISL req→got", "OSL req→got"]);
+    }
     let _ = writeln!(out, "| {} |", header.join(" | "));
     let aligns: Vec<&str> = header
         .iter()
@@ -458,7 +552,7 @@ pub fn render_markdown(r: &Report) -> String {
     for m in &r.models {
         for (i, l) in m.levels.iter().enumerate() {
             let mut cells = vec![
-                m.model.replace('|', "\\|"),
+                m.name().replace('|', "\\|"),
                 l.key.label(),
                 l.requests.to_string(),
                 pct(l.error_rate),
@@ -491,6 +585,17 @@ pub fn render_markdown(r: &Report) -> String {
             }
             if mixed {
                 cells.insert(1, m.target.as_deref().unwrap_or("").replace('|', "\\|"));
+            }
+            if lengths {
+                let n = &l.lengths;
+                cells.push(length_cell(
+                    n.requested_input_tokens_mean,
+                    n.input_tokens_mean,
+                ));
+                cells.push(length_cell(
+                    n.requested_output_tokens_mean,
+                    n.output_tokens_mean,
+                ));
             }
             let _ = writeln!(out, "| {} |", cells.join(" | "));
         }
@@ -536,6 +641,17 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
             header.push(format!("{m}_{st}{unit}"));
         }
     }
+    header.extend(
+        [
+            "prompt",
+            "requested_input_tokens_mean",
+            "input_tokens_mean",
+            "requested_output_tokens_mean",
+            "output_tokens_mean",
+            "input_length_off",
+        ]
+        .map(str::to_owned),
+    );
     let cross_check = super::crosscheck::any(r);
     if cross_check {
         header.extend(super::crosscheck::CSV_HEADER.map(str::to_owned));
@@ -579,6 +695,20 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
                     None => row.extend(std::iter::repeat_n(String::new(), 6)),
                 }
             }
+            row.extend([
+                m.prompt.clone().unwrap_or_else(|| r.prompt.clone()),
+                l.lengths
+                    .requested_input_tokens_mean
+                    .map(num)
+                    .unwrap_or_default(),
+                l.lengths.input_tokens_mean.map(num).unwrap_or_default(),
+                l.lengths
+                    .requested_output_tokens_mean
+                    .map(num)
+                    .unwrap_or_default(),
+                l.lengths.output_tokens_mean.map(num).unwrap_or_default(),
+                l.lengths.input_length_off.to_string(),
+            ]);
             if cross_check {
                 row.extend(super::crosscheck::csv_cells(l.cross_check.as_ref()));
             }
@@ -623,7 +753,9 @@ pub(crate) mod tests {
                     lag_s: 0.0002 * (i % 3) as f64,
                     first: false,
                     server_predicted_per_token_ms: None,
+                    requested_input_tokens: None,
                     requested_output_tokens: None,
+                    turn: None,
                 }
             })
             .collect()
@@ -654,6 +786,8 @@ pub(crate) mod tests {
                 output_tokens_mean: Some(64.0),
                 levels: vec![mk(2, 0.1, 10.0, 0), mk(4, 0.1, 5.0, 0), mk(8, 0.4, 4.8, 0)],
                 knee: None,
+                prompt: None,
+                calibration: None,
             },
             ModelReport {
                 model: "beta".into(),
@@ -667,6 +801,8 @@ pub(crate) mod tests {
                     mk(8, 0.25, 3.0, 10),
                 ],
                 knee: None,
+                prompt: None,
+                calibration: None,
             },
         ];
         let rule = KneeRule::default();
@@ -810,6 +946,73 @@ pub(crate) mod tests {
     #[test]
     fn csv_snapshot() {
         insta::assert_snapshot!(render_csv(&synthetic()).unwrap());
+    }
+
+    /// A sweep that asked for lengths shows requested→reached input and output lengths in the
+    /// table and Markdown, the calibration and the requests off their length in the notes.
+    #[test]
+    fn lengths_are_shown_when_asked_for() {
+        let mut r = synthetic();
+        assert!(
+            !render_table(&r).contains("ISL"),
+            "no lengths asked: no columns"
+        );
+        let m = &mut r.models[0];
+        m.prompt = Some("isl512".into());
+        m.calibration = Some(crate::probe::Calibration {
+            overhead_tokens: 30.0,
+            tokens_per_word: 1.0,
+            requests: 3,
+            seconds: 0.5,
+            points: vec![(16, 46), (64, 94), (256, 286)],
+            error: None,
+            tokenizer: None,
+        });
+        let l = &mut m.levels[0].lengths;
+        l.requested_input_tokens_mean = Some(512.0);
+        l.input_tokens_mean = Some(514.0);
+        l.requested_output_tokens_mean = Some(64.0);
+        l.output_tokens_mean = Some(64.0);
+        l.input_length_off = 2;
+        r.models[1].calibration = r.models[0].calibration.clone();
+        r.models[1].model = "alpha".into();
+        let table = render_table(&r);
+        assert_eq!(
+            table.matches("calibrated with").count(),
+            1,
+            "said once per model: {table}"
+        );
+        assert!(
+            table.contains("ISL req→got") && table.contains("512→514"),
+            "{table}"
+        );
+        assert!(table.contains("alpha · isl512"), "{table}");
+        assert!(table.contains("alpha · isl512: calibrated with 3 requests in 0.50 s: 30.0 tokens of template + 1.000 tokens per word"), "{table}");
+        assert!(
+            table.contains("alpha · isl512 @ 2: 2 of 20 successes off the requested input length"),
+            "{table}"
+        );
+        let md = render_markdown(&r);
+        assert!(
+            md.contains("| ISL req→got | OSL req→got |") && md.contains("| 512→514 | 64→64 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| -→- | -→64 |"),
+            "unasked levels show what they have: {md}"
+        );
+        let csv = render_csv(&r).unwrap();
+        assert!(
+            csv.lines()
+                .nth(1)
+                .unwrap()
+                .ends_with(",isl512,512,514,64,64,2"),
+            "{csv}"
+        );
+        let back: Report = serde_json::from_str(&render_json(&r)).unwrap();
+        let (a, b) = (&back.models[0], &r.models[0]);
+        assert_eq!((&a.prompt, &a.calibration), (&b.prompt, &b.calibration));
+        assert_eq!(a.levels[0].lengths, b.levels[0].lengths);
     }
 
     #[test]

@@ -17,7 +17,7 @@
 
 use super::stats::Sample;
 use crate::measure::ProbeResult;
-use crate::probe::{ProbeSpec, Prober};
+use crate::probe::{Calibration, ProbeSpec, Prober, TokenModels};
 use crate::rng::Rng;
 use crate::transport::TransportError;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -311,6 +311,26 @@ impl Runner {
         Arc::make_mut(&mut self.spec).model = model.to_owned();
     }
 
+    /// Switches to another prompt of the same target (probers are kept; the model stays).
+    pub fn set_prompt(&mut self, spec: &ProbeSpec) {
+        let mut next = spec.clone();
+        next.model.clone_from(&self.spec.model);
+        self.spec = Arc::new(next);
+    }
+
+    /// The spec requests are sent with.
+    pub fn spec(&self) -> &ProbeSpec {
+        &self.spec
+    }
+
+    /// Calibrates the current target and model through `models` (kept for the run) and sizes
+    /// the prompts with it; `None` when the workload needs no calibration.
+    pub async fn calibrate(&mut self, models: &TokenModels) -> Option<Calibration> {
+        let c = models.get(&self.probers[0], &self.spec).await?;
+        Arc::make_mut(&mut self.spec).tokens = c.model();
+        Some(c)
+    }
+
     fn ensure_probers(&mut self, n: usize) -> Result<(), TransportError> {
         while self.probers.len() < n {
             self.probers.push(Prober::new(&self.spec)?);
@@ -412,16 +432,24 @@ impl Runner {
                 let mut intended = first_send;
                 let mut first = true;
                 tokio::time::sleep_until(first_send.into()).await;
+                // Each worker keeps its own conversation (its turns in order, with think time).
+                let mut session = spec.session();
                 loop {
                     if tickets.fetch_add(1, Ordering::Relaxed) >= limit {
                         break;
+                    }
+                    let (content, think) = session.next(&spec);
+                    if !think.is_zero() {
+                        intended += think;
+                        tokio::time::sleep_until(intended.into()).await;
                     }
                     let sent = Instant::now();
                     if deadline.is_some_and(|d| sent >= d) {
                         break;
                     }
                     progress.sent();
-                    let r = prober.run(&spec).await;
+                    let r = prober.run_content(&spec, &content).await;
+                    session.answered(&r);
                     let end = Instant::now();
                     progress.record(&r);
                     out.push(Sample::from_result(

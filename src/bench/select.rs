@@ -380,6 +380,7 @@ mod tests {
             start_offset_s: None,
             cost_per_request: None,
             cost_per_mtok: None,
+            lengths: Default::default(),
             samples: None,
             cross_check: None,
         }
@@ -394,6 +395,8 @@ mod tests {
             output_tokens_mean: None,
             levels,
             knee: None,
+            prompt: None,
+            calibration: None,
         }
     }
 

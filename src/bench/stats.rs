@@ -48,6 +48,92 @@ pub struct Sample {
     /// The output length asked for exactly (`exact_output`), beside `output_tokens` achieved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requested_output_tokens: Option<u64>,
+    /// The input length the workload asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_input_tokens: Option<u64>,
+    /// The conversation turn, from 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u32>,
+}
+
+/// Per level: the mean lengths asked for and reached (over successes), how many successes were
+/// off the requested input length (`input_length_off`), and a conversation's TTFT by turn.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LevelLengths {
+    /// Mean requested input length of the successes that asked for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_input_tokens_mean: Option<f64>,
+    /// Mean `usage.prompt_tokens` of the successes that reported it (of those that asked for an
+    /// input length, when some did).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_tokens_mean: Option<f64>,
+    /// Mean requested output length of the successes that asked for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_output_tokens_mean: Option<f64>,
+    /// Mean N of the successes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens_mean: Option<f64>,
+    /// Successes whose counted input length was off the requested one.
+    #[serde(default)]
+    pub input_length_off: u64,
+    /// Conversations: TTFT of first turns, s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_first_turn_s: Option<Summary>,
+    /// Conversations: TTFT of later turns (the history resent), s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_later_turns_s: Option<Summary>,
+}
+
+fn mean(v: impl Iterator<Item = f64>) -> Option<f64> {
+    let (n, sum) = v.fold((0u64, 0.0), |(n, s), x| (n + 1, s + x));
+    (n > 0).then(|| sum / n as f64)
+}
+
+impl LevelLengths {
+    /// The lengths of a level's samples.
+    pub fn of(samples: &[Sample]) -> LevelLengths {
+        let ok = || samples.iter().filter(|s| s.success());
+        let turn_ttft = |later: bool| {
+            Summary::of(
+                ok().filter(|s| s.turn.is_some_and(|t| (t > 1) == later))
+                    .filter_map(|s| s.ttft_s),
+            )
+        };
+        let asked_input = ok().any(|s| s.requested_input_tokens.is_some());
+        LevelLengths {
+            requested_input_tokens_mean: mean(
+                ok().filter_map(|s| s.requested_input_tokens)
+                    .map(|v| v as f64),
+            ),
+            // Like with like: where lengths were asked for (a conversation asks only in its
+            // first turns), the counted lengths of those requests.
+            input_tokens_mean: mean(
+                ok().filter(|s| !asked_input || s.requested_input_tokens.is_some())
+                    .filter_map(|s| s.input_tokens)
+                    .map(|v| v as f64),
+            ),
+            requested_output_tokens_mean: mean(
+                ok().filter_map(|s| s.requested_output_tokens)
+                    .map(|v| v as f64),
+            ),
+            output_tokens_mean: mean(ok().map(|s| s.output_tokens as f64)),
+            input_length_off: ok()
+                .filter(|s| {
+                    matches!(
+                        (s.requested_input_tokens, s.input_tokens),
+                        (Some(want), Some(got)) if crate::workload::input_length_off(want, got)
+                    )
+                })
+                .count() as u64,
+            ttft_first_turn_s: turn_ttft(false),
+            ttft_later_turns_s: turn_ttft(true),
+        }
+    }
+
+    /// True when the level's requests asked for lengths (a synthetic, dataset-free workload).
+    pub fn asked(&self) -> bool {
+        self.requested_input_tokens_mean.is_some() || self.requested_output_tokens_mean.is_some()
+    }
 }
 
 impl Sample {
@@ -73,7 +159,9 @@ impl Sample {
                 .server_timings
                 .as_ref()
                 .and_then(|t| t.predicted_per_token_ms),
+            requested_input_tokens: r.requested_input_tokens,
             requested_output_tokens: r.requested_output_tokens,
+            turn: r.turn,
         }
     }
 
@@ -255,6 +343,9 @@ pub struct LevelStats {
     /// Cost per million output tokens: the priced requests' total cost / their output tokens × 10⁶.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_per_mtok: Option<f64>,
+    /// Lengths asked for and reached; TTFT by conversation turn.
+    #[serde(default)]
+    pub lengths: LevelLengths,
     /// Every sample, with `--samples`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub samples: Option<Vec<Sample>>,
@@ -376,6 +467,7 @@ impl LevelStats {
             start_offset_s: None,
             cost_per_request: None,
             cost_per_mtok: None,
+            lengths: LevelLengths::of(samples),
             samples: None,
             cross_check: None,
         }
@@ -426,8 +518,48 @@ mod tests {
             lag_s: 0.001,
             first: false,
             server_predicted_per_token_ms: None,
+            requested_input_tokens: None,
             requested_output_tokens: None,
+            turn: None,
         }
+    }
+
+    #[test]
+    fn level_lengths_are_means_over_successes() {
+        let mut a = sample(Some(0.1), 10, None);
+        a.input_tokens = Some(130);
+        a.requested_input_tokens = Some(128);
+        a.requested_output_tokens = Some(10);
+        a.turn = Some(1);
+        let mut b = a.clone();
+        b.ttft_s = Some(0.05);
+        b.output_tokens = 6;
+        b.input_tokens = Some(140);
+        b.turn = Some(2);
+        let mut later = b.clone();
+        later.requested_input_tokens = None;
+        later.input_tokens = Some(900);
+        let mut failed = sample(None, 0, Some("timeout_idle"));
+        failed.requested_input_tokens = Some(4000);
+        let l = LevelLengths::of(&[a, b, failed, later]);
+        assert_eq!(l.requested_input_tokens_mean, Some(128.0));
+        assert_eq!(l.input_tokens_mean, Some(135.0));
+        assert_eq!(l.requested_output_tokens_mean, Some(10.0));
+        assert_eq!(
+            l.output_tokens_mean,
+            Some(22.0 / 3.0),
+            "every success's N (10, 6, 6)"
+        );
+        assert_eq!(
+            l.input_length_off, 1,
+            "140 of 128 is off by more than 4 tokens"
+        );
+        assert_eq!(l.ttft_first_turn_s.map(|s| s.p50), Some(0.1));
+        assert_eq!(l.ttft_later_turns_s.map(|s| (s.n, s.p50)), Some((2, 0.05)));
+        assert!(l.asked());
+        let plain = LevelLengths::of(&[sample(Some(0.1), 3, None)]);
+        assert!(!plain.asked() && plain.ttft_first_turn_s.is_none());
+        assert_eq!(plain.output_tokens_mean, Some(3.0));
     }
 
     #[test]

@@ -5,9 +5,10 @@
 use crate::bench::criteria::{self, Criteria, CriteriaError, parse_ratio, parse_weights};
 use crate::bench::crosscheck::CrossCheckSpec;
 use crate::bench::runner::{Amount, Arrival};
+use crate::bench::shard::{Shard, StartPlan};
 use crate::bench::{
-    BenchError, BenchPlan, Format, MAX_REQUESTS_PER_LEVEL, check_select_at, choose, fd_limit,
-    fit_fd_limit, levels, load_baseline, load_report,
+    BenchError, BenchPlan, Format, MAX_REQUESTS_PER_LEVEL, check_select_at, choose_prompts,
+    fd_limit, fit_fd_limit, levels, load_baseline, load_report,
 };
 use crate::config::Config;
 use crate::probe::ProbeSpec;
@@ -41,9 +42,10 @@ pub struct BenchArgs {
     /// model at another target of the config (the same prompt is sent to each).
     #[arg(long, value_delimiter = ',')]
     pub models: Vec<String>,
-    /// Prompt name (default: the target's first prompt).
-    #[arg(long)]
-    pub prompt: Option<String>,
+    /// Prompt names, comma-separated (default: the target's first prompt); several are swept
+    /// one after the other, each its own series per model (e.g. an input-length sweep).
+    #[arg(long, value_delimiter = ',')]
+    pub prompt: Vec<String>,
     /// Override the prompt's max_tokens.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_tokens: Option<u32>,
@@ -365,6 +367,61 @@ impl MergeArgs {
     }
 }
 
+/// `--shard`, `--start-at` and the run id: this process's part of the run, the levels' shared
+/// start instants, and the id every shard of the run computes alike (from the target, prompts,
+/// models, levels, load and start; see [`crate::bench::shard`]).
+///
+/// # Errors
+/// [`BenchError::Usage`] for `--start-at` without `--duration-per-level` or a bad `--run-id`.
+fn sharding(
+    a: &BenchArgs,
+    amount: Amount,
+    job: &crate::config::Job,
+    prompts: &[ProbeSpec],
+    models: &[crate::bench::BenchModel],
+    level_keys: &[crate::bench::stats::LevelKey],
+) -> Result<(Shard, Option<StartPlan>, String), BenchError> {
+    let arrival = a.arrival;
+    let shard = a.shard.unwrap_or_default();
+    let start = match (a.start_at, amount) {
+        (None, _) => None,
+        (Some(start_at), Amount::Duration(d)) => Some(StartPlan {
+            start_at,
+            slot: d + a.level_gap,
+        }),
+        (Some(_), Amount::Requests(_)) => {
+            return Err(BenchError::Usage(
+                "--start-at needs --duration-per-level: levels start at shared instants one level slot apart, so every level must take the same time".into(),
+            ));
+        }
+    };
+    let run_id = match &a.run_id {
+        Some(id) if id.trim().is_empty() || id.len() > 128 => {
+            return Err(BenchError::Usage("--run-id: 1 to 128 characters".into()));
+        }
+        Some(id) => id.clone(),
+        None => crate::bench::shard::run_id(&[
+            &job.target.name,
+            &crate::redact::redact_url(&job.target.base_url),
+            &prompts
+                .iter()
+                .map(|p| p.prompt.name.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+            &models
+                .iter()
+                .map(crate::bench::BenchModel::name)
+                .collect::<Vec<_>>()
+                .join(","),
+            &format!("{level_keys:?}"),
+            &format!("{amount:?} {arrival:?} warmup {}", a.warmup),
+            &a.start_at.map(|t| t.to_rfc3339()).unwrap_or_default(),
+            &shard.count.to_string(),
+        ]),
+    };
+    Ok((shard, start, run_id))
+}
+
 impl BenchArgs {
     /// The validated plan of this invocation.
     ///
@@ -392,10 +449,39 @@ impl BenchArgs {
             path: config_file.clone(),
             source,
         })?;
-        let (job, models) = choose(&config, a.target.as_deref(), a.prompt.as_deref(), &a.models)?;
-        let mut spec = ProbeSpec::from_job(&job);
-        if a.max_tokens.is_some() {
-            spec.max_tokens = a.max_tokens;
+        let (jobs, models) = choose_prompts(&config, a.target.as_deref(), &a.prompt, &a.models)?;
+        let prompts: Vec<ProbeSpec> = jobs
+            .iter()
+            .map(|j| {
+                let mut spec = ProbeSpec::from_job(j);
+                if a.max_tokens.is_some() {
+                    spec.max_tokens = a.max_tokens;
+                }
+                spec
+            })
+            .collect();
+        let (Some(job), Some(spec)) = (jobs.first().cloned(), prompts.first().cloned()) else {
+            return Err(BenchError::Usage("no prompt to send".into()));
+        };
+        if !a.rate.is_empty()
+            && let Some(p) = prompts
+                .iter()
+                .find(|p| matches!(p.workload, crate::workload::Workload::Conversation(_)))
+        {
+            return Err(BenchError::Usage(format!(
+                "prompt {}: a conversation runs in closed loop (each worker keeps its turns); drop --rate",
+                p.prompt.name
+            )));
+        }
+        if prompts.len() > 1
+            && (a.baseline.is_some()
+                || !criteria.limits.is_empty()
+                || !a.weights.is_empty()
+                || a.bench_file.is_some())
+        {
+            return Err(BenchError::Usage(
+                "several prompts are a sweep, not a selection: --baseline, --limit, --weight and --bench.file compare one prompt at a time".into(),
+            ));
         }
         let cross_check = cross_check(a, &spec)?;
         let mut criteria = criteria;
@@ -446,40 +532,8 @@ impl BenchArgs {
                 "a level would send more than {MAX_REQUESTS_PER_LEVEL} requests: lower --rate, --duration-per-level or --requests-per-level"
             )));
         }
-        let shard = a.shard.unwrap_or_default();
-        let start = match (a.start_at, amount) {
-            (None, _) => None,
-            (Some(start_at), Amount::Duration(d)) => Some(crate::bench::shard::StartPlan {
-                start_at,
-                slot: d + a.level_gap,
-            }),
-            (Some(_), Amount::Requests(_)) => {
-                return Err(BenchError::Usage(
-                    "--start-at needs --duration-per-level: levels start at shared instants one level slot apart, so every level must take the same time".into(),
-                ));
-            }
-        };
-        let run_id = match &a.run_id {
-            Some(id) if id.trim().is_empty() || id.len() > 128 => {
-                return Err(BenchError::Usage("--run-id: 1 to 128 characters".into()));
-            }
-            Some(id) => id.clone(),
-            None => crate::bench::shard::run_id(&[
-                &job.target.name,
-                &crate::redact::redact_url(&job.target.base_url),
-                &job.prompt.name,
-                &models
-                    .iter()
-                    .map(crate::bench::BenchModel::name)
-                    .collect::<Vec<_>>()
-                    .join(","),
-                &format!("{level_keys:?}"),
-                &format!("{amount:?} {arrival:?} warmup {}", a.warmup),
-                &a.start_at.map(|t| t.to_rfc3339()).unwrap_or_default(),
-                &shard.count.to_string(),
-            ]),
-        };
-        let judged = models.len() > 1
+        let (shard, start, run_id) = sharding(a, amount, &job, &prompts, &models, &level_keys)?;
+        let judged = (models.len() > 1 && prompts.len() == 1)
             || !criteria.limits.is_empty()
             || !a.weights.is_empty()
             || a.bench_file.is_some();
@@ -487,6 +541,7 @@ impl BenchArgs {
             criteria,
             job,
             spec,
+            prompts,
             models,
             levels: level_keys,
             arrival,
@@ -536,6 +591,74 @@ mod tests {
             Err(e) => panic!("not a usage error: {e}"),
             Ok(p) => panic!("accepted: {p:?}"),
         }
+    }
+
+    /// `--prompt a,b` sweeps prompts, each its own spec; a sweep is not a selection, a
+    /// conversation is closed loop only, and a prompt named twice or unknown is refused.
+    #[test]
+    fn prompt_sweeps_and_what_they_refuse() {
+        let p = plan(&[
+            "--requests-per-level",
+            "2",
+            "--prompt",
+            "isl128,isl512,chat",
+        ])
+        .expect("plan");
+        let names: Vec<&str> = p.prompts.iter().map(|s| s.prompt.name.as_str()).collect();
+        assert_eq!(names, ["isl128", "isl512", "chat"]);
+        assert_eq!(p.spec.prompt.name, "isl128");
+        assert!(!p.judged, "one model, a sweep: nothing to rank");
+        let p = plan(&[
+            "--requests-per-level",
+            "2",
+            "--models",
+            "a,b",
+            "--prompt",
+            "isl128,isl512",
+        ])
+        .expect("plan");
+        assert!(!p.judged, "two models over a sweep are shown, not ranked");
+        let m = usage(plan(&[
+            "--requests-per-level",
+            "2",
+            "--prompt",
+            "isl128,isl512",
+            "--limit",
+            "ttft_p95<2s",
+        ]));
+        assert!(m.contains("several prompts are a sweep"), "{m}");
+        let m = usage(plan(&[
+            "--requests-per-level",
+            "2",
+            "--prompt",
+            "chat",
+            "--rate",
+            "2",
+        ]));
+        assert!(
+            m.contains("prompt chat: a conversation runs in closed loop"),
+            "{m}"
+        );
+        let m = usage(plan(&[
+            "--requests-per-level",
+            "2",
+            "--prompt",
+            "isl128,isl128",
+        ]));
+        assert!(m.contains("given twice"), "{m}");
+        let m = usage(plan(&[
+            "--requests-per-level",
+            "2",
+            "--prompt",
+            "isl128,nope",
+        ]));
+        assert!(m.contains("no prompt \"nope\""), "{m}");
+        let p = plan(&["--requests-per-level", "2"]).expect("plan");
+        assert_eq!(
+            (p.prompts.len(), p.spec.prompt.name.as_str()),
+            (1, "haiku"),
+            "default: the first prompt"
+        );
     }
 
     #[test]

@@ -90,6 +90,17 @@ pub struct ProbeArgs {
     /// Prepend a random nonce to the prompt so a prompt cache cannot hide prefill time.
     #[arg(long)]
     pub nonce: bool,
+    /// Send filler text of this many input tokens (as the server counts them, chat template
+    /// included; calibrated first) instead of --prompt.
+    #[arg(long, conflicts_with_all = ["config_file", "dataset"], value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::workload::MAX_TOKENS)))]
+    pub input_tokens: Option<u32>,
+    /// Output length asked for (the output cap; overrides --max-tokens).
+    #[arg(long, conflicts_with = "config_file", value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::workload::MAX_TOKENS)))]
+    pub output_tokens: Option<u32>,
+    /// Send a conversation of this dataset (ShareGPT JSON, or JSONL of message lists when the
+    /// name ends in .jsonl), chosen at random, instead of --prompt.
+    #[arg(long, conflicts_with = "config_file")]
+    pub dataset: Option<PathBuf>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
@@ -170,6 +181,9 @@ pub fn spec_from_args(a: &ProbeArgs) -> Result<ProbeSpec> {
         prompt: a.prompt.clone(),
         max_tokens: a.max_tokens,
         nonce: a.nonce,
+        input_tokens: a.input_tokens,
+        output_tokens: a.output_tokens,
+        dataset: a.dataset.clone(),
         timeouts: [
             a.timeout_connect,
             a.timeout_first_token,
@@ -245,10 +259,25 @@ pub async fn run(a: ProbeArgs) -> Result<ExitCode> {
         );
     }
     let prober = Prober::new(&spec)?;
+    // A prompt built to a token length is sized by the server's own counts first.
+    let calibration = if spec.workload.needs_token_model() {
+        let c = crate::probe::calibrate(&prober, &spec).await;
+        spec.tokens = c.model();
+        Some(c)
+    } else {
+        None
+    };
     let result = prober.run(&spec).await;
     match a.format {
         Format::Json => {
-            print_stdout(&format!("{}\n", to_json(&result)));
+            let mut v = to_json(&result);
+            if let (Some(o), Some(c)) = (v.as_object_mut(), &calibration) {
+                o.insert(
+                    "calibration".into(),
+                    serde_json::to_value(c).unwrap_or_default(),
+                );
+            }
+            print_stdout(&format!("{v}\n"));
             if let Some(e) = result.error_type {
                 print_stderr_line(&format!(
                     "tokenprobe: probe failed: {e} (HTTP {}): {}",
@@ -263,6 +292,7 @@ pub async fn run(a: ProbeArgs) -> Result<ExitCode> {
                 url: crate::redact::redact_url(&spec.url()),
                 model: spec.model.clone(),
                 proxy: spec.proxy(),
+                calibration: calibration.as_ref().map(crate::probe::Calibration::summary),
             },
         )),
     }
@@ -339,7 +369,9 @@ mod tests {
             crate::config::ProxySetting::Disabled
         ));
         assert_eq!(s.target.auth, AuthStyle::Bearer);
-        assert_eq!(s.prompt.messages.len(), 1);
+        assert!(
+            matches!(&s.prompt.workload, crate::workload::Workload::Messages(m) if m.len() == 1)
+        );
     }
 
     #[test]

@@ -3,9 +3,12 @@
 //! give and go through [`super::validate`], and the files they name through the same checks as
 //! [`Config::load`]'s. A problem names the flag it came from instead of a key path.
 
-use super::raw::{RawConfig, RawPrompt, RawTarget, RawTimeouts, S};
+use super::raw::{
+    RawConfig, RawDataset, RawLength, RawPrompt, RawSynthetic, RawTarget, RawTimeouts, S,
+};
 use super::types::{AuthStyle, Config, ConfigError, ConnectionMode, Issue};
 use crate::protocol::{Api, Message};
+use crate::workload::{DatasetFormat, Order};
 use serde_saphyr::{Location, Spanned};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -44,6 +47,13 @@ pub struct FlagTarget {
     pub max_tokens: u32,
     /// `--nonce`.
     pub nonce: bool,
+    /// `--input-tokens`: a synthetic prompt of this many input tokens instead of `--prompt`.
+    pub input_tokens: Option<u32>,
+    /// `--output-tokens`: the synthetic prompt's output length (else `--max-tokens`).
+    pub output_tokens: Option<u32>,
+    /// `--dataset`: a conversation of this file (ShareGPT JSON; JSONL when it ends in `.jsonl`)
+    /// instead of `--prompt`.
+    pub dataset: Option<PathBuf>,
     /// `--timeout-connect`, `--timeout-first-token`, `--timeout-idle`, `--timeout-total`.
     pub timeouts: [Option<Duration>; 4],
 }
@@ -75,6 +85,11 @@ fn flag_of(path: &str) -> &'static str {
         "auth" => "--auth",
         "max_tokens" => "--max-tokens",
         "messages" => "--prompt",
+        "synthetic" => match path.rsplit('.').next() {
+            Some("output_tokens") => "--output-tokens",
+            _ => "--input-tokens",
+        },
+        "dataset" => "--dataset",
         "timeouts" => match path.rsplit('.').next() {
             Some("connect") => "--timeout-connect",
             Some("first_token") => "--timeout-first-token",
@@ -86,23 +101,59 @@ fn flag_of(path: &str) -> &'static str {
 }
 
 impl FlagTarget {
+    /// The one prompt: `--input-tokens` (synthetic), `--dataset`, or `--prompt`.
+    fn raw_prompt(&self) -> RawPrompt {
+        let cap = self.output_tokens.unwrap_or(self.max_tokens);
+        let mut p = RawPrompt {
+            name: at(NAME.to_owned()),
+            messages: Vec::new(),
+            max_tokens: None,
+            nonce: self.nonce,
+            expect: None,
+            stream: None,
+            synthetic: None,
+            dataset: None,
+            conversation: None,
+        };
+        if let Some(n) = self.input_tokens {
+            p.synthetic = Some(at(RawSynthetic {
+                input_tokens: Some(at(RawLength::Fixed(u64::from(n)))),
+                output_tokens: Some(at(RawLength::Fixed(u64::from(cap)))),
+                shared_prefix_tokens: None,
+                seed: None,
+            }));
+        } else if let Some(f) = &self.dataset {
+            let jsonl = f
+                .extension()
+                .is_some_and(|e| e.eq_ignore_ascii_case("jsonl"));
+            p.dataset = Some(at(RawDataset {
+                file: at(f.display().to_string()),
+                format: if jsonl {
+                    DatasetFormat::Jsonl
+                } else {
+                    DatasetFormat::Sharegpt
+                },
+                order: Order::Random,
+                seed: None,
+            }));
+            p.max_tokens = Some(cap);
+        } else {
+            p.messages = vec![Message {
+                role: "user".into(),
+                content: self.prompt.clone(),
+            }];
+            p.max_tokens = Some(cap);
+        }
+        p
+    }
+
     /// The raw config a file with this target, model and prompt would give.
     fn raw(&self) -> RawConfig {
         let secs = |d: Option<Duration>| d.map(|d| at(humantime::format_duration(d).to_string()));
         let [connect, first_token, idle, total] = self.timeouts;
         RawConfig {
             defaults: None,
-            prompts: vec![RawPrompt {
-                name: at(NAME.to_owned()),
-                messages: vec![Message {
-                    role: "user".into(),
-                    content: self.prompt.clone(),
-                }],
-                max_tokens: Some(self.max_tokens),
-                nonce: self.nonce,
-                expect: None,
-                stream: None,
-            }],
+            prompts: vec![self.raw_prompt()],
             targets: vec![RawTarget {
                 name: at(NAME.to_owned()),
                 base_url: at(self.base_url.clone()),
@@ -136,6 +187,7 @@ impl FlagTarget {
                 model_prices: BTreeMap::new(),
                 stream: true,
                 exact_output: crate::protocol::ExactOutput::None,
+                tokenizer: None,
             }],
             buckets: None,
             location: None,
@@ -211,6 +263,9 @@ mod tests {
             prompt: "hi".into(),
             max_tokens: 8,
             nonce: false,
+            input_tokens: None,
+            output_tokens: None,
+            dataset: None,
             timeouts: [None; 4],
         }
     }
@@ -241,6 +296,55 @@ mod tests {
             AuthStyle::XApiKey,
             "the protocol's header"
         );
+    }
+
+    /// `--input-tokens` makes a synthetic prompt (`--output-tokens`, else `--max-tokens`, its
+    /// output length), `--dataset` a dataset prompt read as `load` reads it; their problems
+    /// name the flag.
+    #[test]
+    fn input_tokens_and_dataset_make_their_prompts() {
+        use crate::workload::{DatasetFormat, Length, Workload};
+        let mut f = flags();
+        f.input_tokens = Some(512);
+        let c = Config::from_flags(&f).expect("valid");
+        let Workload::Synthetic(s) = &c.jobs[0].prompt.workload else {
+            panic!("{:?}", c.jobs[0].prompt.workload)
+        };
+        assert_eq!(
+            (s.input_tokens, s.output_tokens),
+            (Length::Fixed(512), Length::Fixed(8))
+        );
+        assert_eq!(c.jobs[0].prompt.max_tokens, None);
+        f.output_tokens = Some(3);
+        let c = Config::from_flags(&f).expect("valid");
+        let Workload::Synthetic(s) = &c.jobs[0].prompt.workload else {
+            panic!()
+        };
+        assert_eq!(s.output_tokens, Length::Fixed(3));
+        f.input_tokens = Some(0);
+        assert!(
+            problems(&f)[0].starts_with("--input-tokens"),
+            "{:?}",
+            problems(&f)
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("d.jsonl");
+        std::fs::write(&file, "[{\"role\": \"user\", \"content\": \"hi\"}]\n").unwrap();
+        let mut d = flags();
+        d.dataset = Some(file);
+        let c = Config::from_flags(&d).expect("valid");
+        let Workload::Dataset(ds) = &c.jobs[0].prompt.workload else {
+            panic!()
+        };
+        assert_eq!(
+            (ds.format, ds.entries.get().map(Vec::len)),
+            (DatasetFormat::Jsonl, Some(1))
+        );
+        assert_eq!(c.jobs[0].prompt.max_tokens, Some(8));
+        d.dataset = Some(dir.path().join("none.json"));
+        let p = problems(&d);
+        assert!(p[0].starts_with("--dataset: cannot read dataset"), "{p:?}");
     }
 
     #[test]

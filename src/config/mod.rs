@@ -119,7 +119,34 @@ fn check(text: &str) -> Result<Checked, ConfigError> {
 /// What is wrong with a file the config names, if anything.
 fn file_problem(f: &FileRef) -> Option<Issue> {
     let p = &f.file;
-    let message = match f.kind {
+    let message = match &f.kind {
+        // Only looked at here: parsing a tokenizer.json takes about ten times its size in
+        // memory, which a reload of `serve` must not cost; calibration reads it.
+        FileKind::Tokenizer => match std::fs::metadata(p) {
+            Err(e) => format!("cannot read tokenizer {}: {e}", p.display()),
+            Ok(m) if !m.is_file() => format!("tokenizer {} is not a file", p.display()),
+            Ok(m) if m.len() > crate::probe::MAX_TOKENIZER_BYTES => format!(
+                "tokenizer {} is larger than {} MiB",
+                p.display(),
+                crate::probe::MAX_TOKENIZER_BYTES >> 20
+            ),
+            Ok(_) => return None,
+        },
+        FileKind::Dataset { format, entries } => {
+            let parsed = read_input_file(p)
+                .map_err(|e| format!("cannot read dataset {}: {e}", p.display()))
+                .and_then(|text| {
+                    crate::workload::dataset::parse(&text, *format)
+                        .map_err(|e| format!("dataset {}: {e}", p.display()))
+                });
+            match parsed {
+                Ok(v) => {
+                    let _ = entries.set(v);
+                    return None;
+                }
+                Err(e) => e,
+            }
+        }
         FileKind::ApiKey => match std::fs::metadata(p) {
             Err(e) => format!("cannot read {}: {e}", p.display()),
             Ok(m) if m.is_dir() => format!("{} is a directory, not a key file", p.display()),

@@ -3,6 +3,7 @@
 
 use super::types::{AuthStyle, ConnectionMode};
 use crate::protocol::{Api, ExactOutput, Message};
+use crate::workload::{DatasetFormat, Order};
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 use std::collections::BTreeMap;
@@ -51,6 +52,7 @@ pub(super) struct RawTimeouts {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawPrompt {
     pub(super) name: S<String>,
+    #[serde(default)]
     pub(super) messages: Vec<Message>,
     pub(super) max_tokens: Option<u32>,
     #[serde(default)]
@@ -59,6 +61,94 @@ pub(super) struct RawPrompt {
     /// `stream: false` asks for the whole answer at once (overrides the target's).
     #[serde(default)]
     pub(super) stream: Option<bool>,
+    pub(super) synthetic: Option<S<RawSynthetic>>,
+    pub(super) dataset: Option<S<RawDataset>>,
+    pub(super) conversation: Option<S<RawConversation>>,
+}
+
+/// A prompt's `synthetic:`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSynthetic {
+    pub(super) input_tokens: Option<S<RawLength>>,
+    pub(super) output_tokens: Option<S<RawLength>>,
+    pub(super) shared_prefix_tokens: Option<S<u32>>,
+    pub(super) seed: Option<u64>,
+}
+
+/// A prompt's `dataset:`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDataset {
+    pub(super) file: S<String>,
+    pub(super) format: DatasetFormat,
+    #[serde(default = "default_order")]
+    pub(super) order: Order,
+    pub(super) seed: Option<u64>,
+}
+
+/// A prompt's `conversation:`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConversation {
+    pub(super) turns: S<u32>,
+    pub(super) think_time: Option<S<String>>,
+    pub(super) user_tokens: Option<S<RawLength>>,
+    pub(super) output_tokens: Option<S<RawLength>>,
+    pub(super) seed: Option<u64>,
+}
+
+/// A token length as written: a whole number, or `{distribution: ..., ...}`.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum RawLength {
+    /// `input_tokens: 512`.
+    Fixed(u64),
+    /// `input_tokens: {distribution: normal, mean: 1000, stddev: 200}`.
+    Distribution(RawDistribution),
+}
+
+/// A length's `{distribution: ...}` map (which keys a distribution needs is `validate`'s).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDistribution {
+    pub(super) distribution: String,
+    pub(super) value: Option<f64>,
+    pub(super) mean: Option<f64>,
+    pub(super) stddev: Option<f64>,
+    pub(super) min: Option<f64>,
+    pub(super) max: Option<f64>,
+}
+
+impl<'de> Deserialize<'de> for RawLength {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = RawLength;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a whole number of tokens or {distribution: fixed|uniform|normal|lognormal, ...}")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<RawLength, E> {
+                Ok(RawLength::Fixed(v))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<RawLength, E> {
+                u64::try_from(v)
+                    .map(RawLength::Fixed)
+                    .map_err(|_| E::custom("a length must be at least 1"))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<RawLength, A::Error> {
+                RawDistribution::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(RawLength::Distribution)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+fn default_order() -> Order {
+    Order::Sequential
 }
 
 /// A prompt's `expect:`.
@@ -99,6 +189,7 @@ pub(super) struct RawTarget {
     pub(super) insecure_skip_verify: bool,
     #[serde(default)]
     pub(super) connection: ConnectionMode,
+    pub(super) tokenizer: Option<S<String>>,
     #[serde(default = "default_true")]
     pub(super) stream: bool,
     #[serde(default)]

@@ -529,3 +529,268 @@ fn stream_and_exact_output() {
     // extra_body may still carry a field exact_output would set, when exact_output does not.
     assert!(job("", "    extra_body: {ignore_eos: true}").is_ok());
 }
+
+// -- workloads ---------------------------------------------------------------------------------
+
+fn prompts_config(prompts: &str) -> String {
+    format!(
+        "prompts:\n{prompts}targets:\n  - name: t\n    base_url: http://127.0.0.1:1/v1\n    models: [m]\n"
+    )
+}
+
+fn workload_problems(prompts: &str) -> Vec<String> {
+    match Config::parse(&prompts_config(prompts)) {
+        Err(ConfigError::Invalid(i)) => i.iter().map(ToString::to_string).collect(),
+        other => panic!("expected problems, got {other:?}"),
+    }
+}
+
+#[test]
+fn every_prompt_kind_validates() {
+    use crate::workload::{Length, Order, Workload};
+    let c = Config::parse(&prompts_config(
+        "  - name: isl512\n    synthetic: {input_tokens: 512, output_tokens: 128}\n\
+         \x20 - name: mixed\n    synthetic:\n      input_tokens: {distribution: normal, mean: 1000, stddev: 200, min: 100, max: 4000}\n      output_tokens: {distribution: uniform, min: 64, max: 256}\n      shared_prefix_tokens: 768\n      seed: 7\n\
+         \x20 - name: logn\n    synthetic: {input_tokens: {distribution: lognormal, mean: 300, stddev: 90.5}, output_tokens: {distribution: fixed, value: 8}}\n\
+         \x20 - name: sharegpt\n    dataset: {file: data/conversations.json, format: sharegpt, order: random, seed: 1}\n    max_tokens: 32\n\
+         \x20 - name: chat\n    conversation: {turns: 4, think_time: 2s, user_tokens: 100, output_tokens: 100}\n",
+    ))
+    .unwrap();
+    let w: Vec<&Workload> = c.jobs.iter().map(|j| &j.prompt.workload).collect();
+    let Workload::Synthetic(s) = w[0] else {
+        panic!("{:?}", w[0])
+    };
+    assert_eq!(
+        (s.input_tokens, s.output_tokens, s.seed),
+        (Length::Fixed(512), Length::Fixed(128), None)
+    );
+    let Workload::Synthetic(s) = w[1] else {
+        panic!()
+    };
+    assert_eq!(
+        s.input_tokens,
+        Length::Normal {
+            mean: 1000.0,
+            stddev: 200.0,
+            min: 100,
+            max: 4000
+        }
+    );
+    assert_eq!(s.output_tokens, Length::Uniform { min: 64, max: 256 });
+    assert_eq!((s.shared_prefix_tokens, s.seed), (768, Some(7)));
+    let Workload::Synthetic(s) = w[2] else {
+        panic!()
+    };
+    assert_eq!(
+        (s.input_tokens, s.output_tokens),
+        (
+            Length::Lognormal {
+                mean: 300.0,
+                stddev: 90.5,
+                min: 1,
+                max: crate::workload::MAX_TOKENS
+            },
+            Length::Fixed(8)
+        )
+    );
+    let Workload::Dataset(d) = w[3] else { panic!() };
+    assert_eq!(
+        (d.order, d.seed, c.jobs[3].prompt.max_tokens),
+        (Order::Random, Some(1), Some(32))
+    );
+    assert!(d.entries.get().is_none(), "parse reads no file");
+    let Workload::Conversation(cv) = w[4] else {
+        panic!()
+    };
+    assert_eq!(
+        (cv.turns, cv.think_time, cv.user_tokens),
+        (4, Duration::from_secs(2), Length::Fixed(100))
+    );
+    assert_eq!(c.jobs[0].prompt.max_tokens, None);
+}
+
+#[test]
+fn workload_problems_name_their_key() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "  - name: a\n",
+            "prompts[0].messages: a prompt needs messages, synthetic, dataset or conversation",
+        ),
+        (
+            "  - name: a\n    messages: [{role: user, content: x}]\n    synthetic: {input_tokens: 5, output_tokens: 5}\n",
+            "prompts[0].synthetic: a prompt is one of",
+        ),
+        (
+            "  - name: a\n    synthetic: {output_tokens: 5}\n",
+            "prompts[0].synthetic.input_tokens: input_tokens is required",
+        ),
+        (
+            "  - name: a\n    synthetic: {input_tokens: 0, output_tokens: 5}\n",
+            "prompts[0].synthetic.input_tokens: must be 1 to",
+        ),
+        (
+            "  - name: a\n    synthetic: {input_tokens: 5, output_tokens: 5}\n    max_tokens: 9\n",
+            "prompts[0].max_tokens: output_tokens is the output cap",
+        ),
+        (
+            "  - name: a\n    synthetic: {input_tokens: 5, output_tokens: 5}\n    nonce: true\n",
+            "prompts[0].nonce: synthetic filler is already different",
+        ),
+        (
+            "  - name: a\n    synthetic: {input_tokens: 100, output_tokens: 5, shared_prefix_tokens: 100}\n",
+            "prompts[0].synthetic.shared_prefix_tokens: must be less than input_tokens (100)",
+        ),
+        (
+            "  - name: a\n    synthetic: {input_tokens: {distribution: normal, mean: 100}, output_tokens: 5}\n",
+            "prompts[0].synthetic.input_tokens.stddev: normal needs stddev",
+        ),
+        (
+            "  - name: a\n    synthetic: {input_tokens: {distribution: normal, mean: 100, stddev: -1}, output_tokens: 5}\n",
+            "prompts[0].synthetic.input_tokens.stddev: must be at least 0",
+        ),
+        (
+            "  - name: a\n    synthetic: {input_tokens: 5, output_tokens: {distribution: uniform, min: 9, max: 3}}\n",
+            "prompts[0].synthetic.output_tokens.min: must not be above max",
+        ),
+        (
+            "  - name: a\n    synthetic: {input_tokens: 5, output_tokens: {distribution: uniform, min: 1.5, max: 3}}\n",
+            "prompts[0].synthetic.output_tokens.min: must be a whole number",
+        ),
+        (
+            "  - name: a\n    synthetic: {input_tokens: {distribution: zipf, mean: 3}, output_tokens: 5}\n",
+            "prompts[0].synthetic.input_tokens.distribution: unknown distribution \"zipf\"",
+        ),
+        (
+            "  - name: a\n    synthetic: {input_tokens: {distribution: uniform, min: 1, max: 3, mean: 2}, output_tokens: 5}\n",
+            "prompts[0].synthetic.input_tokens.mean: uniform has no mean",
+        ),
+        (
+            "  - name: a\n    synthetic: {input_tokens: {distribution: fixed}, output_tokens: 5}\n",
+            "prompts[0].synthetic.input_tokens.value: fixed needs value",
+        ),
+        (
+            "  - name: a\n    conversation: {turns: 0, user_tokens: 5, output_tokens: 5}\n",
+            "prompts[0].conversation.turns: must be between 1 and 100",
+        ),
+        (
+            "  - name: a\n    conversation: {turns: 2, think_time: soon, user_tokens: 5, output_tokens: 5}\n",
+            "prompts[0].conversation.think_time: not a duration",
+        ),
+        (
+            "  - name: a\n    conversation: {turns: 2, output_tokens: 5}\n",
+            "prompts[0].conversation.user_tokens: user_tokens is required",
+        ),
+        (
+            "  - name: a\n    conversation: {turns: 4, user_tokens: {distribution: normal, mean: 100, stddev: 10}, output_tokens: 5}\n",
+            "prompts[0].conversation.turns: the history can reach",
+        ),
+    ];
+    for (prompts, want) in cases {
+        let p = workload_problems(prompts);
+        assert!(
+            p.iter().any(|m| m.contains(want)),
+            "{prompts}\nwant {want}\ngot {p:?}"
+        );
+        assert!(
+            p.iter()
+                .all(|m| m.chars().next().is_some_and(|c| c.is_ascii_digit())),
+            "each has its line: {p:?}"
+        );
+    }
+    // Shape errors (unknown keys, a wrong type) stop at the first one, with their path.
+    for (prompts, want) in [
+        (
+            "  - name: a\n    synthetic: {input_tokens: 5, output_tokens: 5, prefix: 3}\n",
+            "unknown field `prefix`",
+        ),
+        (
+            "  - name: a\n    dataset: {file: x.json, format: csv}\n",
+            "unknown variant `csv`",
+        ),
+        (
+            "  - name: a\n    synthetic: {input_tokens: lots, output_tokens: 5}\n",
+            "a whole number of tokens or",
+        ),
+    ] {
+        match Config::parse(&prompts_config(prompts)) {
+            Err(ConfigError::Syntax(e)) => assert!(e.message.contains(want), "{prompts}: {e}"),
+            other => panic!("{prompts}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_dataset_is_read_at_load_and_a_bad_one_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("d.json");
+    std::fs::write(
+        &good,
+        r#"[{"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]}]"#,
+    )
+    .unwrap();
+    let bad = dir.path().join("bad.jsonl");
+    std::fs::write(
+        &bad,
+        "[{\"role\": \"user\", \"content\": \"a\"}]\n{\"oops\": 1}\n",
+    )
+    .unwrap();
+    let cfg = dir.path().join("c.yml");
+    let text = |file: &std::path::Path, format: &str| {
+        prompts_config(&format!(
+            "  - name: d\n    dataset: {{file: {}, format: {format}}}\n",
+            file.display()
+        ))
+    };
+    std::fs::write(&cfg, text(&good, "sharegpt")).unwrap();
+    let c = Config::load(&cfg).unwrap();
+    let crate::workload::Workload::Dataset(d) = &c.jobs[0].prompt.workload else {
+        panic!()
+    };
+    assert_eq!(d.entries.get().map(Vec::len), Some(1));
+    std::fs::write(&cfg, text(&bad, "jsonl")).unwrap();
+    let e = Config::load(&cfg).unwrap_err().to_string();
+    assert!(
+        e.contains("prompts[0].dataset.file")
+            && e.contains("bad.jsonl: line 2: not a message list"),
+        "{e}"
+    );
+    std::fs::write(&cfg, text(&dir.path().join("none.json"), "sharegpt")).unwrap();
+    let e = Config::load(&cfg).unwrap_err().to_string();
+    assert!(
+        e.contains("cannot read dataset") && e.contains("none.json"),
+        "{e}"
+    );
+    // The file is read through the input-file cap.
+    std::fs::write(&cfg, text(std::path::Path::new("/dev/zero"), "sharegpt")).unwrap();
+    let e = Config::load(&cfg).unwrap_err().to_string();
+    assert!(e.contains("larger than 8 MiB"), "{e}");
+}
+
+#[test]
+fn a_tokenizer_is_checked_at_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("tokenizer.json");
+    std::fs::write(&bad, "{\"not\": \"a tokenizer\"}").unwrap();
+    let cfg = dir.path().join("c.yml");
+    let text = |file: &std::path::Path| {
+        format!(
+            "prompts:\n  - name: s\n    synthetic: {{input_tokens: 64, output_tokens: 4}}\ntargets:\n  - name: t\n    base_url: http://127.0.0.1:1/v1\n    models: [m]\n    tokenizer: {}\n",
+            file.display()
+        )
+    };
+    // parse is pure: the path is kept, the file not read.
+    let c = Config::parse(&text(&bad)).unwrap();
+    assert_eq!(c.jobs[0].target.tokenizer.as_deref(), Some(bad.as_path()));
+    // load looks at the file, calibration parses it (probe::tests).
+    std::fs::write(&cfg, text(&bad)).unwrap();
+    assert!(Config::load(&cfg).is_ok());
+    std::fs::write(&cfg, text(dir.path())).unwrap();
+    let e = Config::load(&cfg).unwrap_err().to_string();
+    assert!(
+        e.contains("targets[0].tokenizer") && e.contains("is not a file"),
+        "{e}"
+    );
+    std::fs::write(&cfg, text(&dir.path().join("none.json"))).unwrap();
+    let e = Config::load(&cfg).unwrap_err().to_string();
+    assert!(e.contains("cannot read tokenizer"), "{e}");
+}

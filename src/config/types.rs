@@ -1,7 +1,8 @@
 //! The validated config types (what the rest of the program sees), their small methods, and the
 //! errors a config can have ([`ConfigError`], [`Issue`], [`SyntaxError`]).
 
-use crate::protocol::{Api, ExactOutput, Message};
+use crate::protocol::{Api, ExactOutput};
+use crate::workload::Workload;
 use serde::Deserialize;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -239,9 +240,10 @@ impl fmt::Display for Schedule {
 pub struct Prompt {
     /// Config name (a label value).
     pub name: String,
-    /// The conversation sent.
-    pub messages: Vec<Message>,
-    /// Output cap.
+    /// What its probes send: the configured messages, synthetic lengths, a dataset or a
+    /// conversation (docs/bench.md, "Workloads").
+    pub workload: Workload,
+    /// Output cap of `messages` and `dataset` prompts (the others draw theirs per request).
     pub max_tokens: Option<u32>,
     /// Prepend a fresh random nonce to the last user message of every probe, so a server's prompt
     /// cache cannot hide prefill time.
@@ -317,6 +319,9 @@ pub struct Target {
     pub stream: bool,
     /// How requests ask for exactly `max_tokens` output tokens.
     pub exact_output: ExactOutput,
+    /// A Hugging Face `tokenizer.json` of the target's models: filler is counted with it, so a
+    /// calibration needs one request (the chat template) instead of three.
+    pub tokenizer: Option<PathBuf>,
 }
 
 impl Target {
@@ -379,6 +384,7 @@ impl fmt::Debug for Target {
             .field("model_prices", &self.model_prices)
             .field("stream", &self.stream)
             .field("exact_output", &self.exact_output)
+            .field("tokenizer", &self.tokenizer)
             .finish()
     }
 }

@@ -10,10 +10,12 @@
 //! bytes after the first token) and `total`. No retries, no redirects, no reconnects: one probe is
 //! one request. [`report`] shows a result to people (text) and programs (JSON).
 
+mod calibrate;
 mod read;
 pub mod report;
 mod request;
 
+pub use calibrate::{Calibration, LocalTokenizer, MAX_TOKENIZER_BYTES, TokenModels, calibrate};
 pub use read::{MAX_ANSWER_BYTES, MAX_BODY_BYTES, check_expect};
 
 use crate::config::{Job, Prompt, ProxySetting, Target, Timeouts};
@@ -22,8 +24,60 @@ use crate::outcome::ErrorType;
 use crate::protocol::truncate;
 use crate::redact::{Redactor, effective_proxy, redact_userinfo};
 use crate::transport::{ClientOptions, Transport, TransportError};
+use crate::workload::{RequestContent, TokenModel, Turns, Workload, input_length_off};
 use std::sync::Arc;
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// A seed for a run's workload draws when the config sets none: from the standard library's
+/// randomly seeded hasher.
+fn fresh_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(0);
+    h.finish()
+}
+
+/// The requests of one worker (bench) or job (serve): for a conversation, its turns in order,
+/// each after the previous answer; for every other workload, independent draws.
+#[derive(Debug, Clone)]
+pub struct Session {
+    turns: Option<Turns>,
+    /// The previous turn's answer (`None` after a failure).
+    answer: Option<String>,
+}
+
+impl Session {
+    /// The next request's content and how long to wait before sending it (a conversation's
+    /// `think_time` between its turns; 0 otherwise).
+    pub fn next(&mut self, spec: &ProbeSpec) -> (RequestContent, Duration) {
+        let Some(t) = self.turns.as_mut() else {
+            return (spec.next_content(), Duration::ZERO);
+        };
+        let answer = self.answer.take();
+        let wait = if answer.is_some() {
+            t.think_time()
+        } else {
+            Duration::ZERO
+        };
+        if t.at_start() || answer.is_none() {
+            t.restart(spec.next_seq());
+        }
+        (t.next_turn(answer.as_deref()), wait)
+    }
+
+    /// Records a request's result: a conversation continues from its answer.
+    pub fn answered(&mut self, r: &ProbeResult) {
+        self.answer = r.success().then(|| r.text.clone());
+    }
+
+    /// True when the next request starts a new conversation (or the workload has none).
+    pub fn at_start(&self) -> bool {
+        self.turns
+            .as_ref()
+            .is_none_or(|t| t.at_start() || self.answer.is_none())
+    }
+}
 
 /// How much of a failure's detail (status, the server's message, ...) is shown (characters).
 pub const MAX_DETAIL_CHARS: usize = 640;
@@ -34,11 +88,12 @@ pub const MAX_DETAIL_CHARS: usize = 640;
 pub struct ProbeSpec {
     /// The validated target: protocol, URL, key, headers, query, body fields, client settings.
     pub target: Arc<Target>,
-    /// The validated prompt: messages, nonce, content check.
+    /// The validated prompt: its workload, nonce, content check.
     pub prompt: Arc<Prompt>,
     /// Model name sent.
     pub model: String,
-    /// Output cap (the prompt's, unless overridden).
+    /// Output cap (the prompt's, unless overridden; a command's override also replaces the
+    /// output length a workload draws).
     pub max_tokens: Option<u32>,
     /// Deadlines.
     pub timeouts: Timeouts,
@@ -46,6 +101,12 @@ pub struct ProbeSpec {
     /// `bench --cross-check` set it false): without streaming only E2E, N and input tokens are
     /// measured (docs/measurement.md, "Non-streaming requests").
     pub stream: bool,
+    /// The prompt's workload, every unset seed drawn for this run.
+    pub workload: Workload,
+    /// How the server counts filler (from [`calibrate`], or uncalibrated).
+    pub tokens: TokenModel,
+    /// Numbers the requests of this spec and its clones (each draws the next).
+    seq: Arc<AtomicU64>,
 }
 
 impl ProbeSpec {
@@ -58,6 +119,34 @@ impl ProbeSpec {
             max_tokens: job.prompt.max_tokens,
             timeouts: job.timeouts,
             stream: job.stream(),
+            workload: job.prompt.workload.with_seeds(fresh_seed()),
+            tokens: TokenModel::UNCALIBRATED,
+            seq: Arc::default(),
+        }
+    }
+
+    /// The next request number of this spec (shared by its clones).
+    pub fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The content of the next request: a stateless draw (a conversation's first turn; keep a
+    /// [`Session`] for the later ones).
+    pub fn next_content(&self) -> RequestContent {
+        self.workload.draw(self.next_seq(), &self.tokens)
+    }
+
+    /// A sequence of requests that keeps a conversation's state (one per closed-loop worker, one
+    /// per `serve` job).
+    pub fn session(&self) -> Session {
+        Session {
+            turns: match &self.workload {
+                Workload::Conversation(c) => {
+                    Some(Turns::new(c.clone(), self.next_seq(), self.tokens))
+                }
+                _ => None,
+            },
+            answer: None,
         }
     }
 
@@ -113,8 +202,52 @@ impl Prober {
         })
     }
 
-    /// Runs one probe. Never panics on network data; every failure is an `error_type`.
+    /// Runs one probe of the spec's next content ([`ProbeSpec::next_content`]). Never panics on
+    /// network data; every failure is an `error_type`.
     pub async fn run(&self, spec: &ProbeSpec) -> ProbeResult {
+        self.run_content(spec, &spec.next_content()).await
+    }
+
+    /// Runs one probe that sends `content`: one request, whose result carries the requested
+    /// lengths and the turn, and the `input_length_off` flag when the server counted an input
+    /// length off the requested one.
+    pub async fn run_content(&self, spec: &ProbeSpec, content: &RequestContent) -> ProbeResult {
+        let mut content = std::borrow::Cow::Borrowed(content);
+        if let Some(cap) = spec.max_tokens.filter(|c| Some(*c) != content.max_tokens) {
+            let c = content.to_mut();
+            c.max_tokens = Some(cap);
+            if c.requested_output_tokens.is_some() {
+                c.requested_output_tokens = Some(cap);
+            }
+        }
+        let mut r = self.send(spec, &content).await;
+        r.requested_input_tokens = content.requested_input_tokens.map(u64::from);
+        // The workload's requested length, else the cap asked for exactly (`exact_output`).
+        r.requested_output_tokens = content
+            .requested_output_tokens
+            .map(u64::from)
+            .or(r.requested_output_tokens);
+        r.turn = content.turn;
+        if let (Some(want), Some(got)) = (r.requested_input_tokens, r.input_tokens)
+            && r.success()
+            && input_length_off(want, got)
+        {
+            r.flags.insert(crate::outcome::Flag::InputLengthOff);
+        }
+        r
+    }
+
+    /// One request of `content`, as is (calibration sends its own content this way).
+    async fn send(&self, spec: &ProbeSpec, content: &RequestContent) -> ProbeResult {
+        if content.messages.is_empty() {
+            let mut m = Measurement::new(Instant::now());
+            m.fail(
+                ErrorType::BadRequest,
+                m.t0(),
+                "the prompt has nothing to send (a dataset that was not read)",
+            );
+            return m.finish();
+        }
         let url = spec.url();
         let proxy = spec.proxy();
         let key = match &spec.target.api_key {
@@ -129,7 +262,7 @@ impl Prober {
                 return m.finish();
             }
         };
-        let req = match request::build(&self.transport.client, spec, &url, key.as_ref()) {
+        let req = match request::build(&self.transport.client, spec, content, &url, key.as_ref()) {
             Ok(r) => r,
             Err(e) => {
                 let mut m = Measurement::new(Instant::now());
@@ -159,5 +292,99 @@ impl Prober {
             );
         }
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(prompt: &str) -> ProbeSpec {
+        let c = crate::config::Config::parse(&format!(
+            "prompts:\n  - name: p\n    {prompt}\ntargets:\n  - name: t\n    base_url: http://127.0.0.1:1/v1\n    models: [m]\n"
+        ))
+        .unwrap();
+        ProbeSpec::from_job(&c.jobs[0])
+    }
+
+    fn result(answer: Option<&str>) -> ProbeResult {
+        let mut m = Measurement::new(Instant::now());
+        m.fail(ErrorType::ServerError, m.t0(), "x");
+        let mut r = m.finish();
+        if let Some(a) = answer {
+            r.error_type = None;
+            r.text = a.to_owned();
+        }
+        r
+    }
+
+    /// A tokenizer that is not one fails the calibration before any request, which says why and
+    /// leaves prompts at one token per word.
+    #[tokio::test]
+    async fn a_bad_tokenizer_fails_the_calibration_without_a_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let bad = dir.path().join("tokenizer.json");
+        std::fs::write(&bad, "{\"not\": \"a tokenizer\"}").unwrap();
+        let c = crate::config::Config::parse(&format!(
+            "prompts:\n  - name: p\n    synthetic: {{input_tokens: 9, output_tokens: 1}}\ntargets:\n  - name: t\n    base_url: http://127.0.0.1:1/v1\n    models: [m]\n    tokenizer: {}\n",
+            bad.display()
+        ))
+        .unwrap();
+        let s = ProbeSpec::from_job(&c.jobs[0]);
+        assert!(s.target.tokenizer.is_some());
+        let cal = calibrate(&Prober::new(&s).unwrap(), &s).await;
+        assert_eq!(cal.requests, 0);
+        assert!(
+            cal.error
+                .as_deref()
+                .is_some_and(|e| e.contains("is not a tokenizer.json")),
+            "{cal:?}"
+        );
+        assert_eq!(cal.model(), TokenModel::UNCALIBRATED);
+        assert!(cal.summary().contains("failed"), "{}", cal.summary());
+    }
+
+    /// A session follows a conversation's turns after each answer, with the think time between
+    /// them; a failed turn or the last one starts a new conversation. Other workloads draw
+    /// independent requests, each numbered once across the spec's clones.
+    #[test]
+    fn sessions_keep_a_conversation_and_nothing_else() {
+        let s = spec(
+            "conversation: {turns: 2, think_time: 3s, user_tokens: 8, output_tokens: 4, seed: 1}",
+        );
+        let mut session = s.session();
+        assert!(session.at_start());
+        let (c1, w1) = session.next(&s);
+        assert_eq!((c1.turn, w1), (Some(1), Duration::ZERO));
+        session.answered(&result(Some("hi")));
+        assert!(!session.at_start());
+        let (c2, w2) = session.next(&s);
+        assert_eq!((c2.turn, w2), (Some(2), Duration::from_secs(3)));
+        assert_eq!(c2.messages[1].content, "hi");
+        session.answered(&result(Some("bye")));
+        assert!(session.at_start(), "two turns done");
+        let (c3, w3) = session.next(&s);
+        assert_eq!((c3.turn, w3), (Some(1), Duration::from_secs(0)));
+        assert_ne!(c3.messages, c1.messages, "a new conversation, new words");
+        session.answered(&result(None));
+        assert!(session.at_start(), "a failed turn ends the conversation");
+        let (c4, w4) = session.next(&s);
+        assert_eq!(
+            (c4.turn, w4, c4.messages.len()),
+            (Some(1), Duration::ZERO, 1)
+        );
+
+        let s = spec("synthetic: {input_tokens: 20, output_tokens: 3, seed: 2}");
+        let clone = s.clone();
+        let mut session = s.session();
+        let (a, wait) = session.next(&s);
+        let b = clone.next_content();
+        assert_eq!(
+            (a.turn, wait, a.requested_input_tokens),
+            (None, Duration::ZERO, Some(20))
+        );
+        assert_ne!(a.messages, b.messages, "clones share the request numbers");
+        session.answered(&result(Some("x")));
+        assert!(session.at_start());
     }
 }

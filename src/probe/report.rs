@@ -9,7 +9,8 @@ use std::fmt::Write as _;
 /// The JSON object printed by `probe --format json`: exactly the keys `outcome`, `error_type`,
 /// `ttfb_s`, `ttft_s`, `ttfo_s`, `e2e_s`, `output_tokens`, `token_source`, `input_tokens`, `tpot_s`,
 /// `decode_tokens_per_s`, `chunk_gaps_s`, `chunk_gaps_dropped`, `flags`, `retry_after_s`; absent
-/// values are `null`. `chunk_gaps_s` holds at most the first `measure::MAX_CHUNK_GAPS` gaps;
+/// values are `null`; a probe whose workload asks for lengths (or is a conversation's turn) adds
+/// `requested_input_tokens`, `requested_output_tokens` and `turn`. `chunk_gaps_s` holds at most the first `measure::MAX_CHUNK_GAPS` gaps;
 /// `chunk_gaps_dropped` counts the rest.
 /// For a failed probe, `e2e_s` is the duration to the failure instant (docs/measurement.md), and the
 /// token counts are `null`: N is defined for successful probes only. A non-streamed answer has
@@ -18,7 +19,7 @@ use std::fmt::Write as _;
 pub fn to_json(r: &ProbeResult) -> Value {
     let ok = r.success();
     let known = ok && r.token_source != crate::measure::TokenSource::Unknown;
-    json!({
+    let mut v = json!({
         "outcome": if r.success() { "success" } else { "error" },
         "error_type": r.error_type.map(|e| e.as_str()),
         "ttfb_s": r.ttfb_s,
@@ -34,7 +35,24 @@ pub fn to_json(r: &ProbeResult) -> Value {
         "chunk_gaps_dropped": r.chunk_gaps_dropped,
         "flags": r.flags.iter().map(|f| f.as_str()).collect::<Vec<_>>(),
         "retry_after_s": r.retry_after_s,
-    })
+    });
+    // A workload that asks for lengths, or a conversation turn, adds what it asked for.
+    if let Some(o) = v.as_object_mut()
+        && (r.requested_input_tokens.is_some()
+            || r.requested_output_tokens.is_some()
+            || r.turn.is_some())
+    {
+        o.insert(
+            "requested_input_tokens".into(),
+            json!(r.requested_input_tokens),
+        );
+        o.insert(
+            "requested_output_tokens".into(),
+            json!(r.requested_output_tokens),
+        );
+        o.insert("turn".into(), json!(r.turn));
+    }
+    v
 }
 
 /// A timeline cell: right-aligned in 12 columns, `-` when absent.
@@ -70,6 +88,35 @@ pub struct ReportContext {
     pub model: String,
     /// The proxy in use, if any (credentials removed).
     pub proxy: Option<String>,
+    /// The calibration that sized the prompt, one line ([`super::Calibration::summary`]).
+    pub calibration: Option<String>,
+}
+
+/// The input length counted (and asked for, with the difference), the output length asked for.
+fn lengths(s: &mut String, r: &ProbeResult) {
+    match (r.input_tokens, r.requested_input_tokens) {
+        (Some(i), Some(want)) => {
+            let off = i as f64 - want as f64;
+            let _ = writeln!(
+                s,
+                "input      {i} tokens ({want} requested, {off:+} = {:+.1}%)",
+                100.0 * off / want.max(1) as f64
+            );
+        }
+        (Some(i), None) => {
+            let _ = writeln!(s, "input      {i} tokens");
+        }
+        (None, Some(want)) => {
+            let _ = writeln!(
+                s,
+                "input      {want} tokens requested (the server reported none)"
+            );
+        }
+        (None, None) => {}
+    }
+    if let Some(want) = r.requested_output_tokens {
+        let _ = writeln!(s, "requested  {want} output tokens");
+    }
 }
 
 /// The counts of a successful probe: N (and where it came from, and what was asked), input
@@ -213,8 +260,15 @@ pub fn to_text(r: &ProbeResult, ctx: &ReportContext) -> String {
         let _ = writeln!(s, "  failed        {}", ms(r.failure_s));
     }
     s.push('\n');
+    if let Some(t) = r.turn {
+        let _ = writeln!(s, "turn       {t} of a conversation");
+    }
+    if let Some(c) = &ctx.calibration {
+        let _ = writeln!(s, "calibrated {c}");
+    }
     if r.success() {
         output_lines(&mut s, r);
+        lengths(&mut s, r);
     } else if r.token_events > 0 {
         // N is defined for successful probes only (as in the JSON report); say what arrived.
         let _ = writeln!(
@@ -361,6 +415,7 @@ mod tests {
                 url: "http://x/v1/chat/completions".into(),
                 model: "m".into(),
                 proxy: Some("http://proxy:3128/".into()),
+                calibration: None,
             },
         );
         assert!(text.contains("FAILED: auth (HTTP 401)"), "{text}");

@@ -4,6 +4,7 @@
 use super::ProbeSpec;
 use crate::config::{AuthStyle, Secret};
 use crate::protocol::{Api, BodyParams, Message};
+use crate::workload::RequestContent;
 use std::time::Instant;
 
 /// A fresh nonce: 16 hex digits from the standard library's randomly seeded hasher.
@@ -22,26 +23,27 @@ fn with_nonce(messages: &[Message]) -> Vec<Message> {
     out
 }
 
-/// Builds the request of one probe of `spec` to `url` with `key`.
+/// Builds the request of one probe of `spec` sending `content` to `url` with `key`.
 ///
 /// # Errors
 /// The HTTP client's error when a header or the URL cannot be used.
 pub(super) fn build(
     client: &reqwest::Client,
     spec: &ProbeSpec,
+    content: &RequestContent,
     url: &str,
     key: Option<&Secret>,
 ) -> Result<reqwest::Request, reqwest::Error> {
     let (target, prompt) = (&spec.target, &spec.prompt);
     let messages = if prompt.nonce {
-        with_nonce(&prompt.messages)
+        with_nonce(&content.messages)
     } else {
-        prompt.messages.clone()
+        content.messages.clone()
     };
     let body = target.api.request_body(&BodyParams {
         model: &spec.model,
         messages: &messages,
-        max_tokens: spec.max_tokens,
+        max_tokens: content.max_tokens,
         include_usage: target.include_usage,
         stream: spec.stream,
         exact_output: target.exact_output,

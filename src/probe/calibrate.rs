@@ -1,0 +1,274 @@
+//! Calibration: how a server counts filler, learned from its own `usage.prompt_tokens`. A few
+//! requests of filler of [`CALIBRATION_WORDS`] sizes (one user message, as synthetic prompts and
+//! a conversation's first turn send, `max_tokens: 1`) give `(words, prompt_tokens)` points, and
+//! their least-squares line is the [`TokenModel`] (chat template overhead, tokens per word).
+//! These are probes of their own, sent before the measured ones, never recorded as probes of a
+//! job; their count and duration are reported. [`TokenModels`] keeps one per (target, model)
+//! for the run. A target with a `tokenizer` (a Hugging Face `tokenizer.json`, read with the
+//! `tokenizers` crate) counts the filler locally: its tokens per word come from the file, and one
+//! request learns what the server adds (the chat template).
+
+use super::{ProbeSpec, Prober};
+use crate::rng::Rng;
+use crate::workload::{CALIBRATION_WORDS, RequestContent, TokenModel, words};
+use std::collections::HashMap;
+use std::time::Instant;
+
+/// What a calibration did and learned.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Calibration {
+    /// Template overhead, tokens (the fit's intercept).
+    pub overhead_tokens: f64,
+    /// Tokens per filler word (the fit's slope).
+    pub tokens_per_word: f64,
+    /// Requests sent.
+    pub requests: u32,
+    /// Their wall time, s.
+    pub seconds: f64,
+    /// `(words, prompt_tokens)` of each request that reported usage.
+    pub points: Vec<(u64, u64)>,
+    /// Why the fit is not the server's (a request failed, or no usage came): the uncalibrated
+    /// model is used, and the flag then compares with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The `tokenizer.json` that counted the filler, when the target names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<String>,
+}
+
+/// The largest `tokenizer.json` read (Llama 3's is 9 MB, Qwen's 7 MB).
+pub const MAX_TOKENIZER_BYTES: u64 = 32 << 20;
+
+/// A Hugging Face tokenizer (`tokenizer.json`, the `tokenizers` crate) counting filler tokens.
+pub struct LocalTokenizer(tokenizers::Tokenizer);
+
+impl std::fmt::Debug for LocalTokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LocalTokenizer")
+    }
+}
+
+impl LocalTokenizer {
+    /// Reads a `tokenizer.json` (at most [`MAX_TOKENIZER_BYTES`]).
+    ///
+    /// # Errors
+    /// What is wrong, naming the file.
+    pub fn load(path: &std::path::Path) -> Result<LocalTokenizer, String> {
+        use std::io::Read as _;
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)
+            .and_then(|f| f.take(MAX_TOKENIZER_BYTES + 1).read_to_end(&mut bytes))
+            .map_err(|e| format!("cannot read tokenizer {}: {e}", path.display()))?;
+        if bytes.len() as u64 > MAX_TOKENIZER_BYTES {
+            return Err(format!(
+                "tokenizer {} is larger than {} MiB",
+                path.display(),
+                MAX_TOKENIZER_BYTES >> 20
+            ));
+        }
+        tokenizers::Tokenizer::from_bytes(&bytes)
+            .map(LocalTokenizer)
+            .map_err(|e| format!("{} is not a tokenizer.json: {e}", path.display()))
+    }
+
+    /// The tokens of `text`, without special tokens.
+    ///
+    /// # Errors
+    /// The tokenizer's own error.
+    pub fn count(&self, text: &str) -> Result<usize, String> {
+        self.0
+            .encode(text, false)
+            .map(|e| e.len())
+            .map_err(|e| format!("the tokenizer failed: {e}"))
+    }
+}
+
+impl Calibration {
+    /// The model to build prompts with.
+    pub fn model(&self) -> TokenModel {
+        TokenModel {
+            overhead: self.overhead_tokens,
+            per_word: self.tokens_per_word,
+        }
+    }
+
+    /// One line for people: `calibration 3 requests in 0.41 s: 31.0 tokens + 1.000/word`.
+    pub fn summary(&self) -> String {
+        let head = format!(
+            "{} request{} in {:.2} s",
+            self.requests,
+            if self.requests == 1 { "" } else { "s" },
+            self.seconds
+        );
+        match &self.error {
+            Some(e) => format!("{head}: failed ({e}); prompts built at 1 token per word"),
+            None => format!(
+                "{head}: {:.1} tokens of template + {:.3} tokens per word{}",
+                self.overhead_tokens,
+                self.tokens_per_word,
+                if self.tokenizer.is_some() {
+                    " (counted by the tokenizer)"
+                } else {
+                    ""
+                }
+            ),
+        }
+    }
+}
+
+/// The server's `prompt_tokens` for a prompt of `text` (one user message, `max_tokens: 1`).
+async fn prompt_tokens(prober: &Prober, spec: &ProbeSpec, text: String) -> Result<u64, String> {
+    let content = RequestContent {
+        messages: vec![crate::protocol::Message {
+            role: "user".into(),
+            content: text,
+        }],
+        max_tokens: Some(1),
+        requested_input_tokens: None,
+        requested_output_tokens: None,
+        turn: None,
+    };
+    let mut one = spec.clone();
+    one.max_tokens = None;
+    let r = prober.send(&one, &content).await;
+    match (r.error_type, r.input_tokens) {
+        (None, Some(t)) => Ok(t),
+        (None, None) => Err("the server reported no usage.prompt_tokens".to_owned()),
+        (Some(e), _) => Err(format!(
+            "a calibration request failed: {e}: {}",
+            r.error_detail.as_deref().unwrap_or("")
+        )),
+    }
+}
+
+/// Calibrates `spec`'s (target, model) with `prober`: three requests, or one with the target's
+/// tokenizer.
+pub async fn calibrate(prober: &Prober, spec: &ProbeSpec) -> Calibration {
+    if let Some(path) = &spec.target.tokenizer {
+        return with_tokenizer(prober, spec, path).await;
+    }
+    let started = Instant::now();
+    let mut rng = Rng::new(super::fresh_seed());
+    let mut points = Vec::new();
+    let mut error = None;
+    let mut requests = 0;
+    for n in CALIBRATION_WORDS {
+        requests += 1;
+        match prompt_tokens(prober, spec, words(&mut rng, n)).await {
+            Ok(t) => points.push((n as u64, t)),
+            Err(e) => {
+                error = Some(e);
+                break;
+            }
+        }
+    }
+    let fit = TokenModel::fit(
+        &points
+            .iter()
+            .map(|&(w, t)| (w as f64, t as f64))
+            .collect::<Vec<_>>(),
+    );
+    let model = match (fit, &error) {
+        (Some(m), None) => m,
+        (None, None) => {
+            error = Some("the server's counts do not fit a line".into());
+            TokenModel::UNCALIBRATED
+        }
+        _ => TokenModel::UNCALIBRATED,
+    };
+    Calibration {
+        overhead_tokens: model.overhead,
+        tokens_per_word: model.per_word,
+        requests,
+        seconds: started.elapsed().as_secs_f64(),
+        points,
+        error,
+        tokenizer: None,
+    }
+}
+
+/// Calibration with a `tokenizer.json`: tokens per word counted locally over the calibration
+/// sizes (read and counted off the async runtime), then one request of 64 words gives what the
+/// server adds: `overhead = prompt_tokens − per_word · 64`.
+async fn with_tokenizer(prober: &Prober, spec: &ProbeSpec, path: &std::path::Path) -> Calibration {
+    let started = Instant::now();
+    let mut rng = Rng::new(super::fresh_seed());
+    let texts: Vec<(usize, String)> = CALIBRATION_WORDS
+        .iter()
+        .map(|&n| (n, words(&mut rng, n)))
+        .collect();
+    let file = path.to_owned();
+    let sent = texts[1].clone();
+    let local = tokio::task::spawn_blocking(move || {
+        let t = LocalTokenizer::load(&file)?;
+        texts
+            .iter()
+            .map(|(n, text)| t.count(text).map(|c| (*n as f64, c as f64)))
+            .collect::<Result<Vec<_>, String>>()
+    })
+    .await
+    .map_err(|e| format!("the tokenizer did not finish: {e}"))
+    .and_then(|r| r)
+    .and_then(|points| {
+        TokenModel::fit(&points).ok_or_else(|| "the tokenizer's counts do not fit a line".into())
+    });
+    let (mut requests, mut points, mut model) = (0, Vec::new(), TokenModel::UNCALIBRATED);
+    let error = match local {
+        Err(e) => Some(e),
+        Ok(fit) => {
+            requests = 1;
+            match prompt_tokens(prober, spec, sent.1).await {
+                Ok(t) => {
+                    points.push((sent.0 as u64, t));
+                    model = TokenModel {
+                        overhead: t as f64 - fit.per_word * sent.0 as f64,
+                        per_word: fit.per_word,
+                    };
+                    None
+                }
+                Err(e) => Some(e),
+            }
+        }
+    };
+    Calibration {
+        overhead_tokens: model.overhead,
+        tokens_per_word: model.per_word,
+        requests,
+        seconds: started.elapsed().as_secs_f64(),
+        points,
+        error,
+        tokenizer: Some(path.display().to_string()),
+    }
+}
+
+/// The calibrations of a run, one per (target, URL, protocol, model); a failed one is not kept,
+/// so the next probe tries again.
+#[derive(Debug, Default)]
+pub struct TokenModels {
+    done: tokio::sync::Mutex<HashMap<(String, String, String), Calibration>>,
+}
+
+impl TokenModels {
+    /// The calibration of `spec`'s target and model: the kept one, or a new one (the first
+    /// caller for a key calibrates; others wait for it). `None` when the workload needs none.
+    pub async fn get(&self, prober: &Prober, spec: &ProbeSpec) -> Option<Calibration> {
+        if !spec.workload.needs_token_model() {
+            return None;
+        }
+        // What decides the fit: the endpoint, the model, and a local tokenizer if any.
+        let key = (
+            spec.target.name.clone(),
+            format!("{} {:?}", spec.target.url(), spec.target.tokenizer),
+            spec.model.clone(),
+        );
+        let mut done = self.done.lock().await;
+        if let Some(c) = done.get(&key) {
+            return Some(c.clone());
+        }
+        let c = calibrate(prober, spec).await;
+        if c.error.is_none() {
+            done.insert(key, c.clone());
+        }
+        Some(c)
+    }
+}
