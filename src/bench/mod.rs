@@ -8,6 +8,8 @@
 //! - [`select`]: the knee, selection (hard limits, weighted score) and baseline regressions.
 //! - [`report`]: the report and its terminal, Markdown, CSV and JSON renderings.
 //! - [`plot`]: the SVG plot.
+//! - [`server`]: server metrics beside every level; [`findings`]: what client and server numbers
+//!   mean together.
 //!
 //! [`run`] takes a [`BenchPlan`], a validated run built from the flags by [`crate::cli::bench`].
 //!
@@ -18,10 +20,12 @@
 //! [`ProbeResult`]: crate::measure::ProbeResult
 
 pub mod criteria;
+pub mod findings;
 pub mod plot;
 pub mod report;
 pub mod runner;
 pub mod select;
+pub mod server;
 pub mod stats;
 
 use crate::config::{Config, ConfigError, Job};
@@ -132,6 +136,8 @@ pub struct BenchPlan {
     pub baseline: Option<(Report, PathBuf)>,
     /// Report files and their formats.
     pub outputs: Vec<(PathBuf, Format)>,
+    /// Server metrics, the Prometheus source and the finding thresholds.
+    pub server: server::ServerPlan,
     /// The SVG plot's path.
     pub plot: Option<PathBuf>,
 }
@@ -392,6 +398,7 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         baseline,
         outputs,
         plot,
+        server: server_plan,
     } = plan;
     let open = level_keys.iter().any(|k| k.rate.is_some());
     let per_level_units = match amount {
@@ -415,6 +422,7 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         }
     ));
     let mut runner = Runner::new(spec.clone(), progress.clone())?;
+    let mut server_side = server::ServerSide::start(&server_plan)?;
     let mut reports = Vec::new();
     let mut done_units = 0;
     for (mi, model) in models.iter().enumerate() {
@@ -423,6 +431,7 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         for (li, key) in level_keys.iter().enumerate() {
             let label = format!("{model} @ {}", key.label());
             runner.warmup(key.concurrency, warmup).await?;
+            server_side.begin().await;
             let run = match key.rate {
                 None => {
                     runner
@@ -453,6 +462,7 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
                 &criteria.slos,
                 run.capped,
             );
+            stats.server = server_side.end(mi, li, &stats, &label, &progress).await;
             if samples {
                 let mut s = run.samples;
                 s.sort_by(|x, y| x.sent_s.total_cmp(&y.sent_s));
@@ -468,6 +478,7 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
             knee,
         });
     }
+    server_side.finish(&mut reports, &progress).await;
     progress.finish();
     let selection = judged.then(|| select::select(&reports, &criteria));
     let comparison = baseline
@@ -488,6 +499,11 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         models: reports,
         selection,
         comparison,
+        findings: Vec::new(),
+    };
+    let report = Report {
+        findings: findings::findings(&report.models, &server_plan.thresholds),
+        ..report
     };
     crate::output::print_stdout(&report::render_table(&report));
     write_outputs(&report, &outputs, plot.as_deref(), &criteria)?;

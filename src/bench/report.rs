@@ -77,6 +77,9 @@ pub struct Report {
     /// Comparison with `--baseline`.
     #[serde(default)]
     pub comparison: Option<Comparison>,
+    /// What the client and server numbers mean together ([`super::findings`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<super::findings::Finding>,
 }
 
 fn opt(s: &Option<Summary>, f: impl Fn(&Summary) -> f64, fmt: impl Fn(f64) -> String) -> String {
@@ -157,6 +160,7 @@ pub fn render_table(r: &Report) -> String {
         }
     }
     let mut out = format!("{t}\n");
+    out.push_str(&super::server::render_server(r, false));
     out.push_str(&render_notes(r, false));
     out
 }
@@ -371,6 +375,7 @@ pub fn render_markdown(r: &Report) -> String {
             let _ = writeln!(out, "| {} |", cells.join(" | "));
         }
     }
+    out.push_str(&super::server::render_server(r, true));
     out.push_str(&render_notes(r, true));
     out
 }
@@ -409,6 +414,8 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
             header.push(format!("{m}_{st}{unit}"));
         }
     }
+    let server_cols = super::server::csv_header(r);
+    header.extend(server_cols.iter().cloned());
     w.write_record(&header)?;
     let num = |v: f64| format!("{v}");
     for m in &r.models {
@@ -445,6 +452,7 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
                     None => row.extend(std::iter::repeat_n(String::new(), 6)),
                 }
             }
+            row.extend(super::server::csv_cells(&server_cols, l));
             w.write_record(&row)?;
         }
     }
@@ -557,6 +565,7 @@ pub(crate) mod tests {
             models,
             selection: Some(selection),
             comparison: Some(comparison),
+            findings: Vec::new(),
         }
     }
 

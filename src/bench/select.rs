@@ -287,7 +287,7 @@ pub fn compare(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::bench::stats::Summary;
 
@@ -327,6 +327,7 @@ mod tests {
             loop_lag_s: None,
             capped: 0,
             samples: None,
+            server: None,
         }
     }
 

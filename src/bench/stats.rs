@@ -235,6 +235,10 @@ pub struct LevelStats {
     /// Every sample, with `--samples`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub samples: Option<Vec<Sample>>,
+    /// The server's view of the level (`bench --server-metrics`, `--prometheus`); absent when
+    /// not collected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<crate::servermetrics::level::ServerLevel>,
 }
 
 impl LevelStats {
@@ -289,6 +293,7 @@ impl LevelStats {
             loop_lag_s: Summary::of(loop_lag.iter().copied()),
             capped,
             samples: None,
+            server: None,
         }
     }
 }

@@ -109,6 +109,9 @@ pub struct BenchArgs {
     /// No progress bar (it is shown only when stderr is a terminal anyway).
     #[arg(long)]
     pub no_progress: bool,
+    /// Server metrics beside every level.
+    #[command(flatten)]
+    pub server: super::bench_server::ServerArgs,
 }
 
 /// The criteria from the bench file and the flags (flags add limits and SLOs, and replace the
@@ -261,6 +264,7 @@ impl BenchArgs {
             || !criteria.limits.is_empty()
             || !a.weights.is_empty()
             || a.bench_file.is_some();
+        let server = a.server.plan(&job.target)?;
         Ok(BenchPlan {
             criteria,
             job,
@@ -277,6 +281,7 @@ impl BenchArgs {
             baseline,
             outputs,
             plot: a.plot.clone(),
+            server,
         })
     }
 }

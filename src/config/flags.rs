@@ -131,6 +131,7 @@ impl FlagTarget {
                 ca_file: self.ca_file.as_ref().map(|p| at(p.display().to_string())),
                 insecure_skip_verify: self.insecure_skip_verify,
                 connection: ConnectionMode::New,
+                server_metrics: Vec::new(),
             }],
             buckets: None,
         }

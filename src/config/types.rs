@@ -287,6 +287,8 @@ pub struct Target {
     pub tls: TlsOptions,
     /// New connection per probe or reuse.
     pub connection: ConnectionMode,
+    /// Metrics endpoints `bench` scrapes beside every level (`server_metrics:`).
+    pub server_metrics: Vec<crate::servermetrics::Endpoint>,
 }
 
 impl Target {
@@ -336,6 +338,7 @@ impl fmt::Debug for Target {
             .field("proxy", &proxy)
             .field("tls", &self.tls)
             .field("connection", &self.connection)
+            .field("server_metrics", &self.server_metrics)
             .finish()
     }
 }

@@ -190,7 +190,10 @@ fn parse_value(s: &str) -> Result<f64, &'static str> {
         "+Inf" | "Inf" => Ok(f64::INFINITY),
         "-Inf" => Ok(f64::NEG_INFINITY),
         "NaN" => Ok(f64::NAN),
-        _ if s.bytes().all(|c| c.is_ascii_digit() || b"+-.eE".contains(&c)) => {
+        _ if s
+            .bytes()
+            .all(|c| c.is_ascii_digit() || b"+-.eE".contains(&c)) =>
+        {
             s.parse().map_err(|_| "bad value")
         }
         _ => Err("bad value"),
@@ -212,7 +215,10 @@ mod tests {
         assert_eq!(s[0].label("b"), Some("q\"uo\\te\n"));
         assert_eq!(s[0].value, 3.5);
         assert_eq!(s[1].value, f64::INFINITY);
-        assert_eq!((s[2].label("le"), s[2].value), (Some("0.1"), f64::NEG_INFINITY));
+        assert_eq!(
+            (s[2].label("le"), s[2].value),
+            (Some("0.1"), f64::NEG_INFINITY)
+        );
         assert!(s[3].value.is_nan());
         assert_eq!(s[4].value, 1000.0);
     }
@@ -261,7 +267,9 @@ mod tests {
 
     #[test]
     fn bounded() {
-        let many: String = (0..=MAX_SAMPLES).map(|i| format!("m{{i=\"{i}\"}} 1\n")).collect();
+        let many: String = (0..=MAX_SAMPLES)
+            .map(|i| format!("m{{i=\"{i}\"}} 1\n"))
+            .collect();
         assert_eq!(parse(&many), Err(ParseError::TooManySamples));
         let labels: Vec<String> = (0..=MAX_LABELS).map(|i| format!("l{i}=\"v\"")).collect();
         assert!(parse(&format!("m{{{}}} 1", labels.join(","))).is_err());

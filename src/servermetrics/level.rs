@@ -3,7 +3,8 @@
 //! A level has a scrape right before it, scrapes every interval while it runs, and one right
 //! after it. Gauges: mean and max over the scrapes taken while it ran. Counters: the exact delta
 //! from the scrape before to the scrape after, over the level's wall time (nothing of the bench
-//! runs between those scrapes but the level), and the highest rate between consecutive scrapes.
+//! runs between those scrapes but the level); ratios of counters also their highest value between
+//! consecutive scrapes.
 //! Histograms: the bucket deltas before → after. A signal that could not be computed is absent,
 //! never 0.
 
@@ -39,7 +40,8 @@ pub struct LevelScrapes {
     pub scrapes: u64,
     /// Of those, failed (down, slow, too large, not an exposition, not 200).
     pub scrape_errors: u64,
-    /// The first few failures' reasons (secrets redacted), for the level's warning line.
+    /// The first failure of each endpoint (at most 8; secrets redacted), for the level's warning
+    /// line.
     pub errors: Vec<String>,
 }
 
@@ -58,7 +60,8 @@ pub struct SignalStats {
     /// Gauges: the mean during the level. Counters: the rate over the level.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mean: Option<f64>,
-    /// Gauges: the largest value seen. Counters: the highest rate between consecutive scrapes.
+    /// Gauges: the largest value seen. Counter ratios (cache hits, CPU busy): the highest between
+    /// consecutive scrapes. Counter rates have none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max: Option<f64>,
     /// Histograms: the median of the level's observations.
@@ -170,7 +173,10 @@ fn gauge_stats(l: &LevelScrapes, rule: &Rule) -> Option<SignalStats> {
     let snaps: Vec<&Snapshot> = l.during.iter().collect();
     let endpoints = endpoint_count(&snaps);
     let mut per: PerSnap = (Vec::new(), BTreeMap::new());
-    let gpu_wanted = matches!(rule, Rule::Gauge { per_gpu: true, .. } | Rule::UsedRatio { .. });
+    let gpu_wanted = matches!(
+        rule,
+        Rule::Gauge { per_gpu: true, .. } | Rule::UsedRatio { .. }
+    );
     for snap in &snaps {
         let mut gpus: Vec<(String, f64)> = Vec::new();
         let value = match rule {
@@ -254,22 +260,21 @@ fn counter_stats(l: &LevelScrapes, of: &Matcher, wall_s: f64) -> Option<SignalSt
     if wall_s <= 0.0 {
         return None;
     }
-    let t = timeline(l);
-    let max = t
-        .windows(2)
-        .filter_map(|w| {
-            let dt = w[1].at_s - w[0].at_s;
-            (dt > 0.0).then(|| delta(w[0], w[1], of).map(|d| d / dt))?
-        })
-        .reduce(f64::max);
+    // No max: servers such as llama.cpp add a request's tokens when it ends, so the rate between
+    // two scrapes is a burst, not a rate.
     Some(SignalStats {
         mean: Some(d / wall_s),
-        max,
         ..SignalStats::default()
     })
 }
 
-fn ratio_between(a: &Snapshot, b: &Snapshot, num: &Matcher, den: &[Matcher], one_minus: bool) -> Option<f64> {
+fn ratio_between(
+    a: &Snapshot,
+    b: &Snapshot,
+    num: &Matcher,
+    den: &[Matcher],
+    one_minus: bool,
+) -> Option<f64> {
     let n = delta(a, b, num)?;
     let d: f64 = den.iter().filter_map(|m| delta(a, b, m)).sum();
     if d <= 0.0 {
@@ -330,8 +335,9 @@ fn histogram_stats(l: &LevelScrapes, of: &Matcher) -> Option<SignalStats> {
         metric: format!("{}_bucket", of.metric),
         labels: of.labels.clone(),
     };
-    let before: BTreeMap<Vec<(String, String)>, f64> =
-        series(a, &bucket).map(|s| (series_key(s), s.value)).collect();
+    let before: BTreeMap<Vec<(String, String)>, f64> = series(a, &bucket)
+        .map(|s| (series_key(s), s.value))
+        .collect();
     // Sum the per-series deltas by bucket bound.
     let mut by_le: Vec<(f64, f64)> = Vec::new();
     for s in series(b, &bucket) {
@@ -430,7 +436,10 @@ mod tests {
         };
         let l = LevelScrapes {
             before: Some(snap(-0.01, &t(0, 0, 100, 50, 0))),
-            during: vec![snap(1.0, &t(2, 2, 150, 60, 20)), snap(2.0, &t(2, 1, 250, 70, 30))],
+            during: vec![
+                snap(1.0, &t(2, 2, 150, 60, 20)),
+                snap(2.0, &t(2, 1, 250, 70, 30)),
+            ],
             after: Some(snap(2.5, &t(0, 0, 300, 80, 30))),
             scrapes: 4,
             scrape_errors: 0,
@@ -443,8 +452,7 @@ mod tests {
         assert_eq!((wait.mean, wait.max), (Some(1.5), Some(2.0)));
         let tokens = &s.signals["generation_tokens_per_s"];
         assert_eq!(tokens.mean, Some(200.0 / 2.5));
-        // 150→250 in 1 s is the fastest interval.
-        assert_eq!(tokens.max, Some(100.0));
+        assert_eq!(tokens.max, None);
         // 30 cached of 30 + 30 prompt tokens.
         assert_eq!(s.signals["prompt_cache_hit_ratio"].mean, Some(0.5));
         assert!(!s.signals.contains_key("gpu_utilization"), "absent, not 0");
@@ -485,7 +493,10 @@ mod tests {
         // Ranks in +Inf get the highest finite bound.
         let b = [(1.0, 1.0), (f64::INFINITY, 10.0)];
         assert_eq!(bucket_quantile(&b, 0.95), Some(1.0));
-        assert_eq!(bucket_quantile(&[(1.0, 0.0), (f64::INFINITY, 0.0)], 0.5), None);
+        assert_eq!(
+            bucket_quantile(&[(1.0, 0.0), (f64::INFINITY, 0.0)], 0.5),
+            None
+        );
         assert_eq!(bucket_quantile(&[(1.0, 3.0)], 0.5), None, "no +Inf bucket");
         let h = |n1: u32, n2: u32, n3: u32| {
             format!(

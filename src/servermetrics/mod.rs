@@ -39,6 +39,8 @@ pub struct Endpoint {
     pub timeout: Duration,
     /// The key and the header that carries it (by default the target's).
     pub auth: Option<(AuthStyle, KeySource)>,
+    /// Custom families named with this endpoint (they apply to the whole bench).
+    pub families: Vec<signals::Custom>,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -48,6 +50,7 @@ impl std::fmt::Debug for Endpoint {
             .field("interval", &self.interval)
             .field("timeout", &self.timeout)
             .field("auth", &self.auth.as_ref().map(|(s, _)| s))
+            .field("families", &self.families)
             .finish()
     }
 }
@@ -60,6 +63,7 @@ impl Endpoint {
             interval: DEFAULT_INTERVAL,
             timeout: DEFAULT_TIMEOUT.min(DEFAULT_INTERVAL),
             auth,
+            families: Vec::new(),
         }
     }
 }

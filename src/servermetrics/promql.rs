@@ -34,9 +34,15 @@ impl std::str::FromStr for Query {
             .split_once('.')
             .ok_or_else(|| format!("{key:?}: expected SIGNAL.STAT (e.g. gpu_utilization.mean)"))?;
         if !matches!(stat, "mean" | "max" | "p50" | "p95") {
-            return Err(format!("{key:?}: the statistic must be mean, max, p50 or p95"));
+            return Err(format!(
+                "{key:?}: the statistic must be mean, max, p50 or p95"
+            ));
         }
-        if signal.is_empty() || !signal.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_') {
+        if signal.is_empty()
+            || !signal
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'_')
+        {
             return Err(format!("{key:?}: a signal name is letters, digits and _"));
         }
         if expr.trim().is_empty() {
@@ -59,8 +65,16 @@ pub fn default_queries() -> Vec<Query> {
         expr: expr.into(),
     };
     vec![
-        q("gpu_utilization", "mean", "avg(avg_over_time(DCGM_FI_DEV_GPU_UTIL[$__range])) / 100"),
-        q("gpu_utilization", "max", "max(max_over_time(DCGM_FI_DEV_GPU_UTIL[$__range])) / 100"),
+        q(
+            "gpu_utilization",
+            "mean",
+            "avg(avg_over_time(DCGM_FI_DEV_GPU_UTIL[$__range])) / 100",
+        ),
+        q(
+            "gpu_utilization",
+            "max",
+            "max(max_over_time(DCGM_FI_DEV_GPU_UTIL[$__range])) / 100",
+        ),
         q(
             "gpu_memory_used_ratio",
             "mean",
@@ -71,13 +85,41 @@ pub fn default_queries() -> Vec<Query> {
             "max",
             "max(max_over_time(DCGM_FI_DEV_FB_USED[$__range]) / (max_over_time(DCGM_FI_DEV_FB_USED[$__range]) + min_over_time(DCGM_FI_DEV_FB_FREE[$__range])))",
         ),
-        q("kv_cache_usage_ratio", "mean", "avg(avg_over_time(vllm:kv_cache_usage_perc[$__range]))"),
-        q("kv_cache_usage_ratio", "max", "max(max_over_time(vllm:kv_cache_usage_perc[$__range]))"),
-        q("requests_running", "mean", "sum(avg_over_time(vllm:num_requests_running[$__range]))"),
-        q("requests_running", "max", "sum(max_over_time(vllm:num_requests_running[$__range]))"),
-        q("requests_waiting", "mean", "sum(avg_over_time(vllm:num_requests_waiting[$__range]))"),
-        q("requests_waiting", "max", "sum(max_over_time(vllm:num_requests_waiting[$__range]))"),
-        q("generation_tokens_per_s", "mean", "sum(rate(vllm:generation_tokens_total[$__range]))"),
+        q(
+            "kv_cache_usage_ratio",
+            "mean",
+            "avg(avg_over_time(vllm:kv_cache_usage_perc[$__range]))",
+        ),
+        q(
+            "kv_cache_usage_ratio",
+            "max",
+            "max(max_over_time(vllm:kv_cache_usage_perc[$__range]))",
+        ),
+        q(
+            "requests_running",
+            "mean",
+            "sum(avg_over_time(vllm:num_requests_running[$__range]))",
+        ),
+        q(
+            "requests_running",
+            "max",
+            "sum(max_over_time(vllm:num_requests_running[$__range]))",
+        ),
+        q(
+            "requests_waiting",
+            "mean",
+            "sum(avg_over_time(vllm:num_requests_waiting[$__range]))",
+        ),
+        q(
+            "requests_waiting",
+            "max",
+            "sum(max_over_time(vllm:num_requests_waiting[$__range]))",
+        ),
+        q(
+            "generation_tokens_per_s",
+            "mean",
+            "sum(rate(vllm:generation_tokens_total[$__range]))",
+        ),
         q(
             "server_ttft_s",
             "p50",
@@ -95,7 +137,11 @@ pub fn default_queries() -> Vec<Query> {
 pub fn merge_queries(given: &[Query]) -> Vec<Query> {
     let mut out: Vec<Query> = default_queries()
         .into_iter()
-        .filter(|d| !given.iter().any(|g| g.signal == d.signal && g.stat == d.stat))
+        .filter(|d| {
+            !given
+                .iter()
+                .any(|g| g.signal == d.signal && g.stat == d.stat)
+        })
         .collect();
     out.extend(given.iter().cloned());
     out
@@ -110,12 +156,22 @@ pub fn answer_value(body: &str) -> Result<Option<f64>, String> {
     let v: serde_json::Value =
         serde_json::from_str(body).map_err(|e| format!("not a Prometheus API answer ({e})"))?;
     if v.get("status").and_then(|s| s.as_str()) != Some("success") {
-        let err = v.get("error").and_then(|s| s.as_str()).unwrap_or("no status");
-        return Err(format!("query failed: {}", err.chars().take(200).collect::<String>()));
+        let err = v
+            .get("error")
+            .and_then(|s| s.as_str())
+            .unwrap_or("no status");
+        return Err(format!(
+            "query failed: {}",
+            err.chars().take(200).collect::<String>()
+        ));
     }
     let data = v.get("data").ok_or("no data")?;
     let num = |p: &serde_json::Value| -> Option<f64> {
-        p.get(1)?.as_str()?.parse::<f64>().ok().filter(|x| x.is_finite())
+        p.get(1)?
+            .as_str()?
+            .parse::<f64>()
+            .ok()
+            .filter(|x| x.is_finite())
     };
     let values: Vec<f64> = match data.get("resultType").and_then(|t| t.as_str()) {
         Some("vector") => data
@@ -126,7 +182,11 @@ pub fn answer_value(body: &str) -> Result<Option<f64>, String> {
             .filter_map(|s| s.get("value").and_then(num))
             .collect(),
         Some("scalar") => data.get("result").and_then(num).into_iter().collect(),
-        other => return Err(format!("unexpected result type {other:?} (want an instant vector)")),
+        other => {
+            return Err(format!(
+                "unexpected result type {other:?} (want an instant vector)"
+            ));
+        }
     };
     Ok((!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64))
 }
@@ -159,11 +219,17 @@ pub async fn query_level(
         let r = tokio::time::timeout(timeout, async {
             let resp = client
                 .get(&url)
-                .query(&[("query", expr.as_str()), ("time", &format!("{:.3}", w.end_unix_s))])
+                .query(&[
+                    ("query", expr.as_str()),
+                    ("time", &format!("{:.3}", w.end_unix_s)),
+                ])
                 .send()
                 .await
                 .map_err(|e| format!("{}", e.without_url()))?;
-            let text = resp.text().await.map_err(|e| format!("{}", e.without_url()))?;
+            let text = resp
+                .text()
+                .await
+                .map_err(|e| format!("{}", e.without_url()))?;
             answer_value(&text)
         })
         .await
@@ -182,7 +248,12 @@ pub async fn query_level(
             Err(e) => {
                 failed += 1;
                 first.get_or_insert_with(|| {
-                    format!("{} {}.{}: {e}", crate::redact::redact_url(base_url), q.signal, q.stat)
+                    format!(
+                        "{} {}.{}: {e}",
+                        crate::redact::redact_url(base_url),
+                        q.signal,
+                        q.stat
+                    )
                 });
             }
         }
@@ -197,11 +268,14 @@ mod tests {
     #[test]
     fn query_flags() {
         let q: Query = "gpu_utilization.mean=avg(x) / 100".parse().unwrap();
-        assert_eq!((q.signal.as_str(), q.stat.as_str(), q.expr.as_str()), ("gpu_utilization", "mean", "avg(x) / 100"));
+        assert_eq!(
+            (q.signal.as_str(), q.stat.as_str(), q.expr.as_str()),
+            ("gpu_utilization", "mean", "avg(x) / 100")
+        );
         for bad in ["x", "x=1", "a.b=1", "a.mean=", ".mean=1", "a-b.mean=1"] {
             assert!(bad.parse::<Query>().is_err(), "{bad}");
         }
-        let m = merge_queries(&[q.clone()]);
+        let m = merge_queries(std::slice::from_ref(&q));
         assert_eq!(m.len(), default_queries().len());
         assert!(m.contains(&q));
     }

@@ -149,7 +149,8 @@ async fn scrape_all(
     errors: &mut Vec<String>,
 ) -> Snapshot {
     let results = futures_util::future::join_all(
-        due.iter().map(|&i| async move { (i, scrape_once(client, &endpoints[i]).await) }),
+        due.iter()
+            .map(|&i| async move { (i, scrape_once(client, &endpoints[i]).await) }),
     )
     .await;
     let mut snap = Snapshot {
@@ -168,7 +169,9 @@ async fn scrape_all(
             }
             Err(e) => {
                 level.scrape_errors += 1;
-                if errors.len() < 3 {
+                // The first failure of each endpoint (its message starts with its URL).
+                let shown = redact_url(&endpoints[i].url);
+                if errors.len() < 8 && !errors.iter().any(|x| x.starts_with(&shown)) {
                     errors.push(e);
                 }
             }
@@ -177,7 +180,11 @@ async fn scrape_all(
     snap
 }
 
-async fn run(client: reqwest::Client, endpoints: Vec<Endpoint>, mut rx: mpsc::UnboundedReceiver<Cmd>) {
+async fn run(
+    client: reqwest::Client,
+    endpoints: Vec<Endpoint>,
+    mut rx: mpsc::UnboundedReceiver<Cmd>,
+) {
     let all: Vec<usize> = (0..endpoints.len()).collect();
     let tick = endpoints
         .iter()

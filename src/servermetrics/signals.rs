@@ -69,8 +69,8 @@ pub enum Rule {
         whole: Matcher,
     },
     /// A counter's rate per second: the exact delta between the scrapes right before and right
-    /// after the level over the level's wall time (mean), and the highest rate between two
-    /// consecutive scrapes (max). A histogram's `_sum` works too (TGI's generated tokens).
+    /// after the level over the level's wall time (mean). A histogram's `_sum` works too (TGI's
+    /// generated tokens).
     Counter {
         /// The samples.
         of: Matcher,
@@ -310,7 +310,7 @@ pub enum CustomKind {
 }
 
 /// A family the config names: `{name, metric, kind, labels, across}`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Custom {
     /// The signal's name in the report.
     pub name: String,
