@@ -358,3 +358,107 @@ pub fn csv_cells(header: &[String], l: &LevelStats) -> Vec<String> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::findings::Finding;
+    use crate::bench::report::{render_csv, render_markdown, render_table, tests::synthetic};
+
+    fn with_server() -> Report {
+        let mut r = synthetic();
+        let mut s = ServerLevel {
+            scrapes: 12,
+            scrape_errors: 1,
+            ..ServerLevel::default()
+        };
+        let mm = |mean, max| SignalStats {
+            mean: Some(mean),
+            max: Some(max),
+            ..SignalStats::default()
+        };
+        s.signals.insert("gpu_utilization".into(), mm(0.42, 0.9));
+        s.signals.insert("requests_waiting".into(), mm(1.5, 3.0));
+        s.signals.insert(
+            "generation_tokens_per_s".into(),
+            SignalStats {
+                mean: Some(250.0),
+                ..SignalStats::default()
+            },
+        );
+        s.signals.insert(
+            "server_ttft_s".into(),
+            SignalStats {
+                p50: Some(0.05),
+                p95: Some(0.08),
+                count: Some(20.0),
+                ..SignalStats::default()
+            },
+        );
+        let l = &mut r.models[0].levels[1];
+        compare_with_client(&mut s, l);
+        l.server = Some(s);
+        r.findings.push(Finding {
+            code: "queueing".into(),
+            model: "alpha".into(),
+            level: "4".into(),
+            message: "m".into(),
+        });
+        r
+    }
+
+    #[test]
+    fn the_server_block_renders_only_when_collected() {
+        let plain = synthetic();
+        assert_eq!(render_server(&plain, false), "");
+        assert!(csv_header(&plain).is_empty());
+        let r = with_server();
+        let t = render_table(&r);
+        assert!(
+            t.contains("Server metrics:") && t.contains("Findings:"),
+            "{t}"
+        );
+        let row = t
+            .lines()
+            .find(|l| l.contains("42/90"))
+            .expect("GPU % mean/max");
+        assert!(row.contains("1.5/3.0") && row.contains("12 (1)"), "{row}");
+        let md = render_markdown(&r);
+        assert!(md.contains("| alpha | 4 | 42/90 |"), "{md}");
+        assert!(md.contains("- [queueing] alpha @ 4: m"), "{md}");
+    }
+
+    #[test]
+    fn client_server_comparisons_and_csv_columns() {
+        let r = with_server();
+        let l = &r.models[0].levels[1];
+        let s = l.server.as_ref().unwrap();
+        let gap = &s.signals["client_server_ttft_gap_s"];
+        let c = l.ttft_s.unwrap();
+        assert!((gap.p95.unwrap() - (c.p95 - 0.08)).abs() < 1e-12);
+        assert!((gap.p50.unwrap() - (c.p50 - 0.05)).abs() < 1e-12);
+        assert!(
+            (s.mean("server_client_tokens_ratio").unwrap() - 250.0 / l.output_tokens_per_s).abs()
+                < 1e-12
+        );
+        let csv = render_csv(&r).unwrap();
+        let mut lines = csv.lines();
+        let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+        let i = header
+            .iter()
+            .position(|h| *h == "server_gpu_utilization_max")
+            .expect("column");
+        let j = header
+            .iter()
+            .position(|h| *h == "server_server_ttft_s_p95")
+            .expect("column");
+        let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+        assert_eq!((rows[1][i], rows[1][j]), ("0.9", "0.08"));
+        assert_eq!(
+            (rows[0][i], rows[0][j]),
+            ("", ""),
+            "a level without a block has empty cells"
+        );
+        assert!(header.contains(&"server_scrapes"));
+    }
+}

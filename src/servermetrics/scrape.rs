@@ -1,5 +1,6 @@
 //! The collector: scrapes every endpoint right before a level, every interval while it runs,
-//! and right after it, on a thread and runtime of its own (never the probes' runtime), each
+//! and right after it, on a thread and runtime of its own (never the probes' runtime; at nice
+//! +10, as `serve`'s web threads), each
 //! scrape bounded in time ([`Endpoint::timeout`]) and size ([`MAX_SCRAPE_BYTES`]). A scrape
 //! that fails for any reason (down, slow, not 200, too large, not an exposition) is counted
 //! in `scrape_errors` and leaves a gap; it never stops or delays the level.
@@ -99,7 +100,11 @@ impl Collector {
             .map_err(|e| format!("cannot start the metrics runtime: {e}"))?;
         let thread = std::thread::Builder::new()
             .name("tokenprobe-servermetrics".into())
-            .spawn(move || rt.block_on(run(client, endpoints, rx)))
+            .spawn(move || {
+                // Below the probes: when both want the CPU, the probes' reads get it first.
+                crate::resources::lower_thread_priority(10);
+                rt.block_on(run(client, endpoints, rx));
+            })
             .map_err(|e| format!("cannot start the metrics thread: {e}"))?;
         Ok(Collector {
             tx,
