@@ -361,7 +361,9 @@ fn bad_metrics_endpoints_are_counted_and_never_delay_the_probes() {
         8,
         &format!("    server_metrics:\n      - {{url: \"{m}/huge\", interval: 1s, timeout: 1s}}\n"),
     );
-    let down = format!("http://127.0.0.1:{}/metrics", free_port());
+    // The dead one carries secrets in its userinfo and query: no output may show them.
+    let down_port = free_port();
+    let down = format!("http://scraper:pw-s3cret@127.0.0.1:{down_port}/metrics?token=q-s3cret");
     let json = dir.path().join("r.json");
     // Every bad kind at once, scraped every 100 ms (timeout 100 ms; the huge one every second):
     // a slow scrape must not hold the level, a huge one must be cut at 16 MiB, garbage must not
@@ -416,9 +418,15 @@ fn bad_metrics_endpoints_are_counted_and_never_delay_the_probes() {
         "/slow: no complete answer within 100ms",
         "/garbage: not a metrics exposition",
         "/huge: larger than 16 MiB",
-        &format!("{down}: error sending request"),
+        &format!(
+            "http://127.0.0.1:{down_port}/metrics?token=%3Credacted%3E: error sending request"
+        ),
     ] {
         assert!(err.contains(why), "{why:?} not in: {err}");
+    }
+    let report = std::fs::read_to_string(&json).expect("report");
+    for text in [&out, &err, &report] {
+        assert!(!text.contains("s3cret"), "a secret leaked: {text}");
     }
     // The client's TTFT against the simulator's own send instant of each first token: the
     // medians within 5 ms, the bound tests/simulate.rs holds on this machine without scraping.
