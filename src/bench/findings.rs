@@ -357,6 +357,7 @@ mod tests {
             level: levels[i].key,
             agg_tps_growth: 0.0,
             ttft_p95_growth: 1.0,
+            requests_waiting: None,
         });
         ModelReport {
             model: "m".into(),

@@ -199,11 +199,15 @@ fn render_notes(r: &Report, md: bool) -> String {
         let _ = match &m.knee {
             Some(k) => writeln!(
                 out,
-                "{bullet}{}: at {} (agg tokens/s {:+.0}%, TTFT p95 {:+.0}%)",
+                "{bullet}{}: at {} (agg tokens/s {:+.0}%, TTFT p95 {:+.0}%{})",
                 m.model,
                 k.level.label(),
                 k.agg_tps_growth * 100.0,
-                k.ttft_p95_growth * 100.0
+                k.ttft_p95_growth * 100.0,
+                k.requests_waiting
+                    .map_or_else(String::new, |[a, b]| format!(
+                        ", server requests waiting {a:.1} → {b:.1}"
+                    ))
             ),
             None => writeln!(out, "{bullet}{}: none within the sweep", m.model),
         };
