@@ -67,6 +67,18 @@ fn fixture_server() -> String {
                             );
                         }
                     }
+                } else if path == "/auth" {
+                    // llama.cpp's /metrics wants the API key like its API does.
+                    if head
+                        .to_ascii_lowercase()
+                        .contains("\r\nauthorization: bearer tok-123\r\n")
+                    {
+                        send(&mut conn, "text/plain", b"llamacpp:requests_processing 1\n");
+                    } else {
+                        let _ = conn.write_all(
+                            b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                        );
+                    }
                 } else if path == "/slow" {
                     std::thread::sleep(Duration::from_secs(3));
                     send(&mut conn, "text/plain", b"slow_metric 1\n");
@@ -270,6 +282,27 @@ fn dcgm_vllm_sglang_tgi_fixtures_map_every_signal() {
     // Nothing TGI does not have.
     assert!(!s.signals.contains_key("server_ttft_s"));
     assert!(!s.signals.contains_key("gpu_utilization"));
+}
+
+#[test]
+fn the_targets_key_goes_to_the_metrics_endpoint() {
+    use tokenprobe::config::{AuthStyle, KeySource, Secret};
+    let base = fixture_server();
+    let rt = rt();
+    let client = reqwest::Client::new();
+    let url = format!("{base}/auth");
+    let with_key = Endpoint::new(
+        &url,
+        Some((AuthStyle::Bearer, KeySource::Inline(Secret::new("tok-123")))),
+    );
+    let got = rt
+        .block_on(scrape_once(&client, &with_key))
+        .expect("scrape with the key");
+    assert_eq!(got[0].name, "llamacpp:requests_processing");
+    let e = rt
+        .block_on(scrape_once(&client, &Endpoint::new(&url, None)))
+        .expect_err("401 without the key");
+    assert!(e.ends_with("/auth: HTTP 401"), "{e}");
 }
 
 // ------------------------------------------------------------------ bench as a process

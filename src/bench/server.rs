@@ -65,7 +65,8 @@ impl ServerSide {
         let collector = if plan.endpoints.is_empty() {
             None
         } else {
-            Some(Collector::start(plan.endpoints.clone()).map_err(BenchError::Usage)?)
+            let keep = crate::servermetrics::signals::sample_names(&with_custom(&plan.custom));
+            Some(Collector::start(plan.endpoints.clone(), keep).map_err(BenchError::Usage)?)
         };
         Ok(ServerSide {
             collector,

@@ -14,6 +14,7 @@ use super::{Endpoint, MAX_SCRAPE_BYTES};
 use crate::config::AuthStyle;
 use crate::redact::redact_url;
 use futures_util::StreamExt as _;
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
@@ -82,11 +83,13 @@ pub struct Collector {
 }
 
 impl Collector {
-    /// Starts the collector's thread (its own current-thread runtime).
+    /// Starts the collector's thread (its own current-thread runtime). Of each scrape it keeps
+    /// only the samples named in `keep`, so a level's memory grows with the signals read, not
+    /// with the size of the expositions.
     ///
     /// # Errors
     /// The thread, runtime or HTTP client could not be made.
-    pub fn start(endpoints: Vec<Endpoint>) -> Result<Collector, String> {
+    pub fn start(endpoints: Vec<Endpoint>, keep: HashSet<String>) -> Result<Collector, String> {
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
@@ -103,7 +106,7 @@ impl Collector {
             .spawn(move || {
                 // Below the probes: when both want the CPU, the probes' reads get it first.
                 crate::resources::lower_thread_priority(10);
-                rt.block_on(run(client, endpoints, rx));
+                rt.block_on(run(client, endpoints, keep, rx));
             })
             .map_err(|e| format!("cannot start the metrics thread: {e}"))?;
         Ok(Collector {
@@ -144,15 +147,23 @@ impl Drop for Collector {
     }
 }
 
-/// Scrapes `due` endpoints at once; merges the answers into one snapshot at `at_s`.
+/// What a level's scrapes need besides the endpoints.
+struct Ctx {
+    client: reqwest::Client,
+    endpoints: Vec<Endpoint>,
+    keep: HashSet<String>,
+}
+
+/// Scrapes `due` endpoints at once; merges the answers (the samples in `ctx.keep`) into one
+/// snapshot at `at_s`.
 async fn scrape_all(
-    client: &reqwest::Client,
-    endpoints: &[Endpoint],
+    ctx: &Ctx,
     due: &[usize],
     at_s: f64,
     level: &mut LevelScrapes,
     errors: &mut Vec<String>,
 ) -> Snapshot {
+    let (client, endpoints) = (&ctx.client, &ctx.endpoints);
     let results = futures_util::future::join_all(
         due.iter()
             .map(|&i| async move { (i, scrape_once(client, &endpoints[i]).await) }),
@@ -166,6 +177,7 @@ async fn scrape_all(
         level.scrapes += 1;
         match r {
             Ok(mut samples) => {
+                samples.retain(|s| ctx.keep.contains(&s.name));
                 let tag = i.to_string();
                 for s in &mut samples {
                     s.labels.push((ENDPOINT_LABEL.to_owned(), tag.clone()));
@@ -188,8 +200,15 @@ async fn scrape_all(
 async fn run(
     client: reqwest::Client,
     endpoints: Vec<Endpoint>,
+    keep: HashSet<String>,
     mut rx: mpsc::UnboundedReceiver<Cmd>,
 ) {
+    let ctx = Ctx {
+        client,
+        endpoints,
+        keep,
+    };
+    let endpoints = &ctx.endpoints;
     let all: Vec<usize> = (0..endpoints.len()).collect();
     let tick = endpoints
         .iter()
@@ -208,7 +227,7 @@ async fn run(
         let mut level = LevelScrapes::default();
         let mut errors = Vec::new();
         let t_before = Instant::now();
-        let mut before = scrape_all(&client, &endpoints, &all, 0.0, &mut level, &mut errors).await;
+        let mut before = scrape_all(&ctx, &all, 0.0, &mut level, &mut errors).await;
         let start = Instant::now();
         before.at_s = -(start - t_before).as_secs_f64();
         level.before = Some(before);
@@ -226,7 +245,7 @@ async fn run(
                     }
                     if !due.is_empty() {
                         let at_s = (now - start).as_secs_f64();
-                        let s = scrape_all(&client, &endpoints, &due, at_s, &mut level, &mut errors).await;
+                        let s = scrape_all(&ctx, &due, at_s, &mut level, &mut errors).await;
                         level.during.push(s);
                     }
                 }
@@ -234,7 +253,7 @@ async fn run(
                     match cmd {
                         Some(Cmd::End(reply)) => {
                             let at_s = (Instant::now() - start).as_secs_f64();
-                            let after = scrape_all(&client, &endpoints, &all, at_s, &mut level, &mut errors).await;
+                            let after = scrape_all(&ctx, &all, at_s, &mut level, &mut errors).await;
                             level.after = Some(after);
                             level.errors = errors;
                             let _ = reply.send(level);

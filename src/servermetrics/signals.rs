@@ -95,6 +95,20 @@ pub enum Rule {
 }
 
 impl Rule {
+    /// Every sample name this rule reads (a histogram's `_bucket` series).
+    pub fn sample_names(&self) -> Vec<String> {
+        match self {
+            Rule::Gauge { of, .. } | Rule::Counter { of } => vec![of.metric.clone()],
+            Rule::UsedRatio { used, free } => vec![used.metric.clone(), free.metric.clone()],
+            Rule::OneMinusRatio { part, whole } => vec![part.metric.clone(), whole.metric.clone()],
+            Rule::CounterRatio { num, den, .. } => std::iter::once(num)
+                .chain(den)
+                .map(|m| m.metric.clone())
+                .collect(),
+            Rule::Histogram { of } => vec![format!("{}_bucket", of.metric)],
+        }
+    }
+
     /// The metric whose presence in a scrape selects this rule.
     pub fn key_metric(&self) -> &str {
         match self {
@@ -297,6 +311,16 @@ pub fn known() -> Vec<Signal> {
     ]
 }
 
+/// Every sample name the signals read: what a collector keeps of a scrape (the rest of an
+/// exposition, e.g. node_exporter's thousands of series, is dropped as soon as it is parsed).
+pub fn sample_names(signals: &[Signal]) -> std::collections::HashSet<String> {
+    signals
+        .iter()
+        .flat_map(|s| &s.rules)
+        .flat_map(Rule::sample_names)
+        .collect()
+}
+
 /// The kind of a custom family (config `kind:`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -374,6 +398,16 @@ mod tests {
             labels: vec![],
             across: Across::Sum,
         };
+        let names = sample_names(&known());
+        for n in [
+            "DCGM_FI_DEV_FB_FREE",
+            "vllm:time_to_first_token_seconds_bucket",
+            "llamacpp:prompt_tokens_cached_total",
+            "node_cpu_seconds_total",
+        ] {
+            assert!(names.contains(n), "{n}");
+        }
+        assert!(!names.contains("vllm:time_to_first_token_seconds_sum"));
         let all = with_custom(&[c]);
         assert_eq!(all.len(), n);
         assert_eq!(all[0].rules[0].key_metric(), "my_queue");
