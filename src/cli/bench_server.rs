@@ -105,3 +105,96 @@ impl ServerArgs {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn target() -> Target {
+        Config::parse(
+            "prompts: [{name: p, messages: [{role: user, content: hi}]}]\n\
+             targets:\n  - name: t\n    base_url: http://127.0.0.1:1/v1\n    models: [m]\n    api_key: k\n    auth: x-api-key\n    \
+             server_metrics: [{url: 'http://127.0.0.1:2/metrics', interval: 2s}]\n",
+        )
+        .expect("config")
+        .jobs[0]
+            .target
+            .as_ref()
+            .clone()
+    }
+
+    fn err(a: ServerArgs) -> String {
+        match a.plan(&target()) {
+            Err(BenchError::Usage(m)) => m,
+            other => panic!("accepted: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn flags_add_endpoints_with_the_targets_key_and_set_thresholds() {
+        let a = ServerArgs {
+            server_metrics: vec!["http://127.0.0.1:3/metrics".into()],
+            server_metrics_interval: Duration::from_millis(250),
+            prometheus: Some("http://prom:9090/".into()),
+            prometheus_queries: vec!["requests_waiting.max=max(q)".into()],
+            prometheus_wait: Duration::from_secs(1),
+            finding_thresholds: vec!["memory_pressure=90%".into()],
+        };
+        let p = a.plan(&target()).expect("plan");
+        assert_eq!(p.endpoints.len(), 2, "the config's, then the flag's");
+        assert_eq!(p.endpoints[0].interval, Duration::from_secs(2));
+        let e = &p.endpoints[1];
+        assert_eq!(
+            (e.interval, e.timeout),
+            (Duration::from_millis(250), Duration::from_millis(250))
+        );
+        assert!(matches!(
+            e.auth,
+            Some((crate::config::AuthStyle::XApiKey, _))
+        ));
+        let prom = p.prometheus.expect("prometheus");
+        assert_eq!(prom.url, "http://prom:9090");
+        assert!(
+            prom.queries
+                .iter()
+                .any(|q| q.signal == "requests_waiting" && q.stat == "max" && q.expr == "max(q)")
+        );
+        assert!((p.thresholds.memory_pressure - 0.9).abs() < 1e-12);
+    }
+
+    #[test]
+    fn what_would_not_work_is_refused() {
+        let base = || ServerArgs {
+            server_metrics_interval: Duration::from_secs(1),
+            prometheus_wait: Duration::from_secs(1),
+            ..ServerArgs::default()
+        };
+        let m = err(ServerArgs {
+            server_metrics: vec!["ftp://user:pw@x/metrics".into()],
+            ..base()
+        });
+        assert!(m.contains("not an http") && !m.contains("pw"), "{m}");
+        let m = err(ServerArgs {
+            prometheus_queries: vec!["a.mean=1".into()],
+            ..base()
+        });
+        assert!(m.contains("needs --prometheus"), "{m}");
+        let m = err(ServerArgs {
+            prometheus: Some("http://p".into()),
+            prometheus_queries: vec!["a.median=1".into()],
+            ..base()
+        });
+        assert!(m.contains("mean, max, p50 or p95"), "{m}");
+        let m = err(ServerArgs {
+            finding_thresholds: vec!["nope=1".into()],
+            ..base()
+        });
+        assert!(m.contains("unknown"), "{m}");
+        let m = err(ServerArgs {
+            server_metrics_interval: Duration::from_millis(10),
+            ..base()
+        });
+        assert!(m.contains("between 50ms and 1h"), "{m}");
+    }
+}
