@@ -462,7 +462,9 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
                 &criteria.slos,
                 run.capped,
             );
-            stats.server = server_side.end(mi, li, &stats, &label, &progress).await;
+            stats.server = server_side
+                .end((mi, model), li, &stats, &label, &progress)
+                .await;
             if samples {
                 let mut s = run.samples;
                 s.sort_by(|x, y| x.sent_s.total_cmp(&y.sent_s));

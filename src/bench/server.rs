@@ -85,11 +85,12 @@ impl ServerSide {
         self.level_start = Some(SystemTime::now());
     }
 
-    /// After a level: the "after" scrape and the level's `server` block (`None` when nothing is
-    /// scraped); a warning line on stderr when scrapes failed.
+    /// After a level of model `model_name` (index `model`): the "after" scrape and the level's
+    /// `server` block (`None` when nothing is scraped; series of other `model_name`s left out);
+    /// a warning line on stderr when scrapes failed.
     pub async fn end(
         &mut self,
-        model: usize,
+        (model, model_name): (usize, &str),
         level: usize,
         stats: &LevelStats,
         label: &str,
@@ -116,6 +117,8 @@ impl ServerSide {
                 scrapes.errors.join("; ")
             ));
         }
+        let mut scrapes = scrapes;
+        crate::servermetrics::level::only_model(&mut scrapes, model_name);
         let mut server = fold(&scrapes, &self.signals, stats.wall_s);
         compare_with_client(&mut server, stats);
         Some(server)

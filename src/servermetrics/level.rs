@@ -379,6 +379,27 @@ fn present(l: &LevelScrapes, rule: &Rule) -> bool {
     })
 }
 
+/// Keeps, of series labelled `model_name` (vLLM, SGLang), only the benched model's, when the
+/// server labels it so (the probes send the served name): a server serving two models then
+/// counts one. Without a match nothing is dropped (a different served name, or no such label).
+pub fn only_model(l: &mut LevelScrapes, model: &str) {
+    let matched = timeline(l).iter().any(|s| {
+        s.samples
+            .iter()
+            .any(|x| x.label("model_name") == Some(model))
+    });
+    if !matched {
+        return;
+    }
+    let keep = |s: &mut Snapshot| {
+        s.samples
+            .retain(|x| x.label("model_name").is_none_or(|m| m == model));
+    };
+    l.before.iter_mut().for_each(keep);
+    l.during.iter_mut().for_each(keep);
+    l.after.iter_mut().for_each(keep);
+}
+
 /// Folds one level's scrapes: each signal by the first of its rules whose metric appears.
 /// `wall_s` is the level's wall time (the divisor of counter rates, as of the client's
 /// aggregate tokens/s).
@@ -515,6 +536,37 @@ mod tests {
         assert_eq!(s.count, Some(20.0));
         assert!((s.p50.unwrap() - 0.1).abs() < 1e-12);
         assert!((s.p95.unwrap() - 0.46).abs() < 1e-12);
+    }
+
+    #[test]
+    fn two_models_on_one_server_count_apart() {
+        let t = |a: u32, b: u32| {
+            format!(
+                "vllm:num_requests_running{{model_name=\"a\"}} {a}\nvllm:num_requests_running{{model_name=\"b\"}} {b}\nDCGM_FI_DEV_GPU_UTIL{{gpu=\"0\"}} 50\n"
+            )
+        };
+        let l = LevelScrapes {
+            before: Some(snap(0.0, &t(0, 0))),
+            during: vec![snap(0.5, &t(3, 5))],
+            after: Some(snap(1.0, &t(0, 0))),
+            ..LevelScrapes::default()
+        };
+        assert_eq!(fold(&l, &known(), 1.0).mean("requests_running"), Some(8.0));
+        let mut a = l.clone();
+        only_model(&mut a, "a");
+        let s = fold(&a, &known(), 1.0);
+        assert_eq!(s.mean("requests_running"), Some(3.0));
+        assert_eq!(
+            s.mean("gpu_utilization"),
+            Some(0.5),
+            "unlabelled series stay"
+        );
+        let mut other = l.clone();
+        only_model(&mut other, "served-as-something-else");
+        assert_eq!(
+            fold(&other, &known(), 1.0).mean("requests_running"),
+            Some(8.0)
+        );
     }
 
     #[test]
