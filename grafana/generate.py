@@ -485,7 +485,114 @@ def panels():
     p.append(row("Comparison", y))
     y += 1
     p.append(comparison_table(g(0, y, 24, 8)))
+    y += 8
+    p += server_panels(y)
     return p
+
+
+# The model server's own metrics, beside the probes. The label join: tokenprobe's `model` is the
+# model name it sends; vLLM and SGLang label their series `model_name` with the served model name,
+# so the two meet when the probes send the served name (vLLM's --served-model-name). Server
+# queries select model_name=~"$model"; the TTFT comparison renames model_name to model with
+# label_replace. llama.cpp, TGI and DCGM have no model label (one model per server).
+SRV = 'model_name=~"$model"'
+
+
+def server_ttft_p95(window=RI):
+    inner = (f"sum by (le, model_name) (rate(vllm:time_to_first_token_seconds_bucket{{{SRV}}}[{window}]))"
+             f" or sum by (le, model_name) (rate(sglang:time_to_first_token_seconds_bucket{{{SRV}}}[{window}]))")
+    return f'label_replace(histogram_quantile(0.95, {inner}), "model", "$1", "model_name", "(.*)")'
+
+
+def collapsed_row(title, y, panels):
+    r = row(title, y)
+    r["collapsed"] = True
+    r["panels"] = panels
+    return r
+
+
+def server_panels(y):
+    out = [row("Client vs model server", y)]
+    y += 1
+    client = quantile(0.95, TTFT, by="model")
+    out.append(timeseries(
+        "TTFT p95: tokenprobe vs the model server",
+        "tokenprobe's TTFT p95 per model next to the server's own (vLLM or SGLang "
+        "time_to_first_token_seconds, joined on model = model_name), and their difference: what the "
+        "network, TLS, gateways and queues in front of the server add. A large gap with a flat server "
+        "line is the path; both rising together is the model server. The recording rule "
+        "target_model:tokenprobe_client_server_ttft_gap_seconds:p95_5m holds the same difference.",
+        [
+            target(client, "{{model}} tokenprobe p95", ""),
+            target(server_ttft_p95(), "{{model}} server p95", ""),
+            target(f"{client} - on (model) group_left () {server_ttft_p95()}", "{{model}} gap", ""),
+        ],
+        "s", g(0, y, 12, 8)))
+    out.append(timeseries(
+        "Requests waiting at the model server",
+        "The server's queue (vLLM num_requests_waiting, SGLang num_queue_reqs, TGI tgi_queue_size, "
+        "llama.cpp requests_deferred). A queue that grows while TTFT rises means the server is "
+        "saturated, not the path to it.",
+        [
+            target(f"sum by (model_name) (vllm:num_requests_waiting{{{SRV}}})", "vLLM {{model_name}}", ""),
+            target(f"sum by (model_name) (sglang:num_queue_reqs{{{SRV}}})", "SGLang {{model_name}}", ""),
+            target("sum by (instance) (tgi_queue_size)", "TGI {{instance}}", ""),
+            target("sum by (instance) (llamacpp:requests_deferred)", "llama.cpp {{instance}}", ""),
+        ],
+        "short", g(12, y, 12, 8), minimum=0))
+    y += 8
+    # One collapsed row per server kind: closed, a row whose metrics are absent takes no room.
+    vllm = [
+        timeseries("vLLM requests running and waiting", "vllm:num_requests_running and num_requests_waiting.",
+                   [target(f"sum by (model_name) (vllm:num_requests_running{{{SRV}}})", "{{model_name}} running", ""),
+                    target(f"sum by (model_name) (vllm:num_requests_waiting{{{SRV}}})", "{{model_name}} waiting", "")],
+                   "short", g(0, y + 1, 8, 8), minimum=0),
+        timeseries("vLLM KV cache usage", "vllm:kv_cache_usage_perc (0-1); above 85% expect preemptions.",
+                   [target(f"max by (model_name) (vllm:kv_cache_usage_perc{{{SRV}}})", "{{model_name}}", "")],
+                   "percentunit", g(8, y + 1, 8, 8), minimum=0, maximum=1),
+        timeseries("vLLM tokens/s", "Prompt and generation tokens per second (vllm:*_tokens_total).",
+                   [target(f"sum by (model_name) (rate(vllm:prompt_tokens_total{{{SRV}}}[{RI}]))", "{{model_name}} prompt", ""),
+                    target(f"sum by (model_name) (rate(vllm:generation_tokens_total{{{SRV}}}[{RI}]))", "{{model_name}} generation", "")],
+                   "short", g(16, y + 1, 8, 8), minimum=0),
+    ]
+    out.append(collapsed_row("vLLM", y, vllm))
+    y += 1
+    sglang = [
+        timeseries("SGLang requests running and queued", "sglang:num_running_reqs and num_queue_reqs.",
+                   [target(f"sum by (model_name) (sglang:num_running_reqs{{{SRV}}})", "{{model_name}} running", ""),
+                    target(f"sum by (model_name) (sglang:num_queue_reqs{{{SRV}}})", "{{model_name}} queued", "")],
+                   "short", g(0, y + 1, 12, 8), minimum=0),
+        timeseries("SGLang token usage", "sglang:token_usage (KV cache, 0-1).",
+                   [target(f"max by (model_name) (sglang:token_usage{{{SRV}}})", "{{model_name}}", "")],
+                   "percentunit", g(12, y + 1, 12, 8), minimum=0, maximum=1),
+    ]
+    out.append(collapsed_row("SGLang", y, sglang))
+    y += 1
+    llama = [
+        timeseries("llama.cpp requests processing and deferred", "llamacpp:requests_processing (busy slots) and requests_deferred (waiting).",
+                   [target("sum by (instance) (llamacpp:requests_processing)", "{{instance}} processing", ""),
+                    target("sum by (instance) (llamacpp:requests_deferred)", "{{instance}} deferred", "")],
+                   "short", g(0, y + 1, 12, 8), minimum=0),
+        timeseries("llama.cpp tokens/s", "llamacpp:prompt_tokens_total and tokens_predicted_total per second.",
+                   [target(f"sum by (instance) (rate(llamacpp:prompt_tokens_total[{RI}]))", "{{instance}} prompt", ""),
+                    target(f"sum by (instance) (rate(llamacpp:tokens_predicted_total[{RI}]))", "{{instance}} generation", "")],
+                   "short", g(12, y + 1, 12, 8), minimum=0),
+    ]
+    out.append(collapsed_row("llama.cpp", y, llama))
+    y += 1
+    dcgm = [
+        timeseries("GPU utilization", "DCGM_FI_DEV_GPU_UTIL per GPU; below 30% under load the serving stack, not the GPU, is the limit.",
+                   [target("DCGM_FI_DEV_GPU_UTIL / 100", "{{Hostname}} GPU {{gpu}}", "")],
+                   "percentunit", g(0, y + 1, 8, 8), minimum=0, maximum=1),
+        timeseries("GPU memory used", "DCGM_FI_DEV_FB_USED / (FB_USED + FB_FREE) per GPU; above 85% warns of OOM.",
+                   [target("DCGM_FI_DEV_FB_USED / (DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE)", "{{Hostname}} GPU {{gpu}}", "")],
+                   "percentunit", g(8, y + 1, 8, 8), minimum=0, maximum=1),
+        timeseries("GPU power", "DCGM_FI_DEV_POWER_USAGE per GPU.",
+                   [target("DCGM_FI_DEV_POWER_USAGE", "{{Hostname}} GPU {{gpu}}", "")],
+                   "watt", g(16, y + 1, 8, 8), minimum=0),
+    ]
+    out.append(collapsed_row("GPUs (DCGM)", y, dcgm))
+    return out
 
 
 def query_variable(name, label, query):

@@ -42,6 +42,7 @@ pub mod resources;
 pub(crate) mod rng;
 pub mod scheduler;
 pub mod server;
+pub mod servermetrics;
 pub mod simulate;
 pub mod sse;
 pub mod transport;

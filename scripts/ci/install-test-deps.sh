@@ -3,6 +3,7 @@
 # is already done is skipped, so a re-run takes about a second.
 #
 #   - Debian package `prometheus` (gives `prometheus` and `promtool`)
+#   - Debian package `prometheus-node-exporter` (tests/server_metrics.rs scrapes it)
 #   - a Python venv at $TOKENPROBE_VENV (default: <repo>/.venv) holding the
 #     pinned packages of scripts/ci/requirements-test.txt:
 #       prometheus-client  strict OpenMetrics parser (scripts/ci/check-openmetrics.py)
@@ -54,6 +55,35 @@ else
         service prometheus stop >/dev/null 2>&1 || true
     fi
     log "installed: $(prometheus --version 2>&1 | head -n1)"
+fi
+
+# ---------------------------------------------------------------- node_exporter
+if [ "$model_only" -eq 1 ]; then
+    log "--model-only: skipping prometheus-node-exporter"
+elif command -v prometheus-node-exporter >/dev/null 2>&1; then
+    log "prometheus-node-exporter already installed"
+else
+    if [ "$(id -u)" -ne 0 ]; then
+        log "ERROR: need root to apt-get install prometheus-node-exporter (or install it yourself)" >&2
+        exit 1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    # As for prometheus: no daemon on :9100 from the package's maintainer scripts.
+    policy=/usr/sbin/policy-rc.d
+    made_policy=0
+    if [ ! -e "$policy" ]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy"
+        chmod +x "$policy"
+        made_policy=1
+    fi
+    log "apt-get install prometheus-node-exporter"
+    apt-get install -y -qq --no-install-recommends prometheus-node-exporter >/dev/null ||
+        { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus-node-exporter >/dev/null; }
+    if [ "$made_policy" -eq 1 ]; then rm -f "$policy"; fi
+    if command -v service >/dev/null 2>&1; then
+        service prometheus-node-exporter stop >/dev/null 2>&1 || true
+    fi
+    log "installed: $(prometheus-node-exporter --version 2>&1 | head -n1)"
 fi
 
 # ---------------------------------------------------------------- python venv

@@ -7,7 +7,8 @@
 //!   (`started_unix_s`), and the level's wall time is the union's: from the earliest start to
 //!   the last request's end, so aggregate tokens/s is the union's tokens over that window;
 //! - the load generator's loop lag cannot be pooled from summaries: the merged level shows the
-//!   worst shard's;
+//!   worst shard's; the server's view (`--server-metrics`) is the first shard's, since every
+//!   shard watched the same server over the same level;
 //! - shards of different runs are refused: the run id, the levels, the load mode, the workload,
 //!   the target and the models must match, every shard must carry its samples, no shard may come
 //!   twice, and none of the run's shards may be missing.
@@ -196,6 +197,9 @@ fn merge_level(
         .iter()
         .filter_map(|l| l.start_offset_s)
         .reduce(f64::max);
+    // Every shard scraped the same server over the same (aligned) level: any shard's view is the
+    // whole load's; the first one's is kept.
+    out.server = parts.iter().find_map(|l| l.server.clone());
     out.samples = Some(samples);
     out
 }

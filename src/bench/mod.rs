@@ -11,6 +11,8 @@
 //! - [`shard`]: one run split across processes (`--shard i/N`, `--start-at`), the run id.
 //! - [`merge`]: `bench merge`, the shards' reports made into the whole run's.
 //! - [`crosscheck`]: `--cross-check`, streaming vs non-streaming E2E beside each level.
+//! - [`server`]: server metrics beside every level; [`findings`]: what client and server numbers
+//!   mean together.
 //!
 //! [`run`] takes a [`BenchPlan`], a validated run built from the flags by [`crate::cli::bench`].
 //!
@@ -22,11 +24,13 @@
 
 pub mod criteria;
 pub mod crosscheck;
+pub mod findings;
 pub mod merge;
 pub mod plot;
 pub mod report;
 pub mod runner;
 pub mod select;
+pub mod server;
 pub mod shard;
 pub mod stats;
 
@@ -181,6 +185,8 @@ pub struct BenchPlan {
     pub baseline: Option<(Report, PathBuf)>,
     /// Report files and their formats.
     pub outputs: Vec<(PathBuf, Format)>,
+    /// Server metrics, the Prometheus source and the finding thresholds.
+    pub server: server::ServerPlan,
     /// The SVG plot's path.
     pub plot: Option<PathBuf>,
     /// This process's shard of the run (0/1 when it is the whole run).
@@ -542,6 +548,7 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         start,
         run_id,
         cross_check,
+        server: server_plan,
     } = plan;
     let open = level_keys.iter().any(|k| k.rate.is_some());
     let amount = match amount {
@@ -556,7 +563,6 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         * level_keys.len() as u64
         * models.len() as u64
         * prompts.len().max(1) as u64;
-    let sweep = prompts.len() > 1;
     let prompt_names: Vec<&str> = prompts.iter().map(|p| p.prompt.name.as_str()).collect();
     let progress = Progress::new(total, show);
     // The report's target: the first model's (the --target's unless a pair names another).
@@ -587,12 +593,6 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
             String::new()
         }
     ));
-    let first = models
-        .first()
-        .map_or_else(|| spec.clone(), |m| m.spec(&spec));
-    let mut runner = Runner::new(first, progress.clone())?;
-    runner.ramp = ramp;
-    let mut runner_target = head.clone();
     let sender = Sender {
         shard,
         start,
@@ -600,6 +600,7 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         arrival,
         seed,
         warmup,
+        ramp,
         levels: level_keys.clone(),
         per_level_units,
         criteria: criteria.clone(),
@@ -607,34 +608,11 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         samples,
         progress: progress.clone(),
     };
-    let token_models = crate::probe::TokenModels::default();
-    let mut reports: Vec<ModelReport> = Vec::new();
-    let mut done_units = 0;
-    for (bm, name) in models.iter().zip(&names) {
-        if bm.target != runner_target {
-            // Another target: its own client settings, so its own probers.
-            runner = Runner::new(bm.spec(&spec), progress.clone())?;
-            runner.ramp = ramp;
-            runner_target = bm.target.clone();
-        }
-        for prompt_spec in &prompts {
-            runner.set_prompt(&bm.spec(prompt_spec));
-            runner.set_model(&bm.model);
-            let name = if sweep {
-                format!("{name} · {}", prompt_spec.prompt.name)
-            } else {
-                name.clone()
-            };
-            let calibration = calibrate(&mut runner, &token_models, &reports, &name).await;
-            let series = reports.len();
-            let mut report = sender
-                .sweep(&mut runner, bm, &name, series, &mut done_units)
-                .await?;
-            report.prompt = sweep.then(|| prompt_spec.prompt.name.clone());
-            report.calibration = calibration;
-            reports.push(report);
-        }
-    }
+    let mut server_side = server::ServerSide::start(&server_plan)?;
+    let mut reports = sender
+        .all(&spec, &models, &names, &prompts, &mut server_side)
+        .await?;
+    server_side.finish(&mut reports, &progress).await;
     progress.finish();
     let mut report = Report {
         tool: "tokenprobe".into(),
@@ -661,29 +639,34 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
             merged_from: Vec::new(),
         }),
         criteria: Some(criteria.record()),
+        findings: Vec::new(),
     };
     finish(
         &mut report,
         &criteria,
         judged,
         baseline.as_ref(),
+        &server_plan.thresholds,
         &outputs,
         plot.as_deref(),
     )
 }
 
 /// Judges a run's sweeps (the one place a run and a merge of shards are judged): each model's
-/// knee, the selection when `judged`, the comparison with the baseline.
+/// knee, the selection when `judged`, the findings by `thresholds`, the comparison with the
+/// baseline.
 pub fn judge(
     report: &mut Report,
     criteria: &Criteria,
     judged: bool,
     baseline: Option<&(Report, PathBuf)>,
+    thresholds: &findings::Thresholds,
 ) {
     for m in &mut report.models {
         m.knee = select::find_knee(&m.levels, &criteria.knee);
     }
     report.selection = judged.then(|| select::select(&report.models, criteria));
+    report.findings = findings::findings(&report.models, thresholds);
     report.comparison = baseline.map(|(b, p)| {
         select::compare(
             &report.models,
@@ -704,10 +687,11 @@ pub fn finish(
     criteria: &Criteria,
     judged: bool,
     baseline: Option<&(Report, PathBuf)>,
+    thresholds: &findings::Thresholds,
     outputs: &[(PathBuf, Format)],
     plot: Option<&Path>,
 ) -> Result<ExitCode, BenchError> {
-    judge(report, criteria, judged, baseline);
+    judge(report, criteria, judged, baseline, thresholds);
     crate::output::print_stdout(&report::render_table(report));
     write_outputs(report, outputs, plot, criteria)?;
     let regressed = report
@@ -799,6 +783,7 @@ struct Sender {
     arrival: Arrival,
     seed: u64,
     warmup: u64,
+    ramp: std::time::Duration,
     levels: Vec<LevelKey>,
     per_level_units: u64,
     criteria: Criteria,
@@ -808,11 +793,57 @@ struct Sender {
 }
 
 impl Sender {
+    /// Every series of the run: each model (`names` as shown) with each prompt, in order; a
+    /// runner per target (its own client settings), calibrated per (target, model).
+    async fn all(
+        &self,
+        spec: &ProbeSpec,
+        models: &[BenchModel],
+        names: &[String],
+        prompts: &[ProbeSpec],
+        server_side: &mut server::ServerSide,
+    ) -> Result<Vec<ModelReport>, BenchError> {
+        let sweep = prompts.len() > 1;
+        let token_models = crate::probe::TokenModels::default();
+        let mut reports: Vec<ModelReport> = Vec::new();
+        let mut done_units = 0;
+        let mut runner: Option<(Runner, Arc<crate::config::Target>)> = None;
+        for (bm, name) in models.iter().zip(names) {
+            let runner = match &mut runner {
+                Some((r, t)) if *t == bm.target => r,
+                slot => {
+                    let mut r = Runner::new(bm.spec(spec), self.progress.clone())?;
+                    r.ramp = self.ramp;
+                    &mut slot.insert((r, bm.target.clone())).0
+                }
+            };
+            for prompt_spec in prompts {
+                runner.set_prompt(&bm.spec(prompt_spec));
+                runner.set_model(&bm.model);
+                let name = if sweep {
+                    format!("{name} · {}", prompt_spec.prompt.name)
+                } else {
+                    name.clone()
+                };
+                let calibration = calibrate(runner, &token_models, &reports, &name).await;
+                let series = reports.len();
+                let mut report = self
+                    .sweep(runner, server_side, bm, &name, series, &mut done_units)
+                    .await?;
+                report.prompt = sweep.then(|| prompt_spec.prompt.name.clone());
+                report.calibration = calibration;
+                reports.push(report);
+            }
+        }
+        Ok(reports)
+    }
+
     /// One model's sweep (model `mi` of the run, shown as `name`): every level in turn through
     /// `runner`, which already sends to this model. `done_units` counts the progress.
     async fn sweep(
         &self,
         runner: &mut Runner,
+        server_side: &mut server::ServerSide,
         bm: &BenchModel,
         name: &str,
         mi: usize,
@@ -825,11 +856,21 @@ impl Sender {
             let label = format!("{name} @ {}", key.label());
             let slot = mi * self.levels.len() + li;
             let (run, late) = self
-                .level(runner, key, (mi, li, slot), label.clone(), *done_units)
+                .level(
+                    runner,
+                    server_side,
+                    key,
+                    (mi, li, slot),
+                    label.clone(),
+                    *done_units,
+                )
                 .await?;
             *done_units += self.per_level_units;
             lengths.add(&run.samples);
             let mut stats = fold_level(*key, run, &self.criteria, price.as_ref(), late, true);
+            stats.server = server_side
+                .end((mi, &bm.model), li, &stats, &label, &self.progress)
+                .await;
             if let Some(cc) = &self.cross_check {
                 let all = stats.samples.as_deref().unwrap_or_default();
                 let c = crosscheck::run(runner, &stats, all, cc, &label).await?;
@@ -861,6 +902,7 @@ impl Sender {
     async fn level(
         &self,
         runner: &mut Runner,
+        server_side: &mut server::ServerSide,
         key: &LevelKey,
         at: (usize, usize, usize),
         label: String,
@@ -875,6 +917,7 @@ impl Sender {
             tokio::time::sleep(p.wait(slot, chrono::Utc::now())).await;
         }
         let started = chrono::Utc::now();
+        server_side.begin().await;
         let run = match key.rate {
             None => match shard.workers(key.concurrency) {
                 0 => runner::LevelRun::default(),

@@ -358,6 +358,30 @@ pub fn render_svg(r: &Report, lines: &[RefLine]) -> Result<String, PlotError> {
         data: &tps,
         lines: on(Panel::AggTps),
     };
+    // The server's view, when collected: GPU utilisation and requests waiting (a second row).
+    let gpu = series(r, |l| {
+        l.server
+            .as_ref()?
+            .mean("gpu_utilization")
+            .map(|v| v * 100.0)
+    });
+    let waiting = series(r, |l| l.server.as_ref()?.mean("requests_waiting"));
+    let has = |s: &Series| s.iter().any(|(_, p, _)| !p.is_empty());
+    let server_row = (has(&gpu) || has(&waiting)).then(|| {
+        let spec = |title, y_desc: &str, data| PanelSpec {
+            title,
+            x_desc,
+            labels: &labels,
+            y_desc: y_desc.into(),
+            data,
+            lines: Vec::new(),
+        };
+        (
+            spec("server: GPU utilisation (mean)", "%", &gpu),
+            spec("server: requests waiting (mean)", "requests", &waiting),
+        )
+    });
+    let panels_h = PANELS_HEIGHT * if server_row.is_some() { 2 } else { 1 };
     let log = left.log_range();
     if log.is_some() {
         left.y_desc = format!("ms (log scale: values span more than {LOG_SPAN}×)");
@@ -399,13 +423,19 @@ pub fn render_svg(r: &Report, lines: &[RefLine]) -> Result<String, PlotError> {
     {
         let root = SVGBackend::with_string(
             &mut svg,
-            (WIDTH, title_h + PANELS_HEIGHT + legend_bottom as u32 + 10),
+            (WIDTH, title_h + panels_h + legend_bottom as u32 + 10),
         )
         .into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
         let root = root.titled(&title, ("sans-serif", 20)).map_err(err)?;
-        let (charts, strip) = root.split_vertically(PANELS_HEIGHT);
+        let (charts, strip) = root.split_vertically(panels_h);
+        let (charts, server_area) = charts.split_vertically(PANELS_HEIGHT);
         let (l_area, r_area) = charts.split_horizontally(WIDTH / 2);
+        if let Some((g, w)) = &server_row {
+            let (gl, wr) = server_area.split_horizontally(WIDTH / 2);
+            panel(&gl, g, 0.0..100.0)?;
+            panel(&wr, w, 0.0..w.linear_max())?;
+        }
         match log {
             // Whole decades, so the axis has at least two labelled powers of ten.
             Some((lo, hi)) => {
@@ -474,6 +504,34 @@ mod tests {
         for s in ["TTFT p95", "aggregate output tokens/s", "alpha", "beta"] {
             assert!(svg.contains(s), "no {s:?} in the SVG");
         }
+    }
+
+    #[test]
+    fn the_server_row_appears_only_when_collected() {
+        use crate::servermetrics::level::{ServerLevel, SignalStats};
+        let plain = render_svg(&synthetic(), &[]).unwrap();
+        assert!(!plain.contains("server: GPU utilisation"));
+        let mut r = synthetic();
+        let mut s = ServerLevel::default();
+        for (n, v) in [("gpu_utilization", 0.42), ("requests_waiting", 3.0)] {
+            s.signals.insert(
+                n.into(),
+                SignalStats {
+                    mean: Some(v),
+                    max: Some(v),
+                    ..SignalStats::default()
+                },
+            );
+        }
+        r.models[0].levels[0].server = Some(s);
+        let svg = render_svg(&r, &[]).unwrap();
+        for t in [
+            "server: GPU utilisation (mean)",
+            "server: requests waiting (mean)",
+        ] {
+            assert!(svg.contains(t), "no {t:?}");
+        }
+        assert!(attr(&svg, "height") > attr(&plain, "height") + 400.0);
     }
 
     #[test]

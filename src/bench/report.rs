@@ -128,6 +128,9 @@ pub struct Report {
     /// What the run was judged by (so that a merge of its shards judges alike).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub criteria: Option<CriteriaRecord>,
+    /// What the client and server numbers mean together ([`super::findings`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<super::findings::Finding>,
 }
 
 /// A run's identity: every shard of one run has the same id.
@@ -289,6 +292,7 @@ pub fn render_table(r: &Report) -> String {
         }
     }
     let mut out = format!("{t}\n");
+    out.push_str(&super::server::render_server(r, false));
     out.push_str(&render_notes(r, false));
     out
 }
@@ -328,10 +332,14 @@ fn render_notes(r: &Report, md: bool) -> String {
         let _ = match &m.knee {
             Some(k) => writeln!(
                 out,
-                "{bullet}{name}: at {} (agg tokens/s {:+.0}%, TTFT p95 {:+.0}%)",
+                "{bullet}{name}: at {} (agg tokens/s {:+.0}%, TTFT p95 {:+.0}%{})",
                 k.level.label(),
                 k.agg_tps_growth * 100.0,
-                k.ttft_p95_growth * 100.0
+                k.ttft_p95_growth * 100.0,
+                k.requests_waiting
+                    .map_or_else(String::new, |[a, b]| format!(
+                        ", server requests waiting {a:.1} → {b:.1}"
+                    ))
             ),
             None => writeln!(out, "{bullet}{name}: none within the sweep"),
         };
@@ -600,6 +608,7 @@ pub fn render_markdown(r: &Report) -> String {
             let _ = writeln!(out, "| {} |", cells.join(" | "));
         }
     }
+    out.push_str(&super::server::render_server(r, true));
     out.push_str(&render_notes(r, true));
     out
 }
@@ -656,6 +665,8 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
     if cross_check {
         header.extend(super::crosscheck::CSV_HEADER.map(str::to_owned));
     }
+    let server_cols = super::server::csv_header(r);
+    header.extend(server_cols.iter().cloned());
     w.write_record(&header)?;
     let num = |v: f64| format!("{v}");
     for m in &r.models {
@@ -712,6 +723,7 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
             if cross_check {
                 row.extend(super::crosscheck::csv_cells(l.cross_check.as_ref()));
             }
+            row.extend(super::server::csv_cells(&server_cols, l));
             w.write_record(&row)?;
         }
     }
@@ -843,6 +855,7 @@ pub(crate) mod tests {
             comparison: Some(comparison),
             run: None,
             criteria: None,
+            findings: Vec::new(),
         }
     }
 

@@ -18,11 +18,20 @@ pub struct Knee {
     pub agg_tps_growth: f64,
     /// Relative growth of TTFT p95 over the previous level.
     pub ttft_p95_growth: f64,
+    /// The server's requests waiting (mean) at the level before and at the knee, when the
+    /// server's queue, not TTFT p95, is what marked it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_waiting: Option<[f64; 2]>,
 }
+
+/// The server's mean requests waiting from which a growing queue marks a knee.
+pub const KNEE_WAITING_MIN: f64 = 1.0;
 
 /// The first level (after the first) where aggregate output tokens/s grew by less than
 /// `rule.tps_growth` while TTFT p95 grew by more than `rule.ttft_growth`, relative to the level
-/// before it. Levels without TTFT samples or with no throughput before them are skipped.
+/// before it, or, with server metrics, while the server's requests waiting (mean) grew to at
+/// least [`KNEE_WAITING_MIN`]. Levels without TTFT samples or with no throughput before them are
+/// skipped.
 pub fn find_knee(levels: &[LevelStats], rule: &KneeRule) -> Option<Knee> {
     levels.windows(2).enumerate().find_map(|(i, w)| {
         let (prev, cur) = (&w[0], &w[1]);
@@ -32,11 +41,18 @@ pub fn find_knee(levels: &[LevelStats], rule: &KneeRule) -> Option<Knee> {
         }
         let g_tps = cur.output_tokens_per_s / prev.output_tokens_per_s - 1.0;
         let g_ttft = tc / tp - 1.0;
-        (g_tps < rule.tps_growth && g_ttft > rule.ttft_growth).then_some(Knee {
+        let waiting = |l: &LevelStats| l.server.as_ref()?.mean("requests_waiting");
+        let queued = match (waiting(prev), waiting(cur)) {
+            (Some(a), Some(b)) if b > a && b >= KNEE_WAITING_MIN => Some([a, b]),
+            _ => None,
+        };
+        let latency_up = g_ttft > rule.ttft_growth;
+        (g_tps < rule.tps_growth && (latency_up || queued.is_some())).then_some(Knee {
             index: i + 1,
             level: cur.key,
             agg_tps_growth: g_tps,
             ttft_p95_growth: g_ttft,
+            requests_waiting: if latency_up { None } else { queued },
         })
     })
 }
@@ -337,7 +353,7 @@ pub fn compare(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::bench::stats::Summary;
 
@@ -383,6 +399,7 @@ mod tests {
             lengths: Default::default(),
             samples: None,
             cross_check: None,
+            server: None,
         }
     }
 
@@ -418,6 +435,45 @@ mod tests {
         };
         assert!(find_knee(&levels, &strict).is_none());
         assert!(find_knee(&levels[..1], &KneeRule::default()).is_none());
+    }
+
+    #[test]
+    fn the_servers_queue_marks_a_knee_ttft_does_not() {
+        use crate::servermetrics::level::{ServerLevel, SignalStats};
+        let waiting = |mut l: LevelStats, w: f64| {
+            let mut s = ServerLevel::default();
+            s.signals.insert(
+                "requests_waiting".into(),
+                SignalStats {
+                    mean: Some(w),
+                    max: Some(w),
+                    ..SignalStats::default()
+                },
+            );
+            l.server = Some(s);
+            l
+        };
+        // TTFT p95 grows 20% only, tokens/s 5%: no knee from the client alone.
+        let levels = vec![level(2, 100.0, 0.5, 0.0), level(4, 105.0, 0.6, 0.0)];
+        assert!(find_knee(&levels, &KneeRule::default()).is_none());
+        // The queue grows 0 → 2: the knee, marked by the queue.
+        let queued = vec![
+            waiting(levels[0].clone(), 0.0),
+            waiting(levels[1].clone(), 2.0),
+        ];
+        let k = find_knee(&queued, &KneeRule::default()).expect("knee");
+        assert_eq!((k.index, k.requests_waiting), (1, Some([0.0, 2.0])));
+        // Below one waiting request, or not growing: no knee.
+        let low = vec![
+            waiting(levels[0].clone(), 0.0),
+            waiting(levels[1].clone(), 1.0 - 1e-9),
+        ];
+        assert!(find_knee(&low, &KneeRule::default()).is_none());
+        let flat = vec![
+            waiting(levels[0].clone(), 3.0),
+            waiting(levels[1].clone(), 3.0),
+        ];
+        assert!(find_knee(&flat, &KneeRule::default()).is_none());
     }
 
     #[test]

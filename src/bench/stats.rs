@@ -352,6 +352,10 @@ pub struct LevelStats {
     /// `--cross-check`: streaming vs non-streaming E2E at this level.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cross_check: Option<super::crosscheck::CrossCheck>,
+    /// The server's view of the level (`bench --server-metrics`, `--prometheus`); absent when
+    /// not collected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<crate::servermetrics::level::ServerLevel>,
 }
 
 /// The cost of a level at `price`: `(mean cost per request, cost per million output tokens)`
@@ -470,6 +474,7 @@ impl LevelStats {
             lengths: LevelLengths::of(samples),
             samples: None,
             cross_check: None,
+            server: None,
         }
     }
 

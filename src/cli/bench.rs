@@ -148,6 +148,9 @@ pub struct BenchArgs {
     /// ...and the difference is more than this (default 50ms).
     #[arg(long, requires = "cross_check", value_parser = humantime::parse_duration)]
     pub cross_check_min_gap: Option<Duration>,
+    /// Server metrics beside every level.
+    #[command(flatten)]
+    pub server: super::bench_server::ServerArgs,
 }
 
 fn parse_start_at(s: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
@@ -361,6 +364,7 @@ impl MergeArgs {
             &criteria,
             judged,
             baseline.as_ref(),
+            &crate::bench::findings::Thresholds::default(),
             &outputs,
             self.plot.as_deref(),
         )
@@ -537,6 +541,7 @@ impl BenchArgs {
             || !criteria.limits.is_empty()
             || !a.weights.is_empty()
             || a.bench_file.is_some();
+        let server = a.server.plan(&job.target)?;
         Ok(BenchPlan {
             criteria,
             job,
@@ -559,6 +564,7 @@ impl BenchArgs {
             start,
             run_id,
             cross_check,
+            server,
         })
     }
 }

@@ -14,6 +14,7 @@
 //! regressed against its baseline.
 
 pub mod bench;
+pub mod bench_server;
 pub mod check;
 pub mod probe;
 pub mod serve;

@@ -188,6 +188,7 @@ impl FlagTarget {
                 stream: true,
                 exact_output: crate::protocol::ExactOutput::None,
                 tokenizer: None,
+                server_metrics: Vec::new(),
             }],
             buckets: None,
             location: None,

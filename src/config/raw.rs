@@ -189,6 +189,9 @@ pub(super) struct RawTarget {
     pub(super) insecure_skip_verify: bool,
     #[serde(default)]
     pub(super) connection: ConnectionMode,
+    /// Metrics endpoints `bench` scrapes beside every level.
+    #[serde(default)]
+    pub(super) server_metrics: Vec<RawServerMetrics>,
     pub(super) tokenizer: Option<S<String>>,
     #[serde(default = "default_true")]
     pub(super) stream: bool,
@@ -205,6 +208,31 @@ pub(super) struct RawTarget {
 pub(super) struct RawPrice {
     pub(super) input_per_mtok: S<f64>,
     pub(super) output_per_mtok: S<f64>,
+}
+
+/// One entry of a target's `server_metrics:`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawServerMetrics {
+    pub(super) url: S<String>,
+    pub(super) interval: Option<S<String>>,
+    pub(super) timeout: Option<S<String>>,
+    /// `target` (default: the target's key and header) or `none`.
+    pub(super) auth: Option<S<String>>,
+    #[serde(default)]
+    pub(super) families: Vec<RawFamily>,
+}
+
+/// A custom family under `server_metrics[].families`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawFamily {
+    pub(super) name: S<String>,
+    pub(super) metric: S<String>,
+    pub(super) kind: crate::servermetrics::signals::CustomKind,
+    #[serde(default)]
+    pub(super) labels: BTreeMap<String, String>,
+    pub(super) across: Option<crate::servermetrics::signals::Across>,
 }
 
 /// `buckets:`.

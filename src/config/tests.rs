@@ -794,3 +794,43 @@ fn a_tokenizer_is_checked_at_load() {
     let e = Config::load(&cfg).unwrap_err().to_string();
     assert!(e.contains("cannot read tokenizer"), "{e}");
 }
+
+#[test]
+fn server_metrics_endpoints_are_validated_and_take_the_targets_key() {
+    let ok = Config::parse(&format!(
+        "{BASE}    api_key: k3y-value\n    auth: api-key\n    server_metrics:\n      - url: http://x:9/metrics\n        interval: 500ms\n      - url: http://y/metrics\n        auth: none\n        families: [{{name: q, metric: 'my:q', kind: counter, labels: {{a: b}}}}]\n"
+    ))
+    .unwrap();
+    let t = &ok.jobs[0].target;
+    let (a, b) = (&t.server_metrics[0], &t.server_metrics[1]);
+    assert_eq!(
+        (a.interval, a.timeout),
+        (Duration::from_millis(500), Duration::from_millis(500))
+    );
+    assert!(
+        matches!(&a.auth, Some((AuthStyle::ApiKey, KeySource::Inline(s))) if s.expose() == "k3y-value")
+    );
+    assert_eq!(
+        (b.interval, b.timeout),
+        (Duration::from_secs(1), Duration::from_secs(1))
+    );
+    assert!(b.auth.is_none());
+    assert_eq!(b.families[0].labels, [("a".to_owned(), "b".to_owned())]);
+    assert!(
+        !format!("{t:?}").contains("k3y-value"),
+        "Debug hides the key"
+    );
+    let p = problems(
+        "    server_metrics:\n      - {url: 'ftp://x', interval: 1ms, timeout: 5s, auth: maybe, families: [{name: 'Bad Name', metric: '9x', kind: gauge}]}\n",
+    );
+    for want in [
+        "server_metrics[0].url: must be http:// or https://",
+        "server_metrics[0].interval: must be between 50ms and 1h",
+        "server_metrics[0].timeout: must not exceed the interval",
+        "server_metrics[0].auth:",
+        "server_metrics[0].families[0].name:",
+        "server_metrics[0].families[0].metric: not a Prometheus metric name",
+    ] {
+        assert!(p.contains(want), "{want:?} not in {p}");
+    }
+}

@@ -322,6 +322,8 @@ pub struct Target {
     /// A Hugging Face `tokenizer.json` of the target's models: filler is counted with it, so a
     /// calibration needs one request (the chat template) instead of three.
     pub tokenizer: Option<PathBuf>,
+    /// Metrics endpoints `bench` scrapes beside every level (`server_metrics:`).
+    pub server_metrics: Vec<crate::servermetrics::Endpoint>,
 }
 
 impl Target {
@@ -385,6 +387,7 @@ impl fmt::Debug for Target {
             .field("stream", &self.stream)
             .field("exact_output", &self.exact_output)
             .field("tokenizer", &self.tokenizer)
+            .field("server_metrics", &self.server_metrics)
             .finish()
     }
 }

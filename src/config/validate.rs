@@ -680,6 +680,7 @@ impl Validator {
             .map(|f| self.file(format!("{path}.ca_file"), f, FileKind::Ca));
         self.extra_body(path, t);
         let (price, model_prices) = self.prices(path, t);
+        let server_metrics = self.server_metrics(path, t, auth, api_key.as_ref());
         Target {
             name: t.name.value.clone(),
             base_url,
@@ -708,6 +709,132 @@ impl Validator {
                 .tokenizer
                 .as_ref()
                 .map(|f| self.file(format!("{path}.tokenizer"), f, FileKind::Tokenizer)),
+            server_metrics,
+        }
+    }
+
+    /// `server_metrics:`: each endpoint's URL, interval, timeout (at most the interval), auth
+    /// (`target`: the target's key and header, the default; `none`) and custom families.
+    fn server_metrics(
+        &mut self,
+        path: &str,
+        t: &RawTarget,
+        auth: AuthStyle,
+        key: Option<&KeySource>,
+    ) -> Vec<crate::servermetrics::Endpoint> {
+        use crate::servermetrics::{DEFAULT_INTERVAL, DEFAULT_TIMEOUT, Endpoint};
+        let mut out = Vec::new();
+        for (i, m) in t.server_metrics.iter().enumerate() {
+            let p = format!("{path}.server_metrics[{i}]");
+            let url = match expand_env(&m.url.value) {
+                Ok(u) => u.trim().to_owned(),
+                Err(e) => {
+                    self.push(format!("{p}.url"), &m.url, e);
+                    String::new()
+                }
+            };
+            match reqwest::Url::parse(&url) {
+                Ok(u) if matches!(u.scheme(), "http" | "https") => {}
+                Ok(_) => self.push(format!("{p}.url"), &m.url, "must be http:// or https://"),
+                Err(e) => self.push(format!("{p}.url"), &m.url, format!("not a URL ({e})")),
+            }
+            let interval = self
+                .duration_in(
+                    &format!("{p}.interval"),
+                    &m.interval,
+                    Duration::from_millis(50),
+                    Duration::from_secs(3600),
+                )
+                .unwrap_or(DEFAULT_INTERVAL);
+            let timeout = match self.duration(&format!("{p}.timeout"), &m.timeout) {
+                Some(d) if d > interval => {
+                    if let Some(at) = &m.timeout {
+                        self.push(
+                            format!("{p}.timeout"),
+                            at,
+                            "must not exceed the interval (one scrape at a time)",
+                        );
+                    }
+                    interval
+                }
+                Some(d) => d,
+                None => DEFAULT_TIMEOUT.min(interval),
+            };
+            let auth = match m.auth.as_ref().map(|a| a.value.as_str()) {
+                None | Some("target") => key.map(|k| (auth, k.clone())),
+                Some("none") => None,
+                Some(other) => {
+                    if let Some(at) = &m.auth {
+                        self.push(
+                            format!("{p}.auth"),
+                            at,
+                            format!("{other:?}: target (the target's key and header) or none"),
+                        );
+                    }
+                    None
+                }
+            };
+            let families = m
+                .families
+                .iter()
+                .enumerate()
+                .map(|(j, f)| self.family(&format!("{p}.families[{j}]"), f))
+                .collect();
+            out.push(Endpoint {
+                url,
+                interval,
+                timeout,
+                auth,
+                families,
+            });
+        }
+        out
+    }
+
+    fn family(
+        &mut self,
+        path: &str,
+        f: &super::raw::RawFamily,
+    ) -> crate::servermetrics::signals::Custom {
+        let metric_name = |s: &str| {
+            s.bytes()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == b'_' || c == b':')
+                && s.bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b':')
+        };
+        let n = &f.name.value;
+        if n.is_empty()
+            || n.len() > 64
+            || !n
+                .bytes()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_')
+        {
+            self.push(
+                format!("{path}.name"),
+                &f.name,
+                "a signal name is 1-64 characters of a-z, 0-9 and _",
+            );
+        }
+        if !metric_name(&f.metric.value) {
+            self.push(
+                format!("{path}.metric"),
+                &f.metric,
+                "not a Prometheus metric name",
+            );
+        }
+        crate::servermetrics::signals::Custom {
+            name: n.clone(),
+            metric: f.metric.value.clone(),
+            kind: f.kind,
+            labels: f
+                .labels
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            across: f
+                .across
+                .unwrap_or(crate::servermetrics::signals::Across::Sum),
         }
     }
 

@@ -368,10 +368,16 @@ pub struct LlamaServer {
 
 impl LlamaServer {
     pub fn start(dir: &Path) -> LlamaServer {
+        Self::start_with(dir, &[])
+    }
+
+    /// With more arguments for `llama-server.py` (e.g. `--parallel 2`).
+    pub fn start_with(dir: &Path, args: &[&str]) -> LlamaServer {
         let script = repo_root().join("scripts/llama/llama-server.py");
         let mut cmd = Command::new(venv_python());
         cmd.arg(&script)
-            .args(["--port", "0", "--threads", "1", "--die-with-parent"]);
+            .args(["--port", "0", "--threads", "1", "--die-with-parent"])
+            .args(args);
         let mut guard = ChildGuard::spawn("llama-server", cmd, dir);
         let url = wait_for(
             "llama-server to print LLAMA_SERVER_URL",

@@ -72,8 +72,11 @@ export type TimeSeriesPanel = TypedPanel<"timeseries", timeseries.Options, times
 export type StatPanel = TypedPanel<"stat", stat.Options, NoCustom>;
 export type TablePanel = TypedPanel<"table", table.Options, table.FieldConfig>;
 export type HeatmapPanel = TypedPanel<"heatmap", heatmap.Options, heatmap.FieldConfig>;
-// Rows are expanded: their panels follow them at the top level.
-export type Row = Omit<Json<RowPanel>, "panels"> & { panels: [] };
+// An expanded row's panels follow it at the top level; a collapsed row (the model-server rows)
+// holds its panels, which are not rows.
+type ContentPanel = TimeSeriesPanel | StatPanel | TablePanel | HeatmapPanel;
+export type Row = Omit<Json<RowPanel>, "panels" | "collapsed"> &
+  ({ collapsed: false; panels: [] } | { collapsed: true; panels: Array<ContentPanel> });
 
 export type StrictPanel = TimeSeriesPanel | StatPanel | TablePanel | HeatmapPanel | Row;
 

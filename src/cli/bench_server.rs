@@ -1,0 +1,200 @@
+//! `tokenprobe bench`'s server-metrics flags (`--server-metrics`, `--prometheus`, the finding
+//! thresholds) and their conversion, with the target's `server_metrics:`, into a validated
+//! [`ServerPlan`].
+
+use crate::bench::BenchError;
+use crate::bench::findings::Thresholds;
+use crate::bench::server::{PrometheusPlan, ServerPlan};
+use crate::config::Target;
+use crate::servermetrics::promql::{Query, merge_queries};
+use crate::servermetrics::{DEFAULT_TIMEOUT, Endpoint};
+use std::time::Duration;
+
+/// The server-metrics flags of `tokenprobe bench`.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ServerArgs {
+    /// Scrape this Prometheus/OpenMetrics endpoint around and during every level (repeatable; the target's key and auth header are sent, as llama.cpp's /metrics wants). Adds to the target's server_metrics.
+    #[arg(long = "server-metrics", value_name = "URL")]
+    pub server_metrics: Vec<String>,
+    /// Time between scrapes of --server-metrics during a level.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub server_metrics_interval: Duration,
+    /// Query this Prometheus server's API for the server signals of every level (after the sweep).
+    #[arg(long, value_name = "URL")]
+    pub prometheus: Option<String>,
+    /// A PromQL query for one statistic of a signal, SIGNAL.STAT=PROMQL (STAT: mean, max, p50, p95; $__range is the level's duration); replaces the default of that statistic (repeatable).
+    #[arg(long = "prometheus-query", value_name = "SIGNAL.STAT=PROMQL")]
+    pub prometheus_queries: Vec<String>,
+    /// Wait this long after the sweep before querying --prometheus (it must have scraped the last level).
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
+    pub prometheus_wait: Duration,
+    /// A finding's threshold, NAME=VALUE, e.g. gpu_underutilized=20%, long_tail=2.5, client_server_ttft_gap=100ms (repeatable).
+    #[arg(long = "finding-threshold", value_name = "NAME=VALUE")]
+    pub finding_thresholds: Vec<String>,
+}
+
+fn http_url(flag: &str, u: &str) -> Result<(), BenchError> {
+    match reqwest::Url::parse(u) {
+        Ok(x) if matches!(x.scheme(), "http" | "https") => Ok(()),
+        _ => Err(BenchError::Usage(format!(
+            "{flag} {}: not an http:// or https:// URL",
+            crate::redact::redact_url(u)
+        ))),
+    }
+}
+
+impl ServerArgs {
+    /// The server plan: the target's endpoints, then the flags' (with the target's key and
+    /// auth style), the Prometheus source and the thresholds.
+    ///
+    /// # Errors
+    /// [`BenchError::Usage`] for a URL, interval, query or threshold that is not valid.
+    pub fn plan(&self, target: &Target) -> Result<ServerPlan, BenchError> {
+        let interval = self.server_metrics_interval;
+        if interval < Duration::from_millis(50) || interval > Duration::from_secs(3600) {
+            return Err(BenchError::Usage(
+                "--server-metrics-interval must be between 50ms and 1h".into(),
+            ));
+        }
+        let mut endpoints = target.server_metrics.clone();
+        for u in &self.server_metrics {
+            http_url("--server-metrics", u)?;
+            endpoints.push(Endpoint {
+                url: u.clone(),
+                interval,
+                timeout: DEFAULT_TIMEOUT.min(interval),
+                auth: target.api_key.clone().map(|k| (target.auth, k)),
+                families: Vec::new(),
+            });
+        }
+        let custom = endpoints
+            .iter()
+            .flat_map(|e| e.families.iter().cloned())
+            .collect();
+        let prometheus = match &self.prometheus {
+            None if !self.prometheus_queries.is_empty() => {
+                return Err(BenchError::Usage(
+                    "--prometheus-query needs --prometheus URL".into(),
+                ));
+            }
+            None => None,
+            Some(u) => {
+                http_url("--prometheus", u)?;
+                let given = self
+                    .prometheus_queries
+                    .iter()
+                    .map(|q| q.parse::<Query>())
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| BenchError::Usage(format!("--prometheus-query {e}")))?;
+                Some(PrometheusPlan {
+                    url: u.trim_end_matches('/').to_owned(),
+                    queries: merge_queries(&given),
+                    wait: self.prometheus_wait,
+                })
+            }
+        };
+        let mut thresholds = Thresholds::default();
+        for t in &self.finding_thresholds {
+            thresholds.set(t).map_err(BenchError::Usage)?;
+        }
+        Ok(ServerPlan {
+            endpoints,
+            custom,
+            prometheus,
+            thresholds,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn target() -> Target {
+        Config::parse(
+            "prompts: [{name: p, messages: [{role: user, content: hi}]}]\n\
+             targets:\n  - name: t\n    base_url: http://127.0.0.1:1/v1\n    models: [m]\n    api_key: k\n    auth: x-api-key\n    \
+             server_metrics: [{url: 'http://127.0.0.1:2/metrics', interval: 2s}]\n",
+        )
+        .expect("config")
+        .jobs[0]
+            .target
+            .as_ref()
+            .clone()
+    }
+
+    fn err(a: ServerArgs) -> String {
+        match a.plan(&target()) {
+            Err(BenchError::Usage(m)) => m,
+            other => panic!("accepted: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn flags_add_endpoints_with_the_targets_key_and_set_thresholds() {
+        let a = ServerArgs {
+            server_metrics: vec!["http://127.0.0.1:3/metrics".into()],
+            server_metrics_interval: Duration::from_millis(250),
+            prometheus: Some("http://prom:9090/".into()),
+            prometheus_queries: vec!["requests_waiting.max=max(q)".into()],
+            prometheus_wait: Duration::from_secs(1),
+            finding_thresholds: vec!["memory_pressure=90%".into()],
+        };
+        let p = a.plan(&target()).expect("plan");
+        assert_eq!(p.endpoints.len(), 2, "the config's, then the flag's");
+        assert_eq!(p.endpoints[0].interval, Duration::from_secs(2));
+        let e = &p.endpoints[1];
+        assert_eq!(
+            (e.interval, e.timeout),
+            (Duration::from_millis(250), Duration::from_millis(250))
+        );
+        assert!(matches!(
+            e.auth,
+            Some((crate::config::AuthStyle::XApiKey, _))
+        ));
+        let prom = p.prometheus.expect("prometheus");
+        assert_eq!(prom.url, "http://prom:9090");
+        assert!(
+            prom.queries
+                .iter()
+                .any(|q| q.signal == "requests_waiting" && q.stat == "max" && q.expr == "max(q)")
+        );
+        assert!((p.thresholds.memory_pressure - 0.9).abs() < 1e-12);
+    }
+
+    #[test]
+    fn what_would_not_work_is_refused() {
+        let base = || ServerArgs {
+            server_metrics_interval: Duration::from_secs(1),
+            prometheus_wait: Duration::from_secs(1),
+            ..ServerArgs::default()
+        };
+        let m = err(ServerArgs {
+            server_metrics: vec!["ftp://user:pw@x/metrics".into()],
+            ..base()
+        });
+        assert!(m.contains("not an http") && !m.contains("pw"), "{m}");
+        let m = err(ServerArgs {
+            prometheus_queries: vec!["a.mean=1".into()],
+            ..base()
+        });
+        assert!(m.contains("needs --prometheus"), "{m}");
+        let m = err(ServerArgs {
+            prometheus: Some("http://p".into()),
+            prometheus_queries: vec!["a.median=1".into()],
+            ..base()
+        });
+        assert!(m.contains("mean, max, p50 or p95"), "{m}");
+        let m = err(ServerArgs {
+            finding_thresholds: vec!["nope=1".into()],
+            ..base()
+        });
+        assert!(m.contains("unknown"), "{m}");
+        let m = err(ServerArgs {
+            server_metrics_interval: Duration::from_millis(10),
+            ..base()
+        });
+        assert!(m.contains("between 50ms and 1h"), "{m}");
+    }
+}

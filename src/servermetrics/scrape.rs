@@ -1,0 +1,273 @@
+//! The collector: scrapes every endpoint right before a level, every interval while it runs,
+//! and right after it, on a thread and runtime of its own (never the probes' runtime; at nice
+//! +10, as `serve`'s web threads), each
+//! scrape bounded in time ([`Endpoint::timeout`]) and size ([`MAX_SCRAPE_BYTES`]). A scrape
+//! that fails for any reason (down, slow, not 200, too large, not an exposition) is counted
+//! in `scrape_errors` and leaves a gap; it never stops or delays the level.
+//!
+//! One request per scrape: no redirects, no retries, no proxy (metrics endpoints sit beside the
+//! server; a proxy would add its own failures to the server's numbers).
+
+use super::expo;
+use super::level::{ENDPOINT_LABEL, LevelScrapes, Snapshot};
+use super::{Endpoint, MAX_SCRAPE_BYTES};
+use crate::config::AuthStyle;
+use crate::redact::redact_url;
+use futures_util::StreamExt as _;
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+
+/// What one endpoint scrape gave.
+type ScrapeResult = Result<Vec<expo::Sample>, String>;
+
+const ACCEPT: &str =
+    "application/openmetrics-text;version=1.0.0;q=0.9,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+
+/// Scrapes one endpoint once, within its timeout and [`MAX_SCRAPE_BYTES`].
+///
+/// # Errors
+/// Why the scrape failed (secrets redacted: the URL is shown without userinfo or query values).
+pub async fn scrape_once(client: &reqwest::Client, ep: &Endpoint) -> ScrapeResult {
+    let shown = redact_url(&ep.url);
+    let work = async {
+        let mut req = client.get(&ep.url).header("accept", ACCEPT);
+        if let Some((style, key)) = &ep.auth {
+            let k = key.load().await?;
+            req = match style {
+                AuthStyle::Bearer => req.bearer_auth(k.expose()),
+                AuthStyle::XApiKey => req.header("x-api-key", k.expose()),
+                AuthStyle::ApiKey => req.header("api-key", k.expose()),
+            };
+        }
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| format!("{}", e.without_url()))?;
+        if resp.status() != reqwest::StatusCode::OK {
+            return Err(format!("HTTP {}", resp.status().as_u16()));
+        }
+        let mut body = Vec::new();
+        let mut stream = resp.bytes_stream();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| format!("{}", e.without_url()))?;
+            if body.len() + chunk.len() > MAX_SCRAPE_BYTES {
+                return Err(format!(
+                    "larger than {} MiB",
+                    MAX_SCRAPE_BYTES / (1024 * 1024)
+                ));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        let text = String::from_utf8(body).map_err(|_| "not UTF-8 text".to_owned())?;
+        expo::parse(&text).map_err(|e| format!("not a metrics exposition ({e})"))
+    };
+    match tokio::time::timeout(ep.timeout, work).await {
+        Ok(r) => r.map_err(|e| format!("{shown}: {e}")),
+        Err(_) => Err(format!(
+            "{shown}: no complete answer within {}",
+            humantime::format_duration(ep.timeout)
+        )),
+    }
+}
+
+enum Cmd {
+    Begin(oneshot::Sender<()>),
+    End(oneshot::Sender<LevelScrapes>),
+}
+
+/// The running collector. Dropping it stops its thread.
+pub struct Collector {
+    tx: mpsc::UnboundedSender<Cmd>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Collector {
+    /// Starts the collector's thread (its own current-thread runtime). Of each scrape it keeps
+    /// only the samples named in `keep`, so a level's memory grows with the signals read, not
+    /// with the size of the expositions.
+    ///
+    /// # Errors
+    /// The thread, runtime or HTTP client could not be made.
+    pub fn start(endpoints: Vec<Endpoint>, keep: HashSet<String>) -> Result<Collector, String> {
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .pool_max_idle_per_host(1)
+            .build()
+            .map_err(|e| format!("cannot build the metrics client: {e}"))?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the metrics runtime: {e}"))?;
+        let thread = std::thread::Builder::new()
+            .name("tokenprobe-servermetrics".into())
+            .spawn(move || {
+                // Below the probes: when both want the CPU, the probes' reads get it first.
+                crate::resources::lower_thread_priority(10);
+                rt.block_on(run(client, endpoints, keep, rx));
+            })
+            .map_err(|e| format!("cannot start the metrics thread: {e}"))?;
+        Ok(Collector {
+            tx,
+            thread: Some(thread),
+        })
+    }
+
+    /// Scrapes every endpoint once (the level's "before"), then starts the periodic scrapes;
+    /// returns when the "before" scrape is done (within the endpoints' timeouts), so the level
+    /// starts after it.
+    pub async fn begin_level(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.send(Cmd::Begin(tx)).is_ok() {
+            let _ = rx.await;
+        }
+    }
+
+    /// Stops the periodic scrapes, scrapes once more (the level's "after") and returns what the
+    /// level collected.
+    pub async fn end_level(&self) -> LevelScrapes {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.send(Cmd::End(tx)).is_err() {
+            return LevelScrapes::default();
+        }
+        rx.await.unwrap_or_default()
+    }
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        // Closing the channel ends the thread's loop.
+        let (tx, _) = mpsc::unbounded_channel();
+        drop(std::mem::replace(&mut self.tx, tx));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// What a level's scrapes need besides the endpoints.
+struct Ctx {
+    client: reqwest::Client,
+    endpoints: Vec<Endpoint>,
+    keep: HashSet<String>,
+}
+
+/// Scrapes `due` endpoints at once; merges the answers (the samples in `ctx.keep`) into one
+/// snapshot at `at_s`.
+async fn scrape_all(
+    ctx: &Ctx,
+    due: &[usize],
+    at_s: f64,
+    level: &mut LevelScrapes,
+    errors: &mut Vec<String>,
+) -> Snapshot {
+    let (client, endpoints) = (&ctx.client, &ctx.endpoints);
+    let results = futures_util::future::join_all(
+        due.iter()
+            .map(|&i| async move { (i, scrape_once(client, &endpoints[i]).await) }),
+    )
+    .await;
+    let mut snap = Snapshot {
+        at_s,
+        samples: Vec::new(),
+    };
+    for (i, r) in results {
+        level.scrapes += 1;
+        match r {
+            Ok(mut samples) => {
+                samples.retain(|s| ctx.keep.contains(&s.name));
+                let tag = i.to_string();
+                for s in &mut samples {
+                    s.labels.push((ENDPOINT_LABEL.to_owned(), tag.clone()));
+                }
+                snap.samples.append(&mut samples);
+            }
+            Err(e) => {
+                level.scrape_errors += 1;
+                // The first failure of each endpoint (its message starts with its URL).
+                let shown = redact_url(&endpoints[i].url);
+                if errors.len() < 8 && !errors.iter().any(|x| x.starts_with(&shown)) {
+                    errors.push(e);
+                }
+            }
+        }
+    }
+    snap
+}
+
+async fn run(
+    client: reqwest::Client,
+    endpoints: Vec<Endpoint>,
+    keep: HashSet<String>,
+    mut rx: mpsc::UnboundedReceiver<Cmd>,
+) {
+    let ctx = Ctx {
+        client,
+        endpoints,
+        keep,
+    };
+    let endpoints = &ctx.endpoints;
+    let all: Vec<usize> = (0..endpoints.len()).collect();
+    let tick = endpoints
+        .iter()
+        .map(|e| e.interval)
+        .min()
+        .unwrap_or(super::DEFAULT_INTERVAL)
+        .max(Duration::from_millis(10));
+    while let Some(cmd) = rx.recv().await {
+        let Cmd::Begin(started) = cmd else {
+            // An End without a Begin: nothing was collected.
+            if let Cmd::End(reply) = cmd {
+                let _ = reply.send(LevelScrapes::default());
+            }
+            continue;
+        };
+        let mut level = LevelScrapes::default();
+        let mut errors = Vec::new();
+        let t_before = Instant::now();
+        let mut before = scrape_all(&ctx, &all, 0.0, &mut level, &mut errors).await;
+        let start = Instant::now();
+        before.at_s = -(start - t_before).as_secs_f64();
+        level.before = Some(before);
+        let _ = started.send(());
+        let mut next_due: Vec<Instant> = endpoints.iter().map(|e| start + e.interval).collect();
+        let mut ticker = tokio::time::interval_at((start + tick).into(), tick);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => {
+                    let now = Instant::now();
+                    let due: Vec<usize> = (0..endpoints.len()).filter(|&i| next_due[i] <= now + tick / 2).collect();
+                    for &i in &due {
+                        next_due[i] = now + endpoints[i].interval;
+                    }
+                    if !due.is_empty() {
+                        let at_s = (now - start).as_secs_f64();
+                        let s = scrape_all(&ctx, &due, at_s, &mut level, &mut errors).await;
+                        level.during.push(s);
+                    }
+                }
+                cmd = rx.recv() => {
+                    match cmd {
+                        Some(Cmd::End(reply)) => {
+                            let at_s = (Instant::now() - start).as_secs_f64();
+                            let after = scrape_all(&ctx, &all, at_s, &mut level, &mut errors).await;
+                            level.after = Some(after);
+                            level.errors = errors;
+                            let _ = reply.send(level);
+                        }
+                        Some(Cmd::Begin(again)) => {
+                            // A level begun twice: keep collecting this one.
+                            let _ = again.send(());
+                            continue;
+                        }
+                        None => return,
+                    }
+                    break;
+                }
+            }
+        }
+    }
+}
