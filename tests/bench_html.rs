@@ -2,7 +2,7 @@
 //! real runs against `tokenprobe simulate` and from a hand-made report with server signals:
 //!
 //! - two simulators of different speed (TTFT 40 ms / ITL 4 ms and 160 ms / 12 ms, each
-//!   generating at most 4 answers at once) benched separately and merged by `bench report`:
+//!   generating at most 4 answers at once) benched separately and put side by side by `bench report`:
 //!   the page ranks the fast one first, finds both knees at 8 (where the simulators start to
 //!   queue), and `--limit ttft_p95<300ms` rejects the slow one (its queued TTFT is about
 //!   500 ms, the fast one's about 140 ms: a margin no load on the machine closes) and draws the
@@ -422,7 +422,7 @@ fn server_signals_and_findings_render_in_a_browser() {
 
 /// `bench report fast.json slow.json`: fast first, both knees at 8, in the browser.
 fn merged_page(dir: &Path, plots: &[&str]) {
-    // Merged by `bench report`: fast first, both knees at 8.
+    // Side by side in `bench report`: fast first, both knees at 8.
     let merged_html = dir.join("merged.html");
     let merged_json = dir.join("merged.json");
     // Run in the runs' directory, so the page names its inputs as `fast.json` and `slow.json`.
