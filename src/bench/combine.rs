@@ -4,8 +4,9 @@
 //! one run into that run.
 //!
 //! One report and no criteria: the report as it is. Several: the first report's run fields, the
-//! targets, base URLs and start times joined, `combined_from` listing the inputs, every model (a
-//! name that two inputs share becomes `TARGET/MODEL`), the findings of all, and no baseline
+//! targets, base URLs and start times joined, `combined_from` listing the inputs, every model
+//! (each keeps its target, so models of different targets show as `TARGET/MODEL`; the same
+//! target and model twice get their input's number, `MODEL #2`), the findings of all, and no baseline
 //! comparison (it belonged to one run). The selection is made again from the criteria given,
 //! or from the default weights without limits when several reports are combined without any.
 
@@ -41,8 +42,9 @@ pub fn combine(docs: Vec<(String, Value)>, criteria: Option<&Criteria>) -> Resul
             v.join(", ")
         };
         let mut models: Vec<Value> = Vec::new();
+        let mut inputs: Vec<usize> = Vec::new();
         let mut findings: Vec<Value> = Vec::new();
-        for (_, d) in &all {
+        for (k, (_, d)) in all.iter().enumerate() {
             let target = text(d, "target");
             for m in d
                 .get("models")
@@ -51,8 +53,9 @@ pub fn combine(docs: Vec<(String, Value)>, criteria: Option<&Criteria>) -> Resul
                 .flatten()
             {
                 models.push(m.clone());
+                inputs.push(k);
                 if let Some(mi) = models.last_mut()
-                    && mi.get("target").is_none()
+                    && mi.get("target").is_none_or(Value::is_null)
                 {
                     mi["target"] = json!(target);
                 }
@@ -65,12 +68,15 @@ pub fn combine(docs: Vec<(String, Value)>, criteria: Option<&Criteria>) -> Resul
                     .cloned(),
             );
         }
-        // A model name two inputs share gets its target in front.
-        let names: Vec<String> = models.iter().map(|m| text(m, "model")).collect();
+        // Models are shown as `target/model` when targets differ (report::model_names); two
+        // runs of the same target and model are told apart by their input's number.
+        let keys: Vec<(String, String)> = models
+            .iter()
+            .map(|m| (text(m, "target"), text(m, "model")))
+            .collect();
         for (i, m) in models.iter_mut().enumerate() {
-            if names.iter().filter(|x| **x == names[i]).count() > 1 {
-                let t = text(m, "target");
-                m["model"] = json!(format!("{t}/{}", names[i]));
+            if keys.iter().filter(|k| **k == keys[i]).count() > 1 {
+                m["model"] = json!(format!("{} #{}", keys[i].1, inputs[i] + 1));
             }
         }
         let merged = json!({
@@ -143,6 +149,9 @@ mod tests {
         let mut r = synthetic();
         r.target = target.into();
         r.models.retain(|m| models.contains(&m.model.as_str()));
+        for m in &mut r.models {
+            m.target = Some(target.into());
+        }
         serde_json::to_value(r).unwrap()
     }
 
@@ -150,7 +159,10 @@ mod tests {
     fn one_report_without_criteria_is_kept_as_it_is() {
         let mut d = doc("local", &["alpha", "beta"]);
         d["findings"] = json!([{"code": "x", "model": "alpha", "level": "8", "message": "m"}]);
-        assert_eq!(combine(vec![("a.json".into(), d.clone())], None).unwrap(), d);
+        assert_eq!(
+            combine(vec![("a.json".into(), d.clone())], None).unwrap(),
+            d
+        );
     }
 
     #[test]
@@ -164,7 +176,8 @@ mod tests {
             .iter()
             .map(|m| m["model"].as_str().unwrap())
             .collect();
-        assert_eq!(names, ["fast/alpha", "slow/alpha", "beta"]);
+        assert_eq!(names, ["alpha", "alpha", "beta"]);
+        assert_eq!(m["models"][0]["target"], "fast");
         assert_eq!(m["models"][2]["target"], "slow");
         assert_eq!(m["target"], "fast, slow");
         assert_eq!(m["combined_from"], json!(["a.json", "b.json"]));
@@ -189,6 +202,25 @@ mod tests {
         drop_samples(&mut d);
         assert!(d["models"][0]["levels"][0].get("samples").is_none());
         assert!(d["models"][0]["levels"][0].get("ttft_s").is_some());
+    }
+
+    #[test]
+    fn two_runs_of_one_target_are_told_apart_by_their_input() {
+        let m = combine(
+            vec![
+                ("a.json".into(), doc("local", &["alpha"])),
+                ("b.json".into(), doc("local", &["alpha"])),
+            ],
+            None,
+        )
+        .unwrap();
+        let names: Vec<&str> = m["models"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["model"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["alpha #1", "alpha #2"]);
     }
 
     #[test]

@@ -209,8 +209,13 @@ pub fn page(r: &Report) -> Result<String, HtmlError> {
 /// # Errors
 /// [`HtmlError::NotAReport`] when `doc` is not a bench report.
 pub fn render_html(doc: &Value) -> Result<String, HtmlError> {
-    let r: Report =
+    let mut r: Report =
         serde_json::from_value(doc.clone()).map_err(|e| HtmlError::NotAReport(e.to_string()))?;
+    // Models are named as every other rendering names them (`target/model` when targets differ).
+    let names = super::report::model_names(&r.models);
+    for (m, n) in r.models.iter_mut().zip(names) {
+        m.model = n;
+    }
     let mut o = String::with_capacity(64 * 1024);
     let title = format!(
         "tokenprobe bench: {} ({}), started {}",
@@ -438,7 +443,7 @@ fn answer(o: &mut String, doc: &Value, r: &Report) {
         }
     }
     o.push_str("</ul>");
-    model_extras(o, doc);
+    model_extras(o, doc, r);
     findings(o, doc);
     if let Some(c) = &r.comparison {
         let _ = write!(
@@ -477,14 +482,14 @@ fn answer(o: &mut String, doc: &Value, r: &Report) {
 
 /// Per-model fields other than the model, its levels and its knee (a target, achieved
 /// lengths, a note), as a list.
-fn model_extras(o: &mut String, doc: &Value) {
+fn model_extras(o: &mut String, doc: &Value, r: &Report) {
     let Some(models) = doc.get("models").and_then(Value::as_array) else {
         return;
     };
     let mut items = Vec::new();
     for (mi, m) in models.iter().enumerate() {
         let Some(obj) = m.as_object() else { continue };
-        let name = obj.get("model").and_then(Value::as_str).unwrap_or("?");
+        let name = r.models.get(mi).map_or("?", |m| m.model.as_str());
         let mut parts = Vec::new();
         for (k, v) in obj
             .iter()
@@ -1469,7 +1474,7 @@ pub(crate) mod tests {
         r.command = Some("tokenprobe bench --config.file c.yml -o run.html".into());
         let mut doc = serde_json::to_value(&r).unwrap();
         for (mi, m) in doc["models"].as_array_mut().unwrap().iter_mut().enumerate() {
-            m["target"] = json!(format!("t{mi}"));
+            m["note"] = json!(format!("note {mi}"));
             for (li, l) in m["levels"].as_array_mut().unwrap().iter_mut().enumerate() {
                 let f = (li + 1) as f64;
                 l["server"] = json!({
@@ -1620,10 +1625,7 @@ pub(crate) mod tests {
             html.contains("tokenprobe 0.1.0")
                 && html.contains("<code>tokenprobe bench --config.file c.yml -o run.html</code>")
         );
-        assert!(
-            html.contains("<b>alpha</b>: target: t0"),
-            "per-model extras"
-        );
+        assert!(html.contains("note: note 0"), "per-model extras");
     }
 
     #[test]

@@ -596,15 +596,7 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         );
     }
     progress.finish();
-    // The command line is shown with every secret of every target the run sent to hidden.
-    let mut redactor = crate::redact::Redactor::new();
-    for s in std::iter::once(spec.clone()).chain(models.iter().map(|m| m.spec(&spec))) {
-        let key = match &s.target.api_key {
-            Some(k) => k.load().await.ok(),
-            None => None,
-        };
-        redactor.merge(&crate::redact::Redactor::for_spec(&s, key.as_ref()));
-    }
+    let redactor = command_redactor(&spec, &models).await;
     let mut report = Report {
         tool: "tokenprobe".into(),
         version: env!("CARGO_PKG_VERSION").into(),
@@ -689,6 +681,19 @@ pub fn finish(
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// What the command line is shown without: every secret of every target the run sent to.
+async fn command_redactor(spec: &ProbeSpec, models: &[BenchModel]) -> crate::redact::Redactor {
+    let mut redactor = crate::redact::Redactor::new();
+    for s in std::iter::once(spec.clone()).chain(models.iter().map(|m| m.spec(spec))) {
+        let key = match &s.target.api_key {
+            Some(k) => k.load().await.ok(),
+            None => None,
+        };
+        redactor.merge(&crate::redact::Redactor::for_spec(&s, key.as_ref()));
+    }
+    redactor
 }
 
 /// How the load was generated, as the report states it.

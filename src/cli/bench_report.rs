@@ -142,7 +142,10 @@ mod tests {
         ])
         .expect("a run");
         assert!(run.action.is_none());
-        assert_eq!(run.config_file.as_deref(), Some(std::path::Path::new("c.yml")));
+        assert_eq!(
+            run.config_file.as_deref(),
+            Some(std::path::Path::new("c.yml"))
+        );
         assert_eq!(run.outputs, [PathBuf::from("r.html")]);
         let r = report(&[
             "report",
@@ -158,7 +161,11 @@ mod tests {
         assert_eq!(r.outputs, [PathBuf::from("m.html")]);
         assert!(r.no_samples);
         assert_eq!(
-            r.criteria().expect("criteria").expect("judged").limits.len(),
+            r.criteria()
+                .expect("criteria")
+                .expect("judged")
+                .limits
+                .len(),
             1
         );
     }
