@@ -269,6 +269,23 @@ fn run_info(o: &mut String, doc: &Value, r: &Report) {
         ),
         ("started".into(), esc(&r.started_at)),
     ];
+    if let Some(run) = &r.run {
+        let mut t = format!("id <code>{}</code>", esc(&run.id));
+        if let Some(s) = &run.shard {
+            let _ = write!(t, ", shard {}", esc(s));
+        }
+        if let Some(s) = &run.start_at {
+            let _ = write!(t, ", levels from {}", esc(s));
+        }
+        if !run.merged_from.is_empty() {
+            let _ = write!(
+                t,
+                ", merged from shards {}",
+                esc(&run.merged_from.join(", "))
+            );
+        }
+        rows.push(("run".into(), t));
+    }
     if let Some(c) = doc.get("command").and_then(Value::as_str) {
         rows.push(("command".into(), format!("<code>{}</code>", esc(c))));
     }
@@ -317,7 +334,9 @@ fn run_info(o: &mut String, doc: &Value, r: &Report) {
             span(doc, "/knee_rule/ttft_growth", Unit::Pct)
         ),
     ));
-    const KNOWN: [&str; 16] = [
+    const KNOWN: [&str; 18] = [
+        "run",
+        "criteria",
         "tool",
         "version",
         "started_at",
@@ -1611,7 +1630,10 @@ pub(crate) mod tests {
 
     #[test]
     fn the_answer_comes_first_with_ranking_rejections_knees_and_findings() {
-        let html = render_html(&rich()).unwrap();
+        let mut doc = rich();
+        doc["run"] = json!({"id": "abc123", "shard": "1/2"});
+        let html = render_html(&doc).unwrap();
+        assert!(html.contains("<dt>run</dt><dd>id <code>abc123</code>, shard 1/2</dd>"));
         let at = |s: &str| html.find(s).unwrap_or_else(|| panic!("no {s:?}"));
         assert!(at(r#"id="answer""#) < at(r#"id="plots""#));
         assert!(at(r#"id="plots""#) < at(r#"id="levels-table""#));
