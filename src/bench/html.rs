@@ -463,7 +463,7 @@ fn answer(o: &mut String, doc: &Value, r: &Report) {
     }
     o.push_str("</ul>");
     model_extras(o, doc, r);
-    findings(o, doc);
+    findings(o, doc, r);
     if let Some(c) = &r.comparison {
         let _ = write!(
             o,
@@ -558,21 +558,46 @@ fn value_html(doc: &Value, p: &str, v: &Value) -> String {
 }
 
 /// The findings (`findings: [{code, model, level, message}]`) in sentences.
-fn findings(o: &mut String, doc: &Value) {
-    let Some(f) = doc.get("findings").and_then(Value::as_array) else {
-        return;
+fn findings(o: &mut String, doc: &Value, r: &Report) {
+    let s = |x: &Value, k: &str| match x.get(k) {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Null) | None => String::new(),
+        Some(v) => v.to_string(),
     };
+    // (model, level, message, code): the report's findings, then each level's own (a block's
+    // `finding` text, e.g. `cross_check.finding`).
+    let mut all: Vec<(String, String, String, String)> = Vec::new();
+    let listed = doc.get("findings").and_then(Value::as_array);
+    for x in listed.into_iter().flatten() {
+        all.push((s(x, "model"), s(x, "level"), s(x, "message"), s(x, "code")));
+    }
+    for (m, mv) in r.models.iter().zip(
+        doc.get("models")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten(),
+    ) {
+        for (l, lv) in m.levels.iter().zip(
+            mv.get("levels")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten(),
+        ) {
+            for (k, v) in lv.as_object().into_iter().flatten() {
+                if let Some(f) = v.get("finding").and_then(Value::as_str) {
+                    all.push((m.model.clone(), l.key.label(), f.to_owned(), k.clone()));
+                }
+            }
+        }
+    }
+    if listed.is_none() && all.is_empty() {
+        return;
+    }
     o.push_str(r#"<h3>Findings</h3><ul class="findings" id="findings">"#);
-    if f.is_empty() {
+    if all.is_empty() {
         o.push_str("<li>none</li>");
     }
-    for x in f {
-        let s = |k: &str| match x.get(k) {
-            Some(Value::String(s)) => s.clone(),
-            Some(Value::Null) | None => String::new(),
-            Some(v) => v.to_string(),
-        };
-        let (model, level, message, code) = (s("model"), s("level"), s("message"), s("code"));
+    for (model, level, message, code) in all {
         let at = match (model.is_empty(), level.is_empty()) {
             (false, false) => format!("<b>{}</b> at {}: ", esc(&model), esc(&level)),
             (false, true) => format!("<b>{}</b>: ", esc(&model)),
@@ -1643,6 +1668,11 @@ pub(crate) mod tests {
         assert!(html.contains(r#"<b>alpha</b>: <span class="knee">knee at 8</span>"#));
         assert!(html.contains("<b>beta</b>: no knee within the sweep"));
         assert!(html.contains("<b>alpha</b> at 8: the KV cache was 95% full: requests queue"));
+        let mut doc = rich();
+        doc["models"][1]["levels"][0]["some_check"] =
+            json!({"requests": 5, "finding": "non-streaming E2E 40% below streaming"});
+        let html = render_html(&doc).unwrap();
+        assert!(html.contains("<b>beta</b> at 2: non-streaming E2E 40% below streaming"));
         assert!(
             html.contains("tokenprobe 0.1.0")
                 && html.contains("<code>tokenprobe bench --config.file c.yml -o run.html</code>")
