@@ -16,13 +16,13 @@ if [ ! -x "$TOKENPROBE_VENV/bin/python" ]; then
     echo "scripts/test.sh: no Python venv at $TOKENPROBE_VENV: run scripts/ci/install-test-deps.sh first" >&2
     exit 1
 fi
-for tool in prometheus promtool; do
+for tool in prometheus promtool chromium; do
     if ! command -v "$tool" >/dev/null 2>&1; then
         echo "scripts/test.sh: $tool not found: run scripts/ci/install-test-deps.sh first" >&2
         exit 1
     fi
 done
-# The venv's bin first, so tests find its python; prometheus/promtool are in /usr/bin.
+# The venv's bin first, so tests find its python; prometheus/promtool/chromium are in /usr/bin.
 export PATH="$TOKENPROBE_VENV/bin:$PATH"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 

@@ -357,6 +357,55 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
+/// Flags whose value (`NAME=VALUE`, or the whole value) is a secret on any command line.
+const SECRET_FLAGS: [&str; 4] = ["--header", "--query", "--api-key", "--password"];
+
+/// A command line safe to show: the value of a header, query or key flag (`--header
+/// NAME=VALUE` keeps `NAME`) and a URL's userinfo are replaced by [`REDACTED`], every secret
+/// `r` knows is hidden, and arguments are quoted for a POSIX shell where they need it.
+pub fn command_line(args: &[String], r: &Redactor) -> String {
+    let mut out = Vec::with_capacity(args.len());
+    let mut secret_next = false;
+    for a in args {
+        let (flag, inline) = match a.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v)),
+            _ => (a.as_str(), None),
+        };
+        let hide = |v: &str| match v.split_once('=') {
+            Some((n, _)) if flag != "--api-key" => format!("{n}={REDACTED}"),
+            _ => REDACTED.to_owned(),
+        };
+        let shown = if secret_next {
+            secret_next = false;
+            hide(a)
+        } else if SECRET_FLAGS.contains(&flag) {
+            match inline {
+                Some(v) => format!("{flag}={}", hide(v)),
+                None => {
+                    secret_next = true;
+                    a.clone()
+                }
+            }
+        } else if a.contains("://") && a.contains('@') {
+            redact_userinfo(a)
+        } else {
+            a.clone()
+        };
+        out.push(shell_quote(&r.redact(&shown)));
+    }
+    out.join(" ")
+}
+
+/// `s` quoted for a POSIX shell when it holds anything but safe characters.
+fn shell_quote(s: &str) -> String {
+    let safe = |c: char| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c);
+    if !s.is_empty() && s.chars().all(safe) {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
 /// A proxy URL without its credentials.
 pub fn redact_userinfo(p: &str) -> String {
     match reqwest::Url::parse(p) {
@@ -710,6 +759,46 @@ mod tests {
         assert_eq!(
             r.redact("v 2024-10-21 abc team-secret-1"),
             "v 2024-10-21 abc <redacted>"
+        );
+    }
+
+    #[test]
+    fn a_command_line_shows_no_secret() {
+        let mut r = Redactor::new();
+        r.add_secret("sk-live-123456");
+        let args: Vec<String> = [
+            "tokenprobe",
+            "bench",
+            "--header",
+            "X-Token=hunter22",
+            "--query=api-key=qsecret99",
+            "--api-key",
+            "plain-key-777",
+            "--base-url",
+            "https://user:pw0rd99@example.com/v1",
+            "--models",
+            "sk-live-123456",
+            "--limit",
+            "ttft_p95<2s",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        let shown = command_line(&args, &r);
+        for secret in [
+            "hunter22",
+            "qsecret99",
+            "plain-key-777",
+            "pw0rd99",
+            "sk-live-123456",
+        ] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert_eq!(
+            shown,
+            "tokenprobe bench --header 'X-Token=<redacted>' '--query=api-key=<redacted>' \
+             --api-key '<redacted>' --base-url https://example.com/v1 --models '<redacted>' \
+             --limit 'ttft_p95<2s'"
         );
     }
 }

@@ -328,7 +328,7 @@ fn bad_invocations_exit_2_before_sending() {
     for (args, says) in [
         (vec!["--limit", "ttft<soon"], "ttft<soon"),
         (vec!["--weight", "speed=1"], "unknown metric"),
-        (vec!["-o", "r.txt"], ".json, .csv or .md"),
+        (vec!["-o", "r.txt"], ".json, .csv, .md or .html"),
         (vec!["--plot", "r.png"], "only .svg"),
         (vec!["--target", "nope"], "no target"),
         (vec!["--prompt", "nope"], "no prompt"),

@@ -239,7 +239,7 @@ fn substitute(cmd: &str, env: &Env) -> String {
         )
         .replace("config/bench.yml", &bench_yml.display().to_string())
         .replace("--requests-per-level 100", "--requests-per-level 5");
-    for out in ["run.md", "run.json"] {
+    for out in ["run.md", "run.json", "run.html"] {
         c = c.replace(
             &format!("-o {out}"),
             &format!("-o {}", d.join(out).display()),

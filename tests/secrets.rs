@@ -3,11 +3,11 @@
 //! A config carries an API key, a custom header value, a query value and URL userinfo (from which
 //! the client derives Basic credentials). A loopback server echoes the whole request back: in a
 //! 500 body (padded so that the key straddles the 512-character message limit) and in an error
-//! event of a 200 stream. Then `probe` (text and JSON), `bench` (stderr, stdout, the JSON report),
-//! `serve` (logfmt and JSON logs, `/metrics`, `/`), `check-config` on a file with a syntax error
-//! next to the key, `serve` started on that file, and `POST /-/reload` of it are run, and no
-//! secret, none of its base64 or percent-encoded forms, and no 8-character piece of any of them
-//! appears anywhere.
+//! event of a 200 stream. Then `probe` (text and JSON), `bench` (stderr, stdout, the JSON report
+//! and HTML page), `serve` (logfmt and JSON logs, `/metrics`, `/`), `check-config` on a file with
+//! a syntax error next to the key, `serve` started on that file, and `POST /-/reload` of it are
+//! run, and no secret, none of its base64 or percent-encoded forms, and no 8-character piece of
+//! any of them appears anywhere.
 
 mod common;
 use common::e2e;
@@ -153,6 +153,12 @@ fn broken_config(echo: &str) -> String {
     )
 }
 
+/// A file the command under test must have written.
+fn read(p: impl AsRef<Path>) -> String {
+    let p = p.as_ref();
+    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
 fn run(args: &[&str], dir: &Path) -> (i32, String) {
     let mut cmd = Command::new(tokenprobe_bin());
     cmd.args(args).current_dir(dir);
@@ -201,7 +207,7 @@ fn no_secret_reaches_any_output() {
         }
     }
 
-    // bench: stderr header, table, JSON report.
+    // bench: stderr header, table, JSON report, HTML page (with the command line).
     let report = dir.path().join("bench.json");
     let (code, out) = run(
         &[
@@ -215,12 +221,13 @@ fn no_secret_reaches_any_output() {
             "--requests-per-level",
             "2",
             "--no-progress",
-            "-o",
-            report.to_str().expect("utf-8"),
+            "--output=bench.json",
+            "--output=bench.html",
         ],
         dir.path(),
     );
     p.check(code == 0, || format!("bench: {out}"));
+    p.clean("bench HTML page", &read(dir.path().join("bench.html")));
     let json = std::fs::read_to_string(&report).unwrap_or_default();
     p.check(
         json.contains(&format!("\"base_url\": \"http://{echo}/v1\"")),

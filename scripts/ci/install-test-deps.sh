@@ -4,6 +4,8 @@
 #
 #   - Debian package `prometheus` (gives `prometheus` and `promtool`)
 #   - Debian package `prometheus-node-exporter` (tests/server_metrics.rs scrapes it)
+#   - Debian packages `chromium` and `fonts-dejavu-core` (headless Chromium loads
+#     bench's HTML report in tests/bench_html.rs; a font for its text)
 #   - a Python venv at $TOKENPROBE_VENV (default: <repo>/.venv) holding the
 #     pinned packages of scripts/ci/requirements-test.txt:
 #       prometheus-client  strict OpenMetrics parser (scripts/ci/check-openmetrics.py)
@@ -84,6 +86,24 @@ else
         service prometheus-node-exporter stop >/dev/null 2>&1 || true
     fi
     log "installed: $(prometheus-node-exporter --version 2>&1 | head -n1)"
+fi
+
+# ---------------------------------------------------------------- chromium
+if [ "$model_only" -eq 1 ]; then
+    log "--model-only: skipping chromium"
+elif command -v chromium >/dev/null 2>&1 && [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ]; then
+    log "chromium already installed: $(chromium --version 2>/dev/null | head -n1)"
+else
+    if [ "$(id -u)" -ne 0 ]; then
+        log "ERROR: need root to apt-get install chromium (or install it yourself)" >&2
+        exit 1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    log "apt-get update"
+    apt-get update -qq
+    log "apt-get install chromium fonts-dejavu-core"
+    apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
+    log "installed: $(chromium --version 2>/dev/null | head -n1)"
 fi
 
 # ---------------------------------------------------------------- python venv

@@ -13,6 +13,8 @@
 //! - [`crosscheck`]: `--cross-check`, streaming vs non-streaming E2E beside each level.
 //! - [`server`]: server metrics beside every level; [`findings`]: what client and server numbers
 //!   mean together.
+//! - [`html`]: the self-contained HTML page, drawn with [`chart`]; [`combine`]: `bench report`'s
+//!   several runs side by side.
 //!
 //! [`run`] takes a [`BenchPlan`], a validated run built from the flags by [`crate::cli::bench`].
 //!
@@ -22,9 +24,12 @@
 //!
 //! [`ProbeResult`]: crate::measure::ProbeResult
 
+pub mod chart;
+pub mod combine;
 pub mod criteria;
 pub mod crosscheck;
 pub mod findings;
+pub mod html;
 pub mod merge;
 pub mod plot;
 pub mod report;
@@ -129,10 +134,12 @@ pub enum Format {
     Csv,
     /// The Markdown table.
     Markdown,
+    /// The self-contained HTML page ([`html`]).
+    Html,
 }
 
 impl Format {
-    /// The format a path's extension names (`.json`, `.csv`, `.md`/`.markdown`).
+    /// The format a path's extension names (`.json`, `.csv`, `.md`/`.markdown`, `.html`/`.htm`).
     pub fn of(p: &Path) -> Option<Format> {
         match p
             .extension()
@@ -143,6 +150,7 @@ impl Format {
             Some("json") => Some(Format::Json),
             Some("csv") => Some(Format::Csv),
             Some("md" | "markdown") => Some(Format::Markdown),
+            Some("html" | "htm") => Some(Format::Html),
             _ => None,
         }
     }
@@ -197,6 +205,8 @@ pub struct BenchPlan {
     pub run_id: String,
     /// `--cross-check`: non-streaming requests beside each level.
     pub cross_check: Option<crosscheck::CrossCheckSpec>,
+    /// The command line, as given (recorded in the report with its secrets redacted).
+    pub command: Vec<String>,
 }
 
 impl BenchPlan {
@@ -549,6 +559,7 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         run_id,
         cross_check,
         server: server_plan,
+        command,
     } = plan;
     let open = level_keys.iter().any(|k| k.rate.is_some());
     let amount = match amount {
@@ -614,10 +625,12 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         .await?;
     server_side.finish(&mut reports, &progress).await;
     progress.finish();
+    let redactor = command_redactor(&spec, &models).await;
     let mut report = Report {
         tool: "tokenprobe".into(),
         version: env!("CARGO_PKG_VERSION").into(),
         started_at,
+        command: Some(crate::redact::command_line(&command, &redactor)),
         target: head.name.clone(),
         base_url: crate::redact::redact_url(&head.base_url),
         api: head.api.to_string(),
@@ -726,6 +739,19 @@ async fn calibrate(
     Some(c)
 }
 
+/// What the command line is shown without: every secret of every target the run sent to.
+async fn command_redactor(spec: &ProbeSpec, models: &[BenchModel]) -> crate::redact::Redactor {
+    let mut redactor = crate::redact::Redactor::new();
+    for s in std::iter::once(spec.clone()).chain(models.iter().map(|m| m.spec(spec))) {
+        let key = match &s.target.api_key {
+            Some(k) => k.load().await.ok(),
+            None => None,
+        };
+        redactor.merge(&crate::redact::Redactor::for_spec(&s, key.as_ref()));
+    }
+    redactor
+}
+
 /// How the load was generated, as the report states it.
 fn load_mode(open: bool, arrival: Arrival, seed: u64, amount: Amount, warmup: u64) -> LoadMode {
     LoadMode {
@@ -746,7 +772,7 @@ fn load_mode(open: bool, arrival: Arrival, seed: u64, amount: Amount, warmup: u6
 }
 
 /// Writes the report files and the plot.
-fn write_outputs(
+pub fn write_outputs(
     report: &Report,
     outputs: &[(PathBuf, Format)],
     plot: Option<&Path>,
@@ -760,6 +786,10 @@ fn write_outputs(
                 reason: e.to_string(),
             })?,
             Format::Markdown => report::render_markdown(report),
+            Format::Html => html::page(report).map_err(|e| BenchError::Output {
+                path: o.clone(),
+                reason: e.to_string(),
+            })?,
         };
         write(o, &text)?;
     }
@@ -1073,6 +1103,7 @@ mod tests {
         assert_eq!(Format::of(Path::new("r.json")), Some(Format::Json));
         assert_eq!(Format::of(Path::new("r.CSV")), Some(Format::Csv));
         assert_eq!(Format::of(Path::new("r.md")), Some(Format::Markdown));
+        assert_eq!(Format::of(Path::new("r.HTML")), Some(Format::Html));
         assert_eq!(Format::of(Path::new("r.txt")), None);
     }
 }

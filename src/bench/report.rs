@@ -96,6 +96,9 @@ pub struct Report {
     pub version: String,
     /// When the run started (RFC 3339, UTC).
     pub started_at: String,
+    /// The command line that ran the bench, secrets redacted (absent in older reports).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
     /// The config's target name (the first model's, when `--models` names several targets).
     pub target: String,
     /// Its base URL.
@@ -745,7 +748,13 @@ pub(crate) mod tests {
     use crate::bench::select::{compare, find_knee, select};
     use crate::bench::stats::{LevelKey, Sample};
 
-    fn samples(n: usize, ttft: f64, tokens: u64, itl: f64, err_every: usize) -> Vec<Sample> {
+    pub(crate) fn samples(
+        n: usize,
+        ttft: f64,
+        tokens: u64,
+        itl: f64,
+        err_every: usize,
+    ) -> Vec<Sample> {
         (0..n)
             .map(|i| {
                 let failed = err_every > 0 && i % err_every == 0;
@@ -834,6 +843,7 @@ pub(crate) mod tests {
             tool: "tokenprobe".into(),
             version: "0.1.0".into(),
             started_at: "2025-01-01T00:00:00Z".into(),
+            command: None,
             target: "local".into(),
             base_url: "http://127.0.0.1:8000/v1".into(),
             api: "openai-chat".into(),

@@ -234,7 +234,8 @@ pub fn select(models: &[ModelReport], c: &Criteria) -> Selection {
     }
 }
 
-/// One metric that got worse than the baseline beyond the tolerance.
+/// One value compared with the baseline (in `regressions`: one that got worse beyond the
+/// tolerance).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Regression {
     /// The model.
@@ -266,6 +267,10 @@ pub struct Comparison {
     pub regressions: Vec<Regression>,
     /// (model, level) pairs of this run that the baseline does not have.
     pub not_in_baseline: Vec<String>,
+    /// Every value compared, regressed or not, with the baseline's beside it (for the HTML
+    /// page; absent in older reports).
+    #[serde(default)]
+    pub values: Vec<Regression>,
 }
 
 /// The metrics compared with a baseline (costs only where both runs have a price).
@@ -302,6 +307,7 @@ pub fn compare(
         compared: 0,
         regressions: Vec::new(),
         not_in_baseline: Vec::new(),
+        values: Vec::new(),
     };
     let names = model_names(current);
     for (m, name) in current.iter().zip(&names) {
@@ -336,16 +342,18 @@ pub fn compare(
                     };
                     (worse, change)
                 };
+                let value = Regression {
+                    model: name.clone(),
+                    level: l.key.label(),
+                    metric: metric.to_string(),
+                    baseline: old,
+                    current: cur,
+                    change,
+                };
                 if worse {
-                    out.regressions.push(Regression {
-                        model: name.clone(),
-                        level: l.key.label(),
-                        metric: metric.to_string(),
-                        baseline: old,
-                        current: cur,
-                        change,
-                    });
+                    out.regressions.push(value.clone());
                 }
+                out.values.push(value);
             }
         }
     }

@@ -109,7 +109,7 @@ pub struct BenchArgs {
     /// Absolute tolerance of the error rate against the baseline (default 0.01 = 1 point).
     #[arg(long)]
     pub tolerance_error_rate: Option<String>,
-    /// Write the report to FILE.json, FILE.csv or FILE.md (by extension; repeatable).
+    /// Write the report to FILE.json, FILE.csv, FILE.md or FILE.html (by extension; repeatable).
     #[arg(long = "output", short = 'o')]
     pub outputs: Vec<PathBuf>,
     /// Include every request's sample in the JSON report.
@@ -275,7 +275,7 @@ fn outputs(files: &[PathBuf], plot: Option<&Path>) -> Result<Vec<(PathBuf, Forma
     for o in files {
         let Some(format) = Format::of(o) else {
             return Err(BenchError::Usage(format!(
-                "--output {}: the extension must be .json, .csv or .md",
+                "--output {}: the extension must be .json, .csv, .md or .html",
                 o.display()
             )));
         };
@@ -311,7 +311,7 @@ pub struct MergeArgs {
     /// The shards' JSON reports (every shard of one run, in any order).
     #[arg(required = true, num_args = 1..)]
     pub reports: Vec<PathBuf>,
-    /// Write the merged report to FILE.json, FILE.csv or FILE.md (by extension; repeatable).
+    /// Write the merged report to FILE.json, FILE.csv, FILE.md or FILE.html (by extension; repeatable).
     #[arg(long = "output", short = 'o')]
     pub outputs: Vec<PathBuf>,
     /// Plot the merged run to FILE.svg.
@@ -329,6 +329,9 @@ pub enum BenchAction {
     /// Merge the JSON reports of a run's shards (`bench --shard i/N`) into the run's report:
     /// every statistic recomputed from the union of their samples.
     Merge(MergeArgs),
+    /// Render earlier runs' JSON reports (one, or several side by side) to FILE.html, .md, .csv
+    /// or .json, without sending a request.
+    Report(super::bench_report::ReportArgs),
 }
 
 impl MergeArgs {
@@ -565,6 +568,7 @@ impl BenchArgs {
             run_id,
             cross_check,
             server,
+            command: std::env::args().collect(),
         })
     }
 }
@@ -743,7 +747,7 @@ mod tests {
                     "-o",
                     "r.txt",
                 ][..],
-                ".json, .csv or .md",
+                ".json, .csv, .md or .html",
             ),
             (
                 &[

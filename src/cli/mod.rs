@@ -5,7 +5,8 @@
 //! - [`probe`]: `probe`'s flags → a [`crate::probe::ProbeSpec`], the report.
 //! - [`serve`]: `serve`'s flags and the exporter's process (runtimes, web server, reload, shutdown).
 //! - [`check`]: the `check-config` command.
-//! - [`bench`]: `bench`'s flags → a [`crate::bench::BenchPlan`].
+//! - [`bench`]: `bench`'s flags → a [`crate::bench::BenchPlan`]; [`bench_report`]: `bench
+//!   report` (earlier runs rendered again) and the `bench` command line holding either.
 //! - [`signals`]: the stop signals of `serve` and `simulate`.
 //!
 //! `simulate`'s flags are [`crate::simulate::SimulateArgs`], beside the simulator they configure.
@@ -14,6 +15,7 @@
 //! regressed against its baseline.
 
 pub mod bench;
+pub mod bench_report;
 pub mod bench_server;
 pub mod check;
 pub mod probe;
@@ -118,6 +120,7 @@ pub fn run(cli: Cli) -> ExitCode {
             Cmd::Simulate(args) => crate::simulate::run(args).await,
             Cmd::Bench(args) => match &args.action {
                 Some(bench::BenchAction::Merge(m)) => m.run().map_err(Into::into),
+                Some(bench::BenchAction::Report(r)) => bench_report::run(r).map_err(Into::into),
                 None => match args.plan() {
                     Ok(plan) => crate::bench::run(plan).await.map_err(Into::into),
                     Err(e) => Err(e.into()),

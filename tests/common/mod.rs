@@ -1,12 +1,14 @@
-//! The one helper tree of the integration tests: the stream-case parser ([`case`]), the replay
-//! server ([`server`]), the end-to-end helpers ([`e2e`]: child processes, llama.cpp, `serve`, an
-//! HTTP client, a metrics reader), the third-party mocks ([`faults`]: llmock, guidellm) and
-//! `tokenprobe serve` as a child process ([`serve`]).
+//! The one helper tree of the integration tests: headless Chromium ([`browser`]), the
+//! stream-case parser ([`case`]), the replay server ([`server`]), the end-to-end helpers
+//! ([`e2e`]: child processes, llama.cpp, `serve`, an HTTP client, a metrics reader), the
+//! third-party mocks ([`faults`]: llmock, guidellm) and `tokenprobe serve` as a child process
+//! ([`serve`]).
 //!
 //! Each integration test that says `mod common;` compiles this module anew and may use only part
 //! of it, hence the `dead_code` allowance.
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod case;
 pub mod e2e;
 pub mod faults;

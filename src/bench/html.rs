@@ -1,0 +1,1817 @@
+//! `-o run.html` and `bench report run.json -o run.html`: the bench report as one self-contained
+//! HTML page (pure: JSON report in, page out).
+//!
+//! Everything on the page comes from the JSON report, which the page embeds whole in a
+//! `<script type="application/json" id="report-data">`. The page needs no network: styles and
+//! the few lines of script (table sorting) are inline, charts are inline SVG
+//! ([`super::chart`]), and a Content-Security-Policy forbids any fetch. Without JavaScript it
+//! shows everything in the order run; with it, every table sorts by a click on a column head.
+//!
+//! Every number shown carries `data-k`, the JSON Pointer (RFC 6901) of the value it shows, and
+//! `data-v`, that value as the report has it, so a test (or a person) can check each number
+//! against the report. Times are shown in ms, rates and growths in %, the rest as is.
+//!
+//! Fields that other parts of the bench add to the report (per-level achieved lengths, server
+//! signals under `server`, `findings`, per-model extras) are read from the JSON value when
+//! present: numbers and summaries the page does not know by name go to an "other values" table.
+
+use super::chart::{self, Chart, HLine, Marker, Point, Ring, Series, XAxis, esc};
+use super::report::{ModelReport, Report};
+use super::stats::LevelStats;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// Why a page could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum HtmlError {
+    /// The JSON is not a bench report.
+    #[error("not a tokenprobe bench JSON report ({0})")]
+    NotAReport(String),
+}
+
+/// Level fields the page shows by name; any other number or summary goes to "other values".
+const KNOWN_LEVEL_KEYS: [&str; 23] = [
+    "concurrency",
+    "rate",
+    "requests",
+    "successes",
+    "errors",
+    "error_rate",
+    "ttft_s",
+    "ttfo_s",
+    "tpot_s",
+    "e2e_s",
+    "decode_tokens_per_s",
+    "output_tokens",
+    "wall_s",
+    "output_tokens_per_s",
+    "requests_per_s",
+    "goodput_rps",
+    "slo_met",
+    "lag_s",
+    "ramp_s",
+    "loop_lag_s",
+    "capped",
+    "samples",
+    "server",
+];
+
+/// Keys of seconds that the page shows in ms.
+pub const MS_KEYS: [&str; 8] = [
+    "ttft_s",
+    "ttfo_s",
+    "tpot_s",
+    "e2e_s",
+    "lag_s",
+    "loop_lag_s",
+    "ramp_s",
+    "failure_s",
+];
+
+/// A number with three significant digits (integers exactly).
+pub fn num(v: f64) -> String {
+    if !v.is_finite() {
+        return "-".into();
+    }
+    if v == v.trunc() && v.abs() < 1e15 {
+        return format!("{}", v as i64);
+    }
+    let a = v.abs();
+    let decimals = if a >= 100.0 {
+        0
+    } else {
+        (2 - a.log10().floor() as i64).clamp(0, 9) as usize
+    };
+    let s = format!("{v:.decimals$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_owned()
+    } else {
+        s
+    }
+}
+
+/// How a value is shown: in ms, in %, or as is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unit {
+    Ms,
+    Pct,
+    Plain,
+}
+
+/// A metric name (`ttft_p95`, `error_rate`, `agg_tps`)'s unit on the page.
+fn metric_unit(m: &str) -> Unit {
+    let base = m.split('_').next().unwrap_or(m);
+    if m == "error_rate" {
+        Unit::Pct
+    } else if ["ttft", "ttfo", "tpot", "e2e", "lag"].contains(&base) {
+        Unit::Ms
+    } else {
+        Unit::Plain
+    }
+}
+
+fn shown(v: f64, u: Unit) -> String {
+    match u {
+        Unit::Ms => num(v * 1e3),
+        Unit::Pct => num(v * 100.0),
+        Unit::Plain => num(v),
+    }
+}
+
+/// A JSON Pointer segment (`~` → `~0`, `/` → `~1`).
+fn seg(s: &str) -> String {
+    s.replace('~', "~0").replace('/', "~1")
+}
+
+/// The value's JSON text as `data-v` (serde_json's shortest round-trip form).
+fn raw(v: f64) -> String {
+    serde_json::Number::from_f64(v).map_or_else(|| "null".into(), |n| n.to_string())
+}
+
+/// A cell (`td`) or span showing the number at `ptr` in `doc`, or `-` when there is none.
+fn cell(tag: &str, doc: &Value, ptr: &str, u: Unit) -> String {
+    match doc.pointer(ptr).and_then(Value::as_f64) {
+        Some(v) => format!(
+            r#"<{tag} data-k="{}" data-v="{}">{}</{tag}>"#,
+            esc(ptr),
+            raw(v),
+            shown(v, u)
+        ),
+        None => format!("<{tag}>-</{tag}>"),
+    }
+}
+
+fn td(doc: &Value, ptr: &str, u: Unit) -> String {
+    cell("td", doc, ptr, u)
+}
+
+fn span(doc: &Value, ptr: &str, u: Unit) -> String {
+    cell("span", doc, ptr, u)
+}
+
+/// The unit of a level field by its key.
+fn key_unit(k: &str) -> Unit {
+    if MS_KEYS.contains(&k) {
+        Unit::Ms
+    } else if k == "error_rate" {
+        Unit::Pct
+    } else {
+        Unit::Plain
+    }
+}
+
+const STYLE: &str = r"
+body{font-family:system-ui,sans-serif;margin:0 auto;padding:16px 24px;max-width:1400px;color:#222;background:#fafafa}
+h1{font-size:22px;margin:4px 0 8px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ccc}h3{font-size:15px;margin:16px 0 6px}
+dl.run{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;margin:0;font-size:13px}dl.run dt{color:#555}dl.run dd{margin:0}
+code{font-family:ui-monospace,monospace;font-size:12px;background:#eee;padding:1px 3px;border-radius:3px;overflow-wrap:anywhere}
+table{border-collapse:collapse;font-size:12.5px;background:#fff;margin:4px 0 10px}th,td{border:1px solid #ddd;padding:3px 6px;text-align:right;white-space:nowrap}
+th{background:#f0f0f0;cursor:pointer;position:sticky;top:0}td:first-child,th:first-child,td.t{text-align:left}
+th[data-dir=asc]::after{content:' \25B2'}th[data-dir=desc]::after{content:' \25BC'}
+.wrap{overflow-x:auto;max-width:100%}.answer{background:#fff;border:1px solid #ccc;padding:8px 14px;border-radius:6px}
+.rejected{color:#b00}.knee{font-weight:bold}.note{color:#555;font-size:12.5px}
+.plots{display:grid;grid-template-columns:repeat(auto-fit,minmax(520px,1fr));gap:14px}
+figure.plot{margin:0;background:#fff;border:1px solid #ccc;border-radius:6px;padding:8px}figure.plot>svg{width:100%;height:auto;display:block}
+figcaption{font-weight:bold;font-size:14px;margin-bottom:4px}
+ul.legend{list-style:none;margin:6px 0 0;padding:0;display:flex;flex-wrap:wrap;gap:4px 16px;font-size:12px}ul.legend li{display:flex;align-items:center;gap:5px}
+ul.findings li{margin:3px 0}
+";
+
+const SCRIPT: &str = r"
+(function(){
+function key(r,i){var c=r.cells[i];if(!c)return'';var v=c.getAttribute('data-s');if(v===null)v=c.getAttribute('data-v');
+if(v!==null&&v!==''&&!isNaN(v))return parseFloat(v);return c.textContent;}
+document.querySelectorAll('table.sortable').forEach(function(t){
+var hs=t.querySelectorAll('thead th');
+hs.forEach(function(th,i){th.tabIndex=0;th.title='sort by this column';
+var go=function(){var b=t.tBodies[0],rows=Array.prototype.slice.call(b.rows),asc=th.getAttribute('data-dir')!=='asc';
+hs.forEach(function(h){h.removeAttribute('data-dir')});th.setAttribute('data-dir',asc?'asc':'desc');
+rows.sort(function(x,y){var a=key(x,i),c=key(y,i);
+var r=(typeof a==='number'&&typeof c==='number')?a-c:String(a).localeCompare(String(c));return asc?r:-r;});
+rows.forEach(function(r){b.appendChild(r)});};
+th.addEventListener('click',go);th.addEventListener('keydown',function(e){if(e.key==='Enter')go();});});});
+document.documentElement.setAttribute('data-js','ok');
+})();
+";
+
+/// The page of a report (through its JSON form, as `bench report` reads it).
+///
+/// # Errors
+/// [`HtmlError::NotAReport`] if the report does not serialize (it always does).
+pub fn page(r: &Report) -> Result<String, HtmlError> {
+    let doc = serde_json::to_value(r).map_err(|e| HtmlError::NotAReport(e.to_string()))?;
+    render_html(&doc)
+}
+
+/// The page of the JSON report `doc`.
+///
+/// # Errors
+/// [`HtmlError::NotAReport`] when `doc` is not a bench report.
+pub fn render_html(doc: &Value) -> Result<String, HtmlError> {
+    let mut r: Report =
+        serde_json::from_value(doc.clone()).map_err(|e| HtmlError::NotAReport(e.to_string()))?;
+    // Models are named as every other rendering names them (`target/model` when targets differ).
+    let names = super::report::model_names(&r.models);
+    for (m, n) in r.models.iter_mut().zip(names) {
+        m.model = n;
+    }
+    let mut o = String::with_capacity(64 * 1024);
+    let title = format!(
+        "tokenprobe bench: {} ({}), started {}",
+        r.target, r.api, r.started_at
+    );
+    let _ = write!(
+        o,
+        r#"<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"><meta name="viewport" content="width=device-width,initial-scale=1"><title>{}</title><style>{STYLE}</style></head><body>"#,
+        esc(&title)
+    );
+    let _ = write!(o, "<h1>{}</h1>", esc(&title));
+    run_info(&mut o, doc, &r);
+    o.push_str(r#"<h2 id="answer">The answer</h2><div class="answer">"#);
+    answer(&mut o, doc, &r);
+    o.push_str("</div>");
+    o.push_str(r#"<h2 id="plots">Plots</h2><div class="plots">"#);
+    for (id, caption, c) in charts(doc, &r) {
+        let _ = write!(
+            o,
+            r#"<figure class="plot" id="{id}"><figcaption>{}</figcaption>{}{}</figure>"#,
+            esc(&caption),
+            c.svg(),
+            c.legend()
+        );
+    }
+    o.push_str("</div>");
+    o.push_str(r#"<h2 id="levels">Per model and level</h2>"#);
+    main_table(&mut o, doc, &r);
+    percentile_table(&mut o, doc, &r);
+    load_table(&mut o, doc, &r);
+    server_table(&mut o, doc, &r);
+    extras_table(&mut o, doc, &r);
+    baseline_table(&mut o, doc, &r);
+    let json = serde_json::to_string(doc).unwrap_or_default();
+    // `<` only occurs inside JSON strings, where `\u003c` means the same: no `</script>` can
+    // end the element early.
+    let _ = write!(
+        o,
+        r#"<script type="application/json" id="report-data">{}</script><script>{SCRIPT}</script></body></html>"#,
+        json.replace('<', "\\u003c")
+    );
+    Ok(o)
+}
+
+/// Tool, command line, target, workload, start time, and any other top-level field.
+fn run_info(o: &mut String, doc: &Value, r: &Report) {
+    let mut rows: Vec<(String, String)> = vec![
+        (
+            "tool".into(),
+            format!("{} {}", esc(&r.tool), esc(&r.version)),
+        ),
+        ("started".into(), esc(&r.started_at)),
+    ];
+    if let Some(run) = &r.run {
+        let mut t = format!("id <code>{}</code>", esc(&run.id));
+        if let Some(s) = &run.shard {
+            let _ = write!(t, ", shard {}", esc(s));
+        }
+        if let Some(s) = &run.start_at {
+            let _ = write!(t, ", levels from {}", esc(s));
+        }
+        if !run.merged_from.is_empty() {
+            let _ = write!(
+                t,
+                ", merged from shards {}",
+                esc(&run.merged_from.join(", "))
+            );
+        }
+        rows.push(("run".into(), t));
+    }
+    if let Some(c) = doc.get("command").and_then(Value::as_str) {
+        rows.push(("command".into(), format!("<code>{}</code>", esc(c))));
+    }
+    rows.push((
+        "target".into(),
+        format!(
+            "{} <code>{}</code> ({})",
+            esc(&r.target),
+            esc(&r.base_url),
+            esc(&r.api)
+        ),
+    ));
+    let mut workload = format!("prompt {}", esc(&r.prompt));
+    if let Some(m) = r.max_tokens {
+        let _ = write!(workload, ", max_tokens {m}");
+    }
+    rows.push(("workload".into(), workload));
+    let m = &r.mode;
+    let mut load = if m.kind == "open" {
+        format!(
+            "open loop, {} arrivals",
+            esc(m.arrival.as_deref().unwrap_or("poisson"))
+        )
+    } else {
+        "closed loop".into()
+    };
+    if let Some(n) = m.requests_per_level {
+        let _ = write!(load, ", {n} requests per level");
+    }
+    if let Some(d) = m.duration_per_level_s {
+        let _ = write!(load, ", {} s per level", num(d));
+    }
+    let _ = write!(load, ", warm-up {}", m.warmup);
+    if let Some(s) = m.seed {
+        let _ = write!(load, ", seed {s}");
+    }
+    rows.push(("load".into(), load));
+    if !r.slo.is_empty() {
+        rows.push(("goodput SLOs".into(), esc(&r.slo.join(", "))));
+    }
+    rows.push((
+        "knee rule".into(),
+        format!(
+            "aggregate tokens/s grows by less than {}% while TTFT p95 grows by more than {}%",
+            span(doc, "/knee_rule/tps_growth", Unit::Pct),
+            span(doc, "/knee_rule/ttft_growth", Unit::Pct)
+        ),
+    ));
+    const KNOWN: [&str; 18] = [
+        "run",
+        "criteria",
+        "tool",
+        "version",
+        "started_at",
+        "command",
+        "target",
+        "base_url",
+        "api",
+        "prompt",
+        "max_tokens",
+        "mode",
+        "slo",
+        "knee_rule",
+        "models",
+        "selection",
+        "comparison",
+        "findings",
+    ];
+    if let Some(obj) = doc.as_object() {
+        for (k, v) in obj.iter().filter(|(k, _)| !KNOWN.contains(&k.as_str())) {
+            let text = match v {
+                Value::String(s) => esc(s),
+                Value::Null => continue,
+                other => format!("<code>{}</code>", esc(&other.to_string())),
+            };
+            rows.push((esc(k), text));
+        }
+    }
+    o.push_str(r#"<dl class="run">"#);
+    for (k, v) in rows {
+        let _ = write!(o, "<dt>{k}</dt><dd>{v}</dd>");
+    }
+    o.push_str("</dl>");
+}
+
+/// The ranking with scores, the rejected models with the limit each failed, the knee per
+/// model, the findings and the regressions, in sentences.
+fn answer(o: &mut String, doc: &Value, r: &Report) {
+    if let Some(s) = &r.selection {
+        let _ = write!(
+            o,
+            r#"<h3>Ranking at {}</h3><p class="note">limits: {}; weights: {}</p>"#,
+            esc(&s.level),
+            if s.limits.is_empty() {
+                "none".into()
+            } else {
+                esc(&s.limits.join(", "))
+            },
+            esc(&s
+                .weights
+                .iter()
+                .map(|(k, v)| format!("{k}={}", num(*v)))
+                .collect::<Vec<_>>()
+                .join(", "))
+        );
+        if s.ranked.is_empty() {
+            o.push_str("<p>No model passed every limit.</p>");
+        } else {
+            let metrics: Vec<&String> = s.weights.keys().collect();
+            o.push_str(r#"<div class="wrap"><table class="sortable" id="ranking"><thead><tr><th>rank</th><th>model</th><th>score</th>"#);
+            for m in &metrics {
+                let u = match metric_unit(m) {
+                    Unit::Ms => " (ms)",
+                    Unit::Pct => " (%)",
+                    Unit::Plain => "",
+                };
+                let _ = write!(o, "<th>{}{u}</th><th>{} normalized</th>", esc(m), esc(m));
+            }
+            o.push_str("</tr></thead><tbody>");
+            for (i, k) in s.ranked.iter().enumerate() {
+                let p = format!("/selection/ranked/{i}");
+                let _ = write!(
+                    o,
+                    r#"<tr data-model="{}">{}<td class="t">{}</td>{}"#,
+                    esc(&k.model),
+                    td(doc, &format!("{p}/rank"), Unit::Plain),
+                    esc(&k.model),
+                    td(doc, &format!("{p}/score"), Unit::Plain)
+                );
+                for m in &metrics {
+                    o.push_str(&td(doc, &format!("{p}/values/{}", seg(m)), metric_unit(m)));
+                    o.push_str(&td(doc, &format!("{p}/normalized/{}", seg(m)), Unit::Plain));
+                }
+                o.push_str("</tr>");
+            }
+            o.push_str("</tbody></table></div>");
+        }
+        if !s.rejected.is_empty() {
+            o.push_str(r#"<h3>Rejected</h3><ul class="rejected" id="rejected">"#);
+            for k in &s.rejected {
+                let _ = write!(
+                    o,
+                    "<li><b>{}</b> failed: {}</li>",
+                    esc(&k.model),
+                    esc(&k.reasons.join("; "))
+                );
+            }
+            o.push_str("</ul>");
+        }
+    } else {
+        o.push_str(r#"<p class="note">Not judged (one model and no limits, weights or bench file): no ranking.</p>"#);
+    }
+    o.push_str(r#"<h3>Knee</h3><ul id="knees">"#);
+    for (mi, m) in r.models.iter().enumerate() {
+        match &m.knee {
+            Some(k) => {
+                let p = format!("/models/{mi}/knee");
+                let _ = write!(
+                    o,
+                    r#"<li><b>{}</b>: <span class="knee">knee at {}</span> (aggregate tokens/s {}% and TTFT p95 {}% over the level before)</li>"#,
+                    esc(&m.model),
+                    esc(&k.level.label()),
+                    span(doc, &format!("{p}/agg_tps_growth"), Unit::Pct),
+                    span(doc, &format!("{p}/ttft_p95_growth"), Unit::Pct)
+                );
+            }
+            None => {
+                let _ = write!(
+                    o,
+                    "<li><b>{}</b>: no knee within the sweep</li>",
+                    esc(&m.model)
+                );
+            }
+        }
+    }
+    o.push_str("</ul>");
+    model_extras(o, doc, r);
+    findings(o, doc, r);
+    if let Some(c) = &r.comparison {
+        let _ = write!(
+            o,
+            r#"<h3>Baseline</h3><p>Against <code>{}</code> (tolerance {}%, error rate +{} points): {} values compared, <b>{} regressions</b>.</p>"#,
+            esc(&c.baseline),
+            span(doc, "/comparison/tolerance", Unit::Pct),
+            span(doc, "/comparison/tolerance_error_rate", Unit::Pct),
+            c.compared,
+            c.regressions.len()
+        );
+        if !c.regressions.is_empty() {
+            o.push_str(r#"<ul class="rejected">"#);
+            for (i, g) in c.regressions.iter().enumerate() {
+                let p = format!("/comparison/regressions/{i}");
+                let u = metric_unit(&g.metric);
+                let _ = write!(
+                    o,
+                    "<li>{} at {}: {} {} → {}{}</li>",
+                    esc(&g.model),
+                    esc(&g.level),
+                    esc(&g.metric),
+                    span(doc, &format!("{p}/baseline"), u),
+                    span(doc, &format!("{p}/current"), u),
+                    match u {
+                        Unit::Ms => " ms",
+                        Unit::Pct => " %",
+                        Unit::Plain => "",
+                    }
+                );
+            }
+            o.push_str("</ul>");
+        }
+    }
+}
+
+/// Per-model fields other than the model, its levels and its knee (a target, achieved
+/// lengths, a note), as a list.
+fn model_extras(o: &mut String, doc: &Value, r: &Report) {
+    let Some(models) = doc.get("models").and_then(Value::as_array) else {
+        return;
+    };
+    let mut items = Vec::new();
+    for (mi, m) in models.iter().enumerate() {
+        let Some(obj) = m.as_object() else { continue };
+        let name = r.models.get(mi).map_or("?", |m| m.model.as_str());
+        let mut parts = Vec::new();
+        for (k, v) in obj
+            .iter()
+            .filter(|(k, _)| !["model", "levels", "knee"].contains(&k.as_str()))
+        {
+            let p = format!("/models/{mi}/{}", seg(k));
+            parts.push(format!("{}: {}", esc(k), value_html(doc, &p, v)));
+        }
+        if !parts.is_empty() {
+            items.push(format!(
+                "<li><b>{}</b>: {}</li>",
+                esc(name),
+                parts.join("; ")
+            ));
+        }
+    }
+    if !items.is_empty() {
+        let _ = write!(
+            o,
+            r#"<h3>Models</h3><ul id="model-notes">{}</ul>"#,
+            items.concat()
+        );
+    }
+}
+
+/// A JSON value in a sentence: numbers with their pointer, strings as text, objects one level
+/// deep.
+fn value_html(doc: &Value, p: &str, v: &Value) -> String {
+    match v {
+        Value::Number(_) => span(doc, p, Unit::Plain),
+        Value::String(s) => esc(s),
+        Value::Bool(b) => b.to_string(),
+        Value::Object(m) => m
+            .iter()
+            .map(|(k, v)| match v {
+                Value::Number(_) | Value::String(_) | Value::Bool(_) => format!(
+                    "{} {}",
+                    esc(k),
+                    value_html(doc, &format!("{p}/{}", seg(k)), v)
+                ),
+                other => format!("{} <code>{}</code>", esc(k), esc(&other.to_string())),
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        other => format!("<code>{}</code>", esc(&other.to_string())),
+    }
+}
+
+/// The findings (`findings: [{code, model, level, message}]`) in sentences.
+fn findings(o: &mut String, doc: &Value, r: &Report) {
+    let s = |x: &Value, k: &str| match x.get(k) {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Null) | None => String::new(),
+        Some(v) => v.to_string(),
+    };
+    // (model, level, message, code): the report's findings, then each level's own (a block's
+    // `finding` text, e.g. `cross_check.finding`).
+    let mut all: Vec<(String, String, String, String)> = Vec::new();
+    let listed = doc.get("findings").and_then(Value::as_array);
+    for x in listed.into_iter().flatten() {
+        all.push((s(x, "model"), s(x, "level"), s(x, "message"), s(x, "code")));
+    }
+    for (m, mv) in r.models.iter().zip(
+        doc.get("models")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten(),
+    ) {
+        for (l, lv) in m.levels.iter().zip(
+            mv.get("levels")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten(),
+        ) {
+            for (k, v) in lv.as_object().into_iter().flatten() {
+                if let Some(f) = v.get("finding").and_then(Value::as_str) {
+                    all.push((m.model.clone(), l.key.label(), f.to_owned(), k.clone()));
+                }
+            }
+        }
+    }
+    if listed.is_none() && all.is_empty() {
+        return;
+    }
+    o.push_str(r#"<h3>Findings</h3><ul class="findings" id="findings">"#);
+    if all.is_empty() {
+        o.push_str("<li>none</li>");
+    }
+    for (model, level, message, code) in all {
+        let at = match (model.is_empty(), level.is_empty()) {
+            (false, false) => format!("<b>{}</b> at {}: ", esc(&model), esc(&level)),
+            (false, true) => format!("<b>{}</b>: ", esc(&model)),
+            (true, false) => format!("at {}: ", esc(&level)),
+            (true, true) => String::new(),
+        };
+        let _ = write!(
+            o,
+            r#"<li>{at}{} <span class="note">({})</span></li>"#,
+            esc(&message),
+            esc(&code)
+        );
+    }
+    o.push_str("</ul>");
+}
+
+/// The x axis label of plots against the level.
+fn load_label(r: &Report) -> &'static str {
+    if r.mode.kind == "open" {
+        "arrival rate (requests/s)"
+    } else {
+        "concurrency"
+    }
+}
+
+/// Every level any model ran, in load order (merged runs may differ in their levels).
+fn level_labels(r: &Report) -> Vec<String> {
+    let mut keys: Vec<super::stats::LevelKey> = Vec::new();
+    for l in r.models.iter().flat_map(|m| m.levels.iter()) {
+        if !keys.iter().any(|k| k.label() == l.key.label()) {
+            keys.push(l.key);
+        }
+    }
+    keys.sort_by(|a, b| a.x().total_cmp(&b.x()));
+    keys.iter().map(super::stats::LevelKey::label).collect()
+}
+
+/// The slot of a level on the level axis.
+fn slot(labels: &[String], l: &LevelStats) -> f64 {
+    let lab = l.key.label();
+    labels.iter().position(|x| *x == lab).unwrap_or(0) as f64
+}
+
+/// Threshold lines: `(metric, value in the page's unit, label, limit?)`, from the criteria the
+/// report records (exact), else from its texts.
+fn thresholds(r: &Report) -> Vec<(String, f64, String, bool)> {
+    use super::criteria::{Base, Limit, Slo};
+    let Some(rec) = &r.criteria else {
+        return thresholds_from_text(r);
+    };
+    let mut out = Vec::new();
+    for l in rec.limits.iter().filter_map(|t| t.parse::<Limit>().ok()) {
+        let v = match l.metric.base {
+            Base::Ttft => l.value * 1e3,
+            Base::AggTps => l.value,
+            _ => continue,
+        };
+        out.push((l.metric.to_string(), v, format!("limit {l}"), true));
+    }
+    for s in rec.slo.iter().filter_map(|t| t.parse::<Slo>().ok()) {
+        if s.base == Base::Ttft {
+            out.push((
+                "ttft".into(),
+                s.value * 1e3,
+                format!("SLO {s} (per request)"),
+                false,
+            ));
+        }
+    }
+    out
+}
+
+/// Threshold lines of a report without recorded criteria: its limits (`selection.limits`, as
+/// `ttft_p95 < 500.0 ms`) and SLOs (`slo`, as `ttft<=300.0 ms`).
+fn thresholds_from_text(r: &Report) -> Vec<(String, f64, String, bool)> {
+    // A shown value back to a number: `500.0 ms` → 500 (ms), `2.00 s` → 2000 (ms), `150.0 tok/s`.
+    fn value(num: &str, unit: Option<&str>) -> Option<f64> {
+        let v: f64 = num.parse().ok()?;
+        Some(match unit {
+            Some("s") => v * 1e3,
+            _ => v,
+        })
+    }
+    let mut out = Vec::new();
+    for l in r.selection.iter().flat_map(|s| s.limits.iter()) {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        if let [metric, _op, n, rest @ ..] = w.as_slice()
+            && let Some(v) = value(n, rest.first().copied())
+        {
+            out.push((metric.to_string(), v, format!("limit {l}"), true));
+        }
+    }
+    for s in &r.slo {
+        if let Some(rest) = s.strip_prefix("ttft<=") {
+            let w: Vec<&str> = rest.split_whitespace().collect();
+            if let [n, unit @ ..] = w.as_slice()
+                && let Some(v) = value(n, unit.first().copied())
+            {
+                out.push(("ttft".into(), v, format!("SLO {s} (per request)"), false));
+            }
+        }
+    }
+    out
+}
+
+fn hline(t: &(String, f64, String, bool)) -> HLine {
+    HLine {
+        y: t.1,
+        color: if t.3 {
+            chart::LIMIT_COLOR
+        } else {
+            chart::SLO_COLOR
+        }
+        .into(),
+        label: t.2.clone(),
+    }
+}
+
+/// Baseline values of one metric per (model, level label), from `comparison.values`.
+fn baseline_values(doc: &Value, metric: &str) -> BTreeMap<(String, String), f64> {
+    let mut out = BTreeMap::new();
+    for v in doc
+        .pointer("/comparison/values")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if v.get("metric").and_then(Value::as_str) == Some(metric)
+            && let (Some(m), Some(l), Some(b)) = (
+                v.get("model").and_then(Value::as_str),
+                v.get("level").and_then(Value::as_str),
+                v.get("baseline").and_then(Value::as_f64),
+            )
+        {
+            out.insert((m.to_owned(), l.to_owned()), b);
+        }
+    }
+    out
+}
+
+fn pt(x: f64, y: f64, title: String) -> Point {
+    Point {
+        x,
+        y,
+        title,
+        tag: String::new(),
+    }
+}
+
+/// The baseline's series of `metric` (dashed, the model's colour) on the level axis.
+fn baseline_series(
+    doc: &Value,
+    r: &Report,
+    labels: &[String],
+    metric: &str,
+    scale: f64,
+) -> Vec<Series> {
+    let b = baseline_values(doc, metric);
+    if b.is_empty() {
+        return Vec::new();
+    }
+    r.models
+        .iter()
+        .enumerate()
+        .filter_map(|(mi, m)| {
+            let points: Vec<Point> = m
+                .levels
+                .iter()
+                .filter_map(|l| {
+                    let v = *b.get(&(m.model.clone(), l.key.label()))?;
+                    Some(pt(
+                        slot(labels, l),
+                        v * scale,
+                        format!(
+                            "{} at {}: baseline {metric} {}",
+                            m.model,
+                            l.key.label(),
+                            num(v * scale)
+                        ),
+                    ))
+                })
+                .collect();
+            (!points.is_empty()).then(|| Series {
+                name: format!("{} baseline {metric}", m.model),
+                color: chart::color(mi).into(),
+                marker: Marker::Square,
+                line: true,
+                dashed: true,
+                radius: 3.0,
+                points,
+            })
+        })
+        .collect()
+}
+
+/// The knee rings of a chart against the level, and their legend entry.
+fn knee_rings(
+    r: &Report,
+    labels: &[String],
+    y: impl Fn(&LevelStats) -> Option<f64>,
+) -> (Vec<Ring>, String) {
+    let mut rings = Vec::new();
+    let mut names = Vec::new();
+    for (mi, m) in r.models.iter().enumerate() {
+        match m.knee.as_ref().and_then(|k| m.levels.get(k.index)) {
+            Some(l) => {
+                names.push(format!("{} at {}", m.model, l.key.label()));
+                if let Some(v) = y(l) {
+                    rings.push(Ring {
+                        x: slot(labels, l),
+                        y: v,
+                        color: chart::color(mi).into(),
+                    });
+                }
+            }
+            None => names.push(format!("{} none", m.model)),
+        }
+    }
+    (rings, format!("knee, circled: {}", names.join("; ")))
+}
+
+/// Every chart: `(id, caption, chart)`.
+fn charts(doc: &Value, r: &Report) -> Vec<(String, String, Chart)> {
+    let labels = level_labels(r);
+    let lines = thresholds(r);
+    let mut out = Vec::new();
+    // TTFT p50/p95/p99 against the level.
+    let mut series = Vec::new();
+    for (mi, m) in r.models.iter().enumerate() {
+        for (name, marker, f) in [
+            (
+                "p50",
+                Marker::Circle,
+                (|s| s.p50) as fn(&super::stats::Summary) -> f64,
+            ),
+            ("p95", Marker::Triangle, |s| s.p95),
+            ("p99", Marker::Square, |s| s.p99),
+        ] {
+            series.push(Series {
+                name: format!("{} TTFT {name}", m.model),
+                color: chart::color(mi).into(),
+                marker,
+                line: true,
+                dashed: false,
+                radius: 3.5,
+                points: m
+                    .levels
+                    .iter()
+                    .filter_map(|l| {
+                        let v = f(l.ttft_s.as_ref()?) * 1e3;
+                        Some(pt(
+                            slot(&labels, l),
+                            v,
+                            format!(
+                                "{} at {}: TTFT {name} {} ms",
+                                m.model,
+                                l.key.label(),
+                                num(v)
+                            ),
+                        ))
+                    })
+                    .collect(),
+            });
+        }
+    }
+    series.extend(baseline_series(doc, r, &labels, "ttft_p95", 1e3));
+    out.push((
+        "plot-ttft".into(),
+        "TTFT p50 / p95 / p99 against the load".into(),
+        Chart {
+            x: XAxis::Levels(labels.clone()),
+            x_label: load_label(r).into(),
+            y_label: "TTFT (ms)".into(),
+            series,
+            hlines: lines
+                .iter()
+                .filter(|t| t.0.starts_with("ttft"))
+                .map(hline)
+                .collect(),
+            rings: Vec::new(),
+            ring_label: String::new(),
+        },
+    ));
+    out.push(tps_chart(doc, r, &labels, &lines));
+    out.push(curve_chart(r, &lines));
+    for (mi, m) in r.models.iter().enumerate() {
+        if let Some(c) = scatter(m) {
+            out.push((
+                format!("plot-scatter-{mi}"),
+                format!("{}: every request's TTFT over the run", m.model),
+                c,
+            ));
+        }
+    }
+    out.extend(server_charts(doc, r, &labels));
+    out
+}
+
+/// Aggregate tokens/s against the level, the knee circled and named in the legend.
+fn tps_chart(
+    doc: &Value,
+    r: &Report,
+    labels: &[String],
+    lines: &[(String, f64, String, bool)],
+) -> (String, String, Chart) {
+    let mut series: Vec<Series> = r
+        .models
+        .iter()
+        .enumerate()
+        .map(|(mi, m)| Series {
+            name: m.model.clone(),
+            color: chart::color(mi).into(),
+            marker: Marker::Circle,
+            line: true,
+            dashed: false,
+            radius: 3.5,
+            points: m
+                .levels
+                .iter()
+                .map(|l| {
+                    pt(
+                        slot(labels, l),
+                        l.output_tokens_per_s,
+                        format!(
+                            "{} at {}: {} tokens/s",
+                            m.model,
+                            l.key.label(),
+                            num(l.output_tokens_per_s)
+                        ),
+                    )
+                })
+                .collect(),
+        })
+        .collect();
+    series.extend(baseline_series(doc, r, labels, "agg_tps", 1.0));
+    let (rings, ring_label) = knee_rings(r, labels, |l| Some(l.output_tokens_per_s));
+    (
+        "plot-tps".into(),
+        "Aggregate output tokens/s against the load".into(),
+        Chart {
+            x: XAxis::Levels(labels.to_vec()),
+            x_label: load_label(r).into(),
+            y_label: "aggregate output tokens/s".into(),
+            series,
+            hlines: lines
+                .iter()
+                .filter(|t| t.0 == "agg_tps")
+                .map(hline)
+                .collect(),
+            rings,
+            ring_label,
+        },
+    )
+}
+
+/// The throughput-latency curve: TTFT p95 against aggregate tokens/s, one line per model.
+fn curve_chart(r: &Report, lines: &[(String, f64, String, bool)]) -> (String, String, Chart) {
+    let series = r
+        .models
+        .iter()
+        .enumerate()
+        .map(|(mi, m)| Series {
+            name: m.model.clone(),
+            color: chart::color(mi).into(),
+            marker: Marker::Circle,
+            line: true,
+            dashed: false,
+            radius: 3.5,
+            points: m
+                .levels
+                .iter()
+                .filter_map(|l| {
+                    let y = l.ttft_s.as_ref()?.p95 * 1e3;
+                    Some(Point {
+                        x: l.output_tokens_per_s,
+                        y,
+                        title: format!(
+                            "{} at {}: {} tokens/s, TTFT p95 {} ms",
+                            m.model,
+                            l.key.label(),
+                            num(l.output_tokens_per_s),
+                            num(y)
+                        ),
+                        tag: l.key.label(),
+                    })
+                })
+                .collect(),
+        })
+        .collect();
+    (
+        "plot-curve".into(),
+        "TTFT p95 against aggregate tokens/s (each point a level)".into(),
+        Chart {
+            x: XAxis::Numeric,
+            x_label: "aggregate output tokens/s".into(),
+            y_label: "TTFT p95 (ms)".into(),
+            series,
+            hlines: lines
+                .iter()
+                .filter(|t| t.0 == "ttft_p95" || t.0 == "ttft")
+                .map(hline)
+                .collect(),
+            rings: Vec::new(),
+            ring_label: String::new(),
+        },
+    )
+}
+
+/// Per-request TTFT (failures: the time to the failure) over the run, coloured by level, a
+/// marker per error type. The levels are placed end to end (warm-ups left out).
+fn scatter(m: &ModelReport) -> Option<Chart> {
+    let mut offset = 0.0;
+    let mut series = Vec::new();
+    let mut errors: BTreeMap<String, Vec<Point>> = BTreeMap::new();
+    let mut any = false;
+    for (li, l) in m.levels.iter().enumerate() {
+        let Some(samples) = &l.samples else {
+            offset += l.wall_s;
+            continue;
+        };
+        any = true;
+        let ok: Vec<Point> = samples
+            .iter()
+            .filter_map(|s| Some(pt(offset + s.sent_s, s.ttft_s? * 1e3, String::new())))
+            .collect();
+        for s in samples {
+            if let (Some(e), Some(f)) = (&s.error_type, s.failure_s) {
+                errors.entry(e.clone()).or_default().push(pt(
+                    offset + s.sent_s,
+                    f * 1e3,
+                    format!("{e} at {}", l.key.label()),
+                ));
+            }
+        }
+        series.push(Series {
+            name: if l.key.rate.is_some() {
+                l.key.label()
+            } else {
+                format!("concurrency {}", l.key.label())
+            },
+            color: chart::color(li).into(),
+            marker: Marker::Circle,
+            line: false,
+            dashed: false,
+            radius: 2.0,
+            points: ok,
+        });
+        offset += l.wall_s;
+    }
+    if !any {
+        return None;
+    }
+    for (i, (e, points)) in errors.into_iter().enumerate() {
+        series.push(Series {
+            name: format!("{e} ({}; at the failure)", points.len()),
+            color: "#b00000".into(),
+            marker: Marker::ALL[(i + 4) % Marker::ALL.len()],
+            line: false,
+            dashed: false,
+            radius: 3.5,
+            points,
+        });
+    }
+    Some(Chart {
+        x: XAxis::Numeric,
+        x_label: "send time, s into the measured run (levels end to end)".into(),
+        y_label: "TTFT (ms)".into(),
+        series,
+        hlines: Vec::new(),
+        rings: Vec::new(),
+        ring_label: String::new(),
+    })
+}
+
+/// Server signal names (keys of `levels[].server` holding `{mean, max}`), in first-seen order.
+fn server_signals(doc: &Value) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for m in doc
+        .get("models")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        for l in m
+            .get("levels")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(s) = l.get("server").and_then(Value::as_object) {
+                for (k, v) in s {
+                    if v.get("mean").and_then(Value::as_f64).is_some() && !out.contains(k) {
+                        out.push(k.clone());
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// One chart per server signal: its mean (solid) and max (dashed) per model against the level.
+fn server_charts(doc: &Value, r: &Report, labels: &[String]) -> Vec<(String, String, Chart)> {
+    let mut out = Vec::new();
+    for sig in server_signals(doc) {
+        let mut series = Vec::new();
+        for (mi, m) in r.models.iter().enumerate() {
+            for (stat, dashed, marker) in [
+                ("mean", false, Marker::Circle),
+                ("max", true, Marker::Triangle),
+            ] {
+                let points: Vec<Point> = m
+                    .levels
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(li, l)| {
+                        let v = doc
+                            .pointer(&format!(
+                                "/models/{mi}/levels/{li}/server/{}/{stat}",
+                                seg(&sig)
+                            ))
+                            .and_then(Value::as_f64)?;
+                        Some(pt(
+                            slot(labels, l),
+                            v,
+                            format!("{} at {}: {sig} {stat} {}", m.model, l.key.label(), num(v)),
+                        ))
+                    })
+                    .collect();
+                if !points.is_empty() {
+                    series.push(Series {
+                        name: format!("{} {stat}", m.model),
+                        color: chart::color(mi).into(),
+                        marker,
+                        line: true,
+                        dashed,
+                        radius: 3.5,
+                        points,
+                    });
+                }
+            }
+        }
+        out.push((
+            format!(
+                "plot-server-{}",
+                sig.replace(|c: char| !c.is_ascii_alphanumeric(), "-")
+            ),
+            format!("Server: {sig} against the load"),
+            Chart {
+                x: XAxis::Levels(labels.to_vec()),
+                x_label: load_label(r).into(),
+                y_label: sig.clone(),
+                series,
+                hlines: Vec::new(),
+                rings: Vec::new(),
+                ring_label: String::new(),
+            },
+        ));
+    }
+    out
+}
+
+/// The table's opening, with its headers.
+fn table_head(o: &mut String, id: &str, caption: &str, heads: &[String]) {
+    let _ = write!(
+        o,
+        r#"<h3>{}</h3><div class="wrap"><table class="sortable" id="{id}"><thead><tr>"#,
+        esc(caption)
+    );
+    for h in heads {
+        let _ = write!(o, "<th>{}</th>", esc(h));
+    }
+    o.push_str("</tr></thead><tbody>");
+}
+
+fn row_start(o: &mut String, m: &ModelReport, l: &LevelStats) {
+    let _ = write!(
+        o,
+        r#"<tr><td class="t">{}</td><td data-s="{}">{}</td>"#,
+        esc(&m.model),
+        raw(l.key.x()),
+        esc(&l.key.label())
+    );
+}
+
+fn strs(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// The comparison table: one row per model and level.
+fn main_table(o: &mut String, doc: &Value, r: &Report) {
+    const COLS: [(&str, &str); 15] = [
+        ("requests", "requests"),
+        ("error_rate", "error rate (%)"),
+        ("ttft_s/p50", "TTFT p50 (ms)"),
+        ("ttft_s/p95", "TTFT p95 (ms)"),
+        ("ttft_s/p99", "TTFT p99 (ms)"),
+        ("tpot_s/p50", "TPOT p50 (ms)"),
+        ("tpot_s/p95", "TPOT p95 (ms)"),
+        ("e2e_s/p50", "E2E p50 (ms)"),
+        ("e2e_s/p95", "E2E p95 (ms)"),
+        ("decode_tokens_per_s/p50", "decode tok/s p50"),
+        ("output_tokens_per_s", "aggregate tok/s"),
+        ("requests_per_s", "req/s"),
+        ("goodput_rps", "goodput (req/s)"),
+        ("lag_s/p99", "generator lag p99 (ms)"),
+        ("loop_lag_s/p99", "loop lag p99 (ms)"),
+    ];
+    let mut heads = strs(&["model", load_label(r)]);
+    heads.extend(COLS.iter().map(|c| c.1.to_owned()));
+    heads.extend(strs(&["errors by type", "knee"]));
+    table_head(
+        o,
+        "levels-table",
+        "Comparison (click a column to sort)",
+        &heads,
+    );
+    for (mi, m) in r.models.iter().enumerate() {
+        for (li, l) in m.levels.iter().enumerate() {
+            let p = format!("/models/{mi}/levels/{li}");
+            row_start(o, m, l);
+            for (k, _) in COLS {
+                let u = key_unit(k.split('/').next().unwrap_or(k));
+                o.push_str(&td(doc, &format!("{p}/{k}"), u));
+            }
+            let errs: Vec<String> = l
+                .errors
+                .keys()
+                .map(|e| {
+                    format!(
+                        "{} {}",
+                        esc(e),
+                        span(doc, &format!("{p}/errors/{}", seg(e)), Unit::Plain)
+                    )
+                })
+                .collect();
+            let total: u64 = l.errors.values().sum();
+            let _ = write!(
+                o,
+                r#"<td class="t" data-s="{total}">{}</td><td class="t knee">{}</td></tr>"#,
+                if errs.is_empty() {
+                    "-".into()
+                } else {
+                    errs.join(", ")
+                },
+                if m.knee.as_ref().is_some_and(|k| k.index == li) {
+                    "◆ knee"
+                } else {
+                    ""
+                }
+            );
+        }
+    }
+    o.push_str("</tbody></table></div>");
+}
+
+/// Every statistic of every distribution, per model and level.
+fn percentile_table(o: &mut String, doc: &Value, r: &Report) {
+    const METRICS: [(&str, &str); 7] = [
+        ("ttft_s", "TTFT (ms)"),
+        ("ttfo_s", "TTFO (ms)"),
+        ("tpot_s", "TPOT (ms)"),
+        ("e2e_s", "E2E (ms)"),
+        ("decode_tokens_per_s", "decode tokens/s"),
+        ("lag_s", "generator lag (ms)"),
+        ("loop_lag_s", "loop lag (ms)"),
+    ];
+    const STATS: [&str; 8] = ["n", "mean", "min", "p50", "p90", "p95", "p99", "max"];
+    let mut heads = strs(&["model", load_label(r), "metric"]);
+    heads.extend(STATS.iter().map(|s| (*s).to_owned()));
+    table_head(o, "percentiles-table", "Percentiles", &heads);
+    for (mi, m) in r.models.iter().enumerate() {
+        for (li, l) in m.levels.iter().enumerate() {
+            for (k, name) in METRICS {
+                let p = format!("/models/{mi}/levels/{li}/{k}");
+                if doc.pointer(&p).is_none_or(Value::is_null) {
+                    continue;
+                }
+                row_start(o, m, l);
+                let _ = write!(o, r#"<td class="t">{name}</td>"#);
+                for s in STATS {
+                    let u = if s == "n" { Unit::Plain } else { key_unit(k) };
+                    o.push_str(&td(doc, &format!("{p}/{s}"), u));
+                }
+                o.push_str("</tr>");
+            }
+        }
+    }
+    o.push_str("</tbody></table></div>");
+}
+
+/// What each level sent and how long it took.
+fn load_table(o: &mut String, doc: &Value, r: &Report) {
+    const COLS: [(&str, &str); 7] = [
+        ("successes", "successes"),
+        ("slo_met", "met every SLO"),
+        ("output_tokens", "output tokens"),
+        ("wall_s", "wall (s)"),
+        ("ramp_s", "ramp (ms)"),
+        ("capped", "capped"),
+        ("lag_s/max", "generator lag max (ms)"),
+    ];
+    let mut heads = strs(&["model", load_label(r)]);
+    heads.extend(COLS.iter().map(|c| c.1.to_owned()));
+    table_head(o, "load-table", "Load", &heads);
+    for (mi, m) in r.models.iter().enumerate() {
+        for (li, l) in m.levels.iter().enumerate() {
+            let p = format!("/models/{mi}/levels/{li}");
+            row_start(o, m, l);
+            for (k, _) in COLS {
+                o.push_str(&td(
+                    doc,
+                    &format!("{p}/{k}"),
+                    key_unit(k.split('/').next().unwrap_or(k)),
+                ));
+            }
+            o.push_str("</tr>");
+        }
+    }
+    o.push_str("</tbody></table></div>");
+}
+
+/// The server's signals per model and level, when collected (`levels[].server`).
+fn server_table(o: &mut String, doc: &Value, r: &Report) {
+    let sigs = server_signals(doc);
+    if sigs.is_empty() {
+        return;
+    }
+    let mut heads = strs(&["model", load_label(r)]);
+    for s in &sigs {
+        heads.push(format!("{s} mean"));
+        heads.push(format!("{s} max"));
+    }
+    heads.extend(strs(&["scrapes", "scrape errors"]));
+    table_head(o, "server-table", "Server signals", &heads);
+    for (mi, m) in r.models.iter().enumerate() {
+        for (li, l) in m.levels.iter().enumerate() {
+            let p = format!("/models/{mi}/levels/{li}/server");
+            row_start(o, m, l);
+            for s in &sigs {
+                for stat in ["mean", "max"] {
+                    o.push_str(&td(doc, &format!("{p}/{}/{stat}", seg(s)), Unit::Plain));
+                }
+            }
+            o.push_str(&td(doc, &format!("{p}/scrapes"), Unit::Plain));
+            o.push_str(&td(doc, &format!("{p}/scrape_errors"), Unit::Plain));
+            o.push_str("</tr>");
+        }
+    }
+    o.push_str("</tbody></table></div>");
+}
+
+/// Numeric leaves of a level field the page does not know by name, as `(pointer suffix,
+/// header)`: a number, a summary's p50 and p95, or the numbers one object deeper.
+fn leaves(k: &str, v: &Value, out: &mut Vec<(String, String)>) {
+    let sk = seg(k);
+    match v {
+        Value::Number(_) => out.push((sk, k.to_owned())),
+        Value::Object(o) if o.contains_key("p50") => {
+            for s in ["mean", "p50", "p95"] {
+                if o.get(s).is_some_and(Value::is_number) {
+                    out.push((format!("{sk}/{s}"), format!("{k} {s}")));
+                }
+            }
+        }
+        Value::Object(o) => {
+            for (k2, v2) in o {
+                match v2 {
+                    Value::Number(_) => {
+                        out.push((format!("{sk}/{}", seg(k2)), format!("{k} {k2}")))
+                    }
+                    Value::Object(o2) if o2.contains_key("p50") => {
+                        for s in ["mean", "p50", "p95"] {
+                            if o2.get(s).is_some_and(Value::is_number) {
+                                out.push((
+                                    format!("{sk}/{}/{s}", seg(k2)),
+                                    format!("{k} {k2} {s}"),
+                                ));
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Level values the page does not know by name (achieved lengths, cross-checks, costs…).
+fn extras_table(o: &mut String, doc: &Value, r: &Report) {
+    let mut cols: Vec<(String, String)> = Vec::new();
+    for m in doc
+        .get("models")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        for l in m
+            .get("levels")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            for (k, v) in l.as_object().into_iter().flatten() {
+                if KNOWN_LEVEL_KEYS.contains(&k.as_str()) {
+                    continue;
+                }
+                let mut found = Vec::new();
+                leaves(k, v, &mut found);
+                for c in found {
+                    if !cols.contains(&c) && cols.len() < 40 {
+                        cols.push(c);
+                    }
+                }
+            }
+        }
+    }
+    if cols.is_empty() {
+        return;
+    }
+    let mut heads = strs(&["model", load_label(r)]);
+    heads.extend(cols.iter().map(|c| c.1.clone()));
+    table_head(o, "extras-table", "Other values per level", &heads);
+    for (mi, m) in r.models.iter().enumerate() {
+        for (li, l) in m.levels.iter().enumerate() {
+            row_start(o, m, l);
+            for (suffix, _) in &cols {
+                let u = key_unit(suffix.split('/').next().unwrap_or(""));
+                o.push_str(&td(doc, &format!("/models/{mi}/levels/{li}/{suffix}"), u));
+            }
+            o.push_str("</tr>");
+        }
+    }
+    o.push_str("</tbody></table></div>");
+}
+
+/// Every value compared with the baseline, both beside each other (`comparison.values`).
+fn baseline_table(o: &mut String, doc: &Value, r: &Report) {
+    let Some(vals) = doc.pointer("/comparison/values").and_then(Value::as_array) else {
+        return;
+    };
+    if vals.is_empty() {
+        return;
+    }
+    let heads = strs(&[
+        "model",
+        load_label(r),
+        "metric",
+        "baseline",
+        "current",
+        "change (%)",
+        "regressed",
+    ]);
+    table_head(
+        o,
+        "baseline-table",
+        "Baseline beside current (times in ms, error rate in %)",
+        &heads,
+    );
+    let regressed = |m: &str, l: &str, k: &str| {
+        r.comparison.as_ref().is_some_and(|c| {
+            c.regressions
+                .iter()
+                .any(|g| g.model == m && g.level == l && g.metric == k)
+        })
+    };
+    for (i, v) in vals.iter().enumerate() {
+        let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+        let (model, level, metric) = (s("model"), s("level"), s("metric"));
+        let u = metric_unit(&metric);
+        let p = format!("/comparison/values/{i}");
+        let _ = write!(
+            o,
+            r#"<tr><td class="t">{}</td><td class="t">{}</td><td class="t">{}</td>{}{}{}<td class="t">{}</td></tr>"#,
+            esc(&model),
+            esc(&level),
+            esc(&metric),
+            td(doc, &format!("{p}/baseline"), u),
+            td(doc, &format!("{p}/current"), u),
+            td(doc, &format!("{p}/change"), Unit::Pct),
+            if regressed(&model, &level, &metric) {
+                "REGRESSED"
+            } else {
+                ""
+            }
+        );
+    }
+    o.push_str("</tbody></table></div>");
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::bench::report::tests::synthetic;
+    use regex::Regex;
+    use serde_json::json;
+
+    /// The synthetic report as JSON, with what other parts of the bench add: samples, server
+    /// signals, findings, an achieved-length summary and a per-model target.
+    pub(crate) fn rich() -> Value {
+        let mut r = synthetic();
+        for m in &mut r.models {
+            for (li, l) in m.levels.iter_mut().enumerate() {
+                let mut s = crate::bench::report::tests::samples(
+                    l.requests as usize,
+                    0.1 * (li + 1) as f64,
+                    64,
+                    0.02,
+                    7,
+                );
+                for (i, x) in s.iter_mut().enumerate() {
+                    x.sent_s = i as f64 * l.wall_s / 20.0;
+                }
+                l.samples = Some(s);
+            }
+        }
+        r.command = Some("tokenprobe bench --config.file c.yml -o run.html".into());
+        let mut doc = serde_json::to_value(&r).unwrap();
+        for (mi, m) in doc["models"].as_array_mut().unwrap().iter_mut().enumerate() {
+            m["note"] = json!(format!("note {mi}"));
+            for (li, l) in m["levels"].as_array_mut().unwrap().iter_mut().enumerate() {
+                let f = (li + 1) as f64;
+                l["server"] = json!({
+                    "gpu_utilization": {"mean": 30.0 * f, "max": 35.0 * f},
+                    "kv_cache_usage_ratio": {"mean": 0.2 * f, "max": 0.25 * f},
+                    "requests_waiting": {"mean": 0.5 * f * f, "max": 2.0 * f * f},
+                    "scrapes": 10, "scrape_errors": 0
+                });
+                l["output_length"] = json!({"requested": 64, "achieved": {"n": 20, "mean": 63.5, "p50": 64.0, "p95": 64.0}});
+            }
+        }
+        doc["findings"] = json!([{"code": "kv_cache_full", "model": "alpha", "level": "8", "message": "the KV cache was 95% full: requests queue"}]);
+        doc
+    }
+
+    /// `(pointer, data-v, text)` of every number shown.
+    pub(crate) fn numbers(html: &str) -> Vec<(String, String, String)> {
+        let re = Regex::new(r#"data-k="([^"]+)" data-v="([^"]+)">([^<]*)<"#).unwrap();
+        re.captures_iter(html)
+            .map(|c| (c[1].replace("&amp;", "&"), c[2].to_owned(), c[3].to_owned()))
+            .collect()
+    }
+
+    /// How the page should show the value at `ptr` (this test's own reading of the units).
+    pub(crate) fn expected_scale(doc: &Value, ptr: &str) -> f64 {
+        let segs: Vec<&str> = ptr.split('/').collect();
+        let last = segs.last().copied().unwrap_or("");
+        let parent = ptr.rsplit_once('/').map_or("", |p| p.0);
+        let in_values = segs.contains(&"values");
+        let metric = doc
+            .pointer(parent)
+            .and_then(|p| p.get("metric"))
+            .and_then(Value::as_str)
+            .unwrap_or(if in_values { last } else { "" })
+            .to_owned();
+        let time_metric = ["ttft", "ttfo", "tpot", "e2e", "lag"]
+            .contains(&metric.split('_').next().unwrap_or(""));
+        let pct = ["change", "error_rate"].contains(&last)
+            || metric == "error_rate"
+            || last.ends_with("_growth")
+            || last.starts_with("tolerance");
+        let ms = time_metric || (segs.iter().any(|s| MS_KEYS.contains(s)) && last != "n");
+        if pct {
+            100.0
+        } else if ms {
+            1e3
+        } else {
+            1.0
+        }
+    }
+
+    /// Checks every number of `html` against `doc`; returns how many there were.
+    pub(crate) fn check_numbers(doc: &Value, html: &str) -> usize {
+        let all = numbers(html);
+        for (ptr, v, text) in &all {
+            let want = doc
+                .pointer(ptr)
+                .and_then(Value::as_f64)
+                .unwrap_or_else(|| panic!("{ptr}: not a number in the report"));
+            assert_eq!(v.parse::<f64>().unwrap(), want, "{ptr}: data-v");
+            let shown: f64 = text.parse().unwrap_or_else(|_| panic!("{ptr}: {text:?}"));
+            let scaled = want * expected_scale(doc, ptr);
+            assert!(
+                (shown - scaled).abs() <= 0.005 * scaled.abs() + 1e-9,
+                "{ptr}: shows {text}, the report has {want} (→ {scaled})"
+            );
+        }
+        all.len()
+    }
+
+    fn embedded(html: &str) -> Value {
+        let start = html
+            .find(r#"<script type="application/json" id="report-data">"#)
+            .expect("embedded JSON")
+            + r#"<script type="application/json" id="report-data">"#.len();
+        let end = start + html[start..].find("</script>").unwrap();
+        serde_json::from_str(&html[start..end]).expect("embedded JSON parses")
+    }
+
+    #[test]
+    fn every_number_shown_is_the_reports() {
+        let doc = rich();
+        let html = render_html(&doc).unwrap();
+        let n = check_numbers(&doc, &html);
+        // 2 models × 3 levels: 15 comparison columns, 7 × 8 statistics, the load table, the
+        // server and other tables, the ranking, knees, the baseline.
+        assert!(n > 600, "only {n} numbers");
+        for p in [
+            "/models/0/levels/2/ttft_s/p95",
+            "/selection/ranked/0/score",
+            "/models/0/knee/ttft_p95_growth",
+            "/models/1/levels/2/server/requests_waiting/mean",
+            "/models/1/levels/2/output_length/achieved/p50",
+            "/comparison/values/0/baseline",
+            "/models/1/levels/1/errors/rate_limited",
+        ] {
+            assert!(html.contains(&format!(r#"data-k="{p}""#)), "{p} not shown");
+        }
+    }
+
+    #[test]
+    fn the_page_embeds_the_report_and_escapes_what_it_shows() {
+        let mut doc = rich();
+        doc["models"][1]["model"] = json!("</script><script>alert(1)</script>");
+        let html = render_html(&doc).unwrap();
+        assert_eq!(embedded(&html), doc);
+        assert!(
+            !html.contains("<script>alert(1)"),
+            "a model name ran as script"
+        );
+        assert!(html.contains("&lt;/script&gt;&lt;script&gt;alert(1)"));
+    }
+
+    #[test]
+    fn the_page_fetches_nothing() {
+        let html = render_html(&rich()).unwrap();
+        assert!(html.contains("Content-Security-Policy\" content=\"default-src 'none'"));
+        for bad in [
+            "src=", "href=", "url(", "@import", "<link", "<img", "<iframe",
+        ] {
+            assert!(!html.contains(bad), "{bad} in the page");
+        }
+        // The only URLs are SVG's namespace and the report's own base URL.
+        let re = Regex::new(r"https?://[^\s<>]+").unwrap();
+        for m in re.find_iter(&html) {
+            let u = m.as_str();
+            assert!(
+                u.starts_with("http://www.w3.org/2000/svg")
+                    || u.starts_with("http://127.0.0.1:8000/v1"),
+                "{u}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_answer_comes_first_with_ranking_rejections_knees_and_findings() {
+        let mut doc = rich();
+        doc["run"] = json!({"id": "abc123", "shard": "1/2"});
+        let html = render_html(&doc).unwrap();
+        assert!(html.contains("<dt>run</dt><dd>id <code>abc123</code>, shard 1/2</dd>"));
+        let at = |s: &str| html.find(s).unwrap_or_else(|| panic!("no {s:?}"));
+        assert!(at(r#"id="answer""#) < at(r#"id="plots""#));
+        assert!(at(r#"id="plots""#) < at(r#"id="levels-table""#));
+        // synthetic(): beta fails error_rate<1%, alpha is ranked; alpha's knee is at 8.
+        assert!(html.contains(r#"<tr data-model="alpha">"#));
+        assert!(html.contains("<li><b>beta</b> failed: error_rate = "));
+        assert!(html.contains(r#"<b>alpha</b>: <span class="knee">knee at 8</span>"#));
+        assert!(html.contains("<b>beta</b>: no knee within the sweep"));
+        assert!(html.contains("<b>alpha</b> at 8: the KV cache was 95% full: requests queue"));
+        let mut doc = rich();
+        doc["models"][1]["levels"][0]["some_check"] =
+            json!({"requests": 5, "finding": "non-streaming E2E 40% below streaming"});
+        let html = render_html(&doc).unwrap();
+        assert!(html.contains("<b>beta</b> at 2: non-streaming E2E 40% below streaming"));
+        assert!(
+            html.contains("tokenprobe 0.1.0")
+                && html.contains("<code>tokenprobe bench --config.file c.yml -o run.html</code>")
+        );
+        assert!(html.contains("note: note 0"), "per-model extras");
+    }
+
+    #[test]
+    fn every_plot_is_there_with_labelled_axes() {
+        let html = render_html(&rich()).unwrap();
+        let ids = [
+            "plot-ttft",
+            "plot-tps",
+            "plot-curve",
+            "plot-scatter-0",
+            "plot-scatter-1",
+            "plot-server-gpu-utilization",
+            "plot-server-kv-cache-usage-ratio",
+            "plot-server-requests-waiting",
+        ];
+        for id in ids {
+            let start = html
+                .find(&format!(r#"<figure class="plot" id="{id}">"#))
+                .unwrap_or_else(|| panic!("no {id}"));
+            let fig = &html[start..start + html[start..].find("</figure>").unwrap()];
+            assert!(
+                fig.contains(r#"class="x-label""#) && fig.contains(r#"class="y-label""#),
+                "{id}"
+            );
+            assert!(fig.contains(r#"<ul class="legend">"#), "{id}");
+        }
+        assert_eq!(html.matches(r#"<figure class="plot""#).count(), ids.len());
+        // The knee is named in the throughput plot's legend; the limit line is drawn... only
+        // for TTFT and agg_tps limits: synthetic() has error_rate<1%, so none.
+        assert!(html.contains("knee, circled: alpha at 8; beta none"));
+        // Baseline values beside the current ones.
+        assert!(
+            html.contains("alpha baseline ttft_p95") && html.contains(r#"id="baseline-table""#)
+        );
+        assert!(html.contains("REGRESSED"));
+    }
+
+    #[test]
+    fn limit_and_slo_lines_come_from_the_report() {
+        let mut doc = rich();
+        doc["selection"]["limits"] = json!([
+            "ttft_p95 < 500.0 ms",
+            "agg_tps > 150.0 tok/s",
+            "error_rate < 1.00%"
+        ]);
+        doc["slo"] = json!(["ttft<=1.50 s"]);
+        let r: Report = serde_json::from_value(doc.clone()).unwrap();
+        let t = thresholds(&r);
+        let got: Vec<(&str, f64, bool)> = t.iter().map(|x| (x.0.as_str(), x.1, x.3)).collect();
+        assert_eq!(
+            got,
+            [
+                ("ttft_p95", 500.0, true),
+                ("agg_tps", 150.0, true),
+                ("ttft", 1500.0, false)
+            ]
+        );
+        let html = render_html(&doc).unwrap();
+        assert!(
+            html.contains("limit ttft_p95 &lt; 500.0 ms")
+                && html.contains("SLO ttft&lt;=1.50 s (per request)")
+        );
+        assert_eq!(
+            html.matches(r#"class="hline""#).count(),
+            2 + 1 + 2,
+            "TTFT: 2, tokens/s: 1, curve: 2"
+        );
+    }
+
+    #[test]
+    fn an_old_report_without_the_optional_parts_renders() {
+        let mut r = synthetic();
+        r.selection = None;
+        r.comparison = None;
+        let mut doc = serde_json::to_value(&r).unwrap();
+        doc.as_object_mut().unwrap().remove("command");
+        let html = render_html(&doc).unwrap();
+        assert!(html.contains("Not judged"));
+        assert!(
+            !html.contains("plot-scatter")
+                && !html.contains("plot-server")
+                && !html.contains("server-table")
+        );
+        check_numbers(&doc, &html);
+        assert!(render_html(&json!({"models": 1})).is_err());
+    }
+
+    #[test]
+    fn an_open_loop_report_is_labelled_by_rate() {
+        let mut r = synthetic();
+        r.mode.kind = "open".into();
+        r.mode.arrival = Some("constant".into());
+        for m in &mut r.models {
+            for l in &mut m.levels {
+                l.key.rate = Some(f64::from(l.key.concurrency) / 2.0);
+            }
+            if let Some(k) = m.knee.as_mut() {
+                k.level = m.levels[k.index].key;
+            }
+        }
+        let doc = serde_json::to_value(&r).unwrap();
+        let html = render_html(&doc).unwrap();
+        assert!(html.contains("open loop, constant arrivals"));
+        assert!(html.contains(">arrival rate (requests/s)</text>"));
+        assert!(html.contains("<th>arrival rate (requests/s)</th>"));
+        for l in [">1/s</text>", ">2/s</text>", ">4/s</text>", "knee at 4/s"] {
+            assert!(html.contains(l), "no {l}");
+        }
+        check_numbers(&doc, &html);
+    }
+
+    #[test]
+    fn models_with_different_levels_share_one_axis_in_load_order() {
+        let mut r = synthetic();
+        // beta ran 2, 4 and 16 instead of 2, 4 and 8.
+        r.models[1].levels[2].key.concurrency = 16;
+        assert_eq!(level_labels(&r), ["2", "4", "8", "16"]);
+        let labels = level_labels(&r);
+        assert_eq!(slot(&labels, &r.models[1].levels[2]), 3.0);
+        assert_eq!(slot(&labels, &r.models[0].levels[2]), 2.0);
+    }
+
+    #[test]
+    fn numbers_have_three_significant_digits() {
+        for (v, s) in [
+            (190.4, "190"),
+            (1.234, "1.23"),
+            (0.0123, "0.0123"),
+            (12.0, "12"),
+            (0.5, "0.5"),
+            (12345.6, "12346"),
+            (f64::NAN, "-"),
+        ] {
+            assert_eq!(num(v), s, "{v}");
+        }
+    }
+}

@@ -1,0 +1,197 @@
+//! `tokenprobe bench report FILE.json… -o OUT…`: an earlier run's JSON report (or several, side
+//! by side) rendered again as HTML, Markdown, CSV or JSON, without sending a request (one of
+//! [`super::bench::BenchAction`]).
+
+use crate::bench::criteria::{Criteria, parse_weights};
+use crate::bench::{BenchError, Format, combine, html, report};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Flags of `tokenprobe bench report`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ReportArgs {
+    /// JSON reports written by `bench -o FILE.json` (several: their models side by side).
+    #[arg(required = true)]
+    pub inputs: Vec<PathBuf>,
+    /// Write to FILE.html, FILE.md, FILE.csv or FILE.json (by extension; repeatable).
+    #[arg(long = "output", short = 'o', required = true)]
+    pub outputs: Vec<PathBuf>,
+    /// Judge the (combined) models again with this hard limit (repeatable), as `bench --limit`.
+    #[arg(long = "limit")]
+    pub limits: Vec<String>,
+    /// Judge again with these score weights (repeatable), as `bench --weight`.
+    #[arg(long = "weight")]
+    pub weights: Vec<String>,
+    /// Judge again at this level (concurrency, or rate in open loop).
+    #[arg(long)]
+    pub select_at: Option<f64>,
+    /// Leave every request's sample out (a smaller page: no per-request scatter).
+    #[arg(long)]
+    pub no_samples: bool,
+}
+
+impl ReportArgs {
+    /// The criteria of a new judgement, when any flag asks for one.
+    fn criteria(&self) -> Result<Option<Criteria>, BenchError> {
+        if self.limits.is_empty() && self.weights.is_empty() && self.select_at.is_none() {
+            return Ok(None);
+        }
+        let mut c = Criteria::default();
+        for l in &self.limits {
+            c.limits.push(l.parse()?);
+        }
+        if !self.weights.is_empty() {
+            c.weights.clear();
+            for w in &self.weights {
+                c.weights.extend(parse_weights(w)?);
+            }
+        }
+        c.select_at = self.select_at;
+        Ok(Some(c))
+    }
+}
+
+/// Runs `bench report`: reads and combines the inputs, judges again when asked, writes every
+/// output. Exit 0, or 2 (an input that is not a report, an output that cannot be written).
+///
+/// # Errors
+/// [`BenchError`] for a bad flag, input or output.
+pub fn run(a: &ReportArgs) -> Result<ExitCode, BenchError> {
+    let mut outputs = Vec::new();
+    for o in &a.outputs {
+        let format = Format::of(o).ok_or_else(|| {
+            BenchError::Usage(format!(
+                "--output {}: the extension must be .json, .csv, .md or .html",
+                o.display()
+            ))
+        })?;
+        outputs.push((o.clone(), format));
+    }
+    let criteria = a.criteria()?;
+    let mut docs = Vec::new();
+    for p in &a.inputs {
+        let bad = |reason: String| BenchError::Usage(format!("{}: {reason}", p.display()));
+        let text = crate::config::read_input_file(p).map_err(|e| bad(e.to_string()))?;
+        let doc: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| bad(format!("not a tokenprobe bench JSON report ({e})")))?;
+        serde_json::from_value::<report::Report>(doc.clone())
+            .map_err(|e| bad(format!("not a tokenprobe bench JSON report ({e})")))?;
+        docs.push((p.display().to_string(), doc));
+    }
+    let mut doc = combine::combine(docs, criteria.as_ref()).map_err(BenchError::Usage)?;
+    if a.no_samples {
+        combine::drop_samples(&mut doc);
+    }
+    for (path, format) in &outputs {
+        let out_err = |reason: String| BenchError::Output {
+            path: path.clone(),
+            reason,
+        };
+        let text = match format {
+            Format::Json => {
+                serde_json::to_string_pretty(&doc).map_err(|e| out_err(e.to_string()))?
+            }
+            Format::Html => html::render_html(&doc).map_err(|e| out_err(e.to_string()))?,
+            Format::Csv | Format::Markdown => {
+                let r: report::Report =
+                    serde_json::from_value(doc.clone()).map_err(|e| out_err(e.to_string()))?;
+                if *format == Format::Csv {
+                    report::render_csv(&r).map_err(|e| out_err(e.to_string()))?
+                } else {
+                    report::render_markdown(&r)
+                }
+            }
+        };
+        std::fs::write(path, text).map_err(|e| out_err(e.to_string()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::bench::{BenchAction, BenchArgs};
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<BenchArgs, clap::Error> {
+        Cmd::try_parse_from(std::iter::once("bench").chain(args.iter().copied())).map(|c| c.bench)
+    }
+
+    fn report(args: &[&str]) -> ReportArgs {
+        match parse(args).expect("parses").action {
+            Some(BenchAction::Report(r)) => r,
+            _ => panic!("not the report subcommand"),
+        }
+    }
+
+    #[test]
+    fn a_run_keeps_its_flags_and_report_is_a_subcommand() {
+        let run = parse(&[
+            "--config.file",
+            "c.yml",
+            "--requests-per-level",
+            "3",
+            "-o",
+            "r.html",
+        ])
+        .expect("a run");
+        assert!(run.action.is_none());
+        assert_eq!(
+            run.config_file.as_deref(),
+            Some(std::path::Path::new("c.yml"))
+        );
+        assert_eq!(run.outputs, [PathBuf::from("r.html")]);
+        let r = report(&[
+            "report",
+            "a.json",
+            "b.json",
+            "-o",
+            "m.html",
+            "--limit",
+            "ttft_p95<1s",
+            "--no-samples",
+        ]);
+        assert_eq!(r.inputs, [PathBuf::from("a.json"), PathBuf::from("b.json")]);
+        assert_eq!(r.outputs, [PathBuf::from("m.html")]);
+        assert!(r.no_samples);
+        assert_eq!(
+            r.criteria()
+                .expect("criteria")
+                .expect("judged")
+                .limits
+                .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn what_does_not_fit_is_refused() {
+        // A run still needs its config and amount; a report its inputs and outputs; a run's
+        // flags do not go with `report`.
+        for args in [
+            &["--requests-per-level", "3"][..],
+            &["report", "a.json"],
+            &["report", "-o", "x.html"],
+            &[
+                "--config.file",
+                "c.yml",
+                "--requests-per-level",
+                "3",
+                "report",
+                "a.json",
+                "-o",
+                "x.html",
+            ],
+        ] {
+            assert!(parse(args).is_err(), "{args:?} accepted");
+        }
+        let r = report(&["report", "a.json", "-o", "x.txt"]);
+        assert!(matches!(run(&r), Err(BenchError::Usage(m)) if m.contains(".html")));
+    }
+}
