@@ -16,7 +16,7 @@ OUT = Path(__file__).resolve().parent / "dashboards" / "tokenprobe-overview.json
 
 DS = {"type": "prometheus", "uid": "${datasource}"}
 # The job selector: every tokenprobe series carries target, model and prompt.
-SEL = 'target=~"$target", model=~"$model", prompt=~"$prompt"'
+SEL = 'location=~"$location", target=~"$target", model=~"$model", prompt=~"$prompt"'
 RI = "$__rate_interval"
 
 TTFT = "tokenprobe_time_to_first_token_seconds"
@@ -377,6 +377,26 @@ def panels():
         "suffix: tok/s", g(12, y, 12, 8), minimum=0))
     y += 8
 
+    # One exporter per vantage point (`serve --location`): the same model seen from each place.
+    # A series without a location (a single exporter) shows with an empty one.
+    p.append(row("By location", y))
+    y += 1
+    p.append(timeseries(
+        "TTFT p95 by location",
+        "The same target and model probed from every location: one slow location is its path, "
+        "all slow is the server (alerts TokenprobeFailingFromSomeLocations / FromEveryLocation).",
+        [target(quantile(0.95, TTFT, by="location, target, model"),
+                "{{location}}: {{model}} @ {{target}}", "")],
+        "s", g(0, y, 12, 8), minimum=0))
+    p.append(timeseries(
+        "Error ratio by location",
+        "Failed / all probes per location, target and model.",
+        [target(f"sum by (location, target, model) (rate(tokenprobe_probe_errors_total{{{SEL}}}[{RI}]))"
+                f" / sum by (location, target, model) (rate(tokenprobe_probes_total{{{SEL}}}[{RI}]))",
+                "{{location}}: {{model}} @ {{target}}", "")],
+        "percentunit", g(12, y, 12, 8), minimum=0))
+    y += 8
+
     p.append(row("Distributions", y))
     y += 1
     p.append(heatmap("TTFT heatmap", "Probes per TTFT bucket and time step (all selected jobs).",
@@ -660,7 +680,9 @@ def dashboard():
                     "options": [],
                     "skipUrlSync": False,
                 },
-                query_variable("target", "Target", "label_values(tokenprobe_probes_total, target)"),
+                query_variable("location", "Location", "label_values(tokenprobe_build_info, location)"),
+                query_variable("target", "Target",
+                               'label_values(tokenprobe_probes_total{location=~"$location"}, target)'),
                 query_variable("model", "Model",
                                'label_values(tokenprobe_probes_total{target=~"$target"}, model)'),
                 query_variable("prompt", "Prompt",
