@@ -361,7 +361,8 @@ pub fn redact_url(url: &str) -> String {
 const SECRET_FLAGS: [&str; 4] = ["--header", "--query", "--api-key", "--password"];
 
 /// A command line safe to show: the value of a header, query or key flag (`--header
-/// NAME=VALUE` keeps `NAME`) and a URL's userinfo are replaced by [`REDACTED`], every secret
+/// NAME=VALUE` keeps `NAME`), a URL's userinfo and its non-public query values are replaced by
+/// [`REDACTED`], every secret
 /// `r` knows is hidden, and arguments are quoted for a POSIX shell where they need it.
 pub fn command_line(args: &[String], r: &Redactor) -> String {
     let mut out = Vec::with_capacity(args.len());
@@ -386,14 +387,27 @@ pub fn command_line(args: &[String], r: &Redactor) -> String {
                     a.clone()
                 }
             }
-        } else if a.contains("://") && a.contains('@') {
-            redact_userinfo(a)
+        } else if let Some(v) = inline.filter(|v| v.contains("://")) {
+            format!("{flag}={}", shown_url(v))
+        } else if a.contains("://") {
+            shown_url(a)
         } else {
             a.clone()
         };
         out.push(shell_quote(&r.redact(&shown)));
     }
     out.join(" ")
+}
+
+/// A URL argument as [`command_line`] shows it: without userinfo and with the values of its
+/// non-public query parameters hidden (`--server-metrics http://h/metrics?token=...`), or with
+/// only its userinfo hidden when it does not parse as a URL.
+fn shown_url(a: &str) -> String {
+    if reqwest::Url::parse(a).is_ok() {
+        redact_url(a)
+    } else {
+        redact_userinfo(a)
+    }
 }
 
 /// `s` quoted for a POSIX shell when it holds anything but safe characters.
@@ -785,6 +799,26 @@ mod tests {
         .map(|s| (*s).to_owned())
         .collect();
         let shown = command_line(&args, &r);
+        // A metrics endpoint's URL, as a separate and as an inline value: its query values and
+        // userinfo are hidden too.
+        let more: Vec<String> = [
+            "--server-metrics",
+            "http://h:9/metrics?token=tok-333",
+            "--prometheus=http://u:pp-444@p:9090",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        let urls = command_line(&more, &r);
+        assert!(
+            !urls.contains("tok-333") && !urls.contains("pp-444"),
+            "{urls}"
+        );
+        assert!(
+            urls.contains("http://h:9/metrics?token=")
+                && urls.contains("--prometheus=http://p:9090"),
+            "{urls}"
+        );
         for secret in [
             "hunter22",
             "qsecret99",

@@ -11,7 +11,7 @@
 
 mod common;
 use common::e2e::*;
-use common::serve::{serve, simulate};
+use common::serve::serve;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -56,7 +56,10 @@ fn two_locations_are_told_apart_and_compared_by_one_prometheus() {
         Duration::from_secs(180),
     );
     let dir = tempfile::tempdir().unwrap();
-    let (_sim, sim_url) = simulate(&["--ttft", "20ms", "--itl", "2ms", "--output-tokens", "4"]);
+    let (_sim, sim_url) = start_simulate(
+        dir.path(),
+        &["--ttft", "20ms", "--itl", "2ms", "--output-tokens", "4"],
+    );
     let eu_cfg = dir.path().join("eu.yml");
     std::fs::write(&eu_cfg, config("location: eu\n", &format!("{sim_url}/v1"))).unwrap();
     // A closed port: the path from `us` is broken, the server is fine.

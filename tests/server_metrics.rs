@@ -307,24 +307,7 @@ fn the_targets_key_goes_to_the_metrics_endpoint() {
 
 // ------------------------------------------------------------------ bench as a process
 
-fn simulate(dir: &Path, args: &[&str]) -> (ChildGuard, String) {
-    let mut cmd = Command::new(tokenprobe_bin());
-    cmd.args(["simulate", "--listen", "127.0.0.1:0", "--seed", "1"])
-        .args(args);
-    let mut guard = ChildGuard::spawn("simulate", cmd, dir);
-    let url = wait_for(
-        "simulate to print its address",
-        Duration::from_secs(20),
-        || {
-            guard.assert_running();
-            guard
-                .stdout()
-                .lines()
-                .find_map(|l| l.strip_prefix("listening on ").map(str::to_owned))
-        },
-    );
-    (guard, url)
-}
+use common::e2e::start_simulate as simulate;
 
 fn write_config(dir: &Path, base_url: &str, max_tokens: u32, extra: &str) -> PathBuf {
     let path = dir.join("bench.yml");
@@ -706,31 +689,11 @@ fn prometheus_query_source_reads_the_dcgm_fixture() {
 
 /// A Prometheus scraping `target` at `path` every second.
 fn start_prometheus_path(dir: &Path, target: &str, path: &str) -> (ChildGuard, String) {
-    let cfg = dir.join("prometheus.yml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n\
-             scrape_configs:\n  - job_name: dcgm\n    metrics_path: {path}\n    static_configs:\n      - targets: ['{target}']\n"
+    start_prometheus_config(
+        dir,
+        &format!(
+            "  - job_name: dcgm\n    metrics_path: {path}\n    static_configs:\n      - targets: ['{target}']\n"
         ),
+        &[],
     )
-    .expect("write prometheus.yml");
-    let addr = format!("127.0.0.1:{}", free_port());
-    let mut cmd = Command::new(which("prometheus").expect("prometheus"));
-    cmd.arg(format!("--config.file={}", cfg.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("tsdb").display()
-        ))
-        .arg(format!("--web.listen-address={addr}"))
-        .arg("--log.level=warn");
-    let mut guard = ChildGuard::spawn("prometheus", cmd, dir);
-    let url = format!("http://{addr}");
-    wait_for("prometheus /-/ready", Duration::from_secs(60), || {
-        guard.assert_running();
-        try_http_get(&format!("{url}/-/ready"), &[])
-            .ok()
-            .filter(|r| r.status == 200)
-    });
-    (guard, url)
 }

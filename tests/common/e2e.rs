@@ -938,6 +938,20 @@ pub fn start_prometheus_scraping(
         .map(|t| format!("'{t}'"))
         .collect::<Vec<_>>()
         .join(", ");
+    start_prometheus_config(
+        dir,
+        &format!("  - job_name: tokenprobe\n    static_configs:\n      - targets: [{targets}]\n"),
+        rule_files,
+    )
+}
+
+/// A real Prometheus with these `scrape_configs` entries (YAML, indented as list items), every
+/// second, and these rule files; its guard and base URL once `/-/ready`.
+pub fn start_prometheus_config(
+    dir: &Path,
+    scrape_configs: &str,
+    rule_files: &[&Path],
+) -> (ChildGuard, String) {
     let mut rules = String::new();
     if !rule_files.is_empty() {
         rules.push_str("rule_files:\n");
@@ -950,7 +964,7 @@ pub fn start_prometheus_scraping(
         &prom_config,
         format!(
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n{rules}\
-             scrape_configs:\n  - job_name: tokenprobe\n    static_configs:\n      - targets: [{targets}]\n"
+             scrape_configs:\n{scrape_configs}"
         ),
     )
     .expect("write prometheus.yml");

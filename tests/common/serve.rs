@@ -92,27 +92,3 @@ pub fn serve(
         .expect("address");
     (Proc(child), addr, lines)
 }
-
-/// `tokenprobe simulate` on an ephemeral loopback port with `args`; its base URL
-/// (`http://127.0.0.1:PORT`, from the first line it prints).
-pub fn simulate(args: &[&str]) -> (Proc, String) {
-    let mut child = Command::new(super::tokenprobe_bin())
-        .args(["simulate", "--listen", "127.0.0.1:0", "--log.level", "warn"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn simulate");
-    let stdout = child.stdout.take().expect("stdout");
-    let proc = Proc(child);
-    let mut line = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut line)
-        .expect("simulate's first line");
-    let url = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_owned();
-    (proc, url)
-}
