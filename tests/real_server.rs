@@ -258,6 +258,7 @@ fn serve_against_llama_cpp_agrees_with_the_servers_own_numbers() {
     let mut ttft_gaps = Vec::new();
     let mut tpot_gaps = Vec::new();
     let mut span_gaps = Vec::new();
+    let mut min_prompt_ms = f64::INFINITY;
     let (mut sum_prompt_ms, mut sum_pred_ms, mut sum_ttft, mut sum_span, mut sum_n) =
         (0.0, 0.0, 0.0, 0.0, 0.0);
     let (mut sum_gaps, mut gaps_known) = (0.0, true);
@@ -318,6 +319,7 @@ fn serve_against_llama_cpp_agrees_with_the_servers_own_numbers() {
         ttft_gaps.push(gap);
         tpot_gaps.push((tpot_ms - per_tok_ms).abs());
         sum_prompt_ms += prompt_ms;
+        min_prompt_ms = min_prompt_ms.min(prompt_ms);
         sum_pred_ms += pred_ms;
         sum_ttft += ttft_ms / 1e3;
         sum_span += span / 1e3;
@@ -369,10 +371,14 @@ fn serve_against_llama_cpp_agrees_with_the_servers_own_numbers() {
         - before.one("llamacpp:tokens_predicted_seconds_total"))
         * 1e3;
     // llama.cpp prints these counters with 6 significant digits, and its
-    // prompt_seconds_total runs ~0.15 ms per request below the prompt_ms it
-    // reports in `timings` (seen with a plain client too: its own accounting).
+    // prompt_seconds_total runs below the prompt_ms it reports in `timings` (seen with a plain
+    // client too: its own accounting), by ~0.15 ms per request on an idle machine and up to
+    // 0.6 ms on a loaded one. What this checks is that the logged requests are the server's: a
+    // request missing or counted twice moves the sum by a whole prompt_ms, so the bound is half
+    // the smallest one (and never below the idle machine's 0.5 ms per request).
+    let prompt_bound = (0.1 + 0.5 * probes).max(min_prompt_ms / 2.0);
     assert!(
-        (sum_prompt_ms - server_prompt_ms).abs() < 0.1 + 0.5 * probes,
+        (sum_prompt_ms - server_prompt_ms).abs() < prompt_bound,
         "logged server_prompt_ms sum {sum_prompt_ms} vs llamacpp:prompt_seconds_total delta {server_prompt_ms} ms"
     );
     assert!(
