@@ -122,7 +122,7 @@ async fn serve(
         tls = web.tls.is_some(),
         basic_auth = !web.users.is_empty(),
         jobs = daemon.jobs().len(),
-        location = daemon.location().unwrap_or(""),
+        location = daemon.location(),
         config = %config_file.display(),
         max_web_connections = limits.max_connections,
         fd_limit = nofile,
