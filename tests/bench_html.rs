@@ -27,25 +27,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-/// `tokenprobe simulate` on a free loopback port; returns its guard and `http://ADDR`.
-fn simulate(dir: &Path, args: &[&str]) -> (ChildGuard, String) {
-    let mut cmd = Command::new(tokenprobe_bin());
-    cmd.args(["simulate", "--listen", "127.0.0.1:0", "--seed", "1"])
-        .args(args);
-    let mut guard = ChildGuard::spawn("simulate", cmd, dir);
-    let url = wait_for(
-        "simulate to print its address",
-        Duration::from_secs(20),
-        || {
-            guard.assert_running();
-            guard
-                .stdout()
-                .lines()
-                .find_map(|l| l.strip_prefix("listening on ").map(str::to_owned))
-        },
-    );
-    (guard, url)
-}
+use common::e2e::start_simulate as simulate;
 
 fn config(dir: &Path, target: &str, url: &str) -> PathBuf {
     let path = dir.join(format!("{target}.yml"));

@@ -14,14 +14,6 @@ use e2e::*;
 use std::process::Command;
 use std::time::Duration;
 
-fn query(prom: &str, q: &str) -> Vec<serde_json::Value> {
-    let r = http_get(&format!("{prom}/api/v1/query?query={}", urlencode(q)), &[]);
-    assert_eq!(r.status, 200, "query {q}: {}", r.body);
-    let v: serde_json::Value = serde_json::from_str(&r.body).expect("query JSON");
-    assert_eq!(v["status"], "success", "query {q}: {v}");
-    v["data"]["result"].as_array().cloned().unwrap_or_default()
-}
-
 fn finite_values(res: &[serde_json::Value]) -> usize {
     res.iter()
         .filter_map(|s| s["value"][1].as_str().and_then(|v| v.parse::<f64>().ok()))
@@ -58,13 +50,13 @@ fn dashboards_alerts_and_rules_query_real_prometheus() {
         || {
             prom_guard.assert_running();
             tp.guard.assert_running();
-            let scrapes = query(&prom, "count_over_time(up{job=\"tokenprobe\"}[5m])");
+            let scrapes = prom_query(&prom, "count_over_time(up{job=\"tokenprobe\"}[5m])");
             let n = scrapes
                 .first()
                 .and_then(|s| s["value"][1].as_str())
                 .and_then(|v| v.parse::<f64>().ok())
                 .unwrap_or(0.0);
-            let p50 = query(
+            let p50 = prom_query(
                 &prom,
                 "target_model:tokenprobe_time_to_first_token_seconds:p50_5m",
             );
@@ -84,7 +76,7 @@ fn dashboards_alerts_and_rules_query_real_prometheus() {
             "tokenprobe_decode_tokens_per_second_bucket{le=~\"30|30\\\\.0\"}",
         ),
     ] {
-        assert!(!query(&prom, q).is_empty(), "no {what}: {q} is empty");
+        assert!(!prom_query(&prom, q).is_empty(), "no {what}: {q} is empty");
     }
 
     // Every rule loaded, evaluated, healthy.
@@ -125,7 +117,7 @@ fn dashboards_alerts_and_rules_query_real_prometheus() {
             &format!("recording rule {name} to yield a series"),
             Duration::from_secs(20),
             || {
-                let res = query(&prom, name);
+                let res = prom_query(&prom, name);
                 (!res.is_empty()).then_some(res)
             },
         );

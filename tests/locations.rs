@@ -15,14 +15,6 @@ use common::serve::serve;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-fn query(prom: &str, q: &str) -> Vec<serde_json::Value> {
-    let r = http_get(&format!("{prom}/api/v1/query?query={}", urlencode(q)), &[]);
-    assert_eq!(r.status, 200, "query {q}: {}", r.body);
-    let v: serde_json::Value = serde_json::from_str(&r.body).expect("query JSON");
-    assert_eq!(v["status"], "success", "query {q}: {v}");
-    v["data"]["result"].as_array().cloned().unwrap_or_default()
-}
-
 /// `label value -> sample value` of a query's result.
 fn by_label(res: &[serde_json::Value], label: &str) -> BTreeMap<String, f64> {
     res.iter()
@@ -81,18 +73,18 @@ fn two_locations_are_told_apart_and_compared_by_one_prometheus() {
         Duration::from_secs(90),
         || {
             let ratio = by_label(
-                &query(
+                &prom_query(
                     &prom,
                     "location_target_model:tokenprobe_probe_errors:ratio_rate5m",
                 ),
                 "location",
             );
-            (ratio.len() == 2 && !query(&prom, pending).is_empty()).then_some(())
+            (ratio.len() == 2 && !prom_query(&prom, pending).is_empty()).then_some(())
         },
     );
 
     let locations = by_label(
-        &query(&prom, "count by (location) (tokenprobe_build_info)"),
+        &prom_query(&prom, "count by (location) (tokenprobe_build_info)"),
         "location",
     );
     assert_eq!(
@@ -100,13 +92,13 @@ fn two_locations_are_told_apart_and_compared_by_one_prometheus() {
         ["eu", "us"],
         "the flag wins over the file's location"
     );
-    let unlabelled = query(&prom, r#"count({__name__=~"tokenprobe_.+", location=""})"#);
+    let unlabelled = prom_query(&prom, r#"count({__name__=~"tokenprobe_.+", location=""})"#);
     assert!(
         unlabelled.is_empty(),
         "series without a location: {unlabelled:?}"
     );
     let probes = by_label(
-        &query(
+        &prom_query(
             &prom,
             r#"sum by (location) (tokenprobe_probes_total{target="sim"})"#,
         ),
@@ -115,7 +107,7 @@ fn two_locations_are_told_apart_and_compared_by_one_prometheus() {
     assert!(probes["eu"] >= 1.0 && probes["us"] >= 1.0, "{probes:?}");
 
     let ratio = by_label(
-        &query(
+        &prom_query(
             &prom,
             "location_target_model:tokenprobe_probe_errors:ratio_rate5m",
         ),
@@ -123,18 +115,18 @@ fn two_locations_are_told_apart_and_compared_by_one_prometheus() {
     );
     assert_eq!(ratio["eu"], 0.0, "{ratio:?}");
     assert_eq!(ratio["us"], 1.0, "{ratio:?}");
-    let count = query(
+    let count = prom_query(
         &prom,
         r#"target_model:tokenprobe_locations:count{target="sim"}"#,
     );
     assert_eq!(by_label(&count, "target")["sim"], 2.0, "{count:?}");
-    let failing = query(
+    let failing = prom_query(
         &prom,
         r#"target_model:tokenprobe_locations_failing:count{target="sim"}"#,
     );
     assert_eq!(by_label(&failing, "target")["sim"], 1.0, "{failing:?}");
     // The cross-location rules aggregate: one series for the job, whatever the locations.
-    let aggregated = query(
+    let aggregated = prom_query(
         &prom,
         r#"target_model:tokenprobe_probes:rate5m{target="sim"}"#,
     );
@@ -144,9 +136,9 @@ fn two_locations_are_told_apart_and_compared_by_one_prometheus() {
         "{aggregated:?}"
     );
 
-    let alerts = by_label(&query(&prom, pending), "location");
+    let alerts = by_label(&prom_query(&prom, pending), "location");
     assert_eq!(alerts.keys().collect::<Vec<_>>(), ["us"], "{alerts:?}");
-    let every = query(
+    let every = prom_query(
         &prom,
         r#"ALERTS{alertname="TokenprobeFailingFromEveryLocation"}"#,
     );

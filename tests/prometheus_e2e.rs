@@ -114,15 +114,6 @@ fn metrics_parse_as_openmetrics_and_pass_promtool() {
     }
 }
 
-/// Runs a PromQL instant query; returns the result vector.
-fn query(prom: &str, q: &str) -> Vec<serde_json::Value> {
-    let r = http_get(&format!("{prom}/api/v1/query?query={}", urlencode(q)), &[]);
-    assert_eq!(r.status, 200, "query {q}: {}", r.body);
-    let v: serde_json::Value = serde_json::from_str(&r.body).expect("query JSON");
-    assert_eq!(v["status"], "success", "query {q}: {v}");
-    v["data"]["result"].as_array().cloned().unwrap_or_default()
-}
-
 fn value_of(sample: &serde_json::Value) -> f64 {
     sample["value"][1]
         .as_str()
@@ -164,12 +155,12 @@ fn real_prometheus_scrapes_and_queries_tokenprobe() {
                 "prometheus failed to scrape tokenprobe: {err}\n{t}"
             );
         }
-        query(&prom, up_q)
+        prom_query(&prom, up_q)
             .first()
             .map(value_of)
             .filter(|n| *n >= 3.0)
     });
-    let up = query(&prom, "up{job=\"tokenprobe\"}");
+    let up = prom_query(&prom, "up{job=\"tokenprobe\"}");
     assert_eq!(up.first().map(value_of), Some(1.0), "up: {up:?}");
 
     // p95 TTFT from the histogram's buckets.
@@ -179,7 +170,7 @@ fn real_prometheus_scrapes_and_queries_tokenprobe() {
         "a numeric p95 TTFT from prometheus",
         Duration::from_secs(60),
         || {
-            let res = query(&prom, p95_q);
+            let res = prom_query(&prom, p95_q);
             res.first()
                 .map(value_of)
                 .filter(|v| v.is_finite())
@@ -194,7 +185,7 @@ fn real_prometheus_scrapes_and_queries_tokenprobe() {
     assert_eq!(res[0]["metric"]["model"], "smollm2", "{}", res[0]);
 
     // Every error_type series is there (at 0) before any error happened.
-    let errs = query(&prom, "tokenprobe_probe_errors_total");
+    let errs = prom_query(&prom, "tokenprobe_probe_errors_total");
     let types: BTreeSet<String> = errs
         .iter()
         .filter_map(|s| s["metric"]["error_type"].as_str().map(str::to_string))
@@ -204,7 +195,7 @@ fn real_prometheus_scrapes_and_queries_tokenprobe() {
     for s in &errs {
         assert_eq!(value_of(s), 0.0, "{s}");
     }
-    let probes = query(&prom, "sum(tokenprobe_probes_total)");
+    let probes = prom_query(&prom, "sum(tokenprobe_probes_total)");
     assert!(
         probes.first().map(value_of).unwrap_or(0.0) >= 1.0,
         "probes_total: {probes:?}"

@@ -408,16 +408,10 @@ fn workloads_against_llama_cpp() {
 #[test]
 fn an_input_length_off_the_request_is_flagged() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cmd = Command::new(tokenprobe_bin());
-    cmd.args(["simulate", "--listen", "127.0.0.1:0", "--seed", "1"])
-        .args(["--ttft", "1ms", "--itl", "1ms", "--output-tokens", "2"]);
-    let mut sim = ChildGuard::spawn("simulate", cmd, dir.path());
-    let url = wait_for("simulate's address", Duration::from_secs(20), || {
-        sim.assert_running();
-        sim.stdout()
-            .lines()
-            .find_map(|l| l.strip_prefix("listening on ").map(str::to_owned))
-    });
+    let (_sim, url) = start_simulate(
+        dir.path(),
+        &["--ttft", "1ms", "--itl", "1ms", "--output-tokens", "2"],
+    );
     let c = Config::parse(&format!(
         "prompts:\n  - name: s\n    synthetic: {{input_tokens: 400, output_tokens: 2, seed: 3}}\n\
          targets:\n  - name: sim\n    base_url: {url}/v1\n    models: [m]\n"

@@ -1012,3 +1012,13 @@ pub fn start_simulate(dir: &Path, args: &[&str]) -> (ChildGuard, String) {
     );
     (guard, url)
 }
+
+/// The result of an instant PromQL query `q` against the Prometheus at `prom` (asserting the
+/// query succeeded).
+pub fn prom_query(prom: &str, q: &str) -> Vec<serde_json::Value> {
+    let r = http_get(&format!("{prom}/api/v1/query?query={}", urlencode(q)), &[]);
+    assert_eq!(r.status, 200, "query {q}: {}", r.body);
+    let v: serde_json::Value = serde_json::from_str(&r.body).expect("query JSON");
+    assert_eq!(v["status"], "success", "query {q}: {v}");
+    v["data"]["result"].as_array().cloned().unwrap_or_default()
+}
