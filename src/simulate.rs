@@ -199,6 +199,8 @@ pub(crate) struct Shared {
     pub seed: u64,
     /// Request sequence number (arrival order).
     pub seq: AtomicU64,
+    /// Connection number (accept order).
+    pub conns: AtomicU64,
     pub slots: Option<Arc<Semaphore>>,
     pub log: Option<log::EventLog>,
     pub timer: timer::Timer,
@@ -296,6 +298,7 @@ pub async fn run(args: SimulateArgs) -> Result<ExitCode> {
         errors: args.errors.clone(),
         seed,
         seq: AtomicU64::new(0),
+        conns: AtomicU64::new(0),
         slots: args
             .max_concurrency
             .map(|n| Arc::new(Semaphore::new(n as usize))),

@@ -31,6 +31,7 @@ struct Gone;
 
 /// Serves one connection until the client closes it or a response requires closing.
 pub(super) async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
+    let conn = shared.conns.fetch_add(1, Ordering::Relaxed);
     let mut buf = Vec::new();
     loop {
         let req = match http::read_request(&mut stream, &mut buf, IDLE).await {
@@ -54,7 +55,7 @@ pub(super) async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
         };
         let arrival = Instant::now();
         let wall = SystemTime::now();
-        let keep = handle(&mut stream, &mut buf, req, arrival, wall, &shared).await;
+        let keep = handle(&mut stream, &mut buf, req, (arrival, wall, conn), &shared).await;
         if !keep {
             let _ = stream.shutdown().await;
             return;
@@ -67,8 +68,7 @@ async fn handle(
     stream: &mut TcpStream,
     pending: &mut Vec<u8>,
     req: Request,
-    arrival: Instant,
-    wall: SystemTime,
+    (arrival, wall, conn): (Instant, SystemTime, u64),
     shared: &Shared,
 ) -> bool {
     let path = req.path.trim_end_matches('/');
@@ -120,6 +120,7 @@ async fn handle(
     let mut rec = Record {
         id: id.clone(),
         seq,
+        conn,
         path: req.path.clone(),
         arrival_unix_ns: wall.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos()),
         stream: false,

@@ -2,7 +2,7 @@
 //! formatted and written by a dedicated thread so connection tasks only hand over a record.
 //!
 //! ```text
-//! {"id":"sim-0-1a2b3c4d","seq":0,"path":"/v1/chat/completions","arrival_unix_ns":…,"stream":true,
+//! {"id":"sim-0-1a2b3c4d","seq":0,"conn":0,"path":"/v1/chat/completions","arrival_unix_ns":…,"stream":true,
 //!  "status":200,"fault":null,"model":"fast","profile":"fast","input_tokens":132,"cached_tokens":0,
 //!  "prefill_s":0.001320000,"output_tokens":64,"queued_s":0.000000000,"head_written_s":0.000041,
 //!  "end":"complete","events":[{"k":0,"due_s":0.0,"t_s":0.000052,"token":false},
@@ -55,6 +55,8 @@ pub(crate) enum End {
 pub(crate) struct Record {
     pub id: String,
     pub seq: u64,
+    /// The connection it came on (accept order), so a client's connection reuse can be counted.
+    pub conn: u64,
     pub path: String,
     pub arrival_unix_ns: u128,
     pub stream: bool,
@@ -89,9 +91,10 @@ impl Record {
         let mut s = String::with_capacity(256 + self.events.len() * 56);
         let _ = write!(
             s,
-            r#"{{"id":{},"seq":{},"path":{},"arrival_unix_ns":{},"stream":{},"status":{},"fault":{},"model":{},"profile":{},"input_tokens":{},"cached_tokens":{},"prefill_s":{},"output_tokens":{},"queued_s":{},"head_written_s":{},"end":"{}","events":["#,
+            r#"{{"id":{},"seq":{},"conn":{},"path":{},"arrival_unix_ns":{},"stream":{},"status":{},"fault":{},"model":{},"profile":{},"input_tokens":{},"cached_tokens":{},"prefill_s":{},"output_tokens":{},"queued_s":{},"head_written_s":{},"end":"{}","events":["#,
             json_str(&self.id),
             self.seq,
+            self.conn,
             json_str(&self.path),
             self.arrival_unix_ns,
             self.stream,
@@ -211,6 +214,7 @@ mod tests {
         let r = Record {
             id: "a\"b".into(),
             seq: 3,
+            conn: 1,
             path: "/v1/messages".into(),
             arrival_unix_ns: 1_700_000_000_000_000_000,
             stream: true,
@@ -233,6 +237,7 @@ mod tests {
         };
         let v: serde_json::Value = serde_json::from_str(&r.to_line()).unwrap();
         assert_eq!(v["id"], "a\"b");
+        assert_eq!(v["conn"], 1);
         assert_eq!(v["fault"], serde_json::Value::Null);
         assert_eq!(v["events"][0]["k"], 0);
         assert_eq!(v["events"][0]["t_s"].as_f64(), Some(0.200123456));
@@ -261,6 +266,7 @@ mod tests {
             log.send(Record {
                 id: format!("r{seq}"),
                 seq,
+                conn: 0,
                 path: "/".into(),
                 arrival_unix_ns: 0,
                 stream: false,
