@@ -596,3 +596,97 @@ fn shards_merge_into_the_run_a_single_process_measures() {
         }
     }
 }
+
+/// Distinct connections the simulator's event log shows for `n` requests (waiting for the log's
+/// writer thread to catch up).
+fn logged_connections(log: &Path, n: usize) -> Vec<u64> {
+    let lines = wait_for("the event log's records", Duration::from_secs(20), || {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let lines: Vec<Value> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        (lines.len() >= n).then_some(lines)
+    });
+    let mut conns: Vec<u64> = lines.iter().map(|r| r["conn"].as_u64().unwrap()).collect();
+    conns.sort_unstable();
+    conns.dedup();
+    conns
+}
+
+/// `connection: reuse`: each worker keeps one connection through the run (after `[DONE]` the body
+/// is read to its end, so the client pools it instead of closing it), and by default the workers'
+/// connections are opened before the level, so no measured request pays a set-up; with
+/// `--no-prewarm` exactly the first request of each worker does.
+#[test]
+fn reuse_keeps_one_connection_per_worker_and_prewarm_opens_it_first() {
+    let _serial = serial();
+    let _wd = Watchdog::new("reuse_keeps_one_connection", Duration::from_secs(120));
+    for prewarm in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("events.jsonl");
+        let (_sim, url) = simulate(
+            dir.path(),
+            &[
+                "--ttft",
+                "5ms",
+                "--itl",
+                "1ms",
+                "--output-tokens",
+                "8",
+                "--event-log",
+                log.to_str().unwrap(),
+            ],
+        );
+        let cfg = dir.path().join("reuse.yml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "prompts:\n  - name: hello\n    messages: [{{role: user, content: \"Say hello\"}}]\n    max_tokens: 8\n\
+                 targets:\n  - name: sim\n    base_url: {url}/v1\n    models: [sim-a]\n    connection: reuse\n"
+            ),
+        )
+        .unwrap();
+        let json = dir.path().join("reuse.json");
+        let mut args = vec![
+            "--config.file",
+            cfg.to_str().unwrap(),
+            "--concurrency",
+            "4",
+            "--requests-per-level",
+            "16",
+            "--samples",
+            "-o",
+            json.to_str().unwrap(),
+        ];
+        if !prewarm {
+            args.push("--no-prewarm");
+        }
+        let (code, out, err) = bench(&args, Duration::from_secs(60));
+        assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+        let r = read_json(&json);
+        assert_eq!(
+            r["mode"]["prewarm"].as_bool(),
+            Some(prewarm),
+            "{}",
+            r["mode"]
+        );
+        let samples = levels(&r, 0)[0]["samples"].as_array().unwrap().clone();
+        assert_eq!(samples.len(), 16);
+        let opened: Vec<&Value> = samples
+            .iter()
+            .filter(|s| s["new_connection"].as_bool() == Some(true))
+            .collect();
+        if prewarm {
+            assert!(opened.is_empty(), "prewarmed, yet opened: {opened:?}");
+        } else {
+            assert_eq!(opened.len(), 4, "{samples:?}");
+            assert!(opened.iter().all(|s| s["first"].as_bool() == Some(true)));
+        }
+        assert_eq!(
+            logged_connections(&log, 16).len(),
+            4,
+            "16 requests of 4 workers came on other than 4 connections"
+        );
+    }
+}

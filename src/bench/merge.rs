@@ -80,13 +80,14 @@ fn identity(r: &Report) -> Vec<(&'static str, String)> {
         (
             "load mode",
             format!(
-                "{} {:?} requests {:?} duration {:?} warmup {} ramp {:?}",
+                "{} {:?} requests {:?} duration {:?} warmup {} ramp {:?} prewarm {}",
                 mode.kind,
                 mode.arrival,
                 mode.requests_per_level,
                 mode.duration_per_level_s,
                 mode.warmup,
-                mode.ramp_s
+                mode.ramp_s,
+                mode.prewarm
             ),
         ),
         ("SLOs", r.slo.join(",")),

@@ -183,6 +183,8 @@ pub struct BenchPlan {
     pub warmup: u64,
     /// Closed loop: the workers' first sends are spread over this.
     pub ramp: std::time::Duration,
+    /// `connection: reuse` targets: open every worker's connection before each level.
+    pub prewarm: bool,
     /// Keep every request's sample in the report.
     pub samples: bool,
     /// Show the progress bar (when stderr is a terminal).
@@ -548,6 +550,7 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         amount,
         warmup,
         ramp,
+        prewarm,
         samples,
         progress: show,
         judged,
@@ -612,6 +615,7 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         seed,
         warmup,
         ramp,
+        prewarm,
         levels: level_keys.clone(),
         per_level_units,
         criteria: criteria.clone(),
@@ -638,6 +642,7 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         max_tokens: spec.max_tokens,
         mode: LoadMode {
             ramp_s: (!open && !ramp.is_zero()).then_some(ramp.as_secs_f64()),
+            prewarm,
             ..load_mode(open, arrival, seed, amount, warmup)
         },
         slo: criteria.slos.iter().map(ToString::to_string).collect(),
@@ -768,6 +773,7 @@ fn load_mode(open: bool, arrival: Arrival, seed: u64, amount: Amount, warmup: u6
         },
         warmup,
         ramp_s: None,
+        prewarm: false,
     }
 }
 
@@ -814,6 +820,7 @@ struct Sender {
     seed: u64,
     warmup: u64,
     ramp: std::time::Duration,
+    prewarm: bool,
     levels: Vec<LevelKey>,
     per_level_units: u64,
     criteria: Criteria,
@@ -940,6 +947,13 @@ impl Sender {
     ) -> Result<(runner::LevelRun, Option<f64>), BenchError> {
         let (mi, li, slot) = at;
         let shard = self.shard;
+        if self.prewarm {
+            let workers = match key.rate {
+                None => shard.workers(key.concurrency),
+                Some(_) => shard.cap(key.concurrency).min(64),
+            };
+            runner.prewarm(workers as usize).await?;
+        }
         runner
             .warmup(key.concurrency, shard.share(self.warmup))
             .await?;

@@ -85,6 +85,10 @@ pub struct LoadMode {
     /// Closed loop: the first sends of each level's workers were spread over this, s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ramp_s: Option<f64>,
+    /// Each level's workers of `connection: reuse` targets had their connections opened first
+    /// (one unmeasured `GET /models` each; `--no-prewarm` turns it off).
+    #[serde(default)]
+    pub prewarm: bool,
 }
 
 /// A whole bench run.
@@ -773,6 +777,7 @@ pub(crate) mod tests {
                     end_s: 1.0,
                     lag_s: 0.0002 * (i % 3) as f64,
                     first: false,
+                    new_connection: false,
                     server_predicted_per_token_ms: None,
                     requested_input_tokens: None,
                     requested_output_tokens: None,
@@ -857,6 +862,7 @@ pub(crate) mod tests {
                 duration_per_level_s: None,
                 warmup: 2,
                 ramp_s: None,
+                prewarm: false,
             },
             slo: slos.iter().map(ToString::to_string).collect(),
             knee_rule: rule,

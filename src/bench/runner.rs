@@ -338,6 +338,24 @@ impl Runner {
         Ok(())
     }
 
+    /// `connection: reuse`: opens the connections of the first `n` workers (one unmeasured
+    /// `GET /models` each, all at once) before a level, so its first round does not pay, in a
+    /// burst, the set-up that later rounds do not. Other modes: nothing. Returns how many got an
+    /// answer.
+    ///
+    /// # Errors
+    /// [`TransportError`] if a prober cannot be built.
+    pub async fn prewarm(&mut self, n: usize) -> Result<usize, TransportError> {
+        if self.spec.target.connection != crate::config::ConnectionMode::Reuse {
+            return Ok(0);
+        }
+        self.ensure_probers(n)?;
+        let spec = &self.spec;
+        let calls = self.probers.iter().take(n).map(|p| p.prewarm(spec));
+        let answered = futures_util::future::join_all(calls).await;
+        Ok(answered.into_iter().filter(|ok| *ok).count())
+    }
+
     /// Unmeasured requests before a level, closed loop at `min(concurrency, n)` workers.
     ///
     /// # Errors

@@ -42,6 +42,9 @@ pub struct Sample {
     /// level's start), reported as the level's `ramp_s` and left out of `lag_s`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub first: bool,
+    /// The request opened a connection (TCP, and TLS) rather than using a kept-alive one.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub new_connection: bool,
     /// llama.cpp's own `timings.predicted_per_token_ms`, when the server sent it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_predicted_per_token_ms: Option<f64>,
@@ -155,6 +158,7 @@ impl Sample {
             end_s,
             lag_s,
             first,
+            new_connection: r.phases.is_some_and(|p| !p.reused),
             server_predicted_per_token_ms: r
                 .server_timings
                 .as_ref()
@@ -522,6 +526,7 @@ mod tests {
             end_s: 1.0,
             lag_s: 0.001,
             first: false,
+            new_connection: false,
             server_predicted_per_token_ms: None,
             requested_input_tokens: None,
             requested_output_tokens: None,

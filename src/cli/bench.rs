@@ -70,6 +70,11 @@ pub struct BenchArgs {
     /// not start, and stay, in step against a server without jitter (default 0: all at once).
     #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
     pub ramp: Duration,
+    /// Do not open the workers' connections before each level (`connection: reuse` targets get
+    /// one unmeasured `GET /models` per worker by default, so a level's first requests do not pay
+    /// a connection set-up that its later ones do not).
+    #[arg(long)]
+    pub no_prewarm: bool,
     /// Open loop: arrival rates in requests/s, e.g. 1,2,4 (the levels; --concurrency caps in-flight, default 1000).
     #[arg(long, value_delimiter = ',')]
     pub rate: Vec<f64>,
@@ -557,6 +562,7 @@ impl BenchArgs {
             amount,
             warmup: a.warmup,
             ramp: a.ramp,
+            prewarm: !a.no_prewarm,
             samples: a.samples || shard.count > 1,
             progress: !a.no_progress && std::io::stderr().is_terminal(),
             judged,

@@ -339,7 +339,17 @@ impl Target {
     /// The endpoint URL: `base_url` + the protocol's path + the query parameters (the one place
     /// a target's URL is built; show it through `redact::redact_url`).
     pub fn url(&self) -> String {
-        let mut url = format!("{}{}", self.base_url, self.api.path());
+        self.url_of(self.api.path())
+    }
+
+    /// The target's model list (`base_url` + `/models` + the query parameters): what `bench`
+    /// asks to open a worker's connection before a level without generating anything.
+    pub fn models_url(&self) -> String {
+        self.url_of("/models")
+    }
+
+    fn url_of(&self, path: &str) -> String {
+        let mut url = format!("{}{}", self.base_url, path);
         if !self.query.is_empty()
             && let Ok(mut u) = reqwest::Url::parse(&url)
         {

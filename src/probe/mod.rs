@@ -237,6 +237,32 @@ impl Prober {
         r
     }
 
+    /// Opens this prober's connection ahead of a bench level with one unmeasured `GET /models`
+    /// (its answer read and ignored, so the connection goes back to the pool): for `connection:
+    /// reuse`, so a level's first requests do not each pay, all at once, a connection set-up that
+    /// the later ones do not. True when the server answered (any status).
+    pub async fn prewarm(&self, spec: &ProbeSpec) -> bool {
+        let key = match &spec.target.api_key {
+            Some(k) => match k.load().await {
+                Ok(k) => Some(k),
+                Err(_) => return false,
+            },
+            None => None,
+        };
+        let Ok(req) = request::build_prewarm(&self.transport.client, spec, key.as_ref()) else {
+            return false;
+        };
+        let deadline = Instant::now() + spec.timeouts.total;
+        let sent = tokio::time::timeout_at(deadline.into(), self.transport.client.execute(req));
+        match sent.await {
+            Ok(Ok(mut resp)) => {
+                read::drain_for_reuse(&mut resp, deadline).await;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// One request of `content`, as is (calibration sends its own content this way).
     async fn send(&self, spec: &ProbeSpec, content: &RequestContent) -> ProbeResult {
         if content.messages.is_empty() {

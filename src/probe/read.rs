@@ -4,7 +4,7 @@
 //! read for its message (docs/measurement.md rulings 1, 5 and 12, "Non-streaming requests").
 
 use super::ProbeSpec;
-use crate::config::{Expect, Timeouts};
+use crate::config::{ConnectionMode, Expect, Timeouts};
 use crate::measure::{Measurement, ProbeResult, Step};
 use crate::outcome::{
     ErrorType, Flag, Head, classify_head, classify_transport, error_chain, html_title,
@@ -132,7 +132,7 @@ pub(super) async fn run_request(
         m.flag(Flag::NoContentType);
     }
     let encoding = head.header("content-encoding");
-    let mut inflater = match Inflater::for_encoding(encoding) {
+    let inflater = match Inflater::for_encoding(encoding) {
         Ok(i) => i,
         Err(other) => {
             m.flag(Flag::CompressedStream);
@@ -147,11 +147,22 @@ pub(super) async fn run_request(
     if !matches!(inflater, Inflater::Identity) {
         m.flag(Flag::CompressedStream);
     }
-    let api = spec.target.api;
     if !spec.stream {
         return read_answer(resp, inflater, spec, m, t_headers).await;
     }
-    let mut resp = resp;
+    read_stream(resp, inflater, spec, m, t_headers).await
+}
+
+/// Reads a 2xx body as an event stream, decoding and folding the events as they arrive, under
+/// the deadlines; `t_headers`: the instant the head came.
+async fn read_stream(
+    mut resp: reqwest::Response,
+    mut inflater: Inflater,
+    spec: &ProbeSpec,
+    mut m: Measurement,
+    t_headers: Instant,
+) -> ProbeResult {
+    let (t, api) = (&spec.timeouts, spec.target.api);
     let mut dec = SseDecoder::new();
     let mut last_byte = t_headers;
     let mut body = BodyStart::default();
@@ -190,6 +201,9 @@ pub(super) async fn run_request(
                     break;
                 }
                 if feed_events(&mut dec, &plain, api, &mut m, now) == Step::Stop {
+                    if spec.target.connection == ConnectionMode::Reuse && m.proper_end() {
+                        drain_for_reuse(&mut resp, deadline).await;
+                    }
                     break;
                 }
             }
@@ -231,6 +245,27 @@ pub(super) async fn run_request(
         m.validate(|text, n| check_expect(exp, text, n));
     }
     m.finish()
+}
+
+/// After the terminal event (the measurement is complete), how long and how many bytes the rest
+/// of the body (typically only the chunked encoding's last chunk) is read so that the connection
+/// goes back to the pool: an HTTP/1.1 body dropped before its end closes its connection, and the
+/// next probe of a `reuse` target would pay a new connection. A server that keeps sending past
+/// the terminal event, or stays silent, loses the connection instead.
+const DRAIN_TIME: Duration = Duration::from_millis(50);
+const DRAIN_BYTES: usize = 64 * 1024;
+
+/// Reads the body's remains after the terminal event, ignoring them (ruling: nothing after the
+/// terminal marker counts), within [`DRAIN_TIME`], [`DRAIN_BYTES`] and the probe's deadline.
+pub(super) async fn drain_for_reuse(resp: &mut reqwest::Response, deadline: Instant) {
+    let until = (Instant::now() + DRAIN_TIME).min(deadline);
+    let mut read = 0usize;
+    while let Ok(Ok(Some(b))) = timeout_at(until.into(), resp.chunk()).await {
+        read += b.len();
+        if read > DRAIN_BYTES {
+            return;
+        }
+    }
 }
 
 /// Reads a whole non-streamed answer to its end (bounded by [`MAX_ANSWER_BYTES`] and the

@@ -54,11 +54,40 @@ pub(super) fn build(
     } else {
         "application/json"
     };
-    let mut req = client
+    let req = client
         .post(url)
         .header("content-type", "application/json")
-        .header("accept", accept)
-        .header("accept-encoding", "identity");
+        .header("accept", accept);
+    with_target_headers(req, spec, key)
+        .body(body.to_string())
+        .build()
+}
+
+/// The request that opens a worker's connection before a bench level (`GET /models`, with the
+/// target's key and headers, so a gateway treats it as it treats the probes).
+///
+/// # Errors
+/// The HTTP client's error when a header or the URL cannot be used.
+pub(super) fn build_prewarm(
+    client: &reqwest::Client,
+    spec: &ProbeSpec,
+    key: Option<&Secret>,
+) -> Result<reqwest::Request, reqwest::Error> {
+    let req = client
+        .get(spec.target.models_url())
+        .header("accept", "application/json");
+    with_target_headers(req, spec, key).build()
+}
+
+/// The headers every request to the target carries: identity encoding, the key in its
+/// protocol's header only, the protocol's version header and the target's own headers.
+fn with_target_headers(
+    mut req: reqwest::RequestBuilder,
+    spec: &ProbeSpec,
+    key: Option<&Secret>,
+) -> reqwest::RequestBuilder {
+    let target = &spec.target;
+    req = req.header("accept-encoding", "identity");
     if let Some(k) = key {
         req = match target.auth {
             AuthStyle::XApiKey => req.header("x-api-key", k.expose()),
@@ -77,5 +106,5 @@ pub(super) fn build(
     for (n, v) in &target.headers {
         req = req.header(n, v);
     }
-    req.body(body.to_string()).build()
+    req
 }
