@@ -111,7 +111,8 @@ def run_tokenprobe(a, url, c, n, work):
     out = work / "tp.json"
     rc, cpu, wall, tail = timed(
         [a.tokenprobe, "bench", "--config.file", str(cfg), "--concurrency", str(c),
-         "--requests-per-level", str(n), "--no-progress", "--samples", "-o", str(out)],
+         "--requests-per-level", str(n), "--no-progress", "--samples", "-o", str(out),
+         *a.tp_args.split()],
         a.env, work)
     if rc != 0:
         return {"error": f"exit {rc}: {tail}"}
@@ -193,6 +194,8 @@ def main():
     ap.add_argument("--tokenprobe-connection", dest="tp_connection", default="reuse",
                     choices=["new", "reuse"],
                     help="tokenprobe's connection mode (GuideLLM and AIPerf keep connections alive)")
+    ap.add_argument("--tokenprobe-args", dest="tp_args", default="",
+                    help="extra `tokenprobe bench` arguments, e.g. \"--ramp 10ms --warmup 64\"")
     a = ap.parse_args()
     env = {k: v for k, v in os.environ.items()
            if k.lower() not in ("http_proxy", "https_proxy", "all_proxy", "hf_hub_offline",
