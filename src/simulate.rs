@@ -50,6 +50,7 @@
 
 mod conn;
 mod http;
+mod kstamp;
 mod log;
 pub mod plan;
 pub mod profile;
@@ -336,6 +337,9 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
             Ok((stream, _)) => {
                 if let Err(e) = stream.set_nodelay(true) {
                     tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+                }
+                if !kstamp::enable(&stream) {
+                    tracing::debug!("no kernel receive timestamps on this socket");
                 }
                 tokio::spawn(conn::serve(stream, shared.clone()));
             }

@@ -778,6 +778,7 @@ pub(crate) mod tests {
                     lag_s: 0.0002 * (i % 3) as f64,
                     first: false,
                     new_connection: false,
+                    connect_s: None,
                     server_predicted_per_token_ms: None,
                     requested_input_tokens: None,
                     requested_output_tokens: None,

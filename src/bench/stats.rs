@@ -45,6 +45,9 @@ pub struct Sample {
     /// The request opened a connection (TCP, and TLS) rather than using a kept-alive one.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub new_connection: bool,
+    /// Its TCP connect (to the target, or to the proxy), s, when it opened one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_s: Option<f64>,
     /// llama.cpp's own `timings.predicted_per_token_ms`, when the server sent it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_predicted_per_token_ms: Option<f64>,
@@ -159,6 +162,7 @@ impl Sample {
             lag_s,
             first,
             new_connection: r.phases.is_some_and(|p| !p.reused),
+            connect_s: r.phases.and_then(|p| p.connect_s),
             server_predicted_per_token_ms: r
                 .server_timings
                 .as_ref()
@@ -527,6 +531,7 @@ mod tests {
             lag_s: 0.001,
             first: false,
             new_connection: false,
+            connect_s: None,
             server_predicted_per_token_ms: None,
             requested_input_tokens: None,
             requested_output_tokens: None,

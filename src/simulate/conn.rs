@@ -123,6 +123,10 @@ async fn handle(
         conn,
         path: req.path.clone(),
         arrival_unix_ns: wall.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos()),
+        arrival_kernel_unix_ns: req
+            .received
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map(|d| d.as_nanos()),
         stream: false,
         status: 200,
         fault: None,

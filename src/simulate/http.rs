@@ -3,7 +3,7 @@
 //! `TCP_NODELAY` socket and its send instant is known; no framework buffers in between.
 
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 /// Largest request head accepted.
@@ -26,6 +26,9 @@ pub(crate) struct Request {
     pub request_id: Option<String>,
     /// The body, de-chunked.
     pub body: Vec<u8>,
+    /// The kernel's receive instant of the read that completed the request (`kstamp`); `None`
+    /// when the socket does not stamp, or the request was already buffered (pipelined).
+    pub received: Option<std::time::SystemTime>,
 }
 
 /// Why no request could be read.
@@ -45,10 +48,12 @@ pub(crate) async fn read_request(
     idle: Duration,
 ) -> Result<Request, ReadError> {
     let mut sent_continue = false;
+    let mut received = None;
     loop {
         match parse(buf)? {
-            Parsed::Complete(req, used) => {
+            Parsed::Complete(mut req, used) => {
                 buf.drain(..used);
+                req.received = received;
                 return Ok(req);
             }
             Parsed::NeedBody { expect_continue } => {
@@ -67,8 +72,13 @@ pub(crate) async fn read_request(
         }
         let start = buf.len();
         buf.resize(start + 16 * 1024, 0);
-        let n = match tokio::time::timeout(idle, stream.read(&mut buf[start..])).await {
-            Ok(Ok(n)) => n,
+        let n = match tokio::time::timeout(idle, super::kstamp::read(stream, &mut buf[start..]))
+            .await
+        {
+            Ok(Ok((n, at))) => {
+                received = at;
+                n
+            }
             Ok(Err(_)) | Err(_) => 0,
         };
         buf.truncate(start + n);

@@ -2,8 +2,8 @@
 //! formatted and written by a dedicated thread so connection tasks only hand over a record.
 //!
 //! ```text
-//! {"id":"sim-0-1a2b3c4d","seq":0,"conn":0,"path":"/v1/chat/completions","arrival_unix_ns":…,"stream":true,
-//!  "status":200,"fault":null,"model":"fast","profile":"fast","input_tokens":132,"cached_tokens":0,
+//! {"id":"sim-0-1a2b3c4d","seq":0,"conn":0,"path":"/v1/chat/completions","arrival_unix_ns":…,
+//!  "arrival_kernel_unix_ns":…,"stream":true,"status":200,"fault":null,"model":"fast","profile":"fast","input_tokens":132,"cached_tokens":0,
 //!  "prefill_s":0.001320000,"output_tokens":64,"queued_s":0.000000000,"head_written_s":0.000041,
 //!  "end":"complete","events":[{"k":0,"due_s":0.0,"t_s":0.000052,"token":false},
 //!  {"k":1,"due_s":0.2,"t_s":0.200113,"token":true},…]}
@@ -59,6 +59,9 @@ pub(crate) struct Record {
     pub conn: u64,
     pub path: String,
     pub arrival_unix_ns: u128,
+    /// The kernel's receive instant of the request's last bytes (`SO_TIMESTAMPNS`), when known:
+    /// `arrival_unix_ns` minus this is how late the simulator read the request.
+    pub arrival_kernel_unix_ns: Option<u128>,
     pub stream: bool,
     pub status: u16,
     pub fault: Option<String>,
@@ -91,12 +94,14 @@ impl Record {
         let mut s = String::with_capacity(256 + self.events.len() * 56);
         let _ = write!(
             s,
-            r#"{{"id":{},"seq":{},"conn":{},"path":{},"arrival_unix_ns":{},"stream":{},"status":{},"fault":{},"model":{},"profile":{},"input_tokens":{},"cached_tokens":{},"prefill_s":{},"output_tokens":{},"queued_s":{},"head_written_s":{},"end":"{}","events":["#,
+            r#"{{"id":{},"seq":{},"conn":{},"path":{},"arrival_unix_ns":{},"arrival_kernel_unix_ns":{},"stream":{},"status":{},"fault":{},"model":{},"profile":{},"input_tokens":{},"cached_tokens":{},"prefill_s":{},"output_tokens":{},"queued_s":{},"head_written_s":{},"end":"{}","events":["#,
             json_str(&self.id),
             self.seq,
             self.conn,
             json_str(&self.path),
             self.arrival_unix_ns,
+            self.arrival_kernel_unix_ns
+                .map_or_else(|| "null".to_owned(), |n| n.to_string()),
             self.stream,
             self.status,
             self.fault
@@ -217,6 +222,7 @@ mod tests {
             conn: 1,
             path: "/v1/messages".into(),
             arrival_unix_ns: 1_700_000_000_000_000_000,
+            arrival_kernel_unix_ns: Some(1_699_999_999_999_000_000),
             stream: true,
             status: 200,
             fault: None,
@@ -238,6 +244,7 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&r.to_line()).unwrap();
         assert_eq!(v["id"], "a\"b");
         assert_eq!(v["conn"], 1);
+        assert_eq!(v["arrival_kernel_unix_ns"], 1_699_999_999_999_000_000u64);
         assert_eq!(v["fault"], serde_json::Value::Null);
         assert_eq!(v["events"][0]["k"], 0);
         assert_eq!(v["events"][0]["t_s"].as_f64(), Some(0.200123456));
@@ -269,6 +276,7 @@ mod tests {
                 conn: 0,
                 path: "/".into(),
                 arrival_unix_ns: 0,
+                arrival_kernel_unix_ns: None,
                 stream: false,
                 status: 429,
                 fault: Some("429".into()),

@@ -10,8 +10,9 @@ tool for N = max(MIN_REQUESTS, ROUNDS x concurrency) requests, stops the simulat
 - the tool's own scheduling lag, as the tool itself reports it: tokenprobe `lag_s` (send instant
   minus intended send instant), GuideLLM `root_dispatch_delay` (request_start - targeted_start),
   AIPerf `request_start_ns - credit_issued_ns`;
-- TTFT error against the server: the simulator logs, per request, the instant (after the request
-  arrived) at which it wrote the first token event; the error is the client's TTFT percentile minus
+- TTFT error against the server: the simulator logs, per request, the instant at which it wrote
+  the first token event, after the kernel received the request's last bytes (SO_TIMESTAMPNS; the
+  simulator's own delay in reading the request is the server's); the error is the client's TTFT percentile minus
   the server's at p50 and p99 (no jitter is configured, so the server's TTFT is nearly constant and
   the error is what the client added: connection set-up and request write before the server saw
   the request, plus any lateness of the client in reading).
@@ -83,7 +84,11 @@ class Simulator:
                     continue
                 first = next((e["t_s"] for e in r["events"] if e.get("token")), None)
                 if first is not None:
-                    out.append(first)
+                    # From the kernel's receive instant of the request where the simulator knows
+                    # it, so the simulator's own lateness in reading counts as the server's.
+                    k = r.get("arrival_kernel_unix_ns")
+                    late = (r["arrival_unix_ns"] - k) / 1e9 if k else 0.0
+                    out.append(first + late)
         return out
 
 
