@@ -117,30 +117,7 @@ async fn handle(
         .request_id
         .clone()
         .unwrap_or_else(|| format!("sim-{seq}-{tag:08x}"));
-    let mut rec = Record {
-        id: id.clone(),
-        seq,
-        conn,
-        path: req.path.clone(),
-        arrival_unix_ns: wall.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos()),
-        arrival_kernel_unix_ns: req
-            .received
-            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .map(|d| d.as_nanos()),
-        stream: false,
-        status: 200,
-        fault: None,
-        model: String::new(),
-        profile: None,
-        input_tokens: 0,
-        cached_tokens: 0,
-        prefill: Duration::ZERO,
-        output_tokens: 0,
-        queued: Duration::ZERO,
-        head_written: None,
-        events: Vec::new(),
-        end: End::Complete,
-    };
+    let mut rec = Record::arrived(id.clone(), (seq, conn), &req.path, wall, req.received);
     let body: Value = match serde_json::from_slice(&req.body) {
         Ok(v @ Value::Object(_)) => v,
         _ => {

@@ -26,7 +26,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// One written event: when it was due and when its write returned, both after arrival.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -89,6 +89,39 @@ fn secs(d: Duration) -> String {
 }
 
 impl Record {
+    /// The record of a request as it arrives (answered 200 and complete until told otherwise):
+    /// its id, sequence and connection numbers, path, and arrival instants (user space, kernel).
+    pub(crate) fn arrived(
+        id: String,
+        (seq, conn): (u64, u64),
+        path: &str,
+        wall: SystemTime,
+        received: Option<SystemTime>,
+    ) -> Record {
+        let ns = |t: SystemTime| t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        Record {
+            id,
+            seq,
+            conn,
+            path: path.to_owned(),
+            arrival_unix_ns: ns(wall),
+            arrival_kernel_unix_ns: received.map(ns),
+            stream: false,
+            status: 200,
+            fault: None,
+            model: String::new(),
+            profile: None,
+            input_tokens: 0,
+            cached_tokens: 0,
+            prefill: Duration::ZERO,
+            output_tokens: 0,
+            queued: Duration::ZERO,
+            head_written: None,
+            events: Vec::new(),
+            end: End::Complete,
+        }
+    }
+
     /// The JSON line (without the newline).
     pub(crate) fn to_line(&self) -> String {
         let mut s = String::with_capacity(256 + self.events.len() * 56);
