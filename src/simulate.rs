@@ -258,6 +258,11 @@ async fn bind(listen: &str) -> Result<TcpListener> {
     }
     .context("cannot create a socket")?;
     sock.set_reuseaddr(true).context("SO_REUSEADDR")?;
+    // On the listener, so an accepted socket stamps from its first packet: a client's first
+    // request often arrives before `accept` returns.
+    if !kstamp::enable(&sock) {
+        tracing::debug!("no kernel receive timestamps on the listener");
+    }
     sock.bind(addr)
         .with_context(|| format!("cannot listen on {addr}"))?;
     sock.listen(4096)
@@ -337,9 +342,6 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
             Ok((stream, _)) => {
                 if let Err(e) = stream.set_nodelay(true) {
                     tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-                }
-                if !kstamp::enable(&stream) {
-                    tracing::debug!("no kernel receive timestamps on this socket");
                 }
                 tokio::spawn(conn::serve(stream, shared.clone()));
             }

@@ -597,21 +597,16 @@ fn shards_merge_into_the_run_a_single_process_measures() {
     }
 }
 
-/// Distinct connections the simulator's event log shows for `n` requests (waiting for the log's
-/// writer thread to catch up).
-fn logged_connections(log: &Path, n: usize) -> Vec<u64> {
-    let lines = wait_for("the event log's records", Duration::from_secs(20), || {
+/// The simulator's event log once it has `n` records (waiting for its writer thread to catch up).
+fn logged(log: &Path, n: usize) -> Vec<Value> {
+    wait_for("the event log's records", Duration::from_secs(20), || {
         let text = std::fs::read_to_string(log).unwrap_or_default();
         let lines: Vec<Value> = text
             .lines()
             .filter_map(|l| serde_json::from_str(l).ok())
             .collect();
         (lines.len() >= n).then_some(lines)
-    });
-    let mut conns: Vec<u64> = lines.iter().map(|r| r["conn"].as_u64().unwrap()).collect();
-    conns.sort_unstable();
-    conns.dedup();
-    conns
+    })
 }
 
 /// `connection: reuse`: each worker keeps one connection through the run (after `[DONE]` the body
@@ -683,10 +678,22 @@ fn reuse_keeps_one_connection_per_worker_and_prewarm_opens_it_first() {
             assert_eq!(opened.len(), 4, "{samples:?}");
             assert!(opened.iter().all(|s| s["first"].as_bool() == Some(true)));
         }
-        assert_eq!(
-            logged_connections(&log, 16).len(),
-            4,
-            "16 requests of 4 workers came on other than 4 connections"
-        );
+        let records = logged(&log, 16);
+        let mut conns: Vec<u64> = records
+            .iter()
+            .map(|r| r["conn"].as_u64().unwrap())
+            .collect();
+        conns.sort_unstable();
+        conns.dedup();
+        assert_eq!(conns.len(), 4, "16 requests of 4 workers on {conns:?}");
+        // Each request carries the kernel's receive instant, before the simulator read it.
+        for r in &records {
+            let (user, kernel) = (
+                r["arrival_unix_ns"].as_u64(),
+                r["arrival_kernel_unix_ns"].as_u64(),
+            );
+            let (user, kernel) = (user.unwrap(), kernel.expect("a kernel receive instant"));
+            assert!(kernel <= user && user - kernel < 1_000_000_000, "{r}");
+        }
     }
 }

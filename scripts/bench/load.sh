@@ -9,6 +9,11 @@
 #   scripts/bench/load.sh                                  # 500,1000,2000 streams, 20 s each
 #   CONCURRENCY=2000 DURATION=20s scripts/bench/load.sh
 #   CHUNKS=1 scripts/bench/load.sh                         # only 1 token per event (default: 1, then 4)
+#   RAMP=1s CONNECTION=reuse scripts/bench/load.sh         # spread first sends; keep connections
+#
+# The simulator writes an event log, stamped with the kernel's receive instant of each request
+# (SO_TIMESTAMPNS); per level the script prints the client's TTFT error against the server's TTFT
+# counted from that instant, and how late the simulator itself read its requests (user − kernel).
 #
 # Not a CI test: it takes a few minutes and its numbers depend on what else the machine runs.
 # Bounded: each level sends for DURATION, every request has a 60 s deadline, the whole run 15 min.
@@ -26,6 +31,8 @@ TOKENS="${TOKENS:-300}"
 CHUNKS="${CHUNKS:-1 4}"
 # Extra simulate flags, e.g. SIM_ARGS="--output-tokens-jitter 100" so the workers fall out of step.
 SIM_ARGS="${SIM_ARGS:-}"
+RAMP="${RAMP:-0s}"
+CONNECTION="${CONNECTION:-new}"
 
 cargo build --release --quiet
 bin="$repo/target/release/tokenprobe"
@@ -45,7 +52,8 @@ hz="$(getconf CLK_TCK)"
 echo "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) (other work on the machine slows both ends)"
 for chunk in $CHUNKS; do
     "$bin" simulate --listen 127.0.0.1:0 --ttft "$TTFT" --itl "$ITL" --output-tokens "$TOKENS" \
-        --tokens-per-chunk "$chunk" $SIM_ARGS >"$work/sim.out" 2>"$work/sim.err" &
+        --tokens-per-chunk "$chunk" --event-log "$work/events-$chunk.jsonl" $SIM_ARGS \
+        >"$work/sim.out" 2>"$work/sim.err" &
     sim_pid=$!
     for _ in $(seq 100); do
         grep -q '^listening on ' "$work/sim.out" 2>/dev/null && break
@@ -64,14 +72,15 @@ targets:
   - name: simulate
     base_url: $url/v1
     models: [sim]
+    connection: $CONNECTION
 EOF
     echo
-    echo "== simulate --ttft $TTFT --itl $ITL --output-tokens $TOKENS --tokens-per-chunk $chunk $SIM_ARGS; bench --concurrency $CONCURRENCY --duration-per-level $DURATION"
+    echo "== simulate --ttft $TTFT --itl $ITL --output-tokens $TOKENS --tokens-per-chunk $chunk $SIM_ARGS; bench --concurrency $CONCURRENCY --duration-per-level $DURATION --ramp $RAMP (connection: $CONNECTION)"
     s0="$(ticks "$sim_pid")"
     t0="$(date +%s.%N)"
     timeout --kill-after=10s 900s /usr/bin/time -f '%U %S %e %M' -o "$work/time" \
         "$bin" bench --config.file "$work/load.yml" --concurrency "$CONCURRENCY" \
-        --duration-per-level "$DURATION" --no-progress -o "$work/load-$chunk.json" \
+        --duration-per-level "$DURATION" --ramp "$RAMP" --samples --no-progress -o "$work/load-$chunk.json" \
         >"$work/table.txt" 2>"$work/bench.err" || { cat "$work/bench.err"; exit 1; }
     t1="$(date +%s.%N)"
     s1="$(ticks "$sim_pid")"
@@ -79,7 +88,7 @@ EOF
     wait "$sim_pid" 2>/dev/null || true
     sim_pid=""
     cat "$work/table.txt"
-    python3 - "$work/load-$chunk.json" "$work/time" "$s0" "$s1" "$hz" "$t0" "$t1" "$chunk" "$TTFT" "$ITL" <<'PY'
+    python3 - "$work/load-$chunk.json" "$work/time" "$s0" "$s1" "$hz" "$t0" "$t1" "$chunk" "$TTFT" "$ITL" "$work/events-$chunk.jsonl" <<'PY'
 import json, sys
 import re
 
@@ -87,8 +96,26 @@ def secs(s):
     m = re.fullmatch(r"([\d.]+)(ms|s|us)", s)
     return float(m.group(1)) * {"s": 1, "ms": 1e-3, "us": 1e-6}[m.group(2)]
 
-path, timef, s0, s1, hz, t0, t1, chunk, ttft, itl = sys.argv[1:]
+path, timef, s0, s1, hz, t0, t1, chunk, ttft, itl, events = sys.argv[1:]
 r = json.load(open(path))
+
+def q(v, p):
+    v = sorted(v)
+    return v[min(len(v) - 1, int(p * len(v)))] if v else float("nan")
+
+# The server's side from the event log, by arrival (kernel instant where stamped): its TTFT from
+# the request's arrival in the kernel, and how late it read the request.
+srv = []
+for line in open(events):
+    e = json.loads(line)
+    if e.get("status") != 200 or not e.get("stream"):
+        continue
+    first = next((x["t_s"] for x in e["events"] if x.get("token")), None)
+    k = e.get("arrival_kernel_unix_ns")
+    late = (e["arrival_unix_ns"] - k) / 1e9 if k else 0.0
+    arrival = (k or e["arrival_unix_ns"]) / 1e9
+    if first is not None:
+        srv.append((arrival, first + late, late))
 user, system, elapsed, rss = open(timef).read().split()
 wall = float(t1) - float(t0)
 bench_cpu = float(user) + float(system)
@@ -97,7 +124,8 @@ ttft, itl, chunk = secs(ttft), secs(itl), int(chunk)
 print(f"CPU over {wall:.0f} s: bench {bench_cpu:.1f} s ({100 * bench_cpu / wall:.0f}% of one core), "
       f"simulate {sim_cpu:.1f} s ({100 * sim_cpu / wall:.0f}%); bench max RSS {int(rss) / 1024:.0f} MiB")
 print(f"{'streams':>8} {'agg tok/s':>10} {'events/s':>9} {'TTFT p50 (+drift)':>18} {'TPOT p50 (+drift)':>18} "
-      f"{'send lag p99':>8} {'loop lag p99':>12} {'ramp':>8} {'errors':>7}")
+      f"{'send lag p99':>8} {'loop lag p99':>12} {'ramp':>8} {'errors':>7} "
+      f"{'TTFT err p50/p99 vs server':>26} {'server read lag p50/p99':>24}")
 best = None
 for l in r["models"][0]["levels"]:
     c = l["concurrency"]
@@ -108,9 +136,20 @@ for l in r["models"][0]["levels"]:
     lag = (l["lag_s"] or {}).get("p99", float("nan"))
     loop = (l["loop_lag_s"] or {}).get("p99", float("nan"))
     ramp = l.get("ramp_s") or 0.0
+    # This level's requests on the server: those that arrived between its first send and its end.
+    start = l.get("started_unix_s") or 0.0
+    samples = l.get("samples") or []
+    lo = start + min((s["sent_s"] for s in samples), default=0.0) - 0.001
+    hi = start + max((s["end_s"] for s in samples), default=0.0)
+    mine = [x for x in srv if lo <= x[0] <= hi]
+    client = [s["ttft_s"] for s in samples if s.get("ttft_s") is not None]
+    err50 = q(client, 0.5) - q([x[1] for x in mine], 0.5)
+    err99 = q(client, 0.99) - q([x[1] for x in mine], 0.99)
+    rl50, rl99 = q([x[2] for x in mine], 0.5), q([x[2] for x in mine], 0.99)
     print(f"{c:>8} {tps:>10.0f} {ev:>9.0f} {t.get('p50', float('nan')) * 1e3:>9.1f} ms ({(t.get('p50', 0) - ttft) * 1e3:+.1f}) "
           f"{p.get('p50', float('nan')) * 1e3:>9.2f} ms ({(p.get('p50', 0) - itl) * 1e3:+.2f}) "
-          f"{lag * 1e3:>5.2f} ms {loop * 1e3:>9.2f} ms {ramp * 1e3:>5.0f} ms {l['error_rate'] * 100:>6.2f}%")
+          f"{lag * 1e3:>5.2f} ms {loop * 1e3:>9.2f} ms {ramp * 1e3:>5.0f} ms {l['error_rate'] * 100:>6.2f}% "
+          f"{err50 * 1e3:>10.2f} / {err99 * 1e3:.2f} ms {rl50 * 1e3:>12.2f} / {rl99 * 1e3:.2f} ms")
     if lag < 0.002 and l["error_rate"] == 0 and (best is None or c > best[0]):
         best = (c, tps, loop, t.get("p50", 0) - ttft)
 goal = "2,000 streams, 100,000 tokens/s, send lag p99 < 2 ms"

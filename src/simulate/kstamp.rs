@@ -9,16 +9,17 @@ use std::io;
 use std::time::SystemTime;
 use tokio::net::TcpStream;
 
-/// Asks the kernel to stamp what `stream` receives; false where it cannot.
-pub(crate) fn enable(stream: &TcpStream) -> bool {
+/// Asks the kernel to stamp what `sock` receives (a listener: what the sockets it accepts
+/// receive, from their first packet); false where it cannot.
+pub(crate) fn enable(sock: &impl std::os::fd::AsFd) -> bool {
     #[cfg(target_os = "linux")]
     {
         use nix::sys::socket::{setsockopt, sockopt::ReceiveTimestampns};
-        setsockopt(stream, ReceiveTimestampns, &true).is_ok()
+        setsockopt(sock, ReceiveTimestampns, &true).is_ok()
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = stream;
+        let _ = sock;
         false
     }
 }
@@ -77,14 +78,16 @@ mod tests {
     #[tokio::test]
     async fn a_stamped_read_carries_the_kernels_receive_instant() {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        assert!(enable(&l));
         let addr = l.local_addr().unwrap();
-        let mut c = TcpStream::connect(addr).await.unwrap();
-        let (s, _) = l.accept().await.unwrap();
-        assert!(enable(&s));
         let before = SystemTime::now();
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        // Sent before the accept, as a client's first request often is: the accepted socket
+        // inherits the listener's stamping.
         c.write_all(b"hello").await.unwrap();
         // Read late on purpose: the stamp is the packet's arrival, not the read's.
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let (s, _) = l.accept().await.unwrap();
         let mut buf = [0u8; 16];
         let (n, at) = read(&s, &mut buf).await.unwrap();
         let after_read = SystemTime::now();

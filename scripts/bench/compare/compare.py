@@ -17,6 +17,11 @@ tool for N = max(MIN_REQUESTS, ROUNDS x concurrency) requests, stops the simulat
   the error is what the client added: connection set-up and request write before the server saw
   the request, plus any lateness of the client in reading).
 
+- decode span error, for every per-event instant after the first: each request's first-to-last
+  token time as the client saw it (tokenprobe TPOT x (N - 1), GuideLLM last_token_iteration -
+  first_token_iteration, AIPerf decode_duration) minus the server's (its last token event's write
+  instant minus its first's), at p50 and p99 of the two distributions.
+
 The highest concurrency a tool "sustains" is the highest level with no errors whose own lag p99
 and TTFT error p50 both stay at or under 1 ms. (The p99 error is printed too; in a closed loop
 against a server without jitter every worker starts at once and stays in step, so the p99 is the
@@ -75,6 +80,18 @@ class Simulator:
             self.proc.kill()
             self.proc.wait()
 
+    def server_spans(self):
+        out = []
+        with open(self.log) as f:
+            for line in f:
+                r = json.loads(line)
+                if r.get("status") != 200 or not r.get("stream"):
+                    continue
+                t = [e["t_s"] for e in r["events"] if e.get("token")]
+                if len(t) >= 2:
+                    out.append(t[-1] - t[0])
+        return out
+
     def server_ttfts(self):
         out = []
         with open(self.log) as f:
@@ -128,6 +145,8 @@ def run_tokenprobe(a, url, c, n, work):
         "errors": lv["requests"] - lv["successes"],
         "ttft": [x["ttft_s"] for x in s if x["ttft_s"] is not None],
         "lag": [x["lag_s"] for x in s if not x.get("first")],
+        "span": [x["tpot_s"] * (x["output_tokens"] - 1) for x in s
+                 if x.get("tpot_s") is not None and x["output_tokens"] >= 2],
     }
 
 
@@ -146,16 +165,18 @@ def run_guidellm(a, url, c, n, work):
         return {"error": f"exit {rc}: {tail}"}
     b = json.load(open(out))["benchmarks"][0]
     ok = b["requests"]["successful"]
-    ttft, lag = [], []
+    ttft, lag, span = [], [], []
     for r in ok:
         t = r["info"]["timings"]
+        if t.get("first_token_iteration") and t.get("last_token_iteration"):
+            span.append(t["last_token_iteration"] - t["first_token_iteration"])
         if t.get("first_token_iteration") and t.get("request_start"):
             ttft.append(t["first_token_iteration"] - t["request_start"])
         if t.get("targeted_start") is not None and t.get("request_start"):
             lag.append(t["request_start"] - t["targeted_start"])
     errors = len(b["requests"]["errored"]) + len(b["requests"]["incomplete"])
     return {"cpu_s": cpu, "wall_s": wall, "requests": len(ok) + errors, "errors": errors,
-            "ttft": ttft, "lag": lag}
+            "ttft": ttft, "lag": lag, "span": span}
 
 
 def run_aiperf(a, url, c, n, work):
@@ -169,7 +190,7 @@ def run_aiperf(a, url, c, n, work):
     recs = art / "profile_export.jsonl"
     if rc != 0 or not recs.exists():
         return {"error": f"exit {rc}: {tail}"}
-    ttft, lag, errors, total = [], [], 0, 0
+    ttft, lag, span, errors, total = [], [], [], 0, 0
     for line in open(recs):
         r = json.loads(line)
         total += 1
@@ -179,10 +200,12 @@ def run_aiperf(a, url, c, n, work):
         m, md = r.get("metrics", {}), r.get("metadata", {})
         if "time_to_first_token" in m:
             ttft.append(m["time_to_first_token"]["value"] / 1e3)
+        if "decode_duration" in m:
+            span.append(m["decode_duration"]["value"] / 1e3)
         if md.get("credit_issued_ns") and md.get("request_start_ns"):
             lag.append((md["request_start_ns"] - md["credit_issued_ns"]) / 1e9)
     return {"cpu_s": cpu, "wall_s": wall, "requests": total, "errors": errors, "ttft": ttft,
-            "lag": lag}
+            "lag": lag, "span": span}
 
 
 TOOLS = {"tokenprobe": run_tokenprobe, "guidellm": run_guidellm, "aiperf": run_aiperf}
@@ -233,12 +256,17 @@ def main():
                 res["err_p50"] = res["ttft_p50"] - res["server_ttft_p50"]
                 res["err_p99"] = res["ttft_p99"] - res["server_ttft_p99"]
                 res["lag_p99"] = quantile(res["lag"], 0.99) if res["lag"] else float("nan")
-                del res["ttft"], res["lag"]
+                spans = sim.server_spans()
+                res["span_err_p50"] = quantile(res["span"], 0.5) - quantile(spans, 0.5)
+                res["span_err_p99"] = quantile(res["span"], 0.99) - quantile(spans, 0.99)
+                del res["ttft"], res["lag"], res["span"]
                 print(f"{tool} @ {c}: {res['requests']} requests, {res['errors']} errors, "
                       f"CPU {res['cpu_s']:.1f} s, TTFT p50 {res['ttft_p50'] * 1e3:.2f} ms "
                       f"(server {res['server_ttft_p50'] * 1e3:.2f}), error p50 "
                       f"{res['err_p50'] * 1e3:+.2f} ms p99 {res['err_p99'] * 1e3:+.2f} ms, "
-                      f"own lag p99 {res['lag_p99'] * 1e3:.2f} ms", flush=True)
+                      f"own lag p99 {res['lag_p99'] * 1e3:.2f} ms, decode span error p50 "
+                      f"{res['span_err_p50'] * 1e3:+.2f} ms p99 {res['span_err_p99'] * 1e3:+.2f} ms",
+                      flush=True)
             else:
                 print(f"{tool} @ {c}: FAILED: {res['error']}", flush=True)
             rows.append(res)
@@ -258,18 +286,20 @@ def render(rows, levels):
         f"{os.cpu_count()} CPUs shared by client and server.",
         "",
         "| tool | concurrency | requests | errors | client CPU (s) | TTFT p50 client / server (ms) "
-        "| TTFT error p50 (ms) | TTFT error p99 (ms) | own lag p99 (ms) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| TTFT error p50 (ms) | TTFT error p99 (ms) | own lag p99 (ms) "
+        "| decode span error p50 / p99 (ms) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['tool']} | {r['concurrency']} | failed: "
-                         f"{r['error'].splitlines()[-1][:80] if r['error'] else ''} ||||||")
+                         f"{r['error'].splitlines()[-1][:80] if r['error'] else ''} |||||||")
             continue
         lines.append(
             f"| {r['tool']} | {r['concurrency']} | {r['requests']} | {r['errors']} | "
             f"{r['cpu_s']:.1f} | {ms(r['ttft_p50'])} / {ms(r['server_ttft_p50'])} | "
-            f"{ms(r['err_p50'])} | {ms(r['err_p99'])} | {ms(r['lag_p99'])} |")
+            f"{ms(r['err_p50'])} | {ms(r['err_p99'])} | {ms(r['lag_p99'])} | "
+            f"{ms(r['span_err_p50'])} / {ms(r['span_err_p99'])} |")
     lines += ["", "| tool | highest concurrency with own lag p99 and TTFT error p50 <= 1 ms "
               "| marginal client CPU per request (ms) |", "|---|---:|---:|"]
     for tool in dict.fromkeys(r["tool"] for r in rows):
