@@ -40,4 +40,4 @@ echo "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 exec "$venv/bin/python" scripts/bench/compare/compare.py \
     --tokenprobe "$repo/target/release/tokenprobe" --venv "$venv" --tokenizer "$venv/tokenizer" \
     --out "$out" --levels "$LEVELS" --tools "$TOOLS" \
-    --tokenprobe-connection "${TOKENPROBE_CONNECTION:-reuse}" --tokenprobe-args "${TOKENPROBE_ARGS:-}"
+    --tokenprobe-connection "${TOKENPROBE_CONNECTION:-reuse}" --tokenprobe-args="${TOKENPROBE_ARGS:-}"
