@@ -66,7 +66,9 @@ fn two_locations_are_told_apart_and_compared_by_one_prometheus() {
     let (_prom, prom) =
         start_prometheus_scraping(dir.path(), &[&eu_addr, &us_addr], &[rules.as_path()]);
 
-    // Both exporters scraped twice (a rate needs two samples) and the rules evaluated on them.
+    // Both exporters scraped twice (a rate needs two samples) and the rules evaluated on them:
+    // both groups, which Prometheus evaluates at their own instants (the per-job rates live in
+    // the main group, the per-location ones in `tokenprobe.locations`).
     let pending = r#"ALERTS{alertname="TokenprobeFailingFromSomeLocations",alertstate="pending"}"#;
     wait_for(
         "the per-location alert to go pending",
@@ -79,7 +81,11 @@ fn two_locations_are_told_apart_and_compared_by_one_prometheus() {
                 ),
                 "location",
             );
-            (ratio.len() == 2 && !prom_query(&prom, pending).is_empty()).then_some(())
+            let aggregated = r#"target_model:tokenprobe_probes:rate5m{target="sim"}"#;
+            (ratio.len() == 2
+                && !prom_query(&prom, pending).is_empty()
+                && !prom_query(&prom, aggregated).is_empty())
+            .then_some(())
         },
     );
 

@@ -80,19 +80,28 @@ mod tests {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         assert!(enable(&l));
         let addr = l.local_addr().unwrap();
-        let before = SystemTime::now();
-        let mut c = TcpStream::connect(addr).await.unwrap();
-        // Sent before the accept, as a client's first request often is: the accepted socket
-        // inherits the listener's stamping.
-        c.write_all(b"hello").await.unwrap();
-        // Read late on purpose: the stamp is the packet's arrival, not the read's.
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        let (s, _) = l.accept().await.unwrap();
-        let mut buf = [0u8; 16];
-        let (n, at) = read(&s, &mut buf).await.unwrap();
-        let after_read = SystemTime::now();
+        // The kernel switches receive stamping on for the whole system a moment after the first
+        // socket asks (deferred work), so on a machine where nothing stamped yet the first
+        // packets may carry none: try a few connections, each one's bytes sent before `accept`
+        // (as a client's first request often is) and read 50 ms late on purpose.
+        let mut tries = 0;
+        let (c, s, buf, n, before, at, after_read) = loop {
+            tries += 1;
+            let before = SystemTime::now();
+            let mut c = TcpStream::connect(addr).await.unwrap();
+            c.write_all(b"hello").await.unwrap();
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            let (s, _) = l.accept().await.unwrap();
+            let mut buf = [0u8; 16];
+            let (n, at) = read(&s, &mut buf).await.unwrap();
+            let after_read = SystemTime::now();
+            match at {
+                Some(at) => break (c, s, buf, n, before, at, after_read),
+                None => assert!(tries < 20, "no stamp in {tries} connections"),
+            }
+        };
+        let (mut c, mut buf) = (c, buf);
         assert_eq!(&buf[..n], b"hello");
-        let at = at.expect("a stamp");
         assert!(at >= before, "{at:?} before the write {before:?}");
         let late = after_read.duration_since(at).unwrap();
         assert!(late >= std::time::Duration::from_millis(50), "{late:?}");
