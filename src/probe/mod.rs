@@ -183,6 +183,9 @@ impl ProbeSpec {
     }
 }
 
+/// How long after the connection's set-up deadline a pre-warming `GET /models` may take.
+pub const PREWARM_ANSWER: Duration = Duration::from_secs(5);
+
 /// A prober: an instrumented HTTP client (identity encoding, no redirects; by default no pooled
 /// connections, so TTFT includes what a cold user sees). Run one probe at a time per prober when
 /// connection phases matter (the scheduler does).
@@ -240,7 +243,9 @@ impl Prober {
     /// Opens this prober's connection ahead of a bench level with one unmeasured `GET /models`
     /// (its answer read and ignored, so the connection goes back to the pool): for `connection:
     /// reuse`, so a level's first requests do not each pay, all at once, a connection set-up that
-    /// the later ones do not. True when the server answered (any status).
+    /// the later ones do not. Bounded by `timeouts.connect` plus [`PREWARM_ANSWER`] (and
+    /// `timeouts.total`), so a server that does not answer it delays a level by seconds at most.
+    /// True when the server answered (any status).
     pub async fn prewarm(&self, spec: &ProbeSpec) -> bool {
         let key = match &spec.target.api_key {
             Some(k) => match k.load().await {
@@ -252,7 +257,8 @@ impl Prober {
         let Ok(req) = request::build_prewarm(&self.transport.client, spec, key.as_ref()) else {
             return false;
         };
-        let deadline = Instant::now() + spec.timeouts.total;
+        let t = &spec.timeouts;
+        let deadline = Instant::now() + t.total.min(t.connect + PREWARM_ANSWER);
         let sent = tokio::time::timeout_at(deadline.into(), self.transport.client.execute(req));
         match sent.await {
             Ok(Ok(mut resp)) => {
