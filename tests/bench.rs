@@ -699,3 +699,65 @@ fn reuse_keeps_one_connection_per_worker_and_prewarm_opens_it_first() {
         }
     }
 }
+
+/// A `reuse` target that accepts connections and never answers: pre-warming waits only its bound
+/// (here `timeouts.total`, 2 s), then each request fails on its own deadline; the run ends.
+#[test]
+fn a_silent_server_delays_prewarm_by_its_bound_only() {
+    let _serial = serial();
+    let _wd = Watchdog::new("a_silent_server_delays_prewarm", Duration::from_secs(120));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    // Accepts and holds every connection, reading nothing and writing nothing.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in listener.incoming().flatten() {
+            held.push(s);
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("silent.yml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "defaults:\n  timeouts: {{connect: 1s, first_token: 1s, idle: 1s, total: 2s}}\n\
+             prompts:\n  - name: hello\n    messages: [{{role: user, content: \"Say hello\"}}]\n    max_tokens: 8\n\
+             targets:\n  - name: silent\n    base_url: http://{addr}/v1\n    models: [m]\n    connection: reuse\n"
+        ),
+    )
+    .unwrap();
+    let json = dir.path().join("silent.json");
+    let started = std::time::Instant::now();
+    let (code, out, err) = bench(
+        &[
+            "--config.file",
+            cfg.to_str().unwrap(),
+            "--concurrency",
+            "2",
+            "--requests-per-level",
+            "2",
+            "--samples",
+            "-o",
+            json.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    let took = started.elapsed();
+    assert!(
+        code.is_some(),
+        "bench did not end: stdout:\n{out}\nstderr:\n{err}"
+    );
+    let r = read_json(&json);
+    let samples = levels(&r, 0)[0]["samples"].as_array().unwrap().clone();
+    assert_eq!(samples.len(), 2);
+    for s in &samples {
+        assert_eq!(s["error_type"], "timeout_first_token", "{s}");
+    }
+    // Pre-warming waits its bound (2 s: timeouts.total, under connect + 5 s), the level its 1 s
+    // deadlines (measured: 3.0 s in all); a hang would reach the 60 s limit above.
+    assert!(
+        took >= Duration::from_secs(3),
+        "took {took:?}: pre-warming did not wait"
+    );
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+}
