@@ -21,12 +21,24 @@ use std::time::Duration;
 use common::e2e::start_simulate as simulate;
 
 fn sim_config(dir: &Path, url: &str) -> std::path::PathBuf {
+    hello_config(dir, &format!("{url}/v1"), 64, "", "")
+}
+
+/// `bench.yml` in `dir`: the "hello" prompt asking for `max_tokens`, one target `sim` at
+/// `base_url` serving `sim-a`; `defaults` goes first, `target` lines go under the target.
+fn hello_config(
+    dir: &Path,
+    base_url: &str,
+    max_tokens: u32,
+    defaults: &str,
+    target: &str,
+) -> std::path::PathBuf {
     let path = dir.join("bench.yml");
     std::fs::write(
         &path,
         format!(
-            "prompts:\n  - name: hello\n    messages: [{{role: user, content: \"Say hello\"}}]\n    max_tokens: 64\n\
-             targets:\n  - name: sim\n    base_url: {url}/v1\n    models: [sim-a]\n"
+            "{defaults}prompts:\n  - name: hello\n    messages: [{{role: user, content: \"Say hello\"}}]\n    max_tokens: {max_tokens}\n\
+             targets:\n  - name: sim\n    base_url: {base_url}\n    models: [sim-a]\n{target}"
         ),
     )
     .expect("write config");
@@ -633,15 +645,13 @@ fn reuse_keeps_one_connection_per_worker_and_prewarm_opens_it_first() {
                 log.to_str().unwrap(),
             ],
         );
-        let cfg = dir.path().join("reuse.yml");
-        std::fs::write(
-            &cfg,
-            format!(
-                "prompts:\n  - name: hello\n    messages: [{{role: user, content: \"Say hello\"}}]\n    max_tokens: 8\n\
-                 targets:\n  - name: sim\n    base_url: {url}/v1\n    models: [sim-a]\n    connection: reuse\n"
-            ),
-        )
-        .unwrap();
+        let cfg = hello_config(
+            dir.path(),
+            &format!("{url}/v1"),
+            8,
+            "",
+            "    connection: reuse\n",
+        );
         let json = dir.path().join("reuse.json");
         let mut args = vec![
             "--config.file",
@@ -716,16 +726,13 @@ fn a_silent_server_delays_prewarm_by_its_bound_only() {
         }
     });
     let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("silent.yml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "defaults:\n  timeouts: {{connect: 1s, first_token: 1s, idle: 1s, total: 2s}}\n\
-             prompts:\n  - name: hello\n    messages: [{{role: user, content: \"Say hello\"}}]\n    max_tokens: 8\n\
-             targets:\n  - name: silent\n    base_url: http://{addr}/v1\n    models: [m]\n    connection: reuse\n"
-        ),
-    )
-    .unwrap();
+    let cfg = hello_config(
+        dir.path(),
+        &format!("http://{addr}/v1"),
+        8,
+        "defaults:\n  timeouts: {connect: 1s, first_token: 1s, idle: 1s, total: 2s}\n",
+        "    connection: reuse\n",
+    );
     let json = dir.path().join("silent.json");
     let started = std::time::Instant::now();
     let (code, out, err) = bench(
