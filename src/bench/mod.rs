@@ -748,10 +748,7 @@ async fn calibrate(
 async fn command_redactor(spec: &ProbeSpec, models: &[BenchModel]) -> crate::redact::Redactor {
     let mut redactor = crate::redact::Redactor::new();
     for s in std::iter::once(spec.clone()).chain(models.iter().map(|m| m.spec(spec))) {
-        let key = match &s.target.api_key {
-            Some(k) => k.load().await.ok(),
-            None => None,
-        };
+        let key = s.target.load_key().await.ok().flatten();
         redactor.merge(&crate::redact::Redactor::for_spec(&s, key.as_ref()));
     }
     redactor
@@ -950,9 +947,11 @@ impl Sender {
         if self.prewarm {
             let workers = match key.rate {
                 None => shard.workers(key.concurrency),
-                Some(_) => shard.cap(key.concurrency).min(64),
+                Some(_) => shard.cap(key.concurrency),
             };
-            runner.prewarm(workers as usize).await?;
+            runner
+                .prewarm((workers as usize).min(runner::FIRST_PROBERS))
+                .await?;
         }
         runner
             .warmup(key.concurrency, shard.share(self.warmup))

@@ -280,6 +280,10 @@ fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 
+/// Open loop: the probers built before a level's first arrival (more are built on demand, up
+/// to the cap), and the ones pre-warmed.
+pub const FIRST_PROBERS: usize = 64;
+
 /// Runs levels for one probe spec, keeping its probers between levels.
 pub struct Runner {
     spec: Arc<ProbeSpec>,
@@ -340,20 +344,18 @@ impl Runner {
 
     /// `connection: reuse`: opens the connections of the first `n` workers (one unmeasured
     /// `GET /models` each, all at once) before a level, so its first round does not pay, in a
-    /// burst, the set-up that later rounds do not. Other modes: nothing. Returns how many got an
-    /// answer.
+    /// burst, the set-up that later rounds do not. Other modes: nothing.
     ///
     /// # Errors
     /// [`TransportError`] if a prober cannot be built.
-    pub async fn prewarm(&mut self, n: usize) -> Result<usize, TransportError> {
+    pub async fn prewarm(&mut self, n: usize) -> Result<(), TransportError> {
         if self.spec.target.connection != crate::config::ConnectionMode::Reuse {
-            return Ok(0);
+            return Ok(());
         }
         self.ensure_probers(n)?;
         let spec = &self.spec;
-        let calls = self.probers.iter().take(n).map(|p| p.prewarm(spec));
-        let answered = futures_util::future::join_all(calls).await;
-        Ok(answered.into_iter().filter(|ok| *ok).count())
+        futures_util::future::join_all(self.probers.iter().take(n).map(|p| p.prewarm(spec))).await;
+        Ok(())
     }
 
     /// Unmeasured requests before a level, closed loop at `min(concurrency, n)` workers.
@@ -517,7 +519,7 @@ impl Runner {
         progress_base: u64,
     ) -> Result<LevelRun, TransportError> {
         // Probers for the first arrivals up front; more are built on demand up to the cap.
-        self.ensure_probers((cap as usize).min(64))?;
+        self.ensure_probers((cap as usize).min(FIRST_PROBERS))?;
         let pool = Arc::new(Mutex::new(self.probers.clone()));
         let template = self.probers[0].clone();
         let slots = Arc::new(Semaphore::new(cap as usize));

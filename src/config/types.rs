@@ -336,6 +336,18 @@ impl Target {
             .or(self.price)
     }
 
+    /// The target's API key, read now (a key file is read on every call, so a rotated key is
+    /// used); `None` without one.
+    ///
+    /// # Errors
+    /// What [`KeySource::load`] says when the key file cannot be read.
+    pub async fn load_key(&self) -> Result<Option<Secret>, String> {
+        match &self.api_key {
+            Some(k) => k.load().await.map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// The endpoint URL: `base_url` + the protocol's path + the query parameters (the one place
     /// a target's URL is built; show it through `redact::redact_url`).
     pub fn url(&self) -> String {

@@ -245,27 +245,19 @@ impl Prober {
     /// reuse`, so a level's first requests do not each pay, all at once, a connection set-up that
     /// the later ones do not. Bounded by `timeouts.connect` plus [`PREWARM_ANSWER`] (and
     /// `timeouts.total`), so a server that does not answer it delays a level by seconds at most.
-    /// True when the server answered (any status).
-    pub async fn prewarm(&self, spec: &ProbeSpec) -> bool {
-        let key = match &spec.target.api_key {
-            Some(k) => match k.load().await {
-                Ok(k) => Some(k),
-                Err(_) => return false,
-            },
-            None => None,
+    /// Its failures are not reported: the level's own requests meet the same server.
+    pub async fn prewarm(&self, spec: &ProbeSpec) {
+        let Ok(key) = spec.target.load_key().await else {
+            return;
         };
         let Ok(req) = request::build_prewarm(&self.transport.client, spec, key.as_ref()) else {
-            return false;
+            return;
         };
         let t = &spec.timeouts;
         let deadline = Instant::now() + t.total.min(t.connect + PREWARM_ANSWER);
         let sent = tokio::time::timeout_at(deadline.into(), self.transport.client.execute(req));
-        match sent.await {
-            Ok(Ok(mut resp)) => {
-                read::drain_for_reuse(&mut resp, deadline).await;
-                true
-            }
-            _ => false,
+        if let Ok(Ok(mut resp)) = sent.await {
+            read::drain_for_reuse(&mut resp, deadline).await;
         }
     }
 
@@ -282,11 +274,7 @@ impl Prober {
         }
         let url = spec.url();
         let proxy = spec.proxy();
-        let key = match &spec.target.api_key {
-            Some(k) => k.load().await.map(Some),
-            None => Ok(None),
-        };
-        let key = match key {
+        let key = match spec.target.load_key().await {
             Ok(k) => k,
             Err(msg) => {
                 let mut m = Measurement::new(Instant::now());
