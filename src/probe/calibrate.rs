@@ -9,6 +9,7 @@
 //! request learns what the server adds (the chat template).
 
 use super::{ProbeSpec, Prober};
+use crate::outcome::ErrorType;
 use crate::rng::Rng;
 use crate::workload::{CALIBRATION_WORDS, RequestContent, TokenModel, words};
 use std::collections::HashMap;
@@ -131,12 +132,24 @@ async fn prompt_tokens(prober: &Prober, spec: &ProbeSpec, text: String) -> Resul
     let mut one = spec.clone();
     one.max_tokens = None;
     let r = prober.send(&one, &content).await;
-    match (r.error_type, r.input_tokens) {
-        (None, Some(t)) => Ok(t),
+    counted_prompt(r.error_type, r.input_tokens, r.error_detail.as_deref())
+}
+
+/// What a calibration answer says of its prompt: the server's `usage.prompt_tokens`. An answer
+/// that ended properly without a token (`empty_response`: with `max_tokens: 1` a model may stop
+/// at once, as SmolLM2 did on a random 256-word prompt) still counted the prompt, and that count
+/// is all calibration asks for.
+fn counted_prompt(
+    error: Option<ErrorType>,
+    input_tokens: Option<u64>,
+    detail: Option<&str>,
+) -> Result<u64, String> {
+    match (error, input_tokens) {
+        (None | Some(ErrorType::EmptyResponse), Some(t)) => Ok(t),
         (None, None) => Err("the server reported no usage.prompt_tokens".to_owned()),
         (Some(e), _) => Err(format!(
             "a calibration request failed: {e}: {}",
-            r.error_detail.as_deref().unwrap_or("")
+            detail.unwrap_or("")
         )),
     }
 }
@@ -270,5 +283,27 @@ impl TokenModels {
             done.insert(key, c.clone());
         }
         Some(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_prompt_count_is_taken_from_an_answer_or_an_empty_one_only() {
+        assert_eq!(counted_prompt(None, Some(46), None), Ok(46));
+        assert_eq!(
+            counted_prompt(Some(ErrorType::EmptyResponse), Some(270), Some("no token")),
+            Ok(270)
+        );
+        assert_eq!(
+            counted_prompt(None, None, None),
+            Err("the server reported no usage.prompt_tokens".to_owned())
+        );
+        let e = counted_prompt(Some(ErrorType::EmptyResponse), None, Some("no token"));
+        assert!(e.unwrap_err().contains("empty_response: no token"));
+        let e = counted_prompt(Some(ErrorType::ServerError), Some(10), Some("HTTP 500"));
+        assert!(e.unwrap_err().contains("server_error: HTTP 500"));
     }
 }
