@@ -30,6 +30,7 @@ pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod kstamp;
 pub mod log;
 pub mod measure;
 pub mod metrics;

@@ -104,6 +104,9 @@ pub struct ProbeResult {
     pub text: String,
     /// Connection set-up phases, when known (set by the prober, which times them).
     pub phases: Option<Phases>,
+    /// How much later than their kernel receive instant the response's bytes were read, when a
+    /// response head came (set by the prober, which stamps the reads).
+    pub read_lag: Option<crate::kstamp::ReadLag>,
     /// The exporter itself could not make the request (it is out of file descriptors): not the
     /// target's failure (set by the prober, which sees the typed error).
     pub exporter_fault: bool,
@@ -425,6 +428,7 @@ impl Measurement {
             server_timings: self.server_timings,
             text: self.text,
             phases: None,
+            read_lag: None,
             exporter_fault: false,
             stream: !self.whole,
             requested_input_tokens: None,

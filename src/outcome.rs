@@ -4,9 +4,7 @@
 //! the one error type of a failure", and "Anomaly flags". Everything here is synchronous.
 
 use crate::protocol::StreamError;
-use crate::redact::redact_url;
 use serde::Serialize;
-use std::error::Error as _;
 use std::time::{Duration, SystemTime};
 
 /// Why a probe failed. Declaration order is docs/measurement.md's precedence: when several apply, the
@@ -415,34 +413,32 @@ pub(crate) fn html_title(s: &str) -> Option<String> {
     s.get(a..b).map(|t| t.trim().to_owned())
 }
 
-/// Classifies a failure before any response: connect timeout, TLS (the handshake had started),
-/// proxy, or connect.
+/// Classifies a failure before any response: the connection set-up's own kind (connect timeout,
+/// DNS/TCP, proxy, TLS), an answer that is not HTTP (`malformed`: the target spoke, badly), or the
+/// connection lost before the head (`connect`).
 pub(crate) fn classify_transport(
-    e: &reqwest::Error,
+    e: &(dyn std::error::Error + 'static),
     proxy: Option<&str>,
-    tls_started: bool,
 ) -> (ErrorType, String) {
-    let chain = error_chain(e);
-    let lower = chain.to_ascii_lowercase();
-    let kind = if e.is_timeout() && e.is_connect() {
-        ErrorType::TimeoutConnect
-    } else if not_http(e) {
+    use crate::transport::{ConnectError, ConnectKind};
+    let found = find_in_chain::<ConnectError>(e);
+    // A failed set-up says what failed itself; the client's wrapper adds nothing.
+    let chain = match found {
+        Some(c) => error_chain(c),
+        None => error_chain(e),
+    };
+    let setup = found.map(|c| c.kind);
+    let kind = match setup {
+        Some(ConnectKind::Timeout) => ErrorType::TimeoutConnect,
+        Some(ConnectKind::Tls) => ErrorType::Tls,
+        Some(ConnectKind::Proxy) => ErrorType::Proxy,
+        // DNS or TCP through a proxy is the proxy's to answer.
+        Some(ConnectKind::Connect) if proxy.is_some() => ErrorType::Proxy,
+        Some(ConnectKind::Connect) => ErrorType::Connect,
         // The target answered, but not in HTTP (no status line, a head too large, too many
         // headers): that is its answer's fault, not the network's.
-        ErrorType::Malformed
-    } else if e.is_connect() && tls_started {
-        // The TCP connection (and any proxy tunnel) was up: the handshake failed.
-        ErrorType::Tls
-    } else if lower.contains("tunnel") || (proxy.is_some() && e.is_connect()) {
-        ErrorType::Proxy
-    } else if lower.contains("certificate")
-        || lower.contains("tls")
-        || lower.contains("handshake")
-        || lower.contains("invalid peer")
-    {
-        ErrorType::Tls
-    } else {
-        ErrorType::Connect
+        None if not_http(e) => ErrorType::Malformed,
+        None => ErrorType::Connect,
     };
     let detail = match (kind, proxy) {
         (ErrorType::Proxy, Some(p)) => format!("via proxy {p}: {chain}"),
@@ -451,24 +447,29 @@ pub(crate) fn classify_transport(
     (kind, detail)
 }
 
-/// True when the HTTP client could not parse the response head (hyper's parse errors).
-fn not_http(e: &reqwest::Error) -> bool {
-    let mut src = e.source();
-    while let Some(c) = src {
-        if let Some(h) = c.downcast_ref::<hyper::Error>() {
-            return h.is_parse() || h.is_parse_too_large() || h.is_parse_status();
+/// The first error of type `T` in `e`'s chain.
+fn find_in_chain<'a, T: std::error::Error + 'static>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a T> {
+    let mut cur = Some(e);
+    while let Some(c) = cur {
+        if let Some(t) = c.downcast_ref::<T>() {
+            return Some(t);
         }
-        src = c.source();
+        cur = c.source();
     }
-    false
+    None
 }
 
-/// `e: cause: cause`, with the request URL shown by [`redact_url`].
-pub(crate) fn error_chain(e: &reqwest::Error) -> String {
+/// True when the HTTP client could not parse the response head (hyper's parse errors).
+fn not_http(e: &(dyn std::error::Error + 'static)) -> bool {
+    find_in_chain::<hyper::Error>(e)
+        .is_some_and(|h| h.is_parse() || h.is_parse_too_large() || h.is_parse_status())
+}
+
+/// `e: cause: cause` (no part repeated).
+pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut s = e.to_string();
-    if let Some(u) = e.url() {
-        s = s.replace(u.as_str(), &redact_url(u.as_str()));
-    }
     let mut src = e.source();
     while let Some(c) = src {
         let c_s = c.to_string();

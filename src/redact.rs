@@ -10,7 +10,7 @@
 //!
 //! A [`Redactor`] is built from those secrets and replaces, in any text, each secret and each form
 //! derived from it that a server may echo: percent-encoded (as in a URL or a form), JSON-escaped,
-//! base64 (`user:pass` of the Basic credentials reqwest derives from userinfo, and the secret
+//! base64 (`user:pass` of the Basic credentials the prober derives from userinfo, and the secret
 //! itself). A text cut short (at the 512-character message limit, marked `…`, or at the end of a
 //! bounded body read) that ends in the first characters of a secret has those removed too, so a
 //! truncation can never leave part of a secret. [`redact_url`] shows a URL without userinfo and
@@ -308,7 +308,8 @@ fn percent_encode(s: &str, form: bool) -> String {
     out
 }
 
-fn percent_decode(s: &str) -> String {
+/// Decodes `%XX` escapes (a malformed escape stays as it is; invalid UTF-8 is replaced).
+pub(crate) fn percent_decode(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

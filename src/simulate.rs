@@ -50,7 +50,6 @@
 
 mod conn;
 mod http;
-mod kstamp;
 mod log;
 pub mod plan;
 pub mod profile;
@@ -260,7 +259,7 @@ async fn bind(listen: &str) -> Result<TcpListener> {
     sock.set_reuseaddr(true).context("SO_REUSEADDR")?;
     // On the listener, so an accepted socket stamps from its first packet: a client's first
     // request often arrives before `accept` returns.
-    if !kstamp::enable(&sock) {
+    if !crate::kstamp::enable(&sock) {
         tracing::debug!("no kernel receive timestamps on the listener");
     }
     sock.bind(addr)

@@ -250,14 +250,14 @@ impl Prober {
         let Ok(key) = spec.target.load_key().await else {
             return;
         };
-        let Ok(req) = request::build_prewarm(&self.transport.client, spec, key.as_ref()) else {
+        let Ok(req) = request::build_prewarm(spec, key.as_ref()) else {
             return;
         };
         let t = &spec.timeouts;
         let deadline = Instant::now() + t.total.min(t.connect + PREWARM_ANSWER);
-        let sent = tokio::time::timeout_at(deadline.into(), self.transport.client.execute(req));
-        if let Ok(Ok(mut resp)) = sent.await {
-            read::drain_for_reuse(&mut resp, deadline).await;
+        let sent = tokio::time::timeout_at(deadline.into(), self.transport.send(req));
+        if let Ok(Ok(resp)) = sent.await {
+            read::drain_for_reuse(&mut resp.into_body(), deadline).await;
         }
     }
 
@@ -282,7 +282,7 @@ impl Prober {
                 return m.finish();
             }
         };
-        let req = match request::build(&self.transport.client, spec, content, &url, key.as_ref()) {
+        let req = match request::build(spec, content, &url, key.as_ref()) {
             Ok(r) => r,
             Err(e) => {
                 let mut m = Measurement::new(Instant::now());
@@ -295,6 +295,7 @@ impl Prober {
             }
         };
         self.transport.clock.reset();
+        self.transport.stamps.reset();
         let t0 = Instant::now();
         let mut m = Measurement::new(t0);
         if !spec.stream {

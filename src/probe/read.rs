@@ -5,6 +5,7 @@
 
 use super::ProbeSpec;
 use crate::config::{ConnectionMode, Expect, Timeouts};
+use crate::kstamp::{ReadLag, ReadStamps};
 use crate::measure::{Measurement, ProbeResult, Step};
 use crate::outcome::{
     ErrorType, Flag, Head, classify_head, classify_transport, error_chain, html_title,
@@ -13,7 +14,8 @@ use crate::outcome::{
 use crate::protocol::{Api, StreamError};
 use crate::redact::redact_url;
 use crate::sse::SseDecoder;
-use crate::transport::Transport;
+use crate::transport::{Transport, chunk};
+use hyper::body::Incoming;
 use std::io::Write as _;
 use std::time::{Duration, Instant, SystemTime};
 use tokio::time::timeout_at;
@@ -74,12 +76,70 @@ fn deadline_detail(kind: ErrorType, t: &Timeouts) -> String {
     )
 }
 
+/// The instants of a probe's reads: the kernel's receive instant of the connection's latest read
+/// when the kernel stamped it (so the runtime's delay in getting round to the bytes drops out),
+/// else the read's own instant; never before the previous instant, never after the read. The
+/// differences go to the probe's [`ReadLag`].
+struct Arrivals<'a> {
+    stamps: &'a ReadStamps,
+    floor: Instant,
+    lag: ReadLag,
+}
+
+impl<'a> Arrivals<'a> {
+    fn new(stamps: &'a ReadStamps, t0: Instant) -> Self {
+        Arrivals {
+            stamps,
+            floor: t0,
+            lag: ReadLag::default(),
+        }
+    }
+
+    /// The instant the bytes a read returned at `now` reached this machine.
+    fn at(&mut self, now: Instant) -> Instant {
+        let at = match self.stamps.latest().and_then(|s| s.kernel) {
+            Some(k) => k.max(self.floor).min(now),
+            None => {
+                self.lag.unstamped_reads += 1;
+                now
+            }
+        };
+        self.lag.reads += 1;
+        self.lag.max_s = self.lag.max_s.max((now - at).as_secs_f64());
+        self.floor = at;
+        at
+    }
+
+    /// Notes the difference at the first token-bearing event.
+    fn first_token(&mut self, now: Instant, at: Instant) {
+        self.lag
+            .first_token_s
+            .get_or_insert((now - at).as_secs_f64());
+    }
+}
+
 pub(super) async fn run_request(
     transport: &Transport,
-    req: reqwest::Request,
+    req: super::request::Request,
+    spec: &ProbeSpec,
+    m: Measurement,
+    proxy: Option<&str>,
+) -> ProbeResult {
+    let mut arrivals = Arrivals::new(&transport.stamps, m.t0());
+    let mut r = request_and_read(transport, req, spec, m, proxy, &mut arrivals).await;
+    if r.http_status.is_some() {
+        r.read_lag = Some(arrivals.lag);
+    }
+    r
+}
+
+async fn request_and_read(
+    transport: &Transport,
+    req: super::request::Request,
     spec: &ProbeSpec,
     mut m: Measurement,
     proxy: Option<&str>,
+    arrivals: &mut Arrivals<'_>,
 ) -> ProbeResult {
     let t = &spec.timeouts;
     let (deadline, kind) = next_deadline(&m, t, None, spec.stream);
@@ -89,10 +149,10 @@ pub(super) async fn run_request(
         m.fail(kind, deadline, detail);
         m.finish()
     };
-    let resp = match timeout_at(deadline.into(), transport.client.execute(req)).await {
+    let resp = match timeout_at(deadline.into(), transport.send(req)).await {
         Err(_) => return head_late(m),
         Ok(Err(e)) => {
-            let (kind, detail) = classify_transport(&e, proxy, transport.clock.tls_started());
+            let (kind, detail) = classify_transport(&e, proxy);
             m.fail(kind, Instant::now(), detail);
             let mut r = m.finish();
             r.exporter_fault = crate::resources::is_fd_exhaustion(&e);
@@ -100,14 +160,16 @@ pub(super) async fn run_request(
         }
         Ok(Ok(r)) => r,
     };
-    let t_headers = Instant::now();
-    if t_headers > deadline {
+    let now = Instant::now();
+    if now > deadline {
         return head_late(m);
     }
-    let status = resp.status().as_u16();
+    let t_headers = arrivals.at(now);
+    let (parts, resp) = resp.into_parts();
+    let status = parts.status.as_u16();
     m.headers(t_headers, status);
-    let headers: Vec<(String, String)> = resp
-        .headers()
+    let headers: Vec<(String, String)> = parts
+        .headers
         .iter()
         .map(|(n, v)| {
             (
@@ -150,25 +212,26 @@ pub(super) async fn run_request(
     if !spec.stream {
         return read_answer(resp, inflater, spec, m, t_headers).await;
     }
-    read_stream(resp, inflater, spec, m, t_headers).await
+    read_stream(resp, inflater, spec, m, arrivals).await
 }
 
 /// Reads a 2xx body as an event stream, decoding and folding the events as they arrive, under
-/// the deadlines; `t_headers`: the instant the head came.
+/// the deadlines. The deadlines run on the reads' own instants (the timers' clock); the events are
+/// stamped with their bytes' arrival ([`Arrivals`]).
 async fn read_stream(
-    mut resp: reqwest::Response,
+    mut resp: Incoming,
     mut inflater: Inflater,
     spec: &ProbeSpec,
     mut m: Measurement,
-    t_headers: Instant,
+    arrivals: &mut Arrivals<'_>,
 ) -> ProbeResult {
     let (t, api) = (&spec.timeouts, spec.target.api);
     let mut dec = SseDecoder::new();
-    let mut last_byte = t_headers;
+    let mut last_byte = Instant::now();
     let mut body = BodyStart::default();
     loop {
         let (deadline, kind) = next_deadline(&m, t, Some(last_byte), true);
-        match timeout_at(deadline.into(), resp.chunk()).await {
+        match timeout_at(deadline.into(), chunk(&mut resp)).await {
             Err(_) => {
                 m.fail(kind, deadline, deadline_detail(kind, t));
                 break;
@@ -181,12 +244,13 @@ async fn read_stream(
                     break;
                 }
                 last_byte = now;
+                let at = arrivals.at(now);
                 let plain = match inflater.feed(&bytes) {
                     Ok(p) => p,
                     Err(e) => {
                         m.fail(
                             ErrorType::Malformed,
-                            now,
+                            at,
                             format!("cannot decompress the body: {e}"),
                         );
                         break;
@@ -195,12 +259,17 @@ async fn read_stream(
                 if !body.take(&plain, &m) {
                     m.fail(
                         ErrorType::Malformed,
-                        now,
+                        at,
                         format!("the body passed the per-probe cap of {MAX_BODY_BYTES} bytes"),
                     );
                     break;
                 }
-                if feed_events(&mut dec, &plain, api, &mut m, now) == Step::Stop {
+                let had_first = m.first_token_seen();
+                let step = feed_events(&mut dec, &plain, api, &mut m, at);
+                if !had_first && m.first_token_seen() {
+                    arrivals.first_token(now, at);
+                }
+                if step == Step::Stop {
                     if spec.target.connection == ConnectionMode::Reuse && m.proper_end() {
                         drain_for_reuse(&mut resp, deadline).await;
                     }
@@ -257,10 +326,10 @@ const DRAIN_BYTES: usize = 64 * 1024;
 
 /// Reads the body's remains after the terminal event, ignoring them (ruling: nothing after the
 /// terminal marker counts), within [`DRAIN_TIME`], [`DRAIN_BYTES`] and the probe's deadline.
-pub(super) async fn drain_for_reuse(resp: &mut reqwest::Response, deadline: Instant) {
+pub(super) async fn drain_for_reuse(resp: &mut Incoming, deadline: Instant) {
     let until = (Instant::now() + DRAIN_TIME).min(deadline);
     let mut read = 0usize;
-    while let Ok(Ok(Some(b))) = timeout_at(until.into(), resp.chunk()).await {
+    while let Ok(Ok(Some(b))) = timeout_at(until.into(), chunk(resp)).await {
         read += b.len();
         if read > DRAIN_BYTES {
             return;
@@ -273,7 +342,7 @@ pub(super) async fn drain_for_reuse(resp: &mut reqwest::Response, deadline: Inst
 /// [`judge_non_answer`], the rest by the protocol's [`Api::interpret_answer`]. `t_end` is the
 /// instant the read that completed the body returned.
 async fn read_answer(
-    mut resp: reqwest::Response,
+    mut resp: Incoming,
     mut inflater: Inflater,
     spec: &ProbeSpec,
     mut m: Measurement,
@@ -288,7 +357,7 @@ async fn read_answer(
     };
     let t_end = loop {
         let (deadline, kind) = next_deadline(&m, t, last_byte, false);
-        match timeout_at(deadline.into(), resp.chunk()).await {
+        match timeout_at(deadline.into(), chunk(&mut resp)).await {
             Err(_) => return failed(m, kind, deadline, deadline_detail(kind, t)),
             Ok(Ok(Some(bytes))) => {
                 let now = Instant::now();
@@ -468,7 +537,7 @@ fn flush_final(dec: &mut SseDecoder, api: Api, m: &mut Measurement, t: Instant) 
 /// the type (ruling 5). The read is bounded by [`MAX_ERROR_BODY`] and the first-token deadline; the
 /// failure instant is the end of that read.
 async fn read_error_body(
-    mut resp: reqwest::Response,
+    mut resp: Incoming,
     head: &Head<'_>,
     spec: &ProbeSpec,
     mut m: Measurement,
@@ -479,7 +548,7 @@ async fn read_error_body(
     let mut end = Instant::now();
     let mut stalled = false;
     while body.len() < MAX_ERROR_BODY {
-        match timeout_at(deadline.into(), resp.chunk()).await {
+        match timeout_at(deadline.into(), chunk(&mut resp)).await {
             Ok(Ok(Some(b))) => {
                 end = Instant::now();
                 let room = MAX_ERROR_BODY - body.len();

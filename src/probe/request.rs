@@ -4,8 +4,18 @@
 use super::ProbeSpec;
 use crate::config::{AuthStyle, Secret};
 use crate::protocol::{Api, BodyParams, Message};
+use crate::transport::Body;
 use crate::workload::RequestContent;
+use hyper::header::{self, HeaderName, HeaderValue};
 use std::time::Instant;
+
+/// A request to the target, ready to send.
+pub(super) type Request = hyper::Request<Body>;
+
+/// Why a request could not be built (a URL or header the HTTP library refuses).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(super) struct BuildError(String);
 
 /// A fresh nonce: 16 hex digits from the standard library's randomly seeded hasher.
 fn nonce() -> String {
@@ -26,14 +36,13 @@ fn with_nonce(messages: &[Message]) -> Vec<Message> {
 /// Builds the request of one probe of `spec` sending `content` to `url` with `key`.
 ///
 /// # Errors
-/// The HTTP client's error when a header or the URL cannot be used.
+/// [`BuildError`] when a header or the URL cannot be used.
 pub(super) fn build(
-    client: &reqwest::Client,
     spec: &ProbeSpec,
     content: &RequestContent,
     url: &str,
     key: Option<&Secret>,
-) -> Result<reqwest::Request, reqwest::Error> {
+) -> Result<Request, BuildError> {
     let (target, prompt) = (&spec.target, &spec.prompt);
     let messages = if prompt.nonce {
         with_nonce(&content.messages)
@@ -54,46 +63,90 @@ pub(super) fn build(
     } else {
         "application/json"
     };
-    let req = client
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", accept);
+    let mut req = new_request(hyper::Method::POST, url, body.to_string())?;
+    let h = req.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h.insert(header::ACCEPT, HeaderValue::from_static(accept));
     with_target_headers(req, spec, key)
-        .body(body.to_string())
-        .build()
 }
 
 /// The request that opens a worker's connection before a bench level (`GET /models`, with the
 /// target's key and headers, so a gateway treats it as it treats the probes).
 ///
 /// # Errors
-/// The HTTP client's error when a header or the URL cannot be used.
-pub(super) fn build_prewarm(
-    client: &reqwest::Client,
-    spec: &ProbeSpec,
-    key: Option<&Secret>,
-) -> Result<reqwest::Request, reqwest::Error> {
-    let req = client
-        .get(spec.target.models_url())
-        .header("accept", "application/json");
-    with_target_headers(req, spec, key).build()
+/// [`BuildError`] when a header or the URL cannot be used.
+pub(super) fn build_prewarm(spec: &ProbeSpec, key: Option<&Secret>) -> Result<Request, BuildError> {
+    let mut req = new_request(hyper::Method::GET, &spec.target.models_url(), String::new())?;
+    req.headers_mut()
+        .insert(header::ACCEPT, HeaderValue::from_static("application/json"));
+    with_target_headers(req, spec, key)
+}
+
+/// A request to `url` with `body`. A `user:password` in the URL is sent as Basic credentials
+/// (as curl does) and taken out of the URL the request names.
+fn new_request(method: hyper::Method, url: &str, body: String) -> Result<Request, BuildError> {
+    let mut u = reqwest::Url::parse(url).map_err(|e| BuildError(format!("the URL: {e}")))?;
+    let basic = (!u.username().is_empty() || u.password().is_some()).then(|| {
+        use crate::redact::percent_decode;
+        use base64::Engine as _;
+        let (user, pass) = (u.username(), u.password().unwrap_or(""));
+        let pair = format!("{}:{}", percent_decode(user), percent_decode(pass));
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(pair)
+        )
+    });
+    let _ = u.set_username("");
+    let _ = u.set_password(None);
+    let uri: hyper::Uri = u
+        .as_str()
+        .parse()
+        .map_err(|e| BuildError(format!("the URL: {e}")))?;
+    let mut req = hyper::Request::builder()
+        .method(method)
+        .uri(uri)
+        .body(Body::from(body))
+        .map_err(|e| BuildError(e.to_string()))?;
+    if let Some(b) = basic {
+        req.headers_mut().insert(
+            header::AUTHORIZATION,
+            sensitive(&b, "the URL's credentials")?,
+        );
+    }
+    Ok(req)
+}
+
+/// A header value that is never logged by the HTTP library.
+fn sensitive(v: &str, what: &str) -> Result<HeaderValue, BuildError> {
+    let mut v = HeaderValue::from_str(v)
+        .map_err(|_| BuildError(format!("{what}: not a valid header value")))?;
+    v.set_sensitive(true);
+    Ok(v)
 }
 
 /// The headers every request to the target carries: identity encoding, the key in its
 /// protocol's header only, the protocol's version header and the target's own headers.
 fn with_target_headers(
-    mut req: reqwest::RequestBuilder,
+    mut req: Request,
     spec: &ProbeSpec,
     key: Option<&Secret>,
-) -> reqwest::RequestBuilder {
+) -> Result<Request, BuildError> {
     let target = &spec.target;
-    req = req.header("accept-encoding", "identity");
+    let h = req.headers_mut();
+    h.insert(
+        header::ACCEPT_ENCODING,
+        HeaderValue::from_static("identity"),
+    );
     if let Some(k) = key {
-        req = match target.auth {
-            AuthStyle::XApiKey => req.header("x-api-key", k.expose()),
-            AuthStyle::ApiKey => req.header("api-key", k.expose()),
-            AuthStyle::Bearer => req.bearer_auth(k.expose()),
+        let (name, value) = match target.auth {
+            AuthStyle::XApiKey => (HeaderName::from_static("x-api-key"), k.expose().to_owned()),
+            AuthStyle::ApiKey => (HeaderName::from_static("api-key"), k.expose().to_owned()),
+            AuthStyle::Bearer => (header::AUTHORIZATION, format!("Bearer {}", k.expose())),
         };
+        h.insert(name, sensitive(&value, "the key")?);
     }
     if target.api == Api::AnthropicMessages
         && !target
@@ -101,10 +154,17 @@ fn with_target_headers(
             .iter()
             .any(|(n, _)| n.eq_ignore_ascii_case("anthropic-version"))
     {
-        req = req.header("anthropic-version", "2023-06-01");
+        h.insert(
+            HeaderName::from_static("anthropic-version"),
+            HeaderValue::from_static("2023-06-01"),
+        );
     }
     for (n, v) in &target.headers {
-        req = req.header(n, v);
+        let name = HeaderName::from_bytes(n.as_bytes())
+            .map_err(|_| BuildError(format!("header {n:?}: not a valid name")))?;
+        let value = HeaderValue::from_str(v)
+            .map_err(|_| BuildError(format!("header {n}: not a valid value")))?;
+        h.append(name, value);
     }
-    req
+    Ok(req)
 }

@@ -72,7 +72,7 @@ pub(crate) async fn read_request(
         }
         let start = buf.len();
         buf.resize(start + 16 * 1024, 0);
-        let n = match tokio::time::timeout(idle, super::kstamp::read(stream, &mut buf[start..]))
+        let n = match tokio::time::timeout(idle, crate::kstamp::read(stream, &mut buf[start..]))
             .await
         {
             Ok(Ok((n, at))) => {
