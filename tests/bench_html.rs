@@ -80,13 +80,14 @@ fn embedded(html: &str) -> Value {
 /// How the page should show the value at `ptr`: ×1000 for seconds (shown in ms), ×100 for
 /// ratios (shown in %), else as is — this test's own reading of the units.
 fn scale(doc: &Value, ptr: &str) -> f64 {
-    const SECONDS: [&str; 8] = [
+    const SECONDS: [&str; 9] = [
         "ttft_s",
         "ttfo_s",
         "tpot_s",
         "e2e_s",
         "lag_s",
         "loop_lag_s",
+        "read_lag_s",
         "ramp_s",
         "failure_s",
     ];

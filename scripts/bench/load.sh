@@ -14,6 +14,9 @@
 # The simulator writes an event log, stamped with the kernel's receive instant of each request
 # (SO_TIMESTAMPNS); per level the script prints the client's TTFT error against the server's TTFT
 # counted from that instant, and how late the simulator itself read its requests (user − kernel).
+# The client stamps its reads the same way: the level's `read_lag_s` (how long after the kernel
+# received the first token the client read it, i.e. what the stamps took out of its TTFT) is
+# printed as "client kernel-vs-user", with the count of requests that had an unstamped read.
 #
 # Not a CI test: it takes a few minutes and its numbers depend on what else the machine runs.
 # Bounded: each level sends for DURATION, every request has a 60 s deadline, the whole run 15 min.
@@ -125,7 +128,8 @@ print(f"CPU over {wall:.0f} s: bench {bench_cpu:.1f} s ({100 * bench_cpu / wall:
       f"simulate {sim_cpu:.1f} s ({100 * sim_cpu / wall:.0f}%); bench max RSS {int(rss) / 1024:.0f} MiB")
 print(f"{'streams':>8} {'agg tok/s':>10} {'events/s':>9} {'TTFT p50 (+drift)':>18} {'TPOT p50 (+drift)':>18} "
       f"{'send lag p99':>8} {'loop lag p99':>12} {'ramp':>8} {'errors':>7} "
-      f"{'TTFT err p50/p99 vs server':>26} {'server read lag p50/p99':>24}")
+      f"{'TTFT err p50/p99 vs server':>26} {'server read lag p50/p99':>24} "
+      f"{'client kernel-vs-user p50/p99':>30} {'unstamped':>9}")
 best = None
 for l in r["models"][0]["levels"]:
     c = l["concurrency"]
@@ -146,10 +150,14 @@ for l in r["models"][0]["levels"]:
     err50 = q(client, 0.5) - q([x[1] for x in mine], 0.5)
     err99 = q(client, 0.99) - q([x[1] for x in mine], 0.99)
     rl50, rl99 = q([x[2] for x in mine], 0.5), q([x[2] for x in mine], 0.99)
+    # What the client's kernel stamps took out of its TTFT: first token read minus its arrival.
+    kv = l.get("read_lag_s") or {}
+    kv50, kv99 = kv.get("p50", float("nan")), kv.get("p99", float("nan"))
     print(f"{c:>8} {tps:>10.0f} {ev:>9.0f} {t.get('p50', float('nan')) * 1e3:>9.1f} ms ({(t.get('p50', 0) - ttft) * 1e3:+.1f}) "
           f"{p.get('p50', float('nan')) * 1e3:>9.2f} ms ({(p.get('p50', 0) - itl) * 1e3:+.2f}) "
           f"{lag * 1e3:>5.2f} ms {loop * 1e3:>9.2f} ms {ramp * 1e3:>5.0f} ms {l['error_rate'] * 100:>6.2f}% "
-          f"{err50 * 1e3:>10.2f} / {err99 * 1e3:.2f} ms {rl50 * 1e3:>12.2f} / {rl99 * 1e3:.2f} ms")
+          f"{err50 * 1e3:>10.2f} / {err99 * 1e3:.2f} ms {rl50 * 1e3:>12.2f} / {rl99 * 1e3:.2f} ms "
+          f"{kv50 * 1e3:>17.2f} / {kv99 * 1e3:.2f} ms {l.get('unstamped', 0):>9}")
     if lag < 0.002 and l["error_rate"] == 0 and (best is None or c > best[0]):
         best = (c, tps, loop, t.get("p50", 0) - ttft)
 goal = "2,000 streams, 100,000 tokens/s, send lag p99 < 2 ms"

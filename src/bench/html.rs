@@ -31,7 +31,7 @@ pub enum HtmlError {
 }
 
 /// Level fields the page shows by name; any other number or summary goes to "other values".
-const KNOWN_LEVEL_KEYS: [&str; 23] = [
+const KNOWN_LEVEL_KEYS: [&str; 25] = [
     "concurrency",
     "rate",
     "requests",
@@ -52,19 +52,22 @@ const KNOWN_LEVEL_KEYS: [&str; 23] = [
     "lag_s",
     "ramp_s",
     "loop_lag_s",
+    "read_lag_s",
+    "unstamped",
     "capped",
     "samples",
     "server",
 ];
 
 /// Keys of seconds that the page shows in ms.
-pub const MS_KEYS: [&str; 8] = [
+pub const MS_KEYS: [&str; 9] = [
     "ttft_s",
     "ttfo_s",
     "tpot_s",
     "e2e_s",
     "lag_s",
     "loop_lag_s",
+    "read_lag_s",
     "ramp_s",
     "failure_s",
 ];
@@ -1189,7 +1192,7 @@ fn strs(v: &[&str]) -> Vec<String> {
 
 /// The comparison table: one row per model and level.
 fn main_table(o: &mut String, doc: &Value, r: &Report) {
-    const COLS: [(&str, &str); 15] = [
+    const COLS: [(&str, &str); 16] = [
         ("requests", "requests"),
         ("error_rate", "error rate (%)"),
         ("ttft_s/p50", "TTFT p50 (ms)"),
@@ -1205,6 +1208,7 @@ fn main_table(o: &mut String, doc: &Value, r: &Report) {
         ("goodput_rps", "goodput (req/s)"),
         ("lag_s/p99", "generator lag p99 (ms)"),
         ("loop_lag_s/p99", "loop lag p99 (ms)"),
+        ("read_lag_s/p99", "read lag p99 (ms)"),
     ];
     let mut heads = strs(&["model", load_label(r)]);
     heads.extend(COLS.iter().map(|c| c.1.to_owned()));
@@ -1256,7 +1260,7 @@ fn main_table(o: &mut String, doc: &Value, r: &Report) {
 
 /// Every statistic of every distribution, per model and level.
 fn percentile_table(o: &mut String, doc: &Value, r: &Report) {
-    const METRICS: [(&str, &str); 7] = [
+    const METRICS: [(&str, &str); 8] = [
         ("ttft_s", "TTFT (ms)"),
         ("ttfo_s", "TTFO (ms)"),
         ("tpot_s", "TPOT (ms)"),
@@ -1264,6 +1268,7 @@ fn percentile_table(o: &mut String, doc: &Value, r: &Report) {
         ("decode_tokens_per_s", "decode tokens/s"),
         ("lag_s", "generator lag (ms)"),
         ("loop_lag_s", "loop lag (ms)"),
+        ("read_lag_s", "read lag (ms)"),
     ];
     const STATS: [&str; 8] = ["n", "mean", "min", "p50", "p90", "p95", "p99", "max"];
     let mut heads = strs(&["model", load_label(r), "metric"]);

@@ -544,6 +544,7 @@ pub fn render_markdown(r: &Report) -> String {
         "goodput req/s",
         "lag p99 (ms)",
         "loop lag p99 (ms)",
+        "read lag p99 (ms)",
         "ramp (ms)",
         "knee",
     ];
@@ -587,6 +588,7 @@ pub fn render_markdown(r: &Report) -> String {
                     .map_or_else(|| "-".into(), |g| format!("{g:.2}")),
                 opt(&l.lag_s, |s| s.p99, |v| format!("{:.2}", v * 1e3)),
                 opt(&l.loop_lag_s, |s| s.p99, |v| format!("{:.2}", v * 1e3)),
+                opt(&l.read_lag_s, |s| s.p99, |v| format!("{:.2}", v * 1e3)),
                 l.ramp_s
                     .map_or_else(|| "-".into(), |v| format!("{:.1}", v * 1e3)),
                 if knee_mark(m, i).is_empty() {
@@ -620,7 +622,9 @@ pub fn render_markdown(r: &Report) -> String {
     out
 }
 
-const CSV_SUMMARIES: [&str; 7] = ["ttft", "ttfo", "tpot", "e2e", "tps", "lag", "loop_lag"];
+const CSV_SUMMARIES: [&str; 8] = [
+    "ttft", "ttfo", "tpot", "e2e", "tps", "lag", "loop_lag", "read_lag",
+];
 
 /// CSV: one row per model and level; every statistic of every metric (seconds, tokens/s).
 ///
@@ -707,6 +711,7 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
                 &l.decode_tokens_per_s,
                 &l.lag_s,
                 &l.loop_lag_s,
+                &l.read_lag_s,
             ] {
                 match s {
                     Some(s) => row.extend([s.mean, s.p50, s.p90, s.p95, s.p99, s.max].map(num)),
@@ -779,6 +784,8 @@ pub(crate) mod tests {
                     first: false,
                     new_connection: false,
                     connect_s: None,
+                    read_lag_s: None,
+                    unstamped: false,
                     server_predicted_per_token_ms: None,
                     requested_input_tokens: None,
                     requested_output_tokens: None,

@@ -399,6 +399,8 @@ pub(crate) mod tests {
             lag_s: Some(s(0.0001)),
             ramp_s: None,
             loop_lag_s: None,
+            read_lag_s: None,
+            unstamped: 0,
             capped: 0,
             started_unix_s: None,
             start_offset_s: None,

@@ -48,6 +48,13 @@ pub struct Sample {
     /// Its TCP connect (to the target, or to the proxy), s, when it opened one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_s: Option<f64>,
+    /// Kernel-vs-user difference at the first token: how long after the kernel received the
+    /// first token's bytes the prober read them, s (what kernel stamps took out of its TTFT).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_lag_s: Option<f64>,
+    /// Some read of the response carried no kernel stamp (its instant is the read's own).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unstamped: bool,
     /// llama.cpp's own `timings.predicted_per_token_ms`, when the server sent it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_predicted_per_token_ms: Option<f64>,
@@ -88,6 +95,10 @@ pub struct LevelLengths {
     /// Conversations: TTFT of later turns (the history resent), s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttft_later_turns_s: Option<Summary>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 fn mean(v: impl Iterator<Item = f64>) -> Option<f64> {
@@ -163,6 +174,8 @@ impl Sample {
             first,
             new_connection: r.phases.is_some_and(|p| !p.reused),
             connect_s: r.phases.and_then(|p| p.connect_s),
+            read_lag_s: r.read_lag.and_then(|l| l.first_token_s),
+            unstamped: r.read_lag.is_some_and(|l| l.unstamped_reads > 0),
             server_predicted_per_token_ms: r
                 .server_timings
                 .as_ref()
@@ -334,6 +347,14 @@ pub struct LevelStats {
     /// measures how long it waits to run again, every 10 ms), s.
     #[serde(default)]
     pub loop_lag_s: Option<Summary>,
+    /// Kernel-vs-user difference at the first token over the level's requests: how long after
+    /// the kernel received the first token's bytes the prober read them, s. TTFT counts from the
+    /// kernel's instant, so this is the scheduling delay taken out of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_lag_s: Option<Summary>,
+    /// Requests with a read the kernel did not stamp (their instants are the reads' own).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unstamped: u64,
     /// Open loop: requests whose send waited for a free in-flight slot (the cap was reached).
     #[serde(default)]
     pub capped: u64,
@@ -474,6 +495,8 @@ impl LevelStats {
                 .map(|s| s.sent_s)
                 .reduce(f64::max),
             loop_lag_s: Summary::of(loop_lag.iter().copied()),
+            read_lag_s: Summary::of(samples.iter().filter_map(|s| s.read_lag_s)),
+            unstamped: samples.iter().filter(|s| s.unstamped).count() as u64,
             capped,
             started_unix_s: None,
             start_offset_s: None,
@@ -532,6 +555,8 @@ mod tests {
             first: false,
             new_connection: false,
             connect_s: None,
+            read_lag_s: None,
+            unstamped: false,
             server_predicted_per_token_ms: None,
             requested_input_tokens: None,
             requested_output_tokens: None,
@@ -666,5 +691,47 @@ mod tests {
         };
         assert_eq!((c.label(), r.label()), ("8".to_owned(), "2.5/s".to_owned()));
         assert!(c.same(&c) && !c.same(&r));
+    }
+
+    /// The level's read lag is the summary of its requests' first-token differences; requests
+    /// with an unstamped read are counted; a failure without a first token adds nothing.
+    #[test]
+    fn read_lag_folds_the_first_token_differences() {
+        let mut r = crate::measure::Measurement::new(std::time::Instant::now()).finish();
+        r.read_lag = Some(crate::kstamp::ReadLag {
+            first_token_s: Some(0.004),
+            max_s: 0.009,
+            reads: 5,
+            unstamped_reads: 1,
+        });
+        let from = Sample::from_result(&r, 0.0, 1.0, 0.0, false);
+        assert_eq!((from.read_lag_s, from.unstamped), (Some(0.004), true));
+        let with = |lag: Option<f64>| Sample {
+            read_lag_s: lag,
+            ..sample(Some(0.1), 4, None)
+        };
+        let samples = [
+            with(Some(0.001)),
+            with(Some(0.003)),
+            Sample {
+                unstamped: true,
+                ..with(None)
+            },
+            sample(None, 0, Some("timeout_first_token")),
+        ];
+        let l = LevelStats::from_samples(
+            LevelKey {
+                concurrency: 1,
+                rate: None,
+            },
+            &samples,
+            1.0,
+            &[],
+            &[],
+            0,
+        );
+        let lag = l.read_lag_s.unwrap();
+        assert_eq!((lag.n, lag.min, lag.max), (2, 0.001, 0.003));
+        assert_eq!(l.unstamped, 1);
     }
 }
