@@ -629,6 +629,9 @@ fn logged(log: &Path, n: usize) -> Vec<Value> {
 fn reuse_keeps_one_connection_per_worker_and_prewarm_opens_it_first() {
     let _serial = serial();
     let _wd = Watchdog::new("reuse_keeps_one_connection", Duration::from_secs(120));
+    // More workers than the open loop's first probers (64), which once capped pre-warming.
+    const W: usize = 80;
+    let (workers, requests) = (W.to_string(), (W * 2).to_string());
     for prewarm in [true, false] {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("events.jsonl");
@@ -657,9 +660,9 @@ fn reuse_keeps_one_connection_per_worker_and_prewarm_opens_it_first() {
             "--config.file",
             cfg.to_str().unwrap(),
             "--concurrency",
-            "4",
+            &workers,
             "--requests-per-level",
-            "16",
+            &requests,
             "--samples",
             "-o",
             json.to_str().unwrap(),
@@ -677,7 +680,7 @@ fn reuse_keeps_one_connection_per_worker_and_prewarm_opens_it_first() {
             r["mode"]
         );
         let samples = levels(&r, 0)[0]["samples"].as_array().unwrap().clone();
-        assert_eq!(samples.len(), 16);
+        assert_eq!(samples.len(), W * 2);
         let opened: Vec<&Value> = samples
             .iter()
             .filter(|s| s["new_connection"].as_bool() == Some(true))
@@ -685,21 +688,29 @@ fn reuse_keeps_one_connection_per_worker_and_prewarm_opens_it_first() {
         if prewarm {
             assert!(opened.is_empty(), "prewarmed, yet opened: {opened:?}");
         } else {
-            assert_eq!(opened.len(), 4, "{samples:?}");
+            assert_eq!(opened.len(), W, "{samples:?}");
             assert!(opened.iter().all(|s| s["first"].as_bool() == Some(true)));
         }
-        let records = logged(&log, 16);
+        let records = logged(&log, W * 2);
         let mut conns: Vec<u64> = records
             .iter()
             .map(|r| r["conn"].as_u64().unwrap())
             .collect();
         conns.sort_unstable();
         conns.dedup();
-        assert_eq!(conns.len(), 4, "16 requests of 4 workers on {conns:?}");
+        assert_eq!(
+            conns.len(),
+            W,
+            "{} requests of {W} workers on {conns:?}",
+            W * 2
+        );
         // Each request carries the kernel's receive instant, before the simulator read it (the
         // kernel may switch stamping on a moment after the simulator's start, so the first
         // round is spared).
-        for r in records.iter().filter(|r| r["seq"].as_u64() >= Some(4)) {
+        for r in records
+            .iter()
+            .filter(|r| r["seq"].as_u64() >= Some(W as u64))
+        {
             let (user, kernel) = (
                 r["arrival_unix_ns"].as_u64(),
                 r["arrival_kernel_unix_ns"].as_u64(),

@@ -945,13 +945,12 @@ impl Sender {
         let (mi, li, slot) = at;
         let shard = self.shard;
         if self.prewarm {
-            let workers = match key.rate {
-                None => shard.workers(key.concurrency),
-                Some(_) => shard.cap(key.concurrency),
+            // Every worker of a closed loop; the probers an open loop starts with.
+            let n = match key.rate {
+                None => shard.workers(key.concurrency) as usize,
+                Some(_) => (shard.cap(key.concurrency) as usize).min(runner::FIRST_PROBERS),
             };
-            runner
-                .prewarm((workers as usize).min(runner::FIRST_PROBERS))
-                .await?;
+            runner.prewarm(n).await?;
         }
         runner
             .warmup(key.concurrency, shard.share(self.warmup))
