@@ -266,8 +266,7 @@ impl Connector {
 
     async fn tls_to_target(&self, io: Box<dyn Io>, host: &str) -> Result<Conn, ConnectError> {
         let name = server_name(host, ConnectKind::Tls)?;
-        // rustls consults the session store (which marks the handshake's start) on the first
-        // poll; mark here too, for a handshake that fails before it does.
+        // The TCP connection (and any tunnel) is up: the handshake starts now.
         self.clock.mark_tls_start();
         let tls = tokio_rustls::TlsConnector::from(self.tls.clone())
             .connect(name, io)

@@ -171,16 +171,8 @@ impl Transport {
         let connector = connect::Connector {
             clock: clock.clone(),
             stamps: ReadStamps::default(),
-            tls: Arc::new(tls::config(
-                &opts.tls,
-                clock.clone(),
-                &[b"h2", b"http/1.1"],
-            )?),
-            proxy_tls: Arc::new(tls::config(
-                &opts.tls,
-                PhaseClock::default(),
-                &[b"http/1.1"],
-            )?),
+            tls: Arc::new(tls::config(&opts.tls, &[b"h2", b"http/1.1"])?),
+            proxy_tls: Arc::new(tls::config(&opts.tls, &[b"http/1.1"])?),
             proxies: proxies.map(Arc::new),
             timeout: connect_timeout,
             user_agent: USER_AGENT,

@@ -1,18 +1,15 @@
 //! The TLS client settings of a prober: the trust (web PKI roots, a `ca_file`, or none with
-//! `insecure_skip_verify`), ALPN (`h2`, then `http/1.1`), and a session store that marks when a
-//! handshake starts (rustls consults it while it builds the ClientHello, right after the TCP
-//! connection is up), for the `tls` phase.
+//! `insecure_skip_verify`) and ALPN (`h2`, then `http/1.1`, for targets). The connector marks the
+//! handshake's start itself, for the `tls` phase.
 
-use super::{PhaseClock, TransportError};
+use super::TransportError;
 use crate::config::TlsOptions;
-use rustls::client::{ClientSessionMemoryCache, ClientSessionStore, Resumption};
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime, pem::PemObject};
 use std::sync::Arc;
 
 /// The client configuration for `o`; `alpn`: the protocols offered, in order of preference.
 pub(super) fn config(
     o: &TlsOptions,
-    clock: PhaseClock,
     alpn: &[&[u8]],
 ) -> Result<rustls::ClientConfig, TransportError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -46,10 +43,6 @@ pub(super) fn config(
         builder.with_root_certificates(roots).with_no_client_auth()
     };
     cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-    cfg.resumption = Resumption::store(Arc::new(TimedSessionStore {
-        inner: ClientSessionMemoryCache::new(64),
-        clock,
-    }));
     Ok(cfg)
 }
 
@@ -75,58 +68,6 @@ fn read_ca_file(path: &std::path::Path) -> Result<Vec<u8>, String> {
         ));
     }
     Ok(pem)
-}
-
-/// rustls' session cache, which also marks when a handshake starts (rustls consults the store
-/// while it builds the ClientHello, right after the TCP connection is established).
-#[derive(Debug)]
-struct TimedSessionStore {
-    inner: ClientSessionMemoryCache,
-    clock: PhaseClock,
-}
-
-impl TimedSessionStore {
-    fn mark(&self) {
-        self.clock.mark_tls_start();
-    }
-}
-
-impl ClientSessionStore for TimedSessionStore {
-    fn set_kx_hint(&self, n: ServerName<'static>, g: rustls::NamedGroup) {
-        self.inner.set_kx_hint(n, g)
-    }
-    fn kx_hint(&self, n: &ServerName<'_>) -> Option<rustls::NamedGroup> {
-        self.mark();
-        self.inner.kx_hint(n)
-    }
-    fn set_tls12_session(
-        &self,
-        n: ServerName<'static>,
-        v: rustls::client::Tls12ClientSessionValue,
-    ) {
-        self.inner.set_tls12_session(n, v)
-    }
-    fn tls12_session(&self, n: &ServerName<'_>) -> Option<rustls::client::Tls12ClientSessionValue> {
-        self.mark();
-        self.inner.tls12_session(n)
-    }
-    fn remove_tls12_session(&self, n: &ServerName<'static>) {
-        self.inner.remove_tls12_session(n)
-    }
-    fn insert_tls13_ticket(
-        &self,
-        n: ServerName<'static>,
-        v: rustls::client::Tls13ClientSessionValue,
-    ) {
-        self.inner.insert_tls13_ticket(n, v)
-    }
-    fn take_tls13_ticket(
-        &self,
-        n: &ServerName<'static>,
-    ) -> Option<rustls::client::Tls13ClientSessionValue> {
-        self.mark();
-        self.inner.take_tls13_ticket(n)
-    }
 }
 
 /// `insecure_skip_verify`: accepts any certificate (signatures are still checked for form).
