@@ -11,7 +11,7 @@ mod common;
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -115,31 +115,8 @@ where
     }
 }
 
-fn make_cert(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
-    let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
-    let ok = Command::new("openssl")
-        .args([
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-        ])
-        .args([
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            "subjectAltName=DNS:localhost,IP:127.0.0.1",
-        ])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(ok, "openssl could not make a test certificate");
-    (cert, key)
-}
-
 async fn start_h2(fault: Fault, dir: &Path) -> (SocketAddr, Arc<Counts>) {
-    let (cert, key) = make_cert(dir);
+    let (cert, key) = common::test_cert(dir);
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&cert)
         .expect("cert")
         .collect::<Result<_, _>>()

@@ -9,7 +9,7 @@ use common::serve::Proc;
 use common::server::{ReplayHandle, ReplayServer};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// A `tokenprobe serve` child on an ephemeral port, killed on drop.
@@ -175,34 +175,7 @@ async fn web_config_basic_auth_and_tls() {
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg = dir.path().join("c.yml");
     std::fs::write(&cfg, config(up, "m1")).expect("write");
-    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
-    let ok = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=localhost",
-        ])
-        .args([
-            "-addext",
-            "subjectAltName=DNS:localhost,IP:127.0.0.1",
-            "-addext",
-            "basicConstraints=critical,CA:FALSE",
-            "-keyout",
-        ])
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .stderr(Stdio::null())
-        .status()
-        .expect("openssl")
-        .success();
-    assert!(ok, "openssl could not make a test certificate");
+    let (cert, key) = common::test_cert(dir.path());
     let hash = bcrypt::hash("s3cret", 4).expect("bcrypt");
     let web = dir.path().join("web.yml");
     std::fs::write(

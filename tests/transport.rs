@@ -280,35 +280,10 @@ fn events_read_together_carry_the_last_packets_instant() {
     );
 }
 
-fn make_cert(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
-    let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
-    let ok = std::process::Command::new("openssl")
-        .args([
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-        ])
-        .args([
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            "subjectAltName=DNS:localhost,IP:127.0.0.1",
-            "-addext",
-            "basicConstraints=critical,CA:FALSE",
-        ])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(ok, "openssl could not make a test certificate");
-    (cert, key)
-}
-
 /// An HTTPS event-stream server (ALPN `http/1.1`) with a self-signed certificate; returns its
 /// address and the certificate's path.
 async fn tls_server(dir: &Path) -> (SocketAddr, std::path::PathBuf, Log) {
-    let (cert, key) = make_cert(dir);
+    let (cert, key) = common::test_cert(dir);
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&cert)
         .unwrap()
         .collect::<Result<_, _>>()

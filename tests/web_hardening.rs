@@ -161,26 +161,7 @@ fn sigterm_completes_while_a_client_is_half_open() {
 fn sigterm_completes_while_a_tls_client_is_half_open() {
     let (_sim, up) = simulate(&["--ttft", "5ms", "--itl", "1ms"]);
     let dir = tempfile::tempdir().unwrap();
-    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
-    let ok = Command::new("openssl")
-        .args([
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-        ])
-        .args([
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-        ])
-        .args(["-addext", "basicConstraints=critical,CA:FALSE", "-keyout"])
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .stderr(Stdio::null())
-        .status()
-        .expect("openssl")
-        .success();
-    assert!(ok, "openssl could not make a test certificate");
+    let (cert, key) = common::test_cert(dir.path());
     let web = dir.path().join("web.yml");
     std::fs::write(
         &web,

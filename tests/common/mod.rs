@@ -30,6 +30,29 @@ pub const PROXY_ENV_VARS: [&str; 8] = [
     "no_proxy",
 ];
 
+/// A self-signed test certificate for `localhost` and `127.0.0.1` (an end entity, not a CA, as
+/// rustls requires of a trusted leaf), made by `openssl` in `dir`; returns the certificate's and
+/// the key's paths.
+pub fn test_cert(dir: &Path) -> (PathBuf, PathBuf) {
+    let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+    let ok = std::process::Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ])
+        .args(["-subj", "/CN=localhost"])
+        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
+        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "openssl could not make a test certificate");
+    (cert, key)
+}
+
 /// The case directory: `$TOKENPROBE_CASES_DIR`, else the repository's copy `<crate>/tests/cases`.
 pub fn cases_dir() -> PathBuf {
     match std::env::var_os("TOKENPROBE_CASES_DIR") {
