@@ -210,7 +210,7 @@ async fn request_and_read(
         m.flag(Flag::CompressedStream);
     }
     if !spec.stream {
-        return read_answer(resp, inflater, spec, m, t_headers).await;
+        return read_answer(resp, inflater, spec, m, t_headers, arrivals).await;
     }
     read_stream(resp, inflater, spec, m, arrivals).await
 }
@@ -340,17 +340,20 @@ pub(super) async fn drain_for_reuse(resp: &mut Incoming, deadline: Instant) {
 /// Reads a whole non-streamed answer to its end (bounded by [`MAX_ANSWER_BYTES`] and the
 /// deadlines), then judges it once: an empty body, an HTML page or a body that is not JSON by
 /// [`judge_non_answer`], the rest by the protocol's [`Api::interpret_answer`]. `t_end` is the
-/// instant the read that completed the body returned.
+/// arrival of the bytes that completed the body ([`Arrivals`]).
 async fn read_answer(
     mut resp: Incoming,
     mut inflater: Inflater,
     spec: &ProbeSpec,
     mut m: Measurement,
     t_headers: Instant,
+    arrivals: &mut Arrivals<'_>,
 ) -> ProbeResult {
     let t = &spec.timeouts;
     let mut body: Vec<u8> = Vec::new();
+    // The last body bytes' read (for the deadlines) and their arrival (`t_end`).
     let mut last_byte: Option<Instant> = None;
+    let mut last_arrival: Option<Instant> = None;
     let failed = |mut m: Measurement, kind, at, detail: String| {
         m.fail(kind, at, detail);
         m.finish()
@@ -365,6 +368,7 @@ async fn read_answer(
                     return failed(m, kind, deadline, deadline_detail(kind, t));
                 }
                 last_byte = Some(now);
+                last_arrival = Some(arrivals.at(now));
                 match inflater.feed(&bytes) {
                     Ok(p) => body.extend_from_slice(&p),
                     Err(e) => {
@@ -386,7 +390,7 @@ async fn read_answer(
                         return failed(m, ErrorType::Malformed, now, d);
                     }
                 }
-                break last_byte.unwrap_or(now).max(t_headers);
+                break last_arrival.unwrap_or(now).max(t_headers);
             }
             Ok(Err(e)) => {
                 let now = Instant::now();
