@@ -431,9 +431,8 @@ pub(crate) fn classify_transport(
     let kind = match setup {
         Some(ConnectKind::Timeout) => ErrorType::TimeoutConnect,
         Some(ConnectKind::Tls) => ErrorType::Tls,
+        // The connector knows the route it took: reaching a proxy fails as `Proxy`.
         Some(ConnectKind::Proxy) => ErrorType::Proxy,
-        // DNS or TCP through a proxy is the proxy's to answer.
-        Some(ConnectKind::Connect) if proxy.is_some() => ErrorType::Proxy,
         Some(ConnectKind::Connect) => ErrorType::Connect,
         // The target answered, but not in HTTP (no status line, a head too large, too many
         // headers): that is its answer's fault, not the network's.

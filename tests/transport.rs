@@ -462,6 +462,31 @@ async fn an_unknown_certificate_is_tls_and_a_refused_connect_is_proxy() {
     assert_eq!(r.error_type, Some(ErrorType::Proxy), "{:?}", r.error_detail);
     assert_eq!(heads.lock().unwrap().len(), 1);
     assert!(log.lock().unwrap().is_empty(), "nothing reached the target");
+
+    // A proxy nobody listens on: `proxy` for an HTTPS target and a plain one alike (the
+    // connector knows it was the proxy it could not reach).
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    for base in [base.as_str(), "http://127.0.0.1:9/v1"] {
+        let s = spec(base, &format!("    proxy: http://{dead}\n"));
+        let r = Prober::new(&s).unwrap().run(&s).await;
+        assert_eq!(
+            r.error_type,
+            Some(ErrorType::Proxy),
+            "{base}: {:?}",
+            r.error_detail
+        );
+        assert!(
+            r.error_detail
+                .as_deref()
+                .unwrap_or("")
+                .contains("via proxy"),
+            "{:?}",
+            r.error_detail
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
