@@ -434,15 +434,18 @@ pub fn redact_userinfo(p: &str) -> String {
     }
 }
 
-/// The proxy the environment routes `url` through, as curl and reqwest read it (`http_proxy` /
-/// `HTTP_PROXY`, `https_proxy` / `HTTPS_PROXY`, `all_proxy` / `ALL_PROXY`, minus `no_proxy` /
-/// `NO_PROXY`), with any credentials removed. `None` when the connection is direct.
+/// The proxy the environment routes `url` through, decided as the prober's client decides it
+/// (hyper-util's proxy matcher: `HTTP_PROXY` / `http_proxy`, `HTTPS_PROXY` / `https_proxy`,
+/// `ALL_PROXY` / `all_proxy`, minus `NO_PROXY` / `no_proxy`), with any credentials removed.
+/// `None` when the connection is direct.
 pub fn effective_proxy(url: &str) -> Option<String> {
-    let p = environment_proxy(url)?;
-    Some(redact_userinfo(&p))
+    let uri: hyper::Uri = url.parse().ok()?;
+    let via = hyper_util::client::proxy::matcher::Matcher::from_env().intercept(&uri)?;
+    Some(redact_userinfo(&via.uri().to_string()))
 }
 
-/// The environment's proxy URL for `url`, credentials included (for [`Redactor::add_userinfo`]).
+/// The environment's proxy URL for `url`, credentials included (for [`Redactor::add_userinfo`]:
+/// its secrets are redacted whether or not the client ends up using it).
 pub fn environment_proxy(url: &str) -> Option<String> {
     let u = reqwest::Url::parse(url).ok()?;
     let host = u.host_str()?.trim_matches(['[', ']']).to_ascii_lowercase();

@@ -156,7 +156,8 @@ impl Default for Timeouts {
 /// Which proxy a target's requests use.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum ProxySetting {
-    /// The environment's (`http_proxy`, `https_proxy`, `all_proxy`, `no_proxy`), as curl reads it.
+    /// The environment's (`HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY`, `NO_PROXY`, or their
+    /// lower-case forms), as hyper-util's proxy matcher reads them.
     #[default]
     Environment,
     /// No proxy, whatever the environment says (`proxy: none`).
