@@ -222,8 +222,7 @@ impl Connector {
                 self.clock.with(|m| m.dns_start = Some(Instant::now()));
                 let r = tokio::net::lookup_host((host, port)).await;
                 self.clock.with(|m| m.dns_end = Some(Instant::now()));
-                let what = format!("resolving {host}");
-                r.map_err(|e| ConnectError::new(kind, what.clone(), e))?
+                r.map_err(|e| ConnectError::new(kind, format!("resolving {host}"), e))?
                     .collect()
             }
         };
