@@ -304,25 +304,11 @@ mod tests {
         let log = EventLog::create(&p).unwrap();
         for seq in 0..3 {
             log.send(Record {
-                id: format!("r{seq}"),
-                seq,
-                conn: 0,
-                path: "/".into(),
-                arrival_unix_ns: 0,
-                arrival_kernel_unix_ns: None,
-                stream: false,
                 status: 429,
                 fault: Some("429".into()),
                 model: "m".into(),
-                profile: None,
                 input_tokens: 1,
-                cached_tokens: 0,
-                prefill: Duration::ZERO,
-                output_tokens: 0,
-                queued: Duration::ZERO,
-                head_written: None,
-                events: Vec::new(),
-                end: End::Complete,
+                ..Record::arrived(format!("r{seq}"), (seq, 0), "/", UNIX_EPOCH, None)
             });
         }
         log.close();
