@@ -80,32 +80,26 @@ class Simulator:
             self.proc.kill()
             self.proc.wait()
 
-    def server_spans(self):
-        out = []
+    def streamed(self):
+        """(record, token instants) of each successful streamed request in the event log."""
         with open(self.log) as f:
             for line in f:
                 r = json.loads(line)
-                if r.get("status") != 200 or not r.get("stream"):
-                    continue
-                t = [e["t_s"] for e in r["events"] if e.get("token")]
-                if len(t) >= 2:
-                    out.append(t[-1] - t[0])
-        return out
+                if r.get("status") == 200 and r.get("stream"):
+                    yield r, [e["t_s"] for e in r["events"] if e.get("token")]
+
+    def server_spans(self):
+        return [t[-1] - t[0] for _, t in self.streamed() if len(t) >= 2]
 
     def server_ttfts(self):
         out = []
-        with open(self.log) as f:
-            for line in f:
-                r = json.loads(line)
-                if r.get("status") != 200 or not r.get("stream"):
-                    continue
-                first = next((e["t_s"] for e in r["events"] if e.get("token")), None)
-                if first is not None:
-                    # From the kernel's receive instant of the request where the simulator knows
-                    # it, so the simulator's own lateness in reading counts as the server's.
-                    k = r.get("arrival_kernel_unix_ns")
-                    late = (r["arrival_unix_ns"] - k) / 1e9 if k else 0.0
-                    out.append(first + late)
+        for r, t in self.streamed():
+            if t:
+                # From the kernel's receive instant of the request where the simulator knows
+                # it, so the simulator's own lateness in reading counts as the server's.
+                k = r.get("arrival_kernel_unix_ns")
+                late = (r["arrival_unix_ns"] - k) / 1e9 if k else 0.0
+                out.append(t[0] + late)
         return out
 
 
