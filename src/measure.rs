@@ -365,6 +365,19 @@ impl Measurement {
     /// Ends the fold and computes the result.
     pub fn finish(mut self) -> ProbeResult {
         let end = self.terminal_at.or(self.eof_at);
+        if let (Some(at), Some(_)) = (self.eof_at, &self.failure)
+            && self.events > 0
+            && !self.proper_end()
+        {
+            // The body ended early after events although something failed already: `truncated`
+            // applies too, and the precedence decides (ruling 17: a body that ends inside a
+            // malformed fragment is `truncated`, which comes before `malformed`).
+            self.fail(
+                ErrorType::Truncated,
+                at,
+                "the stream ended without a finish reason or end marker",
+            );
+        }
         if self.failure.is_none() {
             let at = end.unwrap_or(self.t0);
             if !self.proper_end() && self.events == 0 {

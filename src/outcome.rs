@@ -276,9 +276,10 @@ impl Head<'_> {
             return Some(d);
         }
         let v = self.header("retry-after")?.trim();
-        if let Ok(s) = v.parse::<f64>() {
-            return secs(s);
+        if let Some(s) = decimal(v) {
+            return Some(s.min(MAX_RETRY_AFTER));
         }
+        // Ruling 16: a date is that date minus the wall clock at the head, clamped at 0.
         let at = httpdate::parse_http_date(v).ok()?;
         Some(
             at.duration_since(now)
@@ -286,6 +287,22 @@ impl Head<'_> {
                 .min(MAX_RETRY_AFTER),
         )
     }
+}
+
+/// Ruling 16: a non-negative decimal number as written (`7`, `1.5`, `0.493`), exactly (digits past
+/// the nanosecond are dropped); anything else (a sign, an exponent, `inf`) is not one.
+fn decimal(v: &str) -> Option<Duration> {
+    let v = v.trim();
+    let (int, frac) = v.split_once('.').unwrap_or((v, ""));
+    let digits = |s: &str| s.bytes().all(|c| c.is_ascii_digit());
+    if int.is_empty() || !digits(int) || !digits(frac) || (v.contains('.') && frac.is_empty()) {
+        return None;
+    }
+    let secs = int.parse::<u64>().unwrap_or(u64::MAX);
+    let nanos = format!("{:0<9}", &frac[..frac.len().min(9)])
+        .parse::<u32>()
+        .ok()?;
+    Some(Duration::new(secs, nanos))
 }
 
 /// Classifies a response from its head and (the first part of) its body: `None` for a 2xx, whose
@@ -318,25 +335,71 @@ pub fn classify_head(head: &Head<'_>, err: &StreamError) -> Option<ErrorType> {
     })
 }
 
+/// The SSE field names a line may start with (`name:` or the bare name), llama.cpp's `error`
+/// included (docs/measurement.md, "In-stream errors").
+const SSE_FIELDS: [&str; 5] = ["data", "event", "id", "retry", "error"];
+
+/// Whether one line (without its line end) is blank, a comment or an SSE field line.
+fn is_sse_line(line: &str) -> bool {
+    let name = line.split(':').next().unwrap_or("");
+    line.trim().is_empty()
+        || line.starts_with(':')
+        || (line.contains(':') && SSE_FIELDS.contains(&name))
+        || SSE_FIELDS.contains(&line)
+}
+
+/// Ruling 15: whether a 2xx body is an event stream, judged from its first line that is neither
+/// blank nor a comment: `Some(true)` when that line is an SSE field line, `Some(false)` when it is
+/// not (the body is then judged whole at its end, whatever follows), `None` while the bytes so far
+/// cannot tell. `ended`: the body has ended, so its last line is complete.
+pub fn starts_as_event_stream(prefix: &[u8], ended: bool) -> Option<bool> {
+    let prefix = prefix.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(prefix);
+    let mut rest = prefix;
+    loop {
+        let (line, complete, next) = match memchr::memchr2(b'\n', b'\r', rest) {
+            Some(i) => (&rest[..i], true, &rest[i + 1..]),
+            None => (rest, ended, &rest[rest.len()..]),
+        };
+        let text = String::from_utf8_lossy(line);
+        if complete && (text.trim().is_empty() || text.starts_with(':')) {
+            if next.is_empty() {
+                return ended.then_some(true);
+            }
+            rest = next;
+            continue;
+        }
+        if text.starts_with(':') {
+            return None; // a comment still arriving
+        }
+        if let Some((name, _)) = text.split_once(':') {
+            return Some(SSE_FIELDS.contains(&name));
+        }
+        if complete {
+            return Some(SSE_FIELDS.contains(&text.as_ref()));
+        }
+        // No colon yet: undecided while the line may still become a field's name.
+        let may_be_a_name = SSE_FIELDS.iter().any(|f| f.starts_with(text.as_ref()));
+        return (!may_be_a_name).then_some(false);
+    }
+}
+
 /// Ruling 1: a 2xx body that yielded no event is an event stream only when every line is blank, a
 /// comment or an SSE field (`data`, `event`, `id`, `retry`, and llama.cpp's `error`). Otherwise it
-/// is judged whole: a JSON error object by ruling 3, an HTML page `server_error`, anything else
-/// (a whole non-streamed answer, say) `malformed`. `None` when it is an (empty) event stream.
+/// is judged whole (ruling 15: also when events would follow its first line): a JSON error object
+/// by ruling 3 (the first JSON value of the body: a relay may glue `data: [DONE]` after it), an
+/// HTML page `server_error`, anything else (a whole non-streamed answer, say) `malformed`. `None`
+/// when it is an (empty) event stream.
 pub fn judge_non_stream(body: &[u8]) -> Option<(ErrorType, String)> {
     let text = String::from_utf8_lossy(body);
     let text = text.trim_start_matches('\u{feff}');
-    let is_sse_line = |line: &str| {
-        let name = line.split(':').next().unwrap_or("");
-        line.trim().is_empty()
-            || line.starts_with(':')
-            || (line.contains(':') && ["data", "event", "id", "retry", "error"].contains(&name))
-            || ["data", "event", "id", "retry"].contains(&line)
-    };
     if text.split(['\n', '\r']).all(is_sse_line) {
         return None;
     }
     let trimmed = text.trim_start();
-    if let Ok(v) = serde_json::from_str::<serde_json::Value>(trimmed)
+    let first_value = serde_json::Deserializer::from_str(trimmed)
+        .into_iter::<serde_json::Value>()
+        .next();
+    if let Some(Ok(v)) = first_value
         && v.get("error").is_some_and(|e| !e.is_null())
     {
         let err = StreamError::from_json(&v);
@@ -721,6 +784,27 @@ mod tests {
         assert_eq!(head(429, &[("retry-after", "soon")]).retry_after(now), None);
         assert_eq!(head(429, &[("retry-after", "-1")]).retry_after(now), None);
         assert_eq!(head(429, &[("retry-after", "NaN")]).retry_after(now), None);
+        // Ruling 16: decimals as written; other spellings of a number are no wait.
+        let d = |v: &str| {
+            Head {
+                status: 429,
+                headers: vec![("retry-after", v)],
+            }
+            .retry_after(now)
+        };
+        assert_eq!(d("1.5"), Some(Duration::from_millis(1500)));
+        assert_eq!(d("0.493"), Some(Duration::from_millis(493)));
+        assert_eq!(d(" 2 "), Some(Duration::from_secs(2)));
+        assert_eq!(d("0.0000000019"), Some(Duration::from_nanos(1)));
+        for other in ["1e3", "+5", "inf", "1.", ".5", "1.5s", ""] {
+            assert_eq!(d(other), None, "{other:?}");
+        }
+        let past = httpdate::fmt_http_date(now - Duration::from_secs(120));
+        let h = Head {
+            status: 429,
+            headers: vec![("retry-after", past.as_str())],
+        };
+        assert_eq!(h.retry_after(now), Some(Duration::ZERO));
         assert_eq!(
             head(429, &[("retry-after", "99999999999999999999")]).retry_after(now),
             Some(MAX_RETRY_AFTER)
@@ -802,6 +886,43 @@ mod tests {
             q("GenerateRequestsPerMinutePerProjectPerModel-FreeTier"),
             Some(ErrorType::RateLimited)
         );
+    }
+
+    #[test]
+    fn a_body_is_an_event_stream_by_its_first_significant_line() {
+        let start = |b: &str, ended: bool| starts_as_event_stream(b.as_bytes(), ended);
+        // Ruling 15: decided by the first line that is neither blank nor a comment.
+        assert_eq!(start("data: {}\n\n", false), Some(true));
+        assert_eq!(start(": ping\r\n\r\nevent: x\n", false), Some(true));
+        assert_eq!(start("\u{feff}id: 1\n", false), Some(true));
+        assert_eq!(start("error: {\"code\":500}\n", false), Some(true));
+        assert_eq!(start("retry\n", false), Some(true));
+        assert_eq!(
+            start("{\"id\":\"x\"}\n\ndata: [DONE]\n\n", false),
+            Some(false)
+        );
+        assert_eq!(start("<html>", false), Some(false));
+        assert_eq!(start("datum: 1\n", false), Some(false));
+        // Not yet decidable: a name or a comment still arriving, or only blank lines so far.
+        assert_eq!(start("da", false), None);
+        assert_eq!(start("\n\n: keep", false), None);
+        assert_eq!(start("\r\n", false), None);
+        assert_eq!(start("", false), None);
+        // At the body's end every line is complete.
+        assert_eq!(start("da", true), Some(false));
+        assert_eq!(start("data", true), Some(true));
+        assert_eq!(start("\n: only keep-alives\n", true), Some(true));
+        assert_eq!(start("", true), Some(true));
+    }
+
+    #[test]
+    fn a_body_that_starts_as_json_is_judged_by_its_first_value() {
+        let kind = |b: &str| judge_non_stream(b.as_bytes()).map(|(k, _)| k);
+        // Ruling 15: a trailing `data: [DONE]` changes nothing.
+        let whole = "{\"object\":\"chat.completion\",\"choices\":[]}\n\ndata: [DONE]\n\n";
+        assert_eq!(kind(whole), Some(ErrorType::Malformed));
+        let error = "{\"error\":{\"code\":429,\"message\":\"slow down\"}}\n\ndata: [DONE]\n\n";
+        assert_eq!(kind(error), Some(ErrorType::RateLimited));
     }
 
     #[test]

@@ -107,7 +107,7 @@ impl SseDecoder {
             }
         }
         while !bytes.is_empty() {
-            match bytes.iter().position(|&b| b == b'\n' || b == b'\r') {
+            match memchr::memchr2(b'\n', b'\r', bytes) {
                 Some(i) => {
                     self.line.extend_from_slice(&bytes[..i]);
                     if bytes[i] == b'\r' {
@@ -123,7 +123,7 @@ impl SseDecoder {
                         bytes = &bytes[i + 1..];
                     }
                     let line = std::mem::take(&mut self.line);
-                    self.process_line(&line, &mut out)?;
+                    self.process_line(line, &mut out)?;
                 }
                 None => {
                     if self.line.len() + bytes.len() > MAX_EVENT_BYTES {
@@ -146,7 +146,7 @@ impl SseDecoder {
         let mut out = Vec::new();
         if !self.line.is_empty() {
             let line = std::mem::take(&mut self.line);
-            self.process_line(&line, &mut out)?;
+            self.process_line(line, &mut out)?;
         }
         // `out` is empty here: a line never dispatches by itself, only a blank line does.
         if self.pending_fields {
@@ -158,7 +158,9 @@ impl SseDecoder {
         Ok(None)
     }
 
-    fn process_line(&mut self, line: &[u8], out: &mut Vec<SseEvent>) -> Result<(), SseError> {
+    /// Processes one complete line. The first `data` line of an event hands its buffer to the
+    /// event's data (no copy of a large line); any other line's buffer is kept for the next line.
+    fn process_line(&mut self, mut line: Vec<u8>, out: &mut Vec<SseEvent>) -> Result<(), SseError> {
         if line.is_empty() {
             if self.pending_fields {
                 out.push(std::mem::take(&mut self.pending));
@@ -166,30 +168,48 @@ impl SseDecoder {
                 self.pending = SseEvent::default();
             }
             self.pending_fields = false;
+            self.line = line;
             return Ok(());
         }
         if line[0] == b':' {
             self.comments += 1;
+            line.clear();
+            self.line = line;
             return Ok(());
         }
-        let (name, value) = match line.iter().position(|&b| b == b':') {
-            Some(i) => {
-                let v = &line[i + 1..];
-                (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
-            }
-            None => (line, &b""[..]),
+        let (name_len, value_at) = match memchr::memchr(b':', &line) {
+            Some(i) => (i, i + 1 + usize::from(line.get(i + 1) == Some(&b' '))),
+            None => (line.len(), line.len()),
         };
+        if &line[..name_len] == b"data" && !self.pending.has_data {
+            if line.len() - value_at + 1 > MAX_EVENT_BYTES {
+                return Err(SseError::TooLarge);
+            }
+            line.drain(..value_at);
+            self.pending.data = match String::from_utf8(line) {
+                Ok(s) => s,
+                Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+            };
+            self.pending.has_data = true;
+            self.pending_fields = true;
+            return Ok(());
+        }
+        let result = self.field(&line[..name_len], &line[value_at..]);
+        line.clear();
+        self.line = line;
+        result
+    }
+
+    /// Applies one field line (not the first `data` line of an event) to the pending event.
+    fn field(&mut self, name: &[u8], value: &[u8]) -> Result<(), SseError> {
         let value = String::from_utf8_lossy(value);
         match name {
             b"data" => {
                 if self.pending.data.len() + value.len() + 1 > MAX_EVENT_BYTES {
                     return Err(SseError::TooLarge);
                 }
-                if self.pending.has_data {
-                    self.pending.data.push('\n');
-                }
+                self.pending.data.push('\n');
                 self.pending.data.push_str(&value);
-                self.pending.has_data = true;
                 self.pending_fields = true;
             }
             b"event" => self.pending.event = Some(value.into_owned()),

@@ -9,13 +9,14 @@ use crate::kstamp::{ReadLag, ReadStamps};
 use crate::measure::{Measurement, ProbeResult, Step};
 use crate::outcome::{
     ErrorType, Flag, Head, classify_head, classify_transport, error_chain, html_title,
-    judge_non_answer, judge_non_stream,
+    judge_non_answer, judge_non_stream, starts_as_event_stream,
 };
 use crate::protocol::{Api, StreamError};
 use crate::redact::redact_url;
 use crate::sse::SseDecoder;
 use crate::transport::{Transport, chunk};
 use hyper::body::Incoming;
+use std::borrow::Cow;
 use std::io::Write as _;
 use std::time::{Duration, Instant, SystemTime};
 use tokio::time::timeout_at;
@@ -264,6 +265,9 @@ async fn read_stream(
                     );
                     break;
                 }
+                if body.not_event_stream() {
+                    continue; // ruling 15: judged whole at its end
+                }
                 let had_first = m.first_token_seen();
                 let step = feed_events(&mut dec, &plain, api, &mut m, at);
                 if !had_first && m.first_token_seen() {
@@ -281,9 +285,7 @@ async fn read_stream(
                 match inflater.finish() {
                     Ok(rest) => {
                         body.take(&rest, &m);
-                        if feed_events(&mut dec, &rest, api, &mut m, now) == Step::Continue {
-                            flush_final(&mut dec, api, &mut m, now);
-                        }
+                        body_end(&mut dec, &rest, &body, api, &mut m, now);
                     }
                     Err(e) => m.fail(
                         ErrorType::Malformed,
@@ -296,7 +298,10 @@ async fn read_stream(
                 break;
             }
             Ok(Err(e)) => {
+                // Ruling 17: a reset (or any break of the body) is the connection's end: an event it
+                // cut is dispatched as an unterminated final event, and flagged.
                 let now = Instant::now();
+                body_end(&mut dec, &[], &body, api, &mut m, now);
                 m.eof(now);
                 body.judge_whole(&mut m, now);
                 if !m.proper_end() && m.events_seen() {
@@ -457,11 +462,13 @@ pub fn check_expect(exp: &Expect, text: &str, n: Option<u64>) -> Option<String> 
 }
 
 /// The start of a 2xx body, kept while it has yielded no event, so that a body that is not an event
-/// stream can be judged whole at its end (ruling 1); and the count of body bytes for the cap.
+/// stream can be judged whole at its end (rulings 1 and 15); and the count of body bytes for the cap.
 #[derive(Default)]
 struct BodyStart {
     head: Vec<u8>,
     bytes: u64,
+    /// Ruling 15, once its first significant line has told: whether the body is an event stream.
+    event_stream: Option<bool>,
 }
 
 impl BodyStart {
@@ -474,7 +481,20 @@ impl BodyStart {
             let room = MAX_ERROR_BODY - self.head.len();
             self.head.extend_from_slice(&plain[..plain.len().min(room)]);
         }
+        if self.event_stream.is_none() && !m.events_seen() {
+            self.event_stream = starts_as_event_stream(&self.head, false);
+            if self.event_stream.is_none() && self.head.len() >= MAX_ERROR_BODY {
+                // 64 KiB of blank lines and comments: keep-alives of an event stream.
+                self.event_stream = Some(true);
+            }
+        }
         self.bytes <= MAX_BODY_BYTES
+    }
+
+    /// Ruling 15: the body's first significant line was not an SSE field, so none of it is read as
+    /// events; it is judged whole at its end.
+    fn not_event_stream(&self) -> bool {
+        self.event_stream == Some(false)
     }
 
     /// At the body's end: a body that yielded no event and is not an event stream is judged whole.
@@ -525,7 +545,26 @@ fn fold_event(ev: &crate::sse::SseEvent, api: Api, m: &mut Measurement, t: Insta
     }
 }
 
-/// At EOF: an unterminated final event is still dispatched, and flagged (docs/measurement.md).
+/// At the body's end (its close, its framing's end, or a break): the last bytes are decoded and an
+/// unterminated final event is still dispatched, and flagged (docs/measurement.md). A body that is
+/// not an event stream (ruling 15) is judged whole instead.
+fn body_end(
+    dec: &mut SseDecoder,
+    rest: &[u8],
+    body: &BodyStart,
+    api: Api,
+    m: &mut Measurement,
+    t: Instant,
+) {
+    if body.not_event_stream() || starts_as_event_stream(&body.head, true) == Some(false) {
+        return;
+    }
+    if feed_events(dec, rest, api, m, t) == Step::Continue {
+        flush_final(dec, api, m, t);
+    }
+}
+
+/// An unterminated final event is still dispatched, and flagged (docs/measurement.md).
 fn flush_final(dec: &mut SseDecoder, api: Api, m: &mut Measurement, t: Instant) {
     match dec.finish() {
         Ok(Some(ev)) => {
@@ -653,18 +692,20 @@ impl Inflater {
         }
     }
 
-    fn feed(&mut self, bytes: &[u8]) -> std::io::Result<Vec<u8>> {
+    /// The plain bytes of `bytes`: themselves without an encoding (no copy), else what inflating
+    /// them gave.
+    fn feed<'a>(&mut self, bytes: &'a [u8]) -> std::io::Result<Cow<'a, [u8]>> {
         match self {
-            Inflater::Identity => Ok(bytes.to_vec()),
+            Inflater::Identity => Ok(Cow::Borrowed(bytes)),
             Inflater::Gzip(d) => {
                 d.write_all(bytes)?;
                 d.flush()?;
-                Ok(std::mem::take(d.get_mut()))
+                Ok(Cow::Owned(std::mem::take(d.get_mut())))
             }
             Inflater::Deflate(d) => {
                 d.write_all(bytes)?;
                 d.flush()?;
-                Ok(std::mem::take(d.get_mut()))
+                Ok(Cow::Owned(std::mem::take(d.get_mut())))
             }
         }
     }
@@ -763,8 +804,8 @@ mod tests {
         enc.write_all(b"data: x\n\n").unwrap();
         let z = enc.finish().unwrap();
         let mut inf = Inflater::Gzip(flate2::write::GzDecoder::new(Vec::new()));
-        let mut out = inf.feed(&z[..5]).unwrap();
-        out.extend(inf.feed(&z[5..]).unwrap());
+        let mut out = inf.feed(&z[..5]).unwrap().into_owned();
+        out.extend_from_slice(&inf.feed(&z[5..]).unwrap());
         out.extend(inf.finish().unwrap());
         assert_eq!(out, b"data: x\n\n");
     }

@@ -6,8 +6,12 @@
 //! data), `%%EOF t=<s>s%%` closes the connection and `%%RST t=<s>s%%` resets it (anything after either
 //! is ignored); a RAW with neither keeps the connection open after the last write, so the client must
 //! see the body's end from its framing. A marker may stand in the middle of a line (case 18), so the
-//! parser works on bytes and never rewrites them.
+//! parser works on bytes and never rewrites them, with two exceptions inside a segment:
+//! `%%REPEAT <n> <text>%%` is expanded here into `<text>` written n times (large lines stay out of the
+//! repository), and `%%HTTPDATE+<n>%%` / `%%HTTPDATE-<n>%%` is kept as written for the replay server
+//! to put the date of its send instant in its place ([`render_http_dates`]).
 
+use std::borrow::Cow;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -79,6 +83,18 @@ impl Case {
         while i + 1 < raw.len() {
             if &raw[i..i + 2] != b"%%" {
                 i += 1;
+                continue;
+            }
+            if let Some((text, n, marker_len)) = parse_repeat(&raw[i..]) {
+                let seg = segments
+                    .last_mut()
+                    .ok_or("a %%REPEAT marker before the first %%SEG marker")?;
+                seg.bytes.extend_from_slice(&raw[data_start..i]);
+                for _ in 0..n {
+                    seg.bytes.extend_from_slice(text);
+                }
+                i += marker_len;
+                data_start = i;
                 continue;
             }
             let Some((kind, at, marker_len)) = parse_marker(&raw[i..]) else {
@@ -258,6 +274,50 @@ fn parse_marker(b: &[u8]) -> Option<(MarkerKind, Duration, usize)> {
     Some((kind, at, len))
 }
 
+/// `%%REPEAT <n> <text>%%` at the start of `b` -> (text, n, marker length).
+fn parse_repeat(b: &[u8]) -> Option<(&[u8], usize, usize)> {
+    let rest = b.strip_prefix(b"%%REPEAT ")?;
+    let space = rest.iter().position(|&c| c == b' ')?;
+    let n: usize = std::str::from_utf8(&rest[..space]).ok()?.parse().ok()?;
+    let text_start = space + 1;
+    let text_len = find(&rest[text_start..], b"%%")?;
+    let text = &rest[text_start..text_start + text_len];
+    Some((text, n, b.len() - rest.len() + text_start + text_len + 2))
+}
+
+/// Puts, in place of every `%%HTTPDATE+<n>%%` / `%%HTTPDATE-<n>%%` of a segment, the IMF-fixdate
+/// of `now` rounded up to the second plus / minus n seconds (the replay calls it as it sends).
+pub fn render_http_dates(bytes: &[u8], now: std::time::SystemTime) -> Cow<'_, [u8]> {
+    if find(bytes, b"%%HTTPDATE").is_none() {
+        return Cow::Borrowed(bytes);
+    }
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut rest = bytes;
+    while let Some(at) = find(rest, b"%%HTTPDATE") {
+        out.extend_from_slice(&rest[..at]);
+        let tail = &rest[at + b"%%HTTPDATE".len()..];
+        let parsed = find(tail, b"%%").and_then(|end| {
+            let n: i64 = std::str::from_utf8(&tail[..end]).ok()?.parse().ok()?;
+            Some((n, end))
+        });
+        let Some((n, end)) = parsed else {
+            out.extend_from_slice(b"%%HTTPDATE");
+            rest = tail;
+            continue;
+        };
+        let since = now
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let up = since.as_secs() + u64::from(since.subsec_nanos() > 0);
+        let secs = up.saturating_add_signed(n);
+        let date = std::time::UNIX_EPOCH + Duration::from_secs(secs);
+        out.extend_from_slice(httpdate::fmt_http_date(date).as_bytes());
+        rest = &tail[end + 2..];
+    }
+    out.extend_from_slice(rest);
+    Cow::Owned(out)
+}
+
 /// Exact decimal seconds (`0.045`, `75`, `1.6`) to a Duration, without float rounding.
 pub fn parse_secs(s: &str) -> Option<Duration> {
     let (int, frac) = s.split_once('.').unwrap_or((s, ""));
@@ -295,5 +355,5 @@ fn find_raw_start(bytes: &[u8]) -> Option<usize> {
 }
 
 pub fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
+    memchr::memmem::find(hay, needle)
 }

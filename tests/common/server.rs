@@ -10,7 +10,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::{Instant, sleep_until, timeout};
 
-use super::case::{Case, End, Script};
+use super::case::{Case, End, Script, render_http_dates};
 
 /// How long a client may take to send its request before the server gives up on the connection.
 const REQUEST_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -198,7 +198,8 @@ async fn serve_connection(mut stream: TcpStream, script: Arc<Script>, state: Arc
         if write.bytes.is_empty() {
             continue;
         }
-        if stream.write_all(&write.bytes).await.is_err() {
+        let bytes = render_http_dates(&write.bytes, SystemTime::now());
+        if stream.write_all(&bytes).await.is_err() {
             return; // the client went away (normal after a client-side deadline or error)
         }
     }
