@@ -518,6 +518,12 @@ const SHOWN_KEYS: &[&str] = &[
     "decode_tokens_per_second",
     "request_duration",
     "time_to_headers",
+    "server_metrics",
+    "url",
+    "timeout",
+    "families",
+    "metric",
+    "kind",
 ];
 
 /// Keys under which nothing is shown, whatever the inner key.
@@ -529,10 +535,32 @@ pub fn yaml_message(m: &str) -> String {
     strip_userinfo(&re.replace_all(m, "\"<redacted>\"").replace('\n', " "))
 }
 
-/// `scheme://user:pass@host` → `scheme://<redacted>@host`, anywhere in a text.
+/// Every URL in a text shown without its secrets: `scheme://user:pass@host` →
+/// `scheme://<redacted>@host`,
+/// and each query value whose name is not public ([`PUBLIC_NAMES`]) → `<redacted>`
+/// (`?token=s3cret&api-version=1` → `?token=<redacted>&api-version=1`). Textual, so a URL that
+/// holds `${VAR}` references is still shown.
 fn strip_userinfo(s: &str) -> String {
-    let re = regex::Regex::new(r"://[^/@\s]*@").expect("static regex");
-    re.replace_all(s, "://<redacted>@").into_owned()
+    let userinfo = regex::Regex::new(r"://[^/@\s]*@").expect("static regex");
+    let s = userinfo.replace_all(s, "://<redacted>@");
+    let url = regex::Regex::new(r#"[A-Za-z][A-Za-z0-9+.-]*://[^\s,\]}'"]+"#).expect("static regex");
+    url.replace_all(&s, |m: &regex::Captures<'_>| {
+        let u = &m[0];
+        let Some((base, query)) = u.split_once('?') else {
+            return u.to_owned();
+        };
+        let (query, fragment) = query.split_once('#').map_or((query, None), |(q, f)| (q, Some(f)));
+        let pairs: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((n, _)) if !is_public_name(n) => format!("{n}={REDACTED}"),
+                _ => pair.to_owned(),
+            })
+            .collect();
+        let fragment = fragment.map(|f| format!("#{f}")).unwrap_or_default();
+        format!("{base}?{}{fragment}", pairs.join("&"))
+    })
+    .into_owned()
 }
 
 /// The config lines `line-2..=line`, each with only the values of [`SHOWN_KEYS`] visible (and

@@ -30,7 +30,8 @@ fn fixtures() -> PathBuf {
     repo_root().join("tests/fixtures/servermetrics")
 }
 
-/// A plain HTTP/1.1 server on loopback: `/f/NAME` serves the fixture file NAME; `/slow` answers
+/// A plain HTTP/1.1 server on loopback: `/f/NAME` serves the fixture file NAME; `/llama/N` is a
+/// llama.cpp server with N requests running; `/slow` answers
 /// after 3 s; `/garbage` is an HTML page; `/huge` streams 40 MiB of valid samples. Returns its
 /// base URL; the thread lives as long as the test process.
 fn fixture_server() -> String {
@@ -79,6 +80,12 @@ fn fixture_server() -> String {
                             b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
                         );
                     }
+                } else if let Some(n) = path.strip_prefix("/llama/") {
+                    // llama.cpp's gauges (no model label), as a server with `n` requests running.
+                    let body = format!(
+                        "llamacpp:requests_processing {n}\nllamacpp:requests_deferred 0\n"
+                    );
+                    send(&mut conn, "text/plain; version=0.0.4", body.as_bytes());
                 } else if path == "/slow" {
                     std::thread::sleep(Duration::from_secs(3));
                     send(&mut conn, "text/plain", b"slow_metric 1\n");
@@ -475,6 +482,115 @@ fn bad_metrics_endpoints_are_counted_and_never_delay_the_probes() {
         sv * 1e3
     );
     assert!((c - sv).abs() < 0.005, "client {c} vs server {sv}");
+}
+
+/// Two models behind one gateway URL, each target with its own server's metrics: every model's
+/// levels are scraped from its own target's endpoints (plus the command line's, which apply to
+/// all), never from the first target's.
+#[test]
+fn each_model_is_scraped_from_its_own_targets_server_metrics() {
+    let _serial = serial();
+    let _wd = Watchdog::new(
+        "each_model_is_scraped_from_its_own_targets_server_metrics",
+        Duration::from_secs(120),
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_sim, url) = simulate(
+        dir.path(),
+        &["--ttft", "50ms", "--itl", "5ms", "--output-tokens", "4"],
+    );
+    let m = fixture_server();
+    let cfg = dir.path().join("gateway.yml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "prompts:\n  - name: hi\n    messages: [{{role: user, content: hi}}]\n    max_tokens: 4\n\
+             targets:\n\
+             \x20 - name: gw-a\n    base_url: {url}/v1\n    models: [model-a]\n    server_metrics: [\"{m}/llama/3\"]\n\
+             \x20 - name: gw-b\n    base_url: {url}/v1\n    models: [model-b]\n    server_metrics: [{{url: \"{m}/llama/7\"}}]\n"
+        ),
+    )
+    .expect("config");
+    let json = dir.path().join("r.json");
+    let (code, out, err) = bench(
+        &[
+            "--config.file",
+            cfg.to_str().expect("path"),
+            "--models",
+            "gw-a/model-a,gw-b/model-b",
+            "--concurrency",
+            "1",
+            // About 2 s per level: a scrape of the config's endpoints (every 1 s) falls inside.
+            "--requests-per-level",
+            "30",
+            "--server-metrics",
+            &format!("{m}/f/dcgm.before.prom"),
+            "--server-metrics-interval",
+            "100ms",
+            "-o",
+            json.to_str().expect("path"),
+        ],
+        Duration::from_secs(90),
+    );
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let r = read_json(&json);
+    for (i, (model, running)) in [("model-a", 3.0), ("model-b", 7.0)].into_iter().enumerate() {
+        let mr = &r["models"][i];
+        assert_eq!(mr["model"], model, "{mr}");
+        let s = &mr["levels"][0]["server"];
+        assert_eq!(s["requests_running"]["mean"].as_f64(), Some(running), "{model}: {s}");
+        assert!(
+            s["gpu_utilization"]["mean"].as_f64().is_some(),
+            "{model}: the command line's endpoint is scraped for every model: {s}"
+        );
+    }
+}
+
+/// A level shorter than the scrape interval: the server block says that no scrape fell inside it
+/// (and so no gauge could be read), on stderr and in the report.
+#[test]
+fn a_level_without_a_scrape_inside_says_so() {
+    let _serial = serial();
+    let _wd = Watchdog::new("a_level_without_a_scrape_inside_says_so", Duration::from_secs(60));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_sim, url) = simulate(
+        dir.path(),
+        &["--ttft", "10ms", "--itl", "1ms", "--output-tokens", "2"],
+    );
+    let m = fixture_server();
+    let cfg = write_config(dir.path(), &format!("{url}/v1"), 2, "");
+    let json = dir.path().join("r.json");
+    let (code, out, err) = bench(
+        &[
+            "--config.file",
+            cfg.to_str().expect("path"),
+            "--concurrency",
+            "1",
+            "--requests-per-level",
+            "3",
+            "--server-metrics",
+            &format!("{m}/llama/2"),
+            "--server-metrics-interval",
+            "30s",
+            "-o",
+            json.to_str().expect("path"),
+        ],
+        Duration::from_secs(50),
+    );
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(
+        err.contains("no server scrape inside level 1; lower --server-metrics-interval"),
+        "{err}"
+    );
+    let r = read_json(&json);
+    let s = &r["models"][0]["levels"][0]["server"];
+    assert!(s["requests_running"].is_null(), "no gauge without a scrape inside: {s}");
+    assert!(
+        s["notes"][0]
+            .as_str()
+            .is_some_and(|n| n.starts_with("no server scrape inside level 1")),
+        "{s}"
+    );
 }
 
 #[test]

@@ -842,7 +842,8 @@ impl Sender {
         let mut reports: Vec<ModelReport> = Vec::new();
         let mut done_units = 0;
         let mut runner: Option<(Runner, Arc<crate::config::Target>)> = None;
-        for (bm, name) in models.iter().zip(names) {
+        for (model_index, (bm, name)) in models.iter().zip(names).enumerate() {
+            server_side.select(model_index);
             let runner = match &mut runner {
                 Some((r, t)) if *t == bm.target => r,
                 slot => {

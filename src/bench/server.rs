@@ -31,8 +31,9 @@ pub struct PrometheusPlan {
 /// What the bench collects from the server side.
 #[derive(Debug, Clone, Default)]
 pub struct ServerPlan {
-    /// Metrics endpoints scraped around and during every level.
-    pub endpoints: Vec<Endpoint>,
+    /// For each model of the run (the plan's order): the metrics endpoints scraped around and
+    /// during its levels (its target's `server_metrics`, then `--server-metrics`).
+    pub endpoints: Vec<Vec<Endpoint>>,
     /// Families the config names.
     pub custom: Vec<Custom>,
     /// The Prometheus query source.
@@ -43,7 +44,12 @@ pub struct ServerPlan {
 
 /// The running server side of a bench.
 pub struct ServerSide {
-    collector: Option<Collector>,
+    /// One collector per distinct set of endpoints.
+    collectors: Vec<Collector>,
+    /// Each model's collector (an index into `collectors`), `None` when it has no endpoints.
+    of_model: Vec<Option<usize>>,
+    /// The collector of the model whose levels run now.
+    active: Option<usize>,
     signals: Vec<Signal>,
     prometheus: Option<PrometheusPlan>,
     /// Per level run: (model index, level index, its window), for the Prometheus queries.
@@ -57,19 +63,36 @@ fn unix_s(t: SystemTime) -> f64 {
 }
 
 impl ServerSide {
-    /// Starts the collector when there are endpoints.
+    /// Starts a collector for each distinct set of endpoints (models on one target share one).
     ///
     /// # Errors
     /// [`BenchError::Usage`] when its thread or client cannot start.
     pub fn start(plan: &ServerPlan) -> Result<ServerSide, BenchError> {
-        let collector = if plan.endpoints.is_empty() {
-            None
-        } else {
-            let keep = crate::servermetrics::signals::sample_names(&with_custom(&plan.custom));
-            Some(Collector::start(plan.endpoints.clone(), keep).map_err(BenchError::Usage)?)
-        };
+        let keep = crate::servermetrics::signals::sample_names(&with_custom(&plan.custom));
+        let mut sets: Vec<&Vec<Endpoint>> = Vec::new();
+        let mut collectors = Vec::new();
+        let mut of_model = Vec::new();
+        for endpoints in &plan.endpoints {
+            if endpoints.is_empty() {
+                of_model.push(None);
+                continue;
+            }
+            let i = match sets.iter().position(|s| *s == endpoints) {
+                Some(i) => i,
+                None => {
+                    let c = Collector::start(endpoints.clone(), keep.clone())
+                        .map_err(BenchError::Usage)?;
+                    collectors.push(c);
+                    sets.push(endpoints);
+                    sets.len() - 1
+                }
+            };
+            of_model.push(Some(i));
+        }
         Ok(ServerSide {
-            collector,
+            collectors,
+            of_model,
+            active: None,
             signals: with_custom(&plan.custom),
             prometheus: plan.prometheus.clone(),
             windows: Vec::new(),
@@ -77,9 +100,19 @@ impl ServerSide {
         })
     }
 
+    /// The levels that follow are of model `model` (its index in the plan): they are scraped
+    /// from its endpoints.
+    pub fn select(&mut self, model: usize) {
+        self.active = self.of_model.get(model).copied().flatten();
+    }
+
+    fn collector(&self) -> Option<&Collector> {
+        self.collectors.get(self.active?)
+    }
+
     /// Before a level (after its warm-up): the "before" scrape.
     pub async fn begin(&mut self) {
-        if let Some(c) = &self.collector {
+        if let Some(c) = self.collector() {
             c.begin_level().await;
         }
         self.level_start = Some(SystemTime::now());
@@ -107,7 +140,7 @@ impl ServerSide {
                 },
             ));
         }
-        let c = self.collector.as_ref()?;
+        let c = self.collector()?;
         let scrapes = c.end_level().await;
         if scrapes.scrape_errors > 0 {
             progress.println(&format!(
@@ -117,9 +150,20 @@ impl ServerSide {
                 scrapes.errors.join("; ")
             ));
         }
+        let inside = scrapes.during.len();
         let mut scrapes = scrapes;
         crate::servermetrics::level::only_model(&mut scrapes, model_name);
         let mut server = fold(&scrapes, &self.signals, stats.wall_s);
+        if inside == 0 {
+            // Gauges are read from the scrapes inside the level: there were none.
+            let note = format!(
+                "no server scrape inside level {}; lower --server-metrics-interval (or the endpoint's interval) below the level's {:.2} s",
+                level + 1,
+                stats.wall_s
+            );
+            progress.println(&format!("  {label}: {note}"));
+            server.notes.push(note);
+        }
         compare_with_client(&mut server, stats);
         Some(server)
     }

@@ -1,5 +1,5 @@
 //! `tokenprobe bench`'s server-metrics flags (`--server-metrics`, `--prometheus`, the finding
-//! thresholds) and their conversion, with the target's `server_metrics:`, into a validated
+//! thresholds) and their conversion, with each model's target's `server_metrics:`, into a validated
 //! [`ServerPlan`].
 
 use crate::bench::BenchError;
@@ -44,33 +44,42 @@ fn http_url(flag: &str, u: &str) -> Result<(), BenchError> {
 }
 
 impl ServerArgs {
-    /// The server plan: the target's endpoints, then the flags' (with the target's key and
-    /// auth style), the Prometheus source and the thresholds.
+    /// The server plan: for each model (by the target it is sent to, in `targets`' order) its
+    /// target's endpoints, then the flags' (which apply to every model, with that model's target's
+    /// key and auth style); the Prometheus source and the thresholds.
     ///
     /// # Errors
     /// [`BenchError::Usage`] for a URL, interval, query or threshold that is not valid.
-    pub fn plan(&self, target: &Target) -> Result<ServerPlan, BenchError> {
+    pub fn plan(&self, targets: &[&Target]) -> Result<ServerPlan, BenchError> {
         let interval = self.server_metrics_interval;
         if interval < Duration::from_millis(50) || interval > Duration::from_secs(3600) {
             return Err(BenchError::Usage(
                 "--server-metrics-interval must be between 50ms and 1h".into(),
             ));
         }
-        let mut endpoints = target.server_metrics.clone();
         for u in &self.server_metrics {
             http_url("--server-metrics", u)?;
-            endpoints.push(Endpoint {
-                url: u.clone(),
-                interval,
-                timeout: DEFAULT_TIMEOUT.min(interval),
-                auth: target.api_key.clone().map(|k| (target.auth, k)),
-                families: Vec::new(),
-            });
         }
-        let custom = endpoints
+        let endpoints: Vec<Vec<Endpoint>> = targets
             .iter()
-            .flat_map(|e| e.families.iter().cloned())
+            .map(|target| {
+                let mut endpoints = target.server_metrics.clone();
+                endpoints.extend(self.server_metrics.iter().map(|u| Endpoint {
+                    url: u.clone(),
+                    interval,
+                    timeout: DEFAULT_TIMEOUT.min(interval),
+                    auth: target.api_key.clone().map(|k| (target.auth, k)),
+                    families: Vec::new(),
+                }));
+                endpoints
+            })
             .collect();
+        let mut custom: Vec<_> = Vec::new();
+        for f in endpoints.iter().flatten().flat_map(|e| e.families.iter()) {
+            if !custom.contains(f) {
+                custom.push(f.clone());
+            }
+        }
         let prometheus = match &self.prometheus {
             None if !self.prometheus_queries.is_empty() => {
                 return Err(BenchError::Usage(
@@ -125,7 +134,7 @@ mod tests {
     }
 
     fn err(a: ServerArgs) -> String {
-        match a.plan(&target()) {
+        match a.plan(&[&target()]) {
             Err(BenchError::Usage(m)) => m,
             other => panic!("accepted: {other:?}"),
         }
@@ -141,10 +150,12 @@ mod tests {
             prometheus_wait: Duration::from_secs(1),
             finding_thresholds: vec!["memory_pressure=90%".into()],
         };
-        let p = a.plan(&target()).expect("plan");
-        assert_eq!(p.endpoints.len(), 2, "the config's, then the flag's");
-        assert_eq!(p.endpoints[0].interval, Duration::from_secs(2));
-        let e = &p.endpoints[1];
+        let p = a.plan(&[&target()]).expect("plan");
+        assert_eq!(p.endpoints.len(), 1, "one model");
+        let endpoints = &p.endpoints[0];
+        assert_eq!(endpoints.len(), 2, "the config's, then the flag's");
+        assert_eq!(endpoints[0].interval, Duration::from_secs(2));
+        let e = &endpoints[1];
         assert_eq!(
             (e.interval, e.timeout),
             (Duration::from_millis(250), Duration::from_millis(250))

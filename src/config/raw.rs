@@ -191,7 +191,7 @@ pub(super) struct RawTarget {
     pub(super) connection: ConnectionMode,
     /// Metrics endpoints `bench` scrapes beside every level.
     #[serde(default)]
-    pub(super) server_metrics: Vec<RawServerMetrics>,
+    pub(super) server_metrics: Vec<S<RawServerMetricsEntry>>,
     pub(super) tokenizer: Option<S<String>>,
     #[serde(default = "default_true")]
     pub(super) stream: bool,
@@ -208,6 +208,35 @@ pub(super) struct RawTarget {
 pub(super) struct RawPrice {
     pub(super) input_per_mtok: S<f64>,
     pub(super) output_per_mtok: S<f64>,
+}
+
+/// One entry of a target's `server_metrics:` as written: a plain URL, or the whole form.
+#[derive(Debug)]
+pub(super) enum RawServerMetricsEntry {
+    /// `- http://host/metrics`: `{url: ...}` with every other key at its default.
+    Url(String),
+    /// `- {url: ..., interval: ..., ...}`.
+    Endpoint(RawServerMetrics),
+}
+
+impl<'de> Deserialize<'de> for RawServerMetricsEntry {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Entry;
+        impl<'de> serde::de::Visitor<'de> for Entry {
+            type Value = RawServerMetricsEntry;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a metrics URL, or a map with `url` (and `interval`, `timeout`, `auth`, `families`)")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(RawServerMetricsEntry::Url(v.to_owned()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                RawServerMetrics::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(RawServerMetricsEntry::Endpoint)
+            }
+        }
+        d.deserialize_any(Entry)
+    }
 }
 
 /// One entry of a target's `server_metrics:`.

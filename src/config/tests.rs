@@ -220,6 +220,24 @@ fn syntax_error_snippets_hide_every_secret() {
 }
 
 #[test]
+fn snippets_show_metrics_urls_without_userinfo_or_query_values() {
+    let text = "prompts:\n  - name: p\n    messages: [{role: user, content: hi}]\n\
+                targets:\n  - name: a\n    base_url: http://127.0.0.1:1/v1?api-version=1&key=q-s3cret\n\
+                \x20   server_metrics: [http://u:pw-s3cret@h:9/metrics?token=t-s3cret, {url: 'http://h2/m?a=b-s3cret'}]\n\
+                \x20   server_metrics_typo: 1\n    models: [m]\n";
+    let all = crate::redact::config_lines(text, 8).join("\n");
+    assert!(!all.contains("s3cret"), "{all}");
+    assert!(
+        all.contains("    server_metrics: [http://<redacted>@h:9/metrics?token=<redacted>, {url: 'http://h2/m?a=<redacted>'}]"),
+        "{all}"
+    );
+    assert!(
+        all.contains("base_url: http://127.0.0.1:1/v1?api-version=1&key=<redacted>"),
+        "{all}"
+    );
+}
+
+#[test]
 fn a_wrong_type_names_its_key_path() {
     let e = Config::parse("prompts:\n  - name: p\n    messages: [{role: user, content: hi}]\n    max_tokens: lots\ntargets: []\n").unwrap_err();
     let ConfigError::Syntax(se) = &e else {
@@ -793,6 +811,35 @@ fn a_tokenizer_is_checked_at_load() {
     std::fs::write(&cfg, text(&dir.path().join("none.json"))).unwrap();
     let e = Config::load(&cfg).unwrap_err().to_string();
     assert!(e.contains("cannot read tokenizer"), "{e}");
+}
+
+#[test]
+fn a_server_metrics_entry_may_be_a_plain_url() {
+    let ok = Config::parse(&format!(
+        "{BASE}    api_key: k3y\n    server_metrics: [http://x:9/metrics, {{url: http://y/metrics, auth: none}}]\n"
+    ))
+    .unwrap();
+    let t = &ok.jobs[0].target;
+    let (a, b) = (&t.server_metrics[0], &t.server_metrics[1]);
+    assert_eq!(a.url, "http://x:9/metrics");
+    assert_eq!((a.interval, a.timeout), (Duration::from_secs(1), Duration::from_secs(1)));
+    assert!(a.auth.is_some(), "the target's key by default");
+    assert_eq!(b.url, "http://y/metrics");
+    assert!(b.auth.is_none());
+    // A plain entry is checked like a `url:`, at its own line.
+    let p = problems("    server_metrics:\n      - ftp://x/metrics\n");
+    assert!(
+        p.contains("server_metrics[0].url: must be http:// or https://"),
+        "{p}"
+    );
+    assert!(p.contains(":9:"), "the entry's line: {p}");
+    // A map keeps its strictness.
+    let e = Config::parse(&format!(
+        "{BASE}    server_metrics: [{{url: http://x/metrics, intervall: 1s}}]\n"
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("unknown field `intervall`"), "{e}");
 }
 
 #[test]

@@ -5,7 +5,7 @@
 
 use super::raw::{
     RawBuckets, RawConfig, RawConversation, RawDataset, RawDefaults, RawLength, RawPrice,
-    RawPrompt, RawSynthetic, RawTarget, RawTimeouts, S,
+    RawPrompt, RawServerMetrics, RawServerMetricsEntry, RawSynthetic, RawTarget, RawTimeouts, S,
 };
 use super::types::{
     AuthStyle, Buckets, Config, ConfigError, Expect, Issue, Job, KeySource, Price, Prompt,
@@ -724,8 +724,22 @@ impl Validator {
     ) -> Vec<crate::servermetrics::Endpoint> {
         use crate::servermetrics::{DEFAULT_INTERVAL, DEFAULT_TIMEOUT, Endpoint};
         let mut out = Vec::new();
-        for (i, m) in t.server_metrics.iter().enumerate() {
+        for (i, entry) in t.server_metrics.iter().enumerate() {
             let p = format!("{path}.server_metrics[{i}]");
+            let plain;
+            let m = match &entry.value {
+                RawServerMetricsEntry::Endpoint(m) => m,
+                RawServerMetricsEntry::Url(u) => {
+                    plain = RawServerMetrics {
+                        url: S::new(u.clone(), entry.referenced, entry.defined),
+                        interval: None,
+                        timeout: None,
+                        auth: None,
+                        families: Vec::new(),
+                    };
+                    &plain
+                }
+            };
             let url = match expand_env(&m.url.value) {
                 Ok(u) => u.trim().to_owned(),
                 Err(e) => {

@@ -88,6 +88,9 @@ pub struct ServerLevel {
     pub scrapes: u64,
     /// Of those, failed.
     pub scrape_errors: u64,
+    /// What the reader of the block must know (no scrape fell inside the level, say).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 impl ServerLevel {
