@@ -549,7 +549,9 @@ fn strip_userinfo(s: &str) -> String {
         let Some((base, query)) = u.split_once('?') else {
             return u.to_owned();
         };
-        let (query, fragment) = query.split_once('#').map_or((query, None), |(q, f)| (q, Some(f)));
+        let (query, fragment) = query
+            .split_once('#')
+            .map_or((query, None), |(q, f)| (q, Some(f)));
         let pairs: Vec<String> = query
             .split('&')
             .map(|pair| match pair.split_once('=') {

@@ -82,9 +82,8 @@ fn fixture_server() -> String {
                     }
                 } else if let Some(n) = path.strip_prefix("/llama/") {
                     // llama.cpp's gauges (no model label), as a server with `n` requests running.
-                    let body = format!(
-                        "llamacpp:requests_processing {n}\nllamacpp:requests_deferred 0\n"
-                    );
+                    let body =
+                        format!("llamacpp:requests_processing {n}\nllamacpp:requests_deferred 0\n");
                     send(&mut conn, "text/plain; version=0.0.4", body.as_bytes());
                 } else if path == "/slow" {
                     std::thread::sleep(Duration::from_secs(3));
@@ -538,7 +537,11 @@ fn each_model_is_scraped_from_its_own_targets_server_metrics() {
         let mr = &r["models"][i];
         assert_eq!(mr["model"], model, "{mr}");
         let s = &mr["levels"][0]["server"];
-        assert_eq!(s["requests_running"]["mean"].as_f64(), Some(running), "{model}: {s}");
+        assert_eq!(
+            s["requests_running"]["mean"].as_f64(),
+            Some(running),
+            "{model}: {s}"
+        );
         assert!(
             s["gpu_utilization"]["mean"].as_f64().is_some(),
             "{model}: the command line's endpoint is scraped for every model: {s}"
@@ -551,7 +554,10 @@ fn each_model_is_scraped_from_its_own_targets_server_metrics() {
 #[test]
 fn a_level_without_a_scrape_inside_says_so() {
     let _serial = serial();
-    let _wd = Watchdog::new("a_level_without_a_scrape_inside_says_so", Duration::from_secs(60));
+    let _wd = Watchdog::new(
+        "a_level_without_a_scrape_inside_says_so",
+        Duration::from_secs(60),
+    );
     let dir = tempfile::tempdir().expect("tempdir");
     let (_sim, url) = simulate(
         dir.path(),
@@ -584,7 +590,10 @@ fn a_level_without_a_scrape_inside_says_so() {
     );
     let r = read_json(&json);
     let s = &r["models"][0]["levels"][0]["server"];
-    assert!(s["requests_running"].is_null(), "no gauge without a scrape inside: {s}");
+    assert!(
+        s["requests_running"].is_null(),
+        "no gauge without a scrape inside: {s}"
+    );
     assert!(
         s["notes"][0]
             .as_str()

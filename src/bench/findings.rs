@@ -5,8 +5,9 @@
 //! | code | fires when |
 //! |---|---|
 //! | `gpu_underutilized` | GPU utilisation mean below `gpu_underutilized` (30%) at the knee, or at the last level without a knee |
-//! | `memory_pressure` | GPU memory or KV cache max above `memory_pressure` (85%) at a level |
+//! | `memory_pressure` | GPU memory, KV cache or host memory max above `memory_pressure` (85%) at a level |
 //! | `queueing` | requests waiting (mean) grew over the previous level, is at least `queueing_waiting` (1), while aggregate tokens/s grew less than `queueing_tps_growth` (10%) |
+//! | `ttft_growth` | TTFT p95 at a level above `ttft_growth` (3) × the TTFT p95 at the lowest load: requests queue (client only) |
 //! | `long_tail` | TTFT or E2E p95 above `long_tail` (3) × its p50 |
 //! | `errors_past_knee` | the error rate of a level after the knee above `errors_past_knee` (1%) |
 //! | `client_server_gap` | client TTFT p95 − server TTFT p95 above `client_server_ttft_gap` (250 ms), or the server's generation tokens/s off the client's aggregate tokens/s by more than `client_server_tokens_gap` (5%) |
@@ -21,8 +22,8 @@ use serde::{Deserialize, Serialize};
 /// One finding.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Finding {
-    /// `gpu_underutilized`, `memory_pressure`, `queueing`, `long_tail`, `errors_past_knee`,
-    /// `client_server_gap`.
+    /// `gpu_underutilized`, `memory_pressure`, `queueing`, `ttft_growth`, `long_tail`,
+    /// `errors_past_knee`, `client_server_gap`.
     pub code: String,
     /// The model.
     pub model: String,
@@ -43,6 +44,8 @@ pub struct Thresholds {
     pub queueing_waiting: f64,
     /// Aggregate tokens/s growth below which throughput has stopped growing.
     pub queueing_tps_growth: f64,
+    /// TTFT p95 ÷ the TTFT p95 at the lowest load above which requests queue.
+    pub ttft_growth: f64,
     /// p95 / p50 above which the tail is long.
     pub long_tail: f64,
     /// Error rate past the knee above which it is reported.
@@ -60,6 +63,7 @@ impl Default for Thresholds {
             memory_pressure: 0.85,
             queueing_waiting: 1.0,
             queueing_tps_growth: 0.10,
+            ttft_growth: 3.0,
             long_tail: 3.0,
             errors_past_knee: 0.01,
             client_server_ttft_gap: 0.25,
@@ -86,6 +90,7 @@ impl Thresholds {
             "memory_pressure" => &mut self.memory_pressure,
             "queueing_waiting" => &mut self.queueing_waiting,
             "queueing_tps_growth" => &mut self.queueing_tps_growth,
+            "ttft_growth" => &mut self.ttft_growth,
             "long_tail" => &mut self.long_tail,
             "errors_past_knee" => &mut self.errors_past_knee,
             "client_server_tokens_gap" => &mut self.client_server_tokens_gap,
@@ -97,11 +102,11 @@ impl Thresholds {
             }
             _ => {
                 return Err(format!(
-                    "--finding-threshold {name}: unknown (gpu_underutilized, memory_pressure, queueing_waiting, queueing_tps_growth, long_tail, errors_past_knee, client_server_ttft_gap, client_server_tokens_gap)"
+                    "--finding-threshold {name}: unknown (gpu_underutilized, memory_pressure, queueing_waiting, queueing_tps_growth, ttft_growth, long_tail, errors_past_knee, client_server_ttft_gap, client_server_tokens_gap)"
                 ));
             }
         };
-        let v = if name == "long_tail" || name == "queueing_waiting" {
+        let v = if ["long_tail", "queueing_waiting", "ttft_growth"].contains(&name) {
             value
                 .parse::<f64>()
                 .ok()
@@ -163,6 +168,7 @@ fn memory_pressure(m: &ModelReport, t: &Thresholds) -> Option<Finding> {
         [
             ("GPU memory", "gpu_memory_used_ratio"),
             ("KV cache", "kv_cache_usage_ratio"),
+            ("host memory", "memory_used_ratio"),
         ]
         .iter()
         .find_map(|(what, name)| {
@@ -202,6 +208,41 @@ fn queueing(m: &ModelReport, t: &Thresholds) -> Option<Finding> {
                     b.key.label(),
                     growth * 100.0,
                     t.queueing_tps_growth * 100.0
+                ),
+            )
+        })
+    })
+}
+
+/// The load method's rule "TTFT at high concurrency more than 3× that at low concurrency means
+/// requests queue", from the client alone: each level's TTFT p95 against the one at the lowest
+/// load of the sweep.
+fn ttft_growth(m: &ModelReport, t: &Thresholds) -> Option<Finding> {
+    let load = |l: &LevelStats| l.key.rate.unwrap_or(f64::from(l.key.concurrency));
+    let base = m
+        .levels
+        .iter()
+        .filter(|l| l.ttft_s.is_some())
+        .min_by(|a, b| load(a).total_cmp(&load(b)))?;
+    let p0 = base.ttft_s.as_ref()?.p95;
+    if p0 <= 0.0 {
+        return None;
+    }
+    m.levels.iter().find_map(|l| {
+        let p = l.ttft_s.as_ref()?.p95;
+        (load(l) > load(base) && p > t.ttft_growth * p0).then(|| {
+            finding(
+                "ttft_growth",
+                m,
+                l,
+                format!(
+                    "TTFT p95 is {:.1}× at {} what it is at {} ({} vs {}; above {}×): requests queue before the server starts them; this load is past the server's capacity.",
+                    p / p0,
+                    l.key.label(),
+                    base.key.label(),
+                    fmt_secs(p),
+                    fmt_secs(p0),
+                    t.ttft_growth
                 ),
             )
         })
@@ -304,6 +345,7 @@ pub fn findings(models: &[ModelReport], t: &Thresholds) -> Vec<Finding> {
         out.extend(gpu_underutilized(m, t));
         out.extend(memory_pressure(m, t));
         out.extend(queueing(m, t));
+        out.extend(ttft_growth(m, t));
         out.extend(long_tail(m, t));
         out.extend(errors_past_knee(m, t));
         out.extend(client_server_gap(m, t));
@@ -391,8 +433,12 @@ mod tests {
             codes(&one(&[("gpu_utilization", mm(0.30 - EPS, 0.9))]), &t),
             [("gpu_underutilized".into(), "4".into())]
         );
-        // memory_pressure: above 85%, GPU memory or KV cache.
-        for sig in ["gpu_memory_used_ratio", "kv_cache_usage_ratio"] {
+        // memory_pressure: above 85%, GPU memory, KV cache or the host's memory.
+        for sig in [
+            "gpu_memory_used_ratio",
+            "kv_cache_usage_ratio",
+            "memory_used_ratio",
+        ] {
             assert!(codes(&one(&[(sig, mm(0.5, 0.85))]), &t).is_empty());
             assert_eq!(
                 codes(&one(&[(sig, mm(0.5, 0.85 + EPS))]), &t)[0].0,
@@ -446,6 +492,43 @@ mod tests {
         assert!(codes(&m, &t).is_empty());
         m.levels[3].error_rate = 0.01 + EPS;
         assert_eq!(codes(&m, &t), [("errors_past_knee".into(), "8".into())]);
+    }
+
+    #[test]
+    fn ttft_growth_from_the_client_alone() {
+        let t = Thresholds::default();
+        // No server block at all: the client's TTFT p95 per level against the lowest load's.
+        let lv = |c: u32, tps: f64, p95: f64| {
+            let mut l = level(c, tps, &[]);
+            l.server = None;
+            l.ttft_s = Some(summary(p95 / 1.2, p95));
+            l
+        };
+        let m = model(
+            vec![lv(1, 50.0, 0.5), lv(5, 200.0, 1.5), lv(10, 380.0, 1.4)],
+            None,
+        );
+        assert!(codes(&m, &t).is_empty(), "exactly 3× is not growth");
+        // Throughput still growing, TTFT 6×: requests queue; the first level past 3× is named.
+        let m = model(
+            vec![
+                lv(1, 50.0, 0.5),
+                lv(5, 200.0, 1.5 + EPS),
+                lv(10, 380.0, 3.0),
+            ],
+            None,
+        );
+        assert_eq!(codes(&m, &t), [("ttft_growth".into(), "5".into())]);
+        let f = &findings(std::slice::from_ref(&m), &t)[0];
+        assert!(f.message.contains("at 5 what it is at 1"), "{}", f.message);
+        // The base is the lowest load, wherever it stands in the list.
+        let m = model(vec![lv(10, 380.0, 3.0), lv(1, 50.0, 0.5)], None);
+        assert_eq!(codes(&m, &t), [("ttft_growth".into(), "10".into())]);
+        // A threshold of its own.
+        let mut t2 = t;
+        t2.set("ttft_growth=7").unwrap();
+        let m = model(vec![lv(1, 50.0, 0.5), lv(10, 380.0, 3.0)], None);
+        assert!(codes(&m, &t2).is_empty());
     }
 
     #[test]

@@ -255,11 +255,13 @@ fn secs(v: f64) -> String {
     super::criteria::fmt_secs(v)
 }
 
-const SERVER_HEADER: [&str; 9] = [
+const SERVER_HEADER: [&str; 11] = [
     "model",
     "load",
     "GPU % mean/max",
     "KV % max",
+    "host CPU % mean/max",
+    "host mem % max",
     "waiting mean/max",
     "running max",
     "server gen tok/s (client)",
@@ -267,7 +269,7 @@ const SERVER_HEADER: [&str; 9] = [
     "scrapes (failed)",
 ];
 
-fn server_row(m: &ModelReport, l: &LevelStats, s: &ServerLevel) -> [String; 9] {
+fn server_row(m: &ModelReport, l: &LevelStats, s: &ServerLevel) -> [String; 11] {
     let get = |n: &str| s.signals.get(n);
     let pair = |n: &str, f: fn(f64) -> String| match get(n) {
         Some(x) => format!("{}/{}", cell(x.mean, f), cell(x.max, f)),
@@ -278,6 +280,8 @@ fn server_row(m: &ModelReport, l: &LevelStats, s: &ServerLevel) -> [String; 9] {
         l.key.label(),
         pair("gpu_utilization", pct0),
         cell(s.max("kv_cache_usage_ratio"), pct0),
+        pair("cpu_utilization", pct0),
+        cell(s.max("memory_used_ratio"), pct0),
         pair("requests_waiting", |v| format!("{v:.1}")),
         cell(s.max("requests_running"), |v| format!("{v:.0}")),
         cell(s.mean("generation_tokens_per_s"), |v| {
@@ -295,7 +299,7 @@ fn server_row(m: &ModelReport, l: &LevelStats, s: &ServerLevel) -> [String; 9] {
 /// has server metrics and there are no findings.
 pub fn render_server(r: &Report, md: bool) -> String {
     let mut out = String::new();
-    let rows: Vec<[String; 9]> = r
+    let rows: Vec<[String; 11]> = r
         .models
         .iter()
         .flat_map(|m| {
@@ -427,6 +431,8 @@ mod tests {
         };
         s.signals.insert("gpu_utilization".into(), mm(0.42, 0.9));
         s.signals.insert("requests_waiting".into(), mm(1.5, 3.0));
+        s.signals.insert("cpu_utilization".into(), mm(0.61, 0.97));
+        s.signals.insert("memory_used_ratio".into(), mm(0.5, 0.88));
         s.signals.insert(
             "generation_tokens_per_s".into(),
             SignalStats {
@@ -471,8 +477,15 @@ mod tests {
             .find(|l| l.contains("42/90"))
             .expect("GPU % mean/max");
         assert!(row.contains("1.5/3.0") && row.contains("12 (1)"), "{row}");
+        assert!(
+            row.contains("61/97") && row.contains(" 88 "),
+            "host CPU and memory: {row}"
+        );
         let md = render_markdown(&r);
-        assert!(md.contains("| alpha | 4 | 42/90 |"), "{md}");
+        assert!(
+            md.contains("| alpha | 4 | 42/90 | - | 61/97 | 88 |"),
+            "{md}"
+        );
         assert!(md.contains("- [queueing] alpha @ 4: m"), "{md}");
     }
 

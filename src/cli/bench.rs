@@ -549,7 +549,8 @@ impl BenchArgs {
             || !criteria.limits.is_empty()
             || !a.weights.is_empty()
             || a.bench_file.is_some();
-        let targets: Vec<&crate::config::Target> = models.iter().map(|m| m.target.as_ref()).collect();
+        let targets: Vec<&crate::config::Target> =
+            models.iter().map(|m| m.target.as_ref()).collect();
         let server = a.server.plan(&targets)?;
         Ok(BenchPlan {
             criteria,

@@ -230,7 +230,10 @@ impl<'de> Deserialize<'de> for RawServerMetricsEntry {
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
                 Ok(RawServerMetricsEntry::Url(v.to_owned()))
             }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Self::Value, A::Error> {
                 RawServerMetrics::deserialize(serde::de::value::MapAccessDeserializer::new(map))
                     .map(RawServerMetricsEntry::Endpoint)
             }

@@ -822,7 +822,10 @@ fn a_server_metrics_entry_may_be_a_plain_url() {
     let t = &ok.jobs[0].target;
     let (a, b) = (&t.server_metrics[0], &t.server_metrics[1]);
     assert_eq!(a.url, "http://x:9/metrics");
-    assert_eq!((a.interval, a.timeout), (Duration::from_secs(1), Duration::from_secs(1)));
+    assert_eq!(
+        (a.interval, a.timeout),
+        (Duration::from_secs(1), Duration::from_secs(1))
+    );
     assert!(a.auth.is_some(), "the target's key by default");
     assert_eq!(b.url, "http://y/metrics");
     assert!(b.auth.is_none());
