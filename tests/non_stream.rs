@@ -734,4 +734,24 @@ fn llama_cpp_non_stream_and_exact_output() {
         );
         assert_eq!(r.ttft_s.is_some(), stream, "TTFT only when streaming");
     }
+
+    // The probe command: --output-tokens is a cap unless --exact-output asks for exactly N, and
+    // the report says "(exact_output)" only when it was asked.
+    let probe_cli = |extra: &[&str]| {
+        let mut cmd = Command::new(tokenprobe_bin());
+        cmd.args(["probe", "--base-url", &base, "--model", "smollm2"])
+            .args(["--prompt", SHORT_ANSWER, "--output-tokens", "16"])
+            .args(extra);
+        let (st, out, err) = run_with_timeout(cmd, None, Duration::from_secs(60));
+        assert!(st.success(), "stdout:\n{out}\nstderr:\n{err}");
+        out
+    };
+    let capped = probe_cli(&[]);
+    assert!(capped.contains("output     "), "{capped}");
+    assert!(!capped.contains("exact_output"), "{capped}");
+    let exact = probe_cli(&["--exact-output", "ignore_eos"]);
+    assert!(
+        exact.contains("output     16 tokens (from usage), 16 requested (exact_output ignore_eos)"),
+        "{exact}"
+    );
 }

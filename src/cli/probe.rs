@@ -55,6 +55,10 @@ pub struct ProbeArgs {
     /// Ask for the whole answer at once ("stream": false): E2E, output and input tokens only.
     #[arg(long)]
     pub no_stream: bool,
+    /// Ask for exactly --max-tokens (or --output-tokens) output tokens, as a target's
+    /// `exact_output`: ignore_eos (vLLM, SGLang, llama.cpp), min_tokens (vLLM), none.
+    #[arg(long, value_enum, default_value_t = ExactArg::None)]
+    pub exact_output: ExactArg,
     /// Connection set-up deadline.
     #[arg(long, value_parser = crate::config::parse_timeout)]
     pub timeout_connect: Option<Duration>,
@@ -94,7 +98,8 @@ pub struct ProbeArgs {
     /// included; calibrated first) instead of --prompt.
     #[arg(long, conflicts_with_all = ["config_file", "dataset"], value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::workload::MAX_TOKENS)))]
     pub input_tokens: Option<u32>,
-    /// Output length asked for (the output cap; overrides --max-tokens).
+    /// Output length asked for: the output cap (overrides --max-tokens); the server may stop
+    /// earlier unless --exact-output asks for exactly this many.
     #[arg(long, conflicts_with = "config_file", value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::workload::MAX_TOKENS)))]
     pub output_tokens: Option<u32>,
     /// Send a conversation of this dataset (ShareGPT JSON, or JSONL of message lists when the
@@ -120,6 +125,18 @@ pub enum AuthArg {
     Bearer,
     XApiKey,
     ApiKey,
+}
+
+/// `--exact-output`, spelled as a target's `exact_output:`.
+// clap shows a variant's doc comment as its help, which would change `--help`.
+#[allow(missing_docs)]
+#[derive(Copy, Clone, Debug, ValueEnum)]
+pub enum ExactArg {
+    None,
+    #[value(name = "ignore_eos")]
+    IgnoreEos,
+    #[value(name = "min_tokens")]
+    MinTokens,
 }
 
 fn parse_pair(s: &str) -> Result<(String, String), String> {
@@ -184,6 +201,11 @@ pub fn spec_from_args(a: &ProbeArgs) -> Result<ProbeSpec> {
         input_tokens: a.input_tokens,
         output_tokens: a.output_tokens,
         dataset: a.dataset.clone(),
+        exact_output: match a.exact_output {
+            ExactArg::None => crate::protocol::ExactOutput::None,
+            ExactArg::IgnoreEos => crate::protocol::ExactOutput::IgnoreEos,
+            ExactArg::MinTokens => crate::protocol::ExactOutput::MinTokens,
+        },
         timeouts: [
             a.timeout_connect,
             a.timeout_first_token,
@@ -293,6 +315,7 @@ pub async fn run(a: ProbeArgs) -> Result<ExitCode> {
                 model: spec.model.clone(),
                 proxy: spec.proxy(),
                 calibration: calibration.as_ref().map(crate::probe::Calibration::summary),
+                exact_output: spec.target.exact_output,
             },
         )),
     }

@@ -54,6 +54,8 @@ pub struct FlagTarget {
     /// `--dataset`: a conversation of this file (ShareGPT JSON; JSONL when it ends in `.jsonl`)
     /// instead of `--prompt`.
     pub dataset: Option<PathBuf>,
+    /// `--exact-output`: how the request asks for exactly its output cap.
+    pub exact_output: crate::protocol::ExactOutput,
     /// `--timeout-connect`, `--timeout-first-token`, `--timeout-idle`, `--timeout-total`.
     pub timeouts: [Option<Duration>; 4],
 }
@@ -186,7 +188,7 @@ impl FlagTarget {
                 price: None,
                 model_prices: BTreeMap::new(),
                 stream: true,
-                exact_output: crate::protocol::ExactOutput::None,
+                exact_output: self.exact_output,
                 tokenizer: None,
                 server_metrics: Vec::new(),
             }],
@@ -266,6 +268,7 @@ mod tests {
             nonce: false,
             input_tokens: None,
             output_tokens: None,
+            exact_output: crate::protocol::ExactOutput::None,
             dataset: None,
             timeouts: [None; 4],
         }

@@ -90,6 +90,8 @@ pub struct ReportContext {
     pub proxy: Option<String>,
     /// The calibration that sized the prompt, one line ([`super::Calibration::summary`]).
     pub calibration: Option<String>,
+    /// How the request asked for its exact output length (`none`: the length was a cap).
+    pub exact_output: crate::protocol::ExactOutput,
 }
 
 /// The input length counted (and asked for, with the difference), the output length asked for.
@@ -121,10 +123,14 @@ fn lengths(s: &mut String, r: &ProbeResult) {
 
 /// The counts of a successful probe: N (and where it came from, and what was asked), input
 /// tokens, TPOT (streaming only).
-fn output_lines(s: &mut String, r: &ProbeResult) {
-    let requested = r
-        .requested_output_tokens
-        .map_or_else(String::new, |n| format!(", {n} requested (exact_output)"));
+fn output_lines(s: &mut String, r: &ProbeResult, exact: crate::protocol::ExactOutput) {
+    let requested = r.requested_output_tokens.map_or_else(String::new, |n| {
+        if exact == crate::protocol::ExactOutput::None {
+            format!(", {n} requested as the cap")
+        } else {
+            format!(", {n} requested (exact_output {})", exact.as_str())
+        }
+    });
     let source = match r.token_source {
         crate::measure::TokenSource::Usage => "usage",
         crate::measure::TokenSource::Events => "event count",
@@ -267,7 +273,7 @@ pub fn to_text(r: &ProbeResult, ctx: &ReportContext) -> String {
         let _ = writeln!(s, "calibrated {c}");
     }
     if r.success() {
-        output_lines(&mut s, r);
+        output_lines(&mut s, r, ctx.exact_output);
         lengths(&mut s, r);
     } else if r.token_events > 0 {
         // N is defined for successful probes only (as in the JSON report); say what arrived.
@@ -381,8 +387,19 @@ mod tests {
         let text = to_text(&r, &ReportContext::default());
         assert!(text.contains("mode       non-streaming"), "{text}");
         assert!(
-            text.contains("output     64 tokens (from usage), 64 requested (exact_output)\n"),
-            "{text}"
+            text.contains("output     64 tokens (from usage), 64 requested as the cap\n"),
+            "without exact_output the length is a cap: {text}"
+        );
+        let exact = ReportContext {
+            exact_output: crate::protocol::ExactOutput::IgnoreEos,
+            ..ReportContext::default()
+        };
+        assert!(
+            to_text(&r, &exact).contains(
+                "output     64 tokens (from usage), 64 requested (exact_output ignore_eos)\n"
+            ),
+            "{}",
+            to_text(&r, &exact)
         );
         assert!(
             !text.contains("first token") && !text.contains("\nTPOT "),
@@ -415,7 +432,7 @@ mod tests {
                 url: "http://x/v1/chat/completions".into(),
                 model: "m".into(),
                 proxy: Some("http://proxy:3128/".into()),
-                calibration: None,
+                ..ReportContext::default()
             },
         );
         assert!(text.contains("FAILED: auth (HTTP 401)"), "{text}");
