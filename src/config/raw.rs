@@ -216,7 +216,7 @@ pub(super) enum RawServerMetricsEntry {
     /// `- http://host/metrics`: `{url: ...}` with every other key at its default.
     Url(String),
     /// `- {url: ..., interval: ..., ...}`.
-    Endpoint(RawServerMetrics),
+    Endpoint(Box<RawServerMetrics>),
 }
 
 impl<'de> Deserialize<'de> for RawServerMetricsEntry {
@@ -235,7 +235,7 @@ impl<'de> Deserialize<'de> for RawServerMetricsEntry {
                 map: A,
             ) -> Result<Self::Value, A::Error> {
                 RawServerMetrics::deserialize(serde::de::value::MapAccessDeserializer::new(map))
-                    .map(RawServerMetricsEntry::Endpoint)
+                    .map(|m| RawServerMetricsEntry::Endpoint(Box::new(m)))
             }
         }
         d.deserialize_any(Entry)
