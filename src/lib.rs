@@ -18,6 +18,7 @@
 //! - [`server`]: `/metrics`, `/-/healthy`, `/-/ready`, `/-/reload`, `/`.
 //! - [`redact`]: what a secret is, and hiding it (and its derived forms) in every output.
 //! - [`output`]: writing to stdout and stderr without panicking on a closed pipe.
+//! - [`stop`]: the stop signals of the long-running commands.
 //! - [`resources`]: the exporter's own fd budget, fd exhaustion, and web thread priority.
 //! - `rng`: the one seeded pseudo-random generator (simulator jitter, bench arrivals).
 //! - [`transport`]: the HTTP client, instrumented to time DNS, TCP connect and TLS.
@@ -46,6 +47,7 @@ pub mod server;
 pub mod servermetrics;
 pub mod simulate;
 pub mod sse;
+pub mod stop;
 pub mod transport;
 pub mod web;
 pub mod workload;

@@ -275,7 +275,7 @@ async fn bind(listen: &str) -> Result<TcpListener> {
 pub async fn run(args: SimulateArgs) -> Result<ExitCode> {
     args.validate()?;
     // Before the address is printed: a client that reads it may stop us at once.
-    let stop = crate::cli::signals::StopSignals::install();
+    let stop = crate::stop::StopSignals::install();
     let listener = bind(&args.listen).await?;
     let addr = listener.local_addr().context("listener address")?;
     let log = match &args.event_log {

@@ -779,3 +779,155 @@ fn a_silent_server_delays_prewarm_by_its_bound_only() {
     );
     assert!(took < Duration::from_secs(30), "took {took:?}");
 }
+
+/// The bench of `args` as a child (its output in `dir`), without the proxy environment.
+fn bench_child(dir: &Path, name: &str, args: &[&str]) -> ChildGuard {
+    let mut cmd = Command::new(tokenprobe_bin());
+    cmd.arg("bench").args(args);
+    for v in ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"] {
+        cmd.env_remove(v);
+    }
+    ChildGuard::spawn(name, cmd, dir)
+}
+
+/// SIGINT during a level: every `-o` report is written with the finished levels, the running one
+/// is left out (and named), stderr says so, and the exit is 130.
+#[test]
+fn a_stopped_bench_keeps_the_levels_it_finished() {
+    let _serial = serial();
+    let _wd = Watchdog::new(
+        "a_stopped_bench_keeps_the_levels_it_finished",
+        Duration::from_secs(120),
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_sim, url) = simulate(
+        dir.path(),
+        &["--ttft", "30ms", "--itl", "5ms", "--output-tokens", "4"],
+    );
+    let cfg = sim_config(dir.path(), &url);
+    let out = |name: &str| dir.path().join(name).to_str().expect("path").to_owned();
+    let (json, md, csv, html) = (out("r.json"), out("r.md"), out("r.csv"), out("r.html"));
+    let mut child = bench_child(
+        dir.path(),
+        "bench",
+        &[
+            "--config.file",
+            cfg.to_str().expect("path"),
+            // Open loop: the first level's 3 requests go in 60 ms, the second's take 15 s.
+            "--rate",
+            "50,0.2",
+            "--requests-per-level",
+            "3",
+            "-o",
+            &json,
+            "-o",
+            &md,
+            "-o",
+            &csv,
+            "-o",
+            &html,
+        ],
+    );
+    // The first level's line, then the stop while the second runs (it would take 20 s).
+    wait_for("the first level's line", Duration::from_secs(60), || {
+        child.assert_running();
+        child.stderr().contains("sim-a @ 50/s: ").then_some(())
+    });
+    let (status, took) = child
+        .signal_and_wait("-INT", Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("bench did not stop\n{}", child.logs()));
+    let err = child.stderr();
+    assert_eq!(status.code(), Some(130), "{}", child.logs());
+    assert!(took < Duration::from_secs(10), "stopping took {took:?}");
+    assert!(
+        err.contains(&format!(
+            "tokenprobe bench: stopped by SIGINT: 1 finished level(s) reported, written to {json}, {md}, {csv}, {html}; the level running (sim-a @ 0.2/s) is left out"
+        )),
+        "{err}"
+    );
+    let r = read_json(Path::new(&json));
+    let l = levels(&r, 0);
+    assert_eq!(l.len(), 1, "only the finished level: {l:?}");
+    assert_eq!(l[0]["rate"].as_f64(), Some(50.0));
+    assert_eq!(l[0]["requests"].as_u64(), Some(3), "{}", l[0]);
+    assert_eq!(r["interrupted"]["signal"], "SIGINT");
+    assert_eq!(r["interrupted"]["level_left_out"], "sim-a @ 0.2/s");
+    let csv_rows = std::fs::read_to_string(&csv).expect("csv");
+    assert_eq!(
+        csv_rows.lines().count(),
+        2,
+        "header and one level: {csv_rows}"
+    );
+    let md = std::fs::read_to_string(&md).expect("md");
+    assert!(
+        md.contains("50/s") && md.contains("Stopped by SIGINT before the end"),
+        "{md}"
+    );
+    let page = std::fs::read_to_string(&html).expect("html");
+    assert!(page.contains(r#"id="interrupted""#), "the page says so");
+}
+
+/// A second stop signal ends the process at once, even while the first stop is still writing
+/// (here a report path that is a FIFO nobody reads, so the write never finishes).
+#[test]
+fn a_second_stop_signal_exits_at_once() {
+    let _serial = serial();
+    let _wd = Watchdog::new(
+        "a_second_stop_signal_exits_at_once",
+        Duration::from_secs(120),
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_sim, url) = simulate(
+        dir.path(),
+        &["--ttft", "30ms", "--itl", "5ms", "--output-tokens", "4"],
+    );
+    let cfg = sim_config(dir.path(), &url);
+    let fifo = dir.path().join("report.json");
+    let ok = Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo")
+        .success();
+    assert!(ok, "mkfifo");
+    let mut child = bench_child(
+        dir.path(),
+        "bench",
+        &[
+            "--config.file",
+            cfg.to_str().expect("path"),
+            "--rate",
+            "50,0.2",
+            "--requests-per-level",
+            "3",
+            "-o",
+            fifo.to_str().expect("path"),
+        ],
+    );
+    wait_for("the first level's line", Duration::from_secs(60), || {
+        child.assert_running();
+        child.stderr().contains("sim-a @ 50/s: ").then_some(())
+    });
+    child.signal("-INT");
+    // The first stop gets stuck opening the FIFO for its report: a thread waits in the kernel for
+    // a reader (`wait_for_partner`).
+    wait_for(
+        "bench waiting to open the FIFO",
+        Duration::from_secs(10),
+        || {
+            child.assert_running();
+            let tasks = std::fs::read_dir(format!("/proc/{}/task", child.id())).ok()?;
+            tasks
+                .flatten()
+                .any(|t| {
+                    std::fs::read_to_string(t.path().join("wchan"))
+                        .is_ok_and(|w| w == "wait_for_partner")
+                })
+                .then_some(())
+        },
+    );
+    let (status, took) = child
+        .signal_and_wait("-TERM", Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("a second signal did not end bench\n{}", child.logs()));
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    assert_eq!(status.code(), Some(1), "{}", child.logs());
+}

@@ -173,7 +173,7 @@ table{border-collapse:collapse;font-size:12.5px;background:#fff;margin:4px 0 10p
 th{background:#f0f0f0;cursor:pointer;position:sticky;top:0}td:first-child,th:first-child,td.t{text-align:left}
 th[data-dir=asc]::after{content:' \25B2'}th[data-dir=desc]::after{content:' \25BC'}
 .wrap{overflow-x:auto;max-width:100%}.answer{background:#fff;border:1px solid #ccc;padding:8px 14px;border-radius:6px}
-.rejected{color:#b00}.knee{font-weight:bold}.note{color:#555;font-size:12.5px}
+.rejected{color:#b00}.knee{font-weight:bold}.note{color:#555;font-size:12.5px}.warn{color:#8a4b00;background:#fff4e0;border:1px solid #e0b070;padding:6px 10px}
 .plots{display:grid;grid-template-columns:repeat(auto-fit,minmax(520px,1fr));gap:14px}
 figure.plot{margin:0;background:#fff;border:1px solid #ccc;border-radius:6px;padding:8px}figure.plot>svg{width:100%;height:auto;display:block}
 figcaption{font-weight:bold;font-size:14px;margin-bottom:4px}
@@ -220,9 +220,21 @@ pub fn render_html(doc: &Value) -> Result<String, HtmlError> {
         m.model = n;
     }
     let mut o = String::with_capacity(64 * 1024);
+    // Every target of the run, in the order its models ran.
+    let mut targets: Vec<&str> = Vec::new();
+    for t in r.models.iter().filter_map(|m| m.target.as_deref()) {
+        if !targets.contains(&t) {
+            targets.push(t);
+        }
+    }
+    if targets.is_empty() {
+        targets.push(&r.target);
+    }
     let title = format!(
         "tokenprobe bench: {} ({}), started {}",
-        r.target, r.api, r.started_at
+        targets.join(", "),
+        r.api,
+        r.started_at
     );
     let _ = write!(
         o,
@@ -230,6 +242,17 @@ pub fn render_html(doc: &Value) -> Result<String, HtmlError> {
         esc(&title)
     );
     let _ = write!(o, "<h1>{}</h1>", esc(&title));
+    if let Some(i) = &r.interrupted {
+        let left = i.level_left_out.as_ref().map_or_else(String::new, |l| {
+            format!(" The level running ({l}) is left out.")
+        });
+        let _ = write!(
+            o,
+            r#"<p class="warn" id="interrupted">Stopped by {} before the end: only the finished levels are here.{}</p>"#,
+            esc(&i.signal),
+            esc(&left)
+        );
+    }
     run_info(&mut o, doc, &r);
     o.push_str(r#"<h2 id="answer">The answer</h2><div class="answer">"#);
     answer(&mut o, doc, &r);

@@ -41,6 +41,7 @@ pub mod stats;
 
 use crate::config::{Config, ConfigError, Job, Target, Timeouts};
 use crate::probe::ProbeSpec;
+use crate::stop::StopSignals;
 use crate::transport::TransportError;
 use criteria::{Criteria, CriteriaError};
 use report::{LoadMode, ModelReport, Report};
@@ -48,7 +49,8 @@ use runner::{Amount, Arrival, Progress, Runner};
 use stats::{LevelKey, LevelStats};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use tokio_util::sync::CancellationToken;
 
 /// One model of a comparison: the model name sent and the target it is sent to (with that
 /// target's deadlines), so one run compares models behind one gateway and the same model at two
@@ -589,23 +591,23 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         .map(|m| if mixed { m.name() } else { m.model.clone() })
         .collect();
     let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let load = if open {
+        format!("open loop, {} arrivals", arrival.as_str())
+    } else {
+        "closed loop".into()
+    };
+    let part = if shard.count > 1 {
+        format!(", shard {shard} of run {run_id}")
+    } else {
+        String::new()
+    };
     progress.println(&format!(
-        "tokenprobe bench: target {} ({}), prompt {}, models {}, {} levels ({}){}",
+        "tokenprobe bench: target {} ({}), prompt {}, models {}, {} levels ({load}){part}",
         head.name,
         crate::redact::redact_url(&head.url()),
         prompt_names.join(", "),
         names.join(", "),
         level_keys.len(),
-        if open {
-            format!("open loop, {} arrivals", arrival.as_str())
-        } else {
-            "closed loop".into()
-        },
-        if shard.count > 1 {
-            format!(", shard {shard} of run {run_id}")
-        } else {
-            String::new()
-        }
     ));
     let sender = Sender {
         shard,
@@ -622,12 +624,25 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         cross_check,
         samples,
         progress: progress.clone(),
+        running: std::sync::Mutex::new(None),
     };
     let mut server_side = server::ServerSide::start(&server_plan)?;
-    let mut reports = sender
-        .all(&spec, &models, &names, &prompts, &mut server_side)
+    let (stop, first_signal) = (CancellationToken::new(), Arc::new(OnceLock::new()));
+    let watcher =
+        tokio::spawn(StopSignals::install().watch_naming(stop.clone(), first_signal.clone()));
+    let mut reports = Vec::new();
+    let interrupted = sender
+        .all_until(
+            &stop,
+            &first_signal,
+            (&spec, &models, &names, &prompts),
+            &mut server_side,
+            &mut reports,
+        )
         .await?;
-    server_side.finish(&mut reports, &progress).await;
+    if interrupted.is_none() {
+        server_side.finish(&mut reports, &progress).await;
+    }
     progress.finish();
     let redactor = command_redactor(&spec, &models).await;
     let mut report = Report {
@@ -658,8 +673,9 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         }),
         criteria: Some(criteria.record()),
         findings: Vec::new(),
+        interrupted,
     };
-    finish(
+    let code = finish(
         &mut report,
         &criteria,
         judged,
@@ -667,8 +683,44 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         &server_plan.thresholds,
         &outputs,
         plot.as_deref(),
-    )
+    );
+    watcher.abort();
+    stopped_exit(&report, code, &outputs)
 }
+
+/// The exit of a run: `code`, or for a stopped run its stderr line (what it kept, where, and what
+/// it left out) and [`INTERRUPTED_EXIT`].
+fn stopped_exit(
+    report: &Report,
+    code: Result<ExitCode, BenchError>,
+    outputs: &[(PathBuf, Format)],
+) -> Result<ExitCode, BenchError> {
+    let Some(i) = &report.interrupted else {
+        return code;
+    };
+    let finished: usize = report.models.iter().map(|m| m.levels.len()).sum();
+    let left = i.level_left_out.as_ref().map_or_else(String::new, |l| {
+        format!("; the level running ({l}) is left out")
+    });
+    let files: Vec<String> = outputs
+        .iter()
+        .map(|(p, _)| p.display().to_string())
+        .collect();
+    let written = if files.is_empty() {
+        String::new()
+    } else {
+        format!(", written to {}", files.join(", "))
+    };
+    crate::output::print_stderr_line(&format!(
+        "tokenprobe bench: stopped by {}: {finished} finished level(s) reported{written}{left}",
+        i.signal
+    ));
+    code?;
+    Ok(ExitCode::from(INTERRUPTED_EXIT))
+}
+
+/// The exit status of a bench stopped by a signal (as a shell reports SIGINT: 128 + 2).
+pub const INTERRUPTED_EXIT: u8 = 130;
 
 /// Judges a run's sweeps (the one place a run and a merge of shards are judged): each model's
 /// knee, the selection when `judged`, the findings by `thresholds`, the comparison with the
@@ -824,9 +876,31 @@ struct Sender {
     cross_check: Option<crosscheck::CrossCheckSpec>,
     samples: bool,
     progress: Progress,
+    /// The level running now (`model @ load`), for the report of a stopped run.
+    running: std::sync::Mutex<Option<String>>,
 }
 
 impl Sender {
+    /// [`Sender::all`] until it is done or `stop` is cancelled by a stop signal (`signal` names
+    /// it): the sweep then ends at its next await, the finished levels stay in `reports`, the
+    /// running one is left out (its requests were cut by the stop), and the run is marked.
+    async fn all_until(
+        &self,
+        stop: &CancellationToken,
+        signal: &OnceLock<&'static str>,
+        (spec, models, names, prompts): (&ProbeSpec, &[BenchModel], &[String], &[ProbeSpec]),
+        server_side: &mut server::ServerSide,
+        reports: &mut Vec<ModelReport>,
+    ) -> Result<Option<report::Interrupted>, BenchError> {
+        tokio::select! {
+            done = self.all(spec, models, names, prompts, server_side, reports) => done.map(|()| None),
+            () = stop.cancelled() => Ok(Some(report::Interrupted {
+                signal: signal.get().copied().unwrap_or("a stop signal").to_owned(),
+                level_left_out: self.running.lock().ok().and_then(|l| l.clone()),
+            })),
+        }
+    }
+
     /// Every series of the run: each model (`names` as shown) with each prompt, in order; a
     /// runner per target (its own client settings), calibrated per (target, model).
     async fn all(
@@ -836,10 +910,10 @@ impl Sender {
         names: &[String],
         prompts: &[ProbeSpec],
         server_side: &mut server::ServerSide,
-    ) -> Result<Vec<ModelReport>, BenchError> {
+        reports: &mut Vec<ModelReport>,
+    ) -> Result<(), BenchError> {
         let sweep = prompts.len() > 1;
         let token_models = crate::probe::TokenModels::default();
-        let mut reports: Vec<ModelReport> = Vec::new();
         let mut done_units = 0;
         let mut runner: Option<(Runner, Arc<crate::config::Target>)> = None;
         for (model_index, (bm, name)) in models.iter().zip(names).enumerate() {
@@ -860,21 +934,47 @@ impl Sender {
                 } else {
                     name.clone()
                 };
-                let calibration = calibrate(runner, &token_models, &reports, &name).await;
+                let calibration = calibrate(runner, &token_models, reports, &name).await;
                 let series = reports.len();
-                let mut report = self
-                    .sweep(runner, server_side, bm, &name, series, &mut done_units)
-                    .await?;
-                report.prompt = sweep.then(|| prompt_spec.prompt.name.clone());
-                report.calibration = calibration;
-                reports.push(report);
+                reports.push(ModelReport {
+                    prompt: sweep.then(|| prompt_spec.prompt.name.clone()),
+                    calibration,
+                    ..self.series(bm)
+                });
+                self.sweep(
+                    runner,
+                    server_side,
+                    bm,
+                    &name,
+                    series,
+                    reports,
+                    &mut done_units,
+                )
+                .await?;
             }
         }
-        Ok(reports)
+        Ok(())
     }
 
-    /// One model's sweep (model `mi` of the run, shown as `name`): every level in turn through
-    /// `runner`, which already sends to this model. `done_units` counts the progress.
+    /// The report of one series before its levels: the model, its target, its price.
+    fn series(&self, bm: &BenchModel) -> ModelReport {
+        ModelReport {
+            prompt: None,
+            calibration: None,
+            model: bm.model.clone(),
+            target: Some(bm.target.name.clone()),
+            price: bm.target.price_of(&bm.model),
+            input_tokens_mean: None,
+            output_tokens_mean: None,
+            levels: Vec::new(),
+            knee: None,
+        }
+    }
+
+    /// One model's sweep (series `mi` of the run, shown as `name`): every level in turn through
+    /// `runner`, which already sends to this model, each appended to `reports[mi]` as it ends
+    /// (so a stopped run keeps what it finished). `done_units` counts the progress.
+    #[allow(clippy::too_many_arguments)]
     async fn sweep(
         &self,
         runner: &mut Runner,
@@ -882,13 +982,16 @@ impl Sender {
         bm: &BenchModel,
         name: &str,
         mi: usize,
+        reports: &mut [ModelReport],
         done_units: &mut u64,
-    ) -> Result<ModelReport, BenchError> {
+    ) -> Result<(), BenchError> {
         let price = bm.target.price_of(&bm.model);
-        let mut levels_out = Vec::new();
         let mut lengths = stats::Lengths::default();
         for (li, key) in self.levels.iter().enumerate() {
             let label = format!("{name} @ {}", key.label());
+            if let Ok(mut running) = self.running.lock() {
+                *running = Some(label.clone());
+            }
             let slot = mi * self.levels.len() + li;
             let (run, late) = self
                 .level(
@@ -915,20 +1018,15 @@ impl Sender {
                 stats.samples = None;
             }
             self.progress.println(&level_line(&label, &stats));
-            levels_out.push(stats);
+            if let Some(r) = reports.get_mut(mi) {
+                r.levels.push(stats);
+                (r.input_tokens_mean, r.output_tokens_mean) = lengths.means();
+            }
+            if let Ok(mut running) = self.running.lock() {
+                *running = None;
+            }
         }
-        let (input_tokens_mean, output_tokens_mean) = lengths.means();
-        Ok(ModelReport {
-            prompt: None,
-            calibration: None,
-            model: bm.model.clone(),
-            target: Some(bm.target.name.clone()),
-            price,
-            input_tokens_mean,
-            output_tokens_mean,
-            levels: levels_out,
-            knee: None,
-        })
+        Ok(())
     }
 
     /// Sends one level through `runner`: the warm-up, the wait for the level's shared start

@@ -138,6 +138,20 @@ pub struct Report {
     /// What the client and server numbers mean together ([`super::findings`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub findings: Vec<super::findings::Finding>,
+    /// The run was stopped before its end: by which signal, and the level left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<Interrupted>,
+}
+
+/// How a run that was stopped early ended: the levels it finished are in the report; the one that
+/// was running is not (its requests were cut by the stop, not by the server).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Interrupted {
+    /// `SIGINT` or `SIGTERM`.
+    pub signal: String,
+    /// The level that was running (`model @ load`), left out; absent between levels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level_left_out: Option<String>,
 }
 
 /// A run's identity: every shard of one run has the same id.
@@ -308,6 +322,16 @@ pub fn render_table(r: &Report) -> String {
 fn render_notes(r: &Report, md: bool) -> String {
     let mut out = String::new();
     let bullet = if md { "- " } else { "  " };
+    if let Some(i) = &r.interrupted {
+        let left = i.level_left_out.as_ref().map_or_else(String::new, |l| {
+            format!(" The level running ({l}) is left out.")
+        });
+        let _ = writeln!(
+            out,
+            "\nStopped by {} before the end: only the finished levels are here.{left}",
+            i.signal
+        );
+    }
     let names = model_names(&r.models);
     let mut errs = Vec::new();
     for (m, name) in r.models.iter().zip(&names) {
@@ -880,6 +904,7 @@ pub(crate) mod tests {
             run: None,
             criteria: None,
             findings: Vec::new(),
+            interrupted: None,
         }
     }
 

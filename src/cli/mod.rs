@@ -20,7 +20,6 @@ pub mod bench_server;
 pub mod check;
 pub mod probe;
 pub mod serve;
-pub mod signals;
 
 use crate::output::print_stderr_line;
 use clap::{Parser, Subcommand, ValueEnum};

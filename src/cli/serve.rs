@@ -1,9 +1,9 @@
 //! `tokenprobe serve`: its flags, and the exporter's process: two runtimes (probing apart from
 //! everything else), the web server, reload on SIGHUP, and a bounded graceful shutdown.
 
-use super::signals::StopSignals;
 use crate::daemon::Daemon;
 use crate::server::router;
+use crate::stop::StopSignals;
 use crate::web::{Limits, WebConfig};
 use anyhow::{Context, Result};
 use std::path::PathBuf;

@@ -1,5 +1,8 @@
-//! The stop signals of the long-running commands (`serve`, `simulate`): installed before any work
-//! starts, so an early SIGTERM never meets the default action; the first one stops gracefully.
+//! The stop signals of the long-running commands (`serve`, `simulate`, `bench`): installed before
+//! any work starts, so an early SIGTERM never meets the default action; the first one stops
+//! gracefully, a second one exits at once.
+
+use std::sync::{Arc, OnceLock};
 
 /// The stop signals, listened to from the moment they are installed.
 pub struct StopSignals {
@@ -34,6 +37,16 @@ impl StopSignals {
     /// The first SIGTERM or SIGINT cancels `stop` (graceful shutdown within `--shutdown.grace`); a
     /// second one exits at once with status 1.
     pub async fn watch(self, stop: tokio_util::sync::CancellationToken) {
+        self.watch_naming(stop, Arc::default()).await;
+    }
+
+    /// As [`StopSignals::watch`], recording the first signal's name (`SIGTERM`, `SIGINT`) in
+    /// `first` before `stop` is cancelled.
+    pub async fn watch_naming(
+        self,
+        stop: tokio_util::sync::CancellationToken,
+        first: Arc<OnceLock<&'static str>>,
+    ) {
         #[cfg(unix)]
         {
             use tokio::signal::unix::Signal;
@@ -47,10 +60,11 @@ impl StopSignals {
                 }
             }
             let (mut term, mut int) = (self.term, self.int);
-            tokio::select! {
-                () = recv(&mut term) => {}
-                () = recv(&mut int) => {}
-            }
+            let name = tokio::select! {
+                () = recv(&mut term) => "SIGTERM",
+                () = recv(&mut int) => "SIGINT",
+            };
+            let _ = first.set(name);
             stop.cancel();
             tokio::select! {
                 () = recv(&mut term) => {}
@@ -60,6 +74,7 @@ impl StopSignals {
         #[cfg(not(unix))]
         {
             let _ = tokio::signal::ctrl_c().await;
+            let _ = first.set("Ctrl-C");
             stop.cancel();
             let _ = tokio::signal::ctrl_c().await;
         }
