@@ -24,7 +24,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Content-Type of the OpenMetrics text format served when the scraper asks for it.
 pub const OPENMETRICS_CONTENT_TYPE: &str =
@@ -235,6 +235,7 @@ pub struct Metrics {
     turn_ttft: Family<TurnLabels, Histogram, Layout>,
     connections: Family<ReusedLabels, Counter>,
     retry_after: Family<JobLabels, Gauge<f64, AtomicU64>>,
+    target_wait: Family<JobLabels, Counter<f64, AtomicU64>>,
     job_info: Family<JobInfo, Gauge>,
     reload_ok: Gauge,
     reload_ts: Gauge<f64, AtomicU64>,
@@ -287,6 +288,7 @@ impl Metrics {
             )),
             connections: Family::default(),
             retry_after: Family::default(),
+            target_wait: Family::default(),
             job_info: Family::default(),
             reload_ok: Gauge::default(),
             reload_ts: Gauge::default(),
@@ -307,7 +309,7 @@ impl Metrics {
         r.register_with_unit("failed_probe_duration", "Failed probes: from sending the request to the failure instant (error event, close or deadline)", s, m.failed_duration.clone());
         r.register("probes", "Probes run, successful or not", m.probes.clone());
         r.register("probe_errors", "Failed probes by error_type (exactly one per failed probe; see docs/measurement.md for the order)", m.errors.clone());
-        r.register("probe_flags", "Anomalies seen in probes (not errors): no_content_type, unterminated_final_event, compressed_stream, burst_delivery, input_length_off", m.flags.clone());
+        r.register("probe_flags", "Anomalies seen in probes (not errors): no_content_type, unterminated_final_event, compressed_stream, burst_delivery, input_length_off, concurrent_probe (another probe of the same target was in flight)", m.flags.clone());
         r.register(
             "output_tokens",
             "Output tokens of successful probes (usage when reported, else token-bearing events)",
@@ -337,6 +339,7 @@ impl Metrics {
             "Probes by whether they reused a kept-alive connection (reused=\"true\") or opened one",
             m.connections.clone(),
         );
+        r.register_with_unit("target_wait", "Time the job's probes waited for their target's max_in_flight before they were sent (not part of any TTFT)", Unit::Seconds, m.target_wait.clone());
         r.register_with_unit("retry_after", "The wait the target last asked for with Retry-After on a 429/overload answer; the job's probes pause that long; 0 after a success", Unit::Seconds, m.retry_after.clone());
         r.register("job_info", "A job's settings that change what its numbers mean: api, connection (new = cold connection per probe, reuse = warm path), nonce (true = prompt-cache hits prevented), workload (messages, synthetic, dataset, conversation), stream (false = whole answers: no TTFT/TPOT observed); always 1", m.job_info.clone());
         r.register("config_last_reload_successful", "1 when the last config (re)load succeeded, 0 when the last attempt was refused (the previous config keeps running)", m.reload_ok.clone());
@@ -483,6 +486,7 @@ pub struct JobSeries {
     /// `reused="true"`, `reused="false"`.
     connections: [Counter; 2],
     retry_after: Gauge<f64, AtomicU64>,
+    target_wait: Counter<f64, AtomicU64>,
     last_success: Gauge,
     last_timestamp: Gauge<f64, AtomicU64>,
     job_info: Family<JobInfo, Gauge>,
@@ -600,6 +604,7 @@ impl JobSeries {
         let last_success = handle(&mut rm, &m.last_success, job.clone());
         let last_timestamp = handle(&mut rm, &m.last_timestamp, job.clone());
         let retry_after = handle(&mut rm, &m.retry_after, job.clone());
+        let target_wait = handle(&mut rm, &m.target_wait, job.clone());
         m.job_info.get_or_create(&info).set(1);
         JobSeries {
             labels: job,
@@ -621,6 +626,7 @@ impl JobSeries {
             turn_ttft,
             connections,
             retry_after,
+            target_wait,
             last_success,
             last_timestamp,
             job_info: m.job_info.clone(),
@@ -744,6 +750,14 @@ impl JobSeries {
                 }
                 self.last_success.set(1);
             }
+        }
+    }
+
+    /// A probe waited `d` for its target's `max_in_flight` before it was sent (nothing once
+    /// removed).
+    pub fn waited(&self, d: Duration) {
+        if self.state().live {
+            self.target_wait.inc_by(d.as_secs_f64());
         }
     }
 

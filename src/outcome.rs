@@ -115,16 +115,20 @@ pub enum Flag {
     /// The server counted an input length off the requested one by more than 2% or 4 tokens
     /// (`workload::input_length_off`).
     InputLengthOff,
+    /// Another probe of the same target was in flight during this one (`serve` with several jobs
+    /// on one server): its TTFT may hold the wait behind the other's prefill.
+    ConcurrentProbe,
 }
 
 impl Flag {
     /// Every flag (used to pre-create counter series at 0).
-    pub const ALL: [Flag; 5] = [
+    pub const ALL: [Flag; 6] = [
         Flag::NoContentType,
         Flag::UnterminatedFinalEvent,
         Flag::CompressedStream,
         Flag::BurstDelivery,
         Flag::InputLengthOff,
+        Flag::ConcurrentProbe,
     ];
 
     /// The label value, e.g. `burst_delivery`.
@@ -135,6 +139,7 @@ impl Flag {
             Flag::CompressedStream => "compressed_stream",
             Flag::BurstDelivery => "burst_delivery",
             Flag::InputLengthOff => "input_length_off",
+            Flag::ConcurrentProbe => "concurrent_probe",
         }
     }
 }

@@ -512,6 +512,7 @@ const SHOWN_KEYS: &[&str] = &[
     "api_key_file",
     "insecure_skip_verify",
     "connection",
+    "max_in_flight",
     "buckets",
     "time_to_first_token",
     "time_per_output_token",

@@ -14,7 +14,7 @@ use crate::probe::{ProbeSpec, Prober, TokenModels};
 use crate::transport::TransportError;
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use tokio_util::sync::CancellationToken;
@@ -34,6 +34,64 @@ pub fn offset(name: &str, period: Duration) -> Duration {
 
 /// Per-target pause requested by `Retry-After`.
 type Pauses = Arc<Mutex<HashMap<String, Instant>>>;
+
+/// The probes of one target in flight, across its jobs: whether one ran while another was in
+/// flight (flag `concurrent_probe`), and the target's `max_in_flight`.
+#[derive(Debug)]
+struct TargetGate {
+    in_flight: AtomicUsize,
+    /// Probes begun so far (a probe that sees more begun at its end than at its start overlapped
+    /// one that began after it).
+    begun: AtomicU64,
+    /// The limit, as configured, and its permits.
+    max: Option<u32>,
+    permits: Option<Arc<tokio::sync::Semaphore>>,
+}
+
+/// A probe of a target in flight: what [`TargetGate::begin`] saw; leaving the flight (dropping
+/// it, also on a panic) counts it out.
+struct InFlight {
+    gate: Arc<TargetGate>,
+    others_in_flight: bool,
+    number: u64,
+}
+
+impl InFlight {
+    /// Whether another probe of the target was in flight at some point of this one so far.
+    fn overlapped(&self) -> bool {
+        self.others_in_flight || self.gate.begun.load(Ordering::SeqCst) > self.number
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.gate.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl TargetGate {
+    fn new(max: Option<u32>) -> Self {
+        TargetGate {
+            in_flight: AtomicUsize::new(0),
+            begun: AtomicU64::new(0),
+            max,
+            permits: max.map(|n| Arc::new(tokio::sync::Semaphore::new(n as usize))),
+        }
+    }
+
+    fn begin(self: &Arc<Self>) -> InFlight {
+        let before = self.in_flight.fetch_add(1, Ordering::SeqCst);
+        let number = self.begun.fetch_add(1, Ordering::SeqCst) + 1;
+        InFlight {
+            gate: self.clone(),
+            others_in_flight: before > 0,
+            number,
+        }
+    }
+}
+
+/// Each target's gate, by name; kept across reloads while its `max_in_flight` stays.
+type Gates = HashMap<String, Arc<TargetGate>>;
 
 /// A job as the key of the running set: equal keys mean nothing about the job changed. Equality
 /// is the config types' own (`Eq` on [`Job`], every setting compared, hidden values included),
@@ -64,6 +122,7 @@ pub struct Scheduler {
     jobs: HashMap<JobKey, Running>,
     /// Calibrations of the (target, model)s whose prompts are built to a token length.
     token_models: Arc<TokenModels>,
+    gates: Gates,
 }
 
 impl std::fmt::Debug for Scheduler {
@@ -105,6 +164,7 @@ impl Scheduler {
             pauses: Arc::default(),
             jobs: HashMap::new(),
             token_models: Arc::default(),
+            gates: HashMap::new(),
         };
         s.apply(jobs)?;
         Ok(s)
@@ -146,6 +206,7 @@ impl Scheduler {
             false
         });
         applied.kept = self.jobs.len();
+        self.gate_targets(jobs);
         for (key, job, spec, prober) in fresh {
             let series = self.metrics.register_job(JobInfo::of(job));
             if spec.target.tls.insecure_skip_verify {
@@ -167,6 +228,7 @@ impl Scheduler {
                 runtime: self.runtime.clone(),
                 token_models: self.token_models.clone(),
                 calibrated: Arc::default(),
+                gate: self.gates[&job.target.name].clone(),
             };
             let schedule = job.schedule.clone();
             let c = cancel.clone();
@@ -176,6 +238,36 @@ impl Scheduler {
             applied.started += 1;
         }
         Ok(applied)
+    }
+
+    /// One gate per target of `jobs` (a target whose `max_in_flight` changed gets a new one; the
+    /// probes in flight keep the old), and a warning for each target whose jobs can overlap.
+    fn gate_targets(&mut self, jobs: &[Job]) {
+        let mut per_target: HashMap<&str, (usize, Option<u32>)> = HashMap::new();
+        for j in jobs {
+            let e = per_target
+                .entry(j.target.name.as_str())
+                .or_insert((0, j.target.max_in_flight));
+            e.0 += 1;
+        }
+        self.gates.retain(|name, g| {
+            per_target
+                .get(name.as_str())
+                .is_some_and(|(_, m)| *m == g.max)
+        });
+        for (name, (n, max)) in per_target {
+            self.gates
+                .entry(name.to_owned())
+                .or_insert_with(|| Arc::new(TargetGate::new(max)));
+            if n > 1 && max != Some(1) {
+                tracing::warn!(
+                    target = name,
+                    jobs = n,
+                    max_in_flight = max.map_or_else(|| "none".to_owned(), |m| m.to_string()),
+                    "several jobs probe this target and their probes can overlap: a probe that waits behind another's prefill measures it (flagged concurrent_probe); max_in_flight: 1 on the target sends them one at a time"
+                );
+            }
+        }
     }
 
     /// Number of running jobs.
@@ -215,6 +307,8 @@ struct JobRunner {
     token_models: Arc<TokenModels>,
     /// The job's calibration was logged (once per job).
     calibrated: Arc<AtomicBool>,
+    /// Its target's probes in flight.
+    gate: Arc<TargetGate>,
 }
 
 impl JobRunner {
@@ -276,7 +370,7 @@ impl JobRunner {
             tracing::debug!(job = %self.name, "previous probe still running; tick skipped");
             return;
         }
-        let calibrated = self.calibrated.clone();
+        let (calibrated, gate) = (self.calibrated.clone(), self.gate.clone());
         let (prober, spec, metrics, series, running, pauses, name, models, cancel) = (
             self.prober.clone(),
             self.spec.clone(),
@@ -313,7 +407,25 @@ impl JobRunner {
                         () = tokio::time::sleep(wait) => {}
                     }
                 }
-                let r = prober.run_content(&spec, &content).await;
+                // The target's limit: the wait is before `t0`, so it is in no TTFT; it is counted.
+                let _permit = match &gate.permits {
+                    Some(permits) => {
+                        let from = Instant::now();
+                        let permit = tokio::select! {
+                            () = cancel.cancelled() => return,
+                            p = permits.clone().acquire_owned() => p.ok(),
+                        };
+                        series.waited(from.elapsed());
+                        permit
+                    }
+                    None => None,
+                };
+                let flight = gate.begin();
+                let mut r = prober.run_content(&spec, &content).await;
+                if flight.overlapped() {
+                    r.flags.insert(crate::outcome::Flag::ConcurrentProbe);
+                }
+                drop(flight);
                 if r.exporter_fault {
                     // Our own fd exhaustion says nothing about the target: not a probe of it.
                     metrics.internal_error(InternalReason::FdExhausted);
@@ -395,6 +507,30 @@ pub fn log_result(job: &str, r: &ProbeResult) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_probe_overlapped_when_another_was_in_flight_at_any_point() {
+        let g = Arc::new(TargetGate::new(None));
+        // Alone: not overlapped.
+        let a = g.begin();
+        assert!(!a.overlapped());
+        drop(a);
+        // b starts while a runs; a ends first: both overlapped (a saw b begin, b saw a).
+        let a = g.begin();
+        let b = g.begin();
+        assert!(a.overlapped() && b.overlapped());
+        drop(a);
+        let c = g.begin();
+        assert!(c.overlapped(), "b is still in flight");
+        drop(b);
+        drop(c);
+        // After everything ended, a new probe is alone again.
+        let d = g.begin();
+        assert!(!d.overlapped());
+        assert_eq!(g.in_flight.load(Ordering::SeqCst), 1);
+        drop(d);
+        assert_eq!(g.in_flight.load(Ordering::SeqCst), 0);
+    }
 
     fn jobs_with_header(value: &str) -> Vec<Job> {
         let text = format!(

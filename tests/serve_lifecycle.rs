@@ -326,3 +326,104 @@ async fn retry_after_pauses_the_target() {
         "no request while the target asked to wait 6.5 s"
     );
 }
+
+/// Each request of the simulator's event log as (arrival, end) in Unix seconds.
+fn request_spans(log: &Path) -> Vec<(f64, f64)> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|r| {
+            let arrival = r["arrival_unix_ns"].as_f64()? / 1e9;
+            let last = r["events"].as_array()?.last()?["t_s"].as_f64()?;
+            Some((arrival, arrival + last))
+        })
+        .collect()
+}
+
+/// Two jobs on one server: their probes overlap and are flagged `concurrent_probe` (the server's
+/// own log shows two requests in flight at once); with `max_in_flight: 1` on the target they go
+/// one at a time (the log shows no overlap), none is flagged, and the wait is counted apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_of_one_target_are_flagged_when_they_overlap_or_held_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("events.jsonl");
+    let (_sim, url) = common::e2e::start_simulate(
+        dir.path(),
+        &[
+            "--ttft",
+            "700ms",
+            "--itl",
+            "10ms",
+            "--output-tokens",
+            "4",
+            "--event-log",
+            log.to_str().expect("path"),
+        ],
+    );
+    let client = reqwest::Client::new();
+    for (limit, overlap) in [("", true), ("max_in_flight: 1, ", false)] {
+        // The requests of this round: those logged from now on.
+        let before = request_spans(&log).len();
+        let cfg = dir.path().join("two-jobs.yml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "defaults: {{interval: 1s}}\nprompts: [{{name: p, messages: [{{role: user, content: hi}}], max_tokens: 4}}]\n\
+                 targets:\n  - {{name: a, {limit}base_url: \"{url}/v1\", models: [m1, m2]}}\n"
+            ),
+        )
+        .expect("config");
+        let s = Serve::start(&cfg, &[]);
+        let m = format!("http://{}/metrics", s.addr);
+        let flagged = |text: &str, model: &str| {
+            sample(
+                text,
+                &format!(
+                    "tokenprobe_probe_flags_total{{target=\"a\",model=\"{model}\",prompt=\"p\",flag=\"concurrent_probe\"}}"
+                ),
+            )
+        };
+        // Enough probes of both jobs to see them meet (or, with the limit, to have had to).
+        wait_until(
+            "six probes of each job",
+            Duration::from_secs(40),
+            async || {
+                let (_, text) = get(&client, &m).await;
+                probes(&text, "m1").is_some_and(|n| n >= 6.0)
+                    && probes(&text, "m2").is_some_and(|n| n >= 6.0)
+            },
+        )
+        .await;
+        let (_, text) = get(&client, &m).await;
+        drop(s);
+        let spans: Vec<(f64, f64)> = request_spans(&log).split_off(before);
+        let concurrent = spans
+            .iter()
+            .enumerate()
+            .any(|(i, a)| spans.iter().skip(i + 1).any(|b| a.0 < b.1 && b.0 < a.1));
+        let flags = flagged(&text, "m1").unwrap_or(0.0) + flagged(&text, "m2").unwrap_or(0.0);
+        let waited = ["m1", "m2"]
+            .iter()
+            .map(|model| {
+                sample(
+                    &text,
+                    &format!("tokenprobe_target_wait_seconds_total{{target=\"a\",model=\"{model}\",prompt=\"p\"}}"),
+                )
+                .unwrap_or(0.0)
+            })
+            .sum::<f64>();
+        if overlap {
+            assert!(concurrent, "700 ms probes every second overlap: {spans:?}");
+            assert!(flags > 0.0, "overlapping probes are flagged:\n{text}");
+            assert_eq!(waited, 0.0, "no limit, no wait");
+        } else {
+            assert!(
+                !concurrent,
+                "max_in_flight 1: the server never saw two at once: {spans:?}"
+            );
+            assert_eq!(flags, 0.0, "nothing overlapped:\n{text}");
+            assert!(waited > 0.1, "the probes held back waited: {waited}");
+        }
+    }
+}

@@ -185,6 +185,7 @@ impl FlagTarget {
                 ca_file: self.ca_file.as_ref().map(|p| at(p.display().to_string())),
                 insecure_skip_verify: self.insecure_skip_verify,
                 connection: ConnectionMode::New,
+                max_in_flight: None,
                 price: None,
                 model_prices: BTreeMap::new(),
                 stream: true,

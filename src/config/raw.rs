@@ -189,6 +189,8 @@ pub(super) struct RawTarget {
     pub(super) insecure_skip_verify: bool,
     #[serde(default)]
     pub(super) connection: ConnectionMode,
+    /// `serve`: at most this many probes of the target in flight at once.
+    pub(super) max_in_flight: Option<S<u32>>,
     /// Metrics endpoints `bench` scrapes beside every level.
     #[serde(default)]
     pub(super) server_metrics: Vec<S<RawServerMetricsEntry>>,

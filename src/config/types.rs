@@ -312,6 +312,9 @@ pub struct Target {
     pub tls: TlsOptions,
     /// New connection per probe or reuse.
     pub connection: ConnectionMode,
+    /// `max_in_flight:` (`serve`): at most this many probes of the target in flight at once; a
+    /// probe held back waits (counted apart, never in its TTFT). `None`: no limit.
+    pub max_in_flight: Option<u32>,
     /// `price:`: what every model of the target costs, unless `model_prices` names it.
     pub price: Option<Price>,
     /// `model_prices:`: per-model prices.

@@ -701,6 +701,18 @@ impl Validator {
                 insecure_skip_verify: t.insecure_skip_verify,
             },
             connection: t.connection,
+            max_in_flight: t.max_in_flight.as_ref().and_then(|m| {
+                if (1..=10_000).contains(&m.value) {
+                    Some(m.value)
+                } else {
+                    self.push(
+                        format!("{path}.max_in_flight"),
+                        m,
+                        "must be between 1 and 10000",
+                    );
+                    None
+                }
+            }),
             price,
             model_prices,
             stream: t.stream,
