@@ -43,7 +43,7 @@ pub fn combine(docs: Vec<(String, Value)>, criteria: Option<&Criteria>) -> Resul
         };
         let mut models: Vec<Value> = Vec::new();
         let mut inputs: Vec<usize> = Vec::new();
-        let mut findings: Vec<Value> = Vec::new();
+        let mut findings: Vec<(usize, Value)> = Vec::new();
         for (k, (_, d)) in all.iter().enumerate() {
             let target = text(d, "target");
             for m in d
@@ -60,12 +60,17 @@ pub fn combine(docs: Vec<(String, Value)>, criteria: Option<&Criteria>) -> Resul
                     mi["target"] = json!(target);
                 }
             }
+            // Each finding names the run it came from (`#2`), and its model as the table does.
             findings.extend(
                 d.get("findings")
                     .and_then(Value::as_array)
                     .into_iter()
                     .flatten()
-                    .cloned(),
+                    .map(|f| {
+                        let mut f = f.clone();
+                        f["run"] = json!(format!("#{}", k + 1));
+                        (k, f)
+                    }),
             );
         }
         // Models are shown as `target/model` when targets differ (report::model_names); two
@@ -79,6 +84,18 @@ pub fn combine(docs: Vec<(String, Value)>, criteria: Option<&Criteria>) -> Resul
                 m["model"] = json!(format!("{} #{}", keys[i].1, inputs[i] + 1));
             }
         }
+        let findings: Vec<Value> = findings
+            .into_iter()
+            .map(|(k, mut f)| {
+                let renamed = models.iter().zip(&inputs).find(|(m, input)| {
+                    **input == k && text(m, "model") == format!("{} #{}", text(&f, "model"), k + 1)
+                });
+                if let Some((m, _)) = renamed {
+                    f["model"] = m["model"].clone();
+                }
+                f
+            })
+            .collect();
         let merged = json!({
             "target": joined("target"),
             "base_url": joined("base_url"),
@@ -206,14 +223,26 @@ mod tests {
 
     #[test]
     fn two_runs_of_one_target_are_told_apart_by_their_input() {
-        let m = combine(
-            vec![
-                ("a.json".into(), doc("local", &["alpha"])),
-                ("b.json".into(), doc("local", &["alpha"])),
-            ],
-            None,
-        )
-        .unwrap();
+        let finding =
+            |m: &str| json!([{"code": "long_tail", "model": m, "level": "8", "message": "m"}]);
+        let (mut a, mut b) = (doc("local", &["alpha"]), doc("local", &["alpha"]));
+        a["findings"] = finding("alpha");
+        b["findings"] = finding("alpha");
+        let m = combine(vec![("a.json".into(), a), ("b.json".into(), b)], None).unwrap();
+        // Every finding names its run, and its model as the table does.
+        let f: Vec<(&str, &str)> = m["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| (f["model"].as_str().unwrap(), f["run"].as_str().unwrap()))
+            .collect();
+        assert_eq!(f, [("alpha #1", "#1"), ("alpha #2", "#2")]);
+        let r: crate::bench::report::Report = serde_json::from_value(m.clone()).unwrap();
+        let text = crate::bench::server::render_server(&r, false);
+        assert!(
+            text.contains("[long_tail] alpha #2 @ 8 (run #2): m"),
+            "{text}"
+        );
         let names: Vec<&str> = m["models"]
             .as_array()
             .unwrap()

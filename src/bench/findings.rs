@@ -31,6 +31,9 @@ pub struct Finding {
     pub level: String,
     /// What it means and what to do.
     pub message: String,
+    /// In a combination of runs (`bench report a.json b.json`): the run it came from, `#2`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<String>,
 }
 
 /// The thresholds of the findings.
@@ -130,6 +133,7 @@ fn finding(code: &str, m: &ModelReport, l: &LevelStats, message: String) -> Find
         model: m.model.clone(),
         level: l.key.label(),
         message,
+        run: None,
     }
 }
 

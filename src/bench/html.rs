@@ -595,7 +595,11 @@ fn findings(o: &mut String, doc: &Value, r: &Report) {
     let mut all: Vec<(String, String, String, String)> = Vec::new();
     let listed = doc.get("findings").and_then(Value::as_array);
     for x in listed.into_iter().flatten() {
-        all.push((s(x, "model"), s(x, "level"), s(x, "message"), s(x, "code")));
+        let level = match s(x, "run") {
+            run if run.is_empty() => s(x, "level"),
+            run => format!("{} (run {run})", s(x, "level")),
+        };
+        all.push((s(x, "model"), level, s(x, "message"), s(x, "code")));
     }
     for (m, mv) in r.models.iter().zip(
         doc.get("models")

@@ -335,9 +335,13 @@ pub fn render_server(r: &Report, md: bool) -> String {
         let _ = writeln!(out, "\nFindings:");
         let bullet = if md { "- " } else { "  " };
         for f in &r.findings {
+            let run = f
+                .run
+                .as_ref()
+                .map_or_else(String::new, |r| format!(" (run {r})"));
             let _ = writeln!(
                 out,
-                "{bullet}[{}] {} @ {}: {}",
+                "{bullet}[{}] {} @ {}{run}: {}",
                 f.code, f.model, f.level, f.message
             );
         }
@@ -457,6 +461,7 @@ mod tests {
             model: "alpha".into(),
             level: "4".into(),
             message: "m".into(),
+            run: None,
         });
         r
     }

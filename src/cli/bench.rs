@@ -28,6 +28,11 @@ pub enum ArrivalArg {
 /// Flags of `tokenprobe bench`.
 #[derive(clap::Args, Debug, Clone)]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+#[command(group(
+    clap::ArgGroup::new("level_length")
+        .required(true)
+        .args(["requests_per_level", "duration_per_level"])
+))]
 pub struct BenchArgs {
     /// What to do instead of a load test.
     #[command(subcommand)]
@@ -55,7 +60,6 @@ pub struct BenchArgs {
     /// Measured requests per level.
     #[arg(
         long,
-        required_unless_present = "duration_per_level",
         conflicts_with = "duration_per_level",
         value_parser = clap::value_parser!(u64).range(1..)
     )]
@@ -609,6 +613,22 @@ mod tests {
             Err(e) => panic!("not a usage error: {e}"),
             Ok(p) => panic!("accepted: {p:?}"),
         }
+    }
+
+    #[test]
+    fn a_missing_level_length_names_both_ways_to_give_it() {
+        let m = usage(plan(&["--concurrency", "1"]));
+        assert!(
+            m.contains("--requests-per-level") && m.contains("--duration-per-level"),
+            "{m}"
+        );
+        let m = usage(plan(&[
+            "--requests-per-level",
+            "2",
+            "--duration-per-level",
+            "1s",
+        ]));
+        assert!(m.contains("cannot be used with"), "{m}");
     }
 
     /// `--prompt a,b` sweeps prompts, each its own spec; a sweep is not a selection, a

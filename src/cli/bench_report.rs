@@ -16,6 +16,10 @@ pub struct ReportArgs {
     /// Write to FILE.html, FILE.md, FILE.csv or FILE.json (by extension; repeatable).
     #[arg(long = "output", short = 'o', required = true)]
     pub outputs: Vec<PathBuf>,
+    /// Judge the (combined) models again by this bench file (limits, weights, SLOs, selection
+    /// level), as `bench --bench.file`; --limit and --weight add to it.
+    #[arg(long = "bench.file")]
+    pub bench_file: Option<PathBuf>,
     /// Judge the (combined) models again with this hard limit (repeatable), as `bench --limit`.
     #[arg(long = "limit")]
     pub limits: Vec<String>,
@@ -33,10 +37,17 @@ pub struct ReportArgs {
 impl ReportArgs {
     /// The criteria of a new judgement, when any flag asks for one.
     fn criteria(&self) -> Result<Option<Criteria>, BenchError> {
-        if self.limits.is_empty() && self.weights.is_empty() && self.select_at.is_none() {
+        if self.bench_file.is_none()
+            && self.limits.is_empty()
+            && self.weights.is_empty()
+            && self.select_at.is_none()
+        {
             return Ok(None);
         }
-        let mut c = Criteria::default();
+        let mut c = match &self.bench_file {
+            Some(p) => Criteria::load_file(p)?,
+            None => Criteria::default(),
+        };
         for l in &self.limits {
             c.limits.push(l.parse()?);
         }
@@ -46,7 +57,9 @@ impl ReportArgs {
                 c.weights.extend(parse_weights(w)?);
             }
         }
-        c.select_at = self.select_at;
+        if self.select_at.is_some() {
+            c.select_at = self.select_at;
+        }
         Ok(Some(c))
     }
 }
@@ -167,6 +180,40 @@ mod tests {
                 .limits
                 .len(),
             1
+        );
+    }
+
+    #[test]
+    fn report_judges_again_by_a_bench_file_as_bench_does() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("judge.yml");
+        std::fs::write(
+            &file,
+            "limits: [ttft_p95<2s, error_rate<1%]\nweights: {ttft: 1}\nselect_at: 8\n",
+        )
+        .expect("write");
+        let path = file.to_str().expect("path");
+        let r = report(&["report", "a.json", "-o", "m.html", "--bench.file", path]);
+        let c = r.criteria().expect("criteria").expect("judged");
+        assert_eq!((c.limits.len(), c.select_at), (2, Some(8.0)));
+        // A flag adds to the file.
+        let r = report(&[
+            "report",
+            "a.json",
+            "-o",
+            "m.html",
+            "--bench.file",
+            path,
+            "--limit",
+            "tps_p50>30",
+        ]);
+        assert_eq!(
+            r.criteria()
+                .expect("criteria")
+                .expect("judged")
+                .limits
+                .len(),
+            3
         );
     }
 
