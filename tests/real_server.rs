@@ -503,3 +503,49 @@ fn probe_command_against_llama_cpp() {
         "usage error\nstdout:\n{out}\nstderr:\n{err}"
     );
 }
+
+/// `scripts/llama/llama-server.py --model PATH --alias NAME` serves any GGUF file under that name
+/// (here the SmolLM2 file from another path); a path that is not a GGUF file is refused.
+#[test]
+fn llama_server_script_serves_a_given_gguf() {
+    let _serial = serial();
+    if !require_deps("llama_server_script_serves_a_given_gguf", &[]) {
+        return;
+    }
+    let _wd = Watchdog::new(
+        "llama_server_script_serves_a_given_gguf",
+        Duration::from_secs(120),
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = repo_root().join("scripts/llama/llama-server.py");
+    let printed = Command::new(venv_python())
+        .arg(&script)
+        .arg("--print-model")
+        .output()
+        .expect("--print-model");
+    let default = String::from_utf8_lossy(&printed.stdout).trim().to_owned();
+    let copy = dir.path().join("other-model.gguf");
+    std::os::unix::fs::symlink(&default, &copy).expect("symlink");
+    let llama = LlamaServer::start_with(
+        dir.path(),
+        &["--model", copy.to_str().expect("path"), "--alias", "other"],
+    );
+    let r = http_get(&format!("{}/v1/models", llama.url), &[]);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(
+        r.body.contains("\"other\""),
+        "served as its alias: {}",
+        r.body
+    );
+    let bad = Command::new(venv_python())
+        .arg(&script)
+        .args(["--model", "/etc/hostname"])
+        .output()
+        .expect("run");
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("not a GGUF file"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+}

