@@ -37,6 +37,9 @@ step() {
 
 step fmt cargo fmt --check
 step clippy cargo clippy --all-targets -- -D warnings
+# The release binary: the figures in README.md and docs/figures.md are checked against it.
+step release cargo build --release
+export TOKENPROBE_RELEASE_BIN="$repo/target/release/tokenprobe"
 # Every test target; the end-to-end tests bound their own run time, and this
 # bounds the whole run in case something hangs anyway.
 step test timeout --kill-after=30s 1500s cargo test --all-targets --no-fail-fast

@@ -110,6 +110,19 @@ fn scale(doc: &Value, ptr: &str) -> f64 {
         );
     let time_metric =
         ["ttft", "ttfo", "tpot", "e2e", "lag"].contains(&metric.split('_').next().unwrap_or(""));
+    // A server signal's statistic: ratios in %, seconds in ms.
+    if let Some(i) = segs.iter().position(|s| *s == "server")
+        && let Some(sig) = segs.get(i + 1)
+        && segs.len() > i + 2
+    {
+        return if sig.ends_with("_ratio") || sig.ends_with("_utilization") {
+            100.0
+        } else if sig.ends_with("_s") && !sig.ends_with("_per_s") {
+            1e3
+        } else {
+            1.0
+        };
+    }
     if last == "error_rate"
         || metric == "error_rate"
         || last == "change"
@@ -219,6 +232,13 @@ fn check_in_browser(page: &Path, name: &str, plots: &[&str], tables: &[&str]) ->
             "{name}: plot {id}'s legend overlaps the chart by {gap} px"
         );
     }
+    // The comparison table is wider than the window, but its model (first) and knee (last)
+    // columns stay in view: drawn inside the table's scrolling box.
+    let [left, right, model, knee, width] = l.edges["levels-table"];
+    assert!(
+        model >= left - 1.0 && knee <= right + 1.0,
+        "{name}: model at {model}, knee ending at {knee}, outside the view {left}..{right} (table {width} px)"
+    );
     // The comparison table sorts by a click on a column head (ascending, then descending);
     // the page shows the run's order without script.
     let [before, up, down] = l.sorted.get("levels-table").expect("levels-table sorted");

@@ -5,7 +5,10 @@
 //!   "12.5 MB" stayed while the binary grew to 12.7 MB);
 //! - every `tests/*.rs` is named in the README's "Tests" section;
 //! - the README's sentence on `config/example-full.yml` names every problem `check-config`
-//!   reports for it (it said "the missing key file" while two unset variables were reported too).
+//!   reports for it (it said "the missing key file" while two unset variables were reported too);
+//! - the figures hold against the real artefact: the release binary's size and `serve`'s memory,
+//!   measured again by the script that recorded them (`scripts/bench/rss.sh --check`; the README
+//!   once said 12.7 MB of a 17.6 MB binary).
 
 use std::path::Path;
 use std::process::Command;
@@ -136,4 +139,34 @@ fn example_full_sentence_names_what_check_config_reports() {
             "README's example-full sentence does not name `{n}`: {sentence}"
         );
     }
+}
+
+/// The release binary scripts/test.sh builds (`cargo build --release`); the test fails without it.
+fn release_bin() -> String {
+    std::env::var("TOKENPROBE_RELEASE_BIN").unwrap_or_else(|_| {
+        panic!(
+            "TOKENPROBE_RELEASE_BIN is not set: scripts/test.sh builds the release binary and sets it \
+             (or: cargo build --release && TOKENPROBE_RELEASE_BIN=target/release/tokenprobe cargo test --test readme_figures)"
+        )
+    })
+}
+
+#[test]
+fn figures_hold_against_the_release_binary() {
+    let out = Command::new("bash")
+        .arg(repo().join("scripts/bench/rss.sh"))
+        .arg("--check")
+        .env("TOKENPROBE_RELEASE_BIN", release_bin())
+        .env("SECONDS_TO_RUN", "10")
+        .current_dir(repo())
+        .output()
+        .expect("run scripts/bench/rss.sh --check");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    eprintln!("{text}");
+    assert!(
+        out.status.success(),
+        "a recorded figure does not hold:\n{text}"
+    );
+    assert_eq!(text.matches(": holds").count(), 2, "{text}");
 }

@@ -9,6 +9,8 @@ tests/readme_figures.rs checks that README.md and docs/figures.md agree.
     python3 scripts/bench/figures.py set KEY VALUE --what TEXT --by SCRIPT   # record, then update README
     python3 scripts/bench/figures.py readme                                  # regenerate README's block
     python3 scripts/bench/figures.py check                                   # exit 1 if they disagree
+    python3 scripts/bench/figures.py near KEY NUMBER --within 0.05           # exit 1 if the recorded
+                                                                             # figure is off NUMBER
 """
 
 import argparse
@@ -90,9 +92,28 @@ def main():
     s.add_argument("--by", required=True)
     sub.add_parser("readme")
     sub.add_parser("check")
+    n = sub.add_parser("near")
+    n.add_argument("key")
+    n.add_argument("number", type=float)
+    n.add_argument("--within", type=float, required=True, help="relative tolerance, e.g. 0.05")
     a = ap.parse_args()
 
     rows = read_rows()
+    if a.cmd == "near":
+        row = next((r for r in rows if r["key"] == a.key), None)
+        if row is None:
+            sys.exit(f"figures.py: no figure {a.key} in docs/figures.md")
+        m = re.search(r"[0-9]+(?:\.[0-9]+)?", row["value"])
+        if m is None:
+            sys.exit(f"figures.py: {a.key} = {row['value']!r} holds no number")
+        recorded = float(m.group(0))
+        off = abs(a.number - recorded) / recorded
+        verdict = "holds" if off <= a.within else "does NOT hold"
+        print(f"figures: {a.key} recorded {row['value']} ({row['measured']}); measured now {a.number}: "
+              f"off by {off * 100:.1f}% (allowed {a.within * 100:.0f}%): {verdict}")
+        if off > a.within:
+            sys.exit(1)
+        return
     if a.cmd == "set":
         for field in (a.key, a.value, a.what, a.by):
             if "|" in field or "\n" in field:

@@ -3,13 +3,23 @@
 # binary's size (target: under 15 MB). Probes `tokenprobe simulate` (16 tokens, 10 ms apart) every second for
 # ${SECONDS_TO_RUN:-30} s, then prints VmRSS / VmHWM and the probe count, and records them in
 # docs/figures.md and README.md (scripts/bench/figures.py). Loopback only; stops itself.
+# `--check`: measure the same way and compare with the recorded figures instead (the binary's size
+# within 5%, the RSS within 30%: it depends on the run's length and the allocator); exit 1 if a
+# figure does not hold. tests/readme_figures.rs runs it against the release binary.
 set -euo pipefail
+check=0
+[ "${1:-}" = "--check" ] && check=1
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$repo"
 run_for="${SECONDS_TO_RUN:-30}"
-cargo build --release --quiet
+# TOKENPROBE_RELEASE_BIN: a release binary built already (scripts/test.sh builds one).
+bin="${TOKENPROBE_RELEASE_BIN:-}"
+if [ -z "$bin" ]; then
+    cargo build --release --quiet
+    bin=target/release/tokenprobe
+fi
 tmp="$(mktemp -d)"
-./target/release/tokenprobe simulate --listen 127.0.0.1:0 --ttft 10ms --itl 10ms --output-tokens 16 \
+"$bin" simulate --listen 127.0.0.1:0 --ttft 10ms --itl 10ms --output-tokens 16 \
     --log.level warn >"$tmp/stub.out" &
 stub=$!
 tp=""
@@ -24,18 +34,24 @@ url="$(sed -n 's#^listening on \(http://.*\)#\1/v1#p' "$tmp/stub.out")"
   echo "  - {name: stub, base_url: \"$url\", models: [m0, m1, m2, m3, m4, m5, m6, m7, m8, m9]}"
 } >"$tmp/c.yml"
 port=$((20000 + RANDOM % 20000))
-./target/release/tokenprobe serve --config.file "$tmp/c.yml" --web.listen-address "127.0.0.1:$port" --log.level warn &
+"$bin" serve --config.file "$tmp/c.yml" --web.listen-address "127.0.0.1:$port" --log.level warn &
 tp=$!
 sleep "$run_for"
 probes="$(curl -fsS "http://127.0.0.1:$port/metrics" | awk '/^tokenprobe_probes_total/ {s+=$2} END {print s}')"
 errors="$(curl -fsS "http://127.0.0.1:$port/metrics" | awk '/^tokenprobe_probe_errors_total/ {s+=$2} END {print s}')"
 rss="$(awk '/VmRSS/ {print $2}' /proc/$tp/status)"
 hwm="$(awk '/VmHWM/ {print $2}' /proc/$tp/status)"
-size="$(stat -c %s target/release/tokenprobe)"
+size="$(stat -c %s "$bin")"
 echo "serve, 10 jobs, ${run_for}s: probes=$probes errors=$errors VmRSS=$((rss / 1024)).$(( (rss % 1024) * 10 / 1024 )) MiB VmHWM=$((hwm / 1024)).$(( (hwm % 1024) * 10 / 1024 )) MiB"
 echo "release binary (stripped): $size bytes ($(( size / 1000000 )).$(( (size % 1000000) / 100000 )) MB)"
-# Record both in docs/figures.md and README.md (scripts/bench/figures.py).
 mib() { echo "$(($1 / 1024)).$(( ($1 % 1024) * 10 / 1024 ))"; }
+if [ "$check" = 1 ]; then
+    ok=0
+    python3 scripts/bench/figures.py near binary_size "$(( size / 1000000 )).$(( (size % 1000000) / 100000 ))" --within 0.05 || ok=1
+    python3 scripts/bench/figures.py near serve_rss "$(mib "$rss")" --within 0.30 || ok=1
+    exit "$ok"
+fi
+# Record both in docs/figures.md and README.md (scripts/bench/figures.py).
 python3 scripts/bench/figures.py set binary_size "$(( size / 1000000 )).$(( (size % 1000000) / 100000 )) MB" \
     --what "stripped release binary" --by scripts/bench/rss.sh
 python3 scripts/bench/figures.py set serve_rss "$(mib "$rss") MiB RSS (peak $(mib "$hwm") MiB)" \

@@ -290,6 +290,19 @@ pub fn esc(s: &str) -> String {
 }
 
 impl Chart {
+    /// The dash pattern of threshold line `i`: lines at the same value (a limit and an SLO of
+    /// 500 ms) take turns along it, so each stays visible; a line alone is dashed `8 5`.
+    fn dash_of(&self, i: usize) -> (String, f64) {
+        let y = self.hlines[i].y;
+        let same = |l: &HLine| (l.y - y).abs() <= 1e-9 * y.abs().max(1.0);
+        let n = self.hlines.iter().filter(|l| same(l)).count();
+        if n < 2 {
+            return ("8 5".into(), 0.0);
+        }
+        let k = self.hlines[..i].iter().filter(|l| same(l)).count();
+        (format!("8 {}", 8 * (n - 1)), 8.0 * k as f64)
+    }
+
     /// Every y value drawn (points and lines), finite ones only.
     fn ys(&self) -> impl Iterator<Item = f64> + '_ {
         self.series
@@ -425,12 +438,13 @@ impl Chart {
             (y0 + y1) / 2.0,
             esc(&self.y_label_drawn())
         );
-        for l in &self.hlines {
+        for (i, l) in self.hlines.iter().enumerate() {
             let y = ys.at(l.y);
             if y.is_finite() {
+                let (dash, offset) = self.dash_of(i);
                 let _ = write!(
                     o,
-                    r#"<path class="hline" d="M{x0} {y:.1}H{x1}" stroke="{}" stroke-width="2" stroke-dasharray="8 5"><title>{}</title></path>"#,
+                    r#"<path class="hline" d="M{x0} {y:.1}H{x1}" stroke="{}" stroke-width="2" stroke-dasharray="{dash}" stroke-dashoffset="{offset}"><title>{}</title></path>"#,
                     l.color,
                     esc(&l.label)
                 );
@@ -637,6 +651,44 @@ mod tests {
             label: "limit".into(),
         });
         assert_eq!(c.log_range(), Some((100.0, 10000.0)));
+    }
+
+    #[test]
+    fn threshold_lines_at_one_value_take_turns_so_both_show() {
+        let mut c = chart(&[100.0, 200.0]);
+        for (color, label) in [
+            (LIMIT_COLOR, "limit ttft_p95 < 500 ms"),
+            (SLO_COLOR, "SLO ttft<=500 ms"),
+        ] {
+            c.hlines.push(HLine {
+                y: 500.0,
+                color: color.into(),
+                label: label.into(),
+            });
+        }
+        c.hlines.push(HLine {
+            y: 150.0,
+            color: LIMIT_COLOR.into(),
+            label: "alone".into(),
+        });
+        let svg = c.svg();
+        let lines: Vec<&str> = svg.split(r#"class="hline""#).skip(1).collect();
+        assert_eq!(lines.len(), 3);
+        assert!(
+            lines[0].contains(r#"stroke-dasharray="8 8" stroke-dashoffset="0""#),
+            "{}",
+            lines[0]
+        );
+        assert!(
+            lines[1].contains(r#"stroke-dasharray="8 8" stroke-dashoffset="8""#),
+            "{}",
+            lines[1]
+        );
+        assert!(
+            lines[2].contains(r#"stroke-dasharray="8 5" stroke-dashoffset="0""#),
+            "{}",
+            lines[2]
+        );
     }
 
     #[test]

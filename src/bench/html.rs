@@ -172,7 +172,10 @@ code{font-family:ui-monospace,monospace;font-size:12px;background:#eee;padding:1
 table{border-collapse:collapse;font-size:12.5px;background:#fff;margin:4px 0 10px}th,td{border:1px solid #ddd;padding:3px 6px;text-align:right;white-space:nowrap}
 th{background:#f0f0f0;cursor:pointer;position:sticky;top:0}td:first-child,th:first-child,td.t{text-align:left}
 th[data-dir=asc]::after{content:' \25B2'}th[data-dir=desc]::after{content:' \25BC'}
-.wrap{overflow-x:auto;max-width:100%}.answer{background:#fff;border:1px solid #ccc;padding:8px 14px;border-radius:6px}
+.wrap{overflow-x:auto;max-width:100%}
+#levels-table td:first-child,#levels-table th:first-child{position:sticky;left:0;z-index:1;background:#fff;box-shadow:1px 0 0 #ddd}
+#levels-table td:last-child,#levels-table th:last-child{position:sticky;right:0;z-index:1;background:#fff;box-shadow:-1px 0 0 #ddd}
+#levels-table th:first-child,#levels-table th:last-child{z-index:2;background:#f0f0f0}.answer{background:#fff;border:1px solid #ccc;padding:8px 14px;border-radius:6px}
 .rejected{color:#b00}.knee{font-weight:bold}.note{color:#555;font-size:12.5px}.warn{color:#8a4b00;background:#fff4e0;border:1px solid #e0b070;padding:6px 10px}
 .plots{display:grid;grid-template-columns:repeat(auto-fit,minmax(520px,1fr));gap:14px}
 figure.plot{margin:0;background:#fff;border:1px solid #ccc;border-radius:6px;padding:8px}figure.plot>svg{width:100%;height:auto;display:block}
@@ -1129,10 +1132,53 @@ fn server_signals(doc: &Value) -> Vec<String> {
     out
 }
 
+/// How the page names and shows a server signal: a name a person reads, ratios in %, seconds in
+/// ms (`gpu_utilization` 0.42 → "GPU utilisation (%)" 42).
+fn signal_display(sig: &str) -> (String, Unit) {
+    const NAMES: [(&str, &str); 13] = [
+        ("gpu_utilization", "GPU utilisation"),
+        ("gpu_memory_used_ratio", "GPU memory used"),
+        ("gpu_power_watts", "GPU power (W)"),
+        ("kv_cache_usage_ratio", "KV cache used"),
+        ("requests_running", "requests running"),
+        ("requests_waiting", "requests waiting"),
+        ("prompt_tokens_per_s", "server prompt tokens/s"),
+        ("generation_tokens_per_s", "server generated tokens/s"),
+        ("prompt_cache_hit_ratio", "prompt cache hits"),
+        ("cpu_utilization", "host CPU"),
+        ("memory_used_ratio", "host memory used"),
+        ("server_client_tokens_ratio", "server ÷ client tokens/s"),
+        ("client_server_ttft_gap_s", "client − server TTFT"),
+    ];
+    let unit = if sig.ends_with("_ratio") || sig.ends_with("_utilization") {
+        Unit::Pct
+    } else if sig.ends_with("_s") && !sig.ends_with("_per_s") {
+        Unit::Ms
+    } else {
+        Unit::Plain
+    };
+    let name = NAMES
+        .iter()
+        .find(|(k, _)| *k == sig)
+        .map_or_else(|| sig.replace('_', " "), |(_, n)| (*n).to_owned());
+    let suffix = match unit {
+        Unit::Pct => " (%)",
+        Unit::Ms => " (ms)",
+        Unit::Plain => "",
+    };
+    (format!("{name}{suffix}"), unit)
+}
+
 /// One chart per server signal: its mean (solid) and max (dashed) per model against the level.
 fn server_charts(doc: &Value, r: &Report, labels: &[String]) -> Vec<(String, String, Chart)> {
     let mut out = Vec::new();
     for sig in server_signals(doc) {
+        let (label, unit) = signal_display(&sig);
+        let scale = match unit {
+            Unit::Pct => 100.0,
+            Unit::Ms => 1e3,
+            Unit::Plain => 1.0,
+        };
         let mut series = Vec::new();
         for (mi, m) in r.models.iter().enumerate() {
             for (stat, dashed, marker) in [
@@ -1152,8 +1198,13 @@ fn server_charts(doc: &Value, r: &Report, labels: &[String]) -> Vec<(String, Str
                             .and_then(Value::as_f64)?;
                         Some(pt(
                             slot(labels, l),
-                            v,
-                            format!("{} at {}: {sig} {stat} {}", m.model, l.key.label(), num(v)),
+                            v * scale,
+                            format!(
+                                "{} at {}: {label} {stat} {}",
+                                m.model,
+                                l.key.label(),
+                                num(v * scale)
+                            ),
                         ))
                     })
                     .collect();
@@ -1175,11 +1226,11 @@ fn server_charts(doc: &Value, r: &Report, labels: &[String]) -> Vec<(String, Str
                 "plot-server-{}",
                 sig.replace(|c: char| !c.is_ascii_alphanumeric(), "-")
             ),
-            format!("Server: {sig} against the load"),
+            format!("Server: {label} against the load"),
             Chart {
                 x: XAxis::Levels(labels.to_vec()),
                 x_label: load_label(r).into(),
-                y_label: sig.clone(),
+                y_label: label,
                 series,
                 hlines: Vec::new(),
                 rings: Vec::new(),
@@ -1360,8 +1411,9 @@ fn server_table(o: &mut String, doc: &Value, r: &Report) {
     }
     let mut heads = strs(&["model", load_label(r)]);
     for s in &sigs {
-        heads.push(format!("{s} mean"));
-        heads.push(format!("{s} max"));
+        let (label, _) = signal_display(s);
+        heads.push(format!("{label} mean"));
+        heads.push(format!("{label} max"));
     }
     heads.extend(strs(&["scrapes", "scrape errors"]));
     table_head(o, "server-table", "Server signals", &heads);
@@ -1370,8 +1422,9 @@ fn server_table(o: &mut String, doc: &Value, r: &Report) {
             let p = format!("/models/{mi}/levels/{li}/server");
             row_start(o, m, l);
             for s in &sigs {
+                let (_, unit) = signal_display(s);
                 for stat in ["mean", "max"] {
-                    o.push_str(&td(doc, &format!("{p}/{}/{stat}", seg(s)), Unit::Plain));
+                    o.push_str(&td(doc, &format!("{p}/{}/{stat}", seg(s)), unit));
                 }
             }
             o.push_str(&td(doc, &format!("{p}/scrapes"), Unit::Plain));
@@ -1593,6 +1646,19 @@ pub(crate) mod tests {
             || last.ends_with("_growth")
             || last.starts_with("tolerance");
         let ms = time_metric || (segs.iter().any(|s| MS_KEYS.contains(s)) && last != "n");
+        // A server signal: ratios in %, seconds in ms.
+        if let Some(i) = segs.iter().position(|s| *s == "server")
+            && let Some(sig) = segs.get(i + 1)
+            && segs.len() > i + 2
+        {
+            if sig.ends_with("_ratio") || sig.ends_with("_utilization") {
+                return 100.0;
+            }
+            if sig.ends_with("_s") && !sig.ends_with("_per_s") {
+                return 1e3;
+            }
+            return 1.0;
+        }
         if pct {
             100.0
         } else if ms {

@@ -367,21 +367,29 @@ pub fn render_svg(r: &Report, lines: &[RefLine]) -> Result<String, PlotError> {
     });
     let waiting = series(r, |l| l.server.as_ref()?.mean("requests_waiting"));
     let has = |s: &Series| s.iter().any(|(_, p, _)| !p.is_empty());
-    let server_row = (has(&gpu) || has(&waiting)).then(|| {
-        let spec = |title, y_desc: &str, data| PanelSpec {
-            title,
-            x_desc,
-            labels: &labels,
-            y_desc: y_desc.into(),
-            data,
-            lines: Vec::new(),
-        };
-        (
+    let spec = |title, y_desc: &str, data| PanelSpec {
+        title,
+        x_desc,
+        labels: &labels,
+        y_desc: y_desc.into(),
+        data,
+        lines: Vec::new(),
+    };
+    // Only the server panels that have data (a llama.cpp server has a queue but no GPU signal).
+    let mut server_row: Vec<(PanelSpec, Option<f64>)> = Vec::new();
+    if has(&gpu) {
+        server_row.push((
             spec("server: GPU utilisation (mean)", "%", &gpu),
+            Some(100.0),
+        ));
+    }
+    if has(&waiting) {
+        server_row.push((
             spec("server: requests waiting (mean)", "requests", &waiting),
-        )
-    });
-    let panels_h = PANELS_HEIGHT * if server_row.is_some() { 2 } else { 1 };
+            None,
+        ));
+    }
+    let panels_h = PANELS_HEIGHT * if server_row.is_empty() { 1 } else { 2 };
     let log = left.log_range();
     if log.is_some() {
         left.y_desc = format!("ms (log scale: values span more than {LOG_SPAN}×)");
@@ -431,10 +439,23 @@ pub fn render_svg(r: &Report, lines: &[RefLine]) -> Result<String, PlotError> {
         let (charts, strip) = root.split_vertically(panels_h);
         let (charts, server_area) = charts.split_vertically(PANELS_HEIGHT);
         let (l_area, r_area) = charts.split_horizontally(WIDTH / 2);
-        if let Some((g, w)) = &server_row {
-            let (gl, wr) = server_area.split_horizontally(WIDTH / 2);
-            panel(&gl, g, 0.0..100.0)?;
-            panel(&wr, w, 0.0..w.linear_max())?;
+        let widths =
+            vec![WIDTH / server_row.len().max(1) as u32; server_row.len().saturating_sub(1)];
+        for (area, (p, top)) in server_area
+            .split_by_breakpoints(
+                widths
+                    .iter()
+                    .scan(0, |x, w| {
+                        *x += w;
+                        Some(*x)
+                    })
+                    .collect::<Vec<u32>>(),
+                Vec::<u32>::new(),
+            )
+            .iter()
+            .zip(&server_row)
+        {
+            panel(area, p, 0.0..top.unwrap_or_else(|| p.linear_max()))?;
         }
         match log {
             // Whole decades, so the axis has at least two labelled powers of ten.
@@ -532,6 +553,16 @@ mod tests {
             assert!(svg.contains(t), "no {t:?}");
         }
         assert!(attr(&svg, "height") > attr(&plain, "height") + 400.0);
+        // A queue and no GPU signal (llama.cpp): no empty GPU panel.
+        r.models[0].levels[0]
+            .server
+            .as_mut()
+            .unwrap()
+            .signals
+            .remove("gpu_utilization");
+        let svg = render_svg(&r, &[]).unwrap();
+        assert!(svg.contains("server: requests waiting (mean)"));
+        assert!(!svg.contains("server: GPU utilisation"), "an empty panel");
     }
 
     #[test]

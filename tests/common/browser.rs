@@ -41,7 +41,10 @@ var x=f.querySelector('.x-label'),y=f.querySelector('.y-label');
 var g=f.querySelector('ul.legend');
 axes[f.id]=[x?x.textContent:'',y?y.textContent:'',x?x.getBoundingClientRect().width:0,y?y.getBoundingClientRect().height:0,
  s&&g?g.getBoundingClientRect().top-s.getBoundingClientRect().bottom:-1]});
-var sorted={};
+var sorted={},edges={};
+document.querySelectorAll('table.sortable').forEach(function(t){var w=t.parentElement.getBoundingClientRect(),r=t.tBodies[0]&&t.tBodies[0].rows[0];
+ if(!r)return;var a=r.cells[0].getBoundingClientRect(),z=r.cells[r.cells.length-1].getBoundingClientRect();
+ edges[t.id]=[w.left,w.right,a.left,z.right,t.getBoundingClientRect().width]});
 document.querySelectorAll('table.sortable').forEach(function(t){var hs=t.querySelectorAll('thead th');
  for(var i=0;i<hs.length;i++){if(hs[i].textContent.indexOf('TTFT p95')===0){
   var col=function(){return Array.prototype.map.call(t.tBodies[0].rows,function(r){return parseFloat(r.cells[i].getAttribute('data-v'))})};
@@ -49,7 +52,7 @@ document.querySelectorAll('table.sortable').forEach(function(t){var hs=t.querySe
   hs[i].click();hs[i].click();hs[i].removeAttribute('data-dir');
   sorted[t.id]=[before,up,down];break;}}});
 var p=document.createElement('pre');p.id='browser-probe';
-p.textContent=JSON.stringify({boxes:boxes,axes:axes,sorted:sorted,errors:window.__errs,height:document.documentElement.scrollHeight,js:document.documentElement.getAttribute('data-js')});
+p.textContent=JSON.stringify({boxes:boxes,axes:axes,sorted:sorted,edges:edges,errors:window.__errs,height:document.documentElement.scrollHeight,js:document.documentElement.getAttribute('data-js')});
 document.body.appendChild(p);})();</script>";
 
 /// A decoded screenshot (RGBA, 8 bits per channel).
@@ -124,6 +127,10 @@ pub struct Loaded {
     /// For each sortable table with a `TTFT p95` column: that column's values as loaded, after
     /// one click on its head, and after a second.
     pub sorted: BTreeMap<String, [Vec<f64>; 3]>,
+    /// For each sortable table: its scrolling box's left and right, and where the first body
+    /// row's first and last cells are drawn (left of the first, right of the last), and the
+    /// table's full width, as laid out at the window's width.
+    pub edges: BTreeMap<String, [f64; 5]>,
     /// Console errors and warnings, uncaught exceptions, CSP violations.
     pub errors: Vec<String>,
     /// Console lines Chromium logged while taking the screenshot of the unmodified page.
@@ -262,10 +269,20 @@ pub fn load(page: &Path, width: u32, png: &Path) -> Loaded {
         .iter()
         .map(|(k, v)| (k.clone(), [col(&v[0]), col(&v[1]), col(&v[2])]))
         .collect();
+    let edges = probe["edges"]
+        .as_object()
+        .expect("edges")
+        .iter()
+        .map(|(k, v)| {
+            let n = |i: usize| v[i].as_f64().unwrap_or(f64::NAN);
+            (k.clone(), [n(0), n(1), n(2), n(3), n(4)])
+        })
+        .collect();
     Loaded {
         boxes,
         axes,
         sorted,
+        edges,
         errors: probe["errors"]
             .as_array()
             .expect("errors")
