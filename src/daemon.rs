@@ -37,6 +37,9 @@ pub enum DaemonError {
     /// The daemon is shutting down.
     #[error("shutting down")]
     ShuttingDown,
+    /// The reload itself failed (its thread did not finish).
+    #[error("{0}")]
+    Reload(String),
 }
 
 /// The running service.
@@ -130,7 +133,12 @@ impl Daemon {
     }
 
     async fn try_reload(&self) -> Result<Applied, DaemonError> {
-        let config = Config::load(&self.path)?;
+        // Reading and parsing the config and the files it names (bounded, but a dataset is
+        // megabytes) happens on a blocking thread, never on the web runtime that serves /metrics.
+        let path = self.path.clone();
+        let config = tokio::task::spawn_blocking(move || Config::load(&path))
+            .await
+            .map_err(|e| DaemonError::Reload(format!("the config load did not finish: {e}")))??;
         if config.buckets != self.buckets {
             return Err(DaemonError::BucketsChanged);
         }
@@ -140,8 +148,10 @@ impl Daemon {
         let mut guard = self.scheduler.lock().await;
         let scheduler = guard.as_mut().ok_or(DaemonError::ShuttingDown)?;
         let applied = scheduler.apply(&config.jobs)?;
+        let running = scheduler.running_jobs(&config.jobs);
+        drop(config);
         if let Ok(mut jobs) = self.jobs.write() {
-            *jobs = config.jobs;
+            *jobs = running;
         }
         Ok(applied)
     }

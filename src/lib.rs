@@ -9,6 +9,7 @@
 //! - [`outcome`]: error types, flags and the classification rules (pure).
 //! - [`probe`]: one streaming request, timestamped in the reading task (async I/O).
 //! - [`config`]: the YAML config, validated once.
+//! - [`files`]: reading the files a config names, bounded in time and size.
 //! - [`daemon`]: the `serve` runtime: config, registry, scheduler, reload.
 //! - [`metrics`]: the Prometheus registry and what a result records.
 //! - [`scheduler`]: one task per job, no overlap, spread offsets.
@@ -31,6 +32,7 @@ pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod files;
 pub mod kstamp;
 pub mod log;
 pub mod measure;

@@ -180,17 +180,25 @@ pub enum SkipReason {
     Overlap,
     /// The target asked to wait (`Retry-After`), and the wait had not passed.
     RateLimited,
+    /// The prompt is built to a token length and its calibration failed: nothing is sent at a
+    /// guessed length (the next tick calibrates again).
+    Uncalibrated,
 }
 
 impl SkipReason {
     /// Every reason (series are pre-created at 0).
-    pub const ALL: [SkipReason; 2] = [SkipReason::Overlap, SkipReason::RateLimited];
+    pub const ALL: [SkipReason; 3] = [
+        SkipReason::Overlap,
+        SkipReason::RateLimited,
+        SkipReason::Uncalibrated,
+    ];
 
     /// The label value.
     pub fn as_str(self) -> &'static str {
         match self {
             SkipReason::Overlap => "overlap",
             SkipReason::RateLimited => "rate_limited",
+            SkipReason::Uncalibrated => "uncalibrated",
         }
     }
 }
@@ -320,7 +328,7 @@ impl Metrics {
             "Input tokens of successful probes, as reported by the server",
             m.input_tokens.clone(),
         );
-        r.register("probes_skipped", "Scheduled probes that did not run, by reason (overlap: the previous probe was still running; rate_limited: the target's Retry-After had not passed)", m.skipped.clone());
+        r.register("probes_skipped", "Scheduled probes that did not run, by reason (overlap: the previous probe was still running; rate_limited: the target's Retry-After had not passed; uncalibrated: the prompt's token length could not be calibrated)", m.skipped.clone());
         r.register(
             "last_probe_success",
             "1 when the job's most recent probe succeeded, else 0",

@@ -270,6 +270,20 @@ impl Scheduler {
         }
     }
 
+    /// The running jobs, in the order of `order` (a config's jobs, equal to the running ones):
+    /// a job kept across a reload is the running one, so what it holds (a dataset's
+    /// conversations) is not kept twice.
+    pub fn running_jobs(&self, order: &[Job]) -> Vec<Job> {
+        order
+            .iter()
+            .map(|j| {
+                self.jobs
+                    .get_key_value(&JobKey(j.clone()))
+                    .map_or_else(|| j.clone(), |(k, _)| k.0.clone())
+            })
+            .collect()
+    }
+
     /// Number of running jobs.
     pub fn len(&self) -> usize {
         self.jobs.len()
@@ -388,8 +402,12 @@ impl JobRunner {
             let spec = match models.get(&prober, &spec).await {
                 Some(c) => {
                     if c.error.is_some() {
-                        tracing::warn!(job = %name, requests = c.requests, seconds = c.seconds, calibration = %c.summary(), "calibration failed; tried again at the next tick");
-                    } else if !calibrated.swap(true, Ordering::AcqRel) {
+                        // Never a prompt of a guessed length: this tick is skipped.
+                        tracing::warn!(job = %name, requests = c.requests, seconds = c.seconds, calibration = %c.summary(), "calibration failed: no probe at a guessed length; tried again at the next tick");
+                        series.skipped(SkipReason::Uncalibrated);
+                        return;
+                    }
+                    if !calibrated.swap(true, Ordering::AcqRel) {
                         tracing::info!(job = %name, requests = c.requests, seconds = c.seconds, calibration = %c.summary(), "calibrated the input length");
                     }
                     let mut s = (*spec).clone();

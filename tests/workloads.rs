@@ -202,6 +202,31 @@ fn workloads_against_llama_cpp() {
         got.abs_diff(512) <= 10 && !r.flags.contains(&Flag::InputLengthOff),
         "{got}"
     );
+    // A tokenizer.json that went bad after the config was loaded: the server calibrates (three
+    // requests), never a guess of one token per word.
+    let good = std::fs::read(&tokenizer).unwrap();
+    std::fs::write(&tokenizer, "{\"not\": \"a tokenizer\"}").unwrap();
+    let fallback = rt
+        .block_on(TokenModels::default().get(&prober, &counted))
+        .unwrap();
+    std::fs::write(&tokenizer, good).unwrap();
+    eprintln!(
+        "calibration with a broken tokenizer: {}",
+        fallback.summary()
+    );
+    assert!(fallback.error.is_none(), "{fallback:?}");
+    assert!(
+        fallback
+            .tokenizer_error
+            .as_deref()
+            .is_some_and(|e| e.contains("is not a tokenizer.json")),
+        "{fallback:?}"
+    );
+    assert_eq!(fallback.requests, 3, "the server's calibration");
+    assert!(
+        (fallback.tokens_per_word - cal.tokens_per_word).abs() < 0.01,
+        "{fallback:?} vs {cal:?}"
+    );
 
     // ---- a shared prefix is served from llama.cpp's prompt cache from the 2nd request on
     let mut prefix = spec(&c, "prefix");

@@ -117,6 +117,15 @@ pub enum BenchError {
         /// Why.
         reason: String,
     },
+    /// A prompt built to a token length could not be calibrated: nothing is sent at a guessed
+    /// length.
+    #[error("{series}: calibration failed: {reason}; no prompt is sent at a guessed length")]
+    Calibration {
+        /// The series (model, prompt).
+        series: String,
+        /// Why.
+        reason: String,
+    },
     /// An output file could not be written.
     #[error("cannot write {path}: {reason}")]
     Output {
@@ -782,9 +791,17 @@ async fn calibrate(
     models: &crate::probe::TokenModels,
     earlier: &[ModelReport],
     name: &str,
-) -> Option<crate::probe::Calibration> {
-    let c = runner.calibrate(models).await?;
+) -> Result<Option<crate::probe::Calibration>, BenchError> {
+    let Some(c) = runner.calibrate(models).await else {
+        return Ok(None);
+    };
     let model = &runner.spec().model;
+    if c.error.is_some() {
+        return Err(BenchError::Calibration {
+            series: name.to_owned(),
+            reason: c.summary(),
+        });
+    }
     if !earlier
         .iter()
         .any(|r| &r.model == model && r.calibration.as_ref() == Some(&c))
@@ -793,7 +810,7 @@ async fn calibrate(
             .progress
             .println(&format!("  {name}: calibrated with {}", c.summary()));
     }
-    Some(c)
+    Ok(Some(c))
 }
 
 /// What the command line is shown without: every secret of every target the run sent to.
@@ -934,7 +951,7 @@ impl Sender {
                 } else {
                     name.clone()
                 };
-                let calibration = calibrate(runner, &token_models, reports, &name).await;
+                let calibration = calibrate(runner, &token_models, reports, &name).await?;
                 let series = reports.len();
                 reports.push(ModelReport {
                     prompt: sweep.then(|| prompt_spec.prompt.name.clone()),

@@ -1029,6 +1029,7 @@ pub(crate) mod tests {
             points: vec![(16, 46), (64, 94), (256, 286)],
             error: None,
             tokenizer: None,
+            tokenizer_error: None,
         });
         let l = &mut m.levels[0].lengths;
         l.requested_input_tokens_mean = Some(512.0);

@@ -284,6 +284,14 @@ pub async fn run(a: ProbeArgs) -> Result<ExitCode> {
     // A prompt built to a token length is sized by the server's own counts first.
     let calibration = if spec.workload.needs_token_model() {
         let c = crate::probe::calibrate(&prober, &spec).await;
+        if c.error.is_some() {
+            // Never a prompt of a guessed length: the probe is not sent.
+            print_stderr_line(&format!(
+                "tokenprobe: calibration failed: {}; the probe is not sent at a guessed length",
+                c.summary()
+            ));
+            return Ok(ExitCode::from(1));
+        }
         spec.tokens = c.model();
         Some(c)
     } else {

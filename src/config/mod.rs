@@ -28,7 +28,6 @@ pub use validate::{
 };
 
 use std::path::Path;
-use std::time::Duration;
 use validate::{Checked, FileKind, FileRef};
 
 /// The largest config, bench or baseline file read (a config of 20,000 targets is about 2 MB;
@@ -36,34 +35,53 @@ use validate::{Checked, FileKind, FileRef};
 pub const MAX_INPUT_FILE_BYTES: u64 = 8 << 20;
 
 /// Reads a text input file (config, bench file, baseline), at most [`MAX_INPUT_FILE_BYTES`]: a
-/// file that never ends (`/dev/zero`) or is far too large is an error, not an unbounded read.
-/// A pipe (`--config.file <(envsubst < c.yml)`) is read like a file.
+/// file that never ends (`/dev/zero`) or is far too large is an error, not an unbounded read, and
+/// a FIFO without a writer or a hung mount fails within [`crate::files::READ_TIMEOUT`]. A pipe
+/// (`--config.file <(envsubst < c.yml)`) is read like a file.
 ///
 /// # Errors
 /// The I/O error, or `InvalidData` for a file past the limit or not UTF-8.
 pub fn read_input_file(path: &Path) -> std::io::Result<String> {
-    read_text_file(path, MAX_INPUT_FILE_BYTES)
+    let bytes = crate::files::Read {
+        what: "file",
+        max_bytes: MAX_INPUT_FILE_BYTES,
+        timeout: crate::files::READ_TIMEOUT,
+        pipes: true,
+    }
+    .run(path)
+    .map_err(|e| match e {
+        crate::files::FileError::Io { reason, .. } => std::io::Error::other(reason),
+        crate::files::FileError::TooLarge { limit, .. } => std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {limit}"),
+        ),
+        other => std::io::Error::other(other.to_string()),
+    })?;
+    text(bytes)
 }
 
-/// [`read_input_file`] with the limit `max_bytes`.
-fn read_text_file(path: &Path, max_bytes: u64) -> std::io::Result<String> {
-    use std::io::Read as _;
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)?
-        .take(max_bytes + 1)
-        .read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > max_bytes {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("larger than {} MiB", max_bytes >> 20),
-        ));
-    }
-    String::from_utf8(bytes).map_err(|_| {
+/// UTF-8 text of a file, a byte-order mark at its start dropped.
+fn text(bytes: Vec<u8>) -> std::io::Result<String> {
+    let mut s = String::from_utf8(bytes).map_err(|_| {
         std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             "stream did not contain valid UTF-8",
         )
-    })
+    })?;
+    if s.starts_with('\u{feff}') {
+        s.drain(..'\u{feff}'.len_utf8());
+    }
+    Ok(s)
+}
+
+/// A bounded read of a file the config names (regular files only).
+fn named_file(what: &str, max_bytes: u64) -> crate::files::Read<'_> {
+    crate::files::Read {
+        what,
+        max_bytes,
+        timeout: crate::files::READ_TIMEOUT,
+        pipes: false,
+    }
 }
 
 impl Config {
@@ -116,25 +134,21 @@ fn check(text: &str) -> Result<Checked, ConfigError> {
     Ok(validate::config(&raw))
 }
 
-/// What is wrong with a file the config names, if anything.
+/// What is wrong with a file the config names, if anything. Every file is read as
+/// [`crate::files`] reads them (regular files only, bounded in time and size), and what it holds is
+/// checked: a dataset parsed, a tokenizer parsed once per version of the file, a CA bundle's
+/// certificates, a key file's text.
 fn file_problem(f: &FileRef) -> Option<Issue> {
     let p = &f.file;
     let message = match &f.kind {
-        // Only looked at here: parsing a tokenizer.json takes about ten times its size in
-        // memory, which a reload of `serve` must not cost; calibration reads it.
-        FileKind::Tokenizer => match std::fs::metadata(p) {
-            Err(e) => format!("cannot read tokenizer {}: {e}", p.display()),
-            Ok(m) if !m.is_file() => format!("tokenizer {} is not a file", p.display()),
-            Ok(m) if m.len() > crate::probe::MAX_TOKENIZER_BYTES => format!(
-                "tokenizer {} is larger than {} MiB",
-                p.display(),
-                crate::probe::MAX_TOKENIZER_BYTES >> 20
-            ),
-            Ok(_) => return None,
-        },
+        FileKind::Tokenizer => crate::probe::check_tokenizer(p).err()?,
         FileKind::Dataset { format, entries } => {
-            let parsed = read_input_file(p)
-                .map_err(|e| format!("cannot read dataset {}: {e}", p.display()))
+            let parsed = named_file("dataset", MAX_INPUT_FILE_BYTES)
+                .run(p)
+                .map_err(|e| e.to_string())
+                .and_then(|bytes| {
+                    text(bytes).map_err(|e| format!("cannot read dataset {}: {e}", p.display()))
+                })
                 .and_then(|text| {
                     crate::workload::dataset::parse(&text, *format)
                         .map_err(|e| format!("dataset {}: {e}", p.display()))
@@ -147,24 +161,24 @@ fn file_problem(f: &FileRef) -> Option<Issue> {
                 Err(e) => e,
             }
         }
-        FileKind::ApiKey => match std::fs::metadata(p) {
-            Err(e) => format!("cannot read {}: {e}", p.display()),
-            Ok(m) if m.is_dir() => format!("{} is a directory, not a key file", p.display()),
+        FileKind::ApiKey => match named_file("api_key_file", KEY_FILE_MAX_BYTES).run(p) {
             Ok(_) => return None,
+            Err(crate::files::FileError::NotRegular {
+                kind: "directory", ..
+            }) => format!("{} is a directory, not a key file", p.display()),
+            Err(e) => e.to_string(),
         },
-        FileKind::Ca => {
-            // The same loading `serve` does (the transport owns how a CA file is read).
-            let opts = crate::transport::ClientOptions {
-                proxy: ProxySetting::Disabled,
-                tls: TlsOptions {
-                    ca_file: Some(p.clone()),
-                    insecure_skip_verify: false,
+        FileKind::Ca { pem } => {
+            match named_file("ca_file", crate::transport::MAX_CA_FILE_BYTES).run(p) {
+                Err(e) => e.to_string(),
+                Ok(bytes) => match crate::transport::ca_certificates(&bytes) {
+                    Err(e) => format!("cannot load ca_file {}: {e}", p.display()),
+                    Ok(_) => {
+                        let _ = pem.set(bytes);
+                        return None;
+                    }
                 },
-                connection: ConnectionMode::New,
-            };
-            crate::transport::Transport::new(&opts, Duration::from_secs(1))
-                .err()?
-                .to_string()
+            }
         }
     };
     Some(Issue {

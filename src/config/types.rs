@@ -2,10 +2,11 @@
 //! errors a config can have ([`ConfigError`], [`Issue`], [`SyntaxError`]).
 
 use crate::protocol::{Api, ExactOutput};
+pub use crate::transport::{ConnectionMode, ProxySetting, TlsOptions};
 use crate::workload::Workload;
 use serde::Deserialize;
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -52,80 +53,36 @@ pub const KEY_FILE_TIMEOUT: Duration = Duration::from_secs(2);
 /// The largest `api_key_file` read (a key is far smaller; a larger file is a mistake).
 pub const KEY_FILE_MAX_BYTES: u64 = 64 * 1024;
 
-/// Key files whose read is still blocked from an earlier probe: not read again until it returns,
-/// so a hung file holds one thread, not one per probe.
-static KEY_READS_IN_FLIGHT: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
-
-fn read_key_file(p: &Path) -> Result<Secret, String> {
-    use std::io::Read as _;
-    let f = std::fs::File::open(p)
-        .map_err(|e| format!("cannot read api_key_file {}: {e}", p.display()))?;
-    let mut buf = Vec::new();
-    f.take(KEY_FILE_MAX_BYTES + 1)
-        .read_to_end(&mut buf)
-        .map_err(|e| format!("cannot read api_key_file {}: {e}", p.display()))?;
-    if buf.len() as u64 > KEY_FILE_MAX_BYTES {
-        return Err(format!(
-            "api_key_file {} is larger than {} KiB: not a key",
-            p.display(),
-            KEY_FILE_MAX_BYTES / 1024
-        ));
-    }
-    let text = String::from_utf8(buf)
-        .map_err(|_| format!("api_key_file {} is not UTF-8 text", p.display()))?;
-    Ok(Secret::new(text.trim()))
-}
-
 impl KeySource {
-    /// The key's value now. A file is read on a thread of its own, never on the async runtime,
-    /// within [`KEY_FILE_TIMEOUT`] and up to [`KEY_FILE_MAX_BYTES`].
+    /// The key's value now. A file is read as every file a config names is ([`crate::files`]): on
+    /// a thread of its own, never on the async runtime, within [`KEY_FILE_TIMEOUT`] and up to
+    /// [`KEY_FILE_MAX_BYTES`], a regular file only.
     ///
     /// # Errors
-    /// The file cannot be read, is too large, or did not answer in time (the error names the
-    /// path, never the content).
+    /// The file cannot be read, is too large, is not a regular file or did not answer in time
+    /// (the error names the path, never the content).
     pub async fn load(&self) -> Result<Secret, String> {
         let p = match self {
             KeySource::Inline(s) => return Ok(s.clone()),
-            KeySource::File(p) => p.clone(),
+            KeySource::File(p) => p,
         };
-        let hung = || {
-            format!(
-                "api_key_file {}: no answer within {} (a FIFO without a writer, or a hung mount?)",
-                p.display(),
-                humantime::format_duration(KEY_FILE_TIMEOUT)
-            )
-        };
-        {
-            let Ok(mut busy) = KEY_READS_IN_FLIGHT.lock() else {
-                return Err(hung());
-            };
-            if busy.contains(&p) {
-                return Err(hung());
+        let bytes = crate::files::Read {
+            what: "api_key_file",
+            max_bytes: KEY_FILE_MAX_BYTES,
+            timeout: KEY_FILE_TIMEOUT,
+            pipes: false,
+        }
+        .run_async(p)
+        .await
+        .map_err(|e| match e {
+            crate::files::FileError::TooLarge { path, limit, .. } => {
+                format!("api_key_file {path} is larger than {limit}: not a key")
             }
-            busy.push(p.clone());
-        }
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let path = p.clone();
-        let spawned = std::thread::Builder::new()
-            .name("tokenprobe-keyfile".into())
-            .spawn(move || {
-                let r = read_key_file(&path);
-                if let Ok(mut busy) = KEY_READS_IN_FLIGHT.lock() {
-                    busy.retain(|b| b != &path);
-                }
-                let _ = tx.send(r);
-            });
-        if let Err(e) = spawned {
-            if let Ok(mut busy) = KEY_READS_IN_FLIGHT.lock() {
-                busy.retain(|b| b != &p);
-            }
-            return Err(format!("cannot read api_key_file {}: {e}", p.display()));
-        }
-        match tokio::time::timeout(KEY_FILE_TIMEOUT, rx).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(_)) => Err(format!("cannot read api_key_file {}", p.display())),
-            Err(_) => Err(hung()),
-        }
+            other => other.to_string(),
+        })?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| format!("api_key_file {} is not UTF-8 text", p.display()))?;
+        Ok(Secret::new(text.trim()))
     }
 }
 
@@ -149,50 +106,6 @@ impl Default for Timeouts {
             first_token: Duration::from_secs(30),
             idle: Duration::from_secs(30),
             total: Duration::from_secs(120),
-        }
-    }
-}
-
-/// Which proxy a target's requests use.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum ProxySetting {
-    /// The environment's (`HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY`, `NO_PROXY`, or their
-    /// lower-case forms), as hyper-util's proxy matcher reads them.
-    #[default]
-    Environment,
-    /// No proxy, whatever the environment says (`proxy: none`).
-    Disabled,
-    /// This proxy URL for every request.
-    Url(String),
-}
-
-/// TLS trust settings of a target.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TlsOptions {
-    /// Extra PEM CA certificates trusted besides the Mozilla roots.
-    pub ca_file: Option<PathBuf>,
-    /// Accept any server certificate (logged loudly at start-up).
-    pub insecure_skip_verify: bool,
-}
-
-/// Whether a probe opens its own connection (`new`, the default: TTFT includes what a cold user
-/// sees) or reuses a kept-alive one (`reuse`: the warm path).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ConnectionMode {
-    /// A new connection per probe.
-    #[default]
-    New,
-    /// Keep-alive connections are reused.
-    Reuse,
-}
-
-impl ConnectionMode {
-    /// The label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ConnectionMode::New => "new",
-            ConnectionMode::Reuse => "reuse",
         }
     }
 }

@@ -51,8 +51,12 @@ pub(super) struct FileRef {
 pub(super) enum FileKind {
     /// An `api_key_file`: readable, not a directory.
     ApiKey,
-    /// A `ca_file`: PEM certificates, loaded as `serve` loads them.
-    Ca,
+    /// A `ca_file`: PEM certificates, read at load time into `pem` (the target's TLS options
+    /// hold it, so no client reads the file).
+    Ca {
+        /// Where its content goes.
+        pem: Arc<std::sync::OnceLock<Vec<u8>>>,
+    },
     /// A `tokenizer`: a Hugging Face `tokenizer.json`, a readable file within the size cap
     /// (calibration parses it).
     Tokenizer,
@@ -674,10 +678,11 @@ impl Validator {
         }
         let headers = self.headers(path, t, auth, has_key);
         let proxy = self.proxy(path, t.proxy.as_ref());
-        let ca_file = t
-            .ca_file
-            .as_ref()
-            .map(|f| self.file(format!("{path}.ca_file"), f, FileKind::Ca));
+        let ca_pem = Arc::new(std::sync::OnceLock::new());
+        let ca_file = t.ca_file.as_ref().map(|f| {
+            let pem = ca_pem.clone();
+            self.file(format!("{path}.ca_file"), f, FileKind::Ca { pem })
+        });
         self.extra_body(path, t);
         let (price, model_prices) = self.prices(path, t);
         let server_metrics = self.server_metrics(path, t, auth, api_key.as_ref());
@@ -698,6 +703,7 @@ impl Validator {
             proxy,
             tls: TlsOptions {
                 ca_file,
+                ca_pem,
                 insecure_skip_verify: t.insecure_skip_verify,
             },
             connection: t.connection,

@@ -35,6 +35,10 @@ pub struct Calibration {
     /// The `tokenizer.json` that counted the filler, when the target names one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokenizer: Option<String>,
+    /// Why the target's `tokenizer.json` could not count the filler: the server calibrated it
+    /// instead (three requests), never a guess.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenizer_error: Option<String>,
 }
 
 /// The largest `tokenizer.json` read (Llama 3's is 9 MB, Qwen's 7 MB).
@@ -49,25 +53,59 @@ impl std::fmt::Debug for LocalTokenizer {
     }
 }
 
+/// A `tokenizer.json`'s bytes, read bounded.
+fn read_tokenizer(path: &std::path::Path) -> Result<Vec<u8>, String> {
+    crate::files::Read {
+        what: "tokenizer",
+        max_bytes: MAX_TOKENIZER_BYTES,
+        timeout: crate::files::READ_TIMEOUT,
+        pipes: false,
+    }
+    .run(path)
+    .map_err(|e| e.to_string())
+}
+
+/// Whether `path` is a `tokenizer.json` the local counting can use: it is read (bounded) and
+/// parsed, once per content (parsing takes about ten times the file's size in memory, which a
+/// reload of `serve` must not pay again for an unchanged file).
+///
+/// # Errors
+/// What is wrong, naming the file.
+pub fn check_tokenizer(path: &std::path::Path) -> Result<(), String> {
+    use std::hash::{Hash as _, Hasher as _};
+    /// A tokenizer file checked: its path, its content's digest, what the check said.
+    type Checked = (std::path::PathBuf, u64, Result<(), String>);
+    static CHECKED: std::sync::Mutex<Vec<Checked>> = std::sync::Mutex::new(Vec::new());
+    let bytes = read_tokenizer(path)?;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    let digest = h.finish();
+    if let Ok(seen) = CHECKED.lock()
+        && let Some((_, _, r)) = seen.iter().find(|(p, d, _)| p == path && *d == digest)
+    {
+        return r.clone();
+    }
+    let r = LocalTokenizer::from_bytes(path, &bytes).map(drop);
+    if let Ok(mut seen) = CHECKED.lock() {
+        seen.retain(|(p, _, _)| p != path);
+        seen.push((path.to_owned(), digest, r.clone()));
+    }
+    r
+}
+
 impl LocalTokenizer {
-    /// Reads a `tokenizer.json` (at most [`MAX_TOKENIZER_BYTES`]).
+    /// Reads a `tokenizer.json` (at most [`MAX_TOKENIZER_BYTES`], as [`crate::files`] reads the
+    /// files a config names).
     ///
     /// # Errors
     /// What is wrong, naming the file.
     pub fn load(path: &std::path::Path) -> Result<LocalTokenizer, String> {
-        use std::io::Read as _;
-        let mut bytes = Vec::new();
-        std::fs::File::open(path)
-            .and_then(|f| f.take(MAX_TOKENIZER_BYTES + 1).read_to_end(&mut bytes))
-            .map_err(|e| format!("cannot read tokenizer {}: {e}", path.display()))?;
-        if bytes.len() as u64 > MAX_TOKENIZER_BYTES {
-            return Err(format!(
-                "tokenizer {} is larger than {} MiB",
-                path.display(),
-                MAX_TOKENIZER_BYTES >> 20
-            ));
-        }
-        tokenizers::Tokenizer::from_bytes(&bytes)
+        let bytes = read_tokenizer(path)?;
+        Self::from_bytes(path, &bytes)
+    }
+
+    fn from_bytes(path: &std::path::Path, bytes: &[u8]) -> Result<LocalTokenizer, String> {
+        tokenizers::Tokenizer::from_bytes(bytes)
             .map(LocalTokenizer)
             .map_err(|e| format!("{} is not a tokenizer.json: {e}", path.display()))
     }
@@ -101,17 +139,16 @@ impl Calibration {
             if self.requests == 1 { "" } else { "s" },
             self.seconds
         );
+        let tokenizer = match (&self.tokenizer, &self.tokenizer_error) {
+            (_, Some(e)) => format!(" (the tokenizer could not be used: {e}; the server counted)"),
+            (Some(_), None) => " (counted by the tokenizer)".to_owned(),
+            (None, None) => String::new(),
+        };
         match &self.error {
-            Some(e) => format!("{head}: failed ({e}); prompts built at 1 token per word"),
+            Some(e) => format!("{head}: failed ({e}){tokenizer}"),
             None => format!(
-                "{head}: {:.1} tokens of template + {:.3} tokens per word{}",
-                self.overhead_tokens,
-                self.tokens_per_word,
-                if self.tokenizer.is_some() {
-                    " (counted by the tokenizer)"
-                } else {
-                    ""
-                }
+                "{head}: {:.1} tokens of template + {:.3} tokens per word{tokenizer}",
+                self.overhead_tokens, self.tokens_per_word,
             ),
         }
     }
@@ -158,8 +195,22 @@ fn counted_prompt(
 /// tokenizer.
 pub async fn calibrate(prober: &Prober, spec: &ProbeSpec) -> Calibration {
     if let Some(path) = &spec.target.tokenizer {
-        return with_tokenizer(prober, spec, path).await;
+        match with_tokenizer(prober, spec, path).await {
+            Ok(c) => return c,
+            // A tokenizer that cannot count: the server's own counts, never a guess.
+            Err(why) => {
+                return Calibration {
+                    tokenizer_error: Some(why),
+                    ..by_server(prober, spec).await
+                };
+            }
+        }
     }
+    by_server(prober, spec).await
+}
+
+/// Calibration by the server alone: three requests of different lengths.
+async fn by_server(prober: &Prober, spec: &ProbeSpec) -> Calibration {
     let started = Instant::now();
     let mut rng = Rng::new(super::fresh_seed());
     let mut points = Vec::new();
@@ -197,13 +248,19 @@ pub async fn calibrate(prober: &Prober, spec: &ProbeSpec) -> Calibration {
         points,
         error,
         tokenizer: None,
+        tokenizer_error: None,
     }
 }
 
 /// Calibration with a `tokenizer.json`: tokens per word counted locally over the calibration
 /// sizes (read and counted off the async runtime), then one request of 64 words gives what the
-/// server adds: `overhead = prompt_tokens − per_word · 64`.
-async fn with_tokenizer(prober: &Prober, spec: &ProbeSpec, path: &std::path::Path) -> Calibration {
+/// server adds: `overhead = prompt_tokens − per_word · 64`. `Err` when the tokenizer cannot count
+/// (before any request): the caller calibrates by the server instead.
+async fn with_tokenizer(
+    prober: &Prober,
+    spec: &ProbeSpec,
+    path: &std::path::Path,
+) -> Result<Calibration, String> {
     let started = Instant::now();
     let mut rng = Rng::new(super::fresh_seed());
     let texts: Vec<(usize, String)> = CALIBRATION_WORDS
@@ -212,7 +269,7 @@ async fn with_tokenizer(prober: &Prober, spec: &ProbeSpec, path: &std::path::Pat
         .collect();
     let file = path.to_owned();
     let sent = texts[1].clone();
-    let local = tokio::task::spawn_blocking(move || {
+    let fit = tokio::task::spawn_blocking(move || {
         let t = LocalTokenizer::load(&file)?;
         texts
             .iter()
@@ -224,34 +281,29 @@ async fn with_tokenizer(prober: &Prober, spec: &ProbeSpec, path: &std::path::Pat
     .and_then(|r| r)
     .and_then(|points| {
         TokenModel::fit(&points).ok_or_else(|| "the tokenizer's counts do not fit a line".into())
-    });
-    let (mut requests, mut points, mut model) = (0, Vec::new(), TokenModel::UNCALIBRATED);
-    let error = match local {
-        Err(e) => Some(e),
-        Ok(fit) => {
-            requests = 1;
-            match prompt_tokens(prober, spec, sent.1).await {
-                Ok(t) => {
-                    points.push((sent.0 as u64, t));
-                    model = TokenModel {
-                        overhead: t as f64 - fit.per_word * sent.0 as f64,
-                        per_word: fit.per_word,
-                    };
-                    None
-                }
-                Err(e) => Some(e),
-            }
+    })?;
+    let (mut points, mut model) = (Vec::new(), TokenModel::UNCALIBRATED);
+    let error = match prompt_tokens(prober, spec, sent.1).await {
+        Ok(t) => {
+            points.push((sent.0 as u64, t));
+            model = TokenModel {
+                overhead: t as f64 - fit.per_word * sent.0 as f64,
+                per_word: fit.per_word,
+            };
+            None
         }
+        Err(e) => Some(e),
     };
-    Calibration {
+    Ok(Calibration {
         overhead_tokens: model.overhead,
         tokens_per_word: model.per_word,
-        requests,
+        requests: 1,
         seconds: started.elapsed().as_secs_f64(),
         points,
         error,
         tokenizer: Some(path.display().to_string()),
-    }
+        tokenizer_error: None,
+    })
 }
 
 /// The calibrations of a run, one per (target, URL, protocol, model); a failed one is not kept,

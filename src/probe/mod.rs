@@ -15,7 +15,9 @@ mod read;
 pub mod report;
 mod request;
 
-pub use calibrate::{Calibration, LocalTokenizer, MAX_TOKENIZER_BYTES, TokenModels, calibrate};
+pub use calibrate::{
+    Calibration, LocalTokenizer, MAX_TOKENIZER_BYTES, TokenModels, calibrate, check_tokenizer,
+};
 pub use read::{MAX_ANSWER_BYTES, MAX_BODY_BYTES, check_expect};
 
 use crate::config::{Job, Prompt, ProxySetting, Target, Timeouts};
@@ -339,10 +341,10 @@ mod tests {
         r
     }
 
-    /// A tokenizer that is not one fails the calibration before any request, which says why and
-    /// leaves prompts at one token per word.
+    /// A tokenizer that is not one cannot count: the server calibrates instead (here a port with
+    /// no server, so that fails too, and says both why), never a guess.
     #[tokio::test]
-    async fn a_bad_tokenizer_fails_the_calibration_without_a_request() {
+    async fn a_bad_tokenizer_falls_back_to_the_servers_calibration() {
         let dir = tempfile::tempdir().unwrap();
         let bad = dir.path().join("tokenizer.json");
         std::fs::write(&bad, "{\"not\": \"a tokenizer\"}").unwrap();
@@ -354,15 +356,27 @@ mod tests {
         let s = ProbeSpec::from_job(&c.jobs[0]);
         assert!(s.target.tokenizer.is_some());
         let cal = calibrate(&Prober::new(&s).unwrap(), &s).await;
-        assert_eq!(cal.requests, 0);
+        assert_eq!(
+            cal.requests, 1,
+            "the server's calibration, stopped by its first failure"
+        );
         assert!(
-            cal.error
+            cal.tokenizer_error
                 .as_deref()
                 .is_some_and(|e| e.contains("is not a tokenizer.json")),
             "{cal:?}"
         );
-        assert_eq!(cal.model(), TokenModel::UNCALIBRATED);
-        assert!(cal.summary().contains("failed"), "{}", cal.summary());
+        assert!(
+            cal.error
+                .as_deref()
+                .is_some_and(|e| e.contains("a calibration request failed: connect")),
+            "{cal:?}"
+        );
+        let summary = cal.summary();
+        assert!(
+            summary.contains("failed") && summary.contains("the tokenizer could not be used"),
+            "{summary}"
+        );
     }
 
     /// A session follows a conversation's turns after each answer, with the think time between

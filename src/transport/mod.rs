@@ -9,21 +9,22 @@
 //! client never retries, redirects or reconnects: one probe is one request (HTTP/2 too).
 
 mod connect;
+mod options;
 mod tls;
 
-pub use connect::{ConnectError, ConnectKind};
-
-use crate::config::{ConnectionMode, ProxySetting, TlsOptions};
 pub use crate::kstamp::{ReadStamps, Stamp};
 use bytes::Bytes;
+pub use connect::{ConnectError, ConnectKind};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::proxy::matcher::Matcher;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+pub use options::{ConnectionMode, ProxySetting, TlsOptions};
 use serde::Serialize;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+pub use tls::{MAX_CA_FILE_BYTES, ca_certificates};
 
 /// Connection set-up of one probe, in seconds; `None` where the phase did not happen.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]

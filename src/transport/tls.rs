@@ -2,8 +2,7 @@
 //! `insecure_skip_verify`) and ALPN (`h2`, then `http/1.1`, for targets). The connector marks the
 //! handshake's start itself, for the `tls` phase.
 
-use super::TransportError;
-use crate::config::TlsOptions;
+use super::{TlsOptions, TransportError};
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime, pem::PemObject};
 use std::sync::Arc;
 
@@ -29,14 +28,15 @@ pub(super) fn config(
                 path: path.display().to_string(),
                 reason,
             };
-            let pem = read_ca_file(path).map_err(err)?;
-            let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
-                .collect::<Result<_, _>>()
-                .map_err(|e| err(e.to_string()))?;
-            if certs.is_empty() {
-                return Err(err("no PEM certificate in the file".into()));
-            }
-            for c in certs {
+            let read;
+            let pem = match o.ca_pem.get() {
+                Some(pem) => pem,
+                None => {
+                    read = read_ca_file(path).map_err(|e| err(e.to_string()))?;
+                    &read
+                }
+            };
+            for c in ca_certificates(pem).map_err(err)? {
                 roots.add(c).map_err(|e| err(e.to_string()))?;
             }
         }
@@ -47,27 +47,32 @@ pub(super) fn config(
 }
 
 /// The largest `ca_file` read (a full public CA bundle is about 250 KB).
-const MAX_CA_FILE_BYTES: u64 = 8 << 20;
+pub const MAX_CA_FILE_BYTES: u64 = 8 << 20;
 
-/// Reads a `ca_file`: a regular file (a device such as `/dev/zero` never ends, and a FIFO blocks
-/// its opener) of at most [`MAX_CA_FILE_BYTES`].
-fn read_ca_file(path: &std::path::Path) -> Result<Vec<u8>, String> {
-    use std::io::Read as _;
-    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
-    if !meta.is_file() {
-        return Err("not a regular file".into());
+/// Reads a `ca_file` as every file a config names is read ([`crate::files`]): a regular file of
+/// at most [`MAX_CA_FILE_BYTES`], on a thread of its own, within [`crate::files::READ_TIMEOUT`].
+fn read_ca_file(path: &std::path::Path) -> Result<Vec<u8>, crate::files::FileError> {
+    crate::files::Read {
+        what: "ca_file",
+        max_bytes: MAX_CA_FILE_BYTES,
+        timeout: crate::files::READ_TIMEOUT,
+        pipes: false,
     }
-    let mut pem = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(MAX_CA_FILE_BYTES + 1).read_to_end(&mut pem))
+    .run(path)
+}
+
+/// The certificates of a PEM bundle (at least one).
+///
+/// # Errors
+/// Why they are not PEM certificates.
+pub fn ca_certificates(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<_, _>>()
         .map_err(|e| e.to_string())?;
-    if pem.len() as u64 > MAX_CA_FILE_BYTES {
-        return Err(format!(
-            "larger than {} MiB: not a CA bundle",
-            MAX_CA_FILE_BYTES >> 20
-        ));
+    if certs.is_empty() {
+        return Err("no PEM certificate in the file".into());
     }
-    Ok(pem)
+    Ok(certs)
 }
 
 /// `insecure_skip_verify`: accepts any certificate (signatures are still checked for form).

@@ -69,17 +69,23 @@ fn json_error(e: &serde_json::Error) -> String {
 }
 
 fn sharegpt(text: &str) -> Result<Vec<Vec<Message>>, String> {
-    let entries: Vec<serde_json::Value> = serde_json::from_str(text).map_err(|e| {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    // The list's entries as slices of the text (no tree of JSON values: that took about 35
+    // times the file's size), each then read into its conversation.
+    let entries: Vec<&serde_json::value::RawValue> = serde_json::from_str(text).map_err(|e| {
         format!(
             "not ShareGPT JSON (a list of {{\"conversations\": [...]}}): {}",
             json_error(&e)
         )
     })?;
+    if entries.len() > MAX_ENTRIES {
+        return Err(format!("more than {MAX_ENTRIES} conversations"));
+    }
     entries
         .into_iter()
         .enumerate()
         .map(|(i, v)| {
-            let e: ShareGptEntry = serde_json::from_value(v).map_err(|e| {
+            let e: ShareGptEntry = serde_json::from_str(v.get()).map_err(|e| {
                 format!(
                     "entry {i}: not a ShareGPT conversation ({{\"conversations\": [{{\"from\", \"value\"}}]}}): {}",
                     json_error(&e)
@@ -112,6 +118,8 @@ fn sharegpt(text: &str) -> Result<Vec<Vec<Message>>, String> {
 }
 
 fn jsonl(text: &str) -> Result<Vec<Vec<Message>>, String> {
+    // A byte-order mark before the first line (editors on Windows write one) is not data.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
@@ -177,6 +185,20 @@ mod tests {
         assert_eq!(c.len(), 2);
         assert_eq!(c[1].len(), 2, "the trailing answer is not sent");
         assert_eq!(c[1][1].content, "b");
+    }
+
+    #[test]
+    fn a_byte_order_mark_before_the_first_line_is_not_data() {
+        let jsonl = "\u{feff}{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}\n";
+        assert_eq!(
+            parse(jsonl, DatasetFormat::Jsonl).unwrap()[0][0].content,
+            "a"
+        );
+        let sharegpt = "\u{feff}[{\"conversations\": [{\"from\": \"human\", \"value\": \"b\"}]}]";
+        assert_eq!(
+            parse(sharegpt, DatasetFormat::Sharegpt).unwrap()[0][0].content,
+            "b"
+        );
     }
 
     #[test]
