@@ -10,6 +10,8 @@
 //!   measured again by the script that recorded them (`scripts/bench/rss.sh --check`; the README
 //!   once said 12.7 MB of a 17.6 MB binary).
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
 
@@ -141,22 +143,12 @@ fn example_full_sentence_names_what_check_config_reports() {
     }
 }
 
-/// The release binary scripts/test.sh builds (`cargo build --release`); the test fails without it.
-fn release_bin() -> String {
-    std::env::var("TOKENPROBE_RELEASE_BIN").unwrap_or_else(|_| {
-        panic!(
-            "TOKENPROBE_RELEASE_BIN is not set: scripts/test.sh builds the release binary and sets it \
-             (or: cargo build --release && TOKENPROBE_RELEASE_BIN=target/release/tokenprobe cargo test --test readme_figures)"
-        )
-    })
-}
-
 #[test]
 fn figures_hold_against_the_release_binary() {
     let out = Command::new("bash")
         .arg(repo().join("scripts/bench/rss.sh"))
         .arg("--check")
-        .env("TOKENPROBE_RELEASE_BIN", release_bin())
+        .env("TOKENPROBE_RELEASE_BIN", common::release_bin())
         .env("SECONDS_TO_RUN", "10")
         .current_dir(repo())
         .output()

@@ -80,6 +80,22 @@ fn fixture_server() -> String {
                             b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
                         );
                     }
+                } else if let Some(n) = path.strip_prefix("/many/") {
+                    // A node_exporter with `n` CPU series that a signal reads (and the
+                    // scrape's clock, so the counters move).
+                    let n: usize = n.parse().unwrap_or(1);
+                    let t = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0.0, |d| d.as_secs_f64());
+                    let mut body = String::with_capacity(n * 64);
+                    for i in 0..n {
+                        let mode = if i % 2 == 0 { "idle" } else { "user" };
+                        body.push_str(&format!(
+                            "node_cpu_seconds_total{{cpu=\"{}\",mode=\"{mode}\"}} {t:.3}\n",
+                            i / 2
+                        ));
+                    }
+                    send(&mut conn, "text/plain; version=0.0.4", body.as_bytes());
                 } else if let Some(n) = path.strip_prefix("/llama/") {
                     // llama.cpp's gauges (no model label), as a server with `n` requests running.
                     let body =
@@ -547,6 +563,73 @@ fn each_model_is_scraped_from_its_own_targets_server_metrics() {
             "{model}: the command line's endpoint is scraped for every model: {s}"
         );
     }
+}
+
+/// A long level against an endpoint with 20,000 series that a signal reads, scraped every
+/// 200 ms: the release binary's memory stays under 64 MiB (each scrape is folded into running
+/// statistics and dropped; kept whole, 30 scrapes of it took bench to 421 MB).
+#[test]
+fn server_metrics_memory_does_not_grow_with_a_levels_length() {
+    let _serial = serial();
+    let _wd = Watchdog::new(
+        "server_metrics_memory_does_not_grow_with_a_levels_length",
+        Duration::from_secs(120),
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_sim, url) = simulate(
+        dir.path(),
+        &["--ttft", "10ms", "--itl", "2ms", "--output-tokens", "4"],
+    );
+    let m = fixture_server();
+    let cfg = write_config(dir.path(), &format!("{url}/v1"), 4, "");
+    let json = dir.path().join("r.json");
+    let mut cmd = Command::new(common::release_bin());
+    cmd.arg("bench").args([
+        "--config.file",
+        cfg.to_str().expect("path"),
+        "--concurrency",
+        "1",
+        "--duration-per-level",
+        "6s",
+        "--server-metrics",
+        &format!("{m}/many/20000"),
+        "--server-metrics-interval",
+        "200ms",
+        "-o",
+        json.to_str().expect("path"),
+    ]);
+    let mut child = ChildGuard::spawn("bench", cmd, dir.path());
+    let pid = child.id();
+    let mut peak_kib = 0u64;
+    let status = loop {
+        if let Ok(st) = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            && let Some(v) = st
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        {
+            peak_kib = peak_kib.max(v);
+        }
+        if let Some(st) = child.exited() {
+            break st;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{}", child.logs());
+    let r = read_json(&json);
+    let s = &r["models"][0]["levels"][0]["server"];
+    let scrapes = s["scrapes"].as_u64().unwrap_or(0);
+    eprintln!(
+        "20,000 series, {scrapes} scrapes: bench peak RSS {} MiB",
+        peak_kib / 1024
+    );
+    assert!(scrapes >= 20, "{s}");
+    assert_eq!(s["scrape_errors"].as_u64(), Some(0), "{s}");
+    let cpu = s["cpu_utilization"]["mean"]
+        .as_f64()
+        .expect("cpu_utilization");
+    assert!((0.0..=1.0).contains(&cpu), "{s}");
+    assert!(peak_kib < 64 * 1024, "peak RSS {} MiB", peak_kib / 1024);
 }
 
 /// A level shorter than the scrape interval: the server block says that no scrape fell inside it

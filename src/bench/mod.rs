@@ -934,7 +934,7 @@ impl Sender {
         let mut done_units = 0;
         let mut runner: Option<(Runner, Arc<crate::config::Target>)> = None;
         for (model_index, (bm, name)) in models.iter().zip(names).enumerate() {
-            server_side.select(model_index);
+            server_side.select(model_index, &bm.model);
             let runner = match &mut runner {
                 Some((r, t)) if *t == bm.target => r,
                 slot => {
@@ -1024,7 +1024,7 @@ impl Sender {
             lengths.add(&run.samples);
             let mut stats = fold_level(*key, run, &self.criteria, price.as_ref(), late, true);
             stats.server = server_side
-                .end((mi, &bm.model), li, &stats, &label, &self.progress)
+                .end(mi, li, &stats, &label, &self.progress)
                 .await;
             if let Some(cc) = &self.cross_check {
                 let all = stats.samples.as_deref().unwrap_or_default();

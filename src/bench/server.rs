@@ -10,10 +10,10 @@ use super::report::{ModelReport, Report};
 use super::runner::Progress;
 use super::stats::LevelStats;
 use crate::servermetrics::Endpoint;
-use crate::servermetrics::level::{ServerLevel, SignalStats, fold};
+use crate::servermetrics::level::{ServerLevel, SignalStats};
 use crate::servermetrics::promql::{self, Query, Window};
 use crate::servermetrics::scrape::Collector;
-use crate::servermetrics::signals::{Custom, Signal, with_custom};
+use crate::servermetrics::signals::{Custom, with_custom};
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -50,7 +50,8 @@ pub struct ServerSide {
     of_model: Vec<Option<usize>>,
     /// The collector of the model whose levels run now.
     active: Option<usize>,
-    signals: Vec<Signal>,
+    /// Its served name.
+    model: String,
     prometheus: Option<PrometheusPlan>,
     /// Per level run: (model index, level index, its window), for the Prometheus queries.
     windows: Vec<(usize, usize, Window)>,
@@ -68,7 +69,7 @@ impl ServerSide {
     /// # Errors
     /// [`BenchError::Usage`] when its thread or client cannot start.
     pub fn start(plan: &ServerPlan) -> Result<ServerSide, BenchError> {
-        let keep = crate::servermetrics::signals::sample_names(&with_custom(&plan.custom));
+        let signals = with_custom(&plan.custom);
         let mut sets: Vec<&Vec<Endpoint>> = Vec::new();
         let mut collectors = Vec::new();
         let mut of_model = Vec::new();
@@ -80,7 +81,7 @@ impl ServerSide {
             let i = match sets.iter().position(|s| *s == endpoints) {
                 Some(i) => i,
                 None => {
-                    let c = Collector::start(endpoints.clone(), keep.clone())
+                    let c = Collector::start(endpoints.clone(), signals.clone())
                         .map_err(BenchError::Usage)?;
                     collectors.push(c);
                     sets.push(endpoints);
@@ -93,17 +94,19 @@ impl ServerSide {
             collectors,
             of_model,
             active: None,
-            signals: with_custom(&plan.custom),
+            model: String::new(),
             prometheus: plan.prometheus.clone(),
             windows: Vec::new(),
             level_start: None,
         })
     }
 
-    /// The levels that follow are of model `model` (its index in the plan): they are scraped
-    /// from its endpoints.
-    pub fn select(&mut self, model: usize) {
+    /// The levels that follow are of model `model` (its index in the plan), served as `name`:
+    /// they are scraped from its endpoints, and series of other models are left out where the
+    /// server labels them.
+    pub fn select(&mut self, model: usize, name: &str) {
         self.active = self.of_model.get(model).copied().flatten();
+        name.clone_into(&mut self.model);
     }
 
     fn collector(&self) -> Option<&Collector> {
@@ -113,17 +116,16 @@ impl ServerSide {
     /// Before a level (after its warm-up): the "before" scrape.
     pub async fn begin(&mut self) {
         if let Some(c) = self.collector() {
-            c.begin_level().await;
+            c.begin_level(Some(&self.model)).await;
         }
         self.level_start = Some(SystemTime::now());
     }
 
-    /// After a level of model `model_name` (index `model`): the "after" scrape and the level's
-    /// `server` block (`None` when nothing is scraped; series of other `model_name`s left out);
-    /// a warning line on stderr when scrapes failed.
+    /// After a level of series `model`: the "after" scrape and the level's `server` block
+    /// (`None` when nothing is scraped); a warning line on stderr when scrapes failed.
     pub async fn end(
         &mut self,
-        (model, model_name): (usize, &str),
+        model: usize,
         level: usize,
         stats: &LevelStats,
         label: &str,
@@ -141,20 +143,24 @@ impl ServerSide {
             ));
         }
         let c = self.collector()?;
-        let scrapes = c.end_level().await;
-        if scrapes.scrape_errors > 0 {
+        let folded = c.end_level(stats.wall_s).await;
+        let mut server = folded.server;
+        if server.scrape_errors > 0 {
             progress.println(&format!(
                 "  {label}: {} of {} metrics scrapes failed ({})",
-                scrapes.scrape_errors,
-                scrapes.scrapes,
-                scrapes.errors.join("; ")
+                server.scrape_errors,
+                server.scrapes,
+                folded.errors.join("; ")
             ));
         }
-        let inside = scrapes.during.len();
-        let mut scrapes = scrapes;
-        crate::servermetrics::level::only_model(&mut scrapes, model_name);
-        let mut server = fold(&scrapes, &self.signals, stats.wall_s);
-        if inside == 0 {
+        if server.invalid_samples > 0 {
+            progress.println(&format!(
+                "  {label}: {} server samples left out as not data ({})",
+                server.invalid_samples,
+                server.notes.join("; ")
+            ));
+        }
+        if folded.during == 0 {
             // Gauges are read from the scrapes inside the level: there were none.
             let note = format!(
                 "no server scrape inside level {}; lower --server-metrics-interval (or the endpoint's interval) below the level's {:.2} s",
@@ -202,7 +208,18 @@ impl ServerSide {
             }
             let server = l.server.get_or_insert_with(ServerLevel::default);
             for (name, s) in got {
-                server.signals.entry(name).or_insert(s);
+                // A query answer that is not a number (NaN, ±Inf) is no signal.
+                match crate::servermetrics::level::finite(s) {
+                    Some(s) => {
+                        server.signals.entry(name).or_insert(s);
+                    }
+                    None => {
+                        server.invalid_samples += 1;
+                        server.notes.push(format!(
+                            "left out the Prometheus answer for {name}: not a finite number"
+                        ));
+                    }
+                }
             }
             server.scrapes += sent;
             server.scrape_errors += failed;

@@ -88,9 +88,18 @@ pub struct ServerLevel {
     pub scrapes: u64,
     /// Of those, failed.
     pub scrape_errors: u64,
-    /// What the reader of the block must know (no scrape fell inside the level, say).
+    /// Samples left out as not data (not finite, negative, implausibly large, a ratio above
+    /// 100%): each counted here and named in `notes`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub invalid_samples: u64,
+    /// What the reader of the block must know (no scrape fell inside the level, a sample or a
+    /// signal left out and why).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl ServerLevel {
@@ -113,9 +122,13 @@ fn matches(s: &Sample, m: &Matcher) -> bool {
 }
 
 /// A series' identity: its labels, sorted (the name is the matcher's).
-fn series_key(s: &Sample) -> Vec<(String, String)> {
-    let mut l = s.labels.clone();
-    l.sort();
+fn series_key(s: &Sample) -> Vec<(&str, &str)> {
+    let mut l: Vec<(&str, &str)> = s
+        .labels
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    l.sort_unstable();
     l
 }
 
@@ -136,108 +149,92 @@ fn combine(values: &[f64], across: Across) -> Option<f64> {
     })
 }
 
-fn mean_max(values: &[f64]) -> Option<MeanMax> {
-    if values.is_empty() {
-        return None;
-    }
-    Some(MeanMax {
-        mean: values.iter().sum::<f64>() / values.len() as f64,
-        max: values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-    })
+/// Running mean and max of one gauge (or one GPU's share of it).
+#[derive(Debug, Clone, Copy)]
+struct Running {
+    sum: f64,
+    n: usize,
+    max: f64,
 }
 
-/// The GPU a sample belongs to: its `gpu` label, prefixed with the endpoint when the level has
-/// several endpoints.
-fn gpu_key(s: &Sample, endpoints: usize) -> String {
-    let gpu = s.label("gpu").unwrap_or("?");
-    if endpoints > 1 {
-        format!("{}/{gpu}", s.label(ENDPOINT_LABEL).unwrap_or("?"))
-    } else {
-        gpu.to_owned()
-    }
-}
-
-fn endpoint_count(snaps: &[&Snapshot]) -> usize {
-    let mut seen: Vec<&str> = Vec::new();
-    for s in snaps.iter().flat_map(|s| &s.samples) {
-        if let Some(e) = s.label(ENDPOINT_LABEL)
-            && !seen.contains(&e)
-        {
-            seen.push(e);
+impl Default for Running {
+    fn default() -> Self {
+        Running {
+            sum: 0.0,
+            n: 0,
+            max: f64::NEG_INFINITY,
         }
     }
-    seen.len()
 }
 
-/// Per-snapshot values and, per GPU, their values.
-type PerSnap = (Vec<f64>, BTreeMap<String, Vec<f64>>);
+impl Running {
+    fn add(&mut self, v: f64) {
+        self.sum += v;
+        self.n += 1;
+        self.max = self.max.max(v);
+    }
 
-fn gauge_stats(l: &LevelScrapes, rule: &Rule) -> Option<SignalStats> {
-    let snaps: Vec<&Snapshot> = l.during.iter().collect();
-    let endpoints = endpoint_count(&snaps);
-    let mut per: PerSnap = (Vec::new(), BTreeMap::new());
-    let gpu_wanted = matches!(
-        rule,
-        Rule::Gauge { per_gpu: true, .. } | Rule::UsedRatio { .. }
-    );
-    for snap in &snaps {
-        let mut gpus: Vec<(String, f64)> = Vec::new();
-        let value = match rule {
-            Rule::Gauge {
-                of, scale, across, ..
-            } => {
-                let v: Vec<f64> = series(snap, of).map(|s| s.value * scale).collect();
-                gpus.extend(series(snap, of).map(|s| (gpu_key(s, endpoints), s.value * scale)));
-                combine(&v, *across)
-            }
-            Rule::UsedRatio { used, free } => {
-                for u in series(snap, used) {
-                    let key = series_key(u);
-                    if let Some(f) = series(snap, free).find(|f| series_key(f) == key) {
-                        let total = u.value + f.value;
-                        if total > 0.0 {
-                            gpus.push((gpu_key(u, endpoints), u.value / total));
-                        }
+    fn get(&self) -> Option<MeanMax> {
+        (self.n > 0).then(|| MeanMax {
+            mean: self.sum / self.n as f64,
+            max: self.max,
+        })
+    }
+}
+
+/// A gauge-like rule's statistics over the level so far: per scrape, and per GPU (keyed by the
+/// endpoint and the `gpu` label; the shown key drops the endpoint when there is one).
+#[derive(Debug, Clone, Default)]
+struct GaugeAcc {
+    all: Running,
+    per_gpu: BTreeMap<(String, String), Running>,
+}
+
+/// The value of a gauge-like rule in one scrape taken during the level, and per GPU.
+fn gauge_value(snap: &Snapshot, rule: &Rule) -> (Option<f64>, Vec<((String, String), f64)>) {
+    let key = |s: &Sample| {
+        (
+            s.label(ENDPOINT_LABEL).unwrap_or("?").to_owned(),
+            s.label("gpu").unwrap_or("?").to_owned(),
+        )
+    };
+    let mut gpus = Vec::new();
+    let value = match rule {
+        Rule::Gauge {
+            of, scale, across, ..
+        } => {
+            let v: Vec<f64> = series(snap, of).map(|s| s.value * scale).collect();
+            gpus.extend(series(snap, of).map(|s| (key(s), s.value * scale)));
+            combine(&v, *across)
+        }
+        Rule::UsedRatio { used, free } => {
+            for u in series(snap, used) {
+                let k = series_key(u);
+                if let Some(f) = series(snap, free).find(|f| series_key(f) == k) {
+                    let total = u.value + f.value;
+                    if total > 0.0 {
+                        gpus.push((key(u), u.value / total));
                     }
                 }
-                let v: Vec<f64> = gpus.iter().map(|g| g.1).collect();
-                combine(&v, Across::Mean)
             }
-            Rule::OneMinusRatio { part, whole } => {
-                let p: f64 = series(snap, part).map(|s| s.value).sum();
-                let w: f64 = series(snap, whole).map(|s| s.value).sum();
-                (w > 0.0 && series(snap, part).next().is_some()).then(|| 1.0 - p / w)
-            }
-            _ => None,
-        };
-        if let Some(v) = value {
-            per.0.push(v);
-            if gpu_wanted {
-                for (k, g) in gpus {
-                    per.1.entry(k).or_default().push(g);
-                }
-            }
+            let v: Vec<f64> = gpus.iter().map(|g| g.1).collect();
+            combine(&v, Across::Mean)
         }
-    }
-    let mm = mean_max(&per.0)?;
-    let per_gpu: BTreeMap<String, MeanMax> = per
-        .1
-        .iter()
-        .filter_map(|(k, v)| mean_max(v).map(|m| (k.clone(), m)))
-        .collect();
-    Some(SignalStats {
-        mean: Some(mm.mean),
-        max: Some(mm.max),
-        per_gpu: (gpu_wanted && !per_gpu.is_empty()).then_some(per_gpu),
-        ..SignalStats::default()
-    })
+        Rule::OneMinusRatio { part, whole } => {
+            let p: f64 = series(snap, part).map(|s| s.value).sum();
+            let w: f64 = series(snap, whole).map(|s| s.value).sum();
+            (w > 0.0 && series(snap, part).next().is_some()).then(|| 1.0 - p / w)
+        }
+        _ => None,
+    };
+    (value, gpus)
 }
 
 /// The increase of a counter between two snapshots: per series present in both, a reset (a
 /// lower value) counts the new value, as Prometheus' `increase` does. `None` when no series is
 /// in both.
 fn delta(a: &Snapshot, b: &Snapshot, m: &Matcher) -> Option<f64> {
-    let before: BTreeMap<Vec<(String, String)>, f64> =
+    let before: BTreeMap<Vec<(&str, &str)>, f64> =
         series(a, m).map(|s| (series_key(s), s.value)).collect();
     let mut total = None;
     for s in series(b, m) {
@@ -247,28 +244,6 @@ fn delta(a: &Snapshot, b: &Snapshot, m: &Matcher) -> Option<f64> {
         }
     }
     total
-}
-
-/// The snapshots in time order, before and after included.
-fn timeline(l: &LevelScrapes) -> Vec<&Snapshot> {
-    let mut v: Vec<&Snapshot> = l.before.iter().collect();
-    v.extend(l.during.iter());
-    v.extend(l.after.iter());
-    v
-}
-
-fn counter_stats(l: &LevelScrapes, of: &Matcher, wall_s: f64) -> Option<SignalStats> {
-    let (a, b) = (l.before.as_ref()?, l.after.as_ref()?);
-    let d = delta(a, b, of)?;
-    if wall_s <= 0.0 {
-        return None;
-    }
-    // No max: servers such as llama.cpp add a request's tokens when it ends, so the rate between
-    // two scrapes is a burst, not a rate.
-    Some(SignalStats {
-        mean: Some(d / wall_s),
-        ..SignalStats::default()
-    })
 }
 
 fn ratio_between(
@@ -287,26 +262,6 @@ fn ratio_between(
     Some(if one_minus { 1.0 - r } else { r })
 }
 
-fn counter_ratio_stats(
-    l: &LevelScrapes,
-    num: &Matcher,
-    den: &[Matcher],
-    one_minus: bool,
-) -> Option<SignalStats> {
-    let (a, b) = (l.before.as_ref()?, l.after.as_ref()?);
-    let mean = ratio_between(a, b, num, den, one_minus)?;
-    let t = timeline(l);
-    let max = t
-        .windows(2)
-        .filter_map(|w| ratio_between(w[0], w[1], num, den, one_minus))
-        .reduce(f64::max);
-    Some(SignalStats {
-        mean: Some(mean),
-        max,
-        ..SignalStats::default()
-    })
-}
-
 /// The `q`-quantile of cumulative buckets `(le, count)` sorted by `le`, as Prometheus'
 /// `histogram_quantile`: linear within the bucket, the lower bound of the first bucket 0 (when
 /// its bound is positive), the highest finite bound for ranks in the `+Inf` bucket.
@@ -321,7 +276,7 @@ pub fn bucket_quantile(buckets: &[(f64, f64)], q: f64) -> Option<f64> {
     for (i, &(le, count)) in buckets.iter().enumerate() {
         if count >= rank && count > prev_count {
             if le == f64::INFINITY {
-                return Some(if i == 0 { f64::NAN } else { prev_le });
+                return (i > 0).then_some(prev_le);
             }
             let lower = if i == 0 && le <= 0.0 { le } else { prev_le };
             return Some(lower + (le - lower) * (rank - prev_count) / (count - prev_count));
@@ -332,22 +287,41 @@ pub fn bucket_quantile(buckets: &[(f64, f64)], q: f64) -> Option<f64> {
     Some(prev_le)
 }
 
-fn histogram_stats(l: &LevelScrapes, of: &Matcher) -> Option<SignalStats> {
-    let (a, b) = (l.before.as_ref()?, l.after.as_ref()?);
+fn le_of(s: &Sample) -> Option<f64> {
+    s.label("le").and_then(|x| match x {
+        "+Inf" | "Inf" => Some(f64::INFINITY),
+        _ => x.parse::<f64>().ok(),
+    })
+}
+
+/// Whether every series of a histogram in `snap` has cumulative counts that never decrease
+/// with `le` (a histogram whose buckets decrease is not one).
+fn buckets_cumulative(snap: &Snapshot, bucket: &Matcher) -> bool {
+    let mut groups: BTreeMap<Vec<(&str, &str)>, Vec<(f64, f64)>> = BTreeMap::new();
+    for s in series(snap, bucket) {
+        let Some(le) = le_of(s) else { continue };
+        let mut key = series_key(s);
+        key.retain(|(k, _)| *k != "le");
+        groups.entry(key).or_default().push((le, s.value));
+    }
+    groups.values_mut().all(|b| {
+        b.sort_by(|x, y| x.0.total_cmp(&y.0));
+        b.windows(2).all(|w| w[1].1 >= w[0].1)
+    })
+}
+
+fn histogram_stats(a: &Snapshot, b: &Snapshot, of: &Matcher) -> Option<SignalStats> {
     let bucket = Matcher {
         metric: format!("{}_bucket", of.metric),
         labels: of.labels.clone(),
     };
-    let before: BTreeMap<Vec<(String, String)>, f64> = series(a, &bucket)
+    let before: BTreeMap<Vec<(&str, &str)>, f64> = series(a, &bucket)
         .map(|s| (series_key(s), s.value))
         .collect();
     // Sum the per-series deltas by bucket bound.
     let mut by_le: Vec<(f64, f64)> = Vec::new();
     for s in series(b, &bucket) {
-        let Some(le) = s.label("le").and_then(|x| match x {
-            "+Inf" | "Inf" => Some(f64::INFINITY),
-            _ => x.parse::<f64>().ok(),
-        }) else {
+        let Some(le) = le_of(s) else {
             continue;
         };
         let Some(&v0) = before.get(&series_key(s)) else {
@@ -372,25 +346,19 @@ fn histogram_stats(l: &LevelScrapes, of: &Matcher) -> Option<SignalStats> {
     })
 }
 
-fn present(l: &LevelScrapes, rule: &Rule) -> bool {
-    let key = rule.key_metric();
-    let bucket = format!("{key}_bucket");
-    timeline(l).iter().any(|s| {
-        s.samples
-            .iter()
-            .any(|x| x.name == key || (matches!(rule, Rule::Histogram { .. }) && x.name == bucket))
-    })
-}
-
 /// Keeps, of series labelled `model_name` (vLLM, SGLang), only the benched model's, when the
 /// server labels it so (the probes send the served name): a server serving two models then
 /// counts one. Without a match nothing is dropped (a different served name, or no such label).
 pub fn only_model(l: &mut LevelScrapes, model: &str) {
-    let matched = timeline(l).iter().any(|s| {
-        s.samples
-            .iter()
-            .any(|x| x.label("model_name") == Some(model))
-    });
+    let matched = std::iter::once(&l.before)
+        .chain(std::iter::once(&l.after))
+        .flatten()
+        .chain(l.during.iter())
+        .any(|s| {
+            s.samples
+                .iter()
+                .any(|x| x.label("model_name") == Some(model))
+        });
     if !matched {
         return;
     }
@@ -403,36 +371,395 @@ pub fn only_model(l: &mut LevelScrapes, model: &str) {
     l.after.iter_mut().for_each(keep);
 }
 
-/// Folds one level's scrapes: each signal by the first of its rules whose metric appears.
-/// `wall_s` is the level's wall time (the divisor of counter rates, as of the client's
-/// aggregate tokens/s).
-pub fn fold(l: &LevelScrapes, signals: &[Signal], wall_s: f64) -> ServerLevel {
-    let mut out = ServerLevel {
-        scrapes: l.scrapes,
-        scrape_errors: l.scrape_errors,
-        ..ServerLevel::default()
-    };
-    for sig in signals {
-        let Some(rule) = sig.rules.iter().find(|r| present(l, r)) else {
-            continue;
-        };
-        let stats = match rule {
-            Rule::Gauge { .. } | Rule::UsedRatio { .. } | Rule::OneMinusRatio { .. } => {
-                gauge_stats(l, rule)
-            }
-            Rule::Counter { of } => counter_stats(l, of, wall_s),
-            Rule::CounterRatio {
-                num,
-                den,
-                one_minus,
-            } => counter_ratio_stats(l, num, den, *one_minus),
-            Rule::Histogram { of } => histogram_stats(l, of),
-        };
-        if let Some(s) = stats {
-            out.signals.insert(sig.name.clone(), s);
+/// Values beyond this are no server's figure (a gauge at 1e306 averaged GPU utilisation to 0%).
+pub const MAX_PLAUSIBLE: f64 = 1e16;
+
+/// Why a sample is not taken as data.
+fn invalid(v: f64) -> Option<&'static str> {
+    if !v.is_finite() {
+        Some("not a finite number")
+    } else if v < 0.0 {
+        Some("negative (no server signal is)")
+    } else if v > MAX_PLAUSIBLE {
+        Some("implausibly large")
+    } else {
+        None
+    }
+}
+
+/// Where a snapshot stands in its level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Right before the level.
+    Before,
+    /// While it runs.
+    During,
+    /// Right after it.
+    After,
+}
+
+/// One level's scrapes folded as they come (pure): what is kept does not grow with the level's
+/// length. The scrape right before the level (for the counters' and histograms' deltas) and the
+/// last one (for ratios between consecutive scrapes, and counters that fall) are kept; every
+/// scrape taken during the level goes into the gauges' running statistics and is dropped.
+///
+/// Samples that are not data (not finite, negative, implausibly large, a ratio above 100%) are
+/// left out, counted and named; a histogram whose buckets decrease, or a counter that falls more
+/// than once in a level, gives no signal and says why. No finding can be drawn from them.
+#[derive(Debug, Clone)]
+pub struct LevelFold {
+    signals: Vec<Signal>,
+    model: Option<String>,
+    /// Per signal, per rule: its metric was in some scrape.
+    present: Vec<Vec<bool>>,
+    /// Per signal, per rule: gauge statistics (gauge-like rules).
+    gauges: Vec<Vec<GaugeAcc>>,
+    /// Per signal, per rule: the highest counter ratio between consecutive scrapes.
+    ratio_max: Vec<Vec<Option<f64>>>,
+    /// Counter series (metric, labels) that fell between consecutive scrapes, and how often.
+    falls: BTreeMap<(String, Vec<(String, String)>), u32>,
+    before: Option<Snapshot>,
+    last: Option<Snapshot>,
+    after: Option<Snapshot>,
+    /// Scrapes that fell inside the level.
+    during: usize,
+    /// Endpoints seen in the scrapes during the level (per-GPU keys name the endpoint when
+    /// there are several).
+    endpoints: BTreeMap<String, ()>,
+    /// Samples left out, by (metric, why).
+    invalid: BTreeMap<(String, &'static str), u64>,
+    /// Endpoint scrapes attempted, and failed.
+    pub scrapes: u64,
+    /// Of those, failed.
+    pub scrape_errors: u64,
+    /// The first failure of each endpoint (at most 8; secrets redacted).
+    pub errors: Vec<String>,
+}
+
+/// What a folded level gives: its `server` block, the scrape errors to show, how many scrapes
+/// fell inside it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Folded {
+    /// The `server` block.
+    pub server: ServerLevel,
+    /// The first failure of each endpoint.
+    pub errors: Vec<String>,
+    /// Scrapes taken while the level ran.
+    pub during: usize,
+}
+
+impl LevelFold {
+    /// A level of `signals`; `model`: the benched model's served name (series of other
+    /// `model_name`s are left out, [`only_model`]).
+    pub fn new(signals: &[Signal], model: Option<&str>) -> Self {
+        fn per_rule<T: Clone>(signals: &[Signal], v: T) -> Vec<Vec<T>> {
+            signals
+                .iter()
+                .map(|s| vec![v.clone(); s.rules.len()])
+                .collect()
+        }
+        LevelFold {
+            signals: signals.to_vec(),
+            model: model.map(str::to_owned),
+            present: per_rule(signals, false),
+            gauges: per_rule(signals, GaugeAcc::default()),
+            ratio_max: per_rule(signals, None),
+            falls: BTreeMap::new(),
+            before: None,
+            last: None,
+            after: None,
+            during: 0,
+            endpoints: BTreeMap::new(),
+            invalid: BTreeMap::new(),
+            scrapes: 0,
+            scrape_errors: 0,
+            errors: Vec::new(),
         }
     }
-    out
+
+    /// Takes one scrape of every endpoint (`phase`: before, during or after the level).
+    pub fn add(&mut self, phase: Phase, mut snap: Snapshot) {
+        if let Some(m) = &self.model
+            && snap
+                .samples
+                .iter()
+                .any(|x| x.label("model_name") == Some(m.as_str()))
+        {
+            snap.samples
+                .retain(|x| x.label("model_name").is_none_or(|n| n == m));
+        }
+        let left_out = &mut self.invalid;
+        snap.samples.retain(|s| match invalid(s.value) {
+            Some(why) => {
+                *left_out.entry((s.name.clone(), why)).or_insert(0) += 1;
+                false
+            }
+            None => true,
+        });
+        for (si, sig) in self.signals.iter().enumerate() {
+            for (ri, rule) in sig.rules.iter().enumerate() {
+                let key = rule.key_metric();
+                let bucket = format!("{key}_bucket");
+                if snap.samples.iter().any(|x| {
+                    x.name == key || (matches!(rule, Rule::Histogram { .. }) && x.name == bucket)
+                }) {
+                    self.present[si][ri] = true;
+                }
+            }
+        }
+        if phase == Phase::During {
+            self.during += 1;
+            for s in &snap.samples {
+                if let Some(e) = s.label(ENDPOINT_LABEL) {
+                    self.endpoints.entry(e.to_owned()).or_default();
+                }
+            }
+            self.gauge_scrape(&snap);
+        }
+        if let Some(prev) = self.last.take() {
+            self.between(&prev, &snap);
+        }
+        match phase {
+            Phase::Before => self.before = Some(snap.clone()),
+            Phase::After => self.after = Some(snap.clone()),
+            Phase::During => {}
+        }
+        self.last = Some(snap);
+    }
+
+    /// A scrape during the level into the gauges' statistics (a ratio above 100% left out).
+    fn gauge_scrape(&mut self, snap: &Snapshot) {
+        for (si, sig) in self.signals.iter().enumerate() {
+            let ratio = sig.name.ends_with("_ratio") || sig.name.ends_with("_utilization");
+            for (ri, rule) in sig.rules.iter().enumerate() {
+                if !matches!(
+                    rule,
+                    Rule::Gauge { .. } | Rule::UsedRatio { .. } | Rule::OneMinusRatio { .. }
+                ) {
+                    continue;
+                }
+                let (value, gpus) = gauge_value(snap, rule);
+                let Some(v) = value else { continue };
+                if ratio && v > 1.0 + 1e-9 {
+                    let what = (rule.key_metric().to_owned(), "a ratio above 100%");
+                    *self.invalid.entry(what).or_insert(0) += 1;
+                    continue;
+                }
+                let acc = &mut self.gauges[si][ri];
+                acc.all.add(v);
+                if matches!(
+                    rule,
+                    Rule::Gauge { per_gpu: true, .. } | Rule::UsedRatio { .. }
+                ) {
+                    for (k, g) in gpus {
+                        acc.per_gpu.entry(k).or_default().add(g);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Two consecutive scrapes: counters that fell, and the counter ratios between them.
+    fn between(&mut self, a: &Snapshot, b: &Snapshot) {
+        for (si, sig) in self.signals.iter().enumerate() {
+            for (ri, rule) in sig.rules.iter().enumerate() {
+                let counters: Vec<&Matcher> = match rule {
+                    Rule::Counter { of } => vec![of],
+                    Rule::CounterRatio { num, den, .. } => {
+                        std::iter::once(num).chain(den).collect()
+                    }
+                    _ => continue,
+                };
+                for m in counters {
+                    let before: BTreeMap<Vec<(&str, &str)>, f64> =
+                        series(a, m).map(|s| (series_key(s), s.value)).collect();
+                    for s in series(b, m) {
+                        let k = series_key(s);
+                        if before.get(&k).is_some_and(|v0| s.value < *v0) {
+                            let owned = k.iter().map(|(a, b)| ((*a).to_owned(), (*b).to_owned()));
+                            *self
+                                .falls
+                                .entry((m.metric.clone(), owned.collect()))
+                                .or_insert(0) += 1;
+                        }
+                    }
+                }
+                if let Rule::CounterRatio {
+                    num,
+                    den,
+                    one_minus,
+                } = rule
+                    && let Some(r) = ratio_between(a, b, num, den, *one_minus)
+                {
+                    let m = &mut self.ratio_max[si][ri];
+                    *m = Some(m.map_or(r, |x| x.max(r)));
+                }
+            }
+        }
+    }
+
+    /// A counter series of `m` fell more than once in the level: not a counter.
+    fn falls_often(&self, m: &Matcher) -> bool {
+        self.falls
+            .iter()
+            .any(|((metric, _), n)| metric == &m.metric && *n > 1)
+    }
+
+    /// Ends the level: each signal by the first of its rules whose metric appeared. `wall_s` is
+    /// the level's wall time (the divisor of counter rates, as of the client's aggregate
+    /// tokens/s).
+    pub fn finish(self, wall_s: f64) -> Folded {
+        let mut out = ServerLevel {
+            scrapes: self.scrapes,
+            scrape_errors: self.scrape_errors,
+            ..ServerLevel::default()
+        };
+        let several = self.endpoints.len() > 1;
+        let mut notes = Vec::new();
+        for (si, sig) in self.signals.iter().enumerate() {
+            let Some(ri) = self.present[si].iter().position(|p| *p) else {
+                continue;
+            };
+            let rule = &sig.rules[ri];
+            let around = self.before.as_ref().zip(self.after.as_ref());
+            let stats = match rule {
+                Rule::Gauge { .. } | Rule::UsedRatio { .. } | Rule::OneMinusRatio { .. } => {
+                    let acc = &self.gauges[si][ri];
+                    acc.all.get().map(|mm| {
+                        let per_gpu: BTreeMap<String, MeanMax> = acc
+                            .per_gpu
+                            .iter()
+                            .filter_map(|((e, g), r)| {
+                                let k = if several {
+                                    format!("{e}/{g}")
+                                } else {
+                                    g.clone()
+                                };
+                                r.get().map(|m| (k, m))
+                            })
+                            .collect();
+                        SignalStats {
+                            mean: Some(mm.mean),
+                            max: Some(mm.max),
+                            per_gpu: (!per_gpu.is_empty()).then_some(per_gpu),
+                            ..SignalStats::default()
+                        }
+                    })
+                }
+                Rule::Counter { of } if self.falls_often(of) => {
+                    notes.push(format!(
+                        "{}: left out: {} fell more than once during the level (not a counter)",
+                        sig.name, of.metric
+                    ));
+                    None
+                }
+                Rule::Counter { of } => around.and_then(|(a, b)| {
+                    let d = delta(a, b, of)?;
+                    // No max: servers such as llama.cpp add a request's tokens when it ends, so
+                    // the rate between two scrapes is a burst, not a rate.
+                    (wall_s > 0.0).then(|| SignalStats {
+                        mean: Some(d / wall_s),
+                        ..SignalStats::default()
+                    })
+                }),
+                Rule::CounterRatio { num, den, .. }
+                    if std::iter::once(num).chain(den).any(|m| self.falls_often(m)) =>
+                {
+                    notes.push(format!(
+                        "{}: left out: a counter it divides fell more than once during the level (not a counter)",
+                        sig.name
+                    ));
+                    None
+                }
+                Rule::CounterRatio {
+                    num,
+                    den,
+                    one_minus,
+                } => around.and_then(|(a, b)| {
+                    let mean = ratio_between(a, b, num, den, *one_minus)?;
+                    Some(SignalStats {
+                        mean: Some(mean),
+                        max: self.ratio_max[si][ri],
+                        ..SignalStats::default()
+                    })
+                }),
+                Rule::Histogram { of } => around.and_then(|(a, b)| {
+                    let bucket = Matcher {
+                        metric: format!("{}_bucket", of.metric),
+                        labels: of.labels.clone(),
+                    };
+                    if !(buckets_cumulative(a, &bucket) && buckets_cumulative(b, &bucket)) {
+                        notes.push(format!(
+                            "{}: left out: the buckets of {} decrease with le (not a histogram)",
+                            sig.name, of.metric
+                        ));
+                        return None;
+                    }
+                    histogram_stats(a, b, of)
+                }),
+            };
+            if let Some(s) = stats.and_then(finite) {
+                out.signals.insert(sig.name.clone(), s);
+            }
+        }
+        for ((metric, why), n) in &self.invalid {
+            out.invalid_samples += n;
+            if notes.len() < 16 {
+                notes.push(format!("left out {n} sample(s) of {metric}: {why}"));
+            }
+        }
+        out.notes = notes;
+        Folded {
+            server: out,
+            errors: self.errors,
+            during: self.during,
+        }
+    }
+}
+
+/// Statistics with every non-finite number dropped (a statistic that is not a number is absent,
+/// never `null`); `None` when nothing is left.
+pub fn finite(mut s: SignalStats) -> Option<SignalStats> {
+    let keep = |v: &mut Option<f64>| {
+        if v.is_some_and(|x| !x.is_finite()) {
+            *v = None;
+        }
+    };
+    keep(&mut s.mean);
+    keep(&mut s.max);
+    keep(&mut s.p50);
+    keep(&mut s.p95);
+    keep(&mut s.count);
+    if let Some(g) = &mut s.per_gpu {
+        g.retain(|_, m| m.mean.is_finite() && m.max.is_finite());
+        if g.is_empty() {
+            s.per_gpu = None;
+        }
+    }
+    let any = s.mean.is_some()
+        || s.max.is_some()
+        || s.p50.is_some()
+        || s.p95.is_some()
+        || s.count.is_some();
+    any.then_some(s)
+}
+
+/// Folds one level's scrapes at once (as [`LevelFold`] does scrape by scrape): each signal by
+/// the first of its rules whose metric appears. `wall_s` is the level's wall time.
+pub fn fold(l: &LevelScrapes, signals: &[Signal], wall_s: f64) -> ServerLevel {
+    let mut f = LevelFold::new(signals, None);
+    f.scrapes = l.scrapes;
+    f.scrape_errors = l.scrape_errors;
+    if let Some(b) = &l.before {
+        f.add(Phase::Before, b.clone());
+    }
+    for d in &l.during {
+        f.add(Phase::During, d.clone());
+    }
+    if let Some(a) = &l.after {
+        f.add(Phase::After, a.clone());
+    }
+    f.finish(wall_s).server
 }
 
 #[cfg(test)]
@@ -570,6 +897,126 @@ mod tests {
             fold(&other, &known(), 1.0).mean("requests_running"),
             Some(8.0)
         );
+    }
+
+    #[test]
+    fn samples_that_are_not_data_are_left_out_counted_and_named() {
+        let during = |running: &str, kv: &str, gpu: &str| {
+            snap(
+                0.5,
+                &format!(
+                    "vllm:num_requests_running {running}\nvllm:kv_cache_usage_perc {kv}\nDCGM_FI_DEV_GPU_UTIL{{gpu=\"0\"}} {gpu}\n"
+                ),
+            )
+        };
+        let l = LevelScrapes {
+            before: Some(snap(0.0, "vllm:num_requests_running 0\n")),
+            during: vec![
+                during("+Inf", "0.5", "1e306"),
+                during("-5", "1.5", "-1e306"),
+                during("4", "NaN", "50"),
+            ],
+            after: Some(snap(1.0, "vllm:num_requests_running 0\n")),
+            ..LevelScrapes::default()
+        };
+        let s = fold(&l, &known(), 1.0);
+        // Only the samples that are data count: running 4, KV 0.5 (1.5 is no ratio), GPU 50%.
+        assert_eq!(s.mean("requests_running"), Some(4.0));
+        assert_eq!(s.max("kv_cache_usage_ratio"), Some(0.5));
+        assert_eq!(s.mean("gpu_utilization"), Some(0.5));
+        assert_eq!(s.invalid_samples, 6, "{:?}", s.notes);
+        let notes = s.notes.join("\n");
+        for want in [
+            "left out 1 sample(s) of vllm:num_requests_running: not a finite number",
+            "left out 1 sample(s) of vllm:num_requests_running: negative",
+            "left out 1 sample(s) of DCGM_FI_DEV_GPU_UTIL: implausibly large",
+            "left out 1 sample(s) of DCGM_FI_DEV_GPU_UTIL: negative",
+            "left out 1 sample(s) of vllm:kv_cache_usage_perc: a ratio above 100%",
+            "left out 1 sample(s) of vllm:kv_cache_usage_perc: not a finite number",
+        ] {
+            assert!(notes.contains(want), "{want:?} not in:\n{notes}");
+        }
+        // Nothing but bad samples: no signal at all (so no finding can come from it).
+        let l = LevelScrapes {
+            before: Some(snap(0.0, "vllm:kv_cache_usage_perc 0\n")),
+            during: vec![snap(0.5, "vllm:kv_cache_usage_perc +Inf\n")],
+            after: Some(snap(1.0, "vllm:kv_cache_usage_perc 0\n")),
+            ..LevelScrapes::default()
+        };
+        let s = fold(&l, &known(), 1.0);
+        assert!(!s.signals.contains_key("kv_cache_usage_ratio"), "{s:?}");
+        let j = serde_json::to_string(&s).unwrap();
+        assert!(!j.contains("null"), "{j}");
+    }
+
+    #[test]
+    fn a_counter_that_falls_more_than_once_or_buckets_that_decrease_give_no_signal() {
+        let c = |v: u32| format!("vllm:generation_tokens_total {v}\n");
+        let l = LevelScrapes {
+            before: Some(snap(0.0, &c(100))),
+            during: vec![snap(0.5, &c(90)), snap(1.0, &c(80))],
+            after: Some(snap(1.5, &c(70))),
+            ..LevelScrapes::default()
+        };
+        let s = fold(&l, &known(), 1.5);
+        assert!(s.mean("generation_tokens_per_s").is_none(), "{s:?}");
+        assert!(
+            s.notes.iter().any(|n| n.contains("fell more than once")),
+            "{:?}",
+            s.notes
+        );
+        let h = |a: u32, b: u32| {
+            format!(
+                "vllm:time_to_first_token_seconds_bucket{{le=\"0.1\"}} {a}\nvllm:time_to_first_token_seconds_bucket{{le=\"+Inf\"}} {b}\n"
+            )
+        };
+        let l = LevelScrapes {
+            before: Some(snap(0.0, &h(0, 0))),
+            after: Some(snap(1.0, &h(20, 10))),
+            ..LevelScrapes::default()
+        };
+        let s = fold(&l, &known(), 1.0);
+        assert!(!s.signals.contains_key("server_ttft_s"), "{s:?}");
+        assert!(
+            s.notes.iter().any(|n| n.contains("decrease with le")),
+            "{:?}",
+            s.notes
+        );
+        // Only a +Inf bucket: no quantile, and no null in the JSON.
+        let inf = |n: u32| format!("vllm:time_to_first_token_seconds_bucket{{le=\"+Inf\"}} {n}\n");
+        let l = LevelScrapes {
+            before: Some(snap(0.0, &inf(0))),
+            after: Some(snap(1.0, &inf(7))),
+            ..LevelScrapes::default()
+        };
+        let s = fold(&l, &known(), 1.0);
+        let t = &s.signals["server_ttft_s"];
+        assert_eq!((t.p50, t.p95, t.count), (None, None, Some(7.0)));
+        assert!(!serde_json::to_string(&s).unwrap().contains("null"));
+    }
+
+    /// What a level keeps does not grow with its length: the scrapes during it are folded into
+    /// running statistics as they come.
+    #[test]
+    fn a_long_level_keeps_a_bounded_number_of_scrapes() {
+        let mut f = LevelFold::new(&known(), None);
+        f.add(Phase::Before, snap(0.0, "vllm:num_requests_running 0\n"));
+        for i in 0..5_000 {
+            f.add(
+                Phase::During,
+                snap(
+                    f64::from(i),
+                    &format!("vllm:num_requests_running {}\n", i % 4),
+                ),
+            );
+        }
+        // Kept: the scrape before, and the last one.
+        assert!(f.before.is_some() && f.last.is_some() && f.after.is_none());
+        f.add(Phase::After, snap(5_001.0, "vllm:num_requests_running 0\n"));
+        let out = f.finish(5_000.0);
+        assert_eq!(out.during, 5_000);
+        assert_eq!(out.server.max("requests_running"), Some(3.0));
+        assert_eq!(out.server.mean("requests_running"), Some(1.5));
     }
 
     #[test]

@@ -9,7 +9,8 @@
 //! server; a proxy would add its own failures to the server's numbers).
 
 use super::expo;
-use super::level::{ENDPOINT_LABEL, LevelScrapes, Snapshot};
+use super::level::{ENDPOINT_LABEL, Folded, LevelFold, Phase, Snapshot};
+use super::signals::Signal;
 use super::{Endpoint, MAX_SCRAPE_BYTES};
 use crate::config::AuthStyle;
 use crate::redact::redact_url;
@@ -72,8 +73,10 @@ pub async fn scrape_once(client: &reqwest::Client, ep: &Endpoint) -> ScrapeResul
 }
 
 enum Cmd {
-    Begin(oneshot::Sender<()>),
-    End(oneshot::Sender<LevelScrapes>),
+    /// A level of this model (its served name) begins.
+    Begin(Option<String>, oneshot::Sender<()>),
+    /// The level ended after this wall time.
+    End(f64, oneshot::Sender<Folded>),
 }
 
 /// The running collector. Dropping it stops its thread.
@@ -84,12 +87,13 @@ pub struct Collector {
 
 impl Collector {
     /// Starts the collector's thread (its own current-thread runtime). Of each scrape it keeps
-    /// only the samples named in `keep`, so a level's memory grows with the signals read, not
-    /// with the size of the expositions.
+    /// only the samples the `signals` read, and folds it into the level at once
+    /// ([`LevelFold`]): a level's memory grows neither with the size of the expositions nor with
+    /// its length.
     ///
     /// # Errors
     /// The thread, runtime or HTTP client could not be made.
-    pub fn start(endpoints: Vec<Endpoint>, keep: HashSet<String>) -> Result<Collector, String> {
+    pub fn start(endpoints: Vec<Endpoint>, signals: Vec<Signal>) -> Result<Collector, String> {
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
@@ -106,7 +110,7 @@ impl Collector {
             .spawn(move || {
                 // Below the probes: when both want the CPU, the probes' reads get it first.
                 crate::resources::lower_thread_priority(10);
-                rt.block_on(run(client, endpoints, keep, rx));
+                rt.block_on(run(client, endpoints, signals, rx));
             })
             .map_err(|e| format!("cannot start the metrics thread: {e}"))?;
         Ok(Collector {
@@ -117,20 +121,25 @@ impl Collector {
 
     /// Scrapes every endpoint once (the level's "before"), then starts the periodic scrapes;
     /// returns when the "before" scrape is done (within the endpoints' timeouts), so the level
-    /// starts after it.
-    pub async fn begin_level(&self) {
+    /// starts after it. `model`: the benched model's served name (series of other models left
+    /// out where the server labels them).
+    pub async fn begin_level(&self, model: Option<&str>) {
         let (tx, rx) = oneshot::channel();
-        if self.tx.send(Cmd::Begin(tx)).is_ok() {
+        if self
+            .tx
+            .send(Cmd::Begin(model.map(str::to_owned), tx))
+            .is_ok()
+        {
             let _ = rx.await;
         }
     }
 
-    /// Stops the periodic scrapes, scrapes once more (the level's "after") and returns what the
-    /// level collected.
-    pub async fn end_level(&self) -> LevelScrapes {
+    /// Stops the periodic scrapes, scrapes once more (the level's "after") and returns the
+    /// level folded, `wall_s` its wall time.
+    pub async fn end_level(&self, wall_s: f64) -> Folded {
         let (tx, rx) = oneshot::channel();
-        if self.tx.send(Cmd::End(tx)).is_err() {
-            return LevelScrapes::default();
+        if self.tx.send(Cmd::End(wall_s, tx)).is_err() {
+            return Folded::default();
         }
         rx.await.unwrap_or_default()
     }
@@ -155,14 +164,8 @@ struct Ctx {
 }
 
 /// Scrapes `due` endpoints at once; merges the answers (the samples in `ctx.keep`) into one
-/// snapshot at `at_s`.
-async fn scrape_all(
-    ctx: &Ctx,
-    due: &[usize],
-    at_s: f64,
-    level: &mut LevelScrapes,
-    errors: &mut Vec<String>,
-) -> Snapshot {
+/// snapshot at `at_s`, counting the scrapes (and the first failure of each endpoint) in `level`.
+async fn scrape_all(ctx: &Ctx, due: &[usize], at_s: f64, level: &mut LevelFold) -> Snapshot {
     let (client, endpoints) = (&ctx.client, &ctx.endpoints);
     let results = futures_util::future::join_all(
         due.iter()
@@ -188,8 +191,8 @@ async fn scrape_all(
                 level.scrape_errors += 1;
                 // The first failure of each endpoint (its message starts with its URL).
                 let shown = redact_url(&endpoints[i].url);
-                if errors.len() < 8 && !errors.iter().any(|x| x.starts_with(&shown)) {
-                    errors.push(e);
+                if level.errors.len() < 8 && !level.errors.iter().any(|x| x.starts_with(&shown)) {
+                    level.errors.push(e);
                 }
             }
         }
@@ -200,13 +203,13 @@ async fn scrape_all(
 async fn run(
     client: reqwest::Client,
     endpoints: Vec<Endpoint>,
-    keep: HashSet<String>,
+    signals: Vec<Signal>,
     mut rx: mpsc::UnboundedReceiver<Cmd>,
 ) {
     let ctx = Ctx {
         client,
         endpoints,
-        keep,
+        keep: super::signals::sample_names(&signals),
     };
     let endpoints = &ctx.endpoints;
     let all: Vec<usize> = (0..endpoints.len()).collect();
@@ -217,20 +220,20 @@ async fn run(
         .unwrap_or(super::DEFAULT_INTERVAL)
         .max(Duration::from_millis(10));
     while let Some(cmd) = rx.recv().await {
-        let Cmd::Begin(started) = cmd else {
+        let (model, started) = match cmd {
+            Cmd::Begin(model, started) => (model, started),
             // An End without a Begin: nothing was collected.
-            if let Cmd::End(reply) = cmd {
-                let _ = reply.send(LevelScrapes::default());
+            Cmd::End(_, reply) => {
+                let _ = reply.send(Folded::default());
+                continue;
             }
-            continue;
         };
-        let mut level = LevelScrapes::default();
-        let mut errors = Vec::new();
+        let mut level = LevelFold::new(&signals, model.as_deref());
         let t_before = Instant::now();
-        let mut before = scrape_all(&ctx, &all, 0.0, &mut level, &mut errors).await;
+        let mut before = scrape_all(&ctx, &all, 0.0, &mut level).await;
         let start = Instant::now();
         before.at_s = -(start - t_before).as_secs_f64();
-        level.before = Some(before);
+        level.add(Phase::Before, before);
         let _ = started.send(());
         let mut next_due: Vec<Instant> = endpoints.iter().map(|e| start + e.interval).collect();
         let mut ticker = tokio::time::interval_at((start + tick).into(), tick);
@@ -245,20 +248,19 @@ async fn run(
                     }
                     if !due.is_empty() {
                         let at_s = (now - start).as_secs_f64();
-                        let s = scrape_all(&ctx, &due, at_s, &mut level, &mut errors).await;
-                        level.during.push(s);
+                        let s = scrape_all(&ctx, &due, at_s, &mut level).await;
+                        level.add(Phase::During, s);
                     }
                 }
                 cmd = rx.recv() => {
                     match cmd {
-                        Some(Cmd::End(reply)) => {
+                        Some(Cmd::End(wall_s, reply)) => {
                             let at_s = (Instant::now() - start).as_secs_f64();
-                            let after = scrape_all(&ctx, &all, at_s, &mut level, &mut errors).await;
-                            level.after = Some(after);
-                            level.errors = errors;
-                            let _ = reply.send(level);
+                            let after = scrape_all(&ctx, &all, at_s, &mut level).await;
+                            level.add(Phase::After, after);
+                            let _ = reply.send(level.finish(wall_s));
                         }
-                        Some(Cmd::Begin(again)) => {
+                        Some(Cmd::Begin(_, again)) => {
                             // A level begun twice: keep collecting this one.
                             let _ = again.send(());
                             continue;

@@ -107,3 +107,16 @@ pub fn tokenprobe_bin() -> PathBuf {
         .unwrap_or(Path::new("."));
     profile_dir.join(format!("tokenprobe{}", std::env::consts::EXE_SUFFIX))
 }
+
+/// The release binary scripts/test.sh builds before the tests (`$TOKENPROBE_RELEASE_BIN`), for
+/// figures of the real artefact (its size, its memory); the test fails without it.
+#[allow(dead_code)]
+pub fn release_bin() -> PathBuf {
+    match std::env::var_os("TOKENPROBE_RELEASE_BIN").filter(|b| !b.is_empty()) {
+        Some(b) => PathBuf::from(b),
+        None => panic!(
+            "TOKENPROBE_RELEASE_BIN is not set: scripts/test.sh builds the release binary and sets it \
+             (or: cargo build --release && TOKENPROBE_RELEASE_BIN=target/release/tokenprobe cargo test ...)"
+        ),
+    }
+}
