@@ -115,6 +115,8 @@ pub struct ProbeResult {
     /// The input length the workload asked for (set by the prober; docs/measurement.md, "Input
     /// and output lengths").
     pub requested_input_tokens: Option<u64>,
+    /// The `x-request-id` the request was sent with (`bench`), if any.
+    pub request_id: Option<String>,
     /// The output length the workload asked for (set by the prober).
     pub requested_output_tokens: Option<u64>,
     /// The conversation turn, from 1 (set by the prober; `None` outside conversations).
@@ -445,6 +447,7 @@ impl Measurement {
             exporter_fault: false,
             stream: !self.whole,
             requested_input_tokens: None,
+            request_id: None,
             requested_output_tokens: None,
             turn: None,
         };

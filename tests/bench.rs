@@ -931,3 +931,74 @@ fn a_second_stop_signal_exits_at_once() {
     assert!(took < Duration::from_secs(2), "took {took:?}");
     assert_eq!(status.code(), Some(1), "{}", child.logs());
 }
+
+/// Two shards, one worker: the shard without a worker at the level says so (stderr and its
+/// report), and the merge carries that note with the level.
+#[test]
+fn a_shard_without_a_worker_says_so() {
+    let _serial = serial();
+    let _wd = Watchdog::new("a_shard_without_a_worker", Duration::from_secs(120));
+    let dir = tempfile::tempdir().unwrap();
+    let (_sim, url) = simulate(
+        dir.path(),
+        &["--ttft", "20ms", "--itl", "2ms", "--output-tokens", "4"],
+    );
+    let cfg = sim_config(dir.path(), &url);
+    let cfg = cfg.to_str().unwrap().to_owned();
+    let common = [
+        "--config.file",
+        cfg.as_str(),
+        "--concurrency",
+        "1,2",
+        "--duration-per-level",
+        "1s",
+        "--no-progress",
+    ];
+    let files = run_shards(dir.path(), &common, 2);
+    let level_of = |f: &Path, c: u64| {
+        let r = read_json(f);
+        levels(&r, 0)
+            .iter()
+            .find(|l| l["concurrency"].as_u64() == Some(c))
+            .unwrap()
+            .clone()
+    };
+    let (busy, idle) = (level_of(&files[0], 1), level_of(&files[1], 1));
+    assert!(busy["requests"].as_u64().unwrap() > 0, "{busy}");
+    assert_eq!(idle["requests"].as_u64(), Some(0), "{idle}");
+    let note = "shard 1/2 had no worker at concurrency 1";
+    assert!(
+        idle["notes"][0]
+            .as_str()
+            .is_some_and(|s| s.starts_with(note)),
+        "{idle}"
+    );
+    assert!(level_of(&files[1], 2)["requests"].as_u64().unwrap() > 0);
+    let merged = dir.path().join("merged.json");
+    let (code, out, err) = bench(
+        &[
+            "merge",
+            files[0].to_str().unwrap(),
+            files[1].to_str().unwrap(),
+            "-o",
+            merged.to_str().unwrap(),
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let m = read_json(&merged);
+    let l = &levels(&m, 0)[0];
+    assert_eq!(l["requests"], busy["requests"], "{l}");
+    assert!(
+        l["notes"][0].as_str().is_some_and(|s| s.starts_with(note)),
+        "{l}"
+    );
+    // Every sample carries its identity, each distinct.
+    let all: Vec<String> = levels(&m, 0)
+        .iter()
+        .flat_map(|l| l["samples"].as_array().unwrap().iter())
+        .map(|s| s["request_id"].as_str().unwrap().to_owned())
+        .collect();
+    let distinct: std::collections::BTreeSet<&String> = all.iter().collect();
+    assert_eq!(distinct.len(), all.len());
+}

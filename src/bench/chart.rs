@@ -221,7 +221,9 @@ impl Scale {
                 self.lo.log10().round() as i32,
                 self.hi.log10().round() as i32,
             );
-            return (a..=b).map(|e| 10f64.powi(e)).collect();
+            // At most about a dozen decades labelled, however wide the range.
+            let every = usize::try_from((b - a) / 12 + 1).unwrap_or(1);
+            return (a..=b).step_by(every).map(|e| 10f64.powi(e)).collect();
         }
         let step = nice_step((self.hi - self.lo) / 5.0);
         let mut out = Vec::new();
@@ -331,7 +333,12 @@ impl Chart {
             Some((lo, hi)) => (lo, hi, true),
             None => {
                 let m = self.ys().fold(0.0, f64::max);
-                (0.0, if m > 0.0 { m * 1.1 } else { 1.0 }, false)
+                let hi = if m > 0.0 {
+                    (m * 1.1).min(f64::MAX)
+                } else {
+                    1.0
+                };
+                (0.0, hi, false)
             }
         };
         Scale {

@@ -77,10 +77,14 @@ pub fn num(v: f64) -> String {
     if !v.is_finite() {
         return "-".into();
     }
-    if v == v.trunc() && v.abs() < 1e15 {
+    let a = v.abs();
+    // Whatever a file holds, a cell stays a few characters wide.
+    if a >= 1e12 || (a > 0.0 && a < 1e-6) {
+        return format!("{v:.2e}");
+    }
+    if v == v.trunc() {
         return format!("{}", v as i64);
     }
-    let a = v.abs();
     let decimals = if a >= 100.0 {
         0
     } else {
@@ -1908,8 +1912,35 @@ pub(crate) mod tests {
             (0.5, "0.5"),
             (12345.6, "12346"),
             (f64::NAN, "-"),
+            (1e300, "1.00e300"),
+            (-5e15, "-5.00e15"),
+            (3e-9, "3.00e-9"),
         ] {
             assert_eq!(num(v), s, "{v}");
         }
+    }
+
+    /// Whatever a report holds (a hand-edited file, absurd numbers), the page renders with
+    /// cells of a few characters and charts of finite coordinates.
+    #[test]
+    fn absurd_numbers_render_within_bounds() {
+        let mut doc = rich();
+        doc["models"][0]["levels"][0]["ttft_s"]["p95"] = json!(1e300);
+        doc["models"][0]["levels"][1]["ttft_s"]["p50"] = json!(-5.0);
+        doc["models"][0]["levels"][0]["output_tokens_per_s"] = json!(1e306);
+        let html = render_html(&doc).unwrap();
+        for bad in ["NaN", "inf", "Infinity"] {
+            let in_charts = html
+                .split("<svg")
+                .skip(1)
+                .any(|svg| svg.split("</svg>").next().unwrap_or("").contains(bad));
+            assert!(!in_charts, "{bad} in a chart");
+        }
+        let long_number = regex::Regex::new(r">-?[0-9]{16,}<").unwrap();
+        assert!(!long_number.is_match(&html), "a cell of many digits");
+        assert!(
+            html.contains(">1.00e303<") || html.contains(">1.00e300<"),
+            "shown in scientific form"
+        );
     }
 }

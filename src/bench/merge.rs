@@ -11,7 +11,12 @@
 //!   shard watched the same server over the same level;
 //! - shards of different runs are refused: the run id, the levels, the load mode, the workload,
 //!   the target and the models must match, every shard must carry its samples, no shard may come
-//!   twice, and none of the run's shards may be missing.
+//!   twice, and none of the run's shards may be missing;
+//! - what would merge silently wrong is refused too, naming the file and the reason: a sample
+//!   whose identity (its `x-request-id`, `tp-<run>-<shard>-<n>`) belongs to another shard or is
+//!   in two files, a number that is negative, not finite or implausible, shards whose levels did
+//!   not run at the same time (they do not overlap for half of the shorter), and a merged level
+//!   with fewer requests than the run asked for unless a shard's report says why.
 
 use super::report::{ModelReport, Report, RunInfo};
 use super::shard::Shard;
@@ -105,6 +110,8 @@ fn check(reports: &[(String, Report)]) -> Result<Vec<Shard>, MergeError> {
     let want = identity(&first.1);
     let mut shards = Vec::new();
     let mut seen = BTreeSet::new();
+    // Every sample's identity, and the file it came from.
+    let mut ids: std::collections::HashMap<String, String> = std::collections::HashMap::new();
     let count = shard_of(&first.1).map_err(|e| mismatch(&first.0, e))?.count;
     for (file, r) in reports {
         let shard = shard_of(r).map_err(|e| mismatch(file, format!("shard {e}")))?;
@@ -142,6 +149,27 @@ fn check(reports: &[(String, Report)]) -> Result<Vec<Shard>, MergeError> {
                 format!("{m} @ {l} has no samples: run shards with --samples (--shard implies it)"),
             ));
         }
+        let run_id = r.run.as_ref().map(|x| x.id.as_str()).unwrap_or("");
+        for m in &r.models {
+            for l in &m.levels {
+                let at = || format!("{} @ {}", m.model, l.key.label());
+                check_level(l, &format!("tp-{run_id}-{}-", shard.index))
+                    .map_err(|why| mismatch(file, format!("{}: {why}", at())))?;
+                for s in l.samples.iter().flatten() {
+                    if let Some(id) = &s.request_id
+                        && let Some(other) = ids.insert(id.clone(), file.clone())
+                    {
+                        return Err(mismatch(
+                            file,
+                            format!(
+                                "{}: sample {id} is in {other} too: a shard's report given twice (or relabelled)",
+                                at()
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
         shards.push(shard);
     }
     let missing: Vec<String> = (0..count)
@@ -156,6 +184,93 @@ fn check(reports: &[(String, Report)]) -> Result<Vec<Shard>, MergeError> {
         });
     }
     Ok(shards)
+}
+
+/// The latest plausible level start (the year 2100), and the earliest (2000): a start outside is
+/// not an instant this run had.
+const START_BOUNDS: (f64, f64) = (946_684_800.0, 4_102_444_800.0);
+/// The longest plausible duration of one request or level, s (a week).
+const MAX_SECONDS: f64 = 7.0 * 86_400.0;
+
+/// Why a shard's level cannot be merged: a number that is not one the bench writes, a sample
+/// without its identity or with another shard's (`prefix`: this shard's ids' start).
+fn check_level(l: &LevelStats, prefix: &str) -> Result<(), String> {
+    let plausible = |what: &str, v: f64| {
+        if v.is_finite() && (0.0..=MAX_SECONDS).contains(&v) {
+            Ok(())
+        } else {
+            Err(format!("{what} is {v}: not a duration this run measured"))
+        }
+    };
+    if let Some(t) = l.started_unix_s
+        && !(t.is_finite() && (START_BOUNDS.0..=START_BOUNDS.1).contains(&t))
+    {
+        return Err(format!("its start is {t}: not an instant of this run"));
+    }
+    plausible("its wall time", l.wall_s)?;
+    for (i, s) in l.samples.iter().flatten().enumerate() {
+        let sample = |what: &str| format!("sample {i}'s {what}");
+        let id = s.request_id.as_deref().ok_or_else(|| {
+            format!("sample {i} has no request id (made by an older tokenprobe?)")
+        })?;
+        if !id.starts_with(prefix) {
+            return Err(format!(
+                "sample {i} ({id}) was sent by another shard than the one this report says it is"
+            ));
+        }
+        for (what, v) in [
+            ("ttft_s", s.ttft_s),
+            ("ttfo_s", s.ttfo_s),
+            ("tpot_s", s.tpot_s),
+            ("e2e_s", s.e2e_s),
+            ("failure_s", s.failure_s),
+            ("sent_s", Some(s.sent_s)),
+            ("end_s", Some(s.end_s)),
+            ("lag_s", Some(s.lag_s)),
+        ] {
+            if let Some(v) = v {
+                plausible(&sample(what), v)?;
+            }
+        }
+        if let Some(d) = s.decode_tokens_per_s
+            && !(d.is_finite() && d >= 0.0)
+        {
+            return Err(format!("{} is {d}", sample("decode_tokens_per_s")));
+        }
+        if s.end_s + 1e-6 < s.sent_s {
+            return Err(format!("{} is before its sent_s", sample("end_s")));
+        }
+        if s.output_tokens > 1_000_000_000 {
+            return Err(format!(
+                "{} is {}",
+                sample("output_tokens"),
+                s.output_tokens
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether the shards' parts of a level ran at the same time: every two of those that sent
+/// requests overlap for at least half of the shorter one. `None` when they did; else the two
+/// parts' indices.
+fn apart(parts: &[&LevelStats]) -> Option<(usize, usize)> {
+    let spans: Vec<(usize, f64, f64)> = parts
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.samples.as_ref().is_some_and(|s| !s.is_empty()))
+        .filter_map(|(i, l)| l.started_unix_s.map(|t| (i, t, t + l.wall_s)))
+        .collect();
+    for (k, a) in spans.iter().enumerate() {
+        for b in &spans[k + 1..] {
+            let overlap = a.2.min(b.2) - a.1.max(b.1);
+            let shorter = (a.2 - a.1).min(b.2 - b.1);
+            if overlap < 0.5 * shorter {
+                return Some((a.0, b.0));
+            }
+        }
+    }
+    None
 }
 
 /// One level of the merged run from the same level of every shard (its cost at `price`).
@@ -201,6 +316,11 @@ fn merge_level(
     // Every shard scraped the same server over the same (aligned) level: any shard's view is the
     // whole load's; the first one's is kept.
     out.server = parts.iter().find_map(|l| l.server.clone());
+    for n in parts.iter().flat_map(|l| &l.notes) {
+        if !out.notes.contains(n) {
+            out.notes.push(n.clone());
+        }
+    }
     out.samples = Some(samples);
     out
 }
@@ -222,30 +342,53 @@ pub fn merge(
         .models
         .iter()
         .enumerate()
-        .map(|(mi, m)| {
+        .map(|(mi, m)| -> Result<ModelReport, MergeError> {
             let levels: Vec<LevelStats> = (0..m.levels.len())
                 .map(|li| {
                     let parts: Vec<&LevelStats> = reports
                         .iter()
                         .map(|(_, r)| &r.models[mi].levels[li])
                         .collect();
-                    merge_level(&parts, slos, m.price.as_ref())
+                    let at = format!("{} @ {}", m.model, parts[0].key.label());
+                    if let Some((a, b)) = apart(&parts) {
+                        return Err(MergeError::Mismatch {
+                            file: reports[b].0.clone(),
+                            reason: format!(
+                                "{at} did not run at the same time as in {} (shards of one run need --start-at, or a start within the level)",
+                                reports[a].0
+                            ),
+                        });
+                    }
+                    let merged = merge_level(&parts, slos, m.price.as_ref());
+                    let sent = merged.samples.as_ref().map_or(0, Vec::len) as u64;
+                    if let Some(asked) = first.mode.requests_per_level
+                        && sent < asked
+                        && parts.iter().all(|l| l.notes.is_empty())
+                    {
+                        return Err(MergeError::Mismatch {
+                            file: reports[0].0.clone(),
+                            reason: format!(
+                                "{at} has {sent} requests of the {asked} the run asked for, and no shard says why: a shard's part is missing"
+                            ),
+                        });
+                    }
+                    Ok(merged)
                 })
-                .collect();
+                .collect::<Result<Vec<_>, MergeError>>()?;
             let mut lengths = Lengths::default();
             for l in &levels {
                 lengths.add(l.samples.as_deref().unwrap_or_default());
             }
             let (input_tokens_mean, output_tokens_mean) = lengths.means();
-            ModelReport {
+            Ok(ModelReport {
                 levels,
                 input_tokens_mean,
                 output_tokens_mean,
                 knee: None,
                 ..m.clone()
-            }
+            })
         })
-        .collect();
+        .collect::<Result<Vec<_>, MergeError>>()?;
     let started_at = reports
         .iter()
         .map(|(_, r)| r.started_at.clone())
@@ -323,8 +466,20 @@ mod tests {
             start_at: None,
             merged_from: Vec::new(),
         });
+        // Each sample's identity, as bench gives it: the run, the shard, a number.
+        let index = shard.and_then(|s| s.split('/').next()).unwrap_or("0");
+        let mut n = 0;
+        for l in &mut r.models[0].levels {
+            for s in l.samples.iter_mut().flatten() {
+                s.request_id = Some(format!("tp-{id}-{index}-{n}"));
+                n += 1;
+            }
+        }
         r
     }
+
+    /// A plausible wall-clock instant of a level's start.
+    const T0: f64 = 1_700_000_000.0;
 
     const KEYS: [LevelKey; 2] = [
         LevelKey {
@@ -342,7 +497,7 @@ mod tests {
     fn one_shard_merges_into_itself() {
         let levels = KEYS
             .iter()
-            .map(|k| level(*k, (0..200).map(sample).collect(), 1000.0))
+            .map(|k| level(*k, (0..200).map(sample).collect(), T0))
             .collect();
         let r = report(None, "run1", levels);
         let m = merge(&[("a.json".into(), r.clone())], &[]).unwrap();
@@ -354,7 +509,15 @@ mod tests {
     /// exactly (percentiles of the union, not of the shards), on one time line.
     #[test]
     fn shards_merge_into_the_statistics_of_the_union() {
-        let all: Vec<Sample> = (0..301).map(sample).collect();
+        // Sent from 1 s into the level on (a shard's own instants are never before its start).
+        let all: Vec<Sample> = (0..301)
+            .map(sample)
+            .map(|s| Sample {
+                sent_s: s.sent_s + 1.0,
+                end_s: s.end_s + 1.0,
+                ..s
+            })
+            .collect();
         let even: Vec<Sample> = all.iter().step_by(2).cloned().collect();
         let odd: Vec<Sample> = all.iter().skip(1).step_by(2).cloned().collect();
         // Shard 1 started its level 0.25 s after shard 0: its instants move by that much.
@@ -367,11 +530,11 @@ mod tests {
                 ..s.clone()
             })
             .collect();
-        let a = report(Some("0/2"), "run2", vec![level(KEYS[0], even, 5000.0)]);
+        let a = report(Some("0/2"), "run2", vec![level(KEYS[0], even, T0)]);
         let mut b = report(
             Some("1/2"),
             "run2",
-            vec![level(KEYS[0], odd_local, 5000.0 + late)],
+            vec![level(KEYS[0], odd_local, T0 + late)],
         );
         b.models[0].levels[0].loop_lag_s = Summary::of([0.004, 0.009]);
         let m = merge(&[("b.json".into(), b), ("a.json".into(), a)], &[]).unwrap();
@@ -394,7 +557,7 @@ mod tests {
         assert!((got.wall_s - wall).abs() < 1e-9, "{} vs {wall}", got.wall_s);
         assert!((got.output_tokens_per_s - want.output_tokens_per_s).abs() < 1e-9);
         assert_eq!(got.output_tokens, want.output_tokens);
-        assert_eq!(got.started_unix_s, Some(5000.0));
+        assert_eq!(got.started_unix_s, Some(T0));
         assert_eq!(
             got.loop_lag_s.as_ref().unwrap().p99,
             Summary::of([0.004, 0.009]).unwrap().p99
@@ -415,7 +578,7 @@ mod tests {
 
     #[test]
     fn reports_of_other_runs_or_incomplete_sets_are_refused() {
-        let lv = |k| vec![level(k, (0..10).map(sample).collect(), 1.0)];
+        let lv = |k| vec![level(k, (0..10).map(sample).collect(), T0)];
         let a = report(Some("0/2"), "r", lv(KEYS[0]));
         let b = report(Some("1/2"), "r", lv(KEYS[0]));
         assert!(merge(&[("a".into(), a.clone()), ("b".into(), b.clone())], &[]).is_ok());
@@ -447,5 +610,87 @@ mod tests {
         let bad = report(Some("2/2"), "r", lv(KEYS[0]));
         assert!(err(vec![a, bad]).contains("shard"));
         assert_eq!(merge(&[], &[]).unwrap_err(), MergeError::Empty);
+    }
+
+    /// What would merge silently wrong is refused, naming the file and the reason.
+    #[test]
+    fn what_would_merge_silently_wrong_is_refused() {
+        let lv = |start: f64| vec![level(KEYS[0], (0..10).map(sample).collect(), start)];
+        let a = report(Some("0/2"), "r", lv(T0));
+        let b = report(Some("1/2"), "r", lv(T0 + 0.01));
+        let err = |x: &Report, y: &Report| {
+            merge(
+                &[("a.json".into(), x.clone()), ("b.json".into(), y.clone())],
+                &[],
+            )
+            .unwrap_err()
+            .to_string()
+        };
+        assert!(
+            merge(
+                &[("a.json".into(), a.clone()), ("b.json".into(), b.clone())],
+                &[]
+            )
+            .is_ok()
+        );
+        // A shard's file relabelled as the other shard: its samples are the first shard's.
+        let mut relabelled = a.clone();
+        relabelled.run.as_mut().unwrap().shard = Some("1/2".into());
+        let e = err(&a, &relabelled);
+        assert!(
+            e.starts_with("b.json: m @ 2: sample 0 (tp-r-0-0) was sent by another shard"),
+            "{e}"
+        );
+        // The same sample in two files.
+        let mut twice = b.clone();
+        twice.models[0].levels[0].samples.as_mut().unwrap()[3].request_id = Some("tp-r-1-0".into());
+        let e = err(&a, &twice);
+        assert!(e.contains("sample tp-r-1-0 is in b.json too"), "{e}");
+        // Numbers no run measures.
+        for (field, v) in [("ttft", -5.0), ("ttft", 1e300), ("e2e", f64::NAN)] {
+            let mut bad = b.clone();
+            let s = &mut bad.models[0].levels[0].samples.as_mut().unwrap()[1];
+            match field {
+                "ttft" => s.ttft_s = Some(v),
+                _ => s.e2e_s = Some(v),
+            }
+            let e = err(&a, &bad);
+            assert!(
+                e.starts_with("b.json: m @ 2: sample 1's") && e.contains("not a duration"),
+                "{v}: {e}"
+            );
+        }
+        let mut far = b.clone();
+        far.models[0].levels[0].started_unix_s = Some(1e18);
+        assert!(
+            err(&a, &far).contains("its start is 1000000000000000000"),
+            "{}",
+            err(&a, &far)
+        );
+        // Shards that ran 5 s apart: their levels (about 0.4 s) never overlap.
+        let later = report(Some("1/2"), "r", lv(T0 + 5.0));
+        let e = err(&a, &later);
+        assert!(
+            e.starts_with("b.json: m @ 2 did not run at the same time as in a.json"),
+            "{e}"
+        );
+        // Fewer requests than asked, and nothing says why; then a shard's note that does.
+        let mut asked = a.clone();
+        asked.mode.requests_per_level = Some(30);
+        let mut asked_b = b.clone();
+        asked_b.mode.requests_per_level = Some(30);
+        let e = err(&asked, &asked_b);
+        assert!(
+            e.contains("has 20 requests of the 30 the run asked for"),
+            "{e}"
+        );
+        asked_b.models[0].levels[0]
+            .notes
+            .push("shard 1/2 had no worker at concurrency 2".into());
+        let m = merge(&[("a.json".into(), asked), ("b.json".into(), asked_b)], &[]).unwrap();
+        assert_eq!(
+            m.models[0].levels[0].notes,
+            ["shard 1/2 had no worker at concurrency 2"]
+        );
     }
 }

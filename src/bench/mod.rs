@@ -552,8 +552,8 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
     let BenchPlan {
         criteria,
         job,
-        spec,
-        prompts,
+        mut spec,
+        mut prompts,
         models,
         levels: level_keys,
         arrival,
@@ -576,6 +576,10 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         command,
     } = plan;
     let open = level_keys.iter().any(|k| k.rate.is_some());
+    identify(&mut spec, &mut prompts, &run_id, shard);
+    // The run's total per level: each level's share of this shard is its own (a closed loop's
+    // follows the shard's workers, so the shards send the total between them).
+    let per_level_total = amount;
     let amount = match amount {
         Amount::Requests(n) => Amount::Requests(shard.share(n)),
         d @ Amount::Duration(_) => d,
@@ -622,6 +626,7 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         shard,
         start,
         amount,
+        total: per_level_total,
         arrival,
         seed,
         warmup,
@@ -695,6 +700,15 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
     );
     watcher.abort();
     stopped_exit(&report, code, &outputs)
+}
+
+/// Every request of the run carries its identity, `x-request-id: tp-<run>-<shard>-<n>` (one
+/// counter for every spec of the run).
+fn identify(spec: &mut ProbeSpec, prompts: &mut [ProbeSpec], run_id: &str, shard: shard::Shard) {
+    let ids = crate::probe::RequestIds::new(&format!("tp-{run_id}-{}", shard.index));
+    for s in std::iter::once(spec).chain(prompts.iter_mut()) {
+        s.request_ids = Some(ids.clone());
+    }
 }
 
 /// The exit of a run: `code`, or for a stopped run its stderr line (what it kept, where, and what
@@ -881,7 +895,10 @@ pub fn write_outputs(
 struct Sender {
     shard: shard::Shard,
     start: Option<shard::StartPlan>,
+    /// This shard's share of a level (open loop; a duration).
     amount: Amount,
+    /// The whole run's amount per level (a closed loop's share follows the shard's workers).
+    total: Amount,
     arrival: Arrival,
     seed: u64,
     warmup: u64,
@@ -1023,6 +1040,15 @@ impl Sender {
             *done_units += self.per_level_units;
             lengths.add(&run.samples);
             let mut stats = fold_level(*key, run, &self.criteria, price.as_ref(), late, true);
+            if key.rate.is_none() && self.shard.workers(key.concurrency) == 0 {
+                // Said, so that a merge knows why this shard's part of the level is empty.
+                let note = format!(
+                    "shard {} had no worker at concurrency {} (the level's workers are on the shards before it): it sent nothing at this level",
+                    self.shard, key.concurrency
+                );
+                self.progress.println(&format!("  {label}: {note}"));
+                stats.notes.push(note);
+            }
             stats.server = server_side
                 .end(mi, li, &stats, &label, &self.progress)
                 .await;
@@ -1079,7 +1105,13 @@ impl Sender {
         let run = match key.rate {
             None => match shard.workers(key.concurrency) {
                 0 => runner::LevelRun::default(),
-                c => runner.closed(c, self.amount, label, done_units).await?,
+                c => {
+                    let amount = match self.total {
+                        Amount::Requests(n) => Amount::Requests(shard.requests(n, key.concurrency)),
+                        d @ Amount::Duration(_) => d,
+                    };
+                    runner.closed(c, amount, label, done_units).await?
+                }
             },
             Some(rate) => {
                 let level_seed = self

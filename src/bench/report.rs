@@ -814,6 +814,7 @@ pub(crate) mod tests {
                     requested_input_tokens: None,
                     requested_output_tokens: None,
                     turn: None,
+                    request_id: None,
                 }
             })
             .collect()

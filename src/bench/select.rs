@@ -410,6 +410,7 @@ pub(crate) mod tests {
             samples: None,
             cross_check: None,
             server: None,
+            notes: Vec::new(),
         }
     }
 

@@ -72,6 +72,32 @@ impl Shard {
         u32::try_from(self.share(u64::from(c))).unwrap_or(u32::MAX)
     }
 
+    /// The first of this shard's workers among the `c` of a closed-loop level (the shards
+    /// before it hold the ones before).
+    fn first_worker(&self, c: u32) -> u64 {
+        (0..self.index)
+            .map(|i| {
+                Shard {
+                    index: i,
+                    count: self.count,
+                }
+                .share(u64::from(c))
+            })
+            .sum()
+    }
+
+    /// This shard's requests of a closed-loop level of `c` workers that sends `total` in all:
+    /// its workers' part (worker `j` of `c` sends `total / c`, one more while `j < total % c`),
+    /// so the shards together send `total` even when one of them has no worker at the level.
+    pub fn requests(&self, total: u64, c: u32) -> u64 {
+        let c64 = u64::from(c.max(1));
+        let first = self.first_worker(c);
+        let w = u64::from(self.workers(c));
+        (first..first + w)
+            .map(|j| total / c64 + u64::from(j < total % c64))
+            .sum()
+    }
+
     /// This shard's arrival rate of an open-loop level at `rate`.
     pub fn rate(&self, rate: f64) -> f64 {
         rate / f64::from(self.count)
@@ -138,6 +164,21 @@ pub fn run_id(parts: &[&str]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn closed_loop_requests_follow_the_workers_so_the_shards_send_the_total() {
+        let of =
+            |i: u32, n: u32, total: u64, c: u32| Shard { index: i, count: n }.requests(total, c);
+        // 20 requests, 1 worker, 2 shards: shard 0 has the worker and sends all 20.
+        assert_eq!((of(0, 2, 20, 1), of(1, 2, 20, 1)), (20, 0));
+        // 20 requests, 3 workers on 2 shards (2 + 1): 7 + 7 and 6.
+        assert_eq!((of(0, 2, 20, 3), of(1, 2, 20, 3)), (14, 6));
+        for (n, total, c) in [(3, 100, 4), (4, 7, 2), (2, 1, 5), (5, 1000, 64)] {
+            let sum: u64 = (0..n).map(|i| of(i, n, total, c)).sum();
+            assert_eq!(sum, total, "{n} shards, {total} requests, {c} workers");
+        }
+        assert_eq!(of(0, 1, 20, 4), 20, "one shard sends everything");
+    }
 
     #[test]
     fn shards_parse_and_refuse_what_is_not_one() {

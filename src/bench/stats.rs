@@ -67,6 +67,10 @@ pub struct Sample {
     /// The conversation turn, from 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn: Option<u32>,
+    /// The `x-request-id` it was sent with (`<run>-<shard>-<n>`): the sample's identity, which
+    /// `bench merge` checks, and the key to the server's own log or a capture.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
 }
 
 /// Per level: the mean lengths asked for and reached (over successes), how many successes were
@@ -183,6 +187,7 @@ impl Sample {
             requested_input_tokens: r.requested_input_tokens,
             requested_output_tokens: r.requested_output_tokens,
             turn: r.turn,
+            request_id: r.request_id.clone(),
         }
     }
 
@@ -385,6 +390,9 @@ pub struct LevelStats {
     /// not collected.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server: Option<crate::servermetrics::level::ServerLevel>,
+    /// What a reader of the level must know (a shard that had no worker at it, say).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// The cost of a level at `price`: `(mean cost per request, cost per million output tokens)`
@@ -506,6 +514,7 @@ impl LevelStats {
             samples: None,
             cross_check: None,
             server: None,
+            notes: Vec::new(),
         }
     }
 
@@ -561,6 +570,7 @@ mod tests {
             requested_input_tokens: None,
             requested_output_tokens: None,
             turn: None,
+            request_id: None,
         }
     }
 

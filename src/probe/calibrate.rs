@@ -165,6 +165,7 @@ async fn prompt_tokens(prober: &Prober, spec: &ProbeSpec, text: String) -> Resul
         requested_input_tokens: None,
         requested_output_tokens: None,
         turn: None,
+        request_id: None,
     };
     let mut one = spec.clone();
     one.max_tokens = None;

@@ -109,6 +109,41 @@ pub struct ProbeSpec {
     pub tokens: TokenModel,
     /// Numbers the requests of this spec and its clones (each draws the next).
     seq: Arc<AtomicU64>,
+    /// `bench`: each request is sent with `x-request-id: <prefix>-<n>` (`n` shared by the
+    /// spec's clones), the sample's identity (a merge of shards checks it) and the key to match
+    /// it with the server's own log or a capture. `None`: no request id is sent.
+    pub request_ids: Option<RequestIds>,
+}
+
+/// The request ids of a run: a prefix and the next number, shared by every clone.
+#[derive(Debug, Clone)]
+pub struct RequestIds {
+    prefix: Arc<str>,
+    next: Arc<AtomicU64>,
+}
+
+impl RequestIds {
+    /// Ids `<prefix>-0`, `<prefix>-1`, ...
+    pub fn new(prefix: &str) -> Self {
+        RequestIds {
+            prefix: prefix.into(),
+            next: Arc::default(),
+        }
+    }
+
+    /// The next id.
+    pub fn take(&self) -> String {
+        format!(
+            "{}-{}",
+            self.prefix,
+            self.next.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+
+    /// The prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
 }
 
 impl ProbeSpec {
@@ -124,6 +159,7 @@ impl ProbeSpec {
             workload: job.prompt.workload.with_seeds(fresh_seed()),
             tokens: TokenModel::UNCALIBRATED,
             seq: Arc::default(),
+            request_ids: None,
         }
     }
 
@@ -225,7 +261,11 @@ impl Prober {
                 c.requested_output_tokens = Some(cap);
             }
         }
+        if let Some(ids) = &spec.request_ids {
+            content.to_mut().request_id = Some(ids.take());
+        }
         let mut r = self.send(spec, &content).await;
+        r.request_id.clone_from(&content.request_id);
         r.requested_input_tokens = content.requested_input_tokens.map(u64::from);
         // The workload's requested length, else the cap asked for exactly (`exact_output`).
         r.requested_output_tokens = content

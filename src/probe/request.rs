@@ -70,6 +70,17 @@ pub(super) fn build(
         HeaderValue::from_static("application/json"),
     );
     h.insert(header::ACCEPT, HeaderValue::from_static(accept));
+    // The request's identity, unless the target sets its own.
+    if let Some(id) = &content.request_id
+        && !spec
+            .target
+            .headers
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case("x-request-id"))
+    {
+        let v = HeaderValue::from_str(id).map_err(|_| BuildError("the request id".into()))?;
+        h.insert(HeaderName::from_static("x-request-id"), v);
+    }
     with_target_headers(req, spec, key)
 }
 

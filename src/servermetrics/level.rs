@@ -121,6 +121,9 @@ fn matches(s: &Sample, m: &Matcher) -> bool {
             .all(|(k, v)| s.label(k).is_some_and(|x| x == v))
 }
 
+/// The labels of a series, sorted, borrowed from its sample.
+type SeriesKey<'a> = Vec<(&'a str, &'a str)>;
+
 /// A series' identity: its labels, sorted (the name is the matcher's).
 fn series_key(s: &Sample) -> Vec<(&str, &str)> {
     let mut l: Vec<(&str, &str)> = s
@@ -187,11 +190,14 @@ impl Running {
 #[derive(Debug, Clone, Default)]
 struct GaugeAcc {
     all: Running,
-    per_gpu: BTreeMap<(String, String), Running>,
+    per_gpu: BTreeMap<GpuKey, Running>,
 }
 
+/// A GPU of a level: its endpoint and its `gpu` label.
+type GpuKey = (String, String);
+
 /// The value of a gauge-like rule in one scrape taken during the level, and per GPU.
-fn gauge_value(snap: &Snapshot, rule: &Rule) -> (Option<f64>, Vec<((String, String), f64)>) {
+fn gauge_value(snap: &Snapshot, rule: &Rule) -> (Option<f64>, Vec<(GpuKey, f64)>) {
     let key = |s: &Sample| {
         (
             s.label(ENDPOINT_LABEL).unwrap_or("?").to_owned(),
@@ -297,7 +303,7 @@ fn le_of(s: &Sample) -> Option<f64> {
 /// Whether every series of a histogram in `snap` has cumulative counts that never decrease
 /// with `le` (a histogram whose buckets decrease is not one).
 fn buckets_cumulative(snap: &Snapshot, bucket: &Matcher) -> bool {
-    let mut groups: BTreeMap<Vec<(&str, &str)>, Vec<(f64, f64)>> = BTreeMap::new();
+    let mut groups: BTreeMap<SeriesKey<'_>, Vec<(f64, f64)>> = BTreeMap::new();
     for s in series(snap, bucket) {
         let Some(le) = le_of(s) else { continue };
         let mut key = series_key(s);

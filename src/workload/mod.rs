@@ -41,6 +41,8 @@ pub struct RequestContent {
     pub requested_output_tokens: Option<u32>,
     /// The turn of a conversation, from 1; `None` outside conversations.
     pub turn: Option<u32>,
+    /// The `x-request-id` sent with it (`bench`), if any.
+    pub request_id: Option<String>,
 }
 
 /// A `synthetic` prompt.
@@ -152,6 +154,7 @@ impl Workload {
                 requested_input_tokens: None,
                 requested_output_tokens: None,
                 turn: None,
+                request_id: None,
             },
             Workload::Synthetic(s) => s.draw(seq, tokens),
             Workload::Dataset(d) => d.draw(seq),
@@ -190,6 +193,7 @@ impl Synthetic {
             requested_input_tokens: Some(input),
             requested_output_tokens: Some(output),
             turn: None,
+            request_id: None,
         }
     }
 }
@@ -213,6 +217,7 @@ impl Dataset {
             requested_input_tokens: None,
             requested_output_tokens: None,
             turn: None,
+            request_id: None,
         }
     }
 }
@@ -294,6 +299,7 @@ impl Turns {
             requested_input_tokens: (self.turn == 1).then_some(user_tokens),
             requested_output_tokens: Some(output),
             turn: Some(self.turn),
+            request_id: None,
         }
     }
 
