@@ -71,25 +71,37 @@ pub struct Stamp {
 /// The latest stamped read of the connections of one client (one probe at a time uses them, so
 /// the latest read is the current probe's), shared between the connections and the prober.
 #[derive(Debug, Clone, Default)]
-pub struct ReadStamps(Arc<Mutex<Option<Stamp>>>);
+pub struct ReadStamps(Arc<Mutex<Reads>>);
+
+/// What the reads since the last reset saw.
+#[derive(Debug, Clone, Copy, Default)]
+struct Reads {
+    latest: Option<Stamp>,
+    bytes: u64,
+}
 
 impl ReadStamps {
-    /// Forgets the latest read (a new probe starts).
+    /// Forgets the reads so far (a new probe starts).
     pub fn reset(&self) {
         if let Ok(mut s) = self.0.lock() {
-            *s = None;
+            *s = Reads::default();
         }
     }
 
     /// The latest read since the last reset.
     pub fn latest(&self) -> Option<Stamp> {
-        self.0.lock().ok().and_then(|s| *s)
+        self.0.lock().ok().and_then(|s| s.latest)
     }
 
-    /// Records a read that just returned, with the kernel's wall-clock stamp of its bytes. The
-    /// stamp is mapped to the monotonic clock by reading both clocks now: the kernel instant is
-    /// `now - (wall now - stamp)`.
-    fn record(&self, wall: Option<SystemTime>) {
+    /// The bytes read since the last reset (TLS included).
+    pub fn bytes(&self) -> u64 {
+        self.0.lock().map_or(0, |s| s.bytes)
+    }
+
+    /// Records a read of `n` bytes that just returned, with the kernel's wall-clock stamp of its
+    /// bytes. The stamp is mapped to the monotonic clock by reading both clocks now: the kernel
+    /// instant is `now - (wall now - stamp)`.
+    fn record(&self, n: usize, wall: Option<SystemTime>) {
         let (user, wall_now) = (Instant::now(), SystemTime::now());
         let kernel = wall.and_then(|w| {
             let age = wall_now.duration_since(w).unwrap_or(Duration::ZERO);
@@ -98,7 +110,8 @@ impl ReadStamps {
                 .flatten()
         });
         if let Ok(mut s) = self.0.lock() {
-            *s = Some(Stamp { kernel, user });
+            s.latest = Some(Stamp { kernel, user });
+            s.bytes = s.bytes.saturating_add(n as u64);
         }
     }
 }
@@ -162,7 +175,7 @@ impl AsyncRead for StampedStream {
                     Ok((n, at)) => {
                         buf.advance(n);
                         if n > 0 {
-                            this.stamps.record(at);
+                            this.stamps.record(n, at);
                         }
                         return Poll::Ready(Ok(()));
                     }
@@ -174,7 +187,7 @@ impl AsyncRead for StampedStream {
         let before = buf.filled().len();
         ready!(Pin::new(&mut this.tcp).poll_read(cx, buf))?;
         if buf.filled().len() > before {
-            this.stamps.record(None);
+            this.stamps.record(buf.filled().len() - before, None);
         }
         Poll::Ready(Ok(()))
     }

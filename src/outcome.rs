@@ -532,6 +532,9 @@ fn find_in_chain<'a, T: std::error::Error + 'static>(
 fn not_http(e: &(dyn std::error::Error + 'static)) -> bool {
     find_in_chain::<hyper::Error>(e)
         .is_some_and(|h| h.is_parse() || h.is_parse_too_large() || h.is_parse_status())
+        // HTTP/2: the client's own library found the peer breaking the protocol (a head that
+        // never ends, a SETTINGS flood, a frame too large) and ended the connection for it.
+        || find_in_chain::<h2::Error>(e).is_some_and(h2::Error::is_library)
 }
 
 /// `e: cause: cause` (no part repeated).

@@ -37,7 +37,14 @@ const REFUSED_STREAM: u32 = 0x7;
 enum Fault {
     RefuseStream,
     GoAway,
+    /// A response head that never ends: HEADERS without END_HEADERS, then CONTINUATION frames
+    /// of 16 KiB each, endlessly (the CONTINUATION flood of CVE-2024-27316 and kin).
+    ContinuationFlood,
+    /// SETTINGS frames, one after another, none waiting for its ACK.
+    SettingsFlood,
 }
+
+const CONTINUATION: u8 = 9;
 
 fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     let len = payload.len() as u32;
@@ -81,6 +88,35 @@ where
                 let n = counts.requests.fetch_add(1, Ordering::SeqCst) + 1;
                 if n == 1 {
                     match fault {
+                        Fault::ContinuationFlood => {
+                            s.write_all(&frame(HEADERS, 0, stream, &[0x88])).await?;
+                            // A literal header, never indexed, repeated: 16 KiB per frame.
+                            let block = [0x10, 0x01, b'x', 0x7f, 0x81, 0x7f]
+                                .iter()
+                                .copied()
+                                .chain(std::iter::repeat_n(b'a', 16 * 1024 - 6))
+                                .collect::<Vec<u8>>();
+                            for _ in 0..2_000 {
+                                if s.write_all(&frame(CONTINUATION, 0, stream, &block))
+                                    .await
+                                    .is_err()
+                                {
+                                    return Ok(());
+                                }
+                            }
+                            return Ok(());
+                        }
+                        Fault::SettingsFlood => {
+                            for _ in 0..100_000 {
+                                if s.write_all(&frame(SETTINGS, 0, 0, &[0, 3, 0, 0, 0, 100]))
+                                    .await
+                                    .is_err()
+                                {
+                                    return Ok(());
+                                }
+                            }
+                            return Ok(());
+                        }
                         Fault::RefuseStream => {
                             s.write_all(&frame(
                                 RST_STREAM,
@@ -219,4 +255,19 @@ async fn the_test_server_answers_a_second_request() {
     assert_eq!(second["outcome"], "success", "{second}");
     assert_eq!(second["output_tokens"], 2, "{second}");
     assert_eq!(counts.requests.load(Ordering::SeqCst), 2);
+}
+
+/// A server that abuses HTTP/2's framing (a head that never ends, a flood of SETTINGS) spoke,
+/// badly: `malformed`, as the same abuse over HTTP/1 is, never a network fault (`connect`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_framing_abuse_is_malformed() {
+    for fault in [Fault::ContinuationFlood, Fault::SettingsFlood] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (addr, counts) = start_h2(fault, dir.path()).await;
+        let v = tokio::task::spawn_blocking(move || probe(addr))
+            .await
+            .expect("probe task");
+        assert_eq!(v["error_type"], "malformed", "{fault:?}: {v}");
+        assert_eq!(counts.requests.load(Ordering::SeqCst), 1, "{fault:?}");
+    }
 }

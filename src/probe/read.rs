@@ -24,6 +24,10 @@ use tokio::time::timeout_at;
 /// How much of an error body is read for classification and the message, and how much of a 2xx
 /// body that has yielded no event yet is kept to judge it whole (bytes; ruling 1 and 5).
 const MAX_ERROR_BODY: usize = 64 * 1024;
+/// What a server may send before its response head (the TLS handshake, HTTP/2's SETTINGS and
+/// WINDOW_UPDATE frames take a few KiB); past it, a connection lost before the head is the
+/// server's doing (`malformed`), not the network's.
+const MAX_BYTES_BEFORE_HEAD: u64 = 64 * 1024;
 
 /// The most body bytes one probe reads (after decompression); past it the probe fails as
 /// `malformed`. Memory does not grow with the body (events are folded as they arrive); this bounds
@@ -153,7 +157,14 @@ async fn request_and_read(
     let resp = match timeout_at(deadline.into(), transport.send(req)).await {
         Err(_) => return head_late(m),
         Ok(Err(e)) => {
-            let (kind, detail) = classify_transport(&e, proxy);
+            let (mut kind, mut detail) = classify_transport(&e, proxy);
+            let sent = transport.stamps.bytes();
+            if kind == ErrorType::Connect && sent > MAX_BYTES_BEFORE_HEAD {
+                // Not the network: the server kept talking (HTTP/2 frames: a SETTINGS flood, a
+                // head that never ends) and never gave a response head.
+                kind = ErrorType::Malformed;
+                detail = format!("the server sent {sent} bytes but no response head: {detail}");
+            }
             m.fail(kind, Instant::now(), detail);
             let mut r = m.finish();
             r.exporter_fault = crate::resources::is_fd_exhaustion(&e);
