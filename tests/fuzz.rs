@@ -1,6 +1,7 @@
 //! Bounded fuzzing of the parsers that read untrusted bytes: the SSE decoder, the four protocol
-//! interpreters with the measurement fold behind them, the whole-body judgement of ruling 1, and
-//! the config parser. The machine has no nightly toolchain for cargo-fuzz, so this is a mutation
+//! interpreters with the measurement fold behind them, the whole-body judgement of ruling 1, the
+//! config parser, dataset files, metrics expositions (parsed and folded into a level) and shard
+//! reports (merged and rendered). The machine has no nightly toolchain for cargo-fuzz, so this is a mutation
 //! fuzzer on proptest: inputs are taken from the corpus (`tests/fuzz-corpus/`, plus every stream
 //! case's body and every shipped config), mutated (bytes flipped, inserted, deleted, spliced,
 //! duplicated), split into reads at random points, and fed through. Properties:
@@ -311,6 +312,164 @@ fn fuzz_config_parser() {
     eprintln!(
         "fuzz config: {} cases in {:.1} s",
         cases(CONFIG_CASES),
+        started.elapsed().as_secs_f64()
+    );
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+/// The files of `dir` whose names end in one of `suffixes`.
+fn corpus_of(dirs: &[&str], suffixes: &[&str]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    for dir in dirs {
+        for s in suffixes {
+            for p in files_in(&repo().join(dir), s) {
+                if let Ok(b) = std::fs::read(p) {
+                    out.push(b);
+                }
+            }
+        }
+    }
+    assert!(!out.is_empty(), "no corpus in {dirs:?} {suffixes:?}");
+    out
+}
+
+const FILE_CASES: u32 = 600;
+
+/// Dataset files (ShareGPT JSON, JSONL): a conversation list or an error that says where,
+/// never a panic; every conversation ends with a user message.
+#[test]
+fn fuzz_dataset_files() {
+    use tokenprobe::workload::dataset::{DatasetFormat, parse};
+    let started = Instant::now();
+    let mut runner = runner("dataset", cases(FILE_CASES));
+    let result = runner.run(
+        &input(corpus_of(&["examples/datasets"], &[".json", ".jsonl"])),
+        |(bytes, _)| {
+            let text = String::from_utf8_lossy(&bytes);
+            for format in [DatasetFormat::Sharegpt, DatasetFormat::Jsonl] {
+                match parse(&text, format) {
+                    Ok(conversations) => {
+                        prop_assert!(!conversations.is_empty());
+                        for c in &conversations {
+                            prop_assert_eq!(c.last().map(|m| m.role.as_str()), Some("user"));
+                        }
+                    }
+                    Err(e) => prop_assert!(!e.trim().is_empty()),
+                }
+            }
+            Ok(())
+        },
+    );
+    eprintln!(
+        "fuzz datasets: {} cases in {:.1} s",
+        cases(FILE_CASES),
+        started.elapsed().as_secs_f64()
+    );
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+/// Metrics expositions: parsed strictly (or refused), and folded into a level whose every
+/// statistic is a finite number (never `null` in the JSON), whatever the samples hold.
+#[test]
+fn fuzz_server_metrics_expositions() {
+    use tokenprobe::servermetrics::expo::parse;
+    use tokenprobe::servermetrics::level::{ENDPOINT_LABEL, LevelScrapes, Snapshot, fold};
+    use tokenprobe::servermetrics::signals::known;
+    let started = Instant::now();
+    let mut runner = runner("expositions", cases(FILE_CASES));
+    let signals = known();
+    let result = runner.run(
+        &input(corpus_of(&["tests/fixtures/servermetrics"], &[".prom"])),
+        |(bytes, cuts)| {
+            let text = String::from_utf8_lossy(&bytes);
+            let Ok(mut samples) = parse(&text) else {
+                return Ok(());
+            };
+            for s in &mut samples {
+                s.labels.push((ENDPOINT_LABEL.into(), "0".into()));
+            }
+            // The same exposition before, during (twice, the second cut short) and after.
+            let cut = cuts
+                .first()
+                .map_or(samples.len(), |c| c % (samples.len() + 1));
+            let snap = |at_s: f64, samples: &[tokenprobe::servermetrics::expo::Sample]| Snapshot {
+                at_s,
+                samples: samples.to_vec(),
+            };
+            let l = LevelScrapes {
+                before: Some(snap(0.0, &samples)),
+                during: vec![snap(0.5, &samples), snap(1.0, &samples[..cut])],
+                after: Some(snap(1.5, &samples)),
+                ..LevelScrapes::default()
+            };
+            let s = fold(&l, &signals, 1.5);
+            let json = serde_json::to_string(&s).expect("a server block serialises");
+            prop_assert!(!json.contains("null"), "{}", json);
+            for (name, st) in &s.signals {
+                for v in [st.mean, st.max, st.p50, st.p95, st.count]
+                    .into_iter()
+                    .flatten()
+                {
+                    prop_assert!(v.is_finite(), "{} = {}", name, v);
+                }
+            }
+            Ok(())
+        },
+    );
+    eprintln!(
+        "fuzz expositions: {} cases in {:.1} s",
+        cases(FILE_CASES),
+        started.elapsed().as_secs_f64()
+    );
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+/// Shard reports: a mutated report (and itself as the other shard) either merges into a report
+/// whose numbers are finite, or is refused with a reason; never a panic.
+#[test]
+fn fuzz_shard_reports() {
+    use tokenprobe::bench::merge::merge;
+    use tokenprobe::bench::report::Report;
+    let started = Instant::now();
+    let mut runner = runner("shard_reports", cases(FILE_CASES / 3));
+    let result = runner.run(
+        &input(corpus_of(
+            &["tests/bench-report", "tests/fuzz-corpus"],
+            &[".json"],
+        )),
+        |(bytes, _)| {
+            let Ok(r) = serde_json::from_slice::<Report>(&bytes) else {
+                return Ok(());
+            };
+            for set in [vec![r.clone()], vec![r.clone(), r.clone()]] {
+                let named: Vec<(String, Report)> = set
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, r)| (format!("shard{i}.json"), r))
+                    .collect();
+                match merge(&named, &[]) {
+                    Ok(m) => {
+                        for l in m.models.iter().flat_map(|m| &m.levels) {
+                            prop_assert!(l.wall_s.is_finite() && l.output_tokens_per_s.is_finite());
+                        }
+                        // The page renders whatever merged.
+                        prop_assert!(tokenprobe::bench::html::page(&m).is_ok());
+                    }
+                    Err(e) => prop_assert!(!e.to_string().trim().is_empty()),
+                }
+            }
+            Ok(())
+        },
+    );
+    eprintln!(
+        "fuzz shard reports: {} cases in {:.1} s",
+        cases(FILE_CASES / 3),
         started.elapsed().as_secs_f64()
     );
     if let Err(e) = result {
