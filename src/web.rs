@@ -214,6 +214,9 @@ impl Auth {
         let pass = pass.to_owned();
         let matched = tokio::task::spawn_blocking(move || {
             let _permit = permit;
+            // The lowest priority there is without privileges: when probes and bcrypt both want
+            // a core, the probes get it (a flood of wrong passwords is bcrypt all the time).
+            crate::resources::lower_thread_priority(19);
             bcrypt::verify(pass, &hash).unwrap_or(false)
         })
         .await

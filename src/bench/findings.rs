@@ -208,9 +208,9 @@ fn queueing(m: &ModelReport, t: &Thresholds) -> Option<Finding> {
                 m,
                 b,
                 format!(
-                    "requests waiting grew from {wa:.1} to {wb:.1} at {} while aggregate tokens/s grew {:+.0}% (below {:+.0}%): the server is saturated; more load only adds queueing delay to TTFT. This is the knee seen from the server.",
+                    "requests waiting grew from {wa:.1} to {wb:.1} at {} while aggregate tokens/s {} (less than {:+.0}%): the server is saturated; more load only adds queueing delay to TTFT. This is the knee seen from the server.",
                     b.key.label(),
-                    growth * 100.0,
+                    change(growth),
                     t.queueing_tps_growth * 100.0
                 ),
             )
@@ -278,16 +278,47 @@ fn long_tail(m: &ModelReport, t: &Thresholds) -> Option<Finding> {
     })
 }
 
+/// What a level's errors were, most frequent first (`timeout_first_token 16, server_error 2`),
+/// and whether most of them were the client's own deadlines (`timeout_*`).
+fn error_kinds(l: &LevelStats) -> (String, bool) {
+    let mut kinds: Vec<(&String, &u64)> = l.errors.iter().collect();
+    kinds.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    let timeouts: u64 = l
+        .errors
+        .iter()
+        .filter(|(k, _)| k.starts_with("timeout_"))
+        .map(|(_, n)| n)
+        .sum();
+    let all: u64 = l.errors.values().sum();
+    let shown: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    (shown.join(", "), all > 0 && timeouts * 2 > all)
+}
+
+/// A change as a person says it: "grew 12%", "fell 37%".
+fn change(ratio: f64) -> String {
+    if ratio < 0.0 {
+        format!("fell {:.0}%", -ratio * 100.0)
+    } else {
+        format!("grew {:.0}%", ratio * 100.0)
+    }
+}
+
 fn errors_past_knee(m: &ModelReport, t: &Thresholds) -> Option<Finding> {
     let k = m.knee.as_ref()?;
     m.levels.iter().skip(k.index + 1).find_map(|l| {
         (l.error_rate > t.errors_past_knee).then(|| {
+            let (kinds, timeouts) = error_kinds(l);
+            let why = if timeouts {
+                "most are the client's own deadlines (timeouts in the config): beyond the knee requests wait longer than they allow, so the server's queue, not a refusal, fails them"
+            } else {
+                "beyond the knee the server sheds load"
+            };
             finding(
                 "errors_past_knee",
                 m,
                 l,
                 format!(
-                    "{:.2}% of requests failed at {}, past the knee at {} (above {:.2}%): beyond the knee the server sheds load; keep production load below the knee or add capacity.",
+                    "{:.2}% of requests failed at {} ({kinds}), past the knee at {} (above {:.2}%): {why}; keep production load below the knee or add capacity.",
                     l.error_rate * 100.0,
                     l.key.label(),
                     k.level.label(),
@@ -321,8 +352,25 @@ fn client_server_gap(m: &ModelReport, t: &Thresholds) -> Vec<Finding> {
     let tokens = m.levels.iter().find_map(|l| {
         let s = server_mean(l, "generation_tokens_per_s")?;
         let c = l.output_tokens_per_s;
+        let (_, timeouts) = error_kinds(l);
+        // Tokens of requests the client gave up on still count on the server.
+        let cause = if timeouts {
+            "the client gave up on requests (its deadlines) that the server went on generating for"
+        } else {
+            "other traffic shares the server, or the server counts tokens the client does not (check usage reporting and other clients)"
+        };
         if c <= 0.0 {
-            return None;
+            return (s > 0.0).then(|| {
+                finding(
+                    "client_server_gap",
+                    m,
+                    l,
+                    format!(
+                        "the server generated {s:.1} tokens/s at {} but the client received none: {cause}.",
+                        l.key.label()
+                    ),
+                )
+            });
         }
         let off = s / c - 1.0;
         (off.abs() > t.client_server_tokens_gap).then(|| {
@@ -331,7 +379,7 @@ fn client_server_gap(m: &ModelReport, t: &Thresholds) -> Vec<Finding> {
                 m,
                 l,
                 format!(
-                    "the server generated {s:.1} tokens/s at {} but the client received {c:.1} ({:+.1}%, beyond ±{:.1}%): other traffic shares the server, or the server counts tokens the client does not (check usage reporting and other clients).",
+                    "the server generated {s:.1} tokens/s at {} but the client received {c:.1} ({:+.1}%, beyond ±{:.1}%): {cause}.",
                     l.key.label(),
                     off * 100.0,
                     t.client_server_tokens_gap * 100.0

@@ -594,11 +594,13 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         * prompts.len().max(1) as u64;
     let prompt_names: Vec<&str> = prompts.iter().map(|p| p.prompt.name.as_str()).collect();
     let progress = Progress::new(total, show);
-    // The report's target: the first model's (the --target's unless a pair names another).
+    // The report's target: every model's (the --target's unless pairs name others), in the
+    // order of the models, each once.
     let head = models
         .first()
         .map_or_else(|| job.target.clone(), |m| m.target.clone());
     let mixed = models.iter().any(|m| m.target != head);
+    let (target_names, base_urls, urls) = targets_of(&head, &models);
     let names: Vec<String> = models
         .iter()
         .map(|m| if mixed { m.name() } else { m.model.clone() })
@@ -615,9 +617,8 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         String::new()
     };
     progress.println(&format!(
-        "tokenprobe bench: target {} ({}), prompt {}, models {}, {} levels ({load}){part}",
-        head.name,
-        crate::redact::redact_url(&head.url()),
+        "tokenprobe bench: target {target_names} ({}), prompt {}, models {}, {} levels ({load}){part}",
+        urls,
         prompt_names.join(", "),
         names.join(", "),
         level_keys.len(),
@@ -664,8 +665,8 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         version: env!("CARGO_PKG_VERSION").into(),
         started_at,
         command: Some(crate::redact::command_line(&command, &redactor)),
-        target: head.name.clone(),
-        base_url: crate::redact::redact_url(&head.base_url),
+        target: target_names,
+        base_url: base_urls,
         api: head.api.to_string(),
         prompt: prompt_names.join(","),
         max_tokens: spec.max_tokens,
@@ -700,6 +701,32 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
     );
     watcher.abort();
     stopped_exit(&report, code, &outputs)
+}
+
+/// Every target of a run (`head`'s first, then each model's, each once): their names, base URLs
+/// and endpoint URLs (redacted), each list joined by `, `.
+fn targets_of(head: &Arc<Target>, models: &[BenchModel]) -> (String, String, String) {
+    let mut targets: Vec<&Target> = Vec::new();
+    for t in std::iter::once(head).chain(models.iter().map(|m| &m.target)) {
+        if !targets.iter().any(|x| x.name == t.name) {
+            targets.push(t);
+        }
+    }
+    let joined = |f: &dyn Fn(&Target) -> String| {
+        let mut v: Vec<String> = Vec::new();
+        for t in &targets {
+            let x = f(t);
+            if !v.contains(&x) {
+                v.push(x);
+            }
+        }
+        v.join(", ")
+    };
+    (
+        joined(&|t| t.name.clone()),
+        joined(&|t| crate::redact::redact_url(&t.base_url)),
+        joined(&|t| crate::redact::redact_url(&t.url())),
+    )
 }
 
 /// Every request of the run carries its identity, `x-request-id: tp-<run>-<shard>-<n>` (one

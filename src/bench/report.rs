@@ -103,9 +103,10 @@ pub struct Report {
     /// The command line that ran the bench, secrets redacted (absent in older reports).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
-    /// The config's target name (the first model's, when `--models` names several targets).
+    /// The config's target name; every model's, in order and joined by `, `, when `--models`
+    /// names several targets.
     pub target: String,
-    /// Its base URL.
+    /// Their base URLs, likewise.
     pub base_url: String,
     /// Its protocol.
     pub api: String,

@@ -183,7 +183,18 @@ pub fn select(models: &[ModelReport], c: &Criteria) -> Selection {
             continue;
         };
         label.get_or_insert_with(|| l.key.label());
-        let reasons: Vec<String> = c.limits.iter().filter_map(|lim| lim.violation(l)).collect();
+        let mut reasons: Vec<String> = c.limits.iter().filter_map(|lim| lim.violation(l)).collect();
+        if l.successes == 0 {
+            // Nothing to rank it by: every value of the level is missing.
+            reasons.insert(
+                0,
+                format!(
+                    "no request succeeded at {} ({} sent)",
+                    l.key.label(),
+                    l.requests
+                ),
+            );
+        }
         if reasons.is_empty() {
             eligible.push((name, l));
         } else {
@@ -509,6 +520,20 @@ pub(crate) mod tests {
         // slow: ttft 0.5/1.0 = 0.5, agg 200/400 = 0.5 → 0.5.
         assert_eq!(s.ranked[1].score, 0.5);
         assert_eq!(s.ranked[1].rank, 2);
+        // A model that had no success at the level is not ranked (every value missing).
+        let mut dead = level(8, 0.0, 1.0, 1.0);
+        dead.successes = 0;
+        let models = vec![
+            model("fast", vec![level(8, 400.0, 0.5, 0.0)]),
+            model("dead", vec![dead]),
+        ];
+        let s = select(&models, &Criteria::default());
+        assert_eq!(s.ranked.len(), 1);
+        assert_eq!(s.rejected[0].model, "dead");
+        assert_eq!(
+            s.rejected[0].reasons[0],
+            "no request succeeded at 8 (100 sent)"
+        );
     }
 
     #[test]

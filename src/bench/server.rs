@@ -153,12 +153,8 @@ impl ServerSide {
                 folded.errors.join("; ")
             ));
         }
-        if server.invalid_samples > 0 {
-            progress.println(&format!(
-                "  {label}: {} server samples left out as not data ({})",
-                server.invalid_samples,
-                server.notes.join("; ")
-            ));
+        for note in &server.notes {
+            progress.println(&format!("  {label}: server: {note}"));
         }
         if folded.during == 0 {
             // Gauges are read from the scrapes inside the level: there were none.

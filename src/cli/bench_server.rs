@@ -13,12 +13,12 @@ use std::time::Duration;
 /// The server-metrics flags of `tokenprobe bench`.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct ServerArgs {
-    /// Scrape this Prometheus/OpenMetrics endpoint around and during every level (repeatable; the target's key and auth header are sent, as llama.cpp's /metrics wants). Adds to the target's server_metrics.
+    /// Scrape this Prometheus/OpenMetrics endpoint around and during every level (repeatable; the target's key and auth header are sent when the endpoint is the target's host and port, as llama.cpp's /metrics wants). Adds to the target's server_metrics.
     #[arg(long = "server-metrics", value_name = "URL")]
     pub server_metrics: Vec<String>,
-    /// Time between scrapes of --server-metrics during a level.
-    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
-    pub server_metrics_interval: Duration,
+    /// Time between scrapes during a level, of --server-metrics and of the config's endpoints that set no interval (default 1s).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub server_metrics_interval: Option<Duration>,
     /// Query this Prometheus server's API for the server signals of every level (after the sweep).
     #[arg(long, value_name = "URL")]
     pub prometheus: Option<String>,
@@ -51,7 +51,9 @@ impl ServerArgs {
     /// # Errors
     /// [`BenchError::Usage`] for a URL, interval, query or threshold that is not valid.
     pub fn plan(&self, targets: &[&Target]) -> Result<ServerPlan, BenchError> {
-        let interval = self.server_metrics_interval;
+        let interval = self
+            .server_metrics_interval
+            .unwrap_or(crate::servermetrics::DEFAULT_INTERVAL);
         if interval < Duration::from_millis(50) || interval > Duration::from_secs(3600) {
             return Err(BenchError::Usage(
                 "--server-metrics-interval must be between 50ms and 1h".into(),
@@ -64,12 +66,27 @@ impl ServerArgs {
             .iter()
             .map(|target| {
                 let mut endpoints = target.server_metrics.clone();
-                endpoints.extend(self.server_metrics.iter().map(|u| Endpoint {
-                    url: u.clone(),
-                    interval,
-                    timeout: DEFAULT_TIMEOUT.min(interval),
-                    auth: target.api_key.clone().map(|k| (target.auth, k)),
-                    families: Vec::new(),
+                // The flag's interval for the config's endpoints that set none.
+                if self.server_metrics_interval.is_some() {
+                    for e in endpoints.iter_mut().filter(|e| !e.interval_given) {
+                        e.interval = interval;
+                        e.timeout = e.timeout.min(interval);
+                    }
+                }
+                endpoints.extend(self.server_metrics.iter().map(|u| {
+                    Endpoint {
+                        url: u.clone(),
+                        interval,
+                        interval_given: true,
+                        timeout: DEFAULT_TIMEOUT.min(interval),
+                        // The target's key goes only where the target is.
+                        auth: target
+                            .api_key
+                            .clone()
+                            .filter(|_| crate::servermetrics::same_origin(u, &target.base_url))
+                            .map(|k| (target.auth, k)),
+                        families: Vec::new(),
+                    }
                 }));
                 endpoints
             })
@@ -143,8 +160,12 @@ mod tests {
     #[test]
     fn flags_add_endpoints_with_the_targets_key_and_set_thresholds() {
         let a = ServerArgs {
-            server_metrics: vec!["http://127.0.0.1:3/metrics".into()],
-            server_metrics_interval: Duration::from_millis(250),
+            // The target's host and port (its key goes there), and another host (it does not).
+            server_metrics: vec![
+                "http://127.0.0.1:1/metrics".into(),
+                "http://127.0.0.1:9100/metrics".into(),
+            ],
+            server_metrics_interval: Some(Duration::from_millis(250)),
             prometheus: Some("http://prom:9090/".into()),
             prometheus_queries: vec!["requests_waiting.max=max(q)".into()],
             prometheus_wait: Duration::from_secs(1),
@@ -153,8 +174,12 @@ mod tests {
         let p = a.plan(&[&target()]).expect("plan");
         assert_eq!(p.endpoints.len(), 1, "one model");
         let endpoints = &p.endpoints[0];
-        assert_eq!(endpoints.len(), 2, "the config's, then the flag's");
-        assert_eq!(endpoints[0].interval, Duration::from_secs(2));
+        assert_eq!(endpoints.len(), 3, "the config's, then the flag's");
+        assert_eq!(
+            endpoints[0].interval,
+            Duration::from_secs(2),
+            "the config's own"
+        );
         let e = &endpoints[1];
         assert_eq!(
             (e.interval, e.timeout),
@@ -164,6 +189,10 @@ mod tests {
             e.auth,
             Some((crate::config::AuthStyle::XApiKey, _))
         ));
+        assert!(
+            endpoints[2].auth.is_none(),
+            "not the target's origin: no key"
+        );
         let prom = p.prometheus.expect("prometheus");
         assert_eq!(prom.url, "http://prom:9090");
         assert!(
@@ -177,7 +206,7 @@ mod tests {
     #[test]
     fn what_would_not_work_is_refused() {
         let base = || ServerArgs {
-            server_metrics_interval: Duration::from_secs(1),
+            server_metrics_interval: Some(Duration::from_secs(1)),
             prometheus_wait: Duration::from_secs(1),
             ..ServerArgs::default()
         };
@@ -203,7 +232,7 @@ mod tests {
         });
         assert!(m.contains("unknown"), "{m}");
         let m = err(ServerArgs {
-            server_metrics_interval: Duration::from_millis(10),
+            server_metrics_interval: Some(Duration::from_millis(10)),
             ..base()
         });
         assert!(m.contains("between 50ms and 1h"), "{m}");

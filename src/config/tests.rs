@@ -815,17 +815,20 @@ fn a_tokenizer_is_checked_at_load() {
 #[test]
 fn a_server_metrics_entry_may_be_a_plain_url() {
     let ok = Config::parse(&format!(
-        "{BASE}    api_key: k3y\n    server_metrics: [http://x:9/metrics, {{url: http://y/metrics, auth: none}}]\n"
+        "{BASE}    api_key: k3y\n    server_metrics: [http://x/metrics, {{url: http://y/metrics, auth: none}}]\n"
     ))
     .unwrap();
     let t = &ok.jobs[0].target;
     let (a, b) = (&t.server_metrics[0], &t.server_metrics[1]);
-    assert_eq!(a.url, "http://x:9/metrics");
+    assert_eq!(a.url, "http://x/metrics");
     assert_eq!(
         (a.interval, a.timeout),
         (Duration::from_secs(1), Duration::from_secs(1))
     );
-    assert!(a.auth.is_some(), "the target's key by default");
+    assert!(
+        a.auth.is_some(),
+        "the target's key by default, at its origin"
+    );
     assert_eq!(b.url, "http://y/metrics");
     assert!(b.auth.is_none());
     // A plain entry is checked like a `url:`, at its own line.
@@ -847,7 +850,7 @@ fn a_server_metrics_entry_may_be_a_plain_url() {
 #[test]
 fn server_metrics_endpoints_are_validated_and_take_the_targets_key() {
     let ok = Config::parse(&format!(
-        "{BASE}    api_key: k3y-value\n    auth: api-key\n    server_metrics:\n      - url: http://x:9/metrics\n        interval: 500ms\n      - url: http://y/metrics\n        auth: none\n        families: [{{name: q, metric: 'my:q', kind: counter, labels: {{a: b}}}}]\n"
+        "{BASE}    api_key: k3y-value\n    auth: api-key\n    server_metrics:\n      - url: http://x:9/metrics\n        interval: 500ms\n        auth: target\n      - url: http://y/metrics\n        auth: none\n        families: [{{name: q, metric: 'my:q', kind: counter, labels: {{a: b}}}}]\n      - url: http://x/metrics\n      - url: http://z/metrics\n"
     ))
     .unwrap();
     let t = &ok.jobs[0].target;
@@ -865,6 +868,12 @@ fn server_metrics_endpoints_are_validated_and_take_the_targets_key() {
     );
     assert!(b.auth.is_none());
     assert_eq!(b.families[0].labels, [("a".to_owned(), "b".to_owned())]);
+    // Without `auth:`, the key goes only to the target's origin.
+    assert!(
+        t.server_metrics[2].auth.is_some(),
+        "the target's host and port"
+    );
+    assert!(t.server_metrics[3].auth.is_none(), "another host");
     assert!(
         !format!("{t:?}").contains("k3y-value"),
         "Debug hides the key"

@@ -685,7 +685,7 @@ impl Validator {
         });
         self.extra_body(path, t);
         let (price, model_prices) = self.prices(path, t);
-        let server_metrics = self.server_metrics(path, t, auth, api_key.as_ref());
+        let server_metrics = self.server_metrics(path, t, (auth, api_key.as_ref(), &base_url));
         Target {
             name: t.name.value.clone(),
             base_url,
@@ -737,8 +737,7 @@ impl Validator {
         &mut self,
         path: &str,
         t: &RawTarget,
-        auth: AuthStyle,
-        key: Option<&KeySource>,
+        (auth, key, base): (AuthStyle, Option<&KeySource>, &str),
     ) -> Vec<crate::servermetrics::Endpoint> {
         use crate::servermetrics::{DEFAULT_INTERVAL, DEFAULT_TIMEOUT, Endpoint};
         let mut out = Vec::new();
@@ -793,6 +792,8 @@ impl Validator {
                 None => DEFAULT_TIMEOUT.min(interval),
             };
             let auth = match m.auth.as_ref().map(|a| a.value.as_str()) {
+                // The target's key goes where the target is, or where the config says.
+                None if !crate::servermetrics::same_origin(&url, base) => None,
                 None | Some("target") => key.map(|k| (auth, k.clone())),
                 Some("none") => None,
                 Some(other) => {
@@ -815,6 +816,7 @@ impl Validator {
             out.push(Endpoint {
                 url,
                 interval,
+                interval_given: m.interval.is_some(),
                 timeout,
                 auth,
                 families,

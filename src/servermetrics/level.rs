@@ -434,6 +434,8 @@ pub struct LevelFold {
     endpoints: BTreeMap<String, ()>,
     /// Samples left out, by (metric, why).
     invalid: BTreeMap<(String, &'static str), u64>,
+    /// The server's requests running and waiting in the scrape right before the level.
+    busy_before: Vec<(&'static str, f64)>,
     /// Endpoint scrapes attempted, and failed.
     pub scrapes: u64,
     /// Of those, failed.
@@ -477,6 +479,7 @@ impl LevelFold {
             during: 0,
             endpoints: BTreeMap::new(),
             invalid: BTreeMap::new(),
+            busy_before: Vec::new(),
             scrapes: 0,
             scrape_errors: 0,
             errors: Vec::new(),
@@ -525,12 +528,34 @@ impl LevelFold {
         if let Some(prev) = self.last.take() {
             self.between(&prev, &snap);
         }
+        if phase == Phase::Before {
+            self.busy_before = self.queue(&snap);
+        }
         match phase {
             Phase::Before => self.before = Some(snap.clone()),
             Phase::After => self.after = Some(snap.clone()),
             Phase::During => {}
         }
         self.last = Some(snap);
+    }
+
+    /// The server's requests running and waiting in `snap` (those it reports).
+    fn queue(&self, snap: &Snapshot) -> Vec<(&'static str, f64)> {
+        let mut out = Vec::new();
+        for (name, shown) in [
+            ("requests_running", "running"),
+            ("requests_waiting", "waiting"),
+        ] {
+            let value = self
+                .signals
+                .iter()
+                .find(|s| s.name == name)
+                .and_then(|s| s.rules.iter().find_map(|r| gauge_value(snap, r).0));
+            if let Some(v) = value {
+                out.push((shown, v));
+            }
+        }
+        out
     }
 
     /// A scrape during the level into the gauges' statistics (a ratio above 100% left out).
@@ -707,6 +732,17 @@ impl LevelFold {
             if let Some(s) = stats.and_then(finite) {
                 out.signals.insert(sig.name.clone(), s);
             }
+        }
+        if self.busy_before.iter().any(|(_, v)| *v > 0.0) {
+            let q: Vec<String> = self
+                .busy_before
+                .iter()
+                .map(|(k, v)| format!("{v} {k}"))
+                .collect();
+            notes.push(format!(
+                "the server was not idle when the level began ({}): requests of an earlier level or another client shared it",
+                q.join(", ")
+            ));
         }
         for ((metric, why), n) in &self.invalid {
             out.invalid_samples += n;

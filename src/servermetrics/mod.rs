@@ -35,9 +35,12 @@ pub struct Endpoint {
     pub url: String,
     /// Time between scrapes during a level.
     pub interval: Duration,
+    /// The config set `interval:` (else `bench --server-metrics-interval` sets it).
+    pub interval_given: bool,
     /// The bound on one scrape (connect to the last byte).
     pub timeout: Duration,
-    /// The key and the header that carries it (by default the target's).
+    /// The key and the header that carries it (by default the target's, when the endpoint has
+    /// the target's origin: its scheme, host and port).
     pub auth: Option<(AuthStyle, KeySource)>,
     /// Custom families named with this endpoint (they apply to the whole bench).
     pub families: Vec<signals::Custom>,
@@ -55,12 +58,22 @@ impl std::fmt::Debug for Endpoint {
     }
 }
 
+/// Whether two URLs have one origin (scheme, host and port): a target's key goes only where the
+/// target is, unless the config says `auth: target`.
+pub fn same_origin(a: &str, b: &str) -> bool {
+    match (reqwest::Url::parse(a), reqwest::Url::parse(b)) {
+        (Ok(a), Ok(b)) => a.origin() == b.origin(),
+        _ => false,
+    }
+}
+
 impl Endpoint {
     /// An endpoint with the default interval and timeout.
     pub fn new(url: &str, auth: Option<(AuthStyle, KeySource)>) -> Endpoint {
         Endpoint {
             url: url.to_owned(),
             interval: DEFAULT_INTERVAL,
+            interval_given: false,
             timeout: DEFAULT_TIMEOUT.min(DEFAULT_INTERVAL),
             auth,
             families: Vec::new(),
