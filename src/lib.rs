@@ -8,6 +8,7 @@
 //! - [`measure`]: the measurement fold from timestamped events to a [`measure::ProbeResult`] (pure).
 //! - [`outcome`]: error types, flags and the classification rules (pure).
 //! - [`probe`]: one streaming request, timestamped in the reading task (async I/O).
+//! - [`auth`]: API keys, where they come from, the header that carries them.
 //! - [`config`]: the YAML config, validated once.
 //! - [`files`]: reading the files a config names, bounded in time and size.
 //! - [`daemon`]: the `serve` runtime: config, registry, scheduler, reload.
@@ -20,6 +21,7 @@
 //! - [`redact`]: what a secret is, and hiding it (and its derived forms) in every output.
 //! - [`output`]: writing to stdout and stderr without panicking on a closed pipe.
 //! - [`stop`]: the stop signals of the long-running commands.
+//! - [`tokenizer`]: a target's `tokenizer.json`, checked and counting filler tokens.
 //! - [`resources`]: the exporter's own fd budget, fd exhaustion, and web thread priority.
 //! - `rng`: the one seeded pseudo-random generator (simulator jitter, bench arrivals).
 //! - [`transport`]: the HTTP client, instrumented to time DNS, TCP connect and TLS.
@@ -28,6 +30,7 @@
 //!
 //! `docs/measurement.md` is the measurement contract, in the project's own words.
 
+pub mod auth;
 pub mod bench;
 pub mod cli;
 pub mod config;
@@ -50,6 +53,7 @@ pub mod servermetrics;
 pub mod simulate;
 pub mod sse;
 pub mod stop;
+pub mod tokenizer;
 pub mod transport;
 pub mod web;
 pub mod workload;

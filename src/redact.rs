@@ -130,38 +130,6 @@ impl Redactor {
         self.add_headers(query);
     }
 
-    /// The redactor of one probe: its key (as loaded for this probe), base URL and proxy
-    /// userinfo, and its non-public header and query values.
-    pub fn for_spec(spec: &crate::probe::ProbeSpec, key: Option<&crate::config::Secret>) -> Self {
-        let mut r = Redactor::new();
-        if let Some(k) = key {
-            r.add_secret(k.expose());
-        }
-        r.add_userinfo(&spec.target.base_url);
-        match &spec.target.proxy {
-            crate::config::ProxySetting::Url(p) => r.add_userinfo(p),
-            crate::config::ProxySetting::Environment => {
-                if let Some(p) = environment_proxy(&spec.url()) {
-                    r.add_userinfo(&p);
-                }
-            }
-            crate::config::ProxySetting::Disabled => {}
-        }
-        r.add_headers(
-            spec.target
-                .headers
-                .iter()
-                .map(|(n, v)| (n.as_str(), v.as_str())),
-        );
-        r.add_query(
-            spec.target
-                .query
-                .iter()
-                .map(|(n, v)| (n.as_str(), v.as_str())),
-        );
-        r
-    }
-
     /// Adds everything another redactor hides.
     pub fn merge(&mut self, other: &Redactor) {
         self.add_forms(other.needles.clone());

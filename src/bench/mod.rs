@@ -859,7 +859,7 @@ async fn command_redactor(spec: &ProbeSpec, models: &[BenchModel]) -> crate::red
     let mut redactor = crate::redact::Redactor::new();
     for s in std::iter::once(spec.clone()).chain(models.iter().map(|m| m.spec(spec))) {
         let key = s.target.load_key().await.ok().flatten();
-        redactor.merge(&crate::redact::Redactor::for_spec(&s, key.as_ref()));
+        redactor.merge(&s.redactor(key.as_ref()));
     }
     redactor
 }

@@ -141,7 +141,7 @@ fn check(text: &str) -> Result<Checked, ConfigError> {
 fn file_problem(f: &FileRef) -> Option<Issue> {
     let p = &f.file;
     let message = match &f.kind {
-        FileKind::Tokenizer => crate::probe::check_tokenizer(p).err()?,
+        FileKind::Tokenizer => crate::tokenizer::check_tokenizer(p).err()?,
         FileKind::Dataset { format, entries } => {
             let parsed = named_file("dataset", MAX_INPUT_FILE_BYTES)
                 .run(p)

@@ -1,6 +1,7 @@
 //! The validated config types (what the rest of the program sees), their small methods, and the
 //! errors a config can have ([`ConfigError`], [`Issue`], [`SyntaxError`]).
 
+pub use crate::auth::{AuthStyle, KEY_FILE_MAX_BYTES, KEY_FILE_TIMEOUT, KeySource, Secret};
 use crate::protocol::{Api, ExactOutput};
 pub use crate::transport::{ConnectionMode, ProxySetting, TlsOptions};
 use crate::workload::Workload;
@@ -9,82 +10,6 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// A secret string (an API key). Its `Debug` and `Display` never show the value.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps a secret value.
-    pub fn new(s: impl Into<String>) -> Self {
-        Secret(s.into())
-    }
-
-    /// The secret value, for the one place that needs it: the request header.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
-
-impl fmt::Display for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
-
-/// Where a target's API key comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KeySource {
-    /// Given in the config (after `${VAR}` expansion) or by `--api-key-env`.
-    Inline(Secret),
-    /// Read from this file (trimmed) at every probe.
-    File(PathBuf),
-}
-
-/// How long reading an `api_key_file` may take (a FIFO without a writer, a hung NFS or FUSE
-/// secrets mount must fail the probe, not hold it).
-pub const KEY_FILE_TIMEOUT: Duration = Duration::from_secs(2);
-/// The largest `api_key_file` read (a key is far smaller; a larger file is a mistake).
-pub const KEY_FILE_MAX_BYTES: u64 = 64 * 1024;
-
-impl KeySource {
-    /// The key's value now. A file is read as every file a config names is ([`crate::files`]): on
-    /// a thread of its own, never on the async runtime, within [`KEY_FILE_TIMEOUT`] and up to
-    /// [`KEY_FILE_MAX_BYTES`], a regular file only.
-    ///
-    /// # Errors
-    /// The file cannot be read, is too large, is not a regular file or did not answer in time
-    /// (the error names the path, never the content).
-    pub async fn load(&self) -> Result<Secret, String> {
-        let p = match self {
-            KeySource::Inline(s) => return Ok(s.clone()),
-            KeySource::File(p) => p,
-        };
-        let bytes = crate::files::Read {
-            what: "api_key_file",
-            max_bytes: KEY_FILE_MAX_BYTES,
-            timeout: KEY_FILE_TIMEOUT,
-            pipes: false,
-        }
-        .run_async(p)
-        .await
-        .map_err(|e| match e {
-            crate::files::FileError::TooLarge { path, limit, .. } => {
-                format!("api_key_file {path} is larger than {limit}: not a key")
-            }
-            other => other.to_string(),
-        })?;
-        let text = String::from_utf8(bytes)
-            .map_err(|_| format!("api_key_file {} is not UTF-8 text", p.display()))?;
-        Ok(Secret::new(text.trim()))
-    }
-}
 
 /// The four deadlines of a probe (docs/measurement.md, `timeout_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,18 +33,6 @@ impl Default for Timeouts {
             total: Duration::from_secs(120),
         }
     }
-}
-
-/// Which header carries the API key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum AuthStyle {
-    /// `Authorization: Bearer KEY` (OpenAI and compatible servers).
-    Bearer,
-    /// `x-api-key: KEY` (Anthropic).
-    XApiKey,
-    /// `api-key: KEY` (Azure OpenAI).
-    ApiKey,
 }
 
 /// A prompt's content check (docs/measurement.md: `validation_failed`).

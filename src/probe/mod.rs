@@ -15,9 +15,7 @@ mod read;
 pub mod report;
 mod request;
 
-pub use calibrate::{
-    Calibration, LocalTokenizer, MAX_TOKENIZER_BYTES, TokenModels, calibrate, check_tokenizer,
-};
+pub use calibrate::{Calibration, TokenModels, calibrate};
 pub use read::{MAX_ANSWER_BYTES, MAX_BODY_BYTES, check_expect};
 
 use crate::config::{Job, Prompt, ProxySetting, Target, Timeouts};
@@ -161,6 +159,39 @@ impl ProbeSpec {
             seq: Arc::default(),
             request_ids: None,
         }
+    }
+
+    /// What a probe of this spec must never show: its key (as loaded for the probe), the
+    /// userinfo of its base URL and proxy, its non-public header and query values.
+    pub fn redactor(&self, key: Option<&crate::auth::Secret>) -> Redactor {
+        use crate::transport::ProxySetting;
+        let mut r = Redactor::new();
+        if let Some(k) = key {
+            r.add_secret(k.expose());
+        }
+        r.add_userinfo(&self.target.base_url);
+        match &self.target.proxy {
+            ProxySetting::Url(p) => r.add_userinfo(p),
+            ProxySetting::Environment => {
+                if let Some(p) = crate::redact::environment_proxy(&self.url()) {
+                    r.add_userinfo(&p);
+                }
+            }
+            ProxySetting::Disabled => {}
+        }
+        r.add_headers(
+            self.target
+                .headers
+                .iter()
+                .map(|(n, v)| (n.as_str(), v.as_str())),
+        );
+        r.add_query(
+            self.target
+                .query
+                .iter()
+                .map(|(n, v)| (n.as_str(), v.as_str())),
+        );
+        r
     }
 
     /// The next request number of this spec (shared by its clones).
@@ -349,10 +380,7 @@ impl Prober {
         // A server may echo the request in its error message: never pass a secret on. Redacted
         // whole, then cut for display, so no part of a secret survives at the cut.
         if let Some(d) = r.error_detail.as_mut() {
-            *d = truncate(
-                &Redactor::for_spec(spec, key.as_ref()).redact(d),
-                MAX_DETAIL_CHARS,
-            );
+            *d = truncate(&spec.redactor(key.as_ref()).redact(d), MAX_DETAIL_CHARS);
         }
         r
     }

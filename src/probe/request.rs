@@ -2,7 +2,7 @@
 //! an optional nonce, and the protocol's JSON body (docs/measurement.md, "What requests look like").
 
 use super::ProbeSpec;
-use crate::config::{AuthStyle, Secret};
+use crate::auth::{AuthStyle, Secret};
 use crate::protocol::{Api, BodyParams, Message};
 use crate::transport::Body;
 use crate::workload::RequestContent;

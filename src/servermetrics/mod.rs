@@ -18,7 +18,7 @@ pub mod promql;
 pub mod scrape;
 pub mod signals;
 
-use crate::config::{AuthStyle, KeySource};
+use crate::auth::{AuthStyle, KeySource};
 use std::time::Duration;
 
 /// The default time between scrapes during a level.

@@ -12,7 +12,7 @@ use super::expo;
 use super::level::{ENDPOINT_LABEL, Folded, LevelFold, Phase, Snapshot};
 use super::signals::Signal;
 use super::{Endpoint, MAX_SCRAPE_BYTES};
-use crate::config::AuthStyle;
+use crate::auth::AuthStyle;
 use crate::redact::redact_url;
 use futures_util::StreamExt as _;
 use std::collections::HashSet;
