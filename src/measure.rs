@@ -10,10 +10,22 @@
 
 use crate::outcome::{ErrorType, Flag, classify_error_object};
 use crate::protocol::{EventMeaning, ServerTimings};
-use crate::transport::Phases;
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
+
+/// Connection set-up of one probe, in seconds; `None` where the phase did not happen.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct Phases {
+    /// The probe used a pooled connection (no set-up at all).
+    pub reused: bool,
+    /// DNS resolution (absent for IP literals).
+    pub resolve_s: Option<f64>,
+    /// TCP connect (to the target, or to the proxy).
+    pub connect_s: Option<f64>,
+    /// TLS handshake.
+    pub tls_s: Option<f64>,
+}
 
 /// Token-bearing events that all complete within this span are a burst (docs/measurement.md).
 pub const BURST_WINDOW: Duration = Duration::from_millis(1);

@@ -8,13 +8,13 @@ use crate::config::{ConnectionMode, Expect, Timeouts};
 use crate::kstamp::{ReadLag, ReadStamps};
 use crate::measure::{Measurement, ProbeResult, Step};
 use crate::outcome::{
-    ErrorType, Flag, Head, classify_head, classify_transport, error_chain, html_title,
-    judge_non_answer, judge_non_stream, starts_as_event_stream,
+    ErrorType, Flag, Head, classify_head, error_chain, html_title, judge_non_answer,
+    judge_non_stream, starts_as_event_stream,
 };
 use crate::protocol::{Api, StreamError};
 use crate::redact::redact_url;
 use crate::sse::SseDecoder;
-use crate::transport::{Transport, chunk};
+use crate::transport::{Transport, chunk, classify_transport};
 use hyper::body::Incoming;
 use std::borrow::Cow;
 use std::io::Write as _;

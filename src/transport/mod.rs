@@ -8,12 +8,15 @@
 //! probe at a time (a job never overlaps itself), so neither needs per-request correlation. The
 //! client never retries, redirects or reconnects: one probe is one request (HTTP/2 too).
 
+mod classify;
 mod connect;
 mod options;
 mod tls;
 
 pub use crate::kstamp::{ReadStamps, Stamp};
+pub use crate::measure::Phases;
 use bytes::Bytes;
+pub(crate) use classify::classify_transport;
 pub use connect::{ConnectError, ConnectKind};
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -21,23 +24,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::proxy::matcher::Matcher;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 pub use options::{ConnectionMode, ProxySetting, TlsOptions};
-use serde::Serialize;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 pub use tls::{MAX_CA_FILE_BYTES, ca_certificates};
-
-/// Connection set-up of one probe, in seconds; `None` where the phase did not happen.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
-pub struct Phases {
-    /// The probe used a pooled connection (no set-up at all).
-    pub reused: bool,
-    /// DNS resolution (absent for IP literals).
-    pub resolve_s: Option<f64>,
-    /// TCP connect (to the target, or to the proxy).
-    pub connect_s: Option<f64>,
-    /// TLS handshake.
-    pub tls_s: Option<f64>,
-}
 
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct Marks {
