@@ -219,7 +219,7 @@ impl Scheduler {
             let runner = JobRunner {
                 series: series.clone(),
                 name: job.name(),
-                prober,
+                prober: Arc::new(tokio::sync::Mutex::new(prober)),
                 spec: Arc::new(spec),
                 metrics: self.metrics.clone(),
                 running: Arc::new(AtomicBool::new(false)),
@@ -312,7 +312,9 @@ struct JobRunner {
     series: Arc<JobSeries>,
     name: String,
     spec: Arc<ProbeSpec>,
-    prober: Prober,
+    /// The job's prober, taken by its one probe in flight (the `running` flag skips a tick
+    /// before it would wait for the lock).
+    prober: Arc<tokio::sync::Mutex<Prober>>,
     metrics: Arc<Metrics>,
     running: Arc<AtomicBool>,
     pauses: Pauses,
@@ -399,7 +401,8 @@ impl JobRunner {
         self.probes.spawn_on(async move {
             // Cleared on drop, so even a panicking probe cannot block its job's later ticks.
             let _running = RunningGuard(running);
-            let spec = match models.get(&prober, &spec).await {
+            let mut prober = prober.lock().await;
+            let spec = match models.get(&mut prober, &spec).await {
                 Some(c) => {
                     if c.error.is_some() {
                         // Never a prompt of a guessed length: this tick is skipped.

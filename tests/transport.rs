@@ -181,7 +181,7 @@ fn stalled_probe(pace: Pace) -> (ProbeResult, Writes, Instant) {
         .build()
         .unwrap();
     rt.block_on(async {
-        let prober = Prober::new(&spec).expect("prober");
+        let mut prober = Prober::new(&spec).expect("prober");
         let mut tries = 0;
         loop {
             tries += 1;

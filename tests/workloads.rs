@@ -119,9 +119,9 @@ fn workloads_against_llama_cpp() {
 
     // ---- calibration: a few requests learn how llama.cpp counts filler
     let mut isl = [spec(&c, "isl128"), spec(&c, "isl512"), spec(&c, "isl1024")];
-    let prober = Prober::new(&isl[0]).unwrap();
+    let mut prober = Prober::new(&isl[0]).unwrap();
     let cal = rt
-        .block_on(models.get(&prober, &isl[0]))
+        .block_on(models.get(&mut prober, &isl[0]))
         .expect("synthetic needs calibration");
     eprintln!(
         "calibration for llama.cpp/smollm2: {} ({:?})",
@@ -131,7 +131,7 @@ fn workloads_against_llama_cpp() {
     assert!(cal.error.is_none(), "{cal:?}");
     assert_eq!(cal.requests, 3);
     for s in &mut isl {
-        let again = rt.block_on(models.get(&prober, s)).unwrap();
+        let again = rt.block_on(models.get(&mut prober, s)).unwrap();
         assert_eq!(again, cal, "kept for the run: no new requests");
         s.tokens = again.model();
     }
@@ -179,7 +179,7 @@ fn workloads_against_llama_cpp() {
     // ---- with the model's tokenizer.json: one request learns the template, lengths still hold
     let job = c.jobs.iter().find(|j| j.target.name == "counted").unwrap();
     let mut counted = ProbeSpec::from_job(job);
-    let local = rt.block_on(models.get(&prober, &counted)).unwrap();
+    let local = rt.block_on(models.get(&mut prober, &counted)).unwrap();
     eprintln!("calibration with the tokenizer: {}", local.summary());
     assert!(
         local.error.is_none() && local.tokenizer.is_some(),
@@ -207,7 +207,7 @@ fn workloads_against_llama_cpp() {
     let good = std::fs::read(&tokenizer).unwrap();
     std::fs::write(&tokenizer, "{\"not\": \"a tokenizer\"}").unwrap();
     let fallback = rt
-        .block_on(TokenModels::default().get(&prober, &counted))
+        .block_on(TokenModels::default().get(&mut prober, &counted))
         .unwrap();
     std::fs::write(&tokenizer, good).unwrap();
     eprintln!(
@@ -443,7 +443,7 @@ fn an_input_length_off_the_request_is_flagged() {
     ))
     .unwrap();
     let mut s = ProbeSpec::from_job(&c.jobs[0]);
-    let prober = Prober::new(&s).unwrap();
+    let mut prober = Prober::new(&s).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let r = rt.block_on(prober.run(&s));
     ok(&r, "uncalibrated");
@@ -458,7 +458,7 @@ fn an_input_length_off_the_request_is_flagged() {
         r.flags
     );
     let cal = rt
-        .block_on(TokenModels::default().get(&prober, &s))
+        .block_on(TokenModels::default().get(&mut prober, &s))
         .unwrap();
     assert!(cal.error.is_none() && cal.tokens_per_word > 1.2, "{cal:?}");
     s.tokens = cal.model();

@@ -330,7 +330,7 @@ impl Runner {
     /// Calibrates the current target and model through `models` (kept for the run) and sizes
     /// the prompts with it; `None` when the workload needs no calibration.
     pub async fn calibrate(&mut self, models: &TokenModels) -> Option<Calibration> {
-        let c = models.get(&self.probers[0], &self.spec).await?;
+        let c = models.get(&mut self.probers[0], &self.spec).await?;
         Arc::make_mut(&mut self.spec).tokens = c.model();
         Some(c)
     }
@@ -354,7 +354,8 @@ impl Runner {
         }
         self.ensure_probers(n)?;
         let spec = &self.spec;
-        futures_util::future::join_all(self.probers.iter().take(n).map(|p| p.prewarm(spec))).await;
+        futures_util::future::join_all(self.probers.iter_mut().take(n).map(|p| p.prewarm(spec)))
+            .await;
         Ok(())
     }
 
@@ -439,14 +440,12 @@ impl Runner {
             Amount::Requests(_) => None,
         };
         let mut handles = Vec::with_capacity(c as usize);
-        for (w, prober) in self.probers.iter().take(c as usize).enumerate() {
+        // Each worker owns its prober for the level and hands it back at the end.
+        let workers: Vec<Prober> = self.probers.drain(..c as usize).collect();
+        for (w, mut prober) in workers.into_iter().enumerate() {
             let first_send = start + self.ramp.mul_f64(w as f64 / f64::from(c.max(1)));
-            let (prober, spec, tickets, progress) = (
-                prober.clone(),
-                self.spec.clone(),
-                tickets.clone(),
-                self.progress.clone(),
-            );
+            let (spec, tickets, progress) =
+                (self.spec.clone(), tickets.clone(), self.progress.clone());
             handles.push(tokio::spawn(async move {
                 let mut out = Vec::new();
                 let mut intended = first_send;
@@ -482,15 +481,22 @@ impl Runner {
                     intended = end;
                     first = false;
                 }
-                out
+                (prober, out)
             }));
         }
         let mut samples = Vec::new();
+        let mut back = Vec::with_capacity(handles.len());
         for h in handles {
-            if let Ok(mut v) = h.await {
+            // A worker that panicked loses its prober: the next level builds another.
+            if let Ok((prober, mut v)) = h.await {
+                back.push(prober);
                 samples.append(&mut v);
             }
         }
+        back.append(&mut self.probers);
+        self.probers = back;
+        // The first prober calibrates: keep one even if every worker was lost.
+        self.ensure_probers(1)?;
         let loop_lag = monitor.stop().await;
         ticker.end().await;
         Ok(LevelRun {
@@ -520,8 +526,10 @@ impl Runner {
     ) -> Result<LevelRun, TransportError> {
         // Probers for the first arrivals up front; more are built on demand up to the cap.
         self.ensure_probers((cap as usize).min(FIRST_PROBERS))?;
-        let pool = Arc::new(Mutex::new(self.probers.clone()));
-        let template = self.probers[0].clone();
+        let pool = Arc::new(ProberPool {
+            idle: Mutex::new(std::mem::take(&mut self.probers)),
+            back: tokio::sync::Notify::new(),
+        });
         let slots = Arc::new(Semaphore::new(cap as usize));
         let capped = Arc::new(AtomicU64::new(0));
         let ticker = self.progress.ticker(
@@ -560,7 +568,6 @@ impl Runner {
                 let req = OpenRequest {
                     spec: spec.clone(),
                     pool: pool2.clone(),
-                    template: template.clone(),
                     slots: slots.clone(),
                     capped: capped2.clone(),
                     progress: progress.clone(),
@@ -581,12 +588,12 @@ impl Runner {
         }
         let loop_lag = monitor.stop().await;
         ticker.end().await;
-        // Keep the probers the pool grew to, for the next level.
-        if let Ok(p) = pool.lock()
-            && p.len() > self.probers.len()
-        {
-            self.probers = p.clone();
+        // Keep the probers the pool grew to, for the next level (every arrival has handed its
+        // prober back by now).
+        if let Ok(mut p) = pool.idle.lock() {
+            self.probers = std::mem::take(&mut *p);
         }
+        self.ensure_probers(1)?;
         Ok(LevelRun {
             wall_s: samples.iter().map(|s| s.end_s).fold(0.0, f64::max),
             samples,
@@ -597,11 +604,40 @@ impl Runner {
     }
 }
 
+/// The idle probers of an open-loop level: an arrival takes one (or builds one) and hands it
+/// back, so no two requests ever share a prober.
+struct ProberPool {
+    idle: Mutex<Vec<Prober>>,
+    back: tokio::sync::Notify,
+}
+
+impl ProberPool {
+    /// An idle prober, else a new one; if none can be built (the settings built the level's
+    /// first one, so this is not expected), the next one handed back.
+    async fn take(&self, spec: &ProbeSpec) -> Prober {
+        loop {
+            if let Some(p) = self.idle.lock().ok().and_then(|mut p| p.pop()) {
+                return p;
+            }
+            match Prober::new(spec) {
+                Ok(p) => return p,
+                Err(_) => self.back.notified().await,
+            }
+        }
+    }
+
+    fn give_back(&self, p: Prober) {
+        if let Ok(mut idle) = self.idle.lock() {
+            idle.push(p);
+        }
+        self.back.notify_one();
+    }
+}
+
 /// One open-loop arrival.
 struct OpenRequest {
     spec: Arc<ProbeSpec>,
-    pool: Arc<Mutex<Vec<Prober>>>,
-    template: Prober,
+    pool: Arc<ProberPool>,
     slots: Arc<Semaphore>,
     capped: Arc<AtomicU64>,
     progress: Progress,
@@ -619,19 +655,13 @@ impl OpenRequest {
                 (p, Instant::now().max(self.intended))
             }
         };
-        let taken = self.pool.lock().ok().and_then(|mut p| p.pop());
-        let prober = match taken {
-            Some(p) => p,
-            None => Prober::new(&self.spec).unwrap_or_else(|_| self.template.clone()),
-        };
+        let mut prober = self.pool.take(&self.spec).await;
         let sent = Instant::now();
         let r = self.spec.as_ref();
         self.progress.sent();
         let result = prober.run(r).await;
         let end = Instant::now();
-        if let Ok(mut p) = self.pool.lock() {
-            p.push(prober);
-        }
+        self.pool.give_back(prober);
         drop(permit);
         self.progress.record(&result);
         Sample::from_result(

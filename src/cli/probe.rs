@@ -280,10 +280,10 @@ pub async fn run(a: ProbeArgs) -> Result<ExitCode> {
             "tokenprobe: WARNING: --insecure-skip-verify: the server certificate is NOT verified",
         );
     }
-    let prober = Prober::new(&spec)?;
+    let mut prober = Prober::new(&spec)?;
     // A prompt built to a token length is sized by the server's own counts first.
     let calibration = if spec.workload.needs_token_model() {
-        let c = crate::probe::calibrate(&prober, &spec).await;
+        let c = crate::probe::calibrate(&mut prober, &spec).await;
         if c.error.is_some() {
             // Never a prompt of a guessed length: the probe is not sent.
             print_stderr_line(&format!(

@@ -74,7 +74,7 @@ impl Calibration {
 }
 
 /// The server's `prompt_tokens` for a prompt of `text` (one user message, `max_tokens: 1`).
-async fn prompt_tokens(prober: &Prober, spec: &ProbeSpec, text: String) -> Result<u64, String> {
+async fn prompt_tokens(prober: &mut Prober, spec: &ProbeSpec, text: String) -> Result<u64, String> {
     let content = RequestContent {
         messages: vec![crate::protocol::Message {
             role: "user".into(),
@@ -113,7 +113,7 @@ fn counted_prompt(
 
 /// Calibrates `spec`'s (target, model) with `prober`: three requests, or one with the target's
 /// tokenizer.
-pub async fn calibrate(prober: &Prober, spec: &ProbeSpec) -> Calibration {
+pub async fn calibrate(prober: &mut Prober, spec: &ProbeSpec) -> Calibration {
     if let Some(path) = &spec.target.tokenizer {
         match with_tokenizer(prober, spec, path).await {
             Ok(c) => return c,
@@ -130,7 +130,7 @@ pub async fn calibrate(prober: &Prober, spec: &ProbeSpec) -> Calibration {
 }
 
 /// Calibration by the server alone: three requests of different lengths.
-async fn by_server(prober: &Prober, spec: &ProbeSpec) -> Calibration {
+async fn by_server(prober: &mut Prober, spec: &ProbeSpec) -> Calibration {
     let started = Instant::now();
     let mut rng = Rng::new(super::fresh_seed());
     let mut points = Vec::new();
@@ -177,7 +177,7 @@ async fn by_server(prober: &Prober, spec: &ProbeSpec) -> Calibration {
 /// server adds: `overhead = prompt_tokens − per_word · 64`. `Err` when the tokenizer cannot count
 /// (before any request): the caller calibrates by the server instead.
 async fn with_tokenizer(
-    prober: &Prober,
+    prober: &mut Prober,
     spec: &ProbeSpec,
     path: &std::path::Path,
 ) -> Result<Calibration, String> {
@@ -236,7 +236,7 @@ pub struct TokenModels {
 impl TokenModels {
     /// The calibration of `spec`'s target and model: the kept one, or a new one (the first
     /// caller for a key calibrates; others wait for it). `None` when the workload needs none.
-    pub async fn get(&self, prober: &Prober, spec: &ProbeSpec) -> Option<Calibration> {
+    pub async fn get(&self, prober: &mut Prober, spec: &ProbeSpec) -> Option<Calibration> {
         if !spec.workload.needs_token_model() {
             return None;
         }

@@ -256,9 +256,9 @@ impl ProbeSpec {
 pub const PREWARM_ANSWER: Duration = Duration::from_secs(5);
 
 /// A prober: an instrumented HTTP client (identity encoding, no redirects; by default no pooled
-/// connections, so TTFT includes what a cold user sees). Run one probe at a time per prober when
-/// connection phases matter (the scheduler does).
-#[derive(Debug, Clone)]
+/// connections, so TTFT includes what a cold user sees). One probe at a time: not `Clone`, and
+/// every probe takes it `&mut`, so two probes never share its phases or read stamps.
+#[derive(Debug)]
 pub struct Prober {
     transport: Transport,
 }
@@ -276,14 +276,14 @@ impl Prober {
 
     /// Runs one probe of the spec's next content ([`ProbeSpec::next_content`]). Never panics on
     /// network data; every failure is an `error_type`.
-    pub async fn run(&self, spec: &ProbeSpec) -> ProbeResult {
+    pub async fn run(&mut self, spec: &ProbeSpec) -> ProbeResult {
         self.run_content(spec, &spec.next_content()).await
     }
 
     /// Runs one probe that sends `content`: one request, whose result carries the requested
     /// lengths and the turn, and the `input_length_off` flag when the server counted an input
     /// length off the requested one.
-    pub async fn run_content(&self, spec: &ProbeSpec, content: &RequestContent) -> ProbeResult {
+    pub async fn run_content(&mut self, spec: &ProbeSpec, content: &RequestContent) -> ProbeResult {
         let mut content = std::borrow::Cow::Borrowed(content);
         if let Some(cap) = spec.max_tokens.filter(|c| Some(*c) != content.max_tokens) {
             let c = content.to_mut();
@@ -319,7 +319,7 @@ impl Prober {
     /// the later ones do not. Bounded by `timeouts.connect` plus [`PREWARM_ANSWER`] (and
     /// `timeouts.total`), so a server that does not answer it delays a level by seconds at most.
     /// Its failures are not reported: the level's own requests meet the same server.
-    pub async fn prewarm(&self, spec: &ProbeSpec) {
+    pub async fn prewarm(&mut self, spec: &ProbeSpec) {
         let Ok(key) = spec.target.load_key().await else {
             return;
         };
@@ -335,7 +335,7 @@ impl Prober {
     }
 
     /// One request of `content`, as is (calibration sends its own content this way).
-    async fn send(&self, spec: &ProbeSpec, content: &RequestContent) -> ProbeResult {
+    async fn send(&mut self, spec: &ProbeSpec, content: &RequestContent) -> ProbeResult {
         if content.messages.is_empty() {
             let mut m = Measurement::new(Instant::now());
             m.fail(
@@ -367,15 +367,13 @@ impl Prober {
                 return m.finish();
             }
         };
-        self.transport.clock.reset();
-        self.transport.stamps.reset();
         let t0 = Instant::now();
         let mut m = Measurement::new(t0);
         if !spec.stream {
             m.non_stream();
         }
-        let mut r = read::run_request(&self.transport, req, spec, m, proxy.as_deref()).await;
-        r.phases = Some(self.transport.clock.phases());
+        let mut r = read::run_request(&mut self.transport, req, spec, m, proxy.as_deref()).await;
+        r.phases = Some(self.transport.phases());
         r.requested_output_tokens = spec.requested_output_tokens();
         // A server may echo the request in its error message: never pass a secret on. Redacted
         // whole, then cut for display, so no part of a secret survives at the cut.
@@ -409,6 +407,23 @@ mod tests {
         r
     }
 
+    /// `IS_CLONE` of a type: the inherent constant when it is `Clone`, else the trait's.
+    struct CloneCheck<T>(std::marker::PhantomData<T>);
+    trait NotClone {
+        const IS_CLONE: bool = false;
+    }
+    impl<T> NotClone for CloneCheck<T> {}
+    impl<T: Clone> CloneCheck<T> {
+        const IS_CLONE: bool = true;
+    }
+
+    // Two probes never share one connection's phase clock and read stamps: neither the prober
+    // nor its transport can be cloned (and a probe takes its prober `&mut`). Checked when the
+    // tests compile; the first line shows the check sees `Clone` where it is.
+    const _: () = assert!(CloneCheck::<ProbeSpec>::IS_CLONE);
+    const _: () = assert!(!CloneCheck::<Prober>::IS_CLONE);
+    const _: () = assert!(!CloneCheck::<Transport>::IS_CLONE);
+
     /// A tokenizer that is not one cannot count: the server calibrates instead (here a port with
     /// no server, so that fails too, and says both why), never a guess.
     #[tokio::test]
@@ -423,7 +438,7 @@ mod tests {
         .unwrap();
         let s = ProbeSpec::from_job(&c.jobs[0]);
         assert!(s.target.tokenizer.is_some());
-        let cal = calibrate(&Prober::new(&s).unwrap(), &s).await;
+        let cal = calibrate(&mut Prober::new(&s).unwrap(), &s).await;
         assert_eq!(
             cal.requests, 1,
             "the server's calibration, stopped by its first failure"

@@ -124,13 +124,14 @@ impl<'a> Arrivals<'a> {
 }
 
 pub(super) async fn run_request(
-    transport: &Transport,
+    transport: &mut Transport,
     req: super::request::Request,
     spec: &ProbeSpec,
     m: Measurement,
     proxy: Option<&str>,
 ) -> ProbeResult {
-    let mut arrivals = Arrivals::new(&transport.stamps, m.t0());
+    let stamps = transport.stamps().clone();
+    let mut arrivals = Arrivals::new(&stamps, m.t0());
     let mut r = request_and_read(transport, req, spec, m, proxy, &mut arrivals).await;
     if r.http_status.is_some() {
         r.read_lag = Some(arrivals.lag);
@@ -139,7 +140,7 @@ pub(super) async fn run_request(
 }
 
 async fn request_and_read(
-    transport: &Transport,
+    transport: &mut Transport,
     req: super::request::Request,
     spec: &ProbeSpec,
     mut m: Measurement,
@@ -158,7 +159,7 @@ async fn request_and_read(
         Err(_) => return head_late(m),
         Ok(Err(e)) => {
             let (mut kind, mut detail) = classify_transport(&e, proxy);
-            let sent = transport.stamps.bytes();
+            let sent = transport.stamps().bytes();
             if kind == ErrorType::Connect && sent > MAX_BYTES_BEFORE_HEAD {
                 // Not the network: the server kept talking (HTTP/2 frames: a SETTINGS flood, a
                 // head that never ends) and never gave a response head.

@@ -2,11 +2,12 @@
 //! connection set-up is timed phase by phase and every read of the socket carries the kernel's
 //! receive instant ([`crate::kstamp`]).
 //!
-//! The connector records the phases into a shared [`PhaseClock`] (`resolve`, `connect`, `tls`, as
-//! blackbox_exporter names them; through an HTTPS proxy, `connect` includes the CONNECT exchange),
-//! and its streams record each read into a shared [`ReadStamps`]. One [`Transport`] serves one
-//! probe at a time (a job never overlaps itself), so neither needs per-request correlation. The
-//! client never retries, redirects or reconnects: one probe is one request (HTTP/2 too).
+//! The connector records the phases into the transport's [`PhaseClock`] (`resolve`, `connect`,
+//! `tls`, as blackbox_exporter names them; through an HTTPS proxy, `connect` includes the CONNECT
+//! exchange), and its streams record each read into the transport's [`ReadStamps`]. Both hold one
+//! request's state: a [`Transport`] is not `Clone` and [`Transport::send`] takes it `&mut` and
+//! starts both afresh, so the compiler keeps two requests from sharing them. The client never
+//! retries, redirects or reconnects: one probe is one request (HTTP/2 too).
 
 mod classify;
 mod connect;
@@ -37,9 +38,10 @@ pub(crate) struct Marks {
     pub(crate) connect_end: Option<Instant>,
 }
 
-/// Shared instants of the current probe's connection set-up.
+/// The instants of the current request's connection set-up, shared between the transport and its
+/// connector.
 #[derive(Debug, Default, Clone)]
-pub struct PhaseClock(Arc<Mutex<Marks>>);
+pub(crate) struct PhaseClock(Arc<Mutex<Marks>>);
 
 impl PhaseClock {
     pub(crate) fn with(&self, f: impl FnOnce(&mut Marks)) {
@@ -48,8 +50,8 @@ impl PhaseClock {
         }
     }
 
-    /// Forgets the previous probe's marks.
-    pub fn reset(&self) {
+    /// Forgets the previous request's marks.
+    pub(crate) fn reset(&self) {
         self.with(|m| *m = Marks::default());
     }
 
@@ -63,7 +65,7 @@ impl PhaseClock {
     }
 
     /// The phases recorded since the last reset.
-    pub fn phases(&self) -> Phases {
+    pub(crate) fn phases(&self) -> Phases {
         let m = self.0.lock().map(|m| *m).unwrap_or_default();
         let d = |a: Option<Instant>, b: Option<Instant>| match (a, b) {
             (Some(a), Some(b)) if b >= a => Some(b.duration_since(a).as_secs_f64()),
@@ -91,15 +93,13 @@ pub type Body = Full<Bytes>;
 /// The error of a request that got no response head.
 pub type SendError = hyper_util::client::legacy::Error;
 
-/// An HTTP client plus its phase clock and read stamps.
-#[derive(Clone)]
+/// An HTTP client plus the phase clock and read stamps of its current request (one request at a
+/// time: not `Clone`, and [`Transport::send`] takes it `&mut`).
 pub struct Transport {
     client: Client<connect::Connector, Body>,
     connector: connect::Connector,
-    /// Its phase clock.
-    pub clock: PhaseClock,
-    /// The latest read of its connections.
-    pub stamps: ReadStamps,
+    clock: PhaseClock,
+    stamps: ReadStamps,
 }
 
 impl std::fmt::Debug for Transport {
@@ -184,16 +184,29 @@ impl Transport {
         })
     }
 
-    /// Sends `req` and waits for the response head. A plain-HTTP request through a proxy carries
+    /// The connection set-up of the latest request (`reused` when it took a pooled connection).
+    pub fn phases(&self) -> Phases {
+        self.clock.phases()
+    }
+
+    /// The reads of the latest request's connection, so far.
+    pub fn stamps(&self) -> &ReadStamps {
+        &self.stamps
+    }
+
+    /// Sends `req` (its phases and reads recorded afresh) and waits for the response head. A plain-HTTP request through a proxy carries
     /// the proxy's credentials (an HTTPS one sends them in its CONNECT).
     ///
     /// # Errors
     /// [`SendError`] when no response head came (its chain holds a [`ConnectError`] for a failed
     /// set-up).
     pub async fn send(
-        &self,
+        &mut self,
         mut req: hyper::Request<Body>,
     ) -> Result<hyper::Response<Incoming>, SendError> {
+        // This request's state starts here.
+        self.clock.reset();
+        self.stamps.reset();
         let h = req.headers_mut();
         if !h.contains_key(hyper::header::USER_AGENT) {
             h.insert(
