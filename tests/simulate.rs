@@ -599,3 +599,82 @@ fn seeded_jitter_is_reproducible() {
         assert!((0.030..=0.070).contains(&dues[0]), "{dues:?}");
     }
 }
+
+/// Runs `probe --input-tokens 64` against a simulator started with `sim_args`; returns the
+/// probe's exit code, its JSON (absent when it printed none) and the requests the simulator
+/// logged (its event log is the truth of what was sent).
+fn calibrated_probe(sim_args: &[&str]) -> (i32, Option<Value>, usize) {
+    let sim = Sim::with_log(sim_args);
+    let out = Command::new(BIN)
+        .args(["probe", "--format", "json", "--log.level", "warn"])
+        .args(["--base-url", &format!("{}/v1", sim.addr), "--model", "m"])
+        .args(["--input-tokens", "64"])
+        .output()
+        .expect("run tokenprobe probe");
+    let code = out.status.code().unwrap_or(-1);
+    let json: Option<Value> = serde_json::from_slice(&out.stdout).ok();
+    let sent = match &json {
+        Some(v) => {
+            v["calibration"]["requests"]
+                .as_u64()
+                .map_or(0, |n| n as usize)
+                + 1
+        }
+        // Calibration failed: "N requests" on stderr, and nothing after them.
+        None => {
+            let err = String::from_utf8_lossy(&out.stderr);
+            err.split("calibration failed: ")
+                .nth(1)
+                .and_then(|t| t.split(' ').next())
+                .and_then(|n| n.parse::<usize>().ok())
+                .unwrap_or_else(|| panic!("no calibration count in {err}"))
+        }
+    };
+    (code, json, sim.log_lines(sent).len())
+}
+
+/// A calibration request that met a failing server is sent again, up to three times per length;
+/// one that cannot succeed by trying again (401) is not. The simulator's seeded faults make the
+/// draws known: with seed 4 at a 50% error rate, two of the first five requests fail.
+#[test]
+fn calibration_tries_again_only_where_the_server_may_recover() {
+    let _q = quiet();
+    let base = ["--ttft", "5ms", "--itl", "1ms", "--output-tokens", "4"];
+    let with = |extra: &[&'static str]| -> Vec<&'static str> {
+        base.iter().chain(extra).copied().collect()
+    };
+    let (code, json, logged) = calibrated_probe(&with(&[
+        "--seed",
+        "4",
+        "--error-rate",
+        "0.5",
+        "--errors",
+        "500",
+    ]));
+    let v = json.expect("probe JSON");
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["calibration"]["requests"], 5, "{v}");
+    assert_eq!(
+        v["calibration"]["points"].as_array().map(Vec::len),
+        Some(3),
+        "{v}"
+    );
+    assert_eq!(
+        logged, 6,
+        "five calibration requests and the probe reached the server"
+    );
+
+    let (code, json, logged) = calibrated_probe(&with(&["--error-rate", "1", "--errors", "500"]));
+    assert_eq!(
+        (code, json, logged),
+        (1, None, 3),
+        "three tries, then no probe"
+    );
+
+    let (code, json, logged) = calibrated_probe(&with(&["--error-rate", "1", "--errors", "401"]));
+    assert_eq!(
+        (code, json, logged),
+        (1, None, 1),
+        "an auth failure is not tried again"
+    );
+}

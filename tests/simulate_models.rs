@@ -243,7 +243,10 @@ fn target_model_pairs_a_cost_limit_and_a_length_note() {
         header.contains("model") && header.contains("target"),
         "{out}"
     );
-    assert_eq!(r["target"], "sim");
+    assert_eq!(
+        r["target"], "sim, sim2",
+        "every target of the run, in order"
+    );
 
     // Every model at another target: the report is that target's, the names plain.
     let json = dir.path().join("c.json");

@@ -74,7 +74,11 @@ impl Calibration {
 }
 
 /// The server's `prompt_tokens` for a prompt of `text` (one user message, `max_tokens: 1`).
-async fn prompt_tokens(prober: &mut Prober, spec: &ProbeSpec, text: String) -> Result<u64, String> {
+async fn prompt_tokens(
+    prober: &mut Prober,
+    spec: &ProbeSpec,
+    text: String,
+) -> Result<u64, (Option<ErrorType>, String)> {
     let content = RequestContent {
         messages: vec![crate::protocol::Message {
             role: "user".into(),
@@ -90,6 +94,47 @@ async fn prompt_tokens(prober: &mut Prober, spec: &ProbeSpec, text: String) -> R
     one.max_tokens = None;
     let r = prober.send(&one, &content).await;
     counted_prompt(r.error_type, r.input_tokens, r.error_detail.as_deref())
+        .map_err(|why| (r.error_type, why))
+}
+
+/// The server's count of `text`, with up to [`CALIBRATION_TRIES`] requests while the failure is
+/// one [`worth_another_try`]; also how many requests were sent.
+async fn counted_with_tries(
+    prober: &mut Prober,
+    spec: &ProbeSpec,
+    text: String,
+) -> (Result<u64, String>, u32) {
+    let mut sent = 0;
+    loop {
+        sent += 1;
+        match prompt_tokens(prober, spec, text.clone()).await {
+            Ok(t) => return (Ok(t), sent),
+            Err((kind, _)) if sent < CALIBRATION_TRIES && worth_another_try(kind) => {}
+            Err((_, why)) => return (Err(why), sent),
+        }
+    }
+}
+
+/// Tries of one calibration length when its request fails in a way a server recovers from.
+pub const CALIBRATION_TRIES: u32 = 3;
+
+/// A failure that another try of the same calibration request may not meet: the server was
+/// reached but busy, erred or cut the answer (a server that cannot be reached is not tried
+/// again). Calibration measures how the server counts, never a latency, so another request
+/// bends no figure; a probe is still one request, never retried.
+fn worth_another_try(e: Option<ErrorType>) -> bool {
+    matches!(
+        e,
+        Some(
+            ErrorType::TimeoutFirstToken
+                | ErrorType::TimeoutIdle
+                | ErrorType::TimeoutTotal
+                | ErrorType::RateLimited
+                | ErrorType::Overloaded
+                | ErrorType::ServerError
+                | ErrorType::Truncated
+        )
+    )
 }
 
 /// What a calibration answer says of its prompt: the server's `usage.prompt_tokens`. An answer
@@ -137,8 +182,9 @@ async fn by_server(prober: &mut Prober, spec: &ProbeSpec) -> Calibration {
     let mut error = None;
     let mut requests = 0;
     for n in CALIBRATION_WORDS {
-        requests += 1;
-        match prompt_tokens(prober, spec, words(&mut rng, n)).await {
+        let (counted, sent) = counted_with_tries(prober, spec, words(&mut rng, n)).await;
+        requests += sent;
+        match counted {
             Ok(t) => points.push((n as u64, t)),
             Err(e) => {
                 error = Some(e);
@@ -203,7 +249,8 @@ async fn with_tokenizer(
         TokenModel::fit(&points).ok_or_else(|| "the tokenizer's counts do not fit a line".into())
     })?;
     let (mut points, mut model) = (Vec::new(), TokenModel::UNCALIBRATED);
-    let error = match prompt_tokens(prober, spec, sent.1).await {
+    let (counted, requests) = counted_with_tries(prober, spec, sent.1).await;
+    let error = match counted {
         Ok(t) => {
             points.push((sent.0 as u64, t));
             model = TokenModel {
@@ -217,7 +264,7 @@ async fn with_tokenizer(
     Ok(Calibration {
         overhead_tokens: model.overhead,
         tokens_per_word: model.per_word,
-        requests: 1,
+        requests,
         seconds: started.elapsed().as_secs_f64(),
         points,
         error,
