@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Do scrapes bend probe timestamps? (issue 9 item 5.) Starts `tokenprobe simulate` (TTFT 200 ms,
+# Do scrapes bend probe timestamps? Starts `tokenprobe simulate` (TTFT 200 ms,
 # 16 tokens 10 ms apart, with its event log of send instants) and `tokenprobe serve` with 5 jobs
 # probing it every 500 ms, all on loopback; measures an idle phase, then hammers /metrics with
 # SCRAPERS concurrent scrapers (examples/scrape_load.rs: Prometheus's Accept and gzip, each
@@ -12,7 +12,7 @@
 #   SCRAPERS=50 DURATION=30 IDLE=10 PROFILE=debug scripts/bench/scrape-load.sh
 #
 # WRONG_PASSWORDS=1 protects the endpoints with basic auth (bcrypt cost 10) and has every scraper
-# send a wrong password (issue 9 item 3: bcrypt must not delay probes).
+# send a wrong password (bcrypt must not delay probes).
 # SERVE_BIN: see below. LOAD_NICE (default 0) runs the scrapers at a lower CPU priority, to stand in for scrapers on
 # another machine when the 2 cores here are shared.
 set -euo pipefail

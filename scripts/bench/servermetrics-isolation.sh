@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Does scraping server metrics bend a bench's TTFT? (issue 12.) Starts `tokenprobe simulate`
+# Does scraping server metrics bend a bench's TTFT? Starts `tokenprobe simulate`
 # (TTFT 100 ms, 8 tokens 10 ms apart, with its event log of send instants) and a metrics server
 # (Python, loopback) with /ok (the vLLM fixture), /slow (answers after 3 s), /garbage (HTML) and
 # /huge (40 MiB); then runs `tokenprobe bench` at concurrency 1 (so requests arrive in the order
