@@ -11,7 +11,9 @@
 //! Prints one line: answers, errors (an answer that is not 2xx, e.g. 401 for a wrong password),
 //! answers/s, bytes per answer, latency p50/p99.
 
+use hyper::header::{ACCEPT, ACCEPT_ENCODING, AUTHORIZATION, HeaderValue};
 use std::time::{Duration, Instant};
+use tokenprobe::transport::{Fetcher, TlsOptions};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -33,7 +35,7 @@ fn main() {
         std::process::exit(2);
     };
     let url = url.clone();
-    let host_ok = reqwest::Url::parse(&url)
+    let host_ok = url::Url::parse(&url)
         .ok()
         .and_then(|u| u.host_str().map(str::to_owned))
         .is_some_and(|h| h == "127.0.0.1" || h == "localhost" || h == "[::1]");
@@ -74,33 +76,41 @@ async fn run(url: String, n: usize, dur: Duration, gzip: bool, basic: Option<(St
         let url = url.clone();
         let basic = basic.clone();
         tasks.push(tokio::spawn(async move {
-            let client = reqwest::Client::builder()
-                .no_proxy()
-                .timeout(Duration::from_secs(30))
-                .build()
-                .unwrap_or_default();
+            // The project's own bounded client (the one bench scrapes with).
+            let Ok(mut client) = Fetcher::new(TlsOptions::default(), Duration::from_secs(30))
+            else {
+                return (Vec::new(), 1, 0);
+            };
+            let mut headers = vec![(
+                ACCEPT,
+                HeaderValue::from_static(
+                    "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+                ),
+            )];
+            if gzip {
+                headers.push((ACCEPT_ENCODING, HeaderValue::from_static("gzip")));
+            }
+            if let Some((u, p)) = &basic {
+                use base64::Engine as _;
+                let v = base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"));
+                if let Ok(v) = HeaderValue::from_str(&format!("Basic {v}")) {
+                    headers.push((AUTHORIZATION, v));
+                }
+            }
             let mut lat = Vec::new();
             let (mut errors, mut bytes) = (0u64, 0u64);
             while Instant::now() < end {
                 let t = Instant::now();
-                let mut req = client.get(&url).header(
-                    "accept",
-                    "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
-                );
-                if gzip {
-                    req = req.header("accept-encoding", "gzip");
-                }
-                if let Some((u, p)) = &basic {
-                    req = req.basic_auth(u, Some(p));
-                }
-                match req.send().await {
-                    Ok(r) if r.status().is_success() => match r.bytes().await {
-                        Ok(b) => {
-                            bytes += b.len() as u64;
-                            lat.push(t.elapsed());
-                        }
-                        Err(_) => errors += 1,
-                    },
+                let got = tokio::time::timeout(
+                    Duration::from_secs(30),
+                    client.get(&url, &headers, 256 << 20),
+                )
+                .await;
+                match got {
+                    Ok(Ok(r)) if (200..300).contains(&r.status) => {
+                        bytes += r.body.len() as u64;
+                        lat.push(t.elapsed());
+                    }
                     _ => {
                         errors += 1;
                         tokio::time::sleep(Duration::from_millis(10)).await;

@@ -92,7 +92,7 @@ impl Redactor {
     /// Adds the credentials of a URL's userinfo: the user, the password, and the Basic
     /// credentials `base64(user:pass)` an HTTP client derives from them.
     pub fn add_userinfo(&mut self, url: &str) {
-        let Ok(u) = reqwest::Url::parse(url) else {
+        let Ok(u) = url::Url::parse(url) else {
             return;
         };
         let user_enc = u.username().to_owned();
@@ -299,7 +299,7 @@ pub(crate) fn percent_decode(s: &str) -> String {
 /// A URL safe to show: no user or password, and every query value whose parameter name is not
 /// public ([`PUBLIC_NAMES`]) replaced by `<redacted>`. An unparsable URL is not shown at all.
 pub fn redact_url(url: &str) -> String {
-    let Ok(mut u) = reqwest::Url::parse(url) else {
+    let Ok(mut u) = url::Url::parse(url) else {
         return "<unparsable URL>".to_owned();
     };
     let _ = u.set_username("");
@@ -372,7 +372,7 @@ pub fn command_line(args: &[String], r: &Redactor) -> String {
 /// non-public query parameters hidden (`--server-metrics http://h/metrics?token=...`), or with
 /// only its userinfo hidden when it does not parse as a URL.
 fn shown_url(a: &str) -> String {
-    if reqwest::Url::parse(a).is_ok() {
+    if url::Url::parse(a).is_ok() {
         redact_url(a)
     } else {
         redact_userinfo(a)
@@ -391,7 +391,7 @@ fn shell_quote(s: &str) -> String {
 
 /// A proxy URL without its credentials.
 pub fn redact_userinfo(p: &str) -> String {
-    match reqwest::Url::parse(p) {
+    match url::Url::parse(p) {
         Ok(mut u) if !u.username().is_empty() || u.password().is_some() => {
             let _ = u.set_username("");
             let _ = u.set_password(None);
@@ -415,7 +415,7 @@ pub fn effective_proxy(url: &str) -> Option<String> {
 /// The environment's proxy URL for `url`, credentials included (for [`Redactor::add_userinfo`]:
 /// its secrets are redacted whether or not the client ends up using it).
 pub fn environment_proxy(url: &str) -> Option<String> {
-    let u = reqwest::Url::parse(url).ok()?;
+    let u = url::Url::parse(url).ok()?;
     let host = u.host_str()?.trim_matches(['[', ']']).to_ascii_lowercase();
     let var = |names: &[&str]| {
         names

@@ -5,12 +5,15 @@
 mod common;
 
 use common::case::Case;
+use common::e2e::{http_get, http_request};
 use common::serve::Proc;
 use common::server::{ReplayHandle, ReplayServer};
+use hyper::header::{AUTHORIZATION, HeaderValue};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
+use tokenprobe::transport::{Fetcher as Client, TlsOptions};
 
 /// A `tokenprobe serve` child on an ephemeral port, killed on drop.
 struct Serve {
@@ -29,10 +32,10 @@ impl Serve {
     }
 }
 
-async fn get(client: &reqwest::Client, url: &str) -> (u16, String) {
-    let r = client.get(url).send().await.expect("GET");
-    let status = r.status().as_u16();
-    (status, r.text().await.expect("body"))
+/// `GET url` with the tests' HTTP client: its status and body.
+async fn get(url: &str) -> (u16, String) {
+    let r = http_get(url, &[]);
+    (r.status, r.body)
 }
 
 /// The value of the first sample line that starts with `series` (name plus labels, as exposed).
@@ -82,15 +85,14 @@ async fn reload_keeps_unchanged_jobs_and_sigterm_exits_cleanly() {
     std::fs::write(&cfg, config(up, "m1, m2")).expect("write");
     let mut serve = Serve::start(&cfg, &[]);
     let base = format!("http://{}", serve.addr);
-    let client = reqwest::Client::new();
     let metrics = format!("{base}/metrics");
 
     wait_until("both jobs to probe", Duration::from_secs(20), async || {
-        let (_, t) = get(&client, &metrics).await;
+        let (_, t) = get(&metrics).await;
         probes(&t, "m1").unwrap_or(0.0) >= 1.0 && probes(&t, "m2").unwrap_or(0.0) >= 1.0
     })
     .await;
-    let (_, before) = get(&client, &metrics).await;
+    let (_, before) = get(&metrics).await;
     let m1_before = probes(&before, "m1").expect("m1 series");
     assert_eq!(
         sample(&before, "tokenprobe_config_last_reload_successful"),
@@ -109,11 +111,11 @@ async fn reload_keeps_unchanged_jobs_and_sigterm_exits_cleanly() {
     std::fs::write(&cfg, config(up, "m1, m3")).expect("write");
     serve.signal("-HUP");
     wait_until("m3 to probe", Duration::from_secs(20), async || {
-        let (_, t) = get(&client, &metrics).await;
+        let (_, t) = get(&metrics).await;
         probes(&t, "m3").unwrap_or(0.0) >= 1.0
     })
     .await;
-    let (_, after) = get(&client, &metrics).await;
+    let (_, after) = get(&metrics).await;
     assert!(
         probes(&after, "m2").is_none(),
         "removed job's series must go away"
@@ -126,36 +128,31 @@ async fn reload_keeps_unchanged_jobs_and_sigterm_exits_cleanly() {
 
     // An invalid config is refused over HTTP; the old one keeps running.
     std::fs::write(&cfg, "targets: [oops").expect("write");
-    let r = client
-        .post(format!("{base}/-/reload"))
-        .send()
-        .await
-        .expect("POST");
-    assert_eq!(r.status().as_u16(), 500);
+    let r = http_request("POST", &format!("{base}/-/reload"), &[], b"");
+    assert_eq!(r.status, 500);
     assert!(
-        r.text()
-            .await
-            .expect("body")
-            .contains("previous config keeps running")
+        r.body.contains("previous config keeps running"),
+        "{}",
+        r.body
     );
-    let (_, t) = get(&client, &metrics).await;
+    let (_, t) = get(&metrics).await;
     assert_eq!(
         sample(&t, "tokenprobe_config_last_reload_successful"),
         Some(0.0)
     );
     let m1_now = probes(&t, "m1").expect("m1 still there");
     wait_until("m1 to keep probing", Duration::from_secs(10), async || {
-        let (_, t) = get(&client, &metrics).await;
+        let (_, t) = get(&metrics).await;
         probes(&t, "m1").unwrap_or(0.0) > m1_now
     })
     .await;
 
     // `/` lists jobs and never a secret; health endpoints answer.
-    let (s, index) = get(&client, &format!("{base}/")).await;
+    let (s, index) = get(&format!("{base}/")).await;
     assert_eq!(s, 200);
     assert!(index.contains("a/m1/p") && index.contains("a/m3/p"));
-    assert_eq!(get(&client, &format!("{base}/-/healthy")).await.0, 200);
-    assert_eq!(get(&client, &format!("{base}/-/ready")).await.0, 200);
+    assert_eq!(get(&format!("{base}/-/healthy")).await.0, 200);
+    assert_eq!(get(&format!("{base}/-/ready")).await.0, 200);
 
     serve.signal("-TERM");
     let end = Instant::now() + Duration::from_secs(15);
@@ -189,47 +186,51 @@ async fn web_config_basic_auth_and_tls() {
     .expect("write");
     let web_arg = web.display().to_string();
     let serve = Serve::start(&cfg, &["--web.config.file", &web_arg]);
-    let pem = std::fs::read(&cert).expect("cert");
-    let client = reqwest::Client::builder()
-        .add_root_certificate(reqwest::Certificate::from_pem(&pem).expect("pem"))
-        .build()
-        .expect("client");
+    let mut client = Client::new(
+        TlsOptions {
+            ca_file: Some(cert.clone()),
+            ..TlsOptions::default()
+        },
+        Duration::from_secs(5),
+    )
+    .expect("client");
     let base = format!("https://localhost:{}", serve.addr.port());
+    let basic = |user_pass: &str| {
+        use base64::Engine as _;
+        let v = format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(user_pass)
+        );
+        [(AUTHORIZATION, HeaderValue::from_str(&v).expect("header"))]
+    };
+    let metrics = format!("{base}/metrics");
+    let r = client.get(&metrics, &[], 1 << 20).await.expect("GET");
+    assert_eq!(r.status, 401, "no credentials");
     let r = client
-        .get(format!("{base}/metrics"))
-        .send()
+        .get(&metrics, &basic("prom:wrong"), 1 << 20)
         .await
         .expect("GET");
-    assert_eq!(r.status().as_u16(), 401, "no credentials");
+    assert_eq!(r.status, 401, "wrong password");
     let r = client
-        .get(format!("{base}/metrics"))
-        .basic_auth("prom", Some("wrong"))
-        .send()
+        .get(&metrics, &basic("prom:s3cret"), 64 << 20)
         .await
         .expect("GET");
-    assert_eq!(r.status().as_u16(), 401, "wrong password");
+    assert_eq!(r.status, 200);
+    assert!(String::from_utf8_lossy(&r.body).contains("tokenprobe_build_info"));
     let r = client
-        .get(format!("{base}/metrics"))
-        .basic_auth("prom", Some("s3cret"))
-        .send()
+        .get(&format!("{base}/-/healthy"), &[], 1 << 20)
         .await
         .expect("GET");
-    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(r.status, 200, "health needs no credentials");
+    let plain = client
+        .get(
+            &format!("http://127.0.0.1:{}/metrics", serve.addr.port()),
+            &[],
+            1 << 20,
+        )
+        .await;
     assert!(
-        r.text()
-            .await
-            .expect("body")
-            .contains("tokenprobe_build_info")
-    );
-    let r = client
-        .get(format!("{base}/-/healthy"))
-        .send()
-        .await
-        .expect("GET");
-    assert_eq!(r.status().as_u16(), 200, "health needs no credentials");
-    let plain = reqwest::get(format!("http://127.0.0.1:{}/metrics", serve.addr.port())).await;
-    assert!(
-        plain.is_err() || plain.is_ok_and(|r| !r.status().is_success()),
+        plain.is_err() || plain.is_ok_and(|r| !(200..300).contains(&r.status)),
         "plain HTTP must not serve metrics"
     );
 }
@@ -247,14 +248,13 @@ async fn snapshot_metrics_layout_and_probe_report() {
     let cfg = dir.path().join("c.yml");
     std::fs::write(&cfg, config(up, "m1")).expect("write");
     let serve = Serve::start(&cfg, &[]);
-    let client = reqwest::Client::new();
     let metrics = format!("http://{}/metrics", serve.addr);
     wait_until("a probe", Duration::from_secs(20), async || {
-        let (_, t) = get(&client, &metrics).await;
+        let (_, t) = get(&metrics).await;
         probes(&t, "m1").unwrap_or(0.0) >= 1.0
     })
     .await;
-    let (_, text) = get(&client, &metrics).await;
+    let (_, text) = get(&metrics).await;
     // Names, types, help texts and label sets; bucket counts, sums and timestamps vary.
     let layout: Vec<String> = text
         .lines()
@@ -295,11 +295,10 @@ async fn retry_after_pauses_the_target() {
     let cfg = dir.path().join("c.yml");
     std::fs::write(&cfg, config(up, "m1")).expect("write");
     let serve = Serve::start(&cfg, &[]);
-    let client = reqwest::Client::new();
     let metrics = format!("http://{}/metrics", serve.addr);
     let l = "target=\"a\",model=\"m1\",prompt=\"p\"";
     wait_until("two skipped ticks", Duration::from_secs(20), async || {
-        let (_, t) = get(&client, &metrics).await;
+        let (_, t) = get(&metrics).await;
         sample(
             &t,
             &format!("tokenprobe_probes_skipped_total{{{l},reason=\"rate_limited\"}}"),
@@ -308,7 +307,7 @@ async fn retry_after_pauses_the_target() {
             >= 2.0
     })
     .await;
-    let (_, t) = get(&client, &metrics).await;
+    let (_, t) = get(&metrics).await;
     assert_eq!(
         sample(&t, &format!("tokenprobe_retry_after_seconds{{{l}}}")),
         Some(6.5)
@@ -361,7 +360,6 @@ async fn probes_of_one_target_are_flagged_when_they_overlap_or_held_back() {
             log.to_str().expect("path"),
         ],
     );
-    let client = reqwest::Client::new();
     for (limit, overlap) in [("", true), ("max_in_flight: 1, ", false)] {
         // The requests of this round: those logged from now on.
         let before = request_spans(&log).len();
@@ -389,13 +387,13 @@ async fn probes_of_one_target_are_flagged_when_they_overlap_or_held_back() {
             "six probes of each job",
             Duration::from_secs(40),
             async || {
-                let (_, text) = get(&client, &m).await;
+                let (_, text) = get(&m).await;
                 probes(&text, "m1").is_some_and(|n| n >= 6.0)
                     && probes(&text, "m2").is_some_and(|n| n >= 6.0)
             },
         )
         .await;
-        let (_, text) = get(&client, &m).await;
+        let (_, text) = get(&m).await;
         drop(s);
         let spans: Vec<(f64, f64)> = request_spans(&log).split_off(before);
         let concurrent = spans

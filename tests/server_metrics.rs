@@ -25,6 +25,7 @@ use tokenprobe::servermetrics::level::{LevelScrapes, ServerLevel, Snapshot, fold
 use tokenprobe::servermetrics::scrape::scrape_once;
 use tokenprobe::servermetrics::signals::known;
 use tokenprobe::servermetrics::{Endpoint, level::ENDPOINT_LABEL};
+use tokenprobe::transport::{Fetcher, TlsOptions};
 
 fn fixtures() -> PathBuf {
     repo_root().join("tests/fixtures/servermetrics")
@@ -136,12 +137,7 @@ fn rt() -> tokio::runtime::Runtime {
 }
 
 /// Scrapes `url` with the library's scraper, tagging the samples as endpoint 0.
-fn scrape(
-    rt: &tokio::runtime::Runtime,
-    client: &reqwest::Client,
-    url: &str,
-    at_s: f64,
-) -> Snapshot {
+fn scrape(rt: &tokio::runtime::Runtime, client: &mut Fetcher, url: &str, at_s: f64) -> Snapshot {
     let ep = Endpoint::new(url, None);
     let mut samples = rt
         .block_on(scrape_once(client, &ep))
@@ -156,9 +152,19 @@ fn scrape(
 /// "during" and "after" scrape are `X.after.prom`, with a wall time of 2 s.
 fn fixture_level(base: &str, name: &str) -> ServerLevel {
     let rt = rt();
-    let client = reqwest::Client::new();
-    let before = scrape(&rt, &client, &format!("{base}/f/{name}.before.prom"), -0.01);
-    let after = scrape(&rt, &client, &format!("{base}/f/{name}.after.prom"), 2.0);
+    let mut client = Fetcher::new(TlsOptions::default(), Duration::from_secs(5)).expect("client");
+    let before = scrape(
+        &rt,
+        &mut client,
+        &format!("{base}/f/{name}.before.prom"),
+        -0.01,
+    );
+    let after = scrape(
+        &rt,
+        &mut client,
+        &format!("{base}/f/{name}.after.prom"),
+        2.0,
+    );
     let l = LevelScrapes {
         during: vec![
             Snapshot {
@@ -311,18 +317,18 @@ fn the_targets_key_goes_to_the_metrics_endpoint() {
     use tokenprobe::config::{AuthStyle, KeySource, Secret};
     let base = fixture_server();
     let rt = rt();
-    let client = reqwest::Client::new();
+    let mut client = Fetcher::new(TlsOptions::default(), Duration::from_secs(5)).expect("client");
     let url = format!("{base}/auth");
     let with_key = Endpoint::new(
         &url,
         Some((AuthStyle::Bearer, KeySource::Inline(Secret::new("tok-123")))),
     );
     let got = rt
-        .block_on(scrape_once(&client, &with_key))
+        .block_on(scrape_once(&mut client, &with_key))
         .expect("scrape with the key");
     assert_eq!(got[0].name, "llamacpp:requests_processing");
     let e = rt
-        .block_on(scrape_once(&client, &Endpoint::new(&url, None)))
+        .block_on(scrape_once(&mut client, &Endpoint::new(&url, None)))
         .expect_err("401 without the key");
     assert!(e.ends_with("/auth: HTTP 401"), "{e}");
 }
@@ -456,9 +462,7 @@ fn bad_metrics_endpoints_are_counted_and_never_delay_the_probes() {
         "/slow: no complete answer within 100ms",
         "/garbage: not a metrics exposition",
         "/huge: larger than 16 MiB",
-        &format!(
-            "http://127.0.0.1:{down_port}/metrics?token=%3Credacted%3E: error sending request"
-        ),
+        &format!("http://127.0.0.1:{down_port}/metrics?token=%3Credacted%3E: connect: "),
     ] {
         assert!(err.contains(why), "{why:?} not in: {err}");
     }

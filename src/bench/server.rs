@@ -180,11 +180,10 @@ impl ServerSide {
             return;
         }
         tokio::time::sleep(p.wait).await;
-        let client = match reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .build()
-        {
+        let mut client = match crate::transport::Fetcher::new(
+            crate::transport::TlsOptions::default(),
+            Duration::from_secs(10),
+        ) {
             Ok(c) => c,
             Err(e) => {
                 progress.println(&format!("  prometheus: cannot build the client: {e}"));
@@ -193,7 +192,8 @@ impl ServerSide {
         };
         for &(mi, li, w) in &self.windows {
             let (got, sent, failed, first) =
-                promql::query_level(&client, &p.url, &p.queries, w, Duration::from_secs(10)).await;
+                promql::query_level(&mut client, &p.url, &p.queries, w, Duration::from_secs(10))
+                    .await;
             let Some(l) = models.get_mut(mi).and_then(|m| m.levels.get_mut(li)) else {
                 continue;
             };

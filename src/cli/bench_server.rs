@@ -34,7 +34,7 @@ pub struct ServerArgs {
 }
 
 fn http_url(flag: &str, u: &str) -> Result<(), BenchError> {
-    match reqwest::Url::parse(u) {
+    match url::Url::parse(u) {
         Ok(x) if matches!(x.scheme(), "http" | "https") => Ok(()),
         _ => Err(BenchError::Usage(format!(
             "{flag} {}: not an http:// or https:// URL",

@@ -193,7 +193,7 @@ impl Target {
     fn url_of(&self, path: &str) -> String {
         let mut url = format!("{}{}", self.base_url, path);
         if !self.query.is_empty()
-            && let Ok(mut u) = reqwest::Url::parse(&url)
+            && let Ok(mut u) = url::Url::parse(&url)
         {
             u.query_pairs_mut().extend_pairs(self.query.iter());
             url = u.to_string();

@@ -764,7 +764,7 @@ impl Validator {
                     String::new()
                 }
             };
-            match reqwest::Url::parse(&url) {
+            match url::Url::parse(&url) {
                 Ok(u) if matches!(u.scheme(), "http" | "https") => {}
                 Ok(_) => self.push(format!("{p}.url"), &m.url, "must be http:// or https://"),
                 Err(e) => self.push(format!("{p}.url"), &m.url, format!("not a URL ({e})")),
@@ -934,7 +934,7 @@ impl Validator {
                 String::new()
             }
         };
-        match reqwest::Url::parse(&base_url) {
+        match url::Url::parse(&base_url) {
             Ok(u) if u.query().is_some() || u.fragment().is_some() => self.push(
                 key,
                 raw,
@@ -1004,8 +1004,8 @@ impl Validator {
     ) -> Vec<(String, String)> {
         let mut headers = Vec::new();
         for (k, v) in &t.headers {
-            let ok = reqwest::header::HeaderName::from_bytes(k.as_bytes()).is_ok()
-                && reqwest::header::HeaderValue::from_str(v).is_ok();
+            let ok = hyper::header::HeaderName::from_bytes(k.as_bytes()).is_ok()
+                && hyper::header::HeaderValue::from_str(v).is_ok();
             if let Some(why) = header_set_by_tokenprobe(k, auth, has_key) {
                 self.push(format!("{path}.headers.{k}"), &t.name, why);
             } else if ok {
@@ -1025,7 +1025,7 @@ impl Validator {
         match raw {
             None => ProxySetting::Environment,
             Some(p) if p.value == "none" || p.value.is_empty() => ProxySetting::Disabled,
-            Some(p) => match reqwest::Url::parse(&p.value) {
+            Some(p) => match url::Url::parse(&p.value) {
                 Ok(u) if matches!(u.scheme(), "http" | "https") => {
                     ProxySetting::Url(p.value.clone())
                 }
@@ -1224,7 +1224,7 @@ pub fn header_set_by_tokenprobe(name: &str, auth: AuthStyle, has_key: bool) -> O
 /// sent as `Authorization: Basic`, so a key in `Authorization: Bearer` would make the request carry
 /// two `Authorization` headers. The one rule for a config's `base_url` and `probe --base-url`.
 pub fn userinfo_conflict(base_url: &str, auth: AuthStyle, has_key: bool) -> Option<&'static str> {
-    let u = reqwest::Url::parse(base_url).ok()?;
+    let u = url::Url::parse(base_url).ok()?;
     let userinfo = !u.username().is_empty() || u.password().is_some();
     (userinfo && has_key && auth == AuthStyle::Bearer).then_some(
         "carries user:password, sent as Authorization: Basic, and the API key goes in Authorization: Bearer: a request carries one Authorization header; drop one, or set auth: x-api-key or api-key",

@@ -674,7 +674,7 @@ async fn read_error_body(
 /// A `Location` as an absolute URL safe to show: resolved against the request URL (a relative
 /// `Location` too), credentials and secret query values removed.
 fn resolve_location(request_url: &str, location: &str) -> String {
-    match reqwest::Url::parse(request_url).and_then(|base| base.join(location.trim())) {
+    match url::Url::parse(request_url).and_then(|base| base.join(location.trim())) {
         Ok(u) => redact_url(u.as_str()),
         Err(_) => "<unparsable Location>".to_owned(),
     }

@@ -99,33 +99,15 @@ pub(super) fn build_prewarm(spec: &ProbeSpec, key: Option<&Secret>) -> Result<Re
 /// A request to `url` with `body`. A `user:password` in the URL is sent as Basic credentials
 /// (as curl does) and taken out of the URL the request names.
 fn new_request(method: hyper::Method, url: &str, body: String) -> Result<Request, BuildError> {
-    let mut u = reqwest::Url::parse(url).map_err(|e| BuildError(format!("the URL: {e}")))?;
-    let basic = (!u.username().is_empty() || u.password().is_some()).then(|| {
-        use crate::redact::percent_decode;
-        use base64::Engine as _;
-        let (user, pass) = (u.username(), u.password().unwrap_or(""));
-        let pair = format!("{}:{}", percent_decode(user), percent_decode(pass));
-        format!(
-            "Basic {}",
-            base64::engine::general_purpose::STANDARD.encode(pair)
-        )
-    });
-    let _ = u.set_username("");
-    let _ = u.set_password(None);
-    let uri: hyper::Uri = u
-        .as_str()
-        .parse()
-        .map_err(|e| BuildError(format!("the URL: {e}")))?;
+    let (uri, basic) =
+        crate::transport::request_uri(url).map_err(|e| BuildError(format!("the URL: {e}")))?;
     let mut req = hyper::Request::builder()
         .method(method)
         .uri(uri)
         .body(Body::from(body))
         .map_err(|e| BuildError(e.to_string()))?;
     if let Some(b) = basic {
-        req.headers_mut().insert(
-            header::AUTHORIZATION,
-            sensitive(&b, "the URL's credentials")?,
-        );
+        req.headers_mut().insert(header::AUTHORIZATION, b);
     }
     Ok(req)
 }

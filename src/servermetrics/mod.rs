@@ -61,7 +61,7 @@ impl std::fmt::Debug for Endpoint {
 /// Whether two URLs have one origin (scheme, host and port): a target's key goes only where the
 /// target is, unless the config says `auth: target`.
 pub fn same_origin(a: &str, b: &str) -> bool {
-    match (reqwest::Url::parse(a), reqwest::Url::parse(b)) {
+    match (url::Url::parse(a), url::Url::parse(b)) {
         (Ok(a), Ok(b)) => a.origin() == b.origin(),
         _ => false,
     }

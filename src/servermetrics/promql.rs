@@ -203,7 +203,7 @@ pub struct Window {
 /// Runs every query for one level. Returns the signals answered, the queries sent, the queries
 /// that failed and the first failure's reason.
 pub async fn query_level(
-    client: &reqwest::Client,
+    client: &mut crate::transport::Fetcher,
     base_url: &str,
     queries: &[Query],
     w: Window,
@@ -217,20 +217,15 @@ pub async fn query_level(
         sent += 1;
         let expr = q.expr.replace("$__range", &range);
         let r = tokio::time::timeout(timeout, async {
-            let resp = client
-                .get(&url)
-                .query(&[
-                    ("query", expr.as_str()),
-                    ("time", &format!("{:.3}", w.end_unix_s)),
-                ])
-                .send()
+            let mut u = url::Url::parse(&url).map_err(|e| e.to_string())?;
+            u.query_pairs_mut()
+                .append_pair("query", &expr)
+                .append_pair("time", &format!("{:.3}", w.end_unix_s));
+            let got = client
+                .get(u.as_str(), &[], super::MAX_SCRAPE_BYTES)
                 .await
-                .map_err(|e| format!("{}", e.without_url()))?;
-            let text = resp
-                .text()
-                .await
-                .map_err(|e| format!("{}", e.without_url()))?;
-            answer_value(&text)
+                .map_err(|e| e.to_string())?;
+            answer_value(&String::from_utf8_lossy(&got.body))
         })
         .await
         .unwrap_or_else(|_| Err("no answer in time".into()));

@@ -5,8 +5,9 @@
 //! that fails for any reason (down, slow, not 200, too large, not an exposition) is counted
 //! in `scrape_errors` and leaves a gap; it never stops or delays the level.
 //!
-//! One request per scrape: no redirects, no retries, no proxy (metrics endpoints sit beside the
-//! server; a proxy would add its own failures to the server's numbers).
+//! One request per scrape through the probes' own transport ([`Fetcher`]: no redirects, no
+//! retries, no proxy; metrics endpoints sit beside the server, and a proxy would add its own
+//! failures to the server's numbers), one kept connection per endpoint.
 
 use super::expo;
 use super::level::{ENDPOINT_LABEL, Folded, LevelFold, Phase, Snapshot};
@@ -14,7 +15,8 @@ use super::signals::Signal;
 use super::{Endpoint, MAX_SCRAPE_BYTES};
 use crate::auth::AuthStyle;
 use crate::redact::redact_url;
-use futures_util::StreamExt as _;
+use crate::transport::{Fetcher, TlsOptions};
+use hyper::header::{ACCEPT, AUTHORIZATION, HeaderName, HeaderValue};
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
@@ -22,45 +24,37 @@ use tokio::sync::{mpsc, oneshot};
 /// What one endpoint scrape gave.
 type ScrapeResult = Result<Vec<expo::Sample>, String>;
 
-const ACCEPT: &str =
+const ACCEPT_METRICS: &str =
     "application/openmetrics-text;version=1.0.0;q=0.9,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
 
 /// Scrapes one endpoint once, within its timeout and [`MAX_SCRAPE_BYTES`].
 ///
 /// # Errors
 /// Why the scrape failed (secrets redacted: the URL is shown without userinfo or query values).
-pub async fn scrape_once(client: &reqwest::Client, ep: &Endpoint) -> ScrapeResult {
+pub async fn scrape_once(client: &mut Fetcher, ep: &Endpoint) -> ScrapeResult {
     let shown = redact_url(&ep.url);
     let work = async {
-        let mut req = client.get(&ep.url).header("accept", ACCEPT);
+        let mut headers = vec![(ACCEPT, HeaderValue::from_static(ACCEPT_METRICS))];
         if let Some((style, key)) = &ep.auth {
             let k = key.load().await?;
-            req = match style {
-                AuthStyle::Bearer => req.bearer_auth(k.expose()),
-                AuthStyle::XApiKey => req.header("x-api-key", k.expose()),
-                AuthStyle::ApiKey => req.header("api-key", k.expose()),
+            let (name, value) = match style {
+                AuthStyle::Bearer => (AUTHORIZATION, format!("Bearer {}", k.expose())),
+                AuthStyle::XApiKey => (HeaderName::from_static("x-api-key"), k.expose().to_owned()),
+                AuthStyle::ApiKey => (HeaderName::from_static("api-key"), k.expose().to_owned()),
             };
+            let mut value = HeaderValue::from_str(&value)
+                .map_err(|_| "the key is not a valid header value".to_owned())?;
+            value.set_sensitive(true);
+            headers.push((name, value));
         }
-        let resp = req
-            .send()
+        let got = client
+            .get(&ep.url, &headers, MAX_SCRAPE_BYTES)
             .await
-            .map_err(|e| format!("{}", e.without_url()))?;
-        if resp.status() != reqwest::StatusCode::OK {
-            return Err(format!("HTTP {}", resp.status().as_u16()));
+            .map_err(|e| e.to_string())?;
+        if got.status != 200 {
+            return Err(format!("HTTP {}", got.status));
         }
-        let mut body = Vec::new();
-        let mut stream = resp.bytes_stream();
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| format!("{}", e.without_url()))?;
-            if body.len() + chunk.len() > MAX_SCRAPE_BYTES {
-                return Err(format!(
-                    "larger than {} MiB",
-                    MAX_SCRAPE_BYTES / (1024 * 1024)
-                ));
-            }
-            body.extend_from_slice(&chunk);
-        }
-        let text = String::from_utf8(body).map_err(|_| "not UTF-8 text".to_owned())?;
+        let text = String::from_utf8(got.body).map_err(|_| "not UTF-8 text".to_owned())?;
         expo::parse(&text).map_err(|e| format!("not a metrics exposition ({e})"))
     };
     match tokio::time::timeout(ep.timeout, work).await {
@@ -94,12 +88,14 @@ impl Collector {
     /// # Errors
     /// The thread, runtime or HTTP client could not be made.
     pub fn start(endpoints: Vec<Endpoint>, signals: Vec<Signal>) -> Result<Collector, String> {
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .pool_max_idle_per_host(1)
-            .build()
-            .map_err(|e| format!("cannot build the metrics client: {e}"))?;
+        let clients = endpoints
+            .iter()
+            .map(|e| {
+                Fetcher::new(TlsOptions::default(), e.timeout)
+                    .map(tokio::sync::Mutex::new)
+                    .map_err(|e| format!("cannot build the metrics client: {e}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let (tx, rx) = mpsc::unbounded_channel();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -110,7 +106,7 @@ impl Collector {
             .spawn(move || {
                 // Below the probes: when both want the CPU, the probes' reads get it first.
                 crate::resources::lower_thread_priority(10);
-                rt.block_on(run(client, endpoints, signals, rx));
+                rt.block_on(run(clients, endpoints, signals, rx));
             })
             .map_err(|e| format!("cannot start the metrics thread: {e}"))?;
         Ok(Collector {
@@ -158,7 +154,8 @@ impl Drop for Collector {
 
 /// What a level's scrapes need besides the endpoints.
 struct Ctx {
-    client: reqwest::Client,
+    /// One client per endpoint (each keeps its connection).
+    clients: Vec<tokio::sync::Mutex<Fetcher>>,
     endpoints: Vec<Endpoint>,
     keep: HashSet<String>,
 }
@@ -166,11 +163,11 @@ struct Ctx {
 /// Scrapes `due` endpoints at once; merges the answers (the samples in `ctx.keep`) into one
 /// snapshot at `at_s`, counting the scrapes (and the first failure of each endpoint) in `level`.
 async fn scrape_all(ctx: &Ctx, due: &[usize], at_s: f64, level: &mut LevelFold) -> Snapshot {
-    let (client, endpoints) = (&ctx.client, &ctx.endpoints);
-    let results = futures_util::future::join_all(
-        due.iter()
-            .map(|&i| async move { (i, scrape_once(client, &endpoints[i]).await) }),
-    )
+    let (clients, endpoints) = (&ctx.clients, &ctx.endpoints);
+    let results = futures_util::future::join_all(due.iter().map(|&i| async move {
+        let mut client = clients[i].lock().await;
+        (i, scrape_once(&mut client, &endpoints[i]).await)
+    }))
     .await;
     let mut snap = Snapshot {
         at_s,
@@ -201,13 +198,13 @@ async fn scrape_all(ctx: &Ctx, due: &[usize], at_s: f64, level: &mut LevelFold) 
 }
 
 async fn run(
-    client: reqwest::Client,
+    clients: Vec<tokio::sync::Mutex<Fetcher>>,
     endpoints: Vec<Endpoint>,
     signals: Vec<Signal>,
     mut rx: mpsc::UnboundedReceiver<Cmd>,
 ) {
     let ctx = Ctx {
-        client,
+        clients,
         endpoints,
         keep: super::signals::sample_names(&signals),
     };

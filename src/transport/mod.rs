@@ -11,14 +11,17 @@
 
 mod classify;
 mod connect;
+mod fetch;
 mod options;
 mod tls;
+mod uri;
 
 pub use crate::kstamp::{ReadStamps, Stamp};
 pub use crate::measure::Phases;
 use bytes::Bytes;
 pub(crate) use classify::classify_transport;
 pub use connect::{ConnectError, ConnectKind};
+pub use fetch::{FetchError, Fetched, Fetcher};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
@@ -28,6 +31,7 @@ pub use options::{ConnectionMode, ProxySetting, TlsOptions};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 pub use tls::{MAX_CA_FILE_BYTES, ca_certificates};
+pub use uri::request_uri;
 
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct Marks {
