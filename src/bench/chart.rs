@@ -6,11 +6,13 @@
 //! its axes labelled by `<text class="x-label">` and `<text class="y-label">` (the browser test
 //! reads them back), and every line point carrying a `<title>` with its values (shown on hover).
 //! A y axis turns logarithmic, said on its label, when the values drawn span more than
-//! [`LOG_SPAN`] (the same rule as the `--plot` SVG), so a 100 ms model is not flattened to 0
-//! beside a 4.5 s one.
+//! [`LOG_SPAN`], so a 100 ms model is not flattened to 0 beside a 4.5 s one. The page and the
+//! `--plot` SVG ([`super::plot`]) draw with this one engine.
 
-use super::plot::LOG_SPAN;
 use std::fmt::Write as _;
+
+/// Values spanning more than this factor get a logarithmic y axis.
+pub const LOG_SPAN: f64 = 10.0;
 
 /// Width of a chart's coordinate system (it is scaled to the page).
 pub const WIDTH: f64 = 600.0;
