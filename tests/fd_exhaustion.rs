@@ -51,18 +51,31 @@ fn the_exporters_own_fd_exhaustion_is_not_the_targets_failure() {
         }
     }
 
+    let job = "target=\"t\",model=\"m\",prompt=\"p\"";
+    let internal = "tokenprobe_internal_errors_total{reason=\"fd_exhausted\"}";
+    let first_token =
+        format!("tokenprobe_probe_errors_total{{{job},error_type=\"timeout_first_token\"}}");
+    // Polls the registry until `done` holds (every 50 ms, at most 20 s).
+    let poll = |done: &dyn Fn(&str) -> bool| -> String {
+        let end = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let text = metrics.encode_text().unwrap();
+            if done(&text) || std::time::Instant::now() > end {
+                return text;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+
     let scheduler = Scheduler::start(&config.jobs, metrics.clone(), rt.handle().clone()).unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
-    let full = metrics.encode_text().unwrap();
+    // Three ticks that found the fd table full.
+    let full = poll(&|t| sample(t, internal).is_some_and(|n| n >= 3.0));
     drop(filler);
     setrlimit(Resource::Nofile, saved).unwrap();
     // With fds again, probes reach the target (which never answers: timeout_first_token).
-    std::thread::sleep(Duration::from_millis(1500));
-    let after = metrics.encode_text().unwrap();
+    let after = poll(&|t| sample(t, &first_token).is_some_and(|n| n >= 1.0));
     rt.block_on(scheduler.shutdown(Duration::from_secs(1)));
 
-    let job = "target=\"t\",model=\"m\",prompt=\"p\"";
-    let internal = "tokenprobe_internal_errors_total{reason=\"fd_exhausted\"}";
     let connect = format!("tokenprobe_probe_errors_total{{{job},error_type=\"connect\"}}");
     let probes = format!("tokenprobe_probes_total{{{job}}}");
     assert!(
@@ -79,8 +92,6 @@ fn the_exporters_own_fd_exhaustion_is_not_the_targets_failure() {
         Some(0.0),
         "not a probe of the target"
     );
-    let first_token =
-        format!("tokenprobe_probe_errors_total{{{job},error_type=\"timeout_first_token\"}}");
     assert!(
         sample(&after, &first_token).unwrap() >= 1.0,
         "with fds back, probes reach the target:\n{after}"

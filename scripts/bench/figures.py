@@ -4,7 +4,7 @@
 The scripts that measure a figure record it here (with the date, the machine and the script),
 and the README's block between `<!-- figures -->` and `<!-- /figures -->` is generated from
 that table, so a number in the README always names when, where and by what it was measured.
-tests/readme_figures.rs checks that README.md and docs/figures.md agree.
+tests/e2e/readme_figures.rs checks that README.md and docs/figures.md agree.
 
     python3 scripts/bench/figures.py set KEY VALUE --what TEXT --by SCRIPT   # record, then update README
     python3 scripts/bench/figures.py readme                                  # regenerate README's block
@@ -28,7 +28,7 @@ HEADER = """# Measured figures
 
 Each row is written by the script named in it (`scripts/bench/figures.py set`), with the date (UTC) and
 the machine it ran on; README.md's "Measured" list is generated from this table
-(`scripts/bench/figures.py readme`) and `tests/readme_figures.rs` checks that the two agree. Re-run the
+(`scripts/bench/figures.py readme`) and `tests/e2e/readme_figures.rs` checks that the two agree. Re-run the
 script to update a figure; do not edit the rows by hand.
 
 | key | what | value | measured | machine | by |

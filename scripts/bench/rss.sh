@@ -5,7 +5,7 @@
 # docs/figures.md and README.md (scripts/bench/figures.py). Loopback only; stops itself.
 # `--check`: measure the same way and compare with the recorded figures instead (the binary's size
 # within 5%, the RSS within 30%: it depends on the run's length and the allocator); exit 1 if a
-# figure does not hold. tests/readme_figures.rs runs it against the release binary.
+# figure does not hold. tests/e2e/readme_figures.rs runs it against the release binary.
 set -euo pipefail
 check=0
 [ "${1:-}" = "--check" ] && check=1

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Static checks of the deployment artifacts: grafana/ (dashboards, provisioning, alert rules) and
 # deploy/ (Prometheus rules and their unit tests, Kubernetes manifests, Helm chart, Dockerfile).
-# Prints one line per check and exits 1 if any fails. tests/deploy_checks.rs runs it under
-# `cargo test`; the checks against a running Prometheus are in tests/dashboard_queries.rs.
+# Prints one line per check and exits 1 if any fails. tests/peers/deploy_checks.rs runs it under
+# `cargo test`; the checks against a running Prometheus are in tests/peers/dashboard_queries.rs.
 #
 # Installs its own tools, idempotently (a re-run skips work that is done), all pinned:
 #   .venv-deploy/                     scripts/ci/deploy-check/requirements.txt (hash-checked wheels):
@@ -261,7 +261,7 @@ check "helm dashboards ConfigMap = grafana/dashboards" dashboards_configmap
 
 # The tokenprobe.yml of every ConfigMap (raw manifests and rendered chart) passes
 # `tokenprobe check-config`, with its api_key_file pointed at a temporary file (the Secret's mount
-# does not exist here). Needs the binary: TOKENPROBE_BIN (tests/deploy_checks.rs sets it).
+# does not exist here). Needs the binary: TOKENPROBE_BIN (tests/peers/deploy_checks.rs sets it).
 configmaps_check_config() {
     python - "$tmp/configs" "${manifests[@]}" "${rendered[@]}" <<'PY' || return 1
 import os, re, sys, yaml

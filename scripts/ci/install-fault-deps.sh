@@ -4,9 +4,9 @@
 # missing):
 #
 #   - llmock          `llmock serve`: mock OpenAI/Anthropic server that injects
-#                     HTTP errors and stream faults on request   (tests/llmock.rs)
+#                     HTTP errors and stream faults on request   (tests/peers/llmock.rs)
 #   - guidellm        `guidellm mock-server`: streams with a configured TTFT and
-#                     inter-token latency, the timing ground truth (tests/guidellm.rs)
+#                     inter-token latency, the timing ground truth (tests/peers/guidellm.rs)
 #
 # Pinned and hash-checked: scripts/ci/requirements-faults.txt, installed with
 # --no-deps --require-hashes --only-binary=:all: (guidellm's declared dependencies

@@ -3,9 +3,9 @@
 # is already done is skipped, so a re-run takes about a second.
 #
 #   - Debian package `prometheus` (gives `prometheus` and `promtool`)
-#   - Debian package `prometheus-node-exporter` (tests/server_metrics.rs scrapes it)
+#   - Debian package `prometheus-node-exporter` (tests/e2e/server_metrics.rs scrapes it)
 #   - Debian packages `chromium` and `fonts-dejavu-core` (headless Chromium loads
-#     bench's HTML report in tests/bench_html.rs; a font for its text)
+#     bench's HTML report in tests/e2e/bench_html.rs; a font for its text)
 #   - a Python venv at $TOKENPROBE_VENV (default: <repo>/.venv) holding the
 #     pinned packages of scripts/ci/requirements-test.txt:
 #       prometheus-client  strict OpenMetrics parser (scripts/ci/check-openmetrics.py)
@@ -135,7 +135,7 @@ if [ "$model_only" -eq 1 ]; then
 fi
 
 # ---------------------------------------------------------------- fault mocks
-# The fault-injection and timing tests (tests/llmock.rs, tests/guidellm.rs)
+# The fault-injection and timing tests (tests/peers/llmock.rs, tests/peers/guidellm.rs)
 # have their own pinned set, installed into the same venv.
 if [ -f "$repo/scripts/ci/install-fault-deps.sh" ]; then
     TOKENPROBE_VENV="$venv" bash "$repo/scripts/ci/install-fault-deps.sh"

@@ -1,8 +1,8 @@
-//! Shared helpers for the end-to-end tests (`tests/real_server.rs`,
-//! `tests/prometheus_e2e.rs`, `tests/dashboard_queries.rs`, `tests/bench.rs`,
-//! `tests/simulate_models.rs`) and,
-//! through `tests/common/faults.rs`, the fault tests (`tests/llmock.rs`,
-//! `tests/guidellm.rs`) and `tests/deploy_checks.rs`: child processes that die
+//! Shared helpers for the end-to-end tests (`tests/peers/real_server.rs`,
+//! `tests/peers/prometheus_e2e.rs`, `tests/peers/dashboard_queries.rs`, `tests/e2e/bench.rs`,
+//! `tests/e2e/simulate_models.rs`) and,
+//! through `tests/common/faults.rs`, the fault tests (`tests/peers/llmock.rs`,
+//! `tests/peers/guidellm.rs`) and `tests/peers/deploy_checks.rs`: child processes that die
 //! with the test, a llama.cpp server with a tiny model, `tokenprobe serve` and
 //! `tokenprobe simulate`, a minimal HTTP/1.1 client with timeouts, and a
 //! Prometheus text-format reader.

@@ -1,4 +1,4 @@
-//! Helpers specific to `tests/llmock.rs` and `tests/guidellm.rs`: third-party mock
+//! Helpers specific to `tests/peers/llmock.rs` and `tests/peers/guidellm.rs`: third-party mock
 //! servers from the project venv (`llmock serve`, `guidellm mock-server`),
 //! `tokenprobe probe` / `tokenprobe serve` as child processes, `/proc` readers.
 //! The generic pieces (children killed on drop, the HTTP/1.1 client, the
@@ -9,8 +9,8 @@
 //! piece FAILS the test with that hint: these tests never skip.
 
 use super::e2e::{
-    ChildGuard, SIGKILL, Samples, free_port, http_request_within, json_logs, median, poll_for,
-    run_with_timeout, tokenprobe_bin, tokenprobe_metrics, try_http_request_within, venv,
+    ChildGuard, SIGKILL, Samples, free_port, http_request_within, json_logs, median,
+    run_with_timeout, tokenprobe_bin, tokenprobe_metrics, try_http_request_within, venv, wait_for,
 };
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -39,11 +39,6 @@ pub fn venv_tool(test: &str, name: &str) -> PathBuf {
 /// Every step of an HTTP request to a mock or to tokenprobe is bounded by this
 /// (`crate::e2e::http_request_within`).
 pub const HTTP_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// Polls `f` every 50 ms until it returns Some or `limit` passes.
-pub fn wait_for<T>(what: &str, limit: Duration, f: impl FnMut() -> Option<T>) -> T {
-    poll_for(what, limit, Duration::from_millis(50), f)
-}
 
 /// A child killed and reaped on drop, SIGKILLed by the kernel if the test
 /// thread that started it dies.

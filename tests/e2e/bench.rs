@@ -1,0 +1,1004 @@
+//! `tokenprobe bench` end to end:
+//!
+//! - against `tokenprobe simulate --max-concurrency 8` a 2/4/8/16/32 sweep finds the knee at 16
+//!   (TTFT 200 ms and ITL 20 ms: generous, so timing noise on a busy 2-core machine does not move
+//!   it), the outputs (JSON, CSV, Markdown, SVG) are written, and `--baseline` exits 3 on a
+//!   regression and 0 without one;
+//! - open loop: constant arrivals send as many requests as the rate says, and a cap is counted;
+//! - bad invocations exit 2 before sending anything;
+//! - against llama.cpp's server with SmolLM2-135M (`tests/common/e2e.rs`), a 1/2/4 sweep's JSON report
+//!   parses and its TPS p50 at concurrency 1 agrees with the server's own `timings` within 5%.
+
+use crate::common;
+use common::e2e;
+
+use e2e::*;
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::e2e::start_simulate as simulate;
+
+fn sim_config(dir: &Path, url: &str) -> std::path::PathBuf {
+    hello_config(dir, &format!("{url}/v1"), 64, "", "")
+}
+
+/// `bench.yml` in `dir`: the "hello" prompt asking for `max_tokens`, one target `sim` at
+/// `base_url` serving `sim-a`; `defaults` goes first, `target` lines go under the target.
+fn hello_config(
+    dir: &Path,
+    base_url: &str,
+    max_tokens: u32,
+    defaults: &str,
+    target: &str,
+) -> std::path::PathBuf {
+    let path = dir.join("bench.yml");
+    std::fs::write(
+        &path,
+        format!(
+            "{defaults}prompts:\n  - name: hello\n    messages: [{{role: user, content: \"Say hello\"}}]\n    max_tokens: {max_tokens}\n\
+             targets:\n  - name: sim\n    base_url: {base_url}\n    models: [sim-a]\n{target}"
+        ),
+    )
+    .expect("write config");
+    path
+}
+
+fn bench(args: &[&str], limit: Duration) -> (Option<i32>, String, String) {
+    let mut cmd = Command::new(tokenprobe_bin());
+    cmd.arg("bench").args(args);
+    for v in ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"] {
+        cmd.env_remove(v);
+    }
+    let (st, out, err) = run_with_timeout(cmd, None, limit);
+    (st.code(), out, err)
+}
+
+fn read_json(p: &Path) -> Value {
+    let text = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", p.display()))
+}
+
+fn levels(report: &Value, model: usize) -> &Vec<Value> {
+    report["models"][model]["levels"]
+        .as_array()
+        .expect("models[].levels array")
+}
+
+#[test]
+fn knee_is_found_at_the_simulators_capacity() {
+    let _serial = serial();
+    let _wd = Watchdog::new(
+        "knee_is_found_at_the_simulators_capacity",
+        Duration::from_secs(180),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (_sim, url) = simulate(
+        dir.path(),
+        &[
+            "--max-concurrency",
+            "8",
+            "--ttft",
+            "200ms",
+            "--itl",
+            "20ms",
+            "--output-tokens",
+            "10",
+        ],
+    );
+    let cfg = sim_config(dir.path(), &url);
+    let json = dir.path().join("r.json");
+    let (md, csv, svg) = (
+        dir.path().join("r.md"),
+        dir.path().join("r.csv"),
+        dir.path().join("r.svg"),
+    );
+    let (code, out, err) = bench(
+        &[
+            "--config.file",
+            cfg.to_str().unwrap(),
+            "--concurrency",
+            "2,4,8,16,32",
+            "--duration-per-level",
+            "1500ms",
+            "--slo",
+            "ttft=1s",
+            "--limit",
+            "error_rate<1%",
+            "-o",
+            json.to_str().unwrap(),
+            "-o",
+            md.to_str().unwrap(),
+            "-o",
+            csv.to_str().unwrap(),
+            "--plot",
+            svg.to_str().unwrap(),
+        ],
+        Duration::from_secs(120),
+    );
+    eprintln!("{out}\n{err}");
+    assert_eq!(
+        code,
+        Some(0),
+        "bench failed\nstdout:\n{out}\nstderr:\n{err}"
+    );
+    let r = read_json(&json);
+    let ls = levels(&r, 0);
+    let conc: Vec<u64> = ls
+        .iter()
+        .map(|l| l["concurrency"].as_u64().unwrap())
+        .collect();
+    assert_eq!(conc, [2, 4, 8, 16, 32]);
+    for l in ls {
+        assert_eq!(l["error_rate"].as_f64(), Some(0.0), "{l}");
+        assert!(l["requests"].as_u64().unwrap() >= 2, "{l}");
+    }
+    // Below capacity TTFT is the simulator's 200 ms; above it requests queue.
+    let ttft_p50 = ls[0]["ttft_s"]["p50"].as_f64().unwrap();
+    assert!(
+        (0.195..0.3).contains(&ttft_p50),
+        "TTFT p50 at 2: {ttft_p50}"
+    );
+    let knee = &r["models"][0]["knee"];
+    assert_eq!(
+        knee["level"]["concurrency"].as_u64(),
+        Some(16),
+        "knee: {knee}\n{out}"
+    );
+    assert!(out.contains("◆ knee"), "{out}");
+    // Aggregate tokens/s at capacity: 8 streams × 10 tokens per ~0.38 s ≈ 210 tokens/s.
+    let tps8 = ls[2]["output_tokens_per_s"].as_f64().unwrap();
+    assert!((120.0..260.0).contains(&tps8), "agg tokens/s at 8: {tps8}");
+    // The other outputs.
+    let md = std::fs::read_to_string(&md).unwrap();
+    assert!(
+        md.contains("| sim-a | 16 |") && md.contains("**knee**"),
+        "{md}"
+    );
+    let csv = std::fs::read_to_string(&csv).unwrap();
+    assert_eq!(csv.lines().count(), 6, "{csv}");
+    assert!(csv.starts_with("model,target,concurrency,rate,"), "{csv}");
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("TTFT p95"));
+    assert_eq!(r["selection"]["ranked"][0]["model"].as_str(), Some("sim-a"));
+
+    // The same run as its own baseline does not regress at 100% tolerance; a baseline that was
+    // 10x faster makes the bench exit 3 and name the metric.
+    let (code, out, err) = bench(
+        &[
+            "--config.file",
+            cfg.to_str().unwrap(),
+            "--concurrency",
+            "2",
+            "--requests-per-level",
+            "4",
+            "--baseline",
+            json.to_str().unwrap(),
+            "--tolerance",
+            "100%",
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("0 regressions"), "{out}");
+    let mut fast = r.clone();
+    for l in fast["models"][0]["levels"].as_array_mut().unwrap() {
+        for k in ["p50", "p95"] {
+            let v = l["ttft_s"][k].as_f64().unwrap();
+            l["ttft_s"][k] = Value::from(v / 10.0);
+        }
+    }
+    let fast_path = dir.path().join("fast.json");
+    std::fs::write(&fast_path, fast.to_string()).unwrap();
+    let (code, out, err) = bench(
+        &[
+            "--config.file",
+            cfg.to_str().unwrap(),
+            "--concurrency",
+            "2",
+            "--requests-per-level",
+            "4",
+            "--baseline",
+            fast_path.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(3), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("REGRESSION sim-a @ 2: ttft_p95"), "{out}");
+}
+
+#[test]
+fn open_loop_sends_at_the_rate_and_counts_the_cap() {
+    let _serial = serial();
+    let _wd = Watchdog::new("open_loop_sends_at_the_rate", Duration::from_secs(120));
+    let dir = tempfile::tempdir().unwrap();
+    let (_sim, url) = simulate(
+        dir.path(),
+        &["--ttft", "50ms", "--itl", "10ms", "--output-tokens", "5"],
+    );
+    let cfg = sim_config(dir.path(), &url);
+    let json = dir.path().join("open.json");
+    // 20/s constant for 1 s: 20 arrivals; a cap of 1 at 20/s (each request ~90 ms) must wait.
+    let (code, out, err) = bench(
+        &[
+            "--config.file",
+            cfg.to_str().unwrap(),
+            "--rate",
+            "20",
+            "--arrival",
+            "constant",
+            "--concurrency",
+            "100,1",
+            "--duration-per-level",
+            "1s",
+            "--samples",
+            "-o",
+            json.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let r = read_json(&json);
+    assert_eq!(r["mode"]["kind"].as_str(), Some("open"));
+    let ls = levels(&r, 0);
+    assert_eq!(ls.len(), 2);
+    assert_eq!(ls[0]["requests"].as_u64(), Some(20), "{}", ls[0]);
+    assert_eq!(ls[0]["capped"].as_u64(), Some(0));
+    assert_eq!(ls[0]["rate"].as_f64(), Some(20.0));
+    // Constant arrivals: the n-th request was meant to leave at n × 50 ms.
+    let samples = ls[0]["samples"].as_array().unwrap();
+    for (i, s) in samples.iter().enumerate() {
+        let sent = s["sent_s"].as_f64().unwrap();
+        let lag = s["lag_s"].as_f64().unwrap();
+        assert!(
+            (sent - lag - i as f64 * 0.05).abs() < 0.002,
+            "sample {i}: sent {sent} lag {lag}"
+        );
+    }
+    assert!(ls[1]["capped"].as_u64().unwrap() > 0, "{}", ls[1]);
+    assert_eq!(ls[1]["error_rate"].as_f64(), Some(0.0));
+}
+
+/// Issue 13: `--ramp` spreads the closed-loop workers' first sends evenly (worker w of c at
+/// ramp × w / c), recorded in the report; each first send's intended instant (sent − lag) is on
+/// that schedule, whatever the machine's load does to the actual send.
+#[test]
+fn ramp_spreads_the_first_sends_of_the_workers() {
+    let _serial = serial();
+    let _wd = Watchdog::new("ramp_spreads_the_first_sends", Duration::from_secs(120));
+    let dir = tempfile::tempdir().unwrap();
+    let (_sim, url) = simulate(
+        dir.path(),
+        &["--ttft", "20ms", "--itl", "5ms", "--output-tokens", "4"],
+    );
+    let cfg = sim_config(dir.path(), &url);
+    let json = dir.path().join("ramp.json");
+    let (code, out, err) = bench(
+        &[
+            "--config.file",
+            cfg.to_str().unwrap(),
+            "--concurrency",
+            "4",
+            "--ramp",
+            "400ms",
+            // Enough that the last worker still finds a ticket when its turn comes.
+            "--requests-per-level",
+            "60",
+            "--samples",
+            "-o",
+            json.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let r = read_json(&json);
+    assert_eq!(r["mode"]["ramp_s"].as_f64(), Some(0.4), "{}", r["mode"]);
+    let ls = levels(&r, 0);
+    let mut intended: Vec<f64> = ls[0]["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["first"].as_bool() == Some(true))
+        .map(|s| s["sent_s"].as_f64().unwrap() - s["lag_s"].as_f64().unwrap())
+        .collect();
+    intended.sort_by(f64::total_cmp);
+    assert_eq!(intended.len(), 4, "{intended:?}");
+    for (w, t) in intended.iter().enumerate() {
+        assert!(
+            (t - 0.1 * w as f64).abs() < 0.002,
+            "worker {w}: {intended:?}"
+        );
+    }
+    assert!(ls[0]["ramp_s"].as_f64().unwrap() >= 0.3, "{}", ls[0]);
+}
+
+#[test]
+fn bad_invocations_exit_2_before_sending() {
+    let dir = tempfile::tempdir().unwrap();
+    // Nothing listens here: a run would fail with connect errors, but these never send.
+    let cfg = sim_config(dir.path(), &format!("http://127.0.0.1:{}", free_port()));
+    let c = cfg.to_str().unwrap();
+    for (args, says) in [
+        (vec!["--limit", "ttft<soon"], "ttft<soon"),
+        (vec!["--weight", "speed=1"], "unknown metric"),
+        (vec!["-o", "r.txt"], ".json, .csv, .md or .html"),
+        (vec!["--plot", "r.png"], "only .svg"),
+        (vec!["--target", "nope"], "no target"),
+        (vec!["--prompt", "nope"], "no prompt"),
+        (
+            vec!["--rate", "1,2", "--concurrency", "1,2,3"],
+            "--rate has 2 values",
+        ),
+        (
+            vec!["--baseline", "/nonexistent.json"],
+            "cannot use baseline",
+        ),
+    ] {
+        let mut a = vec!["--config.file", c, "--requests-per-level", "1"];
+        a.extend(args);
+        let (code, out, err) = bench(&a, Duration::from_secs(30));
+        assert_eq!(code, Some(2), "{a:?}\nstdout:\n{out}\nstderr:\n{err}");
+        assert!(
+            err.contains(says),
+            "{a:?}: stderr does not say {says:?}:\n{err}"
+        );
+    }
+    let (code, _, err) = bench(&["--config.file", c], Duration::from_secs(30));
+    assert_eq!(code, Some(2), "{err}");
+}
+
+#[test]
+fn bench_against_llama_cpp_agrees_with_its_timings() {
+    let _serial = serial();
+    if !require_deps("bench_against_llama_cpp_agrees_with_its_timings", &[]) {
+        return;
+    }
+    let _wd = Watchdog::new(
+        "bench_against_llama_cpp_agrees_with_its_timings",
+        Duration::from_secs(300),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let llama = LlamaServer::start(dir.path());
+    let cfg = dir.path().join("llama.yml");
+    std::fs::write(&cfg, config_yaml(&llama.base_url(), "30s", 32)).unwrap();
+    let json = dir.path().join("llama.json");
+    let (code, out, err) = bench(
+        &[
+            "--config.file",
+            cfg.to_str().unwrap(),
+            "--concurrency",
+            "1,2,4",
+            "--requests-per-level",
+            "6",
+            "--warmup",
+            "1",
+            "--samples",
+            "-o",
+            json.to_str().unwrap(),
+        ],
+        Duration::from_secs(240),
+    );
+    eprintln!("{out}\n{err}");
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let r = read_json(&json);
+    assert_eq!(r["models"][0]["model"].as_str(), Some("smollm2"));
+    let ls = levels(&r, 0);
+    assert_eq!(ls.len(), 3);
+    for l in ls {
+        assert_eq!(l["requests"].as_u64(), Some(6), "{l}");
+        assert_eq!(l["error_rate"].as_f64(), Some(0.0), "{l}");
+    }
+    // TPS p50 at concurrency 1 against llama.cpp's own per-request decode rate
+    // (1000 / timings.predicted_per_token_ms, the same (n − 1) span as TPOT).
+    let tps_p50 = ls[0]["decode_tokens_per_s"]["p50"].as_f64().unwrap();
+    let mut server: Vec<f64> = ls[0]["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["server_predicted_per_token_ms"].as_f64())
+        .map(|ms| 1000.0 / ms)
+        .collect();
+    assert_eq!(server.len(), 6, "every sample carries llama.cpp's timings");
+    server.sort_by(f64::total_cmp);
+    let server_p50 = (server[2] + server[3]) / 2.0;
+    let rel = (tps_p50 / server_p50 - 1.0).abs();
+    eprintln!(
+        "TPS p50 at concurrency 1: bench {tps_p50:.2}, llama.cpp {server_p50:.2} ({:.2}%)",
+        rel * 100.0
+    );
+    assert!(
+        rel < 0.05,
+        "bench TPS p50 {tps_p50} vs llama.cpp {server_p50}"
+    );
+}
+
+/// Fails naming every key whose value differs between two lists of levels.
+fn assert_same_levels(got: &[Value], want: &[Value]) {
+    assert_eq!(got.len(), want.len());
+    for (a, b) in got.iter().zip(want) {
+        let (a, b) = (a.as_object().unwrap(), b.as_object().unwrap());
+        let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+        let differ: Vec<_> = keys
+            .into_iter()
+            .filter(|k| a.get(*k) != b.get(*k))
+            .map(|k| {
+                let short = |v: Option<&Value>| {
+                    v.map(Value::to_string)
+                        .unwrap_or_default()
+                        .chars()
+                        .take(400)
+                        .collect::<String>()
+                };
+                format!("{k}: {} vs {}", short(a.get(k)), short(b.get(k)))
+            })
+            .collect();
+        assert!(differ.is_empty(), "merging one report changed: {differ:#?}");
+    }
+}
+
+/// Runs `bench <common> --shard i/n` for every i at once, all starting 2 s from now; their
+/// report files.
+fn run_shards(dir: &Path, common: &[&str], n: usize) -> Vec<std::path::PathBuf> {
+    let start = (chrono::Utc::now() + chrono::Duration::seconds(2))
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let files: Vec<_> = (0..n).map(|i| dir.join(format!("s{n}-{i}.json"))).collect();
+    let shards: Vec<_> = (0..n)
+        .map(|i| {
+            let mut cmd = Command::new(tokenprobe_bin());
+            cmd.arg("bench")
+                .args(common)
+                .args(["--shard", &format!("{i}/{n}"), "--start-at", &start])
+                .args(["--level-gap", "1s", "-o"])
+                .arg(&files[i]);
+            for v in common::PROXY_ENV_VARS {
+                cmd.env_remove(v);
+            }
+            std::thread::spawn(move || run_with_timeout(cmd, None, Duration::from_secs(60)))
+        })
+        .collect();
+    for h in shards {
+        let (st, out, err) = h.join().unwrap();
+        assert!(st.success(), "shard: {st}\nstdout:\n{out}\nstderr:\n{err}");
+    }
+    files
+}
+
+/// Issue 13: a run split into 2 and into 3 shards (`--shard i/N --start-at T`), run at the same
+/// time as separate processes against one simulator and merged by `bench merge`, measures what a
+/// single process running the whole load measures (within run-to-run noise: the simulator's
+/// timing is fixed, so TTFT and TPOT medians agree within the client's own overhead and the
+/// request counts and aggregate tokens/s within 15%); merging one report gives back its own
+/// statistics exactly; a shard of another run, or an incomplete set, is refused.
+#[test]
+fn shards_merge_into_the_run_a_single_process_measures() {
+    let _serial = serial();
+    let _wd = Watchdog::new("shards_merge_into_the_run", Duration::from_secs(180));
+    let dir = tempfile::tempdir().unwrap();
+    let (_sim, url) = simulate(
+        dir.path(),
+        &["--ttft", "40ms", "--itl", "5ms", "--output-tokens", "8"],
+    );
+    let cfg = sim_config(dir.path(), &url);
+    let cfg = cfg.to_str().unwrap().to_owned();
+    let common = [
+        "--config.file",
+        cfg.as_str(),
+        "--concurrency",
+        "3,6",
+        "--duration-per-level",
+        "2s",
+        "--no-progress",
+    ];
+    let single = dir.path().join("single.json");
+    let (code, out, err) = bench(
+        &[&common[..], &["--samples", "-o", single.to_str().unwrap()]].concat(),
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let single_r = read_json(&single);
+
+    // Merging a single report reproduces its own statistics exactly.
+    let same = dir.path().join("same.json");
+    let (code, out, err) = bench(
+        &[
+            "merge",
+            single.to_str().unwrap(),
+            "-o",
+            same.to_str().unwrap(),
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let same_r = read_json(&same);
+    assert_same_levels(levels(&same_r, 0), levels(&single_r, 0));
+    assert_eq!(same_r["models"][0]["knee"], single_r["models"][0]["knee"]);
+
+    for n in [2usize, 3] {
+        let files = run_shards(dir.path(), &common, n);
+        let shard0 = read_json(&files[0]);
+        assert_eq!(
+            shard0["run"]["shard"].as_str(),
+            Some(format!("0/{n}").as_str())
+        );
+        let id = shard0["run"]["id"].as_str().unwrap().to_owned();
+        // Concurrency 3 over 3 shards is one worker each; 2 shards share it 2 + 1.
+        let merged = dir.path().join(format!("merged{n}.json"));
+        let mut args: Vec<String> = vec!["merge".into()];
+        args.extend(files.iter().rev().map(|f| f.display().to_string()));
+        args.extend(["-o".into(), merged.display().to_string()]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, out, err) = bench(&args, Duration::from_secs(30));
+        assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+        let m = read_json(&merged);
+        assert_eq!(m["run"]["id"].as_str(), Some(id.as_str()));
+        assert_eq!(m["run"]["merged_from"].as_array().unwrap().len(), n);
+        for (lm, ls) in levels(&m, 0).iter().zip(levels(&single_r, 0)) {
+            assert_eq!(lm["concurrency"], ls["concurrency"]);
+            let shard_requests: u64 = files
+                .iter()
+                .map(|f| {
+                    let r = read_json(f);
+                    levels(&r, 0)
+                        .iter()
+                        .find(|l| l["concurrency"] == lm["concurrency"])
+                        .unwrap()["requests"]
+                        .as_u64()
+                        .unwrap()
+                })
+                .sum();
+            assert_eq!(lm["requests"].as_u64(), Some(shard_requests), "{lm}");
+            assert_eq!(lm["errors"], serde_json::json!({}), "{lm}");
+            let f = |l: &Value, k: &str, s: &str| l[k][s].as_f64().unwrap();
+            // The simulator's timing is fixed (TTFT 40 ms, ITL 5 ms); what differs between the
+            // runs is the client's own overhead on this loaded 2-core machine (a debug build,
+            // one process or several), measured at up to 8 ms on TTFT p50: 15 ms is that noise
+            // with room, far below a mis-merge (a lost shard halves the rates; a mis-aligned
+            // time line shifts nothing here but the rates).
+            for (k, tol) in [("ttft_s", 0.015), ("tpot_s", 0.003)] {
+                let (a, b) = (f(lm, k, "p50"), f(ls, k, "p50"));
+                assert!((a - b).abs() < tol, "{n} shards {k} p50 {a} vs single {b}");
+            }
+            let ratio = |k: &str| lm[k].as_f64().unwrap() / ls[k].as_f64().unwrap();
+            eprintln!(
+                "{n} shards @ {}: requests {} vs {}, TTFT p50 {:.2} vs {:.2} ms, TPOT p50 {:.2} vs {:.2} ms, agg tok/s ratio {:.3}, start offset {:.1} ms",
+                lm["concurrency"],
+                lm["requests"],
+                ls["requests"],
+                f(lm, "ttft_s", "p50") * 1e3,
+                f(ls, "ttft_s", "p50") * 1e3,
+                f(lm, "tpot_s", "p50") * 1e3,
+                f(ls, "tpot_s", "p50") * 1e3,
+                ratio("output_tokens_per_s"),
+                lm["start_offset_s"].as_f64().unwrap_or(f64::NAN) * 1e3,
+            );
+            for k in ["requests_per_s", "output_tokens_per_s"] {
+                assert!(
+                    (ratio(k) - 1.0).abs() < 0.15,
+                    "{n} shards {k}: {lm} vs {ls}"
+                );
+            }
+            assert!(lm["start_offset_s"].as_f64().unwrap() < 0.5, "{lm}");
+        }
+        if n == 3 {
+            // A shard of another run, and an incomplete set, are refused (exit 2).
+            let (code, _, err) = bench(
+                &[
+                    "merge",
+                    files[0].to_str().unwrap(),
+                    single.to_str().unwrap(),
+                ],
+                Duration::from_secs(30),
+            );
+            assert_eq!(code, Some(2), "{err}");
+            assert!(err.contains("not a shard of the same run"), "{err}");
+            let (code, _, err) = bench(
+                &[
+                    "merge",
+                    files[0].to_str().unwrap(),
+                    files[1].to_str().unwrap(),
+                ],
+                Duration::from_secs(30),
+            );
+            assert_eq!(code, Some(2), "{err}");
+            assert!(
+                err.contains("shards missing") && err.contains("2/3"),
+                "{err}"
+            );
+        }
+    }
+}
+
+/// The simulator's event log once it has `n` records (waiting for its writer thread to catch up).
+fn logged(log: &Path, n: usize) -> Vec<Value> {
+    wait_for("the event log's records", Duration::from_secs(20), || {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let lines: Vec<Value> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        (lines.len() >= n).then_some(lines)
+    })
+}
+
+/// `connection: reuse`: each worker keeps one connection through the run (after `[DONE]` the body
+/// is read to its end, so the client pools it instead of closing it), and by default the workers'
+/// connections are opened before the level, so no measured request pays a set-up; with
+/// `--no-prewarm` exactly the first request of each worker does.
+#[test]
+fn reuse_keeps_one_connection_per_worker_and_prewarm_opens_it_first() {
+    let _serial = serial();
+    let _wd = Watchdog::new("reuse_keeps_one_connection", Duration::from_secs(120));
+    // More workers than the open loop's first probers (64), which once capped pre-warming.
+    const W: usize = 80;
+    let (workers, requests) = (W.to_string(), (W * 2).to_string());
+    for prewarm in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("events.jsonl");
+        let (_sim, url) = simulate(
+            dir.path(),
+            &[
+                "--ttft",
+                "5ms",
+                "--itl",
+                "1ms",
+                "--output-tokens",
+                "8",
+                "--event-log",
+                log.to_str().unwrap(),
+            ],
+        );
+        let cfg = hello_config(
+            dir.path(),
+            &format!("{url}/v1"),
+            8,
+            "",
+            "    connection: reuse\n",
+        );
+        let json = dir.path().join("reuse.json");
+        let mut args = vec![
+            "--config.file",
+            cfg.to_str().unwrap(),
+            "--concurrency",
+            &workers,
+            "--requests-per-level",
+            &requests,
+            "--samples",
+            "-o",
+            json.to_str().unwrap(),
+        ];
+        if !prewarm {
+            args.push("--no-prewarm");
+        }
+        let (code, out, err) = bench(&args, Duration::from_secs(60));
+        assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+        let r = read_json(&json);
+        assert_eq!(
+            r["mode"]["prewarm"].as_bool(),
+            Some(prewarm),
+            "{}",
+            r["mode"]
+        );
+        let samples = levels(&r, 0)[0]["samples"].as_array().unwrap().clone();
+        assert_eq!(samples.len(), W * 2);
+        let opened: Vec<&Value> = samples
+            .iter()
+            .filter(|s| s["new_connection"].as_bool() == Some(true))
+            .collect();
+        if prewarm {
+            assert!(opened.is_empty(), "prewarmed, yet opened: {opened:?}");
+        } else {
+            assert_eq!(opened.len(), W, "{samples:?}");
+            assert!(opened.iter().all(|s| s["first"].as_bool() == Some(true)));
+        }
+        let records = logged(&log, W * 2);
+        let mut conns: Vec<u64> = records
+            .iter()
+            .map(|r| r["conn"].as_u64().unwrap())
+            .collect();
+        conns.sort_unstable();
+        conns.dedup();
+        assert_eq!(
+            conns.len(),
+            W,
+            "{} requests of {W} workers on {conns:?}",
+            W * 2
+        );
+        // Each request carries the kernel's receive instant, before the simulator read it (the
+        // kernel may switch stamping on a moment after the simulator's start, so the first
+        // round is spared).
+        for r in records
+            .iter()
+            .filter(|r| r["seq"].as_u64() >= Some(W as u64))
+        {
+            let (user, kernel) = (
+                r["arrival_unix_ns"].as_u64(),
+                r["arrival_kernel_unix_ns"].as_u64(),
+            );
+            let (user, kernel) = (user.unwrap(), kernel.expect("a kernel receive instant"));
+            assert!(kernel <= user && user - kernel < 1_000_000_000, "{r}");
+        }
+    }
+}
+
+/// A `reuse` target that accepts connections and never answers: pre-warming waits only its bound
+/// (here `timeouts.total`, 2 s), then each request fails on its own deadline; the run ends.
+#[test]
+fn a_silent_server_delays_prewarm_by_its_bound_only() {
+    let _serial = serial();
+    let _wd = Watchdog::new("a_silent_server_delays_prewarm", Duration::from_secs(120));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    // Accepts and holds every connection, reading nothing and writing nothing.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in listener.incoming().flatten() {
+            held.push(s);
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = hello_config(
+        dir.path(),
+        &format!("http://{addr}/v1"),
+        8,
+        "defaults:\n  timeouts: {connect: 1s, first_token: 1s, idle: 1s, total: 2s}\n",
+        "    connection: reuse\n",
+    );
+    let json = dir.path().join("silent.json");
+    let started = std::time::Instant::now();
+    let (code, out, err) = bench(
+        &[
+            "--config.file",
+            cfg.to_str().unwrap(),
+            "--concurrency",
+            "2",
+            "--requests-per-level",
+            "2",
+            "--samples",
+            "-o",
+            json.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    let took = started.elapsed();
+    assert!(
+        code.is_some(),
+        "bench did not end: stdout:\n{out}\nstderr:\n{err}"
+    );
+    let r = read_json(&json);
+    let samples = levels(&r, 0)[0]["samples"].as_array().unwrap().clone();
+    assert_eq!(samples.len(), 2);
+    for s in &samples {
+        assert_eq!(s["error_type"], "timeout_first_token", "{s}");
+    }
+    // Pre-warming waits its bound (2 s: timeouts.total, under connect + 5 s), the level its 1 s
+    // deadlines (measured: 3.0 s in all); a hang would reach the 60 s limit above.
+    assert!(
+        took >= Duration::from_secs(3),
+        "took {took:?}: pre-warming did not wait"
+    );
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+}
+
+/// The bench of `args` as a child (its output in `dir`), without the proxy environment.
+fn bench_child(dir: &Path, name: &str, args: &[&str]) -> ChildGuard {
+    let mut cmd = Command::new(tokenprobe_bin());
+    cmd.arg("bench").args(args);
+    for v in ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"] {
+        cmd.env_remove(v);
+    }
+    ChildGuard::spawn(name, cmd, dir)
+}
+
+/// SIGINT during a level: every `-o` report is written with the finished levels, the running one
+/// is left out (and named), stderr says so, and the exit is 130.
+#[test]
+fn a_stopped_bench_keeps_the_levels_it_finished() {
+    let _serial = serial();
+    let _wd = Watchdog::new(
+        "a_stopped_bench_keeps_the_levels_it_finished",
+        Duration::from_secs(120),
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_sim, url) = simulate(
+        dir.path(),
+        &["--ttft", "30ms", "--itl", "5ms", "--output-tokens", "4"],
+    );
+    let cfg = sim_config(dir.path(), &url);
+    let out = |name: &str| dir.path().join(name).to_str().expect("path").to_owned();
+    let (json, md, csv, html) = (out("r.json"), out("r.md"), out("r.csv"), out("r.html"));
+    let mut child = bench_child(
+        dir.path(),
+        "bench",
+        &[
+            "--config.file",
+            cfg.to_str().expect("path"),
+            // Open loop: the first level's 3 requests go in 60 ms, the second's take 15 s.
+            "--rate",
+            "50,0.2",
+            "--requests-per-level",
+            "3",
+            "-o",
+            &json,
+            "-o",
+            &md,
+            "-o",
+            &csv,
+            "-o",
+            &html,
+        ],
+    );
+    // The first level's line, then the stop while the second runs (it would take 20 s).
+    wait_for("the first level's line", Duration::from_secs(60), || {
+        child.assert_running();
+        child.stderr().contains("sim-a @ 50/s: ").then_some(())
+    });
+    let (status, took) = child
+        .signal_and_wait("-INT", Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("bench did not stop\n{}", child.logs()));
+    let err = child.stderr();
+    assert_eq!(status.code(), Some(130), "{}", child.logs());
+    assert!(took < Duration::from_secs(10), "stopping took {took:?}");
+    assert!(
+        err.contains(&format!(
+            "tokenprobe bench: stopped by SIGINT: 1 finished level(s) reported, written to {json}, {md}, {csv}, {html}; the level running (sim-a @ 0.2/s) is left out"
+        )),
+        "{err}"
+    );
+    let r = read_json(Path::new(&json));
+    let l = levels(&r, 0);
+    assert_eq!(l.len(), 1, "only the finished level: {l:?}");
+    assert_eq!(l[0]["rate"].as_f64(), Some(50.0));
+    assert_eq!(l[0]["requests"].as_u64(), Some(3), "{}", l[0]);
+    assert_eq!(r["interrupted"]["signal"], "SIGINT");
+    assert_eq!(r["interrupted"]["level_left_out"], "sim-a @ 0.2/s");
+    let csv_rows = std::fs::read_to_string(&csv).expect("csv");
+    assert_eq!(
+        csv_rows.lines().count(),
+        2,
+        "header and one level: {csv_rows}"
+    );
+    let md = std::fs::read_to_string(&md).expect("md");
+    assert!(
+        md.contains("50/s") && md.contains("Stopped by SIGINT before the end"),
+        "{md}"
+    );
+    let page = std::fs::read_to_string(&html).expect("html");
+    assert!(page.contains(r#"id="interrupted""#), "the page says so");
+}
+
+/// A second stop signal ends the process at once, even while the first stop is still writing
+/// (here a report path that is a FIFO nobody reads, so the write never finishes).
+#[test]
+fn a_second_stop_signal_exits_at_once() {
+    let _serial = serial();
+    let _wd = Watchdog::new(
+        "a_second_stop_signal_exits_at_once",
+        Duration::from_secs(120),
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_sim, url) = simulate(
+        dir.path(),
+        &["--ttft", "30ms", "--itl", "5ms", "--output-tokens", "4"],
+    );
+    let cfg = sim_config(dir.path(), &url);
+    let fifo = dir.path().join("report.json");
+    let ok = Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo")
+        .success();
+    assert!(ok, "mkfifo");
+    let mut child = bench_child(
+        dir.path(),
+        "bench",
+        &[
+            "--config.file",
+            cfg.to_str().expect("path"),
+            "--rate",
+            "50,0.2",
+            "--requests-per-level",
+            "3",
+            "-o",
+            fifo.to_str().expect("path"),
+        ],
+    );
+    wait_for("the first level's line", Duration::from_secs(60), || {
+        child.assert_running();
+        child.stderr().contains("sim-a @ 50/s: ").then_some(())
+    });
+    child.signal("-INT");
+    // The first stop gets stuck opening the FIFO for its report: a thread waits in the kernel for
+    // a reader (`wait_for_partner`).
+    wait_for(
+        "bench waiting to open the FIFO",
+        Duration::from_secs(10),
+        || {
+            child.assert_running();
+            let tasks = std::fs::read_dir(format!("/proc/{}/task", child.id())).ok()?;
+            tasks
+                .flatten()
+                .any(|t| {
+                    std::fs::read_to_string(t.path().join("wchan"))
+                        .is_ok_and(|w| w == "wait_for_partner")
+                })
+                .then_some(())
+        },
+    );
+    let (status, took) = child
+        .signal_and_wait("-TERM", Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("a second signal did not end bench\n{}", child.logs()));
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    assert_eq!(status.code(), Some(1), "{}", child.logs());
+}
+
+/// Two shards, one worker: the shard without a worker at the level says so (stderr and its
+/// report), and the merge carries that note with the level.
+#[test]
+fn a_shard_without_a_worker_says_so() {
+    let _serial = serial();
+    let _wd = Watchdog::new("a_shard_without_a_worker", Duration::from_secs(120));
+    let dir = tempfile::tempdir().unwrap();
+    let (_sim, url) = simulate(
+        dir.path(),
+        &["--ttft", "20ms", "--itl", "2ms", "--output-tokens", "4"],
+    );
+    let cfg = sim_config(dir.path(), &url);
+    let cfg = cfg.to_str().unwrap().to_owned();
+    let common = [
+        "--config.file",
+        cfg.as_str(),
+        "--concurrency",
+        "1,2",
+        "--duration-per-level",
+        "1s",
+        "--no-progress",
+    ];
+    let files = run_shards(dir.path(), &common, 2);
+    let level_of = |f: &Path, c: u64| {
+        let r = read_json(f);
+        levels(&r, 0)
+            .iter()
+            .find(|l| l["concurrency"].as_u64() == Some(c))
+            .unwrap()
+            .clone()
+    };
+    let (busy, idle) = (level_of(&files[0], 1), level_of(&files[1], 1));
+    assert!(busy["requests"].as_u64().unwrap() > 0, "{busy}");
+    assert_eq!(idle["requests"].as_u64(), Some(0), "{idle}");
+    let note = "shard 1/2 had no worker at concurrency 1";
+    assert!(
+        idle["notes"][0]
+            .as_str()
+            .is_some_and(|s| s.starts_with(note)),
+        "{idle}"
+    );
+    assert!(level_of(&files[1], 2)["requests"].as_u64().unwrap() > 0);
+    let merged = dir.path().join("merged.json");
+    let (code, out, err) = bench(
+        &[
+            "merge",
+            files[0].to_str().unwrap(),
+            files[1].to_str().unwrap(),
+            "-o",
+            merged.to_str().unwrap(),
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let m = read_json(&merged);
+    let l = &levels(&m, 0)[0];
+    assert_eq!(l["requests"], busy["requests"], "{l}");
+    assert!(
+        l["notes"][0].as_str().is_some_and(|s| s.starts_with(note)),
+        "{l}"
+    );
+    // Every sample carries its identity, each distinct.
+    let all: Vec<String> = levels(&m, 0)
+        .iter()
+        .flat_map(|l| l["samples"].as_array().unwrap().iter())
+        .map(|s| s["request_id"].as_str().unwrap().to_owned())
+        .collect();
+    let distinct: std::collections::BTreeSet<&String> = all.iter().collect();
+    assert_eq!(distinct.len(), all.len());
+}

@@ -1,0 +1,177 @@
+//! The README's measured figures and its test list stay true:
+//! - the figures block of README.md is what `scripts/bench/figures.py` renders from `docs/figures.md`,
+//!   every row there has a date and machine and is written by the script it names, and no size
+//!   or latency figure sits in the README outside that block (a hand-copied number goes stale:
+//!   "12.5 MB" stayed while the binary grew to 12.7 MB);
+//! - every `tests/*.rs` is named in the README's "Tests" section;
+//! - the README's sentence on `config/example-full.yml` names every problem `check-config`
+//!   reports for it (it said "the missing key file" while two unset variables were reported too);
+//! - the figures hold against the real artefact: the release binary's size and `serve`'s memory,
+//!   measured again by the script that recorded them (`scripts/bench/rss.sh --check`; the README
+//!   once said 12.7 MB of a 17.6 MB binary).
+
+use crate::common;
+
+use std::path::Path;
+use std::process::Command;
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(p: &str) -> String {
+    std::fs::read_to_string(repo().join(p)).unwrap_or_else(|e| panic!("{p}: {e}"))
+}
+
+const BEGIN: &str = "<!-- figures -->";
+const END: &str = "<!-- /figures -->";
+
+#[test]
+fn readme_figures_come_from_docs_figures_md() {
+    let readme = read("README.md");
+    let (before, rest) = readme
+        .split_once(BEGIN)
+        .expect("README has a figures block");
+    let (block, after) = rest.split_once(END).expect("the figures block ends");
+
+    // Same text as scripts/bench/figures.py renders (the rendering rule lives there).
+    let out = Command::new("python3")
+        .arg(repo().join("scripts/bench/figures.py"))
+        .arg("check")
+        .output()
+        .expect("run python3 scripts/bench/figures.py check");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Every row: dated, with a machine, written by the script it names; quoted in the block.
+    let figures = read("docs/figures.md");
+    let date = regex::Regex::new(r"^\d{4}-\d{2}-\d{2}$").expect("regex");
+    let mut keys = Vec::new();
+    for line in figures.lines().filter(|l| l.starts_with("| ")) {
+        let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+        if cells.len() != 6 || cells[0] == "key" {
+            continue;
+        }
+        let [key, what, value, measured, machine, by] = cells[..] else {
+            unreachable!()
+        };
+        assert!(date.is_match(measured), "{key}: date {measured:?}");
+        assert!(machine.contains("CPUs"), "{key}: machine {machine:?}");
+        let script = read(by);
+        assert!(
+            script.contains(&format!("figures.py set {key} ")),
+            "{key} is not written by {by}"
+        );
+        assert!(
+            block.contains(&format!(
+                "{what}: **{value}** ({measured}, {machine}, `{by}`)"
+            )),
+            "README's block does not quote {key} = {value}:\n{block}"
+        );
+        keys.push(key.to_owned());
+    }
+    keys.sort();
+    assert_eq!(keys, ["binary_size", "metrics_encode", "serve_rss"]);
+
+    // No size or latency figure elsewhere in the README (it would not be updated).
+    let figure =
+        regex::Regex::new(r"\b\d+(\.\d+)? ?(MB|MiB|KiB|GB)\b|\d ms \(?p\d\d").expect("regex");
+    for (i, line) in before.lines().chain(after.lines()).enumerate() {
+        assert!(
+            !figure.is_match(line),
+            "a measured figure outside the figures block (line {}): {line}",
+            i + 1
+        );
+    }
+}
+
+#[test]
+fn every_test_file_is_named_in_the_readme() {
+    let readme = read("README.md");
+    let tests = readme
+        .split_once("## Tests")
+        .and_then(|(_, t)| t.split_once("\n## "))
+        .map(|(t, _)| t)
+        .expect("a Tests section");
+    // Every test file: a binary of one file (`tests/x.rs`), or a module of a binary
+    // (`tests/e2e/x.rs`, beside its `main.rs`).
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(repo().join("tests")).expect("tests/") {
+        let path = e.expect("entry").path();
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        let Some(name) = name else { continue };
+        if name.ends_with(".rs") {
+            files.push(format!("tests/{name}"));
+        } else if path.join("main.rs").is_file() {
+            for m in std::fs::read_dir(&path).expect("a test binary's folder") {
+                let m = m.expect("entry").file_name().to_string_lossy().into_owned();
+                if m.ends_with(".rs") && m != "main.rs" {
+                    files.push(format!("tests/{name}/{m}"));
+                }
+            }
+        }
+    }
+    assert!(files.len() > 20, "{files:?}");
+    let mut missing: Vec<String> = files.into_iter().filter(|f| !tests.contains(f)).collect();
+    missing.sort();
+    assert!(
+        missing.is_empty(),
+        "not named in README's Tests section: {missing:?}"
+    );
+}
+
+#[test]
+fn example_full_sentence_names_what_check_config_reports() {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tokenprobe"));
+    cmd.args(["check-config", "--config.file", "config/example-full.yml"])
+        .current_dir(repo());
+    for v in ["VLLM_API_KEY", "AZURE_OPENAI_API_KEY"] {
+        cmd.env_remove(v);
+    }
+    let out = cmd.output().expect("run check-config");
+    assert_eq!(out.status.code(), Some(2));
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let var = regex::Regex::new(r"environment variable (\w+) is not set").expect("regex");
+    let file = regex::Regex::new(r"api_key_file: [^/]*(/[\w./-]+)").expect("regex");
+    let named: Vec<String> = var
+        .captures_iter(&text)
+        .chain(file.captures_iter(&text))
+        .map(|c| c[1].to_owned())
+        .collect();
+    assert_eq!(named.len(), 3, "{text}");
+    let readme = read("README.md");
+    let sentence = readme
+        .split_once("`config/example-full.yml` shows every option")
+        .and_then(|(_, t)| t.split_once(").").map(|(s, _)| s.replace('\n', " ")))
+        .expect("the README's example-full sentence");
+    for n in named {
+        assert!(
+            sentence.contains(&format!("`{n}`")),
+            "README's example-full sentence does not name `{n}`: {sentence}"
+        );
+    }
+}
+
+#[test]
+fn figures_hold_against_the_release_binary() {
+    let out = Command::new("bash")
+        .arg(repo().join("scripts/bench/rss.sh"))
+        .arg("--check")
+        .env("TOKENPROBE_RELEASE_BIN", common::release_bin())
+        .env("SECONDS_TO_RUN", "10")
+        .current_dir(repo())
+        .output()
+        .expect("run scripts/bench/rss.sh --check");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    eprintln!("{text}");
+    assert!(
+        out.status.success(),
+        "a recorded figure does not hold:\n{text}"
+    );
+    assert_eq!(text.matches(": holds").count(), 2, "{text}");
+}
