@@ -114,36 +114,42 @@ impl Read<'_> {
         }
     }
 
-    /// Starts the read on a thread of its own; `done` gets its result.
+    /// Starts the read on a thread of its own; `done` gets its result. A read of the same file
+    /// (with the same bounds) already under way is joined, not repeated: every caller gets its
+    /// result (each within its own time bound), so concurrent users of one key file all read it,
+    /// and a file whose read hangs holds one thread, not one per attempt.
     fn spawn(
         &self,
         path: &Path,
         done: impl FnOnce(Result<Vec<u8>, FileError>) + Send + 'static,
     ) -> Result<(), FileError> {
+        let key = ReadKey {
+            path: path.to_owned(),
+            what: self.what.to_owned(),
+            max: self.max_bytes,
+            pipes: self.pipes,
+        };
         {
             let Ok(mut busy) = IN_FLIGHT.lock() else {
                 return Err(self.hung(path));
             };
-            if busy.iter().any(|b| b == path) {
-                return Err(self.hung(path));
+            if let Some((_, waiters)) = busy.iter_mut().find(|(k, _)| *k == key) {
+                waiters.push(Box::new(done));
+                return Ok(());
             }
-            busy.push(path.to_owned());
+            busy.push((key.clone(), vec![Box::new(done)]));
         }
-        let (what, max, pipes) = (self.what.to_owned(), self.max_bytes, self.pipes);
-        let owned = path.to_owned();
+        let owned = key.clone();
         let spawned = std::thread::Builder::new()
             .name("tokenprobe-file".into())
             .spawn(move || {
-                let r = read_now(&owned, &what, max, pipes);
-                if let Ok(mut busy) = IN_FLIGHT.lock() {
-                    busy.retain(|b| b != &owned);
+                let r = read_now(&owned.path, &owned.what, owned.max, owned.pipes);
+                for w in take_waiters(&owned) {
+                    w(r.clone());
                 }
-                done(r);
             });
         spawned.map(|_| ()).map_err(|e| {
-            if let Ok(mut busy) = IN_FLIGHT.lock() {
-                busy.retain(|b| b != path);
-            }
+            let _ = take_waiters(&key);
             FileError::Io {
                 what: self.what.to_owned(),
                 path: path.display().to_string(),
@@ -153,8 +159,31 @@ impl Read<'_> {
     }
 }
 
-/// Paths whose read is still blocked.
-static IN_FLIGHT: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+/// One read: the file and its bounds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ReadKey {
+    path: PathBuf,
+    what: String,
+    max: u64,
+    pipes: bool,
+}
+
+/// Who waits for a read's result.
+type Waiter = Box<dyn FnOnce(Result<Vec<u8>, FileError>) + Send>;
+
+/// Reads under way (a blocked one stays until it returns), with who waits for each.
+static IN_FLIGHT: Mutex<Vec<(ReadKey, Vec<Waiter>)>> = Mutex::new(Vec::new());
+
+/// Ends the read of `key`: its waiters, taken out of [`IN_FLIGHT`].
+fn take_waiters(key: &ReadKey) -> Vec<Waiter> {
+    let Ok(mut busy) = IN_FLIGHT.lock() else {
+        return Vec::new();
+    };
+    match busy.iter().position(|(k, _)| k == key) {
+        Some(i) => busy.swap_remove(i).1,
+        None => Vec::new(),
+    }
+}
 
 /// The bound for people: `64 KiB`, `8 MiB`.
 fn human(bytes: u64) -> String {
@@ -308,14 +337,24 @@ mod tests {
             took >= Duration::from_millis(300) && took < Duration::from_secs(2),
             "{took:?}"
         );
-        // A second read of the same path while the first still hangs fails at once.
+        // A second read of the same path while the first still hangs joins it (no second
+        // thread) and gives up at its own bound.
+        let in_flight = || {
+            IN_FLIGHT
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(k, _)| k.path == fifo)
+                .count()
+        };
         let t = Instant::now();
         assert!(matches!(piped.run(&fifo), Err(FileError::Hung { .. })));
-        assert!(t.elapsed() < Duration::from_millis(100));
+        assert!(t.elapsed() >= Duration::from_millis(300));
+        assert_eq!(in_flight(), 1, "one blocked read of the path, not two");
         // A writer unblocks the first thread (it reads an empty file and ends); once it has, the
         // path can be read again.
         std::fs::write(&fifo, b"").unwrap();
-        while IN_FLIGHT.lock().unwrap().contains(&fifo) {
+        while in_flight() > 0 {
             std::thread::sleep(Duration::from_millis(5));
         }
         let writer = std::thread::spawn({
@@ -325,5 +364,52 @@ mod tests {
         let got = piped.run(&fifo);
         writer.join().unwrap().unwrap();
         assert_eq!(got.unwrap(), b"x: 1\n");
+    }
+
+    /// Many users of one file at once (the workers of a bench level reading one key file) all
+    /// get its content: a read under way is joined, never failed as hung. A FIFO holds the read
+    /// open until every reader has joined, so they overlap for certain.
+    #[test]
+    fn concurrent_reads_of_one_file_all_get_its_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("key");
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .unwrap()
+                .success()
+        );
+        let r = Read {
+            pipes: true,
+            timeout: Duration::from_secs(10),
+            ..read("api_key_file", 1 << 10)
+        };
+        let readers: Vec<_> = (0..16)
+            .map(|_| {
+                let (r, fifo) = (r.clone(), fifo.clone());
+                std::thread::spawn(move || r.run(&fifo))
+            })
+            .collect();
+        // Every reader has joined the one read (one entry, 16 waiters) before the content comes.
+        let end = Instant::now() + Duration::from_secs(5);
+        loop {
+            let waiting: usize = IN_FLIGHT
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(k, _)| k.path == fifo)
+                .map(|(_, w)| w.len())
+                .sum();
+            if waiting == 16 {
+                break;
+            }
+            assert!(Instant::now() < end, "{waiting} of 16 readers joined");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::fs::write(&fifo, b"sk-one\n").unwrap();
+        for h in readers {
+            assert_eq!(h.join().unwrap().unwrap(), b"sk-one\n");
+        }
     }
 }

@@ -1002,3 +1002,60 @@ fn a_shard_without_a_worker_says_so() {
     let distinct: std::collections::BTreeSet<&String> = all.iter().collect();
     assert_eq!(distinct.len(), all.len());
 }
+
+/// The workers of a level share one `api_key_file`, each reading it at every request: all of
+/// them get the key (a read under way is joined), and the simulator sees every request with it.
+/// Before, all but one concurrent read failed as hung and the requests were counted as `auth`
+/// without leaving the client.
+#[test]
+fn a_key_file_serves_every_worker_of_a_level() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("events.jsonl");
+    let (_sim, url) = simulate(
+        dir.path(),
+        &[
+            "--ttft",
+            "5ms",
+            "--itl",
+            "1ms",
+            "--output-tokens",
+            "4",
+            "--event-log",
+            log.to_str().unwrap(),
+        ],
+    );
+    let key = dir.path().join("key");
+    std::fs::write(&key, "sk-file-key\n").unwrap();
+    let cfg = hello_config(
+        dir.path(),
+        &format!("{url}/v1"),
+        4,
+        "",
+        &format!("    api_key_file: {}\n", key.display()),
+    );
+    let json = dir.path().join("k.json");
+    let (code, out, err) = bench(
+        &[
+            "--config.file",
+            cfg.to_str().unwrap(),
+            "--concurrency",
+            "16",
+            "--requests-per-level",
+            "64",
+            "-o",
+            json.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let r = read_json(&json);
+    let l = &levels(&r, 0)[0];
+    assert_eq!(l["requests"].as_u64(), Some(64), "{l}");
+    assert_eq!(l["error_rate"].as_f64(), Some(0.0), "{l}");
+    assert_eq!(
+        logged(&log, 64).len(),
+        64,
+        "every request reached the server"
+    );
+}
