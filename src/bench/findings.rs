@@ -7,7 +7,7 @@
 //! | `gpu_underutilized` | GPU utilisation mean below `gpu_underutilized` (30%) at the knee, or at the last level without a knee |
 //! | `memory_pressure` | GPU memory, KV cache or host memory max above `memory_pressure` (85%) at a level |
 //! | `queueing` | requests waiting (mean) grew over the previous level, is at least `queueing_waiting` (1), while aggregate tokens/s grew less than `queueing_tps_growth` (10%) |
-//! | `ttft_growth` | TTFT p95 at a level above `ttft_growth` (3) × the TTFT p95 at the lowest load: requests queue (client only) |
+//! | `ttft_growth` | TTFT p95 at a level above `ttft_growth` (3) × the TTFT p95 at the lowest load: the first token waits (a queue, or prefill shared by the requests running; client only) |
 //! | `long_tail` | TTFT or E2E p95 above `long_tail` (3) × its p50 |
 //! | `errors_past_knee` | the error rate of a level after the knee above `errors_past_knee` (1%) |
 //! | `client_server_gap` | client TTFT p95 − server TTFT p95 above `client_server_ttft_gap` (250 ms), or the server's generation tokens/s off the client's aggregate tokens/s by more than `client_server_tokens_gap` (5%) |
@@ -240,7 +240,7 @@ fn ttft_growth(m: &ModelReport, t: &Thresholds) -> Option<Finding> {
                 m,
                 l,
                 format!(
-                    "TTFT p95 is {:.1}× at {} what it is at {} ({} vs {}; above {}×): requests queue before the server starts them; this load is past the server's capacity.",
+                    "TTFT p95 is {:.1}× at {} what it is at {} ({} vs {}; above {}×): the first token waits longer than at the lowest load (queued before the server starts the request, or sharing its prefill with the others running); this load is past what the server serves without delay.",
                     p / p0,
                     l.key.label(),
                     base.key.label(),

@@ -175,3 +175,32 @@ fn figures_hold_against_the_release_binary() {
     );
     assert_eq!(text.matches(": holds").count(), 2, "{text}");
 }
+
+/// docs/architecture.md's module map names every top-level module of the library (as `src/lib.rs`
+/// declares them) in a row of its own, and no module that is not there.
+#[test]
+fn the_architecture_map_names_every_module() {
+    let lib = read("src/lib.rs");
+    let modules: Vec<&str> = lib
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim_start();
+            let l = l
+                .strip_prefix("pub mod ")
+                .or_else(|| l.strip_prefix("pub(crate) mod "))
+                .or_else(|| l.strip_prefix("mod "))?;
+            l.strip_suffix(';')
+        })
+        .collect();
+    assert!(modules.len() > 20, "{modules:?}");
+    let doc = read("docs/architecture.md");
+    let rows: Vec<&str> = doc
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `")?.split_once('`').map(|(m, _)| m))
+        .filter(|m| !m.contains(':') && *m != "module")
+        .collect();
+    let missing: Vec<&&str> = modules.iter().filter(|m| !rows.contains(m)).collect();
+    assert!(missing.is_empty(), "modules without a row in docs/architecture.md: {missing:?}");
+    let unknown: Vec<&&str> = rows.iter().filter(|r| !modules.contains(r)).collect();
+    assert!(unknown.is_empty(), "rows in docs/architecture.md naming no module: {unknown:?}");
+}

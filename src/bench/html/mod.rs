@@ -22,6 +22,11 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+mod plots;
+mod tables;
+use plots::*;
+use tables::*;
+
 /// Why a page could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum HtmlError {
@@ -31,7 +36,7 @@ pub enum HtmlError {
 }
 
 /// Level fields the page shows by name; any other number or summary goes to "other values".
-const KNOWN_LEVEL_KEYS: [&str; 25] = [
+pub(super) const KNOWN_LEVEL_KEYS: [&str; 25] = [
     "concurrency",
     "rate",
     "requests",
@@ -100,14 +105,14 @@ pub fn num(v: f64) -> String {
 
 /// How a value is shown: in ms, in %, or as is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Unit {
+pub(super) enum Unit {
     Ms,
     Pct,
     Plain,
 }
 
 /// A metric name (`ttft_p95`, `error_rate`, `agg_tps`)'s unit on the page.
-fn metric_unit(m: &str) -> Unit {
+pub(super) fn metric_unit(m: &str) -> Unit {
     let base = m.split('_').next().unwrap_or(m);
     if m == "error_rate" {
         Unit::Pct
@@ -118,7 +123,7 @@ fn metric_unit(m: &str) -> Unit {
     }
 }
 
-fn shown(v: f64, u: Unit) -> String {
+pub(super) fn shown(v: f64, u: Unit) -> String {
     match u {
         Unit::Ms => num(v * 1e3),
         Unit::Pct => num(v * 100.0),
@@ -127,17 +132,17 @@ fn shown(v: f64, u: Unit) -> String {
 }
 
 /// A JSON Pointer segment (`~` → `~0`, `/` → `~1`).
-fn seg(s: &str) -> String {
+pub(super) fn seg(s: &str) -> String {
     s.replace('~', "~0").replace('/', "~1")
 }
 
 /// The value's JSON text as `data-v` (serde_json's shortest round-trip form).
-fn raw(v: f64) -> String {
+pub(super) fn raw(v: f64) -> String {
     serde_json::Number::from_f64(v).map_or_else(|| "null".into(), |n| n.to_string())
 }
 
 /// A cell (`td`) or span showing the number at `ptr` in `doc`, or `-` when there is none.
-fn cell(tag: &str, doc: &Value, ptr: &str, u: Unit) -> String {
+pub(super) fn cell(tag: &str, doc: &Value, ptr: &str, u: Unit) -> String {
     match doc.pointer(ptr).and_then(Value::as_f64) {
         Some(v) => format!(
             r#"<{tag} data-k="{}" data-v="{}">{}</{tag}>"#,
@@ -149,16 +154,16 @@ fn cell(tag: &str, doc: &Value, ptr: &str, u: Unit) -> String {
     }
 }
 
-fn td(doc: &Value, ptr: &str, u: Unit) -> String {
+pub(super) fn td(doc: &Value, ptr: &str, u: Unit) -> String {
     cell("td", doc, ptr, u)
 }
 
-fn span(doc: &Value, ptr: &str, u: Unit) -> String {
+pub(super) fn span(doc: &Value, ptr: &str, u: Unit) -> String {
     cell("span", doc, ptr, u)
 }
 
 /// The unit of a level field by its key.
-fn key_unit(k: &str) -> Unit {
+pub(super) fn key_unit(k: &str) -> Unit {
     if MS_KEYS.contains(&k) {
         Unit::Ms
     } else if k == "error_rate" {
@@ -294,7 +299,7 @@ pub fn render_html(doc: &Value) -> Result<String, HtmlError> {
 }
 
 /// Tool, command line, target, workload, start time, and any other top-level field.
-fn run_info(o: &mut String, doc: &Value, r: &Report) {
+pub(super) fn run_info(o: &mut String, doc: &Value, r: &Report) {
     let mut rows: Vec<(String, String)> = vec![
         (
             "tool".into(),
@@ -406,7 +411,7 @@ fn run_info(o: &mut String, doc: &Value, r: &Report) {
 
 /// The ranking with scores, the rejected models with the limit each failed, the knee per
 /// model, the findings and the regressions, in sentences.
-fn answer(o: &mut String, doc: &Value, r: &Report) {
+pub(super) fn answer(o: &mut String, doc: &Value, r: &Report) {
     if let Some(s) = &r.selection {
         let _ = write!(
             o,
@@ -534,7 +539,7 @@ fn answer(o: &mut String, doc: &Value, r: &Report) {
 
 /// Per-model fields other than the model, its levels and its knee (a target, achieved
 /// lengths, a note), as a list.
-fn model_extras(o: &mut String, doc: &Value, r: &Report) {
+pub(super) fn model_extras(o: &mut String, doc: &Value, r: &Report) {
     let Some(models) = doc.get("models").and_then(Value::as_array) else {
         return;
     };
@@ -569,7 +574,7 @@ fn model_extras(o: &mut String, doc: &Value, r: &Report) {
 
 /// A JSON value in a sentence: numbers with their pointer, strings as text, objects one level
 /// deep.
-fn value_html(doc: &Value, p: &str, v: &Value) -> String {
+pub(super) fn value_html(doc: &Value, p: &str, v: &Value) -> String {
     match v {
         Value::Number(_) => span(doc, p, Unit::Plain),
         Value::String(s) => esc(s),
@@ -591,7 +596,7 @@ fn value_html(doc: &Value, p: &str, v: &Value) -> String {
 }
 
 /// The findings (`findings: [{code, model, level, message}]`) in sentences.
-fn findings(o: &mut String, doc: &Value, r: &Report) {
+pub(super) fn findings(o: &mut String, doc: &Value, r: &Report) {
     let s = |x: &Value, k: &str| match x.get(k) {
         Some(Value::String(s)) => s.clone(),
         Some(Value::Null) | None => String::new(),
@@ -652,931 +657,6 @@ fn findings(o: &mut String, doc: &Value, r: &Report) {
 }
 
 /// The x axis label of plots against the level.
-fn load_label(r: &Report) -> &'static str {
-    if r.mode.kind == "open" {
-        "arrival rate (requests/s)"
-    } else {
-        "concurrency"
-    }
-}
-
-/// Every level any model ran, in load order (merged runs may differ in their levels).
-fn level_labels(r: &Report) -> Vec<String> {
-    let mut keys: Vec<super::stats::LevelKey> = Vec::new();
-    for l in r.models.iter().flat_map(|m| m.levels.iter()) {
-        if !keys.iter().any(|k| k.label() == l.key.label()) {
-            keys.push(l.key);
-        }
-    }
-    keys.sort_by(|a, b| a.x().total_cmp(&b.x()));
-    keys.iter().map(super::stats::LevelKey::label).collect()
-}
-
-/// The slot of a level on the level axis.
-fn slot(labels: &[String], l: &LevelStats) -> f64 {
-    let lab = l.key.label();
-    labels.iter().position(|x| *x == lab).unwrap_or(0) as f64
-}
-
-/// Threshold lines: `(metric, value in the page's unit, label, limit?)`, from the criteria the
-/// report records (exact), else from its texts.
-fn thresholds(r: &Report) -> Vec<(String, f64, String, bool)> {
-    use super::criteria::{Base, Limit, Slo};
-    let Some(rec) = &r.criteria else {
-        return thresholds_from_text(r);
-    };
-    let mut out = Vec::new();
-    for l in rec.limits.iter().filter_map(|t| t.parse::<Limit>().ok()) {
-        let v = match l.metric.base {
-            Base::Ttft => l.value * 1e3,
-            Base::AggTps => l.value,
-            _ => continue,
-        };
-        out.push((l.metric.to_string(), v, format!("limit {l}"), true));
-    }
-    for s in rec.slo.iter().filter_map(|t| t.parse::<Slo>().ok()) {
-        if s.base == Base::Ttft {
-            out.push((
-                "ttft".into(),
-                s.value * 1e3,
-                format!("SLO {s} (per request)"),
-                false,
-            ));
-        }
-    }
-    out
-}
-
-/// Threshold lines of a report without recorded criteria: its limits (`selection.limits`, as
-/// `ttft_p95 < 500.0 ms`) and SLOs (`slo`, as `ttft<=300.0 ms`).
-fn thresholds_from_text(r: &Report) -> Vec<(String, f64, String, bool)> {
-    // A shown value back to a number: `500.0 ms` → 500 (ms), `2.00 s` → 2000 (ms), `150.0 tok/s`.
-    fn value(num: &str, unit: Option<&str>) -> Option<f64> {
-        let v: f64 = num.parse().ok()?;
-        Some(match unit {
-            Some("s") => v * 1e3,
-            _ => v,
-        })
-    }
-    let mut out = Vec::new();
-    for l in r.selection.iter().flat_map(|s| s.limits.iter()) {
-        let w: Vec<&str> = l.split_whitespace().collect();
-        if let [metric, _op, n, rest @ ..] = w.as_slice()
-            && let Some(v) = value(n, rest.first().copied())
-        {
-            out.push((metric.to_string(), v, format!("limit {l}"), true));
-        }
-    }
-    for s in &r.slo {
-        if let Some(rest) = s.strip_prefix("ttft<=") {
-            let w: Vec<&str> = rest.split_whitespace().collect();
-            if let [n, unit @ ..] = w.as_slice()
-                && let Some(v) = value(n, unit.first().copied())
-            {
-                out.push(("ttft".into(), v, format!("SLO {s} (per request)"), false));
-            }
-        }
-    }
-    out
-}
-
-fn hline(t: &(String, f64, String, bool)) -> HLine {
-    HLine {
-        y: t.1,
-        color: if t.3 {
-            chart::LIMIT_COLOR
-        } else {
-            chart::SLO_COLOR
-        }
-        .into(),
-        label: t.2.clone(),
-    }
-}
-
-/// Baseline values of one metric per (model, level label), from `comparison.values`.
-fn baseline_values(doc: &Value, metric: &str) -> BTreeMap<(String, String), f64> {
-    let mut out = BTreeMap::new();
-    for v in doc
-        .pointer("/comparison/values")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        if v.get("metric").and_then(Value::as_str) == Some(metric)
-            && let (Some(m), Some(l), Some(b)) = (
-                v.get("model").and_then(Value::as_str),
-                v.get("level").and_then(Value::as_str),
-                v.get("baseline").and_then(Value::as_f64),
-            )
-        {
-            out.insert((m.to_owned(), l.to_owned()), b);
-        }
-    }
-    out
-}
-
-fn pt(x: f64, y: f64, title: String) -> Point {
-    Point {
-        x,
-        y,
-        title,
-        tag: String::new(),
-    }
-}
-
-/// The baseline's series of `metric` (dashed, the model's colour) on the level axis.
-fn baseline_series(
-    doc: &Value,
-    r: &Report,
-    labels: &[String],
-    metric: &str,
-    scale: f64,
-) -> Vec<Series> {
-    let b = baseline_values(doc, metric);
-    if b.is_empty() {
-        return Vec::new();
-    }
-    r.models
-        .iter()
-        .enumerate()
-        .filter_map(|(mi, m)| {
-            let points: Vec<Point> = m
-                .levels
-                .iter()
-                .filter_map(|l| {
-                    let v = *b.get(&(m.model.clone(), l.key.label()))?;
-                    Some(pt(
-                        slot(labels, l),
-                        v * scale,
-                        format!(
-                            "{} at {}: baseline {metric} {}",
-                            m.model,
-                            l.key.label(),
-                            num(v * scale)
-                        ),
-                    ))
-                })
-                .collect();
-            (!points.is_empty()).then(|| Series {
-                name: format!("{} baseline {metric}", m.model),
-                color: chart::color(mi).into(),
-                marker: Marker::Square,
-                line: true,
-                dashed: true,
-                radius: 3.0,
-                points,
-            })
-        })
-        .collect()
-}
-
-/// The knee rings of a chart against the level, and their legend entry.
-fn knee_rings(
-    r: &Report,
-    labels: &[String],
-    y: impl Fn(&LevelStats) -> Option<f64>,
-) -> (Vec<Ring>, String) {
-    let mut rings = Vec::new();
-    let mut names = Vec::new();
-    for (mi, m) in r.models.iter().enumerate() {
-        match m.knee.as_ref().and_then(|k| m.levels.get(k.index)) {
-            Some(l) => {
-                names.push(format!("{} at {}", m.model, l.key.label()));
-                if let Some(v) = y(l) {
-                    rings.push(Ring {
-                        x: slot(labels, l),
-                        y: v,
-                        color: chart::color(mi).into(),
-                    });
-                }
-            }
-            None => names.push(format!("{} none", m.model)),
-        }
-    }
-    (rings, format!("knee, circled: {}", names.join("; ")))
-}
-
-/// Every chart: `(id, caption, chart)`.
-fn charts(doc: &Value, r: &Report) -> Vec<(String, String, Chart)> {
-    let labels = level_labels(r);
-    let lines = thresholds(r);
-    let mut out = Vec::new();
-    // TTFT p50/p95/p99 against the level.
-    let mut series = Vec::new();
-    for (mi, m) in r.models.iter().enumerate() {
-        for (name, marker, f) in [
-            (
-                "p50",
-                Marker::Circle,
-                (|s| s.p50) as fn(&super::stats::Summary) -> f64,
-            ),
-            ("p95", Marker::Triangle, |s| s.p95),
-            ("p99", Marker::Square, |s| s.p99),
-        ] {
-            series.push(Series {
-                name: format!("{} TTFT {name}", m.model),
-                color: chart::color(mi).into(),
-                marker,
-                line: true,
-                dashed: false,
-                radius: 3.5,
-                points: m
-                    .levels
-                    .iter()
-                    .filter_map(|l| {
-                        let v = f(l.ttft_s.as_ref()?) * 1e3;
-                        Some(pt(
-                            slot(&labels, l),
-                            v,
-                            format!(
-                                "{} at {}: TTFT {name} {} ms",
-                                m.model,
-                                l.key.label(),
-                                num(v)
-                            ),
-                        ))
-                    })
-                    .collect(),
-            });
-        }
-    }
-    series.extend(baseline_series(doc, r, &labels, "ttft_p95", 1e3));
-    out.push((
-        "plot-ttft".into(),
-        "TTFT p50 / p95 / p99 against the load".into(),
-        Chart {
-            x: XAxis::Levels(labels.clone()),
-            x_label: load_label(r).into(),
-            y_label: "TTFT (ms)".into(),
-            series,
-            hlines: lines
-                .iter()
-                .filter(|t| t.0.starts_with("ttft"))
-                .map(hline)
-                .collect(),
-            rings: Vec::new(),
-            ring_label: String::new(),
-        },
-    ));
-    out.push(tps_chart(doc, r, &labels, &lines));
-    out.push(curve_chart(r, &lines));
-    for (mi, m) in r.models.iter().enumerate() {
-        if let Some(c) = scatter(m) {
-            out.push((
-                format!("plot-scatter-{mi}"),
-                format!("{}: every request's TTFT over the run", m.model),
-                c,
-            ));
-        }
-    }
-    out.extend(server_charts(doc, r, &labels));
-    out
-}
-
-/// Aggregate tokens/s against the level, the knee circled and named in the legend.
-fn tps_chart(
-    doc: &Value,
-    r: &Report,
-    labels: &[String],
-    lines: &[(String, f64, String, bool)],
-) -> (String, String, Chart) {
-    let mut series: Vec<Series> = r
-        .models
-        .iter()
-        .enumerate()
-        .map(|(mi, m)| Series {
-            name: m.model.clone(),
-            color: chart::color(mi).into(),
-            marker: Marker::Circle,
-            line: true,
-            dashed: false,
-            radius: 3.5,
-            points: m
-                .levels
-                .iter()
-                .map(|l| {
-                    pt(
-                        slot(labels, l),
-                        l.output_tokens_per_s,
-                        format!(
-                            "{} at {}: {} tokens/s",
-                            m.model,
-                            l.key.label(),
-                            num(l.output_tokens_per_s)
-                        ),
-                    )
-                })
-                .collect(),
-        })
-        .collect();
-    series.extend(baseline_series(doc, r, labels, "agg_tps", 1.0));
-    let (rings, ring_label) = knee_rings(r, labels, |l| Some(l.output_tokens_per_s));
-    (
-        "plot-tps".into(),
-        "Aggregate output tokens/s against the load".into(),
-        Chart {
-            x: XAxis::Levels(labels.to_vec()),
-            x_label: load_label(r).into(),
-            y_label: "aggregate output tokens/s".into(),
-            series,
-            hlines: lines
-                .iter()
-                .filter(|t| t.0 == "agg_tps")
-                .map(hline)
-                .collect(),
-            rings,
-            ring_label,
-        },
-    )
-}
-
-/// The throughput-latency curve: TTFT p95 against aggregate tokens/s, one line per model.
-fn curve_chart(r: &Report, lines: &[(String, f64, String, bool)]) -> (String, String, Chart) {
-    let series = r
-        .models
-        .iter()
-        .enumerate()
-        .map(|(mi, m)| Series {
-            name: m.model.clone(),
-            color: chart::color(mi).into(),
-            marker: Marker::Circle,
-            line: true,
-            dashed: false,
-            radius: 3.5,
-            points: m
-                .levels
-                .iter()
-                .filter_map(|l| {
-                    let y = l.ttft_s.as_ref()?.p95 * 1e3;
-                    Some(Point {
-                        x: l.output_tokens_per_s,
-                        y,
-                        title: format!(
-                            "{} at {}: {} tokens/s, TTFT p95 {} ms",
-                            m.model,
-                            l.key.label(),
-                            num(l.output_tokens_per_s),
-                            num(y)
-                        ),
-                        tag: l.key.label(),
-                    })
-                })
-                .collect(),
-        })
-        .collect();
-    (
-        "plot-curve".into(),
-        "TTFT p95 against aggregate tokens/s (each point a level)".into(),
-        Chart {
-            x: XAxis::Numeric,
-            x_label: "aggregate output tokens/s".into(),
-            y_label: "TTFT p95 (ms)".into(),
-            series,
-            hlines: lines
-                .iter()
-                .filter(|t| t.0 == "ttft_p95" || t.0 == "ttft")
-                .map(hline)
-                .collect(),
-            rings: Vec::new(),
-            ring_label: String::new(),
-        },
-    )
-}
-
-/// Per-request TTFT (failures: the time to the failure) over the run, coloured by level, a
-/// marker per error type. The levels are placed end to end (warm-ups left out).
-fn scatter(m: &ModelReport) -> Option<Chart> {
-    let mut offset = 0.0;
-    let mut series = Vec::new();
-    let mut errors: BTreeMap<String, Vec<Point>> = BTreeMap::new();
-    let mut any = false;
-    for (li, l) in m.levels.iter().enumerate() {
-        let Some(samples) = &l.samples else {
-            offset += l.wall_s;
-            continue;
-        };
-        any = true;
-        let ok: Vec<Point> = samples
-            .iter()
-            .filter_map(|s| Some(pt(offset + s.sent_s, s.ttft_s? * 1e3, String::new())))
-            .collect();
-        for s in samples {
-            if let (Some(e), Some(f)) = (&s.error_type, s.failure_s) {
-                errors.entry(e.clone()).or_default().push(pt(
-                    offset + s.sent_s,
-                    f * 1e3,
-                    format!("{e} at {}", l.key.label()),
-                ));
-            }
-        }
-        series.push(Series {
-            name: if l.key.rate.is_some() {
-                l.key.label()
-            } else {
-                format!("concurrency {}", l.key.label())
-            },
-            color: chart::color(li).into(),
-            marker: Marker::Circle,
-            line: false,
-            dashed: false,
-            radius: 2.0,
-            points: ok,
-        });
-        offset += l.wall_s;
-    }
-    if !any {
-        return None;
-    }
-    for (i, (e, points)) in errors.into_iter().enumerate() {
-        series.push(Series {
-            name: format!("{e} ({}; at the failure)", points.len()),
-            color: "#b00000".into(),
-            marker: Marker::ALL[(i + 4) % Marker::ALL.len()],
-            line: false,
-            dashed: false,
-            radius: 3.5,
-            points,
-        });
-    }
-    Some(Chart {
-        x: XAxis::Numeric,
-        x_label: "send time, s into the measured run (levels end to end)".into(),
-        y_label: "TTFT (ms)".into(),
-        series,
-        hlines: Vec::new(),
-        rings: Vec::new(),
-        ring_label: String::new(),
-    })
-}
-
-/// Server signal names (keys of `levels[].server` holding `{mean, max}`), in first-seen order.
-fn server_signals(doc: &Value) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for m in doc
-        .get("models")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        for l in m
-            .get("levels")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            if let Some(s) = l.get("server").and_then(Value::as_object) {
-                for (k, v) in s {
-                    if v.get("mean").and_then(Value::as_f64).is_some() && !out.contains(k) {
-                        out.push(k.clone());
-                    }
-                }
-            }
-        }
-    }
-    out
-}
-
-/// How the page names and shows a server signal: a name a person reads, ratios in %, seconds in
-/// ms (`gpu_utilization` 0.42 → "GPU utilisation (%)" 42).
-fn signal_display(sig: &str) -> (String, Unit) {
-    const NAMES: [(&str, &str); 13] = [
-        ("gpu_utilization", "GPU utilisation"),
-        ("gpu_memory_used_ratio", "GPU memory used"),
-        ("gpu_power_watts", "GPU power (W)"),
-        ("kv_cache_usage_ratio", "KV cache used"),
-        ("requests_running", "requests running"),
-        ("requests_waiting", "requests waiting"),
-        ("prompt_tokens_per_s", "server prompt tokens/s"),
-        ("generation_tokens_per_s", "server generated tokens/s"),
-        ("prompt_cache_hit_ratio", "prompt cache hits"),
-        ("cpu_utilization", "host CPU"),
-        ("memory_used_ratio", "host memory used"),
-        ("server_client_tokens_ratio", "server ÷ client tokens/s"),
-        ("client_server_ttft_gap_s", "client − server TTFT"),
-    ];
-    let unit = if sig.ends_with("_ratio") || sig.ends_with("_utilization") {
-        Unit::Pct
-    } else if sig.ends_with("_s") && !sig.ends_with("_per_s") {
-        Unit::Ms
-    } else {
-        Unit::Plain
-    };
-    let name = NAMES
-        .iter()
-        .find(|(k, _)| *k == sig)
-        .map_or_else(|| sig.replace('_', " "), |(_, n)| (*n).to_owned());
-    let suffix = match unit {
-        Unit::Pct => " (%)",
-        Unit::Ms => " (ms)",
-        Unit::Plain => "",
-    };
-    (format!("{name}{suffix}"), unit)
-}
-
-/// One chart per server signal: its mean (solid) and max (dashed) per model against the level.
-fn server_charts(doc: &Value, r: &Report, labels: &[String]) -> Vec<(String, String, Chart)> {
-    let mut out = Vec::new();
-    for sig in server_signals(doc) {
-        let (label, unit) = signal_display(&sig);
-        let scale = match unit {
-            Unit::Pct => 100.0,
-            Unit::Ms => 1e3,
-            Unit::Plain => 1.0,
-        };
-        let mut series = Vec::new();
-        for (mi, m) in r.models.iter().enumerate() {
-            for (stat, dashed, marker) in [
-                ("mean", false, Marker::Circle),
-                ("max", true, Marker::Triangle),
-            ] {
-                let points: Vec<Point> = m
-                    .levels
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(li, l)| {
-                        let v = doc
-                            .pointer(&format!(
-                                "/models/{mi}/levels/{li}/server/{}/{stat}",
-                                seg(&sig)
-                            ))
-                            .and_then(Value::as_f64)?;
-                        Some(pt(
-                            slot(labels, l),
-                            v * scale,
-                            format!(
-                                "{} at {}: {label} {stat} {}",
-                                m.model,
-                                l.key.label(),
-                                num(v * scale)
-                            ),
-                        ))
-                    })
-                    .collect();
-                if !points.is_empty() {
-                    series.push(Series {
-                        name: format!("{} {stat}", m.model),
-                        color: chart::color(mi).into(),
-                        marker,
-                        line: true,
-                        dashed,
-                        radius: 3.5,
-                        points,
-                    });
-                }
-            }
-        }
-        out.push((
-            format!(
-                "plot-server-{}",
-                sig.replace(|c: char| !c.is_ascii_alphanumeric(), "-")
-            ),
-            format!("Server: {label} against the load"),
-            Chart {
-                x: XAxis::Levels(labels.to_vec()),
-                x_label: load_label(r).into(),
-                y_label: label,
-                series,
-                hlines: Vec::new(),
-                rings: Vec::new(),
-                ring_label: String::new(),
-            },
-        ));
-    }
-    out
-}
-
-/// The table's opening, with its headers.
-fn table_head(o: &mut String, id: &str, caption: &str, heads: &[String]) {
-    let _ = write!(
-        o,
-        r#"<h3>{}</h3><div class="wrap"><table class="sortable" id="{id}"><thead><tr>"#,
-        esc(caption)
-    );
-    for h in heads {
-        let _ = write!(o, "<th>{}</th>", esc(h));
-    }
-    o.push_str("</tr></thead><tbody>");
-}
-
-fn row_start(o: &mut String, m: &ModelReport, l: &LevelStats) {
-    let _ = write!(
-        o,
-        r#"<tr><td class="t">{}</td><td data-s="{}">{}</td>"#,
-        esc(&m.model),
-        raw(l.key.x()),
-        esc(&l.key.label())
-    );
-}
-
-fn strs(v: &[&str]) -> Vec<String> {
-    v.iter().map(|s| (*s).to_owned()).collect()
-}
-
-/// The comparison table: one row per model and level.
-fn main_table(o: &mut String, doc: &Value, r: &Report) {
-    const COLS: [(&str, &str); 16] = [
-        ("requests", "requests"),
-        ("error_rate", "error rate (%)"),
-        ("ttft_s/p50", "TTFT p50 (ms)"),
-        ("ttft_s/p95", "TTFT p95 (ms)"),
-        ("ttft_s/p99", "TTFT p99 (ms)"),
-        ("tpot_s/p50", "TPOT p50 (ms)"),
-        ("tpot_s/p95", "TPOT p95 (ms)"),
-        ("e2e_s/p50", "E2E p50 (ms)"),
-        ("e2e_s/p95", "E2E p95 (ms)"),
-        ("decode_tokens_per_s/p50", "decode tok/s p50"),
-        ("output_tokens_per_s", "aggregate tok/s"),
-        ("requests_per_s", "req/s"),
-        ("goodput_rps", "goodput (req/s)"),
-        ("lag_s/p99", "generator lag p99 (ms)"),
-        ("loop_lag_s/p99", "loop lag p99 (ms)"),
-        ("read_lag_s/p99", "read lag p99 (ms)"),
-    ];
-    let mut heads = strs(&["model", load_label(r)]);
-    heads.extend(COLS.iter().map(|c| c.1.to_owned()));
-    heads.extend(strs(&["errors by type", "knee"]));
-    table_head(
-        o,
-        "levels-table",
-        "Comparison (click a column to sort)",
-        &heads,
-    );
-    for (mi, m) in r.models.iter().enumerate() {
-        for (li, l) in m.levels.iter().enumerate() {
-            let p = format!("/models/{mi}/levels/{li}");
-            row_start(o, m, l);
-            for (k, _) in COLS {
-                let u = key_unit(k.split('/').next().unwrap_or(k));
-                o.push_str(&td(doc, &format!("{p}/{k}"), u));
-            }
-            let errs: Vec<String> = l
-                .errors
-                .keys()
-                .map(|e| {
-                    format!(
-                        "{} {}",
-                        esc(e),
-                        span(doc, &format!("{p}/errors/{}", seg(e)), Unit::Plain)
-                    )
-                })
-                .collect();
-            let total: u64 = l.errors.values().sum();
-            let _ = write!(
-                o,
-                r#"<td class="t" data-s="{total}">{}</td><td class="t knee">{}</td></tr>"#,
-                if errs.is_empty() {
-                    "-".into()
-                } else {
-                    errs.join(", ")
-                },
-                if m.knee.as_ref().is_some_and(|k| k.index == li) {
-                    "◆ knee"
-                } else {
-                    ""
-                }
-            );
-        }
-    }
-    o.push_str("</tbody></table></div>");
-}
-
-/// Every statistic of every distribution, per model and level.
-fn percentile_table(o: &mut String, doc: &Value, r: &Report) {
-    const METRICS: [(&str, &str); 8] = [
-        ("ttft_s", "TTFT (ms)"),
-        ("ttfo_s", "TTFO (ms)"),
-        ("tpot_s", "TPOT (ms)"),
-        ("e2e_s", "E2E (ms)"),
-        ("decode_tokens_per_s", "decode tokens/s"),
-        ("lag_s", "generator lag (ms)"),
-        ("loop_lag_s", "loop lag (ms)"),
-        ("read_lag_s", "read lag (ms)"),
-    ];
-    const STATS: [&str; 8] = ["n", "mean", "min", "p50", "p90", "p95", "p99", "max"];
-    let mut heads = strs(&["model", load_label(r), "metric"]);
-    heads.extend(STATS.iter().map(|s| (*s).to_owned()));
-    table_head(o, "percentiles-table", "Percentiles", &heads);
-    for (mi, m) in r.models.iter().enumerate() {
-        for (li, l) in m.levels.iter().enumerate() {
-            for (k, name) in METRICS {
-                let p = format!("/models/{mi}/levels/{li}/{k}");
-                if doc.pointer(&p).is_none_or(Value::is_null) {
-                    continue;
-                }
-                row_start(o, m, l);
-                let _ = write!(o, r#"<td class="t">{name}</td>"#);
-                for s in STATS {
-                    let u = if s == "n" { Unit::Plain } else { key_unit(k) };
-                    o.push_str(&td(doc, &format!("{p}/{s}"), u));
-                }
-                o.push_str("</tr>");
-            }
-        }
-    }
-    o.push_str("</tbody></table></div>");
-}
-
-/// What each level sent and how long it took.
-fn load_table(o: &mut String, doc: &Value, r: &Report) {
-    const COLS: [(&str, &str); 7] = [
-        ("successes", "successes"),
-        ("slo_met", "met every SLO"),
-        ("output_tokens", "output tokens"),
-        ("wall_s", "wall (s)"),
-        ("ramp_s", "ramp (ms)"),
-        ("capped", "capped"),
-        ("lag_s/max", "generator lag max (ms)"),
-    ];
-    let mut heads = strs(&["model", load_label(r)]);
-    heads.extend(COLS.iter().map(|c| c.1.to_owned()));
-    table_head(o, "load-table", "Load", &heads);
-    for (mi, m) in r.models.iter().enumerate() {
-        for (li, l) in m.levels.iter().enumerate() {
-            let p = format!("/models/{mi}/levels/{li}");
-            row_start(o, m, l);
-            for (k, _) in COLS {
-                o.push_str(&td(
-                    doc,
-                    &format!("{p}/{k}"),
-                    key_unit(k.split('/').next().unwrap_or(k)),
-                ));
-            }
-            o.push_str("</tr>");
-        }
-    }
-    o.push_str("</tbody></table></div>");
-}
-
-/// The server's signals per model and level, when collected (`levels[].server`).
-fn server_table(o: &mut String, doc: &Value, r: &Report) {
-    let sigs = server_signals(doc);
-    if sigs.is_empty() {
-        return;
-    }
-    let mut heads = strs(&["model", load_label(r)]);
-    for s in &sigs {
-        let (label, _) = signal_display(s);
-        heads.push(format!("{label} mean"));
-        heads.push(format!("{label} max"));
-    }
-    heads.extend(strs(&["scrapes", "scrape errors"]));
-    table_head(o, "server-table", "Server signals", &heads);
-    for (mi, m) in r.models.iter().enumerate() {
-        for (li, l) in m.levels.iter().enumerate() {
-            let p = format!("/models/{mi}/levels/{li}/server");
-            row_start(o, m, l);
-            for s in &sigs {
-                let (_, unit) = signal_display(s);
-                for stat in ["mean", "max"] {
-                    o.push_str(&td(doc, &format!("{p}/{}/{stat}", seg(s)), unit));
-                }
-            }
-            o.push_str(&td(doc, &format!("{p}/scrapes"), Unit::Plain));
-            o.push_str(&td(doc, &format!("{p}/scrape_errors"), Unit::Plain));
-            o.push_str("</tr>");
-        }
-    }
-    o.push_str("</tbody></table></div>");
-}
-
-/// Numeric leaves of a level field the page does not know by name, as `(pointer suffix,
-/// header)`: a number, a summary's p50 and p95, or the numbers one object deeper.
-fn leaves(k: &str, v: &Value, out: &mut Vec<(String, String)>) {
-    let sk = seg(k);
-    match v {
-        Value::Number(_) => out.push((sk, k.to_owned())),
-        Value::Object(o) if o.contains_key("p50") => {
-            for s in ["mean", "p50", "p95"] {
-                if o.get(s).is_some_and(Value::is_number) {
-                    out.push((format!("{sk}/{s}"), format!("{k} {s}")));
-                }
-            }
-        }
-        Value::Object(o) => {
-            for (k2, v2) in o {
-                match v2 {
-                    Value::Number(_) => {
-                        out.push((format!("{sk}/{}", seg(k2)), format!("{k} {k2}")))
-                    }
-                    Value::Object(o2) if o2.contains_key("p50") => {
-                        for s in ["mean", "p50", "p95"] {
-                            if o2.get(s).is_some_and(Value::is_number) {
-                                out.push((
-                                    format!("{sk}/{}/{s}", seg(k2)),
-                                    format!("{k} {k2} {s}"),
-                                ));
-                            }
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        }
-        _ => {}
-    }
-}
-
-/// Level values the page does not know by name (achieved lengths, cross-checks, costs…).
-fn extras_table(o: &mut String, doc: &Value, r: &Report) {
-    let mut cols: Vec<(String, String)> = Vec::new();
-    for m in doc
-        .get("models")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        for l in m
-            .get("levels")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            for (k, v) in l.as_object().into_iter().flatten() {
-                if KNOWN_LEVEL_KEYS.contains(&k.as_str()) {
-                    continue;
-                }
-                let mut found = Vec::new();
-                leaves(k, v, &mut found);
-                for c in found {
-                    if !cols.contains(&c) && cols.len() < 40 {
-                        cols.push(c);
-                    }
-                }
-            }
-        }
-    }
-    if cols.is_empty() {
-        return;
-    }
-    let mut heads = strs(&["model", load_label(r)]);
-    heads.extend(cols.iter().map(|c| c.1.clone()));
-    table_head(o, "extras-table", "Other values per level", &heads);
-    for (mi, m) in r.models.iter().enumerate() {
-        for (li, l) in m.levels.iter().enumerate() {
-            row_start(o, m, l);
-            for (suffix, _) in &cols {
-                let u = key_unit(suffix.split('/').next().unwrap_or(""));
-                o.push_str(&td(doc, &format!("/models/{mi}/levels/{li}/{suffix}"), u));
-            }
-            o.push_str("</tr>");
-        }
-    }
-    o.push_str("</tbody></table></div>");
-}
-
-/// Every value compared with the baseline, both beside each other (`comparison.values`).
-fn baseline_table(o: &mut String, doc: &Value, r: &Report) {
-    let Some(vals) = doc.pointer("/comparison/values").and_then(Value::as_array) else {
-        return;
-    };
-    if vals.is_empty() {
-        return;
-    }
-    let heads = strs(&[
-        "model",
-        load_label(r),
-        "metric",
-        "baseline",
-        "current",
-        "change (%)",
-        "regressed",
-    ]);
-    table_head(
-        o,
-        "baseline-table",
-        "Baseline beside current (times in ms, error rate in %)",
-        &heads,
-    );
-    let regressed = |m: &str, l: &str, k: &str| {
-        r.comparison.as_ref().is_some_and(|c| {
-            c.regressions
-                .iter()
-                .any(|g| g.model == m && g.level == l && g.metric == k)
-        })
-    };
-    for (i, v) in vals.iter().enumerate() {
-        let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
-        let (model, level, metric) = (s("model"), s("level"), s("metric"));
-        let u = metric_unit(&metric);
-        let p = format!("/comparison/values/{i}");
-        let _ = write!(
-            o,
-            r#"<tr><td class="t">{}</td><td class="t">{}</td><td class="t">{}</td>{}{}{}<td class="t">{}</td></tr>"#,
-            esc(&model),
-            esc(&level),
-            esc(&metric),
-            td(doc, &format!("{p}/baseline"), u),
-            td(doc, &format!("{p}/current"), u),
-            td(doc, &format!("{p}/change"), Unit::Pct),
-            if regressed(&model, &level, &metric) {
-                "REGRESSED"
-            } else {
-                ""
-            }
-        );
-    }
-    o.push_str("</tbody></table></div>");
-}
 
 #[cfg(test)]
 pub(crate) mod tests {

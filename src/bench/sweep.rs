@@ -1,0 +1,310 @@
+//! A sweep's levels, sent and measured: each level's share for this shard from its shared start
+//! instant, closed or open loop through the [`Runner`], its warm-up, the server's view around
+//! it, the cross-check, and its statistics folded ([`fold_level`]); a stop signal ends the sweep
+//! with the finished levels kept.
+
+use super::*;
+
+/// How each level is sent and measured: this shard's share of it, from its shared start instant,
+/// folded into its statistics (with the cross-check, when asked for).
+pub(super) struct Sender {
+    pub(super) shard: shard::Shard,
+    pub(super) start: Option<shard::StartPlan>,
+    /// This shard's share of a level (open loop; a duration).
+    pub(super) amount: Amount,
+    /// The whole run's amount per level (a closed loop's share follows the shard's workers).
+    pub(super) total: Amount,
+    pub(super) arrival: Arrival,
+    pub(super) seed: u64,
+    pub(super) warmup: u64,
+    pub(super) ramp: std::time::Duration,
+    pub(super) prewarm: bool,
+    pub(super) levels: Vec<LevelKey>,
+    pub(super) per_level_units: u64,
+    pub(super) criteria: Criteria,
+    pub(super) cross_check: Option<crosscheck::CrossCheckSpec>,
+    pub(super) samples: bool,
+    pub(super) progress: Progress,
+    /// The level running now (`model @ load`), for the report of a stopped run.
+    pub(super) running: std::sync::Mutex<Option<String>>,}
+
+impl Sender {
+    /// [`Sender::all`] until it is done or `stop` is cancelled by a stop signal (`signal` names
+    /// it): the sweep then ends at its next await, the finished levels stay in `reports`, the
+    /// running one is left out (its requests were cut by the stop), and the run is marked.
+    pub(super) async fn all_until(
+        &self,
+        stop: &CancellationToken,
+        signal: &OnceLock<&'static str>,
+        (spec, models, names, prompts): (&ProbeSpec, &[BenchModel], &[String], &[ProbeSpec]),
+        server_side: &mut server::ServerSide,
+        reports: &mut Vec<ModelReport>,
+    ) -> Result<Option<report::Interrupted>, BenchError> {
+        tokio::select! {
+            done = self.all(spec, models, names, prompts, server_side, reports) => done.map(|()| None),
+            () = stop.cancelled() => Ok(Some(report::Interrupted {
+                signal: signal.get().copied().unwrap_or("a stop signal").to_owned(),
+                level_left_out: self.running.lock().ok().and_then(|l| l.clone()),
+            })),
+        }
+    }
+
+    /// Every series of the run: each model (`names` as shown) with each prompt, in order; a
+    /// runner per target (its own client settings), calibrated per (target, model).
+    pub(super) async fn all(
+        &self,
+        spec: &ProbeSpec,
+        models: &[BenchModel],
+        names: &[String],
+        prompts: &[ProbeSpec],
+        server_side: &mut server::ServerSide,
+        reports: &mut Vec<ModelReport>,
+    ) -> Result<(), BenchError> {
+        let sweep = prompts.len() > 1;
+        let token_models = crate::probe::TokenModels::default();
+        let mut done_units = 0;
+        let mut runner: Option<(Runner, Arc<crate::config::Target>)> = None;
+        for (model_index, (bm, name)) in models.iter().zip(names).enumerate() {
+            server_side.select(model_index, &bm.model);
+            let runner = match &mut runner {
+                Some((r, t)) if *t == bm.target => r,
+                slot => {
+                    let mut r = Runner::new(bm.spec(spec), self.progress.clone())?;
+                    r.ramp = self.ramp;
+                    &mut slot.insert((r, bm.target.clone())).0
+                }
+            };
+            for prompt_spec in prompts {
+                runner.set_prompt(&bm.spec(prompt_spec));
+                runner.set_model(&bm.model);
+                let name = if sweep {
+                    format!("{name} · {}", prompt_spec.prompt.name)
+                } else {
+                    name.clone()
+                };
+                let calibration = calibrate(runner, &token_models, reports, &name).await?;
+                let series = reports.len();
+                reports.push(ModelReport {
+                    prompt: sweep.then(|| prompt_spec.prompt.name.clone()),
+                    calibration,
+                    ..self.series(bm)
+                });
+                self.sweep(
+                    runner,
+                    server_side,
+                    bm,
+                    &name,
+                    series,
+                    reports,
+                    &mut done_units,
+                )
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The report of one series before its levels: the model, its target, its price.
+    pub(super) fn series(&self, bm: &BenchModel) -> ModelReport {
+        ModelReport {
+            prompt: None,
+            calibration: None,
+            model: bm.model.clone(),
+            target: Some(bm.target.name.clone()),
+            price: bm.target.price_of(&bm.model),
+            input_tokens_mean: None,
+            output_tokens_mean: None,
+            levels: Vec::new(),
+            knee: None,
+        }
+    }
+
+    /// One model's sweep (series `mi` of the run, shown as `name`): every level in turn through
+    /// `runner`, which already sends to this model, each appended to `reports[mi]` as it ends
+    /// (so a stopped run keeps what it finished). `done_units` counts the progress.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn sweep(
+        &self,
+        runner: &mut Runner,
+        server_side: &mut server::ServerSide,
+        bm: &BenchModel,
+        name: &str,
+        mi: usize,
+        reports: &mut [ModelReport],
+        done_units: &mut u64,
+    ) -> Result<(), BenchError> {
+        let price = bm.target.price_of(&bm.model);
+        let mut lengths = stats::Lengths::default();
+        for (li, key) in self.levels.iter().enumerate() {
+            let label = format!("{name} @ {}", key.label());
+            if let Ok(mut running) = self.running.lock() {
+                *running = Some(label.clone());
+            }
+            let slot = mi * self.levels.len() + li;
+            let (run, late) = self
+                .level(
+                    runner,
+                    server_side,
+                    key,
+                    (mi, li, slot),
+                    label.clone(),
+                    *done_units,
+                )
+                .await?;
+            *done_units += self.per_level_units;
+            lengths.add(&run.samples);
+            let mut stats = fold_level(*key, run, &self.criteria, price.as_ref(), late, true);
+            if key.rate.is_none() && self.shard.workers(key.concurrency) == 0 {
+                // Said, so that a merge knows why this shard's part of the level is empty.
+                let note = format!(
+                    "shard {} had no worker at concurrency {} (the level's workers are on the shards before it): it sent nothing at this level",
+                    self.shard, key.concurrency
+                );
+                self.progress.println(&format!("  {label}: {note}"));
+                stats.notes.push(note);
+            }
+            stats.server = server_side
+                .end(mi, li, &stats, &label, &self.progress)
+                .await;
+            if let Some(cc) = &self.cross_check {
+                let all = stats.samples.as_deref().unwrap_or_default();
+                let c = crosscheck::run(runner, &stats, all, cc, &label).await?;
+                stats.cross_check = Some(c);
+            }
+            if !self.samples {
+                stats.samples = None;
+            }
+            self.progress.println(&level_line(&label, &stats));
+            if let Some(r) = reports.get_mut(mi) {
+                r.levels.push(stats);
+                (r.input_tokens_mean, r.output_tokens_mean) = lengths.means();
+            }
+            if let Ok(mut running) = self.running.lock() {
+                *running = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends one level through `runner`: the warm-up, the wait for the level's shared start
+    /// (`at` = model index, level index, slot in the run), then the level. What it measured, and
+    /// how late it started after its shared instant (with `--start-at`).
+    pub(super) async fn level(
+        &self,
+        runner: &mut Runner,
+        server_side: &mut server::ServerSide,
+        key: &LevelKey,
+        at: (usize, usize, usize),
+        label: String,
+        done_units: u64,
+    ) -> Result<(runner::LevelRun, Option<f64>), BenchError> {
+        let (mi, li, slot) = at;
+        let shard = self.shard;
+        if self.prewarm {
+            // Every worker of a closed loop; the probers an open loop starts with.
+            let n = match key.rate {
+                None => shard.workers(key.concurrency) as usize,
+                Some(_) => (shard.cap(key.concurrency) as usize).min(runner::FIRST_PROBERS),
+            };
+            runner.prewarm(n).await?;
+        }
+        runner
+            .warmup(key.concurrency, shard.share(self.warmup))
+            .await?;
+        if let Some(p) = &self.start {
+            tokio::time::sleep(p.wait(slot, chrono::Utc::now())).await;
+        }
+        let started = chrono::Utc::now();
+        server_side.begin().await;
+        let run = match key.rate {
+            None => match shard.workers(key.concurrency) {
+                0 => runner::LevelRun::default(),
+                c => {
+                    let amount = match self.total {
+                        Amount::Requests(n) => Amount::Requests(shard.requests(n, key.concurrency)),
+                        d @ Amount::Duration(_) => d,
+                    };
+                    runner.closed(c, amount, label, done_units).await?
+                }
+            },
+            Some(rate) => {
+                let level_seed = self
+                    .seed
+                    .wrapping_add((mi as u64) << 32)
+                    .wrapping_add(li as u64);
+                runner
+                    .open(
+                        shard.rate(rate),
+                        shard.cap(key.concurrency),
+                        self.arrival,
+                        shard.seed(level_seed),
+                        self.amount,
+                        label,
+                        done_units,
+                    )
+                    .await?
+            }
+        };
+        let late = self.start.as_ref().map(|p| {
+            (started - p.level_start(slot))
+                .to_std()
+                .map_or(0.0, |d| d.as_secs_f64())
+        });
+        Ok((run, late))
+    }
+}
+
+/// A level's statistics from its run: the fold, the cost at `price`, when it started (and, with
+/// `--start-at`, how `late` after its shared instant), and the samples (sorted by send instant)
+/// when they are kept.
+pub(super) fn fold_level(
+    key: LevelKey,
+    run: runner::LevelRun,
+    criteria: &Criteria,
+    price: Option<&crate::config::Price>,
+    late: Option<f64>,
+    keep_samples: bool,
+) -> LevelStats {
+    let mut stats = LevelStats::from_samples(
+        key,
+        &run.samples,
+        run.wall_s,
+        &run.loop_lag,
+        &criteria.slos,
+        run.capped,
+    );
+    if let Some(p) = price {
+        stats.set_cost(&run.samples, p);
+    }
+    stats.started_unix_s = run.started_unix_s;
+    stats.start_offset_s = late;
+    if keep_samples {
+        let mut s = run.samples;
+        s.sort_by(|x, y| x.sent_s.total_cmp(&y.sent_s));
+        stats.samples = Some(s);
+    }
+    stats
+}
+
+/// One line per finished level on stderr.
+pub(super) fn level_line(label: &str, l: &LevelStats) -> String {
+    let f = |s: &Option<stats::Summary>, g: fn(&stats::Summary) -> f64| {
+        s.as_ref()
+            .map_or_else(|| "-".to_owned(), |s| criteria::fmt_secs(g(s)))
+    };
+    format!(
+        "  {label}: {} requests, {:.2}% errors, TTFT p50 {} p95 {}, TPOT p50 {}, {:.1} tok/s, {:.2} req/s, lag p99 {}, loop lag p99 {}{}",
+        l.requests,
+        l.error_rate * 100.0,
+        f(&l.ttft_s, |s| s.p50),
+        f(&l.ttft_s, |s| s.p95),
+        f(&l.tpot_s, |s| s.p50),
+        l.output_tokens_per_s,
+        l.requests_per_s,
+        f(&l.lag_s, |s| s.p99),
+        f(&l.loop_lag_s, |s| s.p99),
+        l.ramp_s
+            .map_or_else(String::new, |r| format!(", ramp {}", criteria::fmt_secs(r))),
+    )
+}
+
