@@ -51,8 +51,27 @@ use stats::{LevelKey, LevelStats};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, OnceLock};
-use tokio_util::sync::CancellationToken;
 use sweep::Sender;
+use tokio_util::sync::CancellationToken;
+
+/// A closed-loop level with more workers than requests never has all of them in flight: the
+/// warning that says so (the level is labelled with its workers, but measures fewer).
+fn fewer_requests_than_workers(amount: Amount, levels: &[LevelKey]) -> Option<String> {
+    let Amount::Requests(n) = amount else {
+        return None;
+    };
+    let short: Vec<String> = levels
+        .iter()
+        .filter(|k| k.rate.is_none() && u64::from(k.concurrency) > n)
+        .map(LevelKey::label)
+        .collect();
+    (!short.is_empty()).then(|| {
+        format!(
+            "tokenprobe: WARNING: concurrency {} above --requests-per-level {n}: such a level never has more than {n} requests in flight; give at least as many requests as workers (or --duration-per-level)",
+            short.join(", ")
+        )
+    })
+}
 
 /// One model of a comparison: the model name sent and the target it is sent to (with that
 /// target's deadlines), so one run compares models behind one gateway and the same model at two
@@ -922,6 +941,31 @@ pub fn write_outputs(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_level_with_more_workers_than_requests_is_named() {
+        let keys = levels(&[1, 10, 20], &[]).unwrap();
+        let w = fewer_requests_than_workers(Amount::Requests(10), &keys).unwrap();
+        assert!(
+            w.contains("concurrency 20 above --requests-per-level 10"),
+            "{w}"
+        );
+        assert!(
+            !w.contains("10,"),
+            "10 workers with 10 requests are all in flight: {w}"
+        );
+        assert_eq!(
+            fewer_requests_than_workers(Amount::Requests(20), &keys),
+            None
+        );
+        let d = Amount::Duration(std::time::Duration::from_secs(5));
+        assert_eq!(fewer_requests_than_workers(d, &keys), None);
+        let open = levels(&[], &[50.0]).unwrap();
+        assert_eq!(
+            fewer_requests_than_workers(Amount::Requests(5), &open),
+            None
+        );
+    }
 
     #[test]
     fn closed_and_open_levels() {

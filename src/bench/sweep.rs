@@ -26,7 +26,8 @@ pub(super) struct Sender {
     pub(super) samples: bool,
     pub(super) progress: Progress,
     /// The level running now (`model @ load`), for the report of a stopped run.
-    pub(super) running: std::sync::Mutex<Option<String>>,}
+    pub(super) running: std::sync::Mutex<Option<String>>,
+}
 
 impl Sender {
     /// [`Sender::all`] until it is done or `stop` is cancelled by a stop signal (`signal` names
@@ -40,6 +41,9 @@ impl Sender {
         server_side: &mut server::ServerSide,
         reports: &mut Vec<ModelReport>,
     ) -> Result<Option<report::Interrupted>, BenchError> {
+        if let Some(w) = fewer_requests_than_workers(self.total, &self.levels) {
+            self.progress.println(&w);
+        }
         tokio::select! {
             done = self.all(spec, models, names, prompts, server_side, reports) => done.map(|()| None),
             () = stop.cancelled() => Ok(Some(report::Interrupted {
@@ -307,4 +311,3 @@ pub(super) fn level_line(label: &str, l: &LevelStats) -> String {
             .map_or_else(String::new, |r| format!(", ramp {}", criteria::fmt_secs(r))),
     )
 }
-

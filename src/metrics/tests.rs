@@ -1,398 +1,398 @@
 //! The registry's tests: recording, removal, sorting and encoding.
-    use super::*;
-    use crate::measure::Measurement;
-    use crate::protocol::EventMeaning;
-    use std::time::{Duration, Instant};
+use super::*;
+use crate::measure::Measurement;
+use crate::protocol::EventMeaning;
+use std::time::{Duration, Instant};
 
-    fn job() -> JobLabels {
-        JobLabels {
-            target: "local".into(),
-            model: "m".into(),
-            prompt: "hello".into(),
-        }
+fn job() -> JobLabels {
+    JobLabels {
+        target: "local".into(),
+        model: "m".into(),
+        prompt: "hello".into(),
     }
+}
 
-    fn info(job: JobLabels) -> JobInfo {
-        JobInfo {
-            job,
-            api: "openai-chat".into(),
-            connection: "new".into(),
-            nonce: "false".into(),
-            stream: "true".into(),
-            workload: "messages".into(),
-        }
+fn info(job: JobLabels) -> JobInfo {
+    JobInfo {
+        job,
+        api: "openai-chat".into(),
+        connection: "new".into(),
+        nonce: "false".into(),
+        stream: "true".into(),
+        workload: "messages".into(),
     }
+}
 
-    /// A conversation job has TTFT by turn (first, later), pre-created at 0; other jobs have none.
-    #[test]
-    fn conversation_jobs_have_ttft_by_turn() {
-        let m = Metrics::new(&Buckets::default());
-        let conv = m.register_job(JobInfo {
-            workload: "conversation".into(),
-            ..info(job())
-        });
-        let plain = JobLabels {
-            prompt: "plain".into(),
-            ..job()
-        };
-        let _other = m.register_job(info(plain));
-        let count = |m: &Metrics, turn: &str| {
-            let line = format!(
-                "tokenprobe_conversation_time_to_first_token_seconds_count{{target=\"local\",model=\"m\",prompt=\"hello\",turn=\"{turn}\"}} "
-            );
-            let text = m.encode_text().unwrap();
-            text.lines()
-                .find_map(|l| l.strip_prefix(line.as_str()).map(str::to_owned))
-                .unwrap_or_else(|| panic!("no {line} in {text}"))
-        };
-        assert_eq!(
-            (count(&m, "first"), count(&m, "later")),
-            ("0".into(), "0".into())
-        );
-        let mut r = success();
-        for turn in [1, 2, 3, 1] {
-            r.turn = Some(turn);
-            conv.record(&r, SystemTime::now());
-        }
-        assert_eq!(
-            (count(&m, "first"), count(&m, "later")),
-            ("2".into(), "2".into())
+/// A conversation job has TTFT by turn (first, later), pre-created at 0; other jobs have none.
+#[test]
+fn conversation_jobs_have_ttft_by_turn() {
+    let m = Metrics::new(&Buckets::default());
+    let conv = m.register_job(JobInfo {
+        workload: "conversation".into(),
+        ..info(job())
+    });
+    let plain = JobLabels {
+        prompt: "plain".into(),
+        ..job()
+    };
+    let _other = m.register_job(info(plain));
+    let count = |m: &Metrics, turn: &str| {
+        let line = format!(
+            "tokenprobe_conversation_time_to_first_token_seconds_count{{target=\"local\",model=\"m\",prompt=\"hello\",turn=\"{turn}\"}} "
         );
         let text = m.encode_text().unwrap();
-        assert!(!text.contains("prompt=\"plain\",turn="), "{text}");
-        m.remove_job(&job());
-        assert!(!m.encode_text().unwrap().contains("turn=\"first\""));
+        text.lines()
+            .find_map(|l| l.strip_prefix(line.as_str()).map(str::to_owned))
+            .unwrap_or_else(|| panic!("no {line} in {text}"))
+    };
+    assert_eq!(
+        (count(&m, "first"), count(&m, "later")),
+        ("0".into(), "0".into())
+    );
+    let mut r = success();
+    for turn in [1, 2, 3, 1] {
+        r.turn = Some(turn);
+        conv.record(&r, SystemTime::now());
     }
+    assert_eq!(
+        (count(&m, "first"), count(&m, "later")),
+        ("2".into(), "2".into())
+    );
+    let text = m.encode_text().unwrap();
+    assert!(!text.contains("prompt=\"plain\",turn="), "{text}");
+    m.remove_job(&job());
+    assert!(!m.encode_text().unwrap().contains("turn=\"first\""));
+}
 
-    #[test]
-    fn every_error_type_exists_at_zero_after_registration() {
-        let m = Metrics::new(&Buckets::default());
-        let _s = m.register_job(info(job()));
-        let text = m.encode_text().unwrap();
-        for e in ErrorType::ALL {
-            let line = format!(
-                "tokenprobe_probe_errors_total{{target=\"local\",model=\"m\",prompt=\"hello\",error_type=\"{}\"}} 0",
-                e.as_str()
-            );
-            assert!(text.contains(&line), "missing {line}\n{text}");
+#[test]
+fn every_error_type_exists_at_zero_after_registration() {
+    let m = Metrics::new(&Buckets::default());
+    let _s = m.register_job(info(job()));
+    let text = m.encode_text().unwrap();
+    for e in ErrorType::ALL {
+        let line = format!(
+            "tokenprobe_probe_errors_total{{target=\"local\",model=\"m\",prompt=\"hello\",error_type=\"{}\"}} 0",
+            e.as_str()
+        );
+        assert!(text.contains(&line), "missing {line}\n{text}");
+    }
+    assert!(text.contains("tokenprobe_build_info{version="));
+    assert!(text.contains("# TYPE tokenprobe_time_to_first_token_seconds histogram"));
+    let om = m.encode_openmetrics().unwrap();
+    assert!(om.ends_with("# EOF\n"));
+    m.remove_job(&job());
+    assert!(!m.encode_text().unwrap().contains("target=\"local\""));
+}
+
+#[test]
+fn location_labels_every_series_of_both_formats() {
+    let m = Metrics::with_location(&Buckets::default(), Some("eu-west-1"));
+    let _s = m.register_job(info(job()));
+    m.reload_result(true, std::time::SystemTime::now());
+    for text in [m.encode_text().unwrap(), m.encode_openmetrics().unwrap()] {
+        let samples: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .collect();
+        assert!(samples.len() > 50, "{text}");
+        for l in samples {
+            assert!(l.contains("location=\"eu-west-1\""), "no location: {l}");
+            assert_eq!(l.matches("location=").count(), 1, "{l}");
         }
-        assert!(text.contains("tokenprobe_build_info{version="));
-        assert!(text.contains("# TYPE tokenprobe_time_to_first_token_seconds histogram"));
-        let om = m.encode_openmetrics().unwrap();
-        assert!(om.ends_with("# EOF\n"));
-        m.remove_job(&job());
-        assert!(!m.encode_text().unwrap().contains("target=\"local\""));
     }
+    let plain = Metrics::new(&Buckets::default());
+    let _s = plain.register_job(info(job()));
+    assert!(!plain.encode_text().unwrap().contains("location="));
+}
 
-    #[test]
-    fn location_labels_every_series_of_both_formats() {
-        let m = Metrics::with_location(&Buckets::default(), Some("eu-west-1"));
-        let _s = m.register_job(info(job()));
-        m.reload_result(true, std::time::SystemTime::now());
-        for text in [m.encode_text().unwrap(), m.encode_openmetrics().unwrap()] {
-            let samples: Vec<&str> = text
-                .lines()
-                .filter(|l| !l.starts_with('#') && !l.is_empty())
-                .collect();
-            assert!(samples.len() > 50, "{text}");
-            for l in samples {
-                assert!(l.contains("location=\"eu-west-1\""), "no location: {l}");
-                assert_eq!(l.matches("location=").count(), 1, "{l}");
-            }
-        }
-        let plain = Metrics::new(&Buckets::default());
-        let _s = plain.register_job(info(job()));
-        assert!(!plain.encode_text().unwrap().contains("location="));
-    }
+#[test]
+fn success_feeds_histograms_and_failure_only_failure_series() {
+    let m = Metrics::new(&Buckets::default());
+    let t0 = Instant::now();
+    let mut meas = Measurement::new(t0);
+    let tok = EventMeaning {
+        token: true,
+        output: true,
+        ..EventMeaning::default()
+    };
+    meas.event(t0 + Duration::from_millis(400), &tok);
+    meas.event(t0 + Duration::from_millis(425), &tok);
+    meas.event(
+        t0 + Duration::from_millis(430),
+        &EventMeaning {
+            terminal: true,
+            ..EventMeaning::default()
+        },
+    );
+    let s = m.register_job(info(job()));
+    s.record(&meas.finish(), SystemTime::now());
+    let mut bad = Measurement::new(t0);
+    bad.fail(ErrorType::Auth, t0 + Duration::from_millis(60), "401");
+    s.record(&bad.finish(), SystemTime::now());
+    let text = m.encode_text().unwrap();
+    let l = "target=\"local\",model=\"m\",prompt=\"hello\"";
+    assert!(
+        text.contains(&format!(
+            "tokenprobe_time_to_first_token_seconds_count{{{l}}} 1"
+        )),
+        "{text}"
+    );
+    assert!(text.contains(&format!(
+        "tokenprobe_time_to_first_token_seconds_bucket{{{l},le=\"0.4\"}} 1"
+    )));
+    assert!(text.contains(&format!("tokenprobe_probes_total{{{l}}} 2")));
+    assert!(text.contains(&format!(
+        "tokenprobe_probe_errors_total{{{l},error_type=\"auth\"}} 1"
+    )));
+    assert!(text.contains(&format!(
+        "tokenprobe_failed_probe_duration_seconds_count{{{l}}} 1"
+    )));
+    assert!(text.contains(&format!("tokenprobe_output_tokens_total{{{l}}} 2")));
+    assert!(text.contains(&format!("tokenprobe_last_probe_success{{{l}}} 0")));
+}
 
-    #[test]
-    fn success_feeds_histograms_and_failure_only_failure_series() {
-        let m = Metrics::new(&Buckets::default());
-        let t0 = Instant::now();
-        let mut meas = Measurement::new(t0);
-        let tok = EventMeaning {
+#[test]
+fn a_whole_answer_observes_e2e_and_no_per_token_histogram() {
+    let m = Metrics::new(&Buckets::default());
+    let t0 = Instant::now();
+    let mut meas = Measurement::new(t0);
+    meas.non_stream();
+    meas.headers(t0 + Duration::from_millis(300), 200);
+    meas.answer(
+        t0 + Duration::from_millis(301),
+        EventMeaning {
             token: true,
             output: true,
+            finish: true,
+            usage_output: Some(7),
             ..EventMeaning::default()
-        };
-        meas.event(t0 + Duration::from_millis(400), &tok);
-        meas.event(t0 + Duration::from_millis(425), &tok);
-        meas.event(
-            t0 + Duration::from_millis(430),
-            &EventMeaning {
-                terminal: true,
-                ..EventMeaning::default()
-            },
-        );
-        let s = m.register_job(info(job()));
-        s.record(&meas.finish(), SystemTime::now());
-        let mut bad = Measurement::new(t0);
-        bad.fail(ErrorType::Auth, t0 + Duration::from_millis(60), "401");
-        s.record(&bad.finish(), SystemTime::now());
-        let text = m.encode_text().unwrap();
-        let l = "target=\"local\",model=\"m\",prompt=\"hello\"";
-        assert!(
-            text.contains(&format!(
-                "tokenprobe_time_to_first_token_seconds_count{{{l}}} 1"
-            )),
-            "{text}"
-        );
-        assert!(text.contains(&format!(
-            "tokenprobe_time_to_first_token_seconds_bucket{{{l},le=\"0.4\"}} 1"
-        )));
-        assert!(text.contains(&format!("tokenprobe_probes_total{{{l}}} 2")));
-        assert!(text.contains(&format!(
-            "tokenprobe_probe_errors_total{{{l},error_type=\"auth\"}} 1"
-        )));
-        assert!(text.contains(&format!(
-            "tokenprobe_failed_probe_duration_seconds_count{{{l}}} 1"
-        )));
-        assert!(text.contains(&format!("tokenprobe_output_tokens_total{{{l}}} 2")));
-        assert!(text.contains(&format!("tokenprobe_last_probe_success{{{l}}} 0")));
+        },
+    );
+    let s = m.register_job(JobInfo {
+        stream: "false".into(),
+        ..info(job())
+    });
+    s.record(&meas.finish(), SystemTime::now());
+    let text = m.encode_text().unwrap();
+    let l = "target=\"local\",model=\"m\",prompt=\"hello\"";
+    for (family, n) in [
+        ("request_duration_seconds", 1),
+        ("time_to_headers_seconds", 1),
+        ("time_to_first_token_seconds", 0),
+        ("time_to_first_output_token_seconds", 0),
+        ("time_per_output_token_seconds", 0),
+        ("inter_chunk_latency_seconds", 0),
+    ] {
+        let want = format!("tokenprobe_{family}_count{{{l}}} {n}");
+        assert!(text.contains(&want), "{want}\n{text}");
     }
-
-    #[test]
-    fn a_whole_answer_observes_e2e_and_no_per_token_histogram() {
-        let m = Metrics::new(&Buckets::default());
-        let t0 = Instant::now();
-        let mut meas = Measurement::new(t0);
-        meas.non_stream();
-        meas.headers(t0 + Duration::from_millis(300), 200);
-        meas.answer(
-            t0 + Duration::from_millis(301),
-            EventMeaning {
-                token: true,
-                output: true,
-                finish: true,
-                usage_output: Some(7),
-                ..EventMeaning::default()
-            },
-        );
-        let s = m.register_job(JobInfo {
-            stream: "false".into(),
-            ..info(job())
-        });
-        s.record(&meas.finish(), SystemTime::now());
-        let text = m.encode_text().unwrap();
-        let l = "target=\"local\",model=\"m\",prompt=\"hello\"";
-        for (family, n) in [
-            ("request_duration_seconds", 1),
-            ("time_to_headers_seconds", 1),
-            ("time_to_first_token_seconds", 0),
-            ("time_to_first_output_token_seconds", 0),
-            ("time_per_output_token_seconds", 0),
-            ("inter_chunk_latency_seconds", 0),
-        ] {
-            let want = format!("tokenprobe_{family}_count{{{l}}} {n}");
-            assert!(text.contains(&want), "{want}\n{text}");
-        }
-        assert!(text.contains(&format!("tokenprobe_output_tokens_total{{{l}}} 7")));
-        assert!(text.contains(&format!(
+    assert!(text.contains(&format!("tokenprobe_output_tokens_total{{{l}}} 7")));
+    assert!(text.contains(&format!(
             "tokenprobe_job_info{{{l},api=\"openai-chat\",connection=\"new\",nonce=\"false\",stream=\"false\",workload=\"messages\"}} 1"
         )));
-    }
+}
 
-    fn success() -> ProbeResult {
-        let t0 = Instant::now();
-        let mut meas = Measurement::new(t0);
-        let tok = EventMeaning {
-            token: true,
-            output: true,
+fn success() -> ProbeResult {
+    let t0 = Instant::now();
+    let mut meas = Measurement::new(t0);
+    let tok = EventMeaning {
+        token: true,
+        output: true,
+        ..EventMeaning::default()
+    };
+    meas.event(t0 + Duration::from_millis(200), &tok);
+    meas.event(
+        t0 + Duration::from_millis(210),
+        &EventMeaning {
+            terminal: true,
             ..EventMeaning::default()
+        },
+    );
+    meas.finish()
+}
+
+/// Issue 9 item 11: a probe of a job that a reload removed while it ran records nothing (it
+/// used to re-create 215 of the job's series, `probes_total` restarting at 1).
+#[test]
+fn a_removed_job_records_nothing() {
+    let m = Metrics::new(&Buckets::default());
+    let s = m.register_job(info(job()));
+    m.remove_job(&job());
+    s.record(&success(), SystemTime::now());
+    s.skipped(SkipReason::Overlap);
+    let text = m.encode_text().unwrap();
+    assert!(!text.contains("target=\"local\""), "{text}");
+    assert_eq!(m.last_result(&job()), None);
+    assert_eq!(s.last_result(), None);
+}
+
+/// Lines of the exposition that carry the job's labels.
+fn job_lines(m: &Metrics) -> Vec<String> {
+    m.encode_text()
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("target=\"local\""))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Issue 10 item 5: a job removed and added again (two reloads) while a probe of the removed
+/// one was in flight gets fresh series at 0; the old probe's series handle feeds nothing.
+#[test]
+fn a_readded_job_is_not_fed_by_a_probe_of_its_removed_self() {
+    let m = Metrics::new(&Buckets::default());
+    let old = m.register_job(info(job()));
+    m.remove_job(&job());
+    let new = m.register_job(info(job()));
+    old.record(&success(), SystemTime::now());
+    old.skipped(SkipReason::Overlap);
+    let lines = job_lines(&m);
+    let l = "target=\"local\",model=\"m\",prompt=\"hello\"";
+    assert!(
+        lines.contains(&format!("tokenprobe_probes_total{{{l}}} 0")),
+        "{lines:#?}"
+    );
+    assert!(lines.contains(&format!(
+        "tokenprobe_probes_skipped_total{{{l},reason=\"overlap\"}} 0"
+    )));
+    assert_eq!(m.last_result(&job()), None);
+    new.record(&success(), SystemTime::now());
+    assert!(job_lines(&m).contains(&format!("tokenprobe_probes_total{{{l}}} 1")));
+}
+
+/// A reload that changes a job's settings but not its labels keeps its series (counters go
+/// on) and its last result; only `tokenprobe_job_info` follows the new settings. Removing it
+/// then deletes every series registration created, the new `job_info` included.
+#[test]
+fn a_changed_job_keeps_its_series_and_its_info_follows() {
+    let m = Metrics::new(&Buckets::default());
+    let before = m.register_job(info(job()));
+    let at = SystemTime::now();
+    before.record(&success(), at);
+    let registered = job_lines(&m).len();
+    let reuse = JobInfo {
+        connection: "reuse".into(),
+        ..info(job())
+    };
+    let after = m.register_job(reuse);
+    assert!(Arc::ptr_eq(&before, &after));
+    let lines = job_lines(&m);
+    assert_eq!(lines.len(), registered, "{lines:#?}");
+    let l = "target=\"local\",model=\"m\",prompt=\"hello\"";
+    assert!(lines.contains(&format!("tokenprobe_probes_total{{{l}}} 1")));
+    let infos: Vec<&String> = lines
+        .iter()
+        .filter(|x| x.starts_with("tokenprobe_job_info"))
+        .collect();
+    assert_eq!(infos.len(), 1, "{infos:?}");
+    assert!(infos[0].contains("connection=\"reuse\""), "{infos:?}");
+    assert_eq!(m.last_result(&job()).map(|r| r.at), Some(at));
+    m.remove_job(&job());
+    assert_eq!(job_lines(&m), Vec::<String>::new());
+}
+
+#[test]
+fn the_last_result_is_kept_per_job() {
+    let m = Metrics::new(&Buckets::default());
+    let s = m.register_job(info(job()));
+    assert_eq!(m.last_result(&job()), None);
+    let at = SystemTime::now();
+    s.record(&success(), at);
+    let last = m.last_result(&job()).unwrap();
+    assert_eq!(last.error_type, None);
+    assert_eq!(last.at, at);
+    assert!((last.ttft_s.unwrap() - 0.2).abs() < 1e-9);
+}
+
+/// Issue 8: series come out sorted by labels, the same on every encode, whatever the order
+/// jobs were registered in (prometheus-client encodes from a hash map).
+#[test]
+fn series_are_sorted_by_labels() {
+    let m = Metrics::new(&Buckets::default());
+    let names = ["m", "c", "x", "a", "q", "b", "z", "k"];
+    for n in names {
+        let j = JobLabels {
+            target: n.into(),
+            model: "m".into(),
+            prompt: "p".into(),
         };
-        meas.event(t0 + Duration::from_millis(200), &tok);
-        meas.event(
-            t0 + Duration::from_millis(210),
-            &EventMeaning {
-                terminal: true,
-                ..EventMeaning::default()
-            },
+        m.register_job(info(j))
+            .record(&success(), SystemTime::now());
+    }
+    let text = m.encode_text().unwrap();
+    let targets = |prefix: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with(prefix))
+            .map(|l| l.split('"').nth(1).unwrap().to_owned())
+            .collect()
+    };
+    let mut sorted = names.to_vec();
+    sorted.sort_unstable();
+    assert_eq!(targets("tokenprobe_probes_total{"), sorted);
+    // A histogram's samples stay together, buckets in order, per series.
+    let ttft: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("tokenprobe_time_to_first_token_seconds"))
+        .collect();
+    let per_series = ttft.len() / names.len();
+    for (i, chunk) in ttft.chunks(per_series).enumerate() {
+        assert!(
+            chunk
+                .iter()
+                .all(|l| l.contains(&format!("target=\"{}\"", sorted[i]))),
+            "{chunk:?}"
         );
-        meas.finish()
+        let les: Vec<f64> = chunk
+            .iter()
+            .filter_map(|l| l.split("le=\"").nth(1))
+            .map(|v| {
+                v.split('"')
+                    .next()
+                    .unwrap()
+                    .parse::<f64>()
+                    .unwrap_or(f64::INFINITY)
+            })
+            .collect();
+        assert!(les.windows(2).all(|w| w[0] < w[1]), "{les:?}");
     }
-
-    /// Issue 9 item 11: a probe of a job that a reload removed while it ran records nothing (it
-    /// used to re-create 215 of the job's series, `probes_total` restarting at 1).
-    #[test]
-    fn a_removed_job_records_nothing() {
-        let m = Metrics::new(&Buckets::default());
-        let s = m.register_job(info(job()));
-        m.remove_job(&job());
-        s.record(&success(), SystemTime::now());
-        s.skipped(SkipReason::Overlap);
-        let text = m.encode_text().unwrap();
-        assert!(!text.contains("target=\"local\""), "{text}");
-        assert_eq!(m.last_result(&job()), None);
-        assert_eq!(s.last_result(), None);
+    // OpenMetrics writes `le` first: each series' samples still stay in one run, and the
+    // runs of a family are sorted (strict parsers reject an interleaved histogram).
+    let om = m.encode_openmetrics().unwrap();
+    assert_eq!(om.matches("# EOF").count(), 1);
+    let om_ttft: Vec<&str> = om
+        .lines()
+        .filter(|l| l.starts_with("tokenprobe_time_to_first_token_seconds"))
+        .collect();
+    for (i, chunk) in om_ttft.chunks(per_series).enumerate() {
+        assert!(
+            chunk
+                .iter()
+                .all(|l| l.contains(&format!("target=\"{}\"", sorted[i]))),
+            "{chunk:?}"
+        );
     }
+    for _ in 0..3 {
+        assert_eq!(m.encode_text().unwrap(), text);
+    }
+}
 
-    /// Lines of the exposition that carry the job's labels.
-    fn job_lines(m: &Metrics) -> Vec<String> {
+#[test]
+fn skip_help_names_every_reason_and_internal_errors_start_at_zero() {
+    let m = Metrics::new(&Buckets::default());
+    let _s = m.register_job(info(job()));
+    let text = m.encode_text().unwrap();
+    let help = text
+        .lines()
+        .find(|l| l.starts_with("# HELP tokenprobe_probes_skipped_total"))
+        .unwrap();
+    for r in SkipReason::ALL {
+        assert!(help.contains(r.as_str()), "{help}");
+    }
+    assert!(text.contains("tokenprobe_internal_errors_total{reason=\"fd_exhausted\"} 0"));
+    m.internal_error(InternalReason::FdExhausted);
+    assert!(
         m.encode_text()
             .unwrap()
-            .lines()
-            .filter(|l| l.contains("target=\"local\""))
-            .map(str::to_owned)
-            .collect()
-    }
-
-    /// Issue 10 item 5: a job removed and added again (two reloads) while a probe of the removed
-    /// one was in flight gets fresh series at 0; the old probe's series handle feeds nothing.
-    #[test]
-    fn a_readded_job_is_not_fed_by_a_probe_of_its_removed_self() {
-        let m = Metrics::new(&Buckets::default());
-        let old = m.register_job(info(job()));
-        m.remove_job(&job());
-        let new = m.register_job(info(job()));
-        old.record(&success(), SystemTime::now());
-        old.skipped(SkipReason::Overlap);
-        let lines = job_lines(&m);
-        let l = "target=\"local\",model=\"m\",prompt=\"hello\"";
-        assert!(
-            lines.contains(&format!("tokenprobe_probes_total{{{l}}} 0")),
-            "{lines:#?}"
-        );
-        assert!(lines.contains(&format!(
-            "tokenprobe_probes_skipped_total{{{l},reason=\"overlap\"}} 0"
-        )));
-        assert_eq!(m.last_result(&job()), None);
-        new.record(&success(), SystemTime::now());
-        assert!(job_lines(&m).contains(&format!("tokenprobe_probes_total{{{l}}} 1")));
-    }
-
-    /// A reload that changes a job's settings but not its labels keeps its series (counters go
-    /// on) and its last result; only `tokenprobe_job_info` follows the new settings. Removing it
-    /// then deletes every series registration created, the new `job_info` included.
-    #[test]
-    fn a_changed_job_keeps_its_series_and_its_info_follows() {
-        let m = Metrics::new(&Buckets::default());
-        let before = m.register_job(info(job()));
-        let at = SystemTime::now();
-        before.record(&success(), at);
-        let registered = job_lines(&m).len();
-        let reuse = JobInfo {
-            connection: "reuse".into(),
-            ..info(job())
-        };
-        let after = m.register_job(reuse);
-        assert!(Arc::ptr_eq(&before, &after));
-        let lines = job_lines(&m);
-        assert_eq!(lines.len(), registered, "{lines:#?}");
-        let l = "target=\"local\",model=\"m\",prompt=\"hello\"";
-        assert!(lines.contains(&format!("tokenprobe_probes_total{{{l}}} 1")));
-        let infos: Vec<&String> = lines
-            .iter()
-            .filter(|x| x.starts_with("tokenprobe_job_info"))
-            .collect();
-        assert_eq!(infos.len(), 1, "{infos:?}");
-        assert!(infos[0].contains("connection=\"reuse\""), "{infos:?}");
-        assert_eq!(m.last_result(&job()).map(|r| r.at), Some(at));
-        m.remove_job(&job());
-        assert_eq!(job_lines(&m), Vec::<String>::new());
-    }
-
-    #[test]
-    fn the_last_result_is_kept_per_job() {
-        let m = Metrics::new(&Buckets::default());
-        let s = m.register_job(info(job()));
-        assert_eq!(m.last_result(&job()), None);
-        let at = SystemTime::now();
-        s.record(&success(), at);
-        let last = m.last_result(&job()).unwrap();
-        assert_eq!(last.error_type, None);
-        assert_eq!(last.at, at);
-        assert!((last.ttft_s.unwrap() - 0.2).abs() < 1e-9);
-    }
-
-    /// Issue 8: series come out sorted by labels, the same on every encode, whatever the order
-    /// jobs were registered in (prometheus-client encodes from a hash map).
-    #[test]
-    fn series_are_sorted_by_labels() {
-        let m = Metrics::new(&Buckets::default());
-        let names = ["m", "c", "x", "a", "q", "b", "z", "k"];
-        for n in names {
-            let j = JobLabels {
-                target: n.into(),
-                model: "m".into(),
-                prompt: "p".into(),
-            };
-            m.register_job(info(j))
-                .record(&success(), SystemTime::now());
-        }
-        let text = m.encode_text().unwrap();
-        let targets = |prefix: &str| -> Vec<String> {
-            text.lines()
-                .filter(|l| l.starts_with(prefix))
-                .map(|l| l.split('"').nth(1).unwrap().to_owned())
-                .collect()
-        };
-        let mut sorted = names.to_vec();
-        sorted.sort_unstable();
-        assert_eq!(targets("tokenprobe_probes_total{"), sorted);
-        // A histogram's samples stay together, buckets in order, per series.
-        let ttft: Vec<&str> = text
-            .lines()
-            .filter(|l| l.starts_with("tokenprobe_time_to_first_token_seconds"))
-            .collect();
-        let per_series = ttft.len() / names.len();
-        for (i, chunk) in ttft.chunks(per_series).enumerate() {
-            assert!(
-                chunk
-                    .iter()
-                    .all(|l| l.contains(&format!("target=\"{}\"", sorted[i]))),
-                "{chunk:?}"
-            );
-            let les: Vec<f64> = chunk
-                .iter()
-                .filter_map(|l| l.split("le=\"").nth(1))
-                .map(|v| {
-                    v.split('"')
-                        .next()
-                        .unwrap()
-                        .parse::<f64>()
-                        .unwrap_or(f64::INFINITY)
-                })
-                .collect();
-            assert!(les.windows(2).all(|w| w[0] < w[1]), "{les:?}");
-        }
-        // OpenMetrics writes `le` first: each series' samples still stay in one run, and the
-        // runs of a family are sorted (strict parsers reject an interleaved histogram).
-        let om = m.encode_openmetrics().unwrap();
-        assert_eq!(om.matches("# EOF").count(), 1);
-        let om_ttft: Vec<&str> = om
-            .lines()
-            .filter(|l| l.starts_with("tokenprobe_time_to_first_token_seconds"))
-            .collect();
-        for (i, chunk) in om_ttft.chunks(per_series).enumerate() {
-            assert!(
-                chunk
-                    .iter()
-                    .all(|l| l.contains(&format!("target=\"{}\"", sorted[i]))),
-                "{chunk:?}"
-            );
-        }
-        for _ in 0..3 {
-            assert_eq!(m.encode_text().unwrap(), text);
-        }
-    }
-
-    #[test]
-    fn skip_help_names_every_reason_and_internal_errors_start_at_zero() {
-        let m = Metrics::new(&Buckets::default());
-        let _s = m.register_job(info(job()));
-        let text = m.encode_text().unwrap();
-        let help = text
-            .lines()
-            .find(|l| l.starts_with("# HELP tokenprobe_probes_skipped_total"))
-            .unwrap();
-        for r in SkipReason::ALL {
-            assert!(help.contains(r.as_str()), "{help}");
-        }
-        assert!(text.contains("tokenprobe_internal_errors_total{reason=\"fd_exhausted\"} 0"));
-        m.internal_error(InternalReason::FdExhausted);
-        assert!(
-            m.encode_text()
-                .unwrap()
-                .contains("tokenprobe_internal_errors_total{reason=\"fd_exhausted\"} 1")
-        );
-    }
+            .contains("tokenprobe_internal_errors_total{reason=\"fd_exhausted\"} 1")
+    );
+}

@@ -200,7 +200,13 @@ fn the_architecture_map_names_every_module() {
         .filter(|m| !m.contains(':') && *m != "module")
         .collect();
     let missing: Vec<&&str> = modules.iter().filter(|m| !rows.contains(m)).collect();
-    assert!(missing.is_empty(), "modules without a row in docs/architecture.md: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "modules without a row in docs/architecture.md: {missing:?}"
+    );
     let unknown: Vec<&&str> = rows.iter().filter(|r| !modules.contains(r)).collect();
-    assert!(unknown.is_empty(), "rows in docs/architecture.md naming no module: {unknown:?}");
+    assert!(
+        unknown.is_empty(),
+        "rows in docs/architecture.md naming no module: {unknown:?}"
+    );
 }

@@ -656,8 +656,6 @@ pub(super) fn findings(o: &mut String, doc: &Value, r: &Report) {
     o.push_str("</ul>");
 }
 
-/// The x axis label of plots against the level.
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

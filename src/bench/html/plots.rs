@@ -3,13 +3,8 @@
 //! and the server's signals, each a [`chart::Chart`].
 
 use super::*;
-use crate::bench::chart::{self, Chart, HLine, Marker, Point, Ring, Series, XAxis, esc};
-use crate::bench::report::{ModelReport, Report};
-use crate::bench::stats::LevelStats;
-use serde_json::Value;
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
+/// The x axis label of plots against the level.
 pub(super) fn load_label(r: &Report) -> &'static str {
     if r.mode.kind == "open" {
         "arrival rate (requests/s)"
@@ -20,14 +15,16 @@ pub(super) fn load_label(r: &Report) -> &'static str {
 
 /// Every level any model ran, in load order (merged runs may differ in their levels).
 pub(super) fn level_labels(r: &Report) -> Vec<String> {
-    let mut keys: Vec<super::stats::LevelKey> = Vec::new();
+    let mut keys: Vec<crate::bench::stats::LevelKey> = Vec::new();
     for l in r.models.iter().flat_map(|m| m.levels.iter()) {
         if !keys.iter().any(|k| k.label() == l.key.label()) {
             keys.push(l.key);
         }
     }
     keys.sort_by(|a, b| a.x().total_cmp(&b.x()));
-    keys.iter().map(super::stats::LevelKey::label).collect()
+    keys.iter()
+        .map(crate::bench::stats::LevelKey::label)
+        .collect()
 }
 
 /// The slot of a level on the level axis.
@@ -39,7 +36,7 @@ pub(super) fn slot(labels: &[String], l: &LevelStats) -> f64 {
 /// Threshold lines: `(metric, value in the page's unit, label, limit?)`, from the criteria the
 /// report records (exact), else from its texts.
 pub(super) fn thresholds(r: &Report) -> Vec<(String, f64, String, bool)> {
-    use super::criteria::{Base, Limit, Slo};
+    use crate::bench::criteria::{Base, Limit, Slo};
     let Some(rec) = &r.criteria else {
         return thresholds_from_text(r);
     };
@@ -226,7 +223,7 @@ pub(super) fn charts(doc: &Value, r: &Report) -> Vec<(String, String, Chart)> {
             (
                 "p50",
                 Marker::Circle,
-                (|s| s.p50) as fn(&super::stats::Summary) -> f64,
+                (|s| s.p50) as fn(&crate::bench::stats::Summary) -> f64,
             ),
             ("p95", Marker::Triangle, |s| s.p95),
             ("p99", Marker::Square, |s| s.p99),
@@ -349,7 +346,10 @@ pub(super) fn tps_chart(
 }
 
 /// The throughput-latency curve: TTFT p95 against aggregate tokens/s, one line per model.
-pub(super) fn curve_chart(r: &Report, lines: &[(String, f64, String, bool)]) -> (String, String, Chart) {
+pub(super) fn curve_chart(
+    r: &Report,
+    lines: &[(String, f64, String, bool)],
+) -> (String, String, Chart) {
     let series = r
         .models
         .iter()
@@ -532,7 +532,11 @@ pub(super) fn signal_display(sig: &str) -> (String, Unit) {
 }
 
 /// One chart per server signal: its mean (solid) and max (dashed) per model against the level.
-pub(super) fn server_charts(doc: &Value, r: &Report, labels: &[String]) -> Vec<(String, String, Chart)> {
+pub(super) fn server_charts(
+    doc: &Value,
+    r: &Report,
+    labels: &[String],
+) -> Vec<(String, String, Chart)> {
     let mut out = Vec::new();
     for sig in server_signals(doc) {
         let (label, unit) = signal_display(&sig);
@@ -602,5 +606,3 @@ pub(super) fn server_charts(doc: &Value, r: &Report, labels: &[String]) -> Vec<(
     }
     out
 }
-
-/// The table's opening, with its headers.

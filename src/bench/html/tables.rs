@@ -2,13 +2,8 @@
 //! the baseline, every number carrying its JSON Pointer.
 
 use super::*;
-use crate::bench::chart::{self, Chart, HLine, Marker, Point, Ring, Series, XAxis, esc};
-use crate::bench::report::{ModelReport, Report};
-use crate::bench::stats::LevelStats;
-use serde_json::Value;
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
+/// The table's opening, with its headers.
 pub(super) fn table_head(o: &mut String, id: &str, caption: &str, heads: &[String]) {
     let _ = write!(
         o,

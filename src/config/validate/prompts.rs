@@ -1,25 +1,7 @@
 //! The prompt section's rules: a prompt's name and messages, its workload (synthetic lengths and
 //! their distributions, a dataset file, a conversation) and every length.
 
-#![allow(unused_imports)]
-
 use super::*;
-use crate::config::raw::{
-    RawBuckets, RawConfig, RawConversation, RawDataset, RawDefaults, RawLength, RawPrice,
-    RawPrompt, RawServerMetrics, RawServerMetricsEntry, RawSynthetic, RawTarget, RawTimeouts, S,
-};
-use crate::config::types::{
-    AuthStyle, Buckets, Config, ConfigError, Expect, Issue, Job, KeySource, Price, Prompt,
-    ProxySetting, Schedule, Secret, Target, Timeouts, TlsOptions,
-};
-use crate::protocol::{Api, Message};
-use crate::workload::{
-    Conversation, Dataset, DatasetFormat, Length, MAX_TOKENS, Synthetic, Workload,
-};
-use std::collections::HashSet;
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Duration;
 
 impl Validator {
     // -- prompts ----------------------------------------------------------------------------
@@ -338,5 +320,4 @@ impl Validator {
             },
         })
     }
-
 }
