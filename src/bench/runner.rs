@@ -552,6 +552,11 @@ impl Runner {
         let (spec, progress) = (self.spec.clone(), self.progress.clone());
         let capped2 = capped.clone();
         let pool2 = pool.clone();
+        // A level abandoned (a stop signal drops this future) ends its dispatcher within a
+        // slice: a blocking task left sleeping towards later arrivals would hold the process's
+        // exit for the rest of the level.
+        let abandoned = Arc::new(AtomicBool::new(false));
+        let _abandon = AbandonOnDrop(abandoned.clone());
         let dispatcher = tokio::task::spawn_blocking(move || {
             let mut handles = Vec::new();
             for (i, off) in arrival_offsets(rate, arrival, seed).enumerate() {
@@ -561,9 +566,15 @@ impl Runner {
                     _ => {}
                 }
                 let intended = start + Duration::from_secs_f64(off);
-                let now = Instant::now();
-                if intended > now {
-                    std::thread::sleep(intended - now);
+                loop {
+                    if abandoned.load(Ordering::Acquire) {
+                        return handles;
+                    }
+                    let now = Instant::now();
+                    if intended <= now {
+                        break;
+                    }
+                    std::thread::sleep((intended - now).min(DISPATCH_SLICE));
                 }
                 let req = OpenRequest {
                     spec: spec.clone(),
@@ -601,6 +612,19 @@ impl Runner {
             capped: capped.load(Ordering::Relaxed),
             started_unix_s,
         })
+    }
+}
+
+/// The longest sleep of the open loop's dispatcher before it looks whether its level was
+/// abandoned (the last slice before an arrival ends at its instant, so timing is unchanged).
+const DISPATCH_SLICE: Duration = Duration::from_millis(50);
+
+/// Marks a level abandoned when its future is dropped.
+struct AbandonOnDrop(Arc<AtomicBool>);
+
+impl Drop for AbandonOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
     }
 }
 

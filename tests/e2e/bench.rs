@@ -813,9 +813,10 @@ fn a_stopped_bench_keeps_the_levels_it_finished() {
         &[
             "--config.file",
             cfg.to_str().expect("path"),
-            // Open loop: the first level's 3 requests go in 60 ms, the second's take 15 s.
+            // Open loop: the first level's 3 requests go in 60 ms, the second's take about a
+            // minute: a dispatcher left sleeping towards them would hold the exit that long.
             "--rate",
-            "50,0.2",
+            "50,0.05",
             "--requests-per-level",
             "3",
             "-o",
@@ -828,7 +829,7 @@ fn a_stopped_bench_keeps_the_levels_it_finished() {
             &html,
         ],
     );
-    // The first level's line, then the stop while the second runs (it would take 20 s).
+    // The first level's line, then the stop while the second runs (it would take a minute).
     wait_for("the first level's line", Duration::from_secs(60), || {
         child.assert_running();
         child.stderr().contains("sim-a @ 50/s: ").then_some(())
@@ -841,7 +842,7 @@ fn a_stopped_bench_keeps_the_levels_it_finished() {
     assert!(took < Duration::from_secs(10), "stopping took {took:?}");
     assert!(
         err.contains(&format!(
-            "tokenprobe bench: stopped by SIGINT: 1 finished level(s) reported, written to {json}, {md}, {csv}, {html}; the level running (sim-a @ 0.2/s) is left out"
+            "tokenprobe bench: stopped by SIGINT: 1 finished level(s) reported, written to {json}, {md}, {csv}, {html}; the level running (sim-a @ 0.05/s) is left out"
         )),
         "{err}"
     );
@@ -851,7 +852,7 @@ fn a_stopped_bench_keeps_the_levels_it_finished() {
     assert_eq!(l[0]["rate"].as_f64(), Some(50.0));
     assert_eq!(l[0]["requests"].as_u64(), Some(3), "{}", l[0]);
     assert_eq!(r["interrupted"]["signal"], "SIGINT");
-    assert_eq!(r["interrupted"]["level_left_out"], "sim-a @ 0.2/s");
+    assert_eq!(r["interrupted"]["level_left_out"], "sim-a @ 0.05/s");
     let csv_rows = std::fs::read_to_string(&csv).expect("csv");
     assert_eq!(
         csv_rows.lines().count(),
