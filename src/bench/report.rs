@@ -338,7 +338,14 @@ fn render_notes(r: &Report, md: bool) -> String {
     for (m, name) in r.models.iter().zip(&names) {
         for l in &m.levels {
             if !l.errors.is_empty() {
-                let parts: Vec<String> = l.errors.iter().map(|(k, v)| format!("{k} {v}")).collect();
+                let parts: Vec<String> = l
+                    .errors
+                    .iter()
+                    .map(|(k, v)| match l.error_examples.get(k) {
+                        Some(why) => format!("{k} {v} (first: {why})"),
+                        None => format!("{k} {v}"),
+                    })
+                    .collect();
                 errs.push(format!(
                     "{bullet}{} @ {}: {}",
                     name,
@@ -795,6 +802,7 @@ pub(crate) mod tests {
                 let t = ttft * (1.0 + i as f64 / n as f64);
                 Sample {
                     error_type: failed.then(|| "rate_limited".to_owned()),
+                    error_detail: failed.then(|| "HTTP 429: slow down".to_owned()),
                     ttft_s: (!failed).then_some(t),
                     ttfo_s: (!failed).then_some(t),
                     tpot_s: (!failed).then_some(itl),

@@ -395,6 +395,7 @@ pub(crate) mod tests {
             requests: 100,
             successes: 100 - (err * 100.0) as u64,
             errors: BTreeMap::new(),
+            error_examples: BTreeMap::new(),
             error_rate: err,
             ttft_s: Some(s(ttft_p95)),
             ttfo_s: Some(s(ttft_p95)),

@@ -10,11 +10,18 @@ use crate::measure::ProbeResult;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+/// The longest failure reason a sample keeps, in characters (a level's memory stays bounded).
+pub const ERROR_DETAIL_CHARS: usize = 200;
+
 /// One measured request of a level, as the bench keeps it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Sample {
     /// `None` on success, else the one `error_type`.
     pub error_type: Option<String>,
+    /// A failure's reason as the probe gave it (secrets redacted), cut to
+    /// [`ERROR_DETAIL_CHARS`] characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_detail: Option<String>,
     /// TTFT, s (successes only).
     pub ttft_s: Option<f64>,
     /// TTFO, s (successes with visible text only).
@@ -164,6 +171,10 @@ impl Sample {
         let ok = r.success();
         Sample {
             error_type: r.error_type.map(|e| e.as_str().to_owned()),
+            error_detail: r
+                .error_type
+                .and(r.error_detail.as_deref())
+                .map(|d| d.chars().take(ERROR_DETAIL_CHARS).collect()),
             ttft_s: r.ttft_s,
             ttfo_s: r.ttfo_s,
             tpot_s: r.tpot_s,
@@ -316,6 +327,10 @@ pub struct LevelStats {
     pub successes: u64,
     /// Failed requests by `error_type`.
     pub errors: BTreeMap<String, u64>,
+    /// The first failure's reason of each `error_type` (secrets redacted), so a level that
+    /// failed says why, not only how often.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub error_examples: BTreeMap<String, String>,
     /// Failed / all requests (0 when there were none).
     pub error_rate: f64,
     /// TTFT of successes, s.
@@ -467,6 +482,12 @@ impl LevelStats {
         let requests = samples.len() as u64;
         let successes = samples.iter().filter(|s| s.success()).count() as u64;
         let mut errors = BTreeMap::new();
+        let mut error_examples = BTreeMap::new();
+        for s in samples {
+            if let (Some(e), Some(d)) = (&s.error_type, &s.error_detail) {
+                error_examples.entry(e.clone()).or_insert_with(|| d.clone());
+            }
+        }
         for e in samples.iter().filter_map(|s| s.error_type.as_ref()) {
             *errors.entry(e.clone()).or_insert(0) += 1;
         }
@@ -480,6 +501,7 @@ impl LevelStats {
             requests,
             successes,
             errors,
+            error_examples,
             error_rate: if requests == 0 {
                 0.0
             } else {
@@ -550,6 +572,7 @@ mod tests {
     fn sample(ttft: Option<f64>, n: u64, err: Option<&str>) -> Sample {
         Sample {
             error_type: err.map(str::to_owned),
+            error_detail: err.map(|e| format!("why {e}")),
             ttft_s: ttft,
             ttfo_s: ttft,
             tpot_s: ttft.map(|_| 0.01),
@@ -628,6 +651,11 @@ mod tests {
         let l = LevelStats::from_samples(key, &samples, 2.0, &[0.0001], &slo, 0);
         assert_eq!((l.requests, l.successes), (4, 2));
         assert_eq!(l.errors.get("server_error"), Some(&2));
+        assert_eq!(
+            l.error_examples.get("server_error").map(String::as_str),
+            Some("why server_error"),
+            "the first failure's reason"
+        );
         assert_eq!(l.error_rate, 0.5);
         assert_eq!(l.output_tokens, 20);
         assert_eq!(l.output_tokens_per_s, 10.0);

@@ -1060,3 +1060,47 @@ fn a_key_file_serves_every_worker_of_a_level() {
         "every request reached the server"
     );
 }
+
+/// A level that failed says why, not only how often: the report's errors name each type's
+/// first reason (the JSON keeps it per level in `error_examples`, and per sample with
+/// `--samples`).
+#[test]
+fn failures_carry_their_first_reason() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (_sim, url) = simulate(
+        dir.path(),
+        &["--ttft", "5ms", "--error-rate", "1", "--errors", "401"],
+    );
+    let cfg = hello_config(dir.path(), &format!("{url}/v1"), 4, "", "");
+    let json = dir.path().join("e.json");
+    let (code, out, err) = bench(
+        &[
+            "--config.file",
+            cfg.to_str().unwrap(),
+            "--concurrency",
+            "2",
+            "--requests-per-level",
+            "4",
+            "--samples",
+            "-o",
+            json.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(
+        out.contains("auth 4 (first: HTTP 401"),
+        "code {code:?}\nstdout:\n{out}\nstderr:\n{err}"
+    );
+    let r = read_json(&json);
+    let l = &levels(&r, 0)[0];
+    let why = l["error_examples"]["auth"].as_str().unwrap_or_default();
+    assert!(why.starts_with("HTTP 401"), "{l}");
+    let samples = l["samples"].as_array().unwrap();
+    assert!(
+        samples.iter().all(|s| s["error_detail"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("HTTP 401"))),
+        "{samples:?}"
+    );
+}

@@ -36,8 +36,9 @@ pub enum HtmlError {
 }
 
 /// Level fields the page shows by name; any other number or summary goes to "other values".
-pub(super) const KNOWN_LEVEL_KEYS: [&str; 25] = [
+pub(super) const KNOWN_LEVEL_KEYS: [&str; 26] = [
     "concurrency",
+    "error_examples",
     "rate",
     "requests",
     "successes",
