@@ -458,15 +458,17 @@ fn max_concurrency_queues_and_ttft_grows() {
         "no request queued: the three probes arrived more than 390 ms apart"
     );
     // Each probe's TTFT is the server's (its first token event after arrival, the wait for the
-    // slot included) seen from the client:
-    // never less, and more only by connection set-up and delivery (50 ms allows a process that
-    // waited for a CPU on a loaded 2-core machine; the queueing steps are 390 ms).
+    // slot included) seen from the client: more only by connection set-up and delivery (50 ms
+    // allows a process that waited for a CPU on a loaded 2-core machine; the queueing steps are
+    // 390 ms), and never less than the server's but for the log's own lateness: the simulator
+    // stamps an event after its write returns, in user space, while the client's instant is the
+    // kernel's receive stamp, which can come first (measured up to 0.19 ms; 0.5 ms allowed).
     let mut server_ttfts: Vec<f64> = served.iter().map(|s| s.first).collect();
     server_ttfts.sort_by(f64::total_cmp);
     for (client, server) in ttfts.iter().zip(&server_ttfts) {
         let over = client - server;
         assert!(
-            (0.0..0.050).contains(&over),
+            (-0.0005..0.050).contains(&over),
             "probe TTFT {client:.4} s vs the simulator's {server:.4} s: {ttfts:?} vs {server_ttfts:?}"
         );
     }
