@@ -484,12 +484,11 @@ impl LevelStats {
         let mut errors = BTreeMap::new();
         let mut error_examples = BTreeMap::new();
         for s in samples {
-            if let (Some(e), Some(d)) = (&s.error_type, &s.error_detail) {
+            let Some(e) = &s.error_type else { continue };
+            *errors.entry(e.clone()).or_insert(0) += 1;
+            if let Some(d) = &s.error_detail {
                 error_examples.entry(e.clone()).or_insert_with(|| d.clone());
             }
-        }
-        for e in samples.iter().filter_map(|s| s.error_type.as_ref()) {
-            *errors.entry(e.clone()).or_insert(0) += 1;
         }
         let output_tokens = samples.iter().map(|s| s.output_tokens).sum();
         let per_s = |x: f64| if wall_s > 0.0 { x / wall_s } else { 0.0 };
