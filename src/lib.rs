@@ -16,10 +16,14 @@
 //! - [`scheduler`]: one task per job, no overlap, spread offsets.
 //! - [`simulate`]: a built-in OpenAI/Anthropic streaming server with timing, faults and an event log.
 //! - [`cli`]: the subcommands' flags and their conversion into validated plans.
-//! - [`bench`]: concurrency and rate sweeps, the knee, model selection, baseline regression.
-//! - [`server`]: `/metrics`, `/-/healthy`, `/-/ready`, `/-/reload`, `/`.
+//! - [`bench`]: concurrency and rate sweeps, the knee, model selection, baseline regression (the
+//!   measuring half: a typed report).
+//! - [`render`]: the bench report as a table, Markdown, CSV, JSON, HTML and SVG (the rendering
+//!   half).
+//! - [`endpoints`]: the exporter's `/metrics`, `/-/healthy`, `/-/ready`, `/-/reload`, `/`.
 //! - [`redact`]: what a secret is, and hiding it (and its derived forms) in every output.
 //! - [`output`]: writing to stdout and stderr without panicking on a closed pipe.
+//! - [`units`]: how numbers are written for people (seconds, costs, plain numbers).
 //! - [`stop`]: the stop signals of the long-running commands.
 //! - [`tokenizer`]: a target's `tokenizer.json`, checked and counting filler tokens.
 //! - [`resources`]: the exporter's own fd budget, fd exhaustion, and web thread priority.
@@ -35,6 +39,7 @@ pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod endpoints;
 pub mod files;
 pub mod kstamp;
 pub mod log;
@@ -45,15 +50,16 @@ pub mod output;
 pub mod probe;
 pub mod protocol;
 pub mod redact;
+pub mod render;
 pub mod resources;
 pub(crate) mod rng;
 pub mod scheduler;
-pub mod server;
 pub mod servermetrics;
 pub mod simulate;
 pub mod sse;
 pub mod stop;
 pub mod tokenizer;
 pub mod transport;
+pub mod units;
 pub mod web;
 pub mod workload;

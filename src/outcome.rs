@@ -395,7 +395,7 @@ pub fn starts_as_event_stream(prefix: &[u8], ended: bool) -> Option<bool> {
 /// by ruling 3 (the first JSON value of the body: a relay may glue `data: [DONE]` after it), an
 /// HTML page `server_error`, anything else (a whole non-streamed answer, say) `malformed`. `None`
 /// when it is an (empty) event stream.
-pub fn judge_non_stream(body: &[u8]) -> Option<(ErrorType, String)> {
+pub fn judge_non_event_stream(body: &[u8]) -> Option<(ErrorType, String)> {
     let text = String::from_utf8_lossy(body);
     let text = text.trim_start_matches('\u{feff}');
     if text.split(['\n', '\r']).all(is_sse_line) {
@@ -464,7 +464,7 @@ pub fn judge_non_answer(body: &str) -> Option<(ErrorType, String)> {
             format!("HTTP 2xx with an HTML page instead of an answer {title:?}"),
         ));
     }
-    let what = if judge_non_stream(trimmed.as_bytes()).is_none()
+    let what = if judge_non_event_stream(trimmed.as_bytes()).is_none()
         || ["data:", "event:"].iter().any(|p| lower.starts_with(p))
     {
         "an event stream instead of a whole answer (does the server ignore \"stream\": false?)"
@@ -780,7 +780,7 @@ mod tests {
     /// Ruling 1: a 2xx body that yielded no event is judged whole unless it is an event stream.
     #[test]
     fn bodies_that_are_not_event_streams_are_judged_whole() {
-        let kind = |b: &[u8]| judge_non_stream(b).map(|(k, _)| k);
+        let kind = |b: &[u8]| judge_non_event_stream(b).map(|(k, _)| k);
         // Event streams that yielded nothing: empty_response is decided by the fold.
         for sse in [
             &b""[..],
@@ -870,7 +870,7 @@ mod tests {
 
     #[test]
     fn a_body_that_starts_as_json_is_judged_by_its_first_value() {
-        let kind = |b: &str| judge_non_stream(b.as_bytes()).map(|(k, _)| k);
+        let kind = |b: &str| judge_non_event_stream(b.as_bytes()).map(|(k, _)| k);
         // Ruling 15: a trailing `data: [DONE]` changes nothing.
         let whole = "{\"object\":\"chat.completion\",\"choices\":[]}\n\ndata: [DONE]\n\n";
         assert_eq!(kind(whole), Some(ErrorType::Malformed));

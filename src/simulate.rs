@@ -48,12 +48,12 @@
 //! `truncate` (close after half the tokens, without finish or end marker) and `malformed` (a
 //! `data: {not json` event after half the tokens, then the normal rest).
 
+mod body;
 mod conn;
 mod http;
 mod log;
 pub mod plan;
 pub mod profile;
-mod render;
 mod timer;
 
 use anyhow::{Context, Result, bail};

@@ -9,7 +9,8 @@
 //! the model has a price, `cost_per_request` (mean cost of a successful request) and
 //! `cost_per_mtok` (cost per million output tokens), lower is better.
 
-use super::stats::{LevelStats, Sample, Summary};
+use super::stats::{LevelStats, Objective, Sample, Summary};
+use crate::units::{fmt_cost, fmt_secs};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -294,29 +295,6 @@ impl Metric {
     }
 }
 
-/// A cost, in the config's currency: four significant digits (`0.007`, `0.0001234`, `35.00`).
-pub fn fmt_cost(v: f64) -> String {
-    if v == 0.0 || !v.is_finite() {
-        return format!("{v}");
-    }
-    let digits = (3 - v.abs().log10().floor() as i32).clamp(0, 12) as usize;
-    let s = format!("{v:.digits$}");
-    if s.contains('.') {
-        s.trim_end_matches('0').trim_end_matches('.').to_owned()
-    } else {
-        s
-    }
-}
-
-/// `212.3 ms` below a second, `2.41 s` above.
-pub fn fmt_secs(v: f64) -> String {
-    if v.abs() < 1.0 {
-        format!("{:.1} ms", v * 1e3)
-    } else {
-        format!("{v:.2} s")
-    }
-}
-
 /// Seconds from `2s`, `50ms`, `1m30s` (humantime) or a bare number of seconds.
 pub fn parse_seconds(s: &str) -> Result<f64, CriteriaError> {
     let s = s.trim();
@@ -512,9 +490,12 @@ impl fmt::Display for Slo {
     }
 }
 
-impl Slo {
+/// No SLO: a level folded without a goodput.
+pub const NO_SLO: [Slo; 0] = [];
+
+impl Objective for Slo {
     /// The request meets this SLO (a value it does not have does not count against it).
-    pub fn met_by(&self, s: &Sample) -> bool {
+    fn met_by(&self, s: &Sample) -> bool {
         let v = match self.base {
             Base::Ttft => s.ttft_s,
             Base::Ttfo => s.ttfo_s,

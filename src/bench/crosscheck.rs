@@ -7,12 +7,9 @@
 //! server or the client) or the server treats the two kinds differently. The comparison is pure
 //! ([`compare`]); [`run`] sends the requests right after the level, at its concurrency.
 
-use super::report::Report;
 use super::runner::{Amount, Runner};
-use super::stats::{LevelStats, Sample, Summary};
+use super::stats::{CrossCheck, LevelStats, Sample, Summary};
 use crate::transport::TransportError;
-use serde::{Deserialize, Serialize};
-use std::fmt::Write as _;
 
 /// Non-streaming requests per level when `--cross-check` is given without a number.
 pub const DEFAULT_REQUESTS: u64 = 5;
@@ -36,28 +33,6 @@ impl Default for CrossCheckSpec {
             min_gap_s: 0.050,
         }
     }
-}
-
-/// One level's cross-check, as the report keeps it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CrossCheck {
-    /// Non-streaming requests sent.
-    pub requests: u64,
-    /// Of which succeeded.
-    pub successes: u64,
-    /// Workers they were sent with (the level's concurrency; open loop: its mean in flight).
-    pub concurrency: u32,
-    /// The level's streaming E2E p50, s.
-    pub stream_e2e_p50_s: Option<f64>,
-    /// The non-streaming E2E p50, s.
-    pub non_stream_e2e_p50_s: Option<f64>,
-    /// `stream - non-stream` p50, s: what streaming added (negative: it was faster).
-    pub difference_s: Option<f64>,
-    /// `stream / non-stream` p50.
-    pub ratio: Option<f64>,
-    /// The finding sentence when the gap passes both thresholds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub finding: Option<String>,
 }
 
 /// The workers of a level's cross-check: the level's concurrency (closed loop), or the mean
@@ -97,8 +72,8 @@ pub fn compare(
         {
             Some(format!(
                 "{label}: streaming E2E p50 {} vs non-streaming {} ({}{:.0} ms, ratio {r:.2}): {}",
-                super::criteria::fmt_secs(a),
-                super::criteria::fmt_secs(b),
+                crate::units::fmt_secs(a),
+                crate::units::fmt_secs(b),
                 if d >= 0.0 { "+" } else { "-" },
                 d.abs() * 1e3,
                 if d > 0.0 {
@@ -145,81 +120,10 @@ pub async fn run(
     Ok(compare(level, &r?.samples, workers, spec, label))
 }
 
-/// The CSV columns added when a report has cross-checks.
-pub const CSV_HEADER: [&str; 5] = [
-    "cross_check_requests",
-    "cross_check_stream_e2e_p50_s",
-    "cross_check_non_stream_e2e_p50_s",
-    "cross_check_difference_s",
-    "cross_check_ratio",
-];
-
-/// A level's cells under [`CSV_HEADER`] (empty without a cross-check).
-pub fn csv_cells(c: Option<&CrossCheck>) -> [String; 5] {
-    let num = |v: Option<f64>| v.map(|v| format!("{v}")).unwrap_or_default();
-    match c {
-        None => Default::default(),
-        Some(c) => [
-            c.requests.to_string(),
-            num(c.stream_e2e_p50_s),
-            num(c.non_stream_e2e_p50_s),
-            num(c.difference_s),
-            num(c.ratio),
-        ],
-    }
-}
-
-/// True when any level of the report has a cross-check.
-pub fn any(r: &Report) -> bool {
-    r.models
-        .iter()
-        .any(|m| m.levels.iter().any(|l| l.cross_check.is_some()))
-}
-
-/// The report's cross-check section (plain text or Markdown): one line per level, then the
-/// findings; empty without cross-checks.
-pub fn render_notes(r: &Report, md: bool) -> String {
-    let mut out = String::new();
-    if !any(r) {
-        return out;
-    }
-    let bullet = if md { "- " } else { "  " };
-    let s = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), super::criteria::fmt_secs);
-    let _ = writeln!(
-        out,
-        "\nCross-check (E2E p50, streaming vs non-streaming requests of the same workload):"
-    );
-    let mut findings = Vec::new();
-    for m in &r.models {
-        for l in &m.levels {
-            let Some(c) = &l.cross_check else { continue };
-            let _ = writeln!(
-                out,
-                "{bullet}{} @ {}: stream {} vs non-stream {} (difference {}, ratio {}; {}/{} non-stream ok at {} workers)",
-                m.model,
-                l.key.label(),
-                s(c.stream_e2e_p50_s),
-                s(c.non_stream_e2e_p50_s),
-                c.difference_s
-                    .map_or_else(|| "-".to_owned(), |d| format!("{:+.1} ms", d * 1e3)),
-                c.ratio
-                    .map_or_else(|| "-".to_owned(), |x| format!("{x:.3}")),
-                c.successes,
-                c.requests,
-                c.concurrency,
-            );
-            findings.extend(c.finding.clone());
-        }
-    }
-    for f in findings {
-        let _ = writeln!(out, "{bullet}FINDING {f}");
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::criteria::NO_SLO;
     use crate::bench::stats::LevelKey;
 
     fn sample(e2e: Option<f64>, err: Option<&str>, sent: f64, end: f64) -> Sample {
@@ -243,7 +147,7 @@ mod tests {
             concurrency: 4,
             rate,
         };
-        LevelStats::from_samples(key, &s, 2.0, &[], &[], 0)
+        LevelStats::from_samples(key, &s, 2.0, &[], &NO_SLO, 0)
     }
 
     #[test]

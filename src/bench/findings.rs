@@ -14,27 +14,9 @@
 //!
 //! Each code fires at most once per model and kind, at the first level it applies to.
 
-use super::criteria::fmt_secs;
-use super::report::ModelReport;
+use super::report::{Finding, ModelReport};
 use super::stats::LevelStats;
-use serde::{Deserialize, Serialize};
-
-/// One finding.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Finding {
-    /// `gpu_underutilized`, `memory_pressure`, `queueing`, `ttft_growth`, `long_tail`,
-    /// `errors_past_knee`, `client_server_gap`.
-    pub code: String,
-    /// The model.
-    pub model: String,
-    /// The level's label (`8`, `4/s`).
-    pub level: String,
-    /// What it means and what to do.
-    pub message: String,
-    /// In a combination of runs (`bench report a.json b.json`): the run it came from, `#2`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run: Option<String>,
-}
+use crate::units::fmt_secs;
 
 /// The thresholds of the findings.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -408,7 +390,7 @@ pub fn findings(models: &[ModelReport], t: &Thresholds) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::select::Knee;
+    use crate::bench::report::Knee;
     use crate::bench::stats::{LevelKey, Summary};
     use crate::servermetrics::level::{ServerLevel, SignalStats};
 

@@ -414,6 +414,7 @@ pub fn merge(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::criteria::NO_SLO;
     use crate::bench::stats::{LevelKey, Summary};
 
     /// Request `i` of a level: TTFT and E2E that differ per request, so any mix-up shows.
@@ -439,7 +440,7 @@ mod tests {
 
     fn level(key: LevelKey, samples: Vec<Sample>, started: f64) -> LevelStats {
         let wall = samples.iter().map(|s| s.end_s).fold(0.0, f64::max);
-        let mut l = LevelStats::from_samples(key, &samples, wall, &[0.001, 0.002], &[], 0);
+        let mut l = LevelStats::from_samples(key, &samples, wall, &[0.001, 0.002], &NO_SLO, 0);
         l.started_unix_s = Some(started);
         l.samples = Some(samples);
         l
@@ -540,7 +541,7 @@ mod tests {
         let m = merge(&[("b.json".into(), b), ("a.json".into(), a)], &[]).unwrap();
         let got = &m.models[0].levels[0];
         let wall = all.iter().map(|s| s.end_s).fold(0.0, f64::max);
-        let want = LevelStats::from_samples(KEYS[0], &all, wall, &[], &[], 0);
+        let want = LevelStats::from_samples(KEYS[0], &all, wall, &[], &NO_SLO, 0);
         assert_eq!(got.requests, 301);
         assert_eq!(got.errors, want.errors);
         for (g, w) in [

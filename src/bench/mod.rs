@@ -6,17 +6,16 @@
 //! - [`stats`]: per-request samples and exact per-level statistics.
 //! - [`criteria`]: metric names, limits, weights, SLOs and the `--bench.file` YAML.
 //! - [`select`]: the knee, selection (hard limits, weighted score) and baseline regressions.
-//! - [`report`]: the report and its terminal, Markdown, CSV and JSON renderings.
-//! - [`plot`]: the SVG plot.
+//! - [`report`]: the typed report every renderer reads ([`crate::render`] writes it out).
 //! - [`shard`]: one run split across processes (`--shard i/N`, `--start-at`), the run id.
 //! - [`merge`]: `bench merge`, the shards' reports made into the whole run's.
 //! - [`crosscheck`]: `--cross-check`, streaming vs non-streaming E2E beside each level.
-//! - [`server`]: server metrics beside every level; [`findings`]: what client and server numbers
+//! - [`server_view`]: the LLM server's metrics beside every level; [`findings`]: what client and server numbers
 //!   mean together.
-//! - [`html`]: the self-contained HTML page, drawn with [`chart`]; [`combine`]: `bench report`'s
-//!   several runs side by side.
 //!
-//! [`run`] takes a [`BenchPlan`], a validated run built from the flags by [`crate::cli::bench`].
+//! This is the measuring half: it sends, folds and judges. [`run`] takes a [`BenchPlan`], a
+//! validated run built from the flags by [`crate::cli::bench`], and returns the judged
+//! [`Report`]; the rendering half, [`crate::render`], prints and writes it.
 //!
 //! Exit codes: 0 done; 2 bad usage, config, bench file or baseline, or an output that cannot be
 //! written; 3 a metric regressed against `--baseline` beyond the tolerance. `docs/bench.md` is the
@@ -24,18 +23,14 @@
 //!
 //! [`ProbeResult`]: crate::measure::ProbeResult
 
-pub mod chart;
-pub mod combine;
 pub mod criteria;
 pub mod crosscheck;
 pub mod findings;
-pub mod html;
 pub mod merge;
-pub mod plot;
 pub mod report;
 pub mod runner;
 pub mod select;
-pub mod server;
+pub mod server_view;
 pub mod shard;
 pub mod stats;
 mod sweep;
@@ -49,7 +44,6 @@ use report::{LoadMode, ModelReport, Report};
 use runner::{Amount, Arrival, Progress, Runner};
 use stats::{LevelKey, LevelStats};
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::{Arc, OnceLock};
 use sweep::Sender;
 use tokio_util::sync::CancellationToken;
@@ -157,37 +151,6 @@ pub enum BenchError {
     },
 }
 
-/// Output formats, by extension.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    /// The JSON report (what `bench report`, `--baseline` and merges read).
-    Json,
-    /// One row per model and level.
-    Csv,
-    /// The Markdown table.
-    Markdown,
-    /// The self-contained HTML page ([`html`]).
-    Html,
-}
-
-impl Format {
-    /// The format a path's extension names (`.json`, `.csv`, `.md`/`.markdown`, `.html`/`.htm`).
-    pub fn of(p: &Path) -> Option<Format> {
-        match p
-            .extension()
-            .and_then(|e| e.to_str())
-            .map(str::to_ascii_lowercase)
-            .as_deref()
-        {
-            Some("json") => Some(Format::Json),
-            Some("csv") => Some(Format::Csv),
-            Some("md" | "markdown") => Some(Format::Markdown),
-            Some("html" | "htm") => Some(Format::Html),
-            _ => None,
-        }
-    }
-}
-
 /// A validated bench run: everything that can be wrong with the invocation was checked when this
 /// was built ([`crate::cli::bench`]), before any request is sent.
 #[derive(Debug, Clone)]
@@ -225,12 +188,8 @@ pub struct BenchPlan {
     pub judged: bool,
     /// The baseline report and its path.
     pub baseline: Option<(Report, PathBuf)>,
-    /// Report files and their formats.
-    pub outputs: Vec<(PathBuf, Format)>,
     /// Server metrics, the Prometheus source and the finding thresholds.
-    pub server: server::ServerPlan,
-    /// The SVG plot's path.
-    pub plot: Option<PathBuf>,
+    pub server: server_view::ServerPlan,
     /// This process's shard of the run (0/1 when it is the whole run).
     pub shard: shard::Shard,
     /// `--start-at`: the shared start instants of the levels.
@@ -308,7 +267,7 @@ pub fn check_select_at(keys: &[LevelKey], select_at: Option<f64>) -> Result<(), 
         Some(x) if !keys.iter().any(|k| (k.x() - x).abs() < 1e-9) => {
             Err(BenchError::Usage(format!(
                 "--select-at {}: not one of the levels run ({})",
-                stats::trim_float(x),
+                crate::units::trim_float(x),
                 keys.iter()
                     .map(LevelKey::label)
                     .collect::<Vec<_>>()
@@ -555,21 +514,14 @@ pub fn load_report(path: &Path) -> Result<Report, BenchError> {
     })
 }
 
-fn write(path: &Path, text: &str) -> Result<(), BenchError> {
-    std::fs::write(path, text).map_err(|e| BenchError::Output {
-        path: path.to_owned(),
-        reason: e.to_string(),
-    })
-}
-
-/// Runs a validated bench: every model at every level, then the report, its files and the plot.
+/// Runs a validated bench: every model at every level, then the judged report ([`crate::render`]
+/// writes it).
 /// A shard (`--shard i/N`) sends its share of every level; with `--start-at` every level starts at
 /// its shared instant (see [`shard`]).
 ///
 /// # Errors
-/// [`BenchError`] when the prober cannot be built or an output cannot be written. A regression
-/// against the baseline is `Ok(ExitCode 3)`.
-pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
+/// [`BenchError`] when the prober cannot be built or a prompt cannot be calibrated.
+pub async fn run(plan: BenchPlan) -> Result<Report, BenchError> {
     let BenchPlan {
         criteria,
         job,
@@ -587,8 +539,6 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         progress: show,
         judged,
         baseline,
-        outputs,
-        plot,
         shard,
         start,
         run_id,
@@ -662,7 +612,7 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         progress: progress.clone(),
         running: std::sync::Mutex::new(None),
     };
-    let mut server_side = server::ServerSide::start(&server_plan)?;
+    let mut server_side = server_view::ServerSide::start(&server_plan)?;
     let (stop, first_signal) = (CancellationToken::new(), Arc::new(OnceLock::new()));
     let watcher =
         tokio::spawn(StopSignals::install().watch_naming(stop.clone(), first_signal.clone()));
@@ -711,17 +661,15 @@ pub async fn run(plan: BenchPlan) -> Result<ExitCode, BenchError> {
         findings: Vec::new(),
         interrupted,
     };
-    let code = finish(
+    judge(
         &mut report,
         &criteria,
         judged,
         baseline.as_ref(),
         &server_plan.thresholds,
-        &outputs,
-        plot.as_deref(),
     );
     watcher.abort();
-    stopped_exit(&report, code, &outputs)
+    Ok(report)
 }
 
 /// Every target of a run (`head`'s first, then each model's, each once): their names, base URLs
@@ -759,40 +707,6 @@ fn identify(spec: &mut ProbeSpec, prompts: &mut [ProbeSpec], run_id: &str, shard
     }
 }
 
-/// The exit of a run: `code`, or for a stopped run its stderr line (what it kept, where, and what
-/// it left out) and [`INTERRUPTED_EXIT`].
-fn stopped_exit(
-    report: &Report,
-    code: Result<ExitCode, BenchError>,
-    outputs: &[(PathBuf, Format)],
-) -> Result<ExitCode, BenchError> {
-    let Some(i) = &report.interrupted else {
-        return code;
-    };
-    let finished: usize = report.models.iter().map(|m| m.levels.len()).sum();
-    let left = i.level_left_out.as_ref().map_or_else(String::new, |l| {
-        format!("; the level running ({l}) is left out")
-    });
-    let files: Vec<String> = outputs
-        .iter()
-        .map(|(p, _)| p.display().to_string())
-        .collect();
-    let written = if files.is_empty() {
-        String::new()
-    } else {
-        format!(", written to {}", files.join(", "))
-    };
-    crate::output::print_stderr_line(&format!(
-        "tokenprobe bench: stopped by {}: {finished} finished level(s) reported{written}{left}",
-        i.signal
-    ));
-    code?;
-    Ok(ExitCode::from(INTERRUPTED_EXIT))
-}
-
-/// The exit status of a bench stopped by a signal (as a shell reports SIGINT: 128 + 2).
-pub const INTERRUPTED_EXIT: u8 = 130;
-
 /// Judges a run's sweeps (the one place a run and a merge of shards are judged): each model's
 /// knee, the selection when `judged`, the findings by `thresholds`, the comparison with the
 /// baseline.
@@ -816,34 +730,6 @@ pub fn judge(
             &p.display().to_string(),
         )
     });
-}
-
-/// Judges `report`, prints its table, writes its files and plot; exit 3 when it regressed
-/// against the baseline.
-///
-/// # Errors
-/// [`BenchError::Output`] when a file cannot be written.
-pub fn finish(
-    report: &mut Report,
-    criteria: &Criteria,
-    judged: bool,
-    baseline: Option<&(Report, PathBuf)>,
-    thresholds: &findings::Thresholds,
-    outputs: &[(PathBuf, Format)],
-    plot: Option<&Path>,
-) -> Result<ExitCode, BenchError> {
-    judge(report, criteria, judged, baseline, thresholds);
-    crate::output::print_stdout(&report::render_table(report));
-    write_outputs(report, outputs, plot, criteria)?;
-    let regressed = report
-        .comparison
-        .as_ref()
-        .is_some_and(|c| !c.regressions.is_empty());
-    Ok(if regressed {
-        ExitCode::from(3)
-    } else {
-        ExitCode::SUCCESS
-    })
 }
 
 /// The runner's (target, model) calibrated (once per run; `None` when the prompt needs none),
@@ -903,39 +789,6 @@ fn load_mode(open: bool, arrival: Arrival, seed: u64, amount: Amount, warmup: u6
         ramp_s: None,
         prewarm: false,
     }
-}
-
-/// Writes the report files and the plot.
-pub fn write_outputs(
-    report: &Report,
-    outputs: &[(PathBuf, Format)],
-    plot: Option<&Path>,
-    criteria: &Criteria,
-) -> Result<(), BenchError> {
-    for (o, format) in outputs {
-        let text = match format {
-            Format::Json => report::render_json(report),
-            Format::Csv => report::render_csv(report).map_err(|e| BenchError::Output {
-                path: o.clone(),
-                reason: e.to_string(),
-            })?,
-            Format::Markdown => report::render_markdown(report),
-            Format::Html => html::page(report).map_err(|e| BenchError::Output {
-                path: o.clone(),
-                reason: e.to_string(),
-            })?,
-        };
-        write(o, &text)?;
-    }
-    if let Some(p) = plot {
-        let lines = plot::ref_lines(criteria);
-        let svg = plot::render_svg(report, &lines).map_err(|e| BenchError::Output {
-            path: p.to_path_buf(),
-            reason: e.to_string(),
-        })?;
-        write(p, &svg)?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -1025,14 +878,5 @@ mod tests {
         assert_eq!(j.prompt.name, "b");
         assert!(choose(&cfg, Some("nope"), None, &[]).is_err());
         assert!(choose(&cfg, Some("t2"), Some("a"), &[]).is_err());
-    }
-
-    #[test]
-    fn output_formats_by_extension() {
-        assert_eq!(Format::of(Path::new("r.json")), Some(Format::Json));
-        assert_eq!(Format::of(Path::new("r.CSV")), Some(Format::Csv));
-        assert_eq!(Format::of(Path::new("r.md")), Some(Format::Markdown));
-        assert_eq!(Format::of(Path::new("r.HTML")), Some(Format::Html));
-        assert_eq!(Format::of(Path::new("r.txt")), None);
     }
 }

@@ -1,13 +1,12 @@
-//! The bench report and its renderings (pure): a terminal table, Markdown (the comparison teams
-//! paste into docs), CSV (one row per model and level) and JSON (everything; the input of
-//! `--baseline`).
+//! The bench report (pure): the typed schema a run produces and every renderer reads
+//! ([`crate::render`] writes it as a table, Markdown, CSV, JSON and HTML). One model's sweep is a
+//! [`ModelReport`]; the run is a [`Report`].
 
-use super::criteria::{CriteriaRecord, KneeRule, fmt_cost, fmt_secs};
-use super::select::{Comparison, Knee, Selection};
-use super::stats::{LevelStats, Summary};
+use super::criteria::{CriteriaRecord, KneeRule};
+use super::stats::{LevelKey, LevelStats};
 use crate::config::Price;
 use serde::{Deserialize, Serialize};
-use std::fmt::Write as _;
+use std::collections::BTreeMap;
 
 /// One model's sweep (of one prompt, when the run sweeps several).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -47,19 +46,6 @@ impl ModelReport {
             None => self.model.clone(),
         }
     }
-}
-
-/// True when some level asked for lengths: the tables then show them.
-fn has_lengths(r: &Report) -> bool {
-    r.models
-        .iter()
-        .any(|m| m.levels.iter().any(|l| l.lengths.asked()))
-}
-
-/// `requested→reached` mean tokens, e.g. `512→514`; `-` for what is unknown.
-fn length_cell(requested: Option<f64>, reached: Option<f64>) -> String {
-    let f = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.0}"));
-    format!("{}→{}", f(requested), f(reached))
 }
 
 /// How load was generated.
@@ -136,9 +122,9 @@ pub struct Report {
     /// What the run was judged by (so that a merge of its shards judges alike).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub criteria: Option<CriteriaRecord>,
-    /// What the client and server numbers mean together ([`super::findings`]).
+    /// What the client and server numbers mean together (the findings' rules).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub findings: Vec<super::findings::Finding>,
+    pub findings: Vec<Finding>,
     /// The run was stopped before its end: by which signal, and the level left out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interrupted: Option<Interrupted>,
@@ -189,597 +175,124 @@ pub fn model_names(models: &[ModelReport]) -> Vec<String> {
         .collect()
 }
 
-/// True when some level has a cost (some model has a price).
-fn has_costs(r: &Report) -> bool {
-    r.models
-        .iter()
-        .flat_map(|m| &m.levels)
-        .any(|l| l.cost_per_request.is_some())
+// What judging a run adds to it (the selection's rules and the findings' make these): its knees,
+// the selection, the comparison with a baseline, and the findings.
+
+/// Where a sweep stopped scaling.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Knee {
+    /// Index of the knee level in the model's levels.
+    pub index: usize,
+    /// The knee level's load.
+    pub level: LevelKey,
+    /// Relative growth of aggregate output tokens/s over the previous level.
+    pub agg_tps_growth: f64,
+    /// Relative growth of TTFT p95 over the previous level.
+    pub ttft_p95_growth: f64,
+    /// The server's requests waiting (mean) at the level before and at the knee, when the
+    /// server's queue, not TTFT p95, is what marked it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_waiting: Option<[f64; 2]>,
 }
 
-fn cost_cells(l: &LevelStats) -> [String; 2] {
-    [
-        l.cost_per_request.map_or_else(|| "-".into(), fmt_cost),
-        l.cost_per_mtok.map_or_else(|| "-".into(), fmt_cost),
-    ]
+/// A ranked model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Ranked {
+    /// 1 = best.
+    pub rank: usize,
+    /// The model.
+    pub model: String,
+    /// Weighted score in `[0, 1]`.
+    pub score: f64,
+    /// The weighted metrics' values.
+    pub values: BTreeMap<String, Option<f64>>,
+    /// Their normalized values in `[0, 1]` (1 = best among the eligible models).
+    pub normalized: BTreeMap<String, f64>,
 }
 
-fn opt(s: &Option<Summary>, f: impl Fn(&Summary) -> f64, fmt: impl Fn(f64) -> String) -> String {
-    s.as_ref().map_or_else(|| "-".to_owned(), |s| fmt(f(s)))
+/// A model that failed a hard limit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Rejected {
+    /// The model.
+    pub model: String,
+    /// Every limit it failed, with its value.
+    pub reasons: Vec<String>,
 }
 
-fn ms(v: f64) -> String {
-    format!("{:.1}", v * 1e3)
+/// The outcome of selection at one level.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Selection {
+    /// The level label selection used (`8`, or `4/s` in open loop).
+    pub level: String,
+    /// The hard limits, as text.
+    pub limits: Vec<String>,
+    /// The weights, by metric.
+    pub weights: BTreeMap<String, f64>,
+    /// Models that passed every limit, best first.
+    pub ranked: Vec<Ranked>,
+    /// Models that failed a limit.
+    pub rejected: Vec<Rejected>,
+    /// The models' achieved input or output lengths differ by more than
+    /// the selection's length tolerance (the sentence saying so), so the ranking compares
+    /// different work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub length_mismatch: Option<String>,
 }
 
-fn pct(v: f64) -> String {
-    format!("{:.2}%", v * 100.0)
+/// One value compared with the baseline (in `regressions`: one that got worse beyond the
+/// tolerance).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Regression {
+    /// The model.
+    pub model: String,
+    /// The level's label.
+    pub level: String,
+    /// The metric.
+    pub metric: String,
+    /// The baseline's value.
+    pub baseline: f64,
+    /// This run's value.
+    pub current: f64,
+    /// Relative change, `current / baseline − 1` (for `error_rate`: the absolute difference).
+    pub change: f64,
 }
 
-/// The knee marker column.
-fn knee_mark(m: &ModelReport, i: usize) -> &'static str {
-    match &m.knee {
-        Some(k) if k.index == i => "◆ knee",
-        _ => "",
-    }
+/// The comparison with a baseline run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Comparison {
+    /// The baseline file.
+    pub baseline: String,
+    /// Relative tolerance.
+    pub tolerance: f64,
+    /// Absolute tolerance of the error rate.
+    pub tolerance_error_rate: f64,
+    /// (model, level, metric) values compared.
+    pub compared: u64,
+    /// Metrics worse beyond the tolerance.
+    pub regressions: Vec<Regression>,
+    /// (model, level) pairs of this run that the baseline does not have.
+    pub not_in_baseline: Vec<String>,
+    /// Every value compared, regressed or not, with the baseline's beside it (for the HTML
+    /// page; absent in older reports).
+    #[serde(default)]
+    pub values: Vec<Regression>,
 }
 
-const TABLE_HEADER: [&str; 16] = [
-    "model",
-    "load",
-    "req",
-    "errors",
-    "TTFT p50",
-    "TTFT p95",
-    "TTFT p99",
-    "TPOT p50",
-    "E2E p95",
-    "TPS p50",
-    "agg tok/s",
-    "req/s",
-    "goodput",
-    "lag p99",
-    "loop p99",
-    "knee",
-];
-
-fn table_row(m: &ModelReport, i: usize, l: &LevelStats) -> [String; 16] {
-    [
-        m.name(),
-        l.key.label(),
-        l.requests.to_string(),
-        pct(l.error_rate),
-        opt(&l.ttft_s, |s| s.p50, fmt_secs),
-        opt(&l.ttft_s, |s| s.p95, fmt_secs),
-        opt(&l.ttft_s, |s| s.p99, fmt_secs),
-        opt(&l.tpot_s, |s| s.p50, fmt_secs),
-        opt(&l.e2e_s, |s| s.p95, fmt_secs),
-        opt(&l.decode_tokens_per_s, |s| s.p50, |v| format!("{v:.1}")),
-        format!("{:.1}", l.output_tokens_per_s),
-        format!("{:.2}", l.requests_per_s),
-        l.goodput_rps
-            .map_or_else(|| "-".into(), |g| format!("{g:.2}")),
-        opt(&l.lag_s, |s| s.p99, fmt_secs),
-        opt(&l.loop_lag_s, |s| s.p99, fmt_secs),
-        knee_mark(m, i).to_owned(),
-    ]
-}
-
-/// The terminal table: one row per model and level, the knee marked, then the selection and
-/// the regressions. A `target` column when the models' targets differ, cost columns when a
-/// model has a price.
-pub fn render_table(r: &Report) -> String {
-    let (mixed, costs) = (mixed_targets(&r.models), has_costs(r));
-    let lengths = has_lengths(r);
-    let knee_col = TABLE_HEADER.len() - 1;
-    let mut header: Vec<String> = TABLE_HEADER.iter().map(|h| (*h).to_owned()).collect();
-    if costs {
-        header.splice(knee_col..knee_col, ["cost/req".into(), "cost/Mtok".into()]);
-    }
-    if mixed {
-        header.insert(1, "target".into());
-    }
-    if lengths {
-        header.extend(["ISL req→got".into(), "OSL req→got".into()]);
-    }
-    let mut t = comfy_table::Table::new();
-    t.load_style(comfy_table::presets::UTF8_FULL_CONDENSED)
-        .set_header(&header);
-    for m in &r.models {
-        for (i, l) in m.levels.iter().enumerate() {
-            let mut row = table_row(m, i, l).to_vec();
-            if costs {
-                row.splice(knee_col..knee_col, cost_cells(l));
-            }
-            if mixed {
-                row.insert(1, m.target.clone().unwrap_or_default());
-            }
-            if lengths {
-                let n = &l.lengths;
-                row.push(length_cell(
-                    n.requested_input_tokens_mean,
-                    n.input_tokens_mean,
-                ));
-                row.push(length_cell(
-                    n.requested_output_tokens_mean,
-                    n.output_tokens_mean,
-                ));
-            }
-            t.add_row(row);
-        }
-    }
-    for i in 2 + usize::from(mixed)..header.len() - 1 {
-        if let Some(c) = t.column_mut(i) {
-            c.set_cell_alignment(comfy_table::CellAlignment::Right);
-        }
-    }
-    let mut out = format!("{t}\n");
-    out.push_str(&super::server::render_server(r, false));
-    out.push_str(&render_notes(r, false));
-    out
-}
-
-/// Error breakdown, knee, selection and regression notes (plain text or Markdown).
-fn render_notes(r: &Report, md: bool) -> String {
-    let mut out = String::new();
-    let bullet = if md { "- " } else { "  " };
-    if let Some(i) = &r.interrupted {
-        let left = i.level_left_out.as_ref().map_or_else(String::new, |l| {
-            format!(" The level running ({l}) is left out.")
-        });
-        let _ = writeln!(
-            out,
-            "\nStopped by {} before the end: only the finished levels are here.{left}",
-            i.signal
-        );
-    }
-    let names = model_names(&r.models);
-    let mut errs = Vec::new();
-    for (m, name) in r.models.iter().zip(&names) {
-        for l in &m.levels {
-            if !l.errors.is_empty() {
-                let parts: Vec<String> = l
-                    .errors
-                    .iter()
-                    .map(|(k, v)| match l.error_examples.get(k) {
-                        Some(why) => format!("{k} {v} (first: {why})"),
-                        None => format!("{k} {v}"),
-                    })
-                    .collect();
-                errs.push(format!(
-                    "{bullet}{} @ {}: {}",
-                    name,
-                    l.key.label(),
-                    parts.join(", ")
-                ));
-            }
-        }
-    }
-    if !errs.is_empty() {
-        let _ = writeln!(out, "\nErrors by type:");
-        for e in errs {
-            let _ = writeln!(out, "{e}");
-        }
-    }
-    let _ = writeln!(
-        out,
-        "\nKnee (aggregate tokens/s grows < {:.0}% while TTFT p95 grows > {:.0}%):",
-        r.knee_rule.tps_growth * 100.0,
-        r.knee_rule.ttft_growth * 100.0
-    );
-    for (m, name) in r.models.iter().zip(&names) {
-        let _ = match &m.knee {
-            Some(k) => writeln!(
-                out,
-                "{bullet}{name}: at {} (agg tokens/s {:+.0}%, TTFT p95 {:+.0}%{})",
-                k.level.label(),
-                k.agg_tps_growth * 100.0,
-                k.ttft_p95_growth * 100.0,
-                k.requests_waiting
-                    .map_or_else(String::new, |[a, b]| format!(
-                        ", server requests waiting {a:.1} → {b:.1}"
-                    ))
-            ),
-            None => writeln!(out, "{bullet}{name}: none within the sweep"),
-        };
-    }
-    render_lengths(&mut out, r, bullet);
-    if let Some(s) = &r.selection {
-        let w: Vec<String> = s.weights.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        let _ = writeln!(
-            out,
-            "\nSelection at {} (limits: {}; weights: {}):",
-            s.level,
-            if s.limits.is_empty() {
-                "none".to_owned()
-            } else {
-                s.limits.join(", ")
-            },
-            w.join(", ")
-        );
-        for k in &s.ranked {
-            let lead = if md { "" } else { bullet };
-            let _ = writeln!(out, "{lead}{}. {} score {:.3}", k.rank, k.model, k.score);
-        }
-        for k in &s.rejected {
-            let _ = writeln!(
-                out,
-                "{bullet}rejected {}: {}",
-                k.model,
-                k.reasons.join("; ")
-            );
-        }
-        let tokens = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"));
-        let lengths: Vec<String> = r
-            .models
-            .iter()
-            .zip(&names)
-            .map(|(m, name)| {
-                format!(
-                    "{name} {}/{}",
-                    tokens(m.input_tokens_mean),
-                    tokens(m.output_tokens_mean)
-                )
-            })
-            .collect();
-        let _ = writeln!(
-            out,
-            "{bullet}achieved lengths (mean input/output tokens of the successes): {}",
-            lengths.join(", ")
-        );
-        if let Some(w) = &s.length_mismatch {
-            let _ = writeln!(out, "{bullet}NOTE {w}");
-        }
-    }
-    if let Some(c) = &r.comparison {
-        let _ = writeln!(
-            out,
-            "\nBaseline {} (tolerance {:.0}%, error rate +{:.2} pp): {} values compared, {} regressions",
-            c.baseline,
-            c.tolerance * 100.0,
-            c.tolerance_error_rate * 100.0,
-            c.compared,
-            c.regressions.len()
-        );
-        for g in &c.regressions {
-            let change = if g.metric == "error_rate" {
-                format!("{:+.2} pp", g.change * 100.0)
-            } else {
-                format!("{:+.1}%", g.change * 100.0)
-            };
-            let _ = writeln!(
-                out,
-                "{bullet}REGRESSION {} @ {}: {} {} → {} ({change})",
-                g.model,
-                g.level,
-                g.metric,
-                fmt_value(&g.metric, g.baseline),
-                fmt_value(&g.metric, g.current)
-            );
-        }
-        if !c.not_in_baseline.is_empty() {
-            let _ = writeln!(
-                out,
-                "{bullet}not in the baseline: {}",
-                c.not_in_baseline.join(", ")
-            );
-        }
-    }
-    out.push_str(&super::crosscheck::render_notes(r, md));
-    out
-}
-
-/// The calibrations, the requests off their input length, and a conversation's TTFT by turn.
-fn render_lengths(out: &mut String, r: &Report, bullet: &str) {
-    let mut lines = Vec::new();
-    for (i, m) in r.models.iter().enumerate() {
-        // A model's calibration is kept for the run: named where it was made.
-        let kept = r.models[..i]
-            .iter()
-            .any(|e| e.model == m.model && e.calibration == m.calibration);
-        if let Some(c) = m.calibration.as_ref().filter(|_| !kept) {
-            lines.push(format!(
-                "{bullet}{}: calibrated with {}",
-                m.name(),
-                c.summary()
-            ));
-        }
-        for l in &m.levels {
-            let n = &l.lengths;
-            if n.input_length_off > 0 {
-                lines.push(format!(
-                    "{bullet}{} @ {}: {} of {} successes off the requested input length (> 2% or 4 tokens)",
-                    m.name(),
-                    l.key.label(),
-                    n.input_length_off,
-                    l.successes
-                ));
-            }
-            if let (Some(a), Some(b)) = (&n.ttft_first_turn_s, &n.ttft_later_turns_s) {
-                lines.push(format!(
-                    "{bullet}{} @ {}: TTFT p50 first turn {}, later turns {}",
-                    m.name(),
-                    l.key.label(),
-                    fmt_secs(a.p50),
-                    fmt_secs(b.p50)
-                ));
-            }
-        }
-    }
-    if !lines.is_empty() {
-        let _ = writeln!(out, "\nWorkload:");
-        for l in lines {
-            let _ = writeln!(out, "{l}");
-        }
-    }
-}
-
-fn fmt_value(metric: &str, v: f64) -> String {
-    metric
-        .parse::<super::criteria::Metric>()
-        .map_or_else(|_| format!("{v}"), |m| m.format(v))
-}
-
-/// The Markdown comparison table (times in ms), with the knee, selection and regressions.
-pub fn render_markdown(r: &Report) -> String {
-    let mut out = String::new();
-    let mode = match r.mode.kind.as_str() {
-        "open" => format!(
-            "open loop, {} arrivals",
-            r.mode.arrival.as_deref().unwrap_or("poisson")
-        ),
-        _ => "closed loop".to_owned(),
-    };
-    let per_level = match (r.mode.requests_per_level, r.mode.duration_per_level_s) {
-        (Some(n), _) => format!("{n} requests per level"),
-        (None, Some(d)) => format!("{d} s per level"),
-        _ => String::new(),
-    };
-    let _ = writeln!(
-        out,
-        "### tokenprobe bench: {} ({}), prompt `{}`\n\n{mode}, {per_level}, warm-up {}; started {}.{}\n",
-        r.target,
-        r.api,
-        r.prompt,
-        r.mode.warmup,
-        r.started_at,
-        if r.slo.is_empty() {
-            String::new()
-        } else {
-            format!(" Goodput SLOs: {}.", r.slo.join(", "))
-        }
-    );
-    let load = if r.mode.kind == "open" {
-        "rate"
-    } else {
-        "concurrency"
-    };
-    let (mixed, costs) = (mixed_targets(&r.models), has_costs(r));
-    let lengths = has_lengths(r);
-    let mut header = vec![
-        "model",
-        load,
-        "requests",
-        "error rate",
-        "TTFT p50 (ms)",
-        "TTFT p95 (ms)",
-        "TTFT p99 (ms)",
-        "TTFO p95 (ms)",
-        "TPOT p50 (ms)",
-        "TPOT p95 (ms)",
-        "E2E p50 (ms)",
-        "E2E p95 (ms)",
-        "TPS p50",
-        "TPS p95",
-        "agg tok/s",
-        "req/s",
-        "goodput req/s",
-        "lag p99 (ms)",
-        "loop lag p99 (ms)",
-        "read lag p99 (ms)",
-        "ramp (ms)",
-        "knee",
-    ];
-    let knee_col = header.len() - 1;
-    if costs {
-        header.splice(knee_col..knee_col, ["cost/req", "cost/Mtok"]);
-    }
-    if mixed {
-        header.insert(1, "target");
-    }
-    if lengths {
-        header.extend(["ISL req→got", "OSL req→got"]);
-    }
-    let _ = writeln!(out, "| {} |", header.join(" | "));
-    let aligns: Vec<&str> = header
-        .iter()
-        .enumerate()
-        .map(|(i, _)| if i == 0 { "---" } else { "---:" })
-        .collect();
-    let _ = writeln!(out, "|{}|", aligns.join("|"));
-    for m in &r.models {
-        for (i, l) in m.levels.iter().enumerate() {
-            let mut cells = vec![
-                m.name().replace('|', "\\|"),
-                l.key.label(),
-                l.requests.to_string(),
-                pct(l.error_rate),
-                opt(&l.ttft_s, |s| s.p50, ms),
-                opt(&l.ttft_s, |s| s.p95, ms),
-                opt(&l.ttft_s, |s| s.p99, ms),
-                opt(&l.ttfo_s, |s| s.p95, ms),
-                opt(&l.tpot_s, |s| s.p50, ms),
-                opt(&l.tpot_s, |s| s.p95, ms),
-                opt(&l.e2e_s, |s| s.p50, ms),
-                opt(&l.e2e_s, |s| s.p95, ms),
-                opt(&l.decode_tokens_per_s, |s| s.p50, |v| format!("{v:.1}")),
-                opt(&l.decode_tokens_per_s, |s| s.p95, |v| format!("{v:.1}")),
-                format!("{:.1}", l.output_tokens_per_s),
-                format!("{:.2}", l.requests_per_s),
-                l.goodput_rps
-                    .map_or_else(|| "-".into(), |g| format!("{g:.2}")),
-                opt(&l.lag_s, |s| s.p99, |v| format!("{:.2}", v * 1e3)),
-                opt(&l.loop_lag_s, |s| s.p99, |v| format!("{:.2}", v * 1e3)),
-                opt(&l.read_lag_s, |s| s.p99, |v| format!("{:.2}", v * 1e3)),
-                l.ramp_s
-                    .map_or_else(|| "-".into(), |v| format!("{:.1}", v * 1e3)),
-                if knee_mark(m, i).is_empty() {
-                    String::new()
-                } else {
-                    "**knee**".to_owned()
-                },
-            ];
-            if costs {
-                cells.splice(knee_col..knee_col, cost_cells(l));
-            }
-            if mixed {
-                cells.insert(1, m.target.as_deref().unwrap_or("").replace('|', "\\|"));
-            }
-            if lengths {
-                let n = &l.lengths;
-                cells.push(length_cell(
-                    n.requested_input_tokens_mean,
-                    n.input_tokens_mean,
-                ));
-                cells.push(length_cell(
-                    n.requested_output_tokens_mean,
-                    n.output_tokens_mean,
-                ));
-            }
-            let _ = writeln!(out, "| {} |", cells.join(" | "));
-        }
-    }
-    out.push_str(&super::server::render_server(r, true));
-    out.push_str(&render_notes(r, true));
-    out
-}
-
-const CSV_SUMMARIES: [&str; 8] = [
-    "ttft", "ttfo", "tpot", "e2e", "tps", "lag", "loop_lag", "read_lag",
-];
-
-/// CSV: one row per model and level; every statistic of every metric (seconds, tokens/s).
-///
-/// # Errors
-/// Only if the CSV writer fails (it writes to memory).
-pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
-    let mut w = csv::Writer::from_writer(Vec::new());
-    let mut header: Vec<String> = [
-        "model",
-        "target",
-        "concurrency",
-        "rate",
-        "requests",
-        "successes",
-        "error_rate",
-        "errors",
-        "output_tokens",
-        "wall_s",
-        "agg_tps",
-        "rps",
-        "goodput_rps",
-        "cost_per_request",
-        "cost_per_mtok",
-        "capped",
-        "ramp_s",
-        "knee",
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
-    for m in CSV_SUMMARIES {
-        for st in ["mean", "p50", "p90", "p95", "p99", "max"] {
-            let unit = if matches!(m, "tps") { "" } else { "_s" };
-            header.push(format!("{m}_{st}{unit}"));
-        }
-    }
-    header.extend(
-        [
-            "prompt",
-            "requested_input_tokens_mean",
-            "input_tokens_mean",
-            "requested_output_tokens_mean",
-            "output_tokens_mean",
-            "input_length_off",
-        ]
-        .map(str::to_owned),
-    );
-    let cross_check = super::crosscheck::any(r);
-    if cross_check {
-        header.extend(super::crosscheck::CSV_HEADER.map(str::to_owned));
-    }
-    let server_cols = super::server::csv_header(r);
-    header.extend(server_cols.iter().cloned());
-    w.write_record(&header)?;
-    let num = |v: f64| format!("{v}");
-    for m in &r.models {
-        for (i, l) in m.levels.iter().enumerate() {
-            let errors: Vec<String> = l.errors.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            let mut row = vec![
-                m.model.clone(),
-                m.target.clone().unwrap_or_default(),
-                l.key.concurrency.to_string(),
-                l.key.rate.map(num).unwrap_or_default(),
-                l.requests.to_string(),
-                l.successes.to_string(),
-                num(l.error_rate),
-                errors.join(";"),
-                l.output_tokens.to_string(),
-                num(l.wall_s),
-                num(l.output_tokens_per_s),
-                num(l.requests_per_s),
-                l.goodput_rps.map(num).unwrap_or_default(),
-                l.cost_per_request.map(num).unwrap_or_default(),
-                l.cost_per_mtok.map(num).unwrap_or_default(),
-                l.capped.to_string(),
-                l.ramp_s.map(num).unwrap_or_default(),
-                (!knee_mark(m, i).is_empty()).to_string(),
-            ];
-            for s in [
-                &l.ttft_s,
-                &l.ttfo_s,
-                &l.tpot_s,
-                &l.e2e_s,
-                &l.decode_tokens_per_s,
-                &l.lag_s,
-                &l.loop_lag_s,
-                &l.read_lag_s,
-            ] {
-                match s {
-                    Some(s) => row.extend([s.mean, s.p50, s.p90, s.p95, s.p99, s.max].map(num)),
-                    None => row.extend(std::iter::repeat_n(String::new(), 6)),
-                }
-            }
-            row.extend([
-                m.prompt.clone().unwrap_or_else(|| r.prompt.clone()),
-                l.lengths
-                    .requested_input_tokens_mean
-                    .map(num)
-                    .unwrap_or_default(),
-                l.lengths.input_tokens_mean.map(num).unwrap_or_default(),
-                l.lengths
-                    .requested_output_tokens_mean
-                    .map(num)
-                    .unwrap_or_default(),
-                l.lengths.output_tokens_mean.map(num).unwrap_or_default(),
-                l.lengths.input_length_off.to_string(),
-            ]);
-            if cross_check {
-                row.extend(super::crosscheck::csv_cells(l.cross_check.as_ref()));
-            }
-            row.extend(super::server::csv_cells(&server_cols, l));
-            w.write_record(&row)?;
-        }
-    }
-    let bytes = w
-        .into_inner()
-        .map_err(|e| csv::Error::from(e.into_error()))?;
-    Ok(String::from_utf8_lossy(&bytes).into_owned())
-}
-
-/// The JSON report (pretty-printed).
-pub fn render_json(r: &Report) -> String {
-    serde_json::to_string_pretty(r).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+/// One finding.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    /// `gpu_underutilized`, `memory_pressure`, `queueing`, `ttft_growth`, `long_tail`,
+    /// `errors_past_knee`, `client_server_gap`.
+    pub code: String,
+    /// The model.
+    pub model: String,
+    /// The level's label (`8`, `4/s`).
+    pub level: String,
+    /// What it means and what to do.
+    pub message: String,
+    /// In a combination of runs (`bench report a.json b.json`): the run it came from, `#2`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<String>,
 }
 
 #[cfg(test)]
@@ -916,197 +429,5 @@ pub(crate) mod tests {
             findings: Vec::new(),
             interrupted: None,
         }
-    }
-
-    #[test]
-    fn markdown_snapshot() {
-        insta::assert_snapshot!(render_markdown(&synthetic()));
-    }
-
-    #[test]
-    fn every_table_column_has_a_header() {
-        let t = render_table(&synthetic());
-        let header = t.lines().nth(1).expect("a header line");
-        let cells: Vec<&str> = header
-            .trim_matches(|c| c == '│' || c == ' ')
-            .split('┆')
-            .map(str::trim)
-            .collect();
-        assert_eq!(cells.len(), TABLE_HEADER.len(), "{header}");
-        assert!(cells.iter().all(|c| !c.is_empty()), "{header}");
-        assert_eq!(cells.last(), Some(&"knee"));
-        // The knee row (alpha @ 8) carries the marker under that header.
-        let knee_row = t.lines().find(|l| l.contains("◆")).expect("a knee row");
-        assert!(
-            knee_row.contains("alpha") && knee_row.contains("┆ 8 "),
-            "{knee_row}"
-        );
-    }
-
-    #[test]
-    fn mixed_targets_and_prices_get_their_columns_and_names() {
-        let mut r = synthetic();
-        r.models[1].target = Some("other".into());
-        r.models[1].model = "alpha".into(); // the same model at two targets
-        for l in &mut r.models[0].levels {
-            (l.cost_per_request, l.cost_per_mtok) = (Some(0.0035), Some(35.0));
-        }
-        assert_eq!(model_names(&r.models), ["local/alpha", "other/alpha"]);
-        r.selection = Some(select(&r.models, &Criteria::default()));
-        let t = render_table(&r);
-        let header = t.lines().nth(1).expect("a header line");
-        let cells: Vec<&str> = header
-            .trim_matches(|c| c == '│' || c == ' ')
-            .split('┆')
-            .map(str::trim)
-            .collect();
-        assert_eq!(cells.len(), TABLE_HEADER.len() + 3, "{header}");
-        assert_eq!(&cells[..2], ["model", "target"]);
-        assert_eq!(&cells[cells.len() - 3..], ["cost/req", "cost/Mtok", "knee"]);
-        let row_cells = |l: &str| -> Vec<String> {
-            l.trim_matches(|c| c == '│' || c == ' ')
-                .split('┆')
-                .map(|c| c.trim().to_owned())
-                .collect()
-        };
-        let rows: Vec<Vec<String>> = t
-            .lines()
-            .filter(|l| l.contains("alpha ┆"))
-            .map(row_cells)
-            .collect();
-        assert_eq!(rows.len(), 6, "{t}");
-        assert_eq!(
-            (rows[0][1].as_str(), rows[3][1].as_str()),
-            ("local", "other")
-        );
-        let n = rows[0].len();
-        assert_eq!(&rows[0][n - 3..n - 1], ["0.0035", "35"]);
-        assert_eq!(&rows[3][n - 3..n - 1], ["-", "-"]);
-        assert!(
-            t.contains(". local/alpha score") && t.contains(". other/alpha score"),
-            "{t}"
-        );
-        assert!(t.contains("local/alpha -/64.0, other/alpha -/60.8"), "{t}");
-        let md = render_markdown(&r);
-        let head = md
-            .lines()
-            .find(|l| l.starts_with("| model"))
-            .expect("md header");
-        assert!(head.starts_with("| model | target | concurrency"), "{head}");
-        assert!(head.ends_with("| cost/req | cost/Mtok | knee |"), "{head}");
-        let csv = render_csv(&r).unwrap();
-        let line = csv.lines().nth(1).expect("a CSV row");
-        assert!(line.starts_with("alpha,local,2,"), "{line}");
-        assert!(line.contains(",0.0035,35,"), "{line}");
-        // One target: no target column, plain names.
-        let one = synthetic();
-        assert!(
-            !render_table(&one)
-                .lines()
-                .nth(1)
-                .unwrap_or("")
-                .contains("target")
-        );
-        assert_eq!(model_names(&one.models), ["alpha", "beta"]);
-    }
-
-    #[test]
-    fn table_snapshot() {
-        insta::assert_snapshot!(render_table(&synthetic()));
-    }
-
-    #[test]
-    fn csv_snapshot() {
-        insta::assert_snapshot!(render_csv(&synthetic()).unwrap());
-    }
-
-    /// A sweep that asked for lengths shows requested→reached input and output lengths in the
-    /// table and Markdown, the calibration and the requests off their length in the notes.
-    #[test]
-    fn lengths_are_shown_when_asked_for() {
-        let mut r = synthetic();
-        assert!(
-            !render_table(&r).contains("ISL"),
-            "no lengths asked: no columns"
-        );
-        let m = &mut r.models[0];
-        m.prompt = Some("isl512".into());
-        m.calibration = Some(crate::probe::Calibration {
-            overhead_tokens: 30.0,
-            tokens_per_word: 1.0,
-            requests: 3,
-            seconds: 0.5,
-            points: vec![(16, 46), (64, 94), (256, 286)],
-            error: None,
-            tokenizer: None,
-            tokenizer_error: None,
-        });
-        let l = &mut m.levels[0].lengths;
-        l.requested_input_tokens_mean = Some(512.0);
-        l.input_tokens_mean = Some(514.0);
-        l.requested_output_tokens_mean = Some(64.0);
-        l.output_tokens_mean = Some(64.0);
-        l.input_length_off = 2;
-        r.models[1].calibration = r.models[0].calibration.clone();
-        r.models[1].model = "alpha".into();
-        let table = render_table(&r);
-        assert_eq!(
-            table.matches("calibrated with").count(),
-            1,
-            "said once per model: {table}"
-        );
-        assert!(
-            table.contains("ISL req→got") && table.contains("512→514"),
-            "{table}"
-        );
-        assert!(table.contains("alpha · isl512"), "{table}");
-        assert!(table.contains("alpha · isl512: calibrated with 3 requests in 0.50 s: 30.0 tokens of template + 1.000 tokens per word"), "{table}");
-        assert!(
-            table.contains("alpha · isl512 @ 2: 2 of 20 successes off the requested input length"),
-            "{table}"
-        );
-        let md = render_markdown(&r);
-        assert!(
-            md.contains("| ISL req→got | OSL req→got |") && md.contains("| 512→514 | 64→64 |"),
-            "{md}"
-        );
-        assert!(
-            md.contains("| -→- | -→64 |"),
-            "unasked levels show what they have: {md}"
-        );
-        let csv = render_csv(&r).unwrap();
-        assert!(
-            csv.lines()
-                .nth(1)
-                .unwrap()
-                .ends_with(",isl512,512,514,64,64,2"),
-            "{csv}"
-        );
-        let back: Report = serde_json::from_str(&render_json(&r)).unwrap();
-        let (a, b) = (&back.models[0], &r.models[0]);
-        assert_eq!((&a.prompt, &a.calibration), (&b.prompt, &b.calibration));
-        assert_eq!(a.levels[0].lengths, b.levels[0].lengths);
-    }
-
-    #[test]
-    fn json_round_trips() {
-        let r = synthetic();
-        let back: Report = serde_json::from_str(&render_json(&r)).unwrap();
-        // serde_json parses floats to within an ulp, not always bit-exactly: compare the shape
-        // and values to 1e-12.
-        assert_eq!(back.models.len(), r.models.len());
-        for (a, b) in back.models.iter().zip(&r.models) {
-            assert_eq!(
-                (&a.model, a.levels.len(), &a.knee),
-                (&b.model, b.levels.len(), &b.knee)
-            );
-            for (x, y) in a.levels.iter().zip(&b.levels) {
-                let (p, q) = (x.ttft_s.unwrap(), y.ttft_s.unwrap());
-                assert!((p.p95 - q.p95).abs() < 1e-12 && x.requests == y.requests);
-                assert_eq!(x.errors, y.errors);
-            }
-        }
-        assert_eq!(back.selection, r.selection);
-        assert_eq!(back.comparison, r.comparison);
     }
 }

@@ -2,27 +2,11 @@
 //! and regressions against a baseline run.
 
 use super::criteria::{Base, Criteria, KneeRule, Metric};
-use super::report::{ModelReport, model_names};
-use super::stats::{LevelKey, LevelStats};
-use serde::{Deserialize, Serialize};
+use super::report::{
+    Comparison, Knee, ModelReport, Ranked, Regression, Rejected, Selection, model_names,
+};
+use super::stats::LevelStats;
 use std::collections::BTreeMap;
-
-/// Where a sweep stopped scaling.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Knee {
-    /// Index of the knee level in the model's levels.
-    pub index: usize,
-    /// The knee level's load.
-    pub level: LevelKey,
-    /// Relative growth of aggregate output tokens/s over the previous level.
-    pub agg_tps_growth: f64,
-    /// Relative growth of TTFT p95 over the previous level.
-    pub ttft_p95_growth: f64,
-    /// The server's requests waiting (mean) at the level before and at the knee, when the
-    /// server's queue, not TTFT p95, is what marked it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub requests_waiting: Option<[f64; 2]>,
-}
 
 /// The server's mean requests waiting from which a growing queue marks a knee.
 pub const KNEE_WAITING_MIN: f64 = 1.0;
@@ -55,49 +39,6 @@ pub fn find_knee(levels: &[LevelStats], rule: &KneeRule) -> Option<Knee> {
             requests_waiting: if latency_up { None } else { queued },
         })
     })
-}
-
-/// A ranked model.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Ranked {
-    /// 1 = best.
-    pub rank: usize,
-    /// The model.
-    pub model: String,
-    /// Weighted score in `[0, 1]`.
-    pub score: f64,
-    /// The weighted metrics' values.
-    pub values: BTreeMap<String, Option<f64>>,
-    /// Their normalized values in `[0, 1]` (1 = best among the eligible models).
-    pub normalized: BTreeMap<String, f64>,
-}
-
-/// A model that failed a hard limit.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Rejected {
-    /// The model.
-    pub model: String,
-    /// Every limit it failed, with its value.
-    pub reasons: Vec<String>,
-}
-
-/// The outcome of selection at one level.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Selection {
-    /// The level label selection used (`8`, or `4/s` in open loop).
-    pub level: String,
-    /// The hard limits, as text.
-    pub limits: Vec<String>,
-    /// The weights, by metric.
-    pub weights: BTreeMap<String, f64>,
-    /// Models that passed every limit, best first.
-    pub ranked: Vec<Ranked>,
-    /// Models that failed a limit.
-    pub rejected: Vec<Rejected>,
-    /// The models' achieved input or output lengths differ by more than
-    /// [`LENGTH_TOLERANCE`] (the sentence saying so), so the ranking compares different work.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub length_mismatch: Option<String>,
 }
 
 /// How far apart (max / min − 1) models' mean input or output lengths may be before a
@@ -169,7 +110,7 @@ pub fn select(models: &[ModelReport], c: &Criteria) -> Selection {
     let weights = c.effective_weights();
     let mut rejected = Vec::new();
     let mut eligible: Vec<(&str, &LevelStats)> = Vec::new();
-    let mut label = c.select_at.map(super::stats::trim_float);
+    let mut label = c.select_at.map(crate::units::trim_float);
     let names = model_names(models);
     for (m, name) in models.iter().zip(&names) {
         let Some(l) = level_at(m, c.select_at) else {
@@ -243,45 +184,6 @@ pub fn select(models: &[ModelReport], c: &Criteria) -> Selection {
         rejected,
         length_mismatch: length_mismatch(models),
     }
-}
-
-/// One value compared with the baseline (in `regressions`: one that got worse beyond the
-/// tolerance).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Regression {
-    /// The model.
-    pub model: String,
-    /// The level's label.
-    pub level: String,
-    /// The metric.
-    pub metric: String,
-    /// The baseline's value.
-    pub baseline: f64,
-    /// This run's value.
-    pub current: f64,
-    /// Relative change, `current / baseline − 1` (for `error_rate`: the absolute difference).
-    pub change: f64,
-}
-
-/// The comparison with a baseline run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Comparison {
-    /// The baseline file.
-    pub baseline: String,
-    /// Relative tolerance.
-    pub tolerance: f64,
-    /// Absolute tolerance of the error rate.
-    pub tolerance_error_rate: f64,
-    /// (model, level, metric) values compared.
-    pub compared: u64,
-    /// Metrics worse beyond the tolerance.
-    pub regressions: Vec<Regression>,
-    /// (model, level) pairs of this run that the baseline does not have.
-    pub not_in_baseline: Vec<String>,
-    /// Every value compared, regressed or not, with the baseline's beside it (for the HTML
-    /// page; absent in older reports).
-    #[serde(default)]
-    pub values: Vec<Regression>,
 }
 
 /// The metrics compared with a baseline (costs only where both runs have a price).
@@ -388,7 +290,7 @@ pub(crate) mod tests {
             max: v,
         };
         LevelStats {
-            key: LevelKey {
+            key: crate::bench::stats::LevelKey {
                 concurrency: c,
                 rate: None,
             },

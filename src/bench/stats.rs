@@ -4,7 +4,6 @@
 //! sorted values are interpolated linearly between the two closest ranks (numpy's default,
 //! Hyndman & Fan type 7), so p50 of `[1, 2, 3, 4]` is 2.5 and the p100 is the maximum.
 
-use super::criteria::Slo;
 use crate::config::Price;
 use crate::measure::ProbeResult;
 use serde::{Deserialize, Serialize};
@@ -209,9 +208,16 @@ impl Sample {
 
     /// True when the request succeeded and met every SLO. A metric the request does not have
     /// (TPOT with N = 1, TTFO of a reasoning-only answer) does not count against it.
-    pub fn meets(&self, slos: &[Slo]) -> bool {
+    pub fn meets(&self, slos: &[impl Objective]) -> bool {
         self.success() && slos.iter().all(|s| s.met_by(self))
     }
+}
+
+/// A per-request objective a sample meets or not (an `--slo`, as the criteria parse it).
+pub trait Objective {
+    /// True when `s` meets it. A metric the request does not have (TPOT with N = 1, TTFO of a
+    /// reasoning-only answer) does not count against it.
+    fn met_by(&self, s: &Sample) -> bool;
 }
 
 /// Mean, extremes and percentiles of one metric over a level.
@@ -286,7 +292,7 @@ impl LevelKey {
     pub fn label(&self) -> String {
         match self.rate {
             None => self.concurrency.to_string(),
-            Some(r) => format!("{}/s", trim_float(r)),
+            Some(r) => format!("{}/s", crate::units::trim_float(r)),
         }
     }
 
@@ -306,13 +312,27 @@ impl LevelKey {
     }
 }
 
-/// `4` for 4.0, `2.5` for 2.5.
-pub(crate) fn trim_float(x: f64) -> String {
-    if x.fract() == 0.0 && x.abs() < 1e15 {
-        format!("{}", x as i64)
-    } else {
-        format!("{x}")
-    }
+/// One level's cross-check (`--cross-check`), as the report keeps
+/// it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CrossCheck {
+    /// Non-streaming requests sent.
+    pub requests: u64,
+    /// Of which succeeded.
+    pub successes: u64,
+    /// Workers they were sent with (the level's concurrency; open loop: its mean in flight).
+    pub concurrency: u32,
+    /// The level's streaming E2E p50, s.
+    pub stream_e2e_p50_s: Option<f64>,
+    /// The non-streaming E2E p50, s.
+    pub non_stream_e2e_p50_s: Option<f64>,
+    /// `stream - non-stream` p50, s: what streaming added (negative: it was faster).
+    pub difference_s: Option<f64>,
+    /// `stream / non-stream` p50.
+    pub ratio: Option<f64>,
+    /// The finding sentence when the gap passes both thresholds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finding: Option<String>,
 }
 
 /// What one level measured for one model.
@@ -400,7 +420,7 @@ pub struct LevelStats {
     pub samples: Option<Vec<Sample>>,
     /// `--cross-check`: streaming vs non-streaming E2E at this level.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cross_check: Option<super::crosscheck::CrossCheck>,
+    pub cross_check: Option<CrossCheck>,
     /// The server's view of the level (`bench --server-metrics`, `--prometheus`); absent when
     /// not collected.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -476,7 +496,7 @@ impl LevelStats {
         samples: &[Sample],
         wall_s: f64,
         loop_lag: &[f64],
-        slos: &[Slo],
+        slos: &[impl Objective],
         capped: u64,
     ) -> LevelStats {
         let requests = samples.len() as u64;
@@ -548,6 +568,7 @@ impl LevelStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::criteria::NO_SLO;
 
     #[test]
     fn quantiles_interpolate_between_ranks() {
@@ -642,7 +663,7 @@ mod tests {
             sample(None, 0, Some("server_error")),
             sample(None, 0, Some("server_error")),
         ];
-        let slo = vec!["ttft=200ms".parse::<Slo>().unwrap()];
+        let slo = vec!["ttft=200ms".parse::<crate::bench::criteria::Slo>().unwrap()];
         let key = LevelKey {
             concurrency: 2,
             rate: None,
@@ -710,7 +731,7 @@ mod tests {
             concurrency: 1,
             rate: None,
         };
-        let mut l = LevelStats::from_samples(key, &samples, 1.0, &[], &[], 0);
+        let mut l = LevelStats::from_samples(key, &samples, 1.0, &[], &NO_SLO, 0);
         assert_eq!((l.cost_per_request, l.cost_per_mtok), (None, None));
         l.set_cost(&samples, &price);
         assert!(l.cost_per_request.is_some() && l.cost_per_mtok.is_some());
@@ -764,7 +785,7 @@ mod tests {
             &samples,
             1.0,
             &[],
-            &[],
+            &NO_SLO,
             0,
         );
         let lag = l.read_lag_s.unwrap();

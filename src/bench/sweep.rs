@@ -38,7 +38,7 @@ impl Sender {
         stop: &CancellationToken,
         signal: &OnceLock<&'static str>,
         (spec, models, names, prompts): (&ProbeSpec, &[BenchModel], &[String], &[ProbeSpec]),
-        server_side: &mut server::ServerSide,
+        server_side: &mut server_view::ServerSide,
         reports: &mut Vec<ModelReport>,
     ) -> Result<Option<report::Interrupted>, BenchError> {
         if let Some(w) = fewer_requests_than_workers(self.total, &self.levels) {
@@ -61,7 +61,7 @@ impl Sender {
         models: &[BenchModel],
         names: &[String],
         prompts: &[ProbeSpec],
-        server_side: &mut server::ServerSide,
+        server_side: &mut server_view::ServerSide,
         reports: &mut Vec<ModelReport>,
     ) -> Result<(), BenchError> {
         let sweep = prompts.len() > 1;
@@ -130,7 +130,7 @@ impl Sender {
     pub(super) async fn sweep(
         &self,
         runner: &mut Runner,
-        server_side: &mut server::ServerSide,
+        server_side: &mut server_view::ServerSide,
         bm: &BenchModel,
         name: &str,
         mi: usize,
@@ -196,7 +196,7 @@ impl Sender {
     pub(super) async fn level(
         &self,
         runner: &mut Runner,
-        server_side: &mut server::ServerSide,
+        server_side: &mut server_view::ServerSide,
         key: &LevelKey,
         at: (usize, usize, usize),
         label: String,
@@ -294,7 +294,7 @@ pub(super) fn fold_level(
 pub(super) fn level_line(label: &str, l: &LevelStats) -> String {
     let f = |s: &Option<stats::Summary>, g: fn(&stats::Summary) -> f64| {
         s.as_ref()
-            .map_or_else(|| "-".to_owned(), |s| criteria::fmt_secs(g(s)))
+            .map_or_else(|| "-".to_owned(), |s| crate::units::fmt_secs(g(s)))
     };
     format!(
         "  {label}: {} requests, {:.2}% errors, TTFT p50 {} p95 {}, TPOT p50 {}, {:.1} tok/s, {:.2} req/s, lag p99 {}, loop lag p99 {}{}",
@@ -307,7 +307,9 @@ pub(super) fn level_line(label: &str, l: &LevelStats) -> String {
         l.requests_per_s,
         f(&l.lag_s, |s| s.p99),
         f(&l.loop_lag_s, |s| s.p99),
-        l.ramp_s
-            .map_or_else(String::new, |r| format!(", ramp {}", criteria::fmt_secs(r))),
+        l.ramp_s.map_or_else(String::new, |r| format!(
+            ", ramp {}",
+            crate::units::fmt_secs(r)
+        )),
     )
 }

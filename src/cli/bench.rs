@@ -7,13 +7,14 @@ use crate::bench::crosscheck::CrossCheckSpec;
 use crate::bench::runner::{Amount, Arrival};
 use crate::bench::shard::{Shard, StartPlan};
 use crate::bench::{
-    BenchError, BenchPlan, Format, MAX_REQUESTS_PER_LEVEL, check_select_at, choose_prompts,
-    fd_limit, fit_fd_limit, levels, load_baseline, load_report,
+    BenchError, BenchPlan, MAX_REQUESTS_PER_LEVEL, check_select_at, choose_prompts, fd_limit,
+    fit_fd_limit, levels, load_baseline, load_report,
 };
 use crate::config::Config;
 use crate::probe::ProbeSpec;
+use crate::render::Outputs;
 use std::io::IsTerminal as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Open-loop inter-arrival distribution (flag value).
@@ -159,7 +160,7 @@ pub struct BenchArgs {
     pub cross_check_min_gap: Option<Duration>,
     /// Server metrics beside every level.
     #[command(flatten)]
-    pub server: super::bench_server::ServerArgs,
+    pub server: super::bench_servermetrics::ServerArgs,
 }
 
 fn parse_start_at(s: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
@@ -274,46 +275,6 @@ pub fn criteria(a: &BenchArgs) -> Result<Criteria, CriteriaError> {
     Ok(c)
 }
 
-/// The report files (format by extension) and the plot, checked before anything runs: a known
-/// extension, an existing directory.
-///
-/// # Errors
-/// [`BenchError::Usage`] naming the file.
-fn outputs(files: &[PathBuf], plot: Option<&Path>) -> Result<Vec<(PathBuf, Format)>, BenchError> {
-    let mut out = Vec::new();
-    for o in files {
-        let Some(format) = Format::of(o) else {
-            return Err(BenchError::Usage(format!(
-                "--output {}: the extension must be .json, .csv, .md or .html",
-                o.display()
-            )));
-        };
-        out.push((o.clone(), format));
-    }
-    if let Some(p) = plot
-        && p.extension().and_then(|e| e.to_str()) != Some("svg")
-    {
-        return Err(BenchError::Usage(format!(
-            "--plot {}: only .svg is supported (convert it with e.g. rsvg-convert for a PNG)",
-            p.display()
-        )));
-    }
-    for o in files.iter().map(PathBuf::as_path).chain(plot) {
-        let dir = o
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        if !dir.is_dir() {
-            return Err(BenchError::Usage(format!(
-                "{}: the directory {} does not exist",
-                o.display(),
-                dir.display()
-            )));
-        }
-    }
-    Ok(out)
-}
-
 /// `tokenprobe bench merge`'s flags.
 #[derive(clap::Args, Debug, Clone)]
 pub struct MergeArgs {
@@ -351,7 +312,7 @@ impl MergeArgs {
     /// [`BenchError`] for an unreadable report, shards that are not one run's, or an output
     /// that cannot be written.
     pub fn run(&self) -> Result<std::process::ExitCode, BenchError> {
-        let outputs = outputs(&self.outputs, self.plot.as_deref())?;
+        let outputs = Outputs::check(&self.outputs, self.plot.as_deref())?;
         let mut reports = Vec::new();
         for p in &self.reports {
             reports.push((p.display().to_string(), load_report(p)?));
@@ -371,15 +332,14 @@ impl MergeArgs {
         };
         let mut merged = crate::bench::merge::merge(&reports, &criteria.slos)
             .map_err(|e| BenchError::Usage(format!("bench merge: {e}")))?;
-        crate::bench::finish(
+        crate::bench::judge(
             &mut merged,
             &criteria,
             judged,
             baseline.as_ref(),
             &crate::bench::findings::Thresholds::default(),
-            &outputs,
-            self.plot.as_deref(),
-        )
+        );
+        crate::render::deliver(&merged, &outputs, &criteria)
     }
 }
 
@@ -439,6 +399,19 @@ fn sharding(
 }
 
 impl BenchArgs {
+    /// Runs this invocation: its plan, then the judged report printed and written.
+    ///
+    /// # Errors
+    /// [`BenchError`] for a bad invocation, a prober that cannot be built, a prompt that cannot
+    /// be calibrated or an output that cannot be written.
+    pub async fn run(&self) -> Result<std::process::ExitCode, BenchError> {
+        let outputs = Outputs::check(&self.outputs, self.plot.as_deref())?;
+        let plan = self.plan()?;
+        let criteria = plan.criteria.clone();
+        let report = crate::bench::run(plan).await?;
+        crate::render::deliver(&report, &outputs, &criteria)
+    }
+
     /// The validated plan of this invocation.
     ///
     /// # Errors
@@ -446,7 +419,6 @@ impl BenchArgs {
     pub fn plan(&self) -> Result<BenchPlan, BenchError> {
         let a = self;
         let criteria = criteria(a)?;
-        let outputs = outputs(&a.outputs, a.plot.as_deref())?;
         if a.models.iter().any(|m| m.trim().is_empty()) {
             return Err(BenchError::Usage("--models: empty model name".into()));
         }
@@ -573,8 +545,6 @@ impl BenchArgs {
             progress: !a.no_progress && std::io::stderr().is_terminal(),
             judged,
             baseline,
-            outputs,
-            plot: a.plot.clone(),
             shard,
             start,
             run_id,
@@ -601,10 +571,11 @@ mod tests {
         let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/bench.yml");
         let mut argv = vec!["bench", "--config.file", config];
         argv.extend_from_slice(args);
-        Cmd::try_parse_from(argv)
+        let args = Cmd::try_parse_from(argv)
             .map_err(|e| BenchError::Usage(e.to_string()))?
-            .bench
-            .plan()
+            .bench;
+        Outputs::check(&args.outputs, args.plot.as_deref())?;
+        args.plan()
     }
 
     fn usage(r: Result<BenchPlan, BenchError>) -> String {
@@ -734,7 +705,15 @@ mod tests {
         assert!(p.judged, "two models are ranked");
         assert_eq!(p.spec.max_tokens, Some(7));
         assert!(matches!(p.amount, Amount::Requests(20)));
-        assert_eq!(p.outputs, [(json, Format::Json), (md, Format::Markdown)]);
+        let files = [json.clone(), md.clone()];
+        let o = Outputs::check(&files, None).expect("outputs");
+        assert_eq!(
+            o.files,
+            [
+                (json, crate::render::Format::Json),
+                (md, crate::render::Format::Markdown)
+            ]
+        );
         assert_eq!(p.job.target.name, "sim");
         assert!(!p.progress, "no terminal in a test");
     }

@@ -2,8 +2,9 @@
 //! by side) rendered again as HTML, Markdown, CSV or JSON, without sending a request (one of
 //! [`super::bench::BenchAction`]).
 
+use crate::bench::BenchError;
 use crate::bench::criteria::{Criteria, parse_weights};
-use crate::bench::{BenchError, Format, combine, html, report};
+use crate::render::{Format, combine, html, text};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -87,7 +88,7 @@ pub fn run(a: &ReportArgs) -> Result<ExitCode, BenchError> {
         let text = crate::config::read_input_file(p).map_err(|e| bad(e.to_string()))?;
         let doc: serde_json::Value = serde_json::from_str(&text)
             .map_err(|e| bad(format!("not a tokenprobe bench JSON report ({e})")))?;
-        serde_json::from_value::<report::Report>(doc.clone())
+        serde_json::from_value::<crate::bench::report::Report>(doc.clone())
             .map_err(|e| bad(format!("not a tokenprobe bench JSON report ({e})")))?;
         docs.push((p.display().to_string(), doc));
     }
@@ -106,12 +107,12 @@ pub fn run(a: &ReportArgs) -> Result<ExitCode, BenchError> {
             }
             Format::Html => html::render_html(&doc).map_err(|e| out_err(e.to_string()))?,
             Format::Csv | Format::Markdown => {
-                let r: report::Report =
+                let r: crate::bench::report::Report =
                     serde_json::from_value(doc.clone()).map_err(|e| out_err(e.to_string()))?;
                 if *format == Format::Csv {
-                    report::render_csv(&r).map_err(|e| out_err(e.to_string()))?
+                    text::render_csv(&r).map_err(|e| out_err(e.to_string()))?
                 } else {
-                    report::render_markdown(&r)
+                    text::render_markdown(&r)
                 }
             }
         };

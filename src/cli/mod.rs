@@ -5,18 +5,18 @@
 //! - [`probe`]: `probe`'s flags → a [`crate::probe::ProbeSpec`], the report.
 //! - [`serve`]: `serve`'s flags and the exporter's process (runtimes, web server, reload, shutdown).
 //! - [`check`]: the `check-config` command.
-//! - [`bench`]: `bench`'s flags → a [`crate::bench::BenchPlan`]; [`bench_report`]: `bench
-//!   report` (earlier runs rendered again) and the `bench` command line holding either.
-//! - [`signals`]: the stop signals of `serve` and `simulate`.
+//! - [`bench`]: `bench`'s flags → a [`crate::bench::BenchPlan`], run and rendered;
+//!   [`bench_servermetrics`]: its server-metrics flags; [`bench_report`]: `bench report` (earlier
+//!   runs rendered again) and the `bench` command line holding either.
 //!
 //! `simulate`'s flags are [`crate::simulate::SimulateArgs`], beside the simulator they configure.
 //!
-//! Exit codes: 0 success; 1 a probe failed (`probe`); 2 bad usage or an invalid config; 3 a bench
+//! Exit codes: 0 success; 1 a probe failed or could not be sized (`probe`, [`Refused`]); 2 bad usage or an invalid config; 3 a bench
 //! regressed against its baseline.
 
 pub mod bench;
 pub mod bench_report;
-pub mod bench_server;
+pub mod bench_servermetrics;
 pub mod check;
 pub mod probe;
 pub mod serve;
@@ -123,10 +123,7 @@ pub fn run(cli: Cli) -> ExitCode {
             Cmd::Bench(args) => match &args.action {
                 Some(bench::BenchAction::Merge(m)) => m.run().map_err(Into::into),
                 Some(bench::BenchAction::Report(r)) => bench_report::run(r).map_err(Into::into),
-                None => match args.plan() {
-                    Ok(plan) => crate::bench::run(plan).await.map_err(Into::into),
-                    Err(e) => Err(e.into()),
-                },
+                None => args.run().await.map_err(Into::into),
             },
         }
     });
@@ -134,7 +131,21 @@ pub fn run(cli: Cli) -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             print_stderr_line(&format!("tokenprobe: {e:#}"));
-            ExitCode::from(2)
+            match e.downcast_ref::<Refused>() {
+                Some(r) => ExitCode::from(r.code),
+                None => ExitCode::from(2),
+            }
         }
     }
+}
+
+/// A command that ran and refused to go on, with its exit code (not 2, which is bad usage): the
+/// probe's calibration failing (1) is one. Its message is printed like every error's.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct Refused {
+    /// The process's exit code.
+    pub code: u8,
+    /// Why, in words.
+    pub message: String,
 }

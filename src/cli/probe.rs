@@ -286,11 +286,14 @@ pub async fn run(a: ProbeArgs) -> Result<ExitCode> {
         let c = crate::probe::calibrate(&mut prober, &spec).await;
         if c.error.is_some() {
             // Never a prompt of a guessed length: the probe is not sent.
-            print_stderr_line(&format!(
-                "tokenprobe: calibration failed: {}; the probe is not sent at a guessed length",
-                c.summary()
-            ));
-            return Ok(ExitCode::from(1));
+            return Err(super::Refused {
+                code: 1,
+                message: format!(
+                    "calibration failed: {}; the probe is not sent at a guessed length",
+                    c.summary()
+                ),
+            }
+            .into());
         }
         spec.tokens = c.model();
         Some(c)
@@ -298,7 +301,9 @@ pub async fn run(a: ProbeArgs) -> Result<ExitCode> {
         None
     };
     let result = prober.run(&spec).await;
-    match a.format {
+    // The report is made whole, then printed: JSON on stdout with the failure's line on stderr
+    // (a pipe reads the JSON alone), or the text.
+    let (out, failed) = match a.format {
         Format::Json => {
             let mut v = to_json(&result);
             if let (Some(o), Some(c)) = (v.as_object_mut(), &calibration) {
@@ -307,25 +312,29 @@ pub async fn run(a: ProbeArgs) -> Result<ExitCode> {
                     serde_json::to_value(c).unwrap_or_default(),
                 );
             }
-            print_stdout(&format!("{v}\n"));
-            if let Some(e) = result.error_type {
-                print_stderr_line(&format!(
+            let failed = result.error_type.map(|e| {
+                format!(
                     "tokenprobe: probe failed: {e} (HTTP {}): {}",
                     result.http_status.map_or("-".into(), |s| s.to_string()),
                     result.error_detail.as_deref().unwrap_or("")
-                ));
-            }
+                )
+            });
+            (format!("{v}\n"), failed)
         }
-        Format::Text => print_stdout(&to_text(
-            &result,
-            &ReportContext {
-                url: crate::redact::redact_url(&spec.url()),
+        Format::Text => {
+            let context = ReportContext {
+                url: spec.url(),
                 model: spec.model.clone(),
                 proxy: spec.proxy(),
                 calibration: calibration.as_ref().map(crate::probe::Calibration::summary),
                 exact_output: spec.target.exact_output,
-            },
-        )),
+            };
+            (to_text(&result, &context), None)
+        }
+    };
+    print_stdout(&out);
+    if let Some(line) = failed {
+        print_stderr_line(&line);
     }
     Ok(if result.success() {
         ExitCode::SUCCESS

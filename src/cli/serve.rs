@@ -2,7 +2,7 @@
 //! everything else), the web server, reload on SIGHUP, and a bounded graceful shutdown.
 
 use crate::daemon::Daemon;
-use crate::server::router;
+use crate::endpoints::router;
 use crate::stop::StopSignals;
 use crate::web::{Limits, WebConfig};
 use anyhow::{Context, Result};

@@ -21,9 +21,9 @@ pub use read::{MAX_ANSWER_BYTES, MAX_BODY_BYTES, check_expect};
 use crate::config::{Job, Prompt, ProxySetting, Target, Timeouts};
 use crate::measure::{Measurement, ProbeResult};
 use crate::outcome::ErrorType;
-use crate::protocol::truncate;
 use crate::redact::{Redactor, effective_proxy, redact_userinfo};
 use crate::transport::{ClientOptions, Transport, TransportError};
+use crate::units::truncate;
 use crate::workload::{RequestContent, TokenModel, Turns, Workload, input_length_off};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -378,7 +378,8 @@ impl Prober {
         // A server may echo the request in its error message: never pass a secret on. Redacted
         // whole, then cut for display, so no part of a secret survives at the cut.
         if let Some(d) = r.error_detail.as_mut() {
-            *d = truncate(&spec.redactor(key.as_ref()).redact(d), MAX_DETAIL_CHARS);
+            let shown = spec.redactor(key.as_ref()).redact(d);
+            *d = truncate(&shown, MAX_DETAIL_CHARS);
         }
         r
     }

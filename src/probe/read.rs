@@ -9,7 +9,7 @@ use crate::kstamp::{ReadLag, ReadStamps};
 use crate::measure::{Measurement, ProbeResult, Step};
 use crate::outcome::{
     ErrorType, Flag, Head, classify_head, error_chain, html_title, judge_non_answer,
-    judge_non_stream, starts_as_event_stream,
+    judge_non_event_stream, starts_as_event_stream,
 };
 use crate::protocol::{Api, StreamError};
 use crate::redact::redact_url;
@@ -514,7 +514,7 @@ impl BodyStart {
         if m.events_seen() {
             return;
         }
-        if let Some((kind, detail)) = judge_non_stream(&self.head) {
+        if let Some((kind, detail)) = judge_non_event_stream(&self.head) {
             m.fail(kind, end, detail);
         }
     }

@@ -82,7 +82,7 @@ fn failed_phase(e: Option<ErrorType>) -> Option<&'static str> {
 /// Context shown in the text report besides the result itself.
 #[derive(Debug, Clone, Default)]
 pub struct ReportContext {
-    /// The endpoint URL probed.
+    /// The endpoint URL probed (shown with its credentials and secret query values redacted).
     pub url: String,
     /// The model asked for.
     pub model: String,
@@ -179,7 +179,7 @@ fn output_lines(s: &mut String, r: &ProbeResult, exact: crate::protocol::ExactOu
 /// A failure says why: HTTP status, the server's message, which deadline, the proxy in use.
 pub fn to_text(r: &ProbeResult, ctx: &ReportContext) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "target     {}", ctx.url);
+    let _ = writeln!(s, "target     {}", crate::redact::redact_url(&ctx.url));
     let _ = writeln!(s, "model      {}", ctx.model);
     let _ = writeln!(
         s,

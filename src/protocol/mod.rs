@@ -14,6 +14,7 @@ mod anthropic;
 mod openai;
 
 use crate::sse::SseEvent;
+use crate::units::truncate;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::time::Duration;
@@ -452,14 +453,6 @@ fn non_empty_str<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
     v.get(key).and_then(Value::as_str).filter(|s| !s.is_empty())
 }
 
-/// `s` cut to `max_chars` characters, with `…` where it was cut.
-pub fn truncate(s: &str, max_chars: usize) -> String {
-    match s.char_indices().nth(max_chars) {
-        Some((i, _)) => format!("{}…", &s[..i]),
-        None => s.to_owned(),
-    }
-}
-
 /// Usage numbers at `v[key]` with the given field names; `(output, input)`.
 fn usage_at(v: &Value, output_key: &str, input_key: &str) -> (Option<u64>, Option<u64>) {
     match v.get("usage") {
@@ -492,12 +485,6 @@ mod tests {
         let e = StreamError::from_payload(r#"{"error":"boom"}"#);
         assert_eq!(e.message.as_deref(), Some("boom"));
         assert!(StreamError::from_payload(r#"{"type":"overloaded_error"}"#).is_overloaded());
-    }
-
-    #[test]
-    fn truncate_is_char_safe() {
-        assert_eq!(truncate("héllo", 2), "hé…");
-        assert_eq!(truncate("hi", 5), "hi");
     }
 
     #[test]

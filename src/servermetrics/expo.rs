@@ -15,9 +15,10 @@ pub const MAX_SAMPLES: usize = 200_000;
 /// The most labels one sample may carry.
 pub const MAX_LABELS: usize = 64;
 
-/// One sample line.
+/// One reading: a sample line of the exposition (a series's name, labels and value). Called a
+/// reading here so that "sample" means one thing in tokenprobe: a request's sample in a bench level.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Sample {
+pub struct Reading {
     /// The sample's metric name, with its suffix (`_total`, `_bucket`, ...).
     pub name: String,
     /// Its labels, in the order written.
@@ -26,7 +27,7 @@ pub struct Sample {
     pub value: f64,
 }
 
-impl Sample {
+impl Reading {
     /// The value of label `name`, if present.
     pub fn label(&self, name: &str) -> Option<&str> {
         self.labels
@@ -59,7 +60,7 @@ pub enum ParseError {
 ///
 /// # Errors
 /// [`ParseError`] for the first line that is not well-formed, too many samples, or none.
-pub fn parse(text: &str) -> Result<Vec<Sample>, ParseError> {
+pub fn parse(text: &str) -> Result<Vec<Reading>, ParseError> {
     let mut out = Vec::new();
     for (i, raw) in text.lines().enumerate() {
         let line = raw.trim_end_matches('\r');
@@ -89,7 +90,7 @@ fn is_name_char(c: u8) -> bool {
     c.is_ascii_alphanumeric() || c == b'_' || c == b':'
 }
 
-fn sample(line: &str) -> Result<Sample, &'static str> {
+fn sample(line: &str) -> Result<Reading, &'static str> {
     let b = line.as_bytes();
     let mut i = 0;
     if !b.first().is_some_and(|&c| is_name_start(c)) {
@@ -178,7 +179,7 @@ fn sample(line: &str) -> Result<Sample, &'static str> {
     if parts.next().is_some() {
         return Err("text after the timestamp");
     }
-    Ok(Sample {
+    Ok(Reading {
         name,
         labels,
         value,

@@ -8,7 +8,7 @@
 //! Histograms: the bucket deltas before → after. A signal that could not be computed is absent,
 //! never 0.
 
-use super::expo::Sample;
+use super::expo::Reading;
 use super::signals::{Across, Matcher, Rule, Signal};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -24,7 +24,7 @@ pub struct Snapshot {
     /// When, s after the level's start (negative before it).
     pub at_s: f64,
     /// The samples of the endpoints that answered.
-    pub samples: Vec<Sample>,
+    pub samples: Vec<Reading>,
 }
 
 /// What was scraped around and during one level.
@@ -114,7 +114,7 @@ impl ServerLevel {
     }
 }
 
-fn matches(s: &Sample, m: &Matcher) -> bool {
+fn matches(s: &Reading, m: &Matcher) -> bool {
     s.name == m.metric
         && m.labels
             .iter()
@@ -125,7 +125,7 @@ fn matches(s: &Sample, m: &Matcher) -> bool {
 type SeriesKey<'a> = Vec<(&'a str, &'a str)>;
 
 /// A series' identity: its labels, sorted (the name is the matcher's).
-fn series_key(s: &Sample) -> Vec<(&str, &str)> {
+fn series_key(s: &Reading) -> Vec<(&str, &str)> {
     let mut l: Vec<(&str, &str)> = s
         .labels
         .iter()
@@ -135,7 +135,7 @@ fn series_key(s: &Sample) -> Vec<(&str, &str)> {
     l
 }
 
-fn series<'a>(snap: &'a Snapshot, m: &'a Matcher) -> impl Iterator<Item = &'a Sample> {
+fn series<'a>(snap: &'a Snapshot, m: &'a Matcher) -> impl Iterator<Item = &'a Reading> {
     snap.samples
         .iter()
         .filter(move |s| matches(s, m) && !s.value.is_nan())
@@ -198,7 +198,7 @@ type GpuKey = (String, String);
 
 /// The value of a gauge-like rule in one scrape taken during the level, and per GPU.
 fn gauge_value(snap: &Snapshot, rule: &Rule) -> (Option<f64>, Vec<(GpuKey, f64)>) {
-    let key = |s: &Sample| {
+    let key = |s: &Reading| {
         (
             s.label(ENDPOINT_LABEL).unwrap_or("?").to_owned(),
             s.label("gpu").unwrap_or("?").to_owned(),
@@ -293,7 +293,7 @@ pub fn bucket_quantile(buckets: &[(f64, f64)], q: f64) -> Option<f64> {
     Some(prev_le)
 }
 
-fn le_of(s: &Sample) -> Option<f64> {
+fn le_of(s: &Reading) -> Option<f64> {
     s.label("le").and_then(|x| match x {
         "+Inf" | "Inf" => Some(f64::INFINITY),
         _ => x.parse::<f64>().ok(),

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
 /// What one endpoint scrape gave.
-type ScrapeResult = Result<Vec<expo::Sample>, String>;
+type ScrapeResult = Result<Vec<expo::Reading>, String>;
 
 const ACCEPT_METRICS: &str =
     "application/openmetrics-text;version=1.0.0;q=0.9,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";

@@ -3,11 +3,11 @@
 //! While it waits for a deadline or a concurrency slot, a request also watches its socket, so a
 //! client that goes away ends the task at once (a stalled request never outlives its client).
 
+use super::body::{self, Proto, Renderer};
 use super::http::{self, Framing, ReadError, Request};
 use super::log::{End, EventRec, Record};
 use super::plan::{Ask, Plan};
 use super::profile;
-use super::render::{self, Proto, Renderer};
 use super::timer::Timer;
 use super::{Fault, Shared};
 use crate::rng::Rng;
@@ -38,7 +38,7 @@ pub(super) async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
             Ok(r) => r,
             Err(ReadError::Closed) => return,
             Err(ReadError::Bad(status, msg)) => {
-                let body = render::error_body(None, status, msg);
+                let body = body::error_body(None, status, msg);
                 let mut h = http::head(
                     status,
                     "application/json",
@@ -92,11 +92,11 @@ async fn handle(
             return simple(stream, &req, 200, None, &body.to_string().into_bytes(), &[]).await;
         }
         "/health" | "/healthz" | "/v1/models" | "/models" => {
-            let body = render::error_body(None, 405, "method not allowed");
+            let body = body::error_body(None, 405, "method not allowed");
             return simple(stream, &req, 405, None, &body, &[("allow", "GET")]).await;
         }
         _ => {
-            let body = render::error_body(
+            let body = body::error_body(
                 None,
                 404,
                 &format!("no route for {} {}", req.method, req.path),
@@ -105,7 +105,7 @@ async fn handle(
         }
     };
     if req.method != "POST" {
-        let body = render::error_body(Some(proto), 405, "method not allowed");
+        let body = body::error_body(Some(proto), 405, "method not allowed");
         return simple(stream, &req, 405, None, &body, &[("allow", "POST")]).await;
     }
 
@@ -122,8 +122,7 @@ async fn handle(
         Ok(v @ Value::Object(_)) => v,
         _ => {
             rec.status = 400;
-            let body =
-                render::error_body(Some(proto), 400, "the request body is not a JSON object");
+            let body = body::error_body(Some(proto), 400, "the request body is not a JSON object");
             let keep = simple(stream, &req, 400, Some(&id), &body, &[]).await;
             rec.head_written = Some(arrival.elapsed());
             finish(shared, rec);
@@ -148,7 +147,7 @@ async fn handle(
 
     if let Some(Fault::Status(status)) = plan.fault {
         rec.status = status;
-        let body = render::error_body(Some(proto), status, render::fault_message(status));
+        let body = body::error_body(Some(proto), status, body::fault_message(status));
         let extra: &[(&str, &str)] = if status == 429 {
             &[("retry-after", "1")]
         } else {

@@ -19,7 +19,7 @@
 //! (`simulate::profile`), `cached_tokens` of them came from the prefix cache, and `prefill_s` is
 //! what their prefill added to the TTFT.
 
-use super::render::json_str;
+use super::body::json_str;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::Path;

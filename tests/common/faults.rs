@@ -164,6 +164,22 @@ pub fn tcp_table() -> Vec<TcpEntry> {
         .collect()
 }
 
+/// True once process `pid` has accepted the connection `client` made to it: the server's end of
+/// it (local port the client's peer port, remote port the client's port) is a socket among
+/// `pid`'s open files. Before `accept()` the kernel's table shows that end with inode 0.
+pub fn accepted(pid: u32, client: &std::net::TcpStream) -> bool {
+    let (Ok(local), Ok(peer)) = (client.local_addr(), client.peer_addr()) else {
+        return false;
+    };
+    let inodes = socket_inodes(pid);
+    tcp_table().into_iter().any(|e| {
+        e.local_port == peer.port()
+            && e.remote_port == local.port()
+            && e.inode != 0
+            && inodes.contains(&e.inode)
+    })
+}
+
 /// ESTABLISHED connections of process `pid` to local port `port`.
 pub fn established_to(pid: u32, port: u16) -> usize {
     let inodes = socket_inodes(pid);

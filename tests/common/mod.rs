@@ -12,8 +12,8 @@ pub mod browser;
 pub mod case;
 pub mod e2e;
 pub mod faults;
+pub mod replay_server;
 pub mod serve;
-pub mod server;
 
 use std::path::{Path, PathBuf};
 

@@ -260,7 +260,7 @@ fn fuzz_sse_decoder_and_protocols() {
                 prop_assert!(r.ttft_s.is_none(), "a failed probe has no TTFT");
             }
         }
-        let _ = tokenprobe::outcome::judge_non_stream(&bytes);
+        let _ = tokenprobe::outcome::judge_non_event_stream(&bytes);
         // Whole non-streamed answers: the body, and every event's (mutated) JSON as one.
         let body = String::from_utf8_lossy(&bytes).into_owned();
         let _ = tokenprobe::outcome::judge_non_answer(&body);
@@ -396,7 +396,7 @@ fn fuzz_server_metrics_expositions() {
             let cut = cuts
                 .first()
                 .map_or(samples.len(), |c| c % (samples.len() + 1));
-            let snap = |at_s: f64, samples: &[tokenprobe::servermetrics::expo::Sample]| Snapshot {
+            let snap = |at_s: f64, samples: &[tokenprobe::servermetrics::expo::Reading]| Snapshot {
                 at_s,
                 samples: samples.to_vec(),
             };
@@ -459,7 +459,7 @@ fn fuzz_shard_reports() {
                             prop_assert!(l.wall_s.is_finite() && l.output_tokens_per_s.is_finite());
                         }
                         // The page renders whatever merged.
-                        prop_assert!(tokenprobe::bench::html::page(&m).is_ok());
+                        prop_assert!(tokenprobe::render::html::page(&m).is_ok());
                     }
                     Err(e) => prop_assert!(!e.to_string().trim().is_empty()),
                 }

@@ -32,7 +32,7 @@ use tokio::task::JoinSet;
 use tokio::time::{Instant, timeout, timeout_at};
 
 use common::case::{Case, End, gzip_one_member, parse_secs};
-use common::server::{ReceivedRequest, ReplayHandle, ReplayServer};
+use common::replay_server::{ReceivedRequest, ReplayHandle, ReplayServer};
 use common::{
     PROXY_ENV_VARS, case_name, cases_dir, default_cases_dir, expect_files, tokenprobe_bin,
 };

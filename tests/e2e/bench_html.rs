@@ -168,7 +168,7 @@ fn rgb(hex: &str) -> [u8; 3] {
     [(v >> 16) as u8, (v >> 8) as u8, v as u8]
 }
 
-/// The first series colour of the page's charts (tokenprobe::bench::chart::PALETTE[0]).
+/// The first series colour of the page's charts (tokenprobe::render::chart::PALETTE[0]).
 const FIRST_SERIES: &str = "#0072b2";
 
 /// Loads `page` in Chromium and checks what every page must do; `plots` are the figure ids

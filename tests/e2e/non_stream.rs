@@ -19,7 +19,7 @@ use common::e2e::{
     ChildGuard, LlamaServer, Watchdog, require_deps, run_with_timeout, serial, tokenprobe_bin,
     wait_for,
 };
-use common::server::ReplayServer;
+use common::replay_server::ReplayServer;
 use serde_json::Value;
 use std::path::Path;
 use std::process::Command;

@@ -210,3 +210,124 @@ fn the_architecture_map_names_every_module() {
         "rows in docs/architecture.md naming no module: {unknown:?}"
     );
 }
+
+/// The top-level modules `src/lib.rs` declares, in its order.
+fn lib_modules() -> Vec<String> {
+    read("src/lib.rs")
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim_start();
+            let l = l
+                .strip_prefix("pub mod ")
+                .or_else(|| l.strip_prefix("pub(crate) mod "))
+                .or_else(|| l.strip_prefix("mod "))?;
+            l.strip_suffix(';').map(str::to_owned)
+        })
+        .collect()
+}
+
+/// Every `.rs` file under `dir`.
+fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// The top-level modules `module` names as `crate::X`, outside comments and its test modules
+/// (a file's `#[cfg(test)] mod tests` is its last item), sorted.
+fn imports_of(module: &str, modules: &[String]) -> Vec<String> {
+    let src = repo().join("src");
+    let mut files = Vec::new();
+    let single = src.join(format!("{module}.rs"));
+    if single.exists() {
+        files.push(single);
+    }
+    rust_files(&src.join(module), &mut files);
+    let mut deps = std::collections::BTreeSet::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        let code = [
+            "#[cfg(test)]\nmod tests",
+            "#[cfg(test)]\npub(crate) mod tests",
+        ]
+        .iter()
+        .filter_map(|m| text.find(m))
+        .min()
+        .map_or(text.as_str(), |i| &text[..i]);
+        for line in code.lines() {
+            let line = line.split_once("//").map_or(line, |(c, _)| c);
+            for (i, _) in line.match_indices("crate::") {
+                let before = line[..i].chars().last();
+                if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+                    continue; // `tokenprobe::crate::`-like words, `$crate::`
+                }
+                let name: String = line[i + 7..]
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                if name != module && modules.contains(&name) {
+                    deps.insert(name);
+                }
+            }
+        }
+    }
+    deps.into_iter().collect()
+}
+
+/// docs/architecture.md's list of imports between top-level modules is the code's, and the code's
+/// form no cycle.
+#[test]
+fn the_architecture_imports_are_the_codes_and_form_no_cycle() {
+    let modules = lib_modules();
+    let graph: Vec<(String, Vec<String>)> = {
+        let mut v: Vec<(String, Vec<String>)> = modules
+            .iter()
+            .map(|m| (m.clone(), imports_of(m, &modules)))
+            .collect();
+        v.sort();
+        v
+    };
+    let want: String = graph
+        .iter()
+        .map(|(m, d)| {
+            if d.is_empty() {
+                format!("{m}:\n")
+            } else {
+                format!("{m}: {}\n", d.join(", "))
+            }
+        })
+        .collect();
+    let doc = read("docs/architecture.md");
+    let marker = "form\nno cycle:\n\n```\n";
+    let start = doc
+        .find(marker)
+        .expect("docs/architecture.md lists the imports between modules")
+        + marker.len();
+    let listed = &doc[start..start + doc[start..].find("```").expect("the list ends")];
+    assert_eq!(
+        listed, want,
+        "docs/architecture.md's imports differ from the code's; the code's are:\n{want}"
+    );
+    // No cycle: repeatedly remove modules that import nothing left.
+    let mut left: Vec<(String, Vec<String>)> = graph;
+    loop {
+        let leaves: Vec<String> = left
+            .iter()
+            .filter(|(_, d)| d.iter().all(|x| !left.iter().any(|(m, _)| m == x)))
+            .map(|(m, _)| m.clone())
+            .collect();
+        if leaves.is_empty() {
+            break;
+        }
+        left.retain(|(m, _)| !leaves.contains(m));
+    }
+    assert!(left.is_empty(), "modules in an import cycle: {left:?}");
+}

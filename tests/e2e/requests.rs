@@ -5,7 +5,7 @@
 use crate::common;
 
 use common::case::Case;
-use common::server::{ReceivedRequest, ReplayHandle, ReplayServer};
+use common::replay_server::{ReceivedRequest, ReplayHandle, ReplayServer};
 use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::process::{Command, Output};

@@ -169,6 +169,19 @@ fn run(args: &[&str], dir: &Path) -> (i32, String) {
     (st.code().unwrap_or(-1), format!("{out}\n{err}"))
 }
 
+/// `serve`'s stdout and stderr once they hold every one of `wanted` (or after 10 s: the caller's
+/// check then says what is missing).
+fn logs_with(serve: &ChildGuard, wanted: &[&str]) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let logs = serve.stderr() + &serve.stdout();
+        if wanted.iter().all(|w| logs.contains(w)) || Instant::now() > deadline {
+            return logs;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn no_secret_reaches_any_output() {
     let mut p = Problems::default();
@@ -286,8 +299,7 @@ fn no_secret_reaches_any_output() {
                 )
             },
         );
-        std::thread::sleep(Duration::from_millis(300));
-        let logs = serve.stderr() + &serve.stdout();
+        let logs = logs_with(&serve, &["probe failed", "config reload refused"]);
         p.check(
             logs.contains("probe failed") && logs.contains("config reload refused"),
             || format!("serve logs ({log_format}) lack the failures: {logs}"),

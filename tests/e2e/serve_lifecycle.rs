@@ -6,8 +6,8 @@ use crate::common;
 
 use common::case::Case;
 use common::e2e::{http_get, http_request};
+use common::replay_server::{ReplayHandle, ReplayServer};
 use common::serve::Proc;
-use common::server::{ReplayHandle, ReplayServer};
 use hyper::header::{AUTHORIZATION, HeaderValue};
 use std::net::SocketAddr;
 use std::path::Path;

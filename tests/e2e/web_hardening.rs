@@ -4,6 +4,8 @@
 
 use crate::common;
 
+use common::e2e::wait_for;
+use common::faults;
 use common::serve::{Proc, serve};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -93,15 +95,9 @@ fn sample(text: &str, series: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
+/// The one poll ([`wait_for`]) for a condition.
 fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while t.elapsed() < limit {
-        if f() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("timed out after {limit:?} waiting for {what}");
+    wait_for(what, limit, || f().then_some(()));
 }
 
 fn job_config(targets: &[(&str, &str, &str)], interval: &str) -> String {
@@ -145,7 +141,13 @@ fn sigterm_completes_while_a_client_is_half_open() {
     let (mut serve, addr, _) = serve(&cfg, &["--shutdown.grace", "2s"], None);
     let mut half = TcpStream::connect(addr).unwrap();
     half.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n").unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    // SIGTERM once serve holds the connection (sent before its accept, the client would only
+    // wait in the listen backlog and test nothing).
+    wait_for(
+        "serve to accept the half-open client",
+        Duration::from_secs(10),
+        || faults::accepted(serve.0.id(), &half).then_some(()),
+    );
     serve.signal("-TERM");
     // Grace 2 s, plus a margin for a busy machine; the header-read timeout (10 s) is not what ends it.
     let took = serve.wait_exit(Duration::from_secs(9));
@@ -201,7 +203,15 @@ fn sigterm_completes_while_a_tls_client_is_half_open() {
     tls.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n").unwrap();
     tls.flush().unwrap();
     assert!(!tls.conn.is_handshaking(), "handshake done");
-    std::thread::sleep(Duration::from_millis(300));
+    wait_for(
+        "serve to accept both clients",
+        Duration::from_secs(10),
+        || {
+            (faults::accepted(serve.0.id(), &silent)
+                && faults::accepted(serve.0.id(), tls.get_ref()))
+            .then_some(())
+        },
+    );
     serve.signal("-TERM");
     let took = serve.wait_exit(Duration::from_secs(9));
     drop((silent, tls));
@@ -255,13 +265,17 @@ fn a_second_sigterm_exits_at_once() {
         .wait_exit(Duration::from_secs(5))
         .expect("a second SIGTERM must exit at once");
     assert!(took < Duration::from_secs(3), "{took:?}");
-    std::thread::sleep(Duration::from_millis(100));
-    assert!(
-        lines
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|l| l.contains("second stop signal"))
+    // The reader thread may still be copying serve's last lines.
+    wait_until(
+        "the log of the second stop signal",
+        Duration::from_secs(5),
+        || {
+            lines
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|l| l.contains("second stop signal"))
+        },
     );
 }
 
@@ -270,8 +284,18 @@ fn a_second_sigterm_exits_at_once() {
 /// with a reserve for probes: no probe fails, and /metrics answers once the flood is gone.
 #[test]
 fn a_half_open_flood_under_a_low_fd_limit_fails_no_probe() {
-    let (_sim, up) = simulate(&["--ttft", "5ms", "--itl", "1ms"]);
     let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("events.jsonl");
+    let events_arg = events.display().to_string();
+    let (_sim, up) = simulate(&["--ttft", "5ms", "--itl", "1ms", "--event-log", &events_arg]);
+    // Requests the simulator answered in full (one line each in its event log).
+    let answered = |p: &std::path::Path| {
+        std::fs::read_to_string(p)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("\"end\":\"complete\""))
+            .count()
+    };
     let cfg = dir.path().join("c.yml");
     std::fs::write(&cfg, job_config(&[("a", &up, "")], "100ms")).unwrap();
     let (_serve, addr, lines) = serve(&cfg, &[], Some(400));
@@ -294,7 +318,14 @@ fn a_half_open_flood_under_a_low_fd_limit_fails_no_probe() {
     // More than the cap (36) plus the backlog (128) cannot connect after the fix; before it, all
     // 600 did (accepted until the fds ran out).
     assert!(flood.len() > 100, "only {} flood connections", flood.len());
-    std::thread::sleep(Duration::from_secs(3));
+    // The flood holds its connections while 20 probes reach the target (its event log counts
+    // them; /metrics cannot answer during the flood, its counters are read after it).
+    let before = answered(&events);
+    wait_until(
+        "20 probes during the flood",
+        Duration::from_secs(30),
+        || answered(&events) >= before + 20,
+    );
     drop(flood);
     let mut text = String::new();
     wait_until(

@@ -552,7 +552,10 @@ fn job_labels(m: &str) -> [(&str, &str); 3] {
 /// successes (retried if it catches a probe between its increments).
 fn settled_metrics(serve: &mut Serve, jobs: &[(String, Option<&str>)]) -> Samples {
     let mut m = serve.metrics();
-    for _ in 0..10 {
+    // A probe's counters are recorded one after another: poll until a scrape falls between two
+    // probes (at most 5 s; the test's own checks then say what was inconsistent).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
         let consistent = jobs.iter().all(|(j, _)| {
             let l = job_labels(j);
             let probes = m.sum("tokenprobe_probes_total", &l);

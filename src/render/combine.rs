@@ -1,6 +1,6 @@
 //! `bench report`'s combination (pure): several runs' JSON reports as one, their models side by
 //! side (each keeping its levels, knee and any field another part of the bench added), judged
-//! again when criteria are given. Not `bench merge` ([`super::merge`]), which makes the shards of
+//! again when criteria are given. Not `bench merge` ([`crate::bench::merge`]), which makes the shards of
 //! one run into that run.
 //!
 //! One report and no criteria: the report as it is. Several: the first report's run fields, the
@@ -10,9 +10,9 @@
 //! comparison (it belonged to one run). The selection is made again from the criteria given,
 //! or from the default weights without limits when several reports are combined without any.
 
-use super::criteria::Criteria;
-use super::report::ModelReport;
-use super::select;
+use crate::bench::criteria::Criteria;
+use crate::bench::report::ModelReport;
+use crate::bench::select;
 use serde_json::{Value, json};
 
 /// Combines `(name, report)` pairs; `criteria` judges the combined models again.
@@ -238,7 +238,7 @@ mod tests {
             .collect();
         assert_eq!(f, [("alpha #1", "#1"), ("alpha #2", "#2")]);
         let r: crate::bench::report::Report = serde_json::from_value(m.clone()).unwrap();
-        let text = crate::bench::server::render_server(&r, false);
+        let text = crate::render::server_view::render_server(&r, false);
         assert!(
             text.contains("[long_tail] alpha #2 @ 8 (run #2): m"),
             "{text}"

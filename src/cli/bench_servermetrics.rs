@@ -4,7 +4,7 @@
 
 use crate::bench::BenchError;
 use crate::bench::findings::Thresholds;
-use crate::bench::server::{PrometheusPlan, ServerPlan};
+use crate::bench::server_view::{PrometheusPlan, ServerPlan};
 use crate::config::Target;
 use crate::servermetrics::promql::{Query, merge_queries};
 use crate::servermetrics::{DEFAULT_TIMEOUT, Endpoint};

@@ -7,7 +7,7 @@
 //! reads them back), and every line point carrying a `<title>` with its values (shown on hover).
 //! A y axis turns logarithmic, said on its label, when the values drawn span more than
 //! [`LOG_SPAN`], so a 100 ms model is not flattened to 0 beside a 4.5 s one. The page and the
-//! `--plot` SVG ([`super::plot`]) draw with this one engine.
+//! `--plot` SVG (`render::plot`) draw with this one engine.
 
 use std::fmt::Write as _;
 

@@ -16,8 +16,8 @@
 //! present: numbers and summaries the page does not know by name go to an "other values" table.
 
 use super::chart::{self, Chart, HLine, Marker, Point, Ring, Series, XAxis, esc};
-use super::report::{ModelReport, Report};
-use super::stats::LevelStats;
+use crate::bench::report::{ModelReport, Report};
+use crate::bench::stats::LevelStats;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -228,7 +228,7 @@ pub fn render_html(doc: &Value) -> Result<String, HtmlError> {
     let mut r: Report =
         serde_json::from_value(doc.clone()).map_err(|e| HtmlError::NotAReport(e.to_string()))?;
     // Models are named as every other rendering names them (`target/model` when targets differ).
-    let names = super::report::model_names(&r.models);
+    let names = crate::bench::report::model_names(&r.models);
     for (m, n) in r.models.iter_mut().zip(names) {
         m.model = n;
     }

@@ -7,8 +7,8 @@
 //! so no font is needed (convert the SVG for a PNG, e.g. `rsvg-convert`).
 
 use super::chart::{self, Chart, HLine, Marker, Point, Ring, Series, XAxis};
-use super::criteria::{Base, Criteria};
-use super::report::Report;
+use crate::bench::criteria::{Base, Criteria};
+use crate::bench::report::Report;
 use std::fmt::Write as _;
 
 /// Why a plot could not be drawn.
@@ -105,7 +105,7 @@ fn level_chart(
     labels: &[String],
     x_label: &str,
     (quantity, unit): (&str, &str),
-    y: impl Fn(&super::stats::LevelStats) -> Option<f64>,
+    y: impl Fn(&crate::bench::stats::LevelStats) -> Option<f64>,
 ) -> Chart {
     let series = r
         .models
@@ -315,7 +315,7 @@ pub fn render_svg(r: &Report, lines: &[RefLine]) -> Result<String, PlotError> {
     if labels.is_empty() {
         return Err(PlotError::Empty);
     }
-    let names = super::report::model_names(&r.models);
+    let names = crate::bench::report::model_names(&r.models);
     let panels = panels(r, &names, &labels, lines);
     let mut entries: Vec<(Glyph, String)> = names
         .iter()

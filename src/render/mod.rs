@@ -1,0 +1,219 @@
+//! The rendering half of `bench` (pure, apart from writing the files it is given): a judged
+//! [`Report`] becomes the terminal table, Markdown, CSV and JSON ([`text`]), the server's and the
+//! cross-checks' blocks ([`server_view`], [`crosscheck`]), the self-contained HTML page ([`html`]) and
+//! the SVG plot ([`plot`]), both drawn by the one chart engine ([`chart`]); [`combine`] puts
+//! several runs' reports side by side for `bench report`. Nothing here measures or judges: it
+//! reads the typed report [`crate::bench`] made, and numbers are written by [`crate::units`].
+
+pub mod chart;
+pub mod combine;
+pub mod crosscheck;
+pub mod html;
+pub mod plot;
+pub mod server_view;
+pub mod text;
+
+use crate::bench::BenchError;
+use crate::bench::criteria::Criteria;
+use crate::bench::report::Report;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Output formats, by extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// The JSON report (what `bench report`, `--baseline` and merges read).
+    Json,
+    /// One row per model and level.
+    Csv,
+    /// The Markdown table.
+    Markdown,
+    /// The self-contained HTML page ([`html`]).
+    Html,
+}
+
+impl Format {
+    /// The format a path's extension names (`.json`, `.csv`, `.md`/`.markdown`, `.html`/`.htm`).
+    pub fn of(p: &Path) -> Option<Format> {
+        match p
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase)
+            .as_deref()
+        {
+            Some("json") => Some(Format::Json),
+            Some("csv") => Some(Format::Csv),
+            Some("md" | "markdown") => Some(Format::Markdown),
+            Some("html" | "htm") => Some(Format::Html),
+            _ => None,
+        }
+    }
+}
+
+/// Where a run's report goes: files by format, and the SVG plot.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Outputs {
+    /// Report files and their formats.
+    pub files: Vec<(PathBuf, Format)>,
+    /// The SVG plot's path.
+    pub plot: Option<PathBuf>,
+}
+
+impl Outputs {
+    /// The report files (format by extension) and the plot, checked before anything runs: a
+    /// known extension, an existing directory.
+    ///
+    /// # Errors
+    /// [`BenchError::Usage`] naming the file.
+    pub fn check(files: &[PathBuf], plot: Option<&Path>) -> Result<Outputs, BenchError> {
+        let mut out = Vec::new();
+        for o in files {
+            let Some(format) = Format::of(o) else {
+                return Err(BenchError::Usage(format!(
+                    "--output {}: the extension must be .json, .csv, .md or .html",
+                    o.display()
+                )));
+            };
+            out.push((o.clone(), format));
+        }
+        if let Some(p) = plot
+            && p.extension().and_then(|e| e.to_str()) != Some("svg")
+        {
+            return Err(BenchError::Usage(format!(
+                "--plot {}: only .svg is supported (convert it with e.g. rsvg-convert for a PNG)",
+                p.display()
+            )));
+        }
+        for o in files.iter().map(PathBuf::as_path).chain(plot) {
+            let dir = o
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            if !dir.is_dir() {
+                return Err(BenchError::Usage(format!(
+                    "{}: the directory {} does not exist",
+                    o.display(),
+                    dir.display()
+                )));
+            }
+        }
+        Ok(Outputs {
+            files: out,
+            plot: plot.map(Path::to_path_buf),
+        })
+    }
+}
+
+fn write(path: &Path, text: &str) -> Result<(), BenchError> {
+    std::fs::write(path, text).map_err(|e| BenchError::Output {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })
+}
+
+/// Writes the report files and the plot (its limit and SLO lines from `criteria`).
+///
+/// # Errors
+/// [`BenchError::Output`] when a file cannot be written.
+pub fn write_outputs(
+    report: &Report,
+    outputs: &Outputs,
+    criteria: &Criteria,
+) -> Result<(), BenchError> {
+    for (o, format) in &outputs.files {
+        let failed = |e: String| BenchError::Output {
+            path: o.clone(),
+            reason: e,
+        };
+        let text = match format {
+            Format::Json => text::render_json(report),
+            Format::Csv => text::render_csv(report).map_err(|e| failed(e.to_string()))?,
+            Format::Markdown => text::render_markdown(report),
+            Format::Html => html::page(report).map_err(|e| failed(e.to_string()))?,
+        };
+        write(o, &text)?;
+    }
+    if let Some(p) = &outputs.plot {
+        let lines = plot::ref_lines(criteria);
+        let svg = plot::render_svg(report, &lines).map_err(|e| BenchError::Output {
+            path: p.clone(),
+            reason: e.to_string(),
+        })?;
+        write(p, &svg)?;
+    }
+    Ok(())
+}
+
+/// Prints a judged run's table, writes its files and plot, and gives its exit: 3 when it
+/// regressed against the baseline; for a run stopped by a signal, its stderr line (what it kept,
+/// where, and what it left out) and [`INTERRUPTED_EXIT`].
+///
+/// # Errors
+/// [`BenchError::Output`] when a file cannot be written.
+pub fn deliver(
+    report: &Report,
+    outputs: &Outputs,
+    criteria: &Criteria,
+) -> Result<ExitCode, BenchError> {
+    crate::output::print_stdout(&text::render_table(report));
+    let code = write_outputs(report, outputs, criteria).map(|()| {
+        let regressed = report
+            .comparison
+            .as_ref()
+            .is_some_and(|c| !c.regressions.is_empty());
+        if regressed {
+            ExitCode::from(3)
+        } else {
+            ExitCode::SUCCESS
+        }
+    });
+    stopped_exit(report, code, &outputs.files)
+}
+
+/// The exit of a run: `code`, or for a stopped run its stderr line (what it kept, where, and what
+/// it left out) and [`INTERRUPTED_EXIT`].
+fn stopped_exit(
+    report: &Report,
+    code: Result<ExitCode, BenchError>,
+    outputs: &[(PathBuf, Format)],
+) -> Result<ExitCode, BenchError> {
+    let Some(i) = &report.interrupted else {
+        return code;
+    };
+    let finished: usize = report.models.iter().map(|m| m.levels.len()).sum();
+    let left = i.level_left_out.as_ref().map_or_else(String::new, |l| {
+        format!("; the level running ({l}) is left out")
+    });
+    let files: Vec<String> = outputs
+        .iter()
+        .map(|(p, _)| p.display().to_string())
+        .collect();
+    let written = if files.is_empty() {
+        String::new()
+    } else {
+        format!(", written to {}", files.join(", "))
+    };
+    crate::output::print_stderr_line(&format!(
+        "tokenprobe bench: stopped by {}: {finished} finished level(s) reported{written}{left}",
+        i.signal
+    ));
+    code?;
+    Ok(ExitCode::from(INTERRUPTED_EXIT))
+}
+
+/// The exit status of a bench stopped by a signal (as a shell reports SIGINT: 128 + 2).
+pub const INTERRUPTED_EXIT: u8 = 130;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_formats_by_extension() {
+        assert_eq!(Format::of(Path::new("r.json")), Some(Format::Json));
+        assert_eq!(Format::of(Path::new("r.CSV")), Some(Format::Csv));
+        assert_eq!(Format::of(Path::new("r.md")), Some(Format::Markdown));
+        assert_eq!(Format::of(Path::new("r.HTML")), Some(Format::Html));
+        assert_eq!(Format::of(Path::new("r.txt")), None);
+    }
+}
