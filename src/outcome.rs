@@ -5,12 +5,12 @@
 //! failure", and "Anomaly flags". Everything here is synchronous and knows no HTTP library.
 
 use crate::protocol::StreamError;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::time::{Duration, SystemTime};
 
 /// Why a probe failed. Declaration order is docs/measurement.md's precedence: when several apply, the
 /// smallest (first) wins, so `Ord` is the rule.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorType {
     /// The configured or environment proxy failed, or answered instead of the target.

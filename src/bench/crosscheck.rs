@@ -125,10 +125,11 @@ mod tests {
     use super::*;
     use crate::bench::criteria::NO_SLO;
     use crate::bench::stats::LevelKey;
+    use crate::outcome::ErrorType;
 
-    fn sample(e2e: Option<f64>, err: Option<&str>, sent: f64, end: f64) -> Sample {
+    fn sample(e2e: Option<f64>, err: Option<ErrorType>, sent: f64, end: f64) -> Sample {
         Sample {
-            error_type: err.map(str::to_owned),
+            error_type: err,
             e2e_s: e2e,
             failure_s: err.map(|_| 0.1),
             sent_s: sent,
@@ -192,8 +193,8 @@ mod tests {
     fn failures_are_counted_not_compared() {
         let l = level(&[1.0], None);
         let ns = [
-            sample(None, Some("server_error"), 0.0, 0.1),
-            sample(None, Some("server_error"), 0.0, 0.1),
+            sample(None, Some(ErrorType::ServerError), 0.0, 0.1),
+            sample(None, Some(ErrorType::ServerError), 0.0, 0.1),
         ];
         let c = compare(&l, &ns, 1, &CrossCheckSpec::default(), "x");
         assert_eq!((c.requests, c.successes), (2, 0));

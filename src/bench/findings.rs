@@ -16,6 +16,7 @@
 
 use super::report::{Finding, ModelReport};
 use super::stats::LevelStats;
+use crate::outcome::ErrorType;
 use crate::units::fmt_secs;
 
 /// The thresholds of the findings.
@@ -263,12 +264,12 @@ fn long_tail(m: &ModelReport, t: &Thresholds) -> Option<Finding> {
 /// What a level's errors were, most frequent first (`timeout_first_token 16, server_error 2`),
 /// and whether most of them were the client's own deadlines (`timeout_*`).
 fn error_kinds(l: &LevelStats) -> (String, bool) {
-    let mut kinds: Vec<(&String, &u64)> = l.errors.iter().collect();
+    let mut kinds: Vec<(&ErrorType, &u64)> = l.errors.iter().collect();
     kinds.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
     let timeouts: u64 = l
         .errors
         .iter()
-        .filter(|(k, _)| k.starts_with("timeout_"))
+        .filter(|(k, _)| k.as_str().starts_with("timeout_"))
         .map(|(_, n)| n)
         .sum();
     let all: u64 = l.errors.values().sum();

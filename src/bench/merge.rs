@@ -422,7 +422,7 @@ mod tests {
         let t = 0.05 + 0.001 * ((i * 37) % 101) as f64;
         let ok = !i.is_multiple_of(13);
         Sample {
-            error_type: (!ok).then(|| "server_error".to_owned()),
+            error_type: (!ok).then_some(crate::outcome::ErrorType::ServerError),
             ttft_s: ok.then_some(t),
             ttfo_s: ok.then_some(t),
             tpot_s: ok.then_some(0.01 + t / 100.0),

@@ -479,7 +479,7 @@ pub const MAX_REPORT_FILE_BYTES: u64 = 1 << 30;
 /// Reads a JSON report; `Err` says why, in words. Parsed as it is read (a report is held once,
 /// as values, never as text too), at most [`MAX_REPORT_FILE_BYTES`] of it: a file that never
 /// ends (`/dev/zero`) fails at its first byte that is not JSON, a larger one at the limit.
-fn read_report(path: &Path) -> Result<Report, String> {
+pub fn read_report(path: &Path) -> Result<Report, String> {
     use std::io::Read as _;
     let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
     if file
@@ -660,6 +660,7 @@ pub async fn run(plan: BenchPlan) -> Result<Report, BenchError> {
         criteria: Some(criteria.record()),
         findings: Vec::new(),
         interrupted,
+        combined_from: Vec::new(),
     };
     judge(
         &mut report,

@@ -128,6 +128,9 @@ pub struct Report {
     /// The run was stopped before its end: by which signal, and the level left out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interrupted: Option<Interrupted>,
+    /// A combination of runs (`bench report a.json b.json`): the reports it was made from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub combined_from: Vec<String>,
 }
 
 /// How a run that was stopped early ended: the levels it finished are in the report; the one that
@@ -314,7 +317,7 @@ pub(crate) mod tests {
                 let failed = err_every > 0 && i % err_every == 0;
                 let t = ttft * (1.0 + i as f64 / n as f64);
                 Sample {
-                    error_type: failed.then(|| "rate_limited".to_owned()),
+                    error_type: failed.then_some(crate::outcome::ErrorType::RateLimited),
                     error_detail: failed.then(|| "HTTP 429: slow down".to_owned()),
                     ttft_s: (!failed).then_some(t),
                     ttfo_s: (!failed).then_some(t),
@@ -428,6 +431,7 @@ pub(crate) mod tests {
             criteria: None,
             findings: Vec::new(),
             interrupted: None,
+            combined_from: Vec::new(),
         }
     }
 }

@@ -6,6 +6,7 @@
 
 use crate::config::Price;
 use crate::measure::ProbeResult;
+use crate::outcome::ErrorType;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -16,7 +17,7 @@ pub const ERROR_DETAIL_CHARS: usize = 200;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Sample {
     /// `None` on success, else the one `error_type`.
-    pub error_type: Option<String>,
+    pub error_type: Option<ErrorType>,
     /// A failure's reason as the probe gave it (secrets redacted), cut to
     /// [`ERROR_DETAIL_CHARS`] characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -169,7 +170,7 @@ impl Sample {
     pub fn from_result(r: &ProbeResult, sent_s: f64, end_s: f64, lag_s: f64, first: bool) -> Self {
         let ok = r.success();
         Sample {
-            error_type: r.error_type.map(|e| e.as_str().to_owned()),
+            error_type: r.error_type,
             error_detail: r
                 .error_type
                 .and(r.error_detail.as_deref())
@@ -346,11 +347,11 @@ pub struct LevelStats {
     /// Successful requests.
     pub successes: u64,
     /// Failed requests by `error_type`.
-    pub errors: BTreeMap<String, u64>,
+    pub errors: BTreeMap<ErrorType, u64>,
     /// The first failure's reason of each `error_type` (secrets redacted), so a level that
     /// failed says why, not only how often.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub error_examples: BTreeMap<String, String>,
+    pub error_examples: BTreeMap<ErrorType, String>,
     /// Failed / all requests (0 when there were none).
     pub error_rate: f64,
     /// TTFT of successes, s.
@@ -505,9 +506,9 @@ impl LevelStats {
         let mut error_examples = BTreeMap::new();
         for s in samples {
             let Some(e) = &s.error_type else { continue };
-            *errors.entry(e.clone()).or_insert(0) += 1;
+            *errors.entry(*e).or_insert(0) += 1;
             if let Some(d) = &s.error_detail {
-                error_examples.entry(e.clone()).or_insert_with(|| d.clone());
+                error_examples.entry(*e).or_insert_with(|| d.clone());
             }
         }
         let output_tokens = samples.iter().map(|s| s.output_tokens).sum();
@@ -589,9 +590,9 @@ mod tests {
         assert!(Summary::of([]).is_none());
     }
 
-    fn sample(ttft: Option<f64>, n: u64, err: Option<&str>) -> Sample {
+    fn sample(ttft: Option<f64>, n: u64, err: Option<ErrorType>) -> Sample {
         Sample {
-            error_type: err.map(str::to_owned),
+            error_type: err,
             error_detail: err.map(|e| format!("why {e}")),
             ttft_s: ttft,
             ttfo_s: ttft,
@@ -632,7 +633,7 @@ mod tests {
         let mut later = b.clone();
         later.requested_input_tokens = None;
         later.input_tokens = Some(900);
-        let mut failed = sample(None, 0, Some("timeout_idle"));
+        let mut failed = sample(None, 0, Some(ErrorType::TimeoutIdle));
         failed.requested_input_tokens = Some(4000);
         let l = LevelLengths::of(&[a, b, failed, later]);
         assert_eq!(l.requested_input_tokens_mean, Some(128.0));
@@ -660,8 +661,8 @@ mod tests {
         let samples = vec![
             sample(Some(0.1), 10, None),
             sample(Some(0.3), 10, None),
-            sample(None, 0, Some("server_error")),
-            sample(None, 0, Some("server_error")),
+            sample(None, 0, Some(ErrorType::ServerError)),
+            sample(None, 0, Some(ErrorType::ServerError)),
         ];
         let slo = vec!["ttft=200ms".parse::<crate::bench::criteria::Slo>().unwrap()];
         let key = LevelKey {
@@ -670,9 +671,11 @@ mod tests {
         };
         let l = LevelStats::from_samples(key, &samples, 2.0, &[0.0001], &slo, 0);
         assert_eq!((l.requests, l.successes), (4, 2));
-        assert_eq!(l.errors.get("server_error"), Some(&2));
+        assert_eq!(l.errors.get(&ErrorType::ServerError), Some(&2));
         assert_eq!(
-            l.error_examples.get("server_error").map(String::as_str),
+            l.error_examples
+                .get(&ErrorType::ServerError)
+                .map(String::as_str),
             Some("why server_error"),
             "the first failure's reason"
         );
@@ -700,7 +703,7 @@ mod tests {
             with_input(Some(1000), 100), // 0.0025 + 0.001 = 0.0035
             with_input(Some(3000), 300), // 0.0075 + 0.003 = 0.0105
             with_input(None, 50),        // input unknown: not priced
-            sample(None, 0, Some("server_error")),
+            sample(None, 0, Some(ErrorType::ServerError)),
         ];
         let (per_req, per_mtok) = cost(&samples, &price);
         assert!((per_req.unwrap() - 0.007).abs() < 1e-15, "{per_req:?}");
@@ -775,7 +778,7 @@ mod tests {
                 unstamped: true,
                 ..with(None)
             },
-            sample(None, 0, Some("timeout_first_token")),
+            sample(None, 0, Some(ErrorType::TimeoutFirstToken)),
         ];
         let l = LevelStats::from_samples(
             LevelKey {

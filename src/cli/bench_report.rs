@@ -4,7 +4,7 @@
 
 use crate::bench::BenchError;
 use crate::bench::criteria::{Criteria, parse_weights};
-use crate::render::{Format, combine, html, text};
+use crate::render::{Format, combine};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -84,40 +84,19 @@ pub fn run(a: &ReportArgs) -> Result<ExitCode, BenchError> {
     let criteria = a.criteria()?;
     let mut docs = Vec::new();
     for p in &a.inputs {
-        let bad = |reason: String| BenchError::Usage(format!("{}: {reason}", p.display()));
-        let text = crate::config::read_input_file(p).map_err(|e| bad(e.to_string()))?;
-        let doc: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| bad(format!("not a tokenprobe bench JSON report ({e})")))?;
-        serde_json::from_value::<crate::bench::report::Report>(doc.clone())
-            .map_err(|e| bad(format!("not a tokenprobe bench JSON report ({e})")))?;
-        docs.push((p.display().to_string(), doc));
+        let r = crate::bench::read_report(p)
+            .map_err(|reason| BenchError::Usage(format!("{}: {reason}", p.display())))?;
+        docs.push((p.display().to_string(), r));
     }
-    let mut doc = combine::combine(docs, criteria.as_ref()).map_err(BenchError::Usage)?;
+    let mut report = combine::combine(docs, criteria.as_ref()).map_err(BenchError::Usage)?;
     if a.no_samples {
-        combine::drop_samples(&mut doc);
+        combine::drop_samples(&mut report);
     }
-    for (path, format) in &outputs {
-        let out_err = |reason: String| BenchError::Output {
-            path: path.clone(),
-            reason,
-        };
-        let text = match format {
-            Format::Json => {
-                serde_json::to_string_pretty(&doc).map_err(|e| out_err(e.to_string()))?
-            }
-            Format::Html => html::render_html(&doc).map_err(|e| out_err(e.to_string()))?,
-            Format::Csv | Format::Markdown => {
-                let r: crate::bench::report::Report =
-                    serde_json::from_value(doc.clone()).map_err(|e| out_err(e.to_string()))?;
-                if *format == Format::Csv {
-                    text::render_csv(&r).map_err(|e| out_err(e.to_string()))?
-                } else {
-                    text::render_markdown(&r)
-                }
-            }
-        };
-        std::fs::write(path, text).map_err(|e| out_err(e.to_string()))?;
-    }
+    let outputs = crate::render::Outputs {
+        files: outputs,
+        plot: None,
+    };
+    crate::render::write_outputs(&report, &outputs, &criteria.unwrap_or_default())?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,7 +1,7 @@
 //! `-o run.html` and `bench report run.json -o run.html`: the bench report as one self-contained
-//! HTML page (pure: JSON report in, page out).
+//! HTML page (pure: the typed report in, page out).
 //!
-//! Everything on the page comes from the JSON report, which the page embeds whole in a
+//! Everything on the page comes from the report, which the page also embeds whole, as JSON, in a
 //! `<script type="application/json" id="report-data">`. The page needs no network: styles and
 //! the few lines of script (table sorting) are inline, charts are inline SVG
 //! ([`super::chart`]), and a Content-Security-Policy forbids any fetch. Without JavaScript it
@@ -11,14 +11,13 @@
 //! `data-v`, that value as the report has it, so a test (or a person) can check each number
 //! against the report. Times are shown in ms, rates and growths in %, the rest as is.
 //!
-//! Fields that other parts of the bench add to the report (per-level achieved lengths, server
-//! signals under `server`, `findings`, per-model extras) are read from the JSON value when
-//! present: numbers and summaries the page does not know by name go to an "other values" table.
+//! Each table names its columns once, with the typed field each reads and the pointer that field
+//! has in the JSON; values no other table shows (costs, lengths, cross-checks) go to "More per
+//! level" when some level has them, server signals to their own table and charts.
 
 use super::chart::{self, Chart, HLine, Marker, Point, Ring, Series, XAxis, esc};
 use crate::bench::report::{ModelReport, Report};
-use crate::bench::stats::LevelStats;
-use serde_json::Value;
+use crate::bench::stats::{LevelStats, Summary};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -34,36 +33,6 @@ pub enum HtmlError {
     #[error("not a tokenprobe bench JSON report ({0})")]
     NotAReport(String),
 }
-
-/// Level fields the page shows by name; any other number or summary goes to "other values".
-pub(super) const KNOWN_LEVEL_KEYS: [&str; 26] = [
-    "concurrency",
-    "error_examples",
-    "rate",
-    "requests",
-    "successes",
-    "errors",
-    "error_rate",
-    "ttft_s",
-    "ttfo_s",
-    "tpot_s",
-    "e2e_s",
-    "decode_tokens_per_s",
-    "output_tokens",
-    "wall_s",
-    "output_tokens_per_s",
-    "requests_per_s",
-    "goodput_rps",
-    "slo_met",
-    "lag_s",
-    "ramp_s",
-    "loop_lag_s",
-    "read_lag_s",
-    "unstamped",
-    "capped",
-    "samples",
-    "server",
-];
 
 /// Keys of seconds that the page shows in ms.
 pub const MS_KEYS: [&str; 9] = [
@@ -142,9 +111,10 @@ pub(super) fn raw(v: f64) -> String {
     serde_json::Number::from_f64(v).map_or_else(|| "null".into(), |n| n.to_string())
 }
 
-/// A cell (`td`) or span showing the number at `ptr` in `doc`, or `-` when there is none.
-pub(super) fn cell(tag: &str, doc: &Value, ptr: &str, u: Unit) -> String {
-    match doc.pointer(ptr).and_then(Value::as_f64) {
+/// A cell (`td`) or span showing `v`, the report's value at JSON Pointer `ptr` (kept as
+/// `data-k` so the number can be checked against the embedded report), or `-` when there is none.
+pub(super) fn cell(tag: &str, v: Option<f64>, ptr: &str, u: Unit) -> String {
+    match v.filter(|v| v.is_finite()) {
         Some(v) => format!(
             r#"<{tag} data-k="{}" data-v="{}">{}</{tag}>"#,
             esc(ptr),
@@ -155,23 +125,12 @@ pub(super) fn cell(tag: &str, doc: &Value, ptr: &str, u: Unit) -> String {
     }
 }
 
-pub(super) fn td(doc: &Value, ptr: &str, u: Unit) -> String {
-    cell("td", doc, ptr, u)
+pub(super) fn td(v: Option<f64>, ptr: &str, u: Unit) -> String {
+    cell("td", v, ptr, u)
 }
 
-pub(super) fn span(doc: &Value, ptr: &str, u: Unit) -> String {
-    cell("span", doc, ptr, u)
-}
-
-/// The unit of a level field by its key.
-pub(super) fn key_unit(k: &str) -> Unit {
-    if MS_KEYS.contains(&k) {
-        Unit::Ms
-    } else if k == "error_rate" {
-        Unit::Pct
-    } else {
-        Unit::Plain
-    }
+pub(super) fn span(v: Option<f64>, ptr: &str, u: Unit) -> String {
+    cell("span", v, ptr, u)
 }
 
 const STYLE: &str = r"
@@ -215,18 +174,10 @@ document.documentElement.setAttribute('data-js','ok');
 ///
 /// # Errors
 /// [`HtmlError::NotAReport`] if the report does not serialize (it always does).
-pub fn page(r: &Report) -> Result<String, HtmlError> {
-    let doc = serde_json::to_value(r).map_err(|e| HtmlError::NotAReport(e.to_string()))?;
-    render_html(&doc)
-}
-
-/// The page of the JSON report `doc`.
-///
-/// # Errors
-/// [`HtmlError::NotAReport`] when `doc` is not a bench report.
-pub fn render_html(doc: &Value) -> Result<String, HtmlError> {
-    let mut r: Report =
-        serde_json::from_value(doc.clone()).map_err(|e| HtmlError::NotAReport(e.to_string()))?;
+pub fn page(report: &Report) -> Result<String, HtmlError> {
+    // The embedded report, as the JSON output writes it: every `data-k` points into it.
+    let json = serde_json::to_string(report).map_err(|e| HtmlError::NotAReport(e.to_string()))?;
+    let mut r = report.clone();
     // Models are named as every other rendering names them (`target/model` when targets differ).
     let names = crate::bench::report::model_names(&r.models);
     for (m, n) in r.models.iter_mut().zip(names) {
@@ -266,12 +217,12 @@ pub fn render_html(doc: &Value) -> Result<String, HtmlError> {
             esc(&left)
         );
     }
-    run_info(&mut o, doc, &r);
+    run_info(&mut o, &r);
     o.push_str(r#"<h2 id="answer">The answer</h2><div class="answer">"#);
-    answer(&mut o, doc, &r);
+    answer(&mut o, &r);
     o.push_str("</div>");
     o.push_str(r#"<h2 id="plots">Plots</h2><div class="plots">"#);
-    for (id, caption, c) in charts(doc, &r) {
+    for (id, caption, c) in charts(&r) {
         let _ = write!(
             o,
             r#"<figure class="plot" id="{id}"><figcaption>{}</figcaption>{}{}</figure>"#,
@@ -282,13 +233,12 @@ pub fn render_html(doc: &Value) -> Result<String, HtmlError> {
     }
     o.push_str("</div>");
     o.push_str(r#"<h2 id="levels">Per model and level</h2>"#);
-    main_table(&mut o, doc, &r);
-    percentile_table(&mut o, doc, &r);
-    load_table(&mut o, doc, &r);
-    server_table(&mut o, doc, &r);
-    extras_table(&mut o, doc, &r);
-    baseline_table(&mut o, doc, &r);
-    let json = serde_json::to_string(doc).unwrap_or_default();
+    main_table(&mut o, &r);
+    percentile_table(&mut o, &r);
+    load_table(&mut o, &r);
+    server_table(&mut o, &r);
+    more_table(&mut o, &r);
+    baseline_table(&mut o, &r);
     // `<` only occurs inside JSON strings, where `\u003c` means the same: no `</script>` can
     // end the element early.
     let _ = write!(
@@ -299,8 +249,8 @@ pub fn render_html(doc: &Value) -> Result<String, HtmlError> {
     Ok(o)
 }
 
-/// Tool, command line, target, workload, start time, and any other top-level field.
-pub(super) fn run_info(o: &mut String, doc: &Value, r: &Report) {
+/// Tool, command line, target, workload, start time, and the runs a combination was made from.
+pub(super) fn run_info(o: &mut String, r: &Report) {
     let mut rows: Vec<(String, String)> = vec![
         (
             "tool".into(),
@@ -325,7 +275,7 @@ pub(super) fn run_info(o: &mut String, doc: &Value, r: &Report) {
         }
         rows.push(("run".into(), t));
     }
-    if let Some(c) = doc.get("command").and_then(Value::as_str) {
+    if let Some(c) = &r.command {
         rows.push(("command".into(), format!("<code>{}</code>", esc(c))));
     }
     rows.push((
@@ -369,39 +319,20 @@ pub(super) fn run_info(o: &mut String, doc: &Value, r: &Report) {
         "knee rule".into(),
         format!(
             "aggregate tokens/s grows by less than {}% while TTFT p95 grows by more than {}%",
-            span(doc, "/knee_rule/tps_growth", Unit::Pct),
-            span(doc, "/knee_rule/ttft_growth", Unit::Pct)
+            span(
+                Some(r.knee_rule.tps_growth),
+                "/knee_rule/tps_growth",
+                Unit::Pct
+            ),
+            span(
+                Some(r.knee_rule.ttft_growth),
+                "/knee_rule/ttft_growth",
+                Unit::Pct
+            )
         ),
     ));
-    const KNOWN: [&str; 18] = [
-        "run",
-        "criteria",
-        "tool",
-        "version",
-        "started_at",
-        "command",
-        "target",
-        "base_url",
-        "api",
-        "prompt",
-        "max_tokens",
-        "mode",
-        "slo",
-        "knee_rule",
-        "models",
-        "selection",
-        "comparison",
-        "findings",
-    ];
-    if let Some(obj) = doc.as_object() {
-        for (k, v) in obj.iter().filter(|(k, _)| !KNOWN.contains(&k.as_str())) {
-            let text = match v {
-                Value::String(s) => esc(s),
-                Value::Null => continue,
-                other => format!("<code>{}</code>", esc(&other.to_string())),
-            };
-            rows.push((esc(k), text));
-        }
+    if !r.combined_from.is_empty() {
+        rows.push(("combined from".into(), esc(&r.combined_from.join(", "))));
     }
     o.push_str(r#"<dl class="run">"#);
     for (k, v) in rows {
@@ -412,7 +343,7 @@ pub(super) fn run_info(o: &mut String, doc: &Value, r: &Report) {
 
 /// The ranking with scores, the rejected models with the limit each failed, the knee per
 /// model, the findings and the regressions, in sentences.
-pub(super) fn answer(o: &mut String, doc: &Value, r: &Report) {
+pub(super) fn answer(o: &mut String, r: &Report) {
     if let Some(s) = &r.selection {
         let _ = write!(
             o,
@@ -450,13 +381,23 @@ pub(super) fn answer(o: &mut String, doc: &Value, r: &Report) {
                     o,
                     r#"<tr data-model="{}">{}<td class="t">{}</td>{}"#,
                     esc(&k.model),
-                    td(doc, &format!("{p}/rank"), Unit::Plain),
+                    td(Some(k.rank as f64), &format!("{p}/rank"), Unit::Plain),
                     esc(&k.model),
-                    td(doc, &format!("{p}/score"), Unit::Plain)
+                    td(Some(k.score), &format!("{p}/score"), Unit::Plain)
                 );
                 for m in &metrics {
-                    o.push_str(&td(doc, &format!("{p}/values/{}", seg(m)), metric_unit(m)));
-                    o.push_str(&td(doc, &format!("{p}/normalized/{}", seg(m)), Unit::Plain));
+                    let value = k.values.get(*m).copied().flatten();
+                    o.push_str(&td(
+                        value,
+                        &format!("{p}/values/{}", seg(m)),
+                        metric_unit(m),
+                    ));
+                    let normalized = k.normalized.get(*m).copied();
+                    o.push_str(&td(
+                        normalized,
+                        &format!("{p}/normalized/{}", seg(m)),
+                        Unit::Plain,
+                    ));
                 }
                 o.push_str("</tr>");
             }
@@ -487,8 +428,16 @@ pub(super) fn answer(o: &mut String, doc: &Value, r: &Report) {
                     r#"<li><b>{}</b>: <span class="knee">knee at {}</span> (aggregate tokens/s {}% and TTFT p95 {}% over the level before)</li>"#,
                     esc(&m.model),
                     esc(&k.level.label()),
-                    span(doc, &format!("{p}/agg_tps_growth"), Unit::Pct),
-                    span(doc, &format!("{p}/ttft_p95_growth"), Unit::Pct)
+                    span(
+                        Some(k.agg_tps_growth),
+                        &format!("{p}/agg_tps_growth"),
+                        Unit::Pct
+                    ),
+                    span(
+                        Some(k.ttft_p95_growth),
+                        &format!("{p}/ttft_p95_growth"),
+                        Unit::Pct
+                    )
                 );
             }
             None => {
@@ -501,15 +450,19 @@ pub(super) fn answer(o: &mut String, doc: &Value, r: &Report) {
         }
     }
     o.push_str("</ul>");
-    model_extras(o, doc, r);
-    findings(o, doc, r);
+    model_notes(o, r);
+    findings(o, r);
     if let Some(c) = &r.comparison {
         let _ = write!(
             o,
             r#"<h3>Baseline</h3><p>Against <code>{}</code> (tolerance {}%, error rate +{} points): {} values compared, <b>{} regressions</b>.</p>"#,
             esc(&c.baseline),
-            span(doc, "/comparison/tolerance", Unit::Pct),
-            span(doc, "/comparison/tolerance_error_rate", Unit::Pct),
+            span(Some(c.tolerance), "/comparison/tolerance", Unit::Pct),
+            span(
+                Some(c.tolerance_error_rate),
+                "/comparison/tolerance_error_rate",
+                Unit::Pct
+            ),
             c.compared,
             c.regressions.len()
         );
@@ -524,8 +477,8 @@ pub(super) fn answer(o: &mut String, doc: &Value, r: &Report) {
                     esc(&g.model),
                     esc(&g.level),
                     esc(&g.metric),
-                    span(doc, &format!("{p}/baseline"), u),
-                    span(doc, &format!("{p}/current"), u),
+                    span(Some(g.baseline), &format!("{p}/baseline"), u),
+                    span(Some(g.current), &format!("{p}/current"), u),
                     match u {
                         Unit::Ms => " ms",
                         Unit::Pct => " %",
@@ -538,28 +491,52 @@ pub(super) fn answer(o: &mut String, doc: &Value, r: &Report) {
     }
 }
 
-/// Per-model fields other than the model, its levels and its knee (a target, achieved
-/// lengths, a note), as a list.
-pub(super) fn model_extras(o: &mut String, doc: &Value, r: &Report) {
-    let Some(models) = doc.get("models").and_then(Value::as_array) else {
-        return;
-    };
+/// What the report says of each model beyond its levels and knee: its target, price, achieved
+/// lengths, prompt and calibration, as a list.
+pub(super) fn model_notes(o: &mut String, r: &Report) {
     let mut items = Vec::new();
-    for (mi, m) in models.iter().enumerate() {
-        let Some(obj) = m.as_object() else { continue };
-        let name = r.models.get(mi).map_or("?", |m| m.model.as_str());
+    for (mi, m) in r.models.iter().enumerate() {
+        let p = format!("/models/{mi}");
         let mut parts = Vec::new();
-        for (k, v) in obj
-            .iter()
-            .filter(|(k, _)| !["model", "levels", "knee"].contains(&k.as_str()))
-        {
-            let p = format!("/models/{mi}/{}", seg(k));
-            parts.push(format!("{}: {}", esc(k), value_html(doc, &p, v)));
+        if let Some(t) = &m.target {
+            parts.push(format!("target: {}", esc(t)));
+        }
+        if let Some(pr) = &m.price {
+            parts.push(format!(
+                "price: input_per_mtok {}, output_per_mtok {}",
+                span(
+                    Some(pr.input_per_mtok),
+                    &format!("{p}/price/input_per_mtok"),
+                    Unit::Plain
+                ),
+                span(
+                    Some(pr.output_per_mtok),
+                    &format!("{p}/price/output_per_mtok"),
+                    Unit::Plain
+                )
+            ));
+        }
+        for (k, v) in [
+            ("input_tokens_mean", m.input_tokens_mean),
+            ("output_tokens_mean", m.output_tokens_mean),
+        ] {
+            if v.is_some() {
+                parts.push(format!(
+                    "{k}: {}",
+                    span(v, &format!("{p}/{k}"), Unit::Plain)
+                ));
+            }
+        }
+        if let Some(pr) = &m.prompt {
+            parts.push(format!("prompt: {}", esc(pr)));
+        }
+        if let Some(c) = &m.calibration {
+            parts.push(format!("calibration: {}", esc(&c.summary())));
         }
         if !parts.is_empty() {
             items.push(format!(
                 "<li><b>{}</b>: {}</li>",
-                esc(name),
+                esc(&m.model),
                 parts.join("; ")
             ));
         }
@@ -573,79 +550,38 @@ pub(super) fn model_extras(o: &mut String, doc: &Value, r: &Report) {
     }
 }
 
-/// A JSON value in a sentence: numbers with their pointer, strings as text, objects one level
-/// deep.
-pub(super) fn value_html(doc: &Value, p: &str, v: &Value) -> String {
-    match v {
-        Value::Number(_) => span(doc, p, Unit::Plain),
-        Value::String(s) => esc(s),
-        Value::Bool(b) => b.to_string(),
-        Value::Object(m) => m
-            .iter()
-            .map(|(k, v)| match v {
-                Value::Number(_) | Value::String(_) | Value::Bool(_) => format!(
-                    "{} {}",
-                    esc(k),
-                    value_html(doc, &format!("{p}/{}", seg(k)), v)
-                ),
-                other => format!("{} <code>{}</code>", esc(k), esc(&other.to_string())),
-            })
-            .collect::<Vec<_>>()
-            .join(", "),
-        other => format!("<code>{}</code>", esc(&other.to_string())),
-    }
-}
-
-/// The findings (`findings: [{code, model, level, message}]`) in sentences.
-pub(super) fn findings(o: &mut String, doc: &Value, r: &Report) {
-    let s = |x: &Value, k: &str| match x.get(k) {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Null) | None => String::new(),
-        Some(v) => v.to_string(),
-    };
-    // (model, level, message, code): the report's findings, then each level's own (a block's
-    // `finding` text, e.g. `cross_check.finding`).
+/// The findings in sentences: the report's, then each level's cross-check finding.
+pub(super) fn findings(o: &mut String, r: &Report) {
+    // (model, level, message, code)
     let mut all: Vec<(String, String, String, String)> = Vec::new();
-    let listed = doc.get("findings").and_then(Value::as_array);
-    for x in listed.into_iter().flatten() {
-        let level = match s(x, "run") {
-            run if run.is_empty() => s(x, "level"),
-            run => format!("{} (run {run})", s(x, "level")),
+    for f in &r.findings {
+        let level = match &f.run {
+            Some(run) => format!("{} (run {run})", f.level),
+            None => f.level.clone(),
         };
-        all.push((s(x, "model"), level, s(x, "message"), s(x, "code")));
+        all.push((f.model.clone(), level, f.message.clone(), f.code.clone()));
     }
-    for (m, mv) in r.models.iter().zip(
-        doc.get("models")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten(),
-    ) {
-        for (l, lv) in m.levels.iter().zip(
-            mv.get("levels")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten(),
-        ) {
-            for (k, v) in lv.as_object().into_iter().flatten() {
-                if let Some(f) = v.get("finding").and_then(Value::as_str) {
-                    all.push((m.model.clone(), l.key.label(), f.to_owned(), k.clone()));
-                }
+    for m in &r.models {
+        for l in &m.levels {
+            if let Some(f) = l.cross_check.as_ref().and_then(|c| c.finding.as_ref()) {
+                all.push((
+                    m.model.clone(),
+                    l.key.label(),
+                    f.clone(),
+                    "cross_check".into(),
+                ));
             }
         }
     }
-    if listed.is_none() && all.is_empty() {
+    if all.is_empty() {
         return;
     }
     o.push_str(r#"<h3>Findings</h3><ul class="findings" id="findings">"#);
-    if all.is_empty() {
-        o.push_str("<li>none</li>");
-    }
     for (model, level, message, code) in all {
-        let at = match (model.is_empty(), level.is_empty()) {
-            (false, false) => format!("<b>{}</b> at {}: ", esc(&model), esc(&level)),
-            (false, true) => format!("<b>{}</b>: ", esc(&model)),
-            (true, false) => format!("at {}: ", esc(&level)),
-            (true, true) => String::new(),
+        let at = if level.is_empty() {
+            format!("<b>{}</b>: ", esc(&model))
+        } else {
+            format!("<b>{}</b> at {}: ", esc(&model), esc(&level))
         };
         let _ = write!(
             o,
@@ -660,13 +596,16 @@ pub(super) fn findings(o: &mut String, doc: &Value, r: &Report) {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::bench::report::Finding;
     use crate::bench::report::tests::synthetic;
+    use crate::bench::stats::CrossCheck;
+    use crate::servermetrics::level::{ServerLevel, SignalStats};
     use regex::Regex;
-    use serde_json::json;
+    use serde_json::Value;
 
-    /// The synthetic report as JSON, with what other parts of the bench add: samples, server
-    /// signals, findings, an achieved-length summary and a per-model target.
-    pub(crate) fn rich() -> Value {
+    /// The synthetic report with what other parts of the bench add: samples, server signals,
+    /// findings, requested and achieved lengths, and each model's achieved input length.
+    pub(crate) fn rich() -> Report {
         let mut r = synthetic();
         for m in &mut r.models {
             for (li, l) in m.levels.iter_mut().enumerate() {
@@ -684,22 +623,44 @@ pub(crate) mod tests {
             }
         }
         r.command = Some("tokenprobe bench --config.file c.yml -o run.html".into());
-        let mut doc = serde_json::to_value(&r).unwrap();
-        for (mi, m) in doc["models"].as_array_mut().unwrap().iter_mut().enumerate() {
-            m["note"] = json!(format!("note {mi}"));
-            for (li, l) in m["levels"].as_array_mut().unwrap().iter_mut().enumerate() {
+        let stats = |mean: f64, max: f64| SignalStats {
+            mean: Some(mean),
+            max: Some(max),
+            ..SignalStats::default()
+        };
+        for (mi, m) in r.models.iter_mut().enumerate() {
+            m.input_tokens_mean = Some(100.0 + mi as f64);
+            for (li, l) in m.levels.iter_mut().enumerate() {
                 let f = (li + 1) as f64;
-                l["server"] = json!({
-                    "gpu_utilization": {"mean": 30.0 * f, "max": 35.0 * f},
-                    "kv_cache_usage_ratio": {"mean": 0.2 * f, "max": 0.25 * f},
-                    "requests_waiting": {"mean": 0.5 * f * f, "max": 2.0 * f * f},
-                    "scrapes": 10, "scrape_errors": 0
-                });
-                l["output_length"] = json!({"requested": 64, "achieved": {"n": 20, "mean": 63.5, "p50": 64.0, "p95": 64.0}});
+                let mut server = ServerLevel {
+                    scrapes: 10,
+                    ..ServerLevel::default()
+                };
+                for (name, s) in [
+                    ("gpu_utilization", stats(30.0 * f, 35.0 * f)),
+                    ("kv_cache_usage_ratio", stats(0.2 * f, 0.25 * f)),
+                    ("requests_waiting", stats(0.5 * f * f, 2.0 * f * f)),
+                ] {
+                    server.signals.insert(name.into(), s);
+                }
+                l.server = Some(server);
+                l.lengths.requested_output_tokens_mean = Some(64.0);
+                l.lengths.output_tokens_mean = Some(63.5);
             }
         }
-        doc["findings"] = json!([{"code": "kv_cache_full", "model": "alpha", "level": "8", "message": "the KV cache was 95% full: requests queue"}]);
-        doc
+        r.findings = vec![Finding {
+            code: "kv_cache_full".into(),
+            model: "alpha".into(),
+            level: "8".into(),
+            message: "the KV cache was 95% full: requests queue".into(),
+            run: None,
+        }];
+        r
+    }
+
+    /// The report as the page embeds it.
+    fn json_of(r: &Report) -> Value {
+        serde_json::to_value(r).unwrap()
     }
 
     /// `(pointer, data-v, text)` of every number shown.
@@ -781,9 +742,9 @@ pub(crate) mod tests {
 
     #[test]
     fn every_number_shown_is_the_reports() {
-        let doc = rich();
-        let html = render_html(&doc).unwrap();
-        let n = check_numbers(&doc, &html);
+        let r = rich();
+        let html = page(&r).unwrap();
+        let n = check_numbers(&json_of(&r), &html);
         // 2 models × 3 levels: 15 comparison columns, 7 × 8 statistics, the load table, the
         // server and other tables, the ranking, knees, the baseline.
         assert!(n > 600, "only {n} numbers");
@@ -792,7 +753,7 @@ pub(crate) mod tests {
             "/selection/ranked/0/score",
             "/models/0/knee/ttft_p95_growth",
             "/models/1/levels/2/server/requests_waiting/mean",
-            "/models/1/levels/2/output_length/achieved/p50",
+            "/models/1/levels/2/lengths/output_tokens_mean",
             "/comparison/values/0/baseline",
             "/models/1/levels/1/errors/rate_limited",
         ] {
@@ -802,10 +763,10 @@ pub(crate) mod tests {
 
     #[test]
     fn the_page_embeds_the_report_and_escapes_what_it_shows() {
-        let mut doc = rich();
-        doc["models"][1]["model"] = json!("</script><script>alert(1)</script>");
-        let html = render_html(&doc).unwrap();
-        assert_eq!(embedded(&html), doc);
+        let mut r = rich();
+        r.models[1].model = "</script><script>alert(1)</script>".into();
+        let html = page(&r).unwrap();
+        assert_eq!(embedded(&html), json_of(&r));
         assert!(
             !html.contains("<script>alert(1)"),
             "a model name ran as script"
@@ -815,7 +776,7 @@ pub(crate) mod tests {
 
     #[test]
     fn the_page_fetches_nothing() {
-        let html = render_html(&rich()).unwrap();
+        let html = page(&rich()).unwrap();
         assert!(html.contains("Content-Security-Policy\" content=\"default-src 'none'"));
         for bad in [
             "src=", "href=", "url(", "@import", "<link", "<img", "<iframe",
@@ -836,9 +797,14 @@ pub(crate) mod tests {
 
     #[test]
     fn the_answer_comes_first_with_ranking_rejections_knees_and_findings() {
-        let mut doc = rich();
-        doc["run"] = json!({"id": "abc123", "shard": "1/2"});
-        let html = render_html(&doc).unwrap();
+        let mut r = rich();
+        r.run = Some(crate::bench::report::RunInfo {
+            id: "abc123".into(),
+            shard: Some("1/2".into()),
+            start_at: None,
+            merged_from: Vec::new(),
+        });
+        let html = page(&r).unwrap();
         assert!(html.contains("<dt>run</dt><dd>id <code>abc123</code>, shard 1/2</dd>"));
         let at = |s: &str| html.find(s).unwrap_or_else(|| panic!("no {s:?}"));
         assert!(at(r#"id="answer""#) < at(r#"id="plots""#));
@@ -849,21 +815,33 @@ pub(crate) mod tests {
         assert!(html.contains(r#"<b>alpha</b>: <span class="knee">knee at 8</span>"#));
         assert!(html.contains("<b>beta</b>: no knee within the sweep"));
         assert!(html.contains("<b>alpha</b> at 8: the KV cache was 95% full: requests queue"));
-        let mut doc = rich();
-        doc["models"][1]["levels"][0]["some_check"] =
-            json!({"requests": 5, "finding": "non-streaming E2E 40% below streaming"});
-        let html = render_html(&doc).unwrap();
+        let mut r = rich();
+        r.models[1].levels[0].cross_check = Some(CrossCheck {
+            requests: 5,
+            successes: 5,
+            concurrency: 2,
+            stream_e2e_p50_s: Some(1.0),
+            non_stream_e2e_p50_s: Some(0.6),
+            difference_s: Some(0.4),
+            ratio: Some(1.0 / 0.6),
+            finding: Some("non-streaming E2E 40% below streaming".into()),
+        });
+        let html = page(&r).unwrap();
         assert!(html.contains("<b>beta</b> at 2: non-streaming E2E 40% below streaming"));
+        assert!(html.contains(r#"data-k="/models/1/levels/0/cross_check/ratio""#));
         assert!(
             html.contains("tokenprobe 0.1.0")
                 && html.contains("<code>tokenprobe bench --config.file c.yml -o run.html</code>")
         );
-        assert!(html.contains("note: note 0"), "per-model extras");
+        assert!(
+            html.contains(r#"input_tokens_mean: <span data-k="/models/1/input_tokens_mean""#),
+            "what the report says of each model"
+        );
     }
 
     #[test]
     fn every_plot_is_there_with_labelled_axes() {
-        let html = render_html(&rich()).unwrap();
+        let html = page(&rich()).unwrap();
         let ids = [
             "plot-ttft",
             "plot-tps",
@@ -898,14 +876,15 @@ pub(crate) mod tests {
 
     #[test]
     fn limit_and_slo_lines_come_from_the_report() {
-        let mut doc = rich();
-        doc["selection"]["limits"] = json!([
-            "ttft_p95 < 500.0 ms",
-            "agg_tps > 150.0 tok/s",
-            "error_rate < 1.00%"
-        ]);
-        doc["slo"] = json!(["ttft<=1.50 s"]);
-        let r: Report = serde_json::from_value(doc.clone()).unwrap();
+        let mut r = rich();
+        if let Some(s) = r.selection.as_mut() {
+            s.limits = vec![
+                "ttft_p95 < 500.0 ms".into(),
+                "agg_tps > 150.0 tok/s".into(),
+                "error_rate < 1.00%".into(),
+            ];
+        }
+        r.slo = vec!["ttft<=1.50 s".into()];
         let t = thresholds(&r);
         let got: Vec<(&str, f64, bool)> = t.iter().map(|x| (x.0.as_str(), x.1, x.3)).collect();
         assert_eq!(
@@ -916,7 +895,7 @@ pub(crate) mod tests {
                 ("ttft", 1500.0, false)
             ]
         );
-        let html = render_html(&doc).unwrap();
+        let html = page(&r).unwrap();
         assert!(
             html.contains("limit ttft_p95 &lt; 500.0 ms")
                 && html.contains("SLO ttft&lt;=1.50 s (per request)")
@@ -933,17 +912,15 @@ pub(crate) mod tests {
         let mut r = synthetic();
         r.selection = None;
         r.comparison = None;
-        let mut doc = serde_json::to_value(&r).unwrap();
-        doc.as_object_mut().unwrap().remove("command");
-        let html = render_html(&doc).unwrap();
+        r.command = None;
+        let html = page(&r).unwrap();
         assert!(html.contains("Not judged"));
         assert!(
             !html.contains("plot-scatter")
                 && !html.contains("plot-server")
                 && !html.contains("server-table")
         );
-        check_numbers(&doc, &html);
-        assert!(render_html(&json!({"models": 1})).is_err());
+        check_numbers(&json_of(&r), &html);
     }
 
     #[test]
@@ -959,15 +936,14 @@ pub(crate) mod tests {
                 k.level = m.levels[k.index].key;
             }
         }
-        let doc = serde_json::to_value(&r).unwrap();
-        let html = render_html(&doc).unwrap();
+        let html = page(&r).unwrap();
         assert!(html.contains("open loop, constant arrivals"));
         assert!(html.contains(">arrival rate (requests/s)</text>"));
         assert!(html.contains("<th>arrival rate (requests/s)</th>"));
         for l in [">1/s</text>", ">2/s</text>", ">4/s</text>", "knee at 4/s"] {
             assert!(html.contains(l), "no {l}");
         }
-        check_numbers(&doc, &html);
+        check_numbers(&json_of(&r), &html);
     }
 
     #[test]
@@ -1003,11 +979,15 @@ pub(crate) mod tests {
     /// cells of a few characters and charts of finite coordinates.
     #[test]
     fn absurd_numbers_render_within_bounds() {
-        let mut doc = rich();
-        doc["models"][0]["levels"][0]["ttft_s"]["p95"] = json!(1e300);
-        doc["models"][0]["levels"][1]["ttft_s"]["p50"] = json!(-5.0);
-        doc["models"][0]["levels"][0]["output_tokens_per_s"] = json!(1e306);
-        let html = render_html(&doc).unwrap();
+        let mut r = rich();
+        if let Some(s) = r.models[0].levels[0].ttft_s.as_mut() {
+            s.p95 = 1e300;
+        }
+        if let Some(s) = r.models[0].levels[1].ttft_s.as_mut() {
+            s.p50 = -5.0;
+        }
+        r.models[0].levels[0].output_tokens_per_s = 1e306;
+        let html = page(&r).unwrap();
         for bad in ["NaN", "inf", "Infinity"] {
             let in_charts = html
                 .split("<svg")

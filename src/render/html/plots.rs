@@ -109,25 +109,13 @@ pub(super) fn hline(t: &(String, f64, String, bool)) -> HLine {
 }
 
 /// Baseline values of one metric per (model, level label), from `comparison.values`.
-pub(super) fn baseline_values(doc: &Value, metric: &str) -> BTreeMap<(String, String), f64> {
-    let mut out = BTreeMap::new();
-    for v in doc
-        .pointer("/comparison/values")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        if v.get("metric").and_then(Value::as_str) == Some(metric)
-            && let (Some(m), Some(l), Some(b)) = (
-                v.get("model").and_then(Value::as_str),
-                v.get("level").and_then(Value::as_str),
-                v.get("baseline").and_then(Value::as_f64),
-            )
-        {
-            out.insert((m.to_owned(), l.to_owned()), b);
-        }
-    }
-    out
+pub(super) fn baseline_values(r: &Report, metric: &str) -> BTreeMap<(String, String), f64> {
+    r.comparison
+        .iter()
+        .flat_map(|c| &c.values)
+        .filter(|v| v.metric == metric)
+        .map(|v| ((v.model.clone(), v.level.clone()), v.baseline))
+        .collect()
 }
 
 pub(super) fn pt(x: f64, y: f64, title: String) -> Point {
@@ -141,13 +129,12 @@ pub(super) fn pt(x: f64, y: f64, title: String) -> Point {
 
 /// The baseline's series of `metric` (dashed, the model's colour) on the level axis.
 pub(super) fn baseline_series(
-    doc: &Value,
     r: &Report,
     labels: &[String],
     metric: &str,
     scale: f64,
 ) -> Vec<Series> {
-    let b = baseline_values(doc, metric);
+    let b = baseline_values(r, metric);
     if b.is_empty() {
         return Vec::new();
     }
@@ -212,7 +199,7 @@ pub(super) fn knee_rings(
 }
 
 /// Every chart: `(id, caption, chart)`.
-pub(super) fn charts(doc: &Value, r: &Report) -> Vec<(String, String, Chart)> {
+pub(super) fn charts(r: &Report) -> Vec<(String, String, Chart)> {
     let labels = level_labels(r);
     let lines = thresholds(r);
     let mut out = Vec::new();
@@ -255,7 +242,7 @@ pub(super) fn charts(doc: &Value, r: &Report) -> Vec<(String, String, Chart)> {
             });
         }
     }
-    series.extend(baseline_series(doc, r, &labels, "ttft_p95", 1e3));
+    series.extend(baseline_series(r, &labels, "ttft_p95", 1e3));
     out.push((
         "plot-ttft".into(),
         "TTFT p50 / p95 / p99 against the load".into(),
@@ -273,7 +260,7 @@ pub(super) fn charts(doc: &Value, r: &Report) -> Vec<(String, String, Chart)> {
             ring_label: String::new(),
         },
     ));
-    out.push(tps_chart(doc, r, &labels, &lines));
+    out.push(tps_chart(r, &labels, &lines));
     out.push(curve_chart(r, &lines));
     for (mi, m) in r.models.iter().enumerate() {
         if let Some(c) = scatter(m) {
@@ -284,13 +271,12 @@ pub(super) fn charts(doc: &Value, r: &Report) -> Vec<(String, String, Chart)> {
             ));
         }
     }
-    out.extend(server_charts(doc, r, &labels));
+    out.extend(server_charts(r, &labels));
     out
 }
 
 /// Aggregate tokens/s against the level, the knee circled and named in the legend.
 pub(super) fn tps_chart(
-    doc: &Value,
     r: &Report,
     labels: &[String],
     lines: &[(String, f64, String, bool)],
@@ -324,7 +310,7 @@ pub(super) fn tps_chart(
                 .collect(),
         })
         .collect();
-    series.extend(baseline_series(doc, r, labels, "agg_tps", 1.0));
+    series.extend(baseline_series(r, labels, "agg_tps", 1.0));
     let (rings, ring_label) = knee_rings(r, labels, |l| Some(l.output_tokens_per_s));
     (
         "plot-tps".into(),
@@ -420,7 +406,7 @@ pub(super) fn scatter(m: &ModelReport) -> Option<Chart> {
             .collect();
         for s in samples {
             if let (Some(e), Some(f)) = (&s.error_type, s.failure_s) {
-                errors.entry(e.clone()).or_default().push(pt(
+                errors.entry(e.as_str().to_owned()).or_default().push(pt(
                     offset + s.sent_s,
                     f * 1e3,
                     format!("{e} at {}", l.key.label()),
@@ -467,27 +453,13 @@ pub(super) fn scatter(m: &ModelReport) -> Option<Chart> {
     })
 }
 
-/// Server signal names (keys of `levels[].server` holding `{mean, max}`), in first-seen order.
-pub(super) fn server_signals(doc: &Value) -> Vec<String> {
+/// Server signal names (those with a mean in some level's `server` block), in first-seen order.
+pub(super) fn server_signals(r: &Report) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
-    for m in doc
-        .get("models")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        for l in m
-            .get("levels")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            if let Some(s) = l.get("server").and_then(Value::as_object) {
-                for (k, v) in s {
-                    if v.get("mean").and_then(Value::as_f64).is_some() && !out.contains(k) {
-                        out.push(k.clone());
-                    }
-                }
+    for l in r.models.iter().flat_map(|m| &m.levels) {
+        for (k, v) in l.server.iter().flat_map(|s| &s.signals) {
+            if v.mean.is_some() && !out.contains(k) {
+                out.push(k.clone());
             }
         }
     }
@@ -532,13 +504,9 @@ pub(super) fn signal_display(sig: &str) -> (String, Unit) {
 }
 
 /// One chart per server signal: its mean (solid) and max (dashed) per model against the level.
-pub(super) fn server_charts(
-    doc: &Value,
-    r: &Report,
-    labels: &[String],
-) -> Vec<(String, String, Chart)> {
+pub(super) fn server_charts(r: &Report, labels: &[String]) -> Vec<(String, String, Chart)> {
     let mut out = Vec::new();
-    for sig in server_signals(doc) {
+    for sig in server_signals(r) {
         let (label, unit) = signal_display(&sig);
         let scale = match unit {
             Unit::Pct => 100.0,
@@ -547,21 +515,17 @@ pub(super) fn server_charts(
         };
         let mut series = Vec::new();
         for (mi, m) in r.models.iter().enumerate() {
-            for (stat, dashed, marker) in [
-                ("mean", false, Marker::Circle),
-                ("max", true, Marker::Triangle),
-            ] {
+            type Stat = fn(&crate::servermetrics::level::SignalStats) -> Option<f64>;
+            let stats: [(&str, bool, Marker, Stat); 2] = [
+                ("mean", false, Marker::Circle, |s| s.mean),
+                ("max", true, Marker::Triangle, |s| s.max),
+            ];
+            for (stat, dashed, marker, get) in stats {
                 let points: Vec<Point> = m
                     .levels
                     .iter()
-                    .enumerate()
-                    .filter_map(|(li, l)| {
-                        let v = doc
-                            .pointer(&format!(
-                                "/models/{mi}/levels/{li}/server/{}/{stat}",
-                                seg(&sig)
-                            ))
-                            .and_then(Value::as_f64)?;
+                    .filter_map(|l| {
+                        let v = l.server.as_ref()?.signals.get(&sig).and_then(get)?;
                         Some(pt(
                             slot(labels, l),
                             v * scale,

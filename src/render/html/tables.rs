@@ -30,28 +30,78 @@ pub(super) fn strs(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| (*s).to_owned()).collect()
 }
 
+/// A level's value the tables show: the pointer below the level, the column's head, its unit,
+/// and how it is read from the typed level.
+type Column = (
+    &'static str,
+    &'static str,
+    Unit,
+    fn(&LevelStats) -> Option<f64>,
+);
+
+fn p(s: Option<Summary>, f: fn(&Summary) -> f64) -> Option<f64> {
+    s.as_ref().map(f)
+}
+
+/// The comparison table's columns.
+const MAIN_COLUMNS: [Column; 16] = [
+    ("requests", "requests", Unit::Plain, |l| {
+        Some(l.requests as f64)
+    }),
+    ("error_rate", "error rate (%)", Unit::Pct, |l| {
+        Some(l.error_rate)
+    }),
+    ("ttft_s/p50", "TTFT p50 (ms)", Unit::Ms, |l| {
+        p(l.ttft_s, |s| s.p50)
+    }),
+    ("ttft_s/p95", "TTFT p95 (ms)", Unit::Ms, |l| {
+        p(l.ttft_s, |s| s.p95)
+    }),
+    ("ttft_s/p99", "TTFT p99 (ms)", Unit::Ms, |l| {
+        p(l.ttft_s, |s| s.p99)
+    }),
+    ("tpot_s/p50", "TPOT p50 (ms)", Unit::Ms, |l| {
+        p(l.tpot_s, |s| s.p50)
+    }),
+    ("tpot_s/p95", "TPOT p95 (ms)", Unit::Ms, |l| {
+        p(l.tpot_s, |s| s.p95)
+    }),
+    ("e2e_s/p50", "E2E p50 (ms)", Unit::Ms, |l| {
+        p(l.e2e_s, |s| s.p50)
+    }),
+    ("e2e_s/p95", "E2E p95 (ms)", Unit::Ms, |l| {
+        p(l.e2e_s, |s| s.p95)
+    }),
+    (
+        "decode_tokens_per_s/p50",
+        "decode tok/s p50",
+        Unit::Plain,
+        |l| p(l.decode_tokens_per_s, |s| s.p50),
+    ),
+    ("output_tokens_per_s", "aggregate tok/s", Unit::Plain, |l| {
+        Some(l.output_tokens_per_s)
+    }),
+    ("requests_per_s", "req/s", Unit::Plain, |l| {
+        Some(l.requests_per_s)
+    }),
+    ("goodput_rps", "goodput (req/s)", Unit::Plain, |l| {
+        l.goodput_rps
+    }),
+    ("lag_s/p99", "generator lag p99 (ms)", Unit::Ms, |l| {
+        p(l.lag_s, |s| s.p99)
+    }),
+    ("loop_lag_s/p99", "loop lag p99 (ms)", Unit::Ms, |l| {
+        p(l.loop_lag_s, |s| s.p99)
+    }),
+    ("read_lag_s/p99", "read lag p99 (ms)", Unit::Ms, |l| {
+        p(l.read_lag_s, |s| s.p99)
+    }),
+];
+
 /// The comparison table: one row per model and level.
-pub(super) fn main_table(o: &mut String, doc: &Value, r: &Report) {
-    const COLS: [(&str, &str); 16] = [
-        ("requests", "requests"),
-        ("error_rate", "error rate (%)"),
-        ("ttft_s/p50", "TTFT p50 (ms)"),
-        ("ttft_s/p95", "TTFT p95 (ms)"),
-        ("ttft_s/p99", "TTFT p99 (ms)"),
-        ("tpot_s/p50", "TPOT p50 (ms)"),
-        ("tpot_s/p95", "TPOT p95 (ms)"),
-        ("e2e_s/p50", "E2E p50 (ms)"),
-        ("e2e_s/p95", "E2E p95 (ms)"),
-        ("decode_tokens_per_s/p50", "decode tok/s p50"),
-        ("output_tokens_per_s", "aggregate tok/s"),
-        ("requests_per_s", "req/s"),
-        ("goodput_rps", "goodput (req/s)"),
-        ("lag_s/p99", "generator lag p99 (ms)"),
-        ("loop_lag_s/p99", "loop lag p99 (ms)"),
-        ("read_lag_s/p99", "read lag p99 (ms)"),
-    ];
+pub(super) fn main_table(o: &mut String, r: &Report) {
     let mut heads = strs(&["model", load_label(r)]);
-    heads.extend(COLS.iter().map(|c| c.1.to_owned()));
+    heads.extend(MAIN_COLUMNS.iter().map(|c| c.1.to_owned()));
     heads.extend(strs(&["errors by type", "knee"]));
     table_head(
         o,
@@ -63,18 +113,21 @@ pub(super) fn main_table(o: &mut String, doc: &Value, r: &Report) {
         for (li, l) in m.levels.iter().enumerate() {
             let p = format!("/models/{mi}/levels/{li}");
             row_start(o, m, l);
-            for (k, _) in COLS {
-                let u = key_unit(k.split('/').next().unwrap_or(k));
-                o.push_str(&td(doc, &format!("{p}/{k}"), u));
+            for (k, _, u, get) in MAIN_COLUMNS {
+                o.push_str(&td(get(l), &format!("{p}/{k}"), u));
             }
             let errs: Vec<String> = l
                 .errors
-                .keys()
-                .map(|e| {
+                .iter()
+                .map(|(e, n)| {
                     format!(
                         "{} {}",
-                        esc(e),
-                        span(doc, &format!("{p}/errors/{}", seg(e)), Unit::Plain)
+                        e.as_str(),
+                        span(
+                            Some(*n as f64),
+                            &format!("{p}/errors/{}", e.as_str()),
+                            Unit::Plain
+                        )
                     )
                 })
                 .collect();
@@ -99,33 +152,49 @@ pub(super) fn main_table(o: &mut String, doc: &Value, r: &Report) {
 }
 
 /// Every statistic of every distribution, per model and level.
-pub(super) fn percentile_table(o: &mut String, doc: &Value, r: &Report) {
-    const METRICS: [(&str, &str); 8] = [
-        ("ttft_s", "TTFT (ms)"),
-        ("ttfo_s", "TTFO (ms)"),
-        ("tpot_s", "TPOT (ms)"),
-        ("e2e_s", "E2E (ms)"),
-        ("decode_tokens_per_s", "decode tokens/s"),
-        ("lag_s", "generator lag (ms)"),
-        ("loop_lag_s", "loop lag (ms)"),
-        ("read_lag_s", "read lag (ms)"),
+pub(super) fn percentile_table(o: &mut String, r: &Report) {
+    type Metric = (
+        &'static str,
+        &'static str,
+        Unit,
+        fn(&LevelStats) -> Option<Summary>,
+    );
+    const METRICS: [Metric; 8] = [
+        ("ttft_s", "TTFT (ms)", Unit::Ms, |l| l.ttft_s),
+        ("ttfo_s", "TTFO (ms)", Unit::Ms, |l| l.ttfo_s),
+        ("tpot_s", "TPOT (ms)", Unit::Ms, |l| l.tpot_s),
+        ("e2e_s", "E2E (ms)", Unit::Ms, |l| l.e2e_s),
+        ("decode_tokens_per_s", "decode tokens/s", Unit::Plain, |l| {
+            l.decode_tokens_per_s
+        }),
+        ("lag_s", "generator lag (ms)", Unit::Ms, |l| l.lag_s),
+        ("loop_lag_s", "loop lag (ms)", Unit::Ms, |l| l.loop_lag_s),
+        ("read_lag_s", "read lag (ms)", Unit::Ms, |l| l.read_lag_s),
     ];
-    const STATS: [&str; 8] = ["n", "mean", "min", "p50", "p90", "p95", "p99", "max"];
+    type Stat = (&'static str, fn(&Summary) -> f64);
+    const STATS: [Stat; 8] = [
+        ("n", |s| s.n as f64),
+        ("mean", |s| s.mean),
+        ("min", |s| s.min),
+        ("p50", |s| s.p50),
+        ("p90", |s| s.p90),
+        ("p95", |s| s.p95),
+        ("p99", |s| s.p99),
+        ("max", |s| s.max),
+    ];
     let mut heads = strs(&["model", load_label(r), "metric"]);
-    heads.extend(STATS.iter().map(|s| (*s).to_owned()));
+    heads.extend(STATS.iter().map(|s| s.0.to_owned()));
     table_head(o, "percentiles-table", "Percentiles", &heads);
     for (mi, m) in r.models.iter().enumerate() {
         for (li, l) in m.levels.iter().enumerate() {
-            for (k, name) in METRICS {
+            for (k, name, unit, get) in METRICS {
+                let Some(summary) = get(l) else { continue };
                 let p = format!("/models/{mi}/levels/{li}/{k}");
-                if doc.pointer(&p).is_none_or(Value::is_null) {
-                    continue;
-                }
                 row_start(o, m, l);
                 let _ = write!(o, r#"<td class="t">{name}</td>"#);
-                for s in STATS {
-                    let u = if s == "n" { Unit::Plain } else { key_unit(k) };
-                    o.push_str(&td(doc, &format!("{p}/{s}"), u));
+                for (s, stat) in STATS {
+                    let u = if s == "n" { Unit::Plain } else { unit };
+                    o.push_str(&td(Some(stat(&summary)), &format!("{p}/{s}"), u));
                 }
                 o.push_str("</tr>");
             }
@@ -135,29 +204,33 @@ pub(super) fn percentile_table(o: &mut String, doc: &Value, r: &Report) {
 }
 
 /// What each level sent and how long it took.
-pub(super) fn load_table(o: &mut String, doc: &Value, r: &Report) {
-    const COLS: [(&str, &str); 7] = [
-        ("successes", "successes"),
-        ("slo_met", "met every SLO"),
-        ("output_tokens", "output tokens"),
-        ("wall_s", "wall (s)"),
-        ("ramp_s", "ramp (ms)"),
-        ("capped", "capped"),
-        ("lag_s/max", "generator lag max (ms)"),
+pub(super) fn load_table(o: &mut String, r: &Report) {
+    const COLUMNS: [Column; 7] = [
+        ("successes", "successes", Unit::Plain, |l| {
+            Some(l.successes as f64)
+        }),
+        ("slo_met", "met every SLO", Unit::Plain, |l| {
+            l.slo_met.map(|n| n as f64)
+        }),
+        ("output_tokens", "output tokens", Unit::Plain, |l| {
+            Some(l.output_tokens as f64)
+        }),
+        ("wall_s", "wall (s)", Unit::Plain, |l| Some(l.wall_s)),
+        ("ramp_s", "ramp (ms)", Unit::Ms, |l| l.ramp_s),
+        ("capped", "capped", Unit::Plain, |l| Some(l.capped as f64)),
+        ("lag_s/max", "generator lag max (ms)", Unit::Ms, |l| {
+            p(l.lag_s, |s| s.max)
+        }),
     ];
     let mut heads = strs(&["model", load_label(r)]);
-    heads.extend(COLS.iter().map(|c| c.1.to_owned()));
+    heads.extend(COLUMNS.iter().map(|c| c.1.to_owned()));
     table_head(o, "load-table", "Load", &heads);
     for (mi, m) in r.models.iter().enumerate() {
         for (li, l) in m.levels.iter().enumerate() {
             let p = format!("/models/{mi}/levels/{li}");
             row_start(o, m, l);
-            for (k, _) in COLS {
-                o.push_str(&td(
-                    doc,
-                    &format!("{p}/{k}"),
-                    key_unit(k.split('/').next().unwrap_or(k)),
-                ));
+            for (k, _, u, get) in COLUMNS {
+                o.push_str(&td(get(l), &format!("{p}/{k}"), u));
             }
             o.push_str("</tr>");
         }
@@ -166,8 +239,8 @@ pub(super) fn load_table(o: &mut String, doc: &Value, r: &Report) {
 }
 
 /// The server's signals per model and level, when collected (`levels[].server`).
-pub(super) fn server_table(o: &mut String, doc: &Value, r: &Report) {
-    let sigs = server_signals(doc);
+pub(super) fn server_table(o: &mut String, r: &Report) {
+    let sigs = server_signals(r);
     if sigs.is_empty() {
         return;
     }
@@ -183,98 +256,156 @@ pub(super) fn server_table(o: &mut String, doc: &Value, r: &Report) {
         for (li, l) in m.levels.iter().enumerate() {
             let p = format!("/models/{mi}/levels/{li}/server");
             row_start(o, m, l);
+            let server = l.server.as_ref();
             for s in &sigs {
                 let (_, unit) = signal_display(s);
-                for stat in ["mean", "max"] {
-                    o.push_str(&td(doc, &format!("{p}/{}/{stat}", seg(s)), unit));
-                }
+                let stats = server.and_then(|v| v.signals.get(s));
+                o.push_str(&td(
+                    stats.and_then(|x| x.mean),
+                    &format!("{p}/{}/mean", seg(s)),
+                    unit,
+                ));
+                o.push_str(&td(
+                    stats.and_then(|x| x.max),
+                    &format!("{p}/{}/max", seg(s)),
+                    unit,
+                ));
             }
-            o.push_str(&td(doc, &format!("{p}/scrapes"), Unit::Plain));
-            o.push_str(&td(doc, &format!("{p}/scrape_errors"), Unit::Plain));
+            o.push_str(&td(
+                server.map(|v| v.scrapes as f64),
+                &format!("{p}/scrapes"),
+                Unit::Plain,
+            ));
+            o.push_str(&td(
+                server.map(|v| v.scrape_errors as f64),
+                &format!("{p}/scrape_errors"),
+                Unit::Plain,
+            ));
             o.push_str("</tr>");
         }
     }
     o.push_str("</tbody></table></div>");
 }
 
-/// Numeric leaves of a level field the page does not know by name, as `(pointer suffix,
-/// header)`: a number, a summary's p50 and p95, or the numbers one object deeper.
-pub(super) fn leaves(k: &str, v: &Value, out: &mut Vec<(String, String)>) {
-    let sk = seg(k);
-    match v {
-        Value::Number(_) => out.push((sk, k.to_owned())),
-        Value::Object(o) if o.contains_key("p50") => {
-            for s in ["mean", "p50", "p95"] {
-                if o.get(s).is_some_and(Value::is_number) {
-                    out.push((format!("{sk}/{s}"), format!("{k} {s}")));
-                }
-            }
-        }
-        Value::Object(o) => {
-            for (k2, v2) in o {
-                match v2 {
-                    Value::Number(_) => {
-                        out.push((format!("{sk}/{}", seg(k2)), format!("{k} {k2}")))
-                    }
-                    Value::Object(o2) if o2.contains_key("p50") => {
-                        for s in ["mean", "p50", "p95"] {
-                            if o2.get(s).is_some_and(Value::is_number) {
-                                out.push((
-                                    format!("{sk}/{}/{s}", seg(k2)),
-                                    format!("{k} {k2} {s}"),
-                                ));
-                            }
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        }
-        _ => {}
-    }
-}
+/// The level values no other table shows: costs, requested and achieved lengths, the
+/// conversation's turns, the cross-check, when some level has them.
+const MORE_COLUMNS: [Column; 17] = [
+    ("cost_per_request", "cost per request", Unit::Plain, |l| {
+        l.cost_per_request
+    }),
+    ("cost_per_mtok", "cost per Mtok", Unit::Plain, |l| {
+        l.cost_per_mtok
+    }),
+    (
+        "lengths/requested_input_tokens_mean",
+        "input tokens asked (mean)",
+        Unit::Plain,
+        |l| l.lengths.requested_input_tokens_mean,
+    ),
+    (
+        "lengths/input_tokens_mean",
+        "input tokens (mean)",
+        Unit::Plain,
+        |l| l.lengths.input_tokens_mean,
+    ),
+    (
+        "lengths/requested_output_tokens_mean",
+        "output tokens asked (mean)",
+        Unit::Plain,
+        |l| l.lengths.requested_output_tokens_mean,
+    ),
+    (
+        "lengths/output_tokens_mean",
+        "output tokens (mean)",
+        Unit::Plain,
+        |l| l.lengths.output_tokens_mean,
+    ),
+    (
+        "lengths/input_length_off",
+        "input length off",
+        Unit::Plain,
+        |l| (l.lengths.input_length_off > 0).then_some(l.lengths.input_length_off as f64),
+    ),
+    (
+        "lengths/ttft_first_turn_s/p50",
+        "TTFT first turn p50 (ms)",
+        Unit::Ms,
+        |l| p(l.lengths.ttft_first_turn_s, |s| s.p50),
+    ),
+    (
+        "lengths/ttft_first_turn_s/p95",
+        "TTFT first turn p95 (ms)",
+        Unit::Ms,
+        |l| p(l.lengths.ttft_first_turn_s, |s| s.p95),
+    ),
+    (
+        "lengths/ttft_later_turns_s/p50",
+        "TTFT later turns p50 (ms)",
+        Unit::Ms,
+        |l| p(l.lengths.ttft_later_turns_s, |s| s.p50),
+    ),
+    (
+        "lengths/ttft_later_turns_s/p95",
+        "TTFT later turns p95 (ms)",
+        Unit::Ms,
+        |l| p(l.lengths.ttft_later_turns_s, |s| s.p95),
+    ),
+    (
+        "cross_check/requests",
+        "cross-check requests",
+        Unit::Plain,
+        |l| l.cross_check.as_ref().map(|c| c.requests as f64),
+    ),
+    (
+        "cross_check/successes",
+        "cross-check successes",
+        Unit::Plain,
+        |l| l.cross_check.as_ref().map(|c| c.successes as f64),
+    ),
+    (
+        "cross_check/stream_e2e_p50_s",
+        "stream E2E p50 (ms)",
+        Unit::Ms,
+        |l| l.cross_check.as_ref().and_then(|c| c.stream_e2e_p50_s),
+    ),
+    (
+        "cross_check/non_stream_e2e_p50_s",
+        "non-stream E2E p50 (ms)",
+        Unit::Ms,
+        |l| l.cross_check.as_ref().and_then(|c| c.non_stream_e2e_p50_s),
+    ),
+    (
+        "cross_check/difference_s",
+        "stream − non-stream (ms)",
+        Unit::Ms,
+        |l| l.cross_check.as_ref().and_then(|c| c.difference_s),
+    ),
+    (
+        "cross_check/ratio",
+        "stream ÷ non-stream",
+        Unit::Plain,
+        |l| l.cross_check.as_ref().and_then(|c| c.ratio),
+    ),
+];
 
-/// Level values the page does not know by name (achieved lengths, cross-checks, costs…).
-pub(super) fn extras_table(o: &mut String, doc: &Value, r: &Report) {
-    let mut cols: Vec<(String, String)> = Vec::new();
-    for m in doc
-        .get("models")
-        .and_then(Value::as_array)
+/// More per level: [`MORE_COLUMNS`] that some level has.
+pub(super) fn more_table(o: &mut String, r: &Report) {
+    let levels = || r.models.iter().flat_map(|m| &m.levels);
+    let cols: Vec<Column> = MORE_COLUMNS
         .into_iter()
-        .flatten()
-    {
-        for l in m
-            .get("levels")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            for (k, v) in l.as_object().into_iter().flatten() {
-                if KNOWN_LEVEL_KEYS.contains(&k.as_str()) {
-                    continue;
-                }
-                let mut found = Vec::new();
-                leaves(k, v, &mut found);
-                for c in found {
-                    if !cols.contains(&c) && cols.len() < 40 {
-                        cols.push(c);
-                    }
-                }
-            }
-        }
-    }
+        .filter(|c| levels().any(|l| c.3(l).is_some()))
+        .collect();
     if cols.is_empty() {
         return;
     }
     let mut heads = strs(&["model", load_label(r)]);
-    heads.extend(cols.iter().map(|c| c.1.clone()));
-    table_head(o, "extras-table", "Other values per level", &heads);
+    heads.extend(cols.iter().map(|c| c.1.to_owned()));
+    table_head(o, "extras-table", "More per level", &heads);
     for (mi, m) in r.models.iter().enumerate() {
         for (li, l) in m.levels.iter().enumerate() {
             row_start(o, m, l);
-            for (suffix, _) in &cols {
-                let u = key_unit(suffix.split('/').next().unwrap_or(""));
-                o.push_str(&td(doc, &format!("/models/{mi}/levels/{li}/{suffix}"), u));
+            for (k, _, u, get) in &cols {
+                o.push_str(&td(get(l), &format!("/models/{mi}/levels/{li}/{k}"), *u));
             }
             o.push_str("</tr>");
         }
@@ -283,11 +414,11 @@ pub(super) fn extras_table(o: &mut String, doc: &Value, r: &Report) {
 }
 
 /// Every value compared with the baseline, both beside each other (`comparison.values`).
-pub(super) fn baseline_table(o: &mut String, doc: &Value, r: &Report) {
-    let Some(vals) = doc.pointer("/comparison/values").and_then(Value::as_array) else {
+pub(super) fn baseline_table(o: &mut String, r: &Report) {
+    let Some(c) = &r.comparison else {
         return;
     };
-    if vals.is_empty() {
+    if c.values.is_empty() {
         return;
     }
     let heads = strs(&[
@@ -305,32 +436,23 @@ pub(super) fn baseline_table(o: &mut String, doc: &Value, r: &Report) {
         "Baseline beside current (times in ms, error rate in %)",
         &heads,
     );
-    let regressed = |m: &str, l: &str, k: &str| {
-        r.comparison.as_ref().is_some_and(|c| {
-            c.regressions
-                .iter()
-                .any(|g| g.model == m && g.level == l && g.metric == k)
-        })
-    };
-    for (i, v) in vals.iter().enumerate() {
-        let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
-        let (model, level, metric) = (s("model"), s("level"), s("metric"));
-        let u = metric_unit(&metric);
+    for (i, v) in c.values.iter().enumerate() {
+        let u = metric_unit(&v.metric);
         let p = format!("/comparison/values/{i}");
+        let regressed = c
+            .regressions
+            .iter()
+            .any(|g| g.model == v.model && g.level == v.level && g.metric == v.metric);
         let _ = write!(
             o,
             r#"<tr><td class="t">{}</td><td class="t">{}</td><td class="t">{}</td>{}{}{}<td class="t">{}</td></tr>"#,
-            esc(&model),
-            esc(&level),
-            esc(&metric),
-            td(doc, &format!("{p}/baseline"), u),
-            td(doc, &format!("{p}/current"), u),
-            td(doc, &format!("{p}/change"), Unit::Pct),
-            if regressed(&model, &level, &metric) {
-                "REGRESSED"
-            } else {
-                ""
-            }
+            esc(&v.model),
+            esc(&v.level),
+            esc(&v.metric),
+            td(Some(v.baseline), &format!("{p}/baseline"), u),
+            td(Some(v.current), &format!("{p}/current"), u),
+            td(Some(v.change), &format!("{p}/change"), Unit::Pct),
+            if regressed { "REGRESSED" } else { "" }
         );
     }
     o.push_str("</tbody></table></div>");
