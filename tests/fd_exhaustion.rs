@@ -5,15 +5,18 @@
 
 #![cfg(target_os = "linux")]
 
+#[path = "common/mod.rs"]
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 use tokenprobe::config::Config;
 use tokenprobe::metrics::Metrics;
 use tokenprobe::scheduler::Scheduler;
 
+/// The value of one series (`name{k="v"}`) of an exposition, read by the crate's parser.
 fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    common::e2e::Samples::parse(text).series(series)
 }
 
 #[test]

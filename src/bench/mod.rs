@@ -521,7 +521,7 @@ pub fn load_report(path: &Path) -> Result<Report, BenchError> {
 ///
 /// # Errors
 /// [`BenchError`] when the prober cannot be built or a prompt cannot be calibrated.
-pub async fn run(plan: BenchPlan) -> Result<Report, BenchError> {
+pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
     let BenchPlan {
         criteria,
         job,
@@ -669,8 +669,26 @@ pub async fn run(plan: BenchPlan) -> Result<Report, BenchError> {
         baseline.as_ref(),
         &server_plan.thresholds,
     );
-    watcher.abort();
-    Ok(report)
+    Ok(Finished {
+        report,
+        stop_watch: watcher,
+    })
+}
+
+/// A finished run: its judged report, and the watch of the stop signals, which stays on while
+/// the report is printed and written (a second signal then still exits at once, say while a
+/// file's writer waits for a reader) and ends when this is dropped.
+#[derive(Debug)]
+pub struct Finished {
+    /// The judged report.
+    pub report: Report,
+    stop_watch: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Finished {
+    fn drop(&mut self) {
+        self.stop_watch.abort();
+    }
 }
 
 /// Every target of a run (`head`'s first, then each model's, each once): their names, base URLs

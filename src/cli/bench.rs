@@ -408,8 +408,8 @@ impl BenchArgs {
         let outputs = Outputs::check(&self.outputs, self.plot.as_deref())?;
         let plan = self.plan()?;
         let criteria = plan.criteria.clone();
-        let report = crate::bench::run(plan).await?;
-        crate::render::deliver(&report, &outputs, &criteria)
+        let finished = crate::bench::run(plan).await?;
+        crate::render::deliver(&finished.report, &outputs, &criteria)
     }
 
     /// The validated plan of this invocation.

@@ -711,30 +711,22 @@ pub fn urlencode(s: &str) -> String {
 
 // ------------------------------------------------------------------ exposition
 
-#[derive(Debug, Clone)]
-pub struct Sample {
-    pub name: String,
-    pub labels: BTreeMap<String, String>,
-    pub value: f64,
-}
+/// One sample of an exposition, as the crate's own parser reads it.
+pub type Sample = tokenprobe::servermetrics::expo::Reading;
 
-/// The samples of a Prometheus text (0.0.4) or OpenMetrics exposition.
+/// The samples of a Prometheus text (0.0.4) or OpenMetrics exposition, read by the crate's own
+/// strict parser (`servermetrics::expo`): a line it refuses fails the test.
 #[derive(Debug, Clone, Default)]
 pub struct Samples(pub Vec<Sample>);
 
 impl Samples {
     pub fn parse(text: &str) -> Samples {
-        let mut out = Vec::new();
-        for line in text.lines() {
-            let line = line.trim_end();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            out.push(
-                parse_sample(line).unwrap_or_else(|| panic!("unparsable sample line {line:?}")),
-            );
+        use tokenprobe::servermetrics::expo::{ParseError, parse};
+        match parse(text) {
+            Ok(v) => Samples(v),
+            Err(ParseError::Empty) => Samples::default(),
+            Err(e) => panic!("not an exposition: {e}\n{text}"),
         }
-        Samples(out)
     }
 
     /// Samples named `name` whose labels include every `(k, v)` of `want`.
@@ -744,10 +736,7 @@ impl Samples {
         want: &'a [(&'a str, &'a str)],
     ) -> impl Iterator<Item = &'a Sample> + 'a {
         self.0.iter().filter(move |s| {
-            s.name == name
-                && want
-                    .iter()
-                    .all(|(k, v)| s.labels.get(*k).is_some_and(|x| x == v))
+            s.name == name && want.iter().all(|(k, v)| s.label(k) == Some(*v))
         })
     }
 
@@ -771,14 +760,35 @@ impl Samples {
         self.select(name, want).next().is_some()
     }
 
+    /// The value of the one series written `series` (`name{k="v",...}`, labels in the order
+    /// written), if present.
+    pub fn series(&self, series: &str) -> Option<f64> {
+        let (name, labels) = match series.split_once('{') {
+            Some((n, rest)) => (n, rest.strip_suffix('}').unwrap_or(rest)),
+            None => (series, ""),
+        };
+        let want: Vec<(String, String)> = labels
+            .split("\",")
+            .filter(|kv| !kv.is_empty())
+            .filter_map(|kv| {
+                let (k, v) = kv.split_once("=\"")?;
+                Some((k.to_owned(), v.trim_end_matches('"').to_owned()))
+            })
+            .collect();
+        self.0
+            .iter()
+            .find(|s| s.name == name && s.labels == want)
+            .map(|s| s.value)
+    }
+
     /// Cumulative histogram buckets `(le, count)` of `name`, summed over
     /// the series that match `want`, in ascending `le` order.
     pub fn buckets(&self, name: &str, want: &[(&str, &str)]) -> Vec<(f64, f64)> {
         let mut by_le: BTreeMap<String, f64> = BTreeMap::new();
         let bucket = format!("{name}_bucket");
         for s in self.select(&bucket, want) {
-            if let Some(le) = s.labels.get("le") {
-                *by_le.entry(le.clone()).or_default() += s.value;
+            if let Some(le) = s.label("le") {
+                *by_le.entry(le.to_owned()).or_default() += s.value;
             }
         }
         let mut out: Vec<(f64, f64)> = by_le
@@ -795,69 +805,6 @@ impl Samples {
         out.sort_by(|a, b| a.0.total_cmp(&b.0));
         out
     }
-}
-
-fn parse_sample(line: &str) -> Option<Sample> {
-    let (name, rest) = match line.find(['{', ' ']) {
-        Some(i) => (&line[..i], &line[i..]),
-        None => return None,
-    };
-    let mut labels = BTreeMap::new();
-    let mut rest = rest;
-    if rest.starts_with('{') {
-        let mut chars = rest[1..].char_indices().peekable();
-        let body = &rest[1..];
-        let end;
-        loop {
-            // label name
-            while chars.peek().is_some_and(|(_, c)| *c == ',' || *c == ' ') {
-                chars.next();
-            }
-            let (start, c) = *chars.peek()?;
-            if c == '}' {
-                end = start;
-                break;
-            }
-            let mut eq = None;
-            for (i, c) in chars.by_ref() {
-                if c == '=' {
-                    eq = Some(i);
-                    break;
-                }
-            }
-            let eq = eq?;
-            let key = body[start..eq].trim().to_string();
-            if chars.next()?.1 != '"' {
-                return None;
-            }
-            let mut val = String::new();
-            loop {
-                let (_, c) = chars.next()?;
-                match c {
-                    '\\' => match chars.next()?.1 {
-                        'n' => val.push('\n'),
-                        other => val.push(other),
-                    },
-                    '"' => break,
-                    c => val.push(c),
-                }
-            }
-            labels.insert(key, val);
-        }
-        rest = &body[end + 1..];
-    }
-    let value_str = rest.split_whitespace().next()?;
-    let value = match value_str {
-        "+Inf" | "Inf" => f64::INFINITY,
-        "-Inf" => f64::NEG_INFINITY,
-        "NaN" => f64::NAN,
-        v => v.parse().ok()?,
-    };
-    Some(Sample {
-        name: name.to_string(),
-        labels,
-        value,
-    })
 }
 
 // ------------------------------------------------------------------ JSON

@@ -1,5 +1,5 @@
 //! The one helper tree of the integration tests: headless Chromium ([`browser`]), the
-//! stream-case parser ([`case`]), the replay server ([`server`]), the end-to-end helpers
+//! stream-case parser ([`case`]), the replay server ([`replay_server`]), the end-to-end helpers
 //! ([`e2e`]: child processes, llama.cpp, `serve`, an HTTP client, a metrics reader), the
 //! third-party mocks ([`faults`]: llmock, guidellm) and `tokenprobe serve` as a child process
 //! ([`serve`]).

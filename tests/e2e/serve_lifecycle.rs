@@ -39,11 +39,9 @@ async fn get(url: &str) -> (u16, String) {
 }
 
 /// The value of the first sample line that starts with `series` (name plus labels, as exposed).
+/// The value of one series (`name{k="v"}`) of an exposition, read by the crate's parser.
 fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
+    common::e2e::Samples::parse(text).series(series)
 }
 
 async fn wait_until(what: &str, timeout: Duration, mut f: impl AsyncFnMut() -> bool) {

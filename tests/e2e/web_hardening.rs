@@ -90,9 +90,9 @@ fn metrics(addr: SocketAddr) -> String {
     String::from_utf8(body).expect("utf-8")
 }
 
+/// The value of one series (`name{k="v"}`) of an exposition, read by the crate's parser.
 fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    common::e2e::Samples::parse(text).series(series)
 }
 
 /// The one poll ([`wait_for`]) for a condition.
