@@ -495,6 +495,10 @@ pub const NO_SLO: [Slo; 0] = [];
 
 impl Objective for Slo {
     /// The request meets this SLO (a value it does not have does not count against it).
+    fn name(&self) -> String {
+        self.to_string()
+    }
+
     fn met_by(&self, s: &Sample) -> bool {
         let v = match self.base {
             Base::Ttft => s.ttft_s,

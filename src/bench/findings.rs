@@ -405,6 +405,9 @@ mod tests {
             p95,
             p99: p95,
             max: p95,
+            p50_ci: None,
+            p95_ci: None,
+            p99_ci: None,
         }
     }
 
@@ -446,6 +449,7 @@ mod tests {
             calibration: None,
             levels,
             knee,
+            capacity: None,
         }
     }
 

@@ -385,6 +385,7 @@ pub fn merge(
                 input_tokens_mean,
                 output_tokens_mean,
                 knee: None,
+                capacity: None,
                 ..m.clone()
             })
         })
@@ -458,6 +459,7 @@ mod tests {
             output_tokens_mean: None,
             levels,
             knee: None,
+            capacity: None,
         }];
         r.selection = None;
         r.comparison = None;

@@ -23,6 +23,8 @@
 //!
 //! [`ProbeResult`]: crate::measure::ProbeResult
 
+pub mod capacity;
+pub mod confidence;
 pub mod criteria;
 pub mod crosscheck;
 pub mod findings;
@@ -200,6 +202,8 @@ pub struct BenchPlan {
     pub cross_check: Option<crosscheck::CrossCheckSpec>,
     /// The command line, as given (recorded in the report with its secrets redacted).
     pub command: Vec<String>,
+    /// `--find-capacity`: each model's levels come from the search.
+    pub capacity: Option<capacity::CapacityPlan>,
 }
 
 impl BenchPlan {
@@ -545,6 +549,7 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         cross_check,
         server: server_plan,
         command,
+        capacity,
     } = plan;
     let open = level_keys.iter().any(|k| k.rate.is_some());
     identify(&mut spec, &mut prompts, &run_id, shard);
@@ -605,6 +610,7 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         ramp,
         prewarm,
         levels: level_keys.clone(),
+        search: capacity,
         per_level_units,
         criteria: criteria.clone(),
         cross_check,
@@ -614,7 +620,7 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
     };
     let mut server_side = server_view::ServerSide::start(&server_plan)?;
     let (stop, first_signal) = (CancellationToken::new(), Arc::new(OnceLock::new()));
-    let watcher =
+    let stop_watch =
         tokio::spawn(StopSignals::install().watch_naming(stop.clone(), first_signal.clone()));
     let mut reports = Vec::new();
     let interrupted = sender
@@ -669,10 +675,7 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         baseline.as_ref(),
         &server_plan.thresholds,
     );
-    Ok(Finished {
-        report,
-        stop_watch: watcher,
-    })
+    Ok(Finished { report, stop_watch })
 }
 
 /// A finished run: its judged report, and the watch of the stop signals, which stays on while

@@ -36,6 +36,9 @@ pub struct ModelReport {
     /// The calibration that sized this sweep's prompts (requests, seconds, the fit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calibration: Option<crate::probe::Calibration>,
+    /// `--find-capacity`: the highest load within the SLOs at the target attainment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<super::capacity::Capacity>,
 }
 
 impl ModelReport {
@@ -370,6 +373,7 @@ pub(crate) mod tests {
                 output_tokens_mean: Some(64.0),
                 levels: vec![mk(2, 0.1, 10.0, 0), mk(4, 0.1, 5.0, 0), mk(8, 0.4, 4.8, 0)],
                 knee: None,
+                capacity: None,
                 prompt: None,
                 calibration: None,
             },
@@ -385,6 +389,7 @@ pub(crate) mod tests {
                     mk(8, 0.25, 3.0, 10),
                 ],
                 knee: None,
+                capacity: None,
                 prompt: None,
                 calibration: None,
             },

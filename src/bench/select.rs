@@ -288,6 +288,9 @@ pub(crate) mod tests {
             p95: v,
             p99: v,
             max: v,
+            p50_ci: None,
+            p95_ci: None,
+            p99_ci: None,
         };
         LevelStats {
             key: crate::bench::stats::LevelKey {
@@ -309,7 +312,9 @@ pub(crate) mod tests {
             output_tokens_per_s: agg_tps,
             requests_per_s: 10.0,
             goodput_rps: None,
+            goodput_tokens_per_s: None,
             slo_met: None,
+            slo_attainment: None,
             lag_s: Some(s(0.0001)),
             ramp_s: None,
             loop_lag_s: None,
@@ -337,6 +342,7 @@ pub(crate) mod tests {
             output_tokens_mean: None,
             levels,
             knee: None,
+            capacity: None,
             prompt: None,
             calibration: None,
         }

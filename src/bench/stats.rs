@@ -219,6 +219,76 @@ pub trait Objective {
     /// True when `s` meets it. A metric the request does not have (TPOT with N = 1, TTFO of a
     /// reasoning-only answer) does not count against it.
     fn met_by(&self, s: &Sample) -> bool;
+    /// How the report names it (`ttft<=2.00 s`).
+    fn name(&self) -> String;
+}
+
+/// A level's SLO attainment: the share of its requests that succeeded and met every objective.
+/// A failed request counts against it (it met nothing); every request sent before the level's
+/// end is awaited, so none is cut by the run's own end (a level a stop signal cut short is left
+/// out of the report whole).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Attainment {
+    /// Requests that succeeded and met every objective.
+    pub met: u64,
+    /// Requests counted: every measured request of the level, failures included.
+    pub counted: u64,
+    /// `met / counted`.
+    pub share: f64,
+    /// Its 95% Wilson interval (absent with no request).
+    pub interval: Option<[f64; 2]>,
+    /// Per objective, the successful requests that missed it.
+    pub missed: BTreeMap<String, u64>,
+    /// Requests that failed (an `error_type`).
+    pub failed: u64,
+}
+
+impl Attainment {
+    /// The attainment of `samples` under `slos` (`None` without objectives).
+    pub fn of(samples: &[Sample], slos: &[impl Objective]) -> Option<Attainment> {
+        if slos.is_empty() {
+            return None;
+        }
+        let counted = samples.len() as u64;
+        let met = samples.iter().filter(|s| s.meets(slos)).count() as u64;
+        let failed = samples.iter().filter(|s| !s.success()).count() as u64;
+        let missed = slos
+            .iter()
+            .map(|o| {
+                let n = samples
+                    .iter()
+                    .filter(|s| s.success() && !o.met_by(s))
+                    .count() as u64;
+                (o.name(), n)
+            })
+            .collect();
+        Some(Attainment {
+            met,
+            counted,
+            share: if counted == 0 {
+                0.0
+            } else {
+                met as f64 / counted as f64
+            },
+            interval: super::confidence::wilson(met, counted),
+            missed,
+            failed,
+        })
+    }
+
+    /// What kept the most requests out: `errors`, or the objective missed most often (`None`
+    /// when every request met every objective).
+    pub fn limited_by(&self) -> Option<String> {
+        let worst = self
+            .missed
+            .iter()
+            .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)));
+        match worst {
+            Some((name, &n)) if n > self.failed => Some(name.clone()),
+            _ if self.failed > 0 => Some("errors".into()),
+            _ => None,
+        }
+    }
 }
 
 /// Mean, extremes and percentiles of one metric over a level.
@@ -240,6 +310,16 @@ pub struct Summary {
     pub p99: f64,
     /// Largest value.
     pub max: f64,
+    /// The 95% distribution-free interval of the median (two of the values; absent when there
+    /// are too few values for one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p50_ci: Option<[f64; 2]>,
+    /// The same for p95 (needs at least 72 values).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p95_ci: Option<[f64; 2]>,
+    /// The same for p99 (needs at least 368 values).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p99_ci: Option<[f64; 2]>,
 }
 
 /// The `q`-quantile (`0..=1`) of sorted values, linearly interpolated between closest ranks.
@@ -274,6 +354,9 @@ impl Summary {
             p95: q(0.95),
             p99: q(0.99),
             max: v[v.len() - 1],
+            p50_ci: super::confidence::quantile_interval(&v, 0.50),
+            p95_ci: super::confidence::quantile_interval(&v, 0.95),
+            p99_ci: super::confidence::quantile_interval(&v, 0.99),
         })
     }
 }
@@ -378,6 +461,13 @@ pub struct LevelStats {
     /// Requests that succeeded and met every SLO; `None` without SLOs.
     #[serde(default)]
     pub slo_met: Option<u64>,
+    /// Output tokens of the requests that met every SLO / `wall_s` (token goodput); absent
+    /// without SLOs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goodput_tokens_per_s: Option<f64>,
+    /// The share of requests that met every SLO, with its interval; absent without SLOs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo_attainment: Option<Attainment>,
     /// Scheduling lag of the load generator (actual minus intended send instant), s; closed-loop
     /// workers' first requests are left out (see `ramp_s`).
     pub lag_s: Option<Summary>,
@@ -515,6 +605,13 @@ impl LevelStats {
         let per_s = |x: f64| if wall_s > 0.0 { x / wall_s } else { 0.0 };
         let slo_met =
             (!slos.is_empty()).then(|| samples.iter().filter(|s| s.meets(slos)).count() as u64);
+        let good_tokens = (!slos.is_empty()).then(|| {
+            samples
+                .iter()
+                .filter(|s| s.meets(slos))
+                .map(|s| s.output_tokens)
+                .sum::<u64>()
+        });
         let ok = || samples.iter().filter(|s| s.success());
         LevelStats {
             key,
@@ -537,7 +634,9 @@ impl LevelStats {
             output_tokens_per_s: per_s(output_tokens as f64),
             requests_per_s: per_s(requests as f64),
             goodput_rps: slo_met.map(|n| per_s(n as f64)),
+            goodput_tokens_per_s: good_tokens.map(|n| per_s(n as f64)),
             slo_met,
+            slo_attainment: Attainment::of(samples, slos),
             lag_s: Summary::of(samples.iter().filter(|s| !s.first).map(|s| s.lag_s)),
             ramp_s: samples
                 .iter()

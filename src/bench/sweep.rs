@@ -20,6 +20,8 @@ pub(super) struct Sender {
     pub(super) ramp: std::time::Duration,
     pub(super) prewarm: bool,
     pub(super) levels: Vec<LevelKey>,
+    /// `--find-capacity`: the levels come from the search, not from `levels`.
+    pub(super) search: Option<capacity::CapacityPlan>,
     pub(super) per_level_units: u64,
     pub(super) criteria: Criteria,
     pub(super) cross_check: Option<crosscheck::CrossCheckSpec>,
@@ -120,6 +122,7 @@ impl Sender {
             output_tokens_mean: None,
             levels: Vec::new(),
             knee: None,
+            capacity: None,
         }
     }
 
@@ -139,7 +142,36 @@ impl Sender {
     ) -> Result<(), BenchError> {
         let price = bm.target.price_of(&bm.model);
         let mut lengths = stats::Lengths::default();
-        for (li, key) in self.levels.iter().enumerate() {
+        let began = std::time::Instant::now();
+        let mut tried: Vec<(f64, capacity::Verdict)> = Vec::new();
+        for li in 0.. {
+            let key = match &self.search {
+                None => match self.levels.get(li) {
+                    Some(k) => *k,
+                    None => break,
+                },
+                Some(plan) => {
+                    let over = plan.budget.filter(|b| began.elapsed() >= *b);
+                    let step = match over {
+                        Some(b) => capacity::Step::Done(plan.search.stopped(
+                            &tried,
+                            &format!(
+                                "its time budget ({}) was spent",
+                                humantime::format_duration(b)
+                            ),
+                        )),
+                        None => plan.search.next(&tried),
+                    };
+                    match step {
+                        capacity::Step::Run(load) => plan.key(load),
+                        capacity::Step::Done(outcome) => {
+                            self.found(plan, &outcome, &tried, name, &mut reports[mi]);
+                            break;
+                        }
+                    }
+                }
+            };
+            let key = &key;
             let label = format!("{name} @ {}", key.label());
             if let Ok(mut running) = self.running.lock() {
                 *running = Some(label.clone());
@@ -179,6 +211,9 @@ impl Sender {
                 stats.samples = None;
             }
             self.progress.println(&level_line(&label, &stats));
+            if let Some(plan) = &self.search {
+                tried.push((plan.load(key), plan.verdict(&stats)));
+            }
             if let Some(r) = reports.get_mut(mi) {
                 r.levels.push(stats);
                 (r.input_tokens_mean, r.output_tokens_mean) = lengths.means();
@@ -188,6 +223,31 @@ impl Sender {
             }
         }
         Ok(())
+    }
+
+    /// The end of a model's capacity search: its capacity in the report, its levels in load
+    /// order, and a line on stderr.
+    fn found(
+        &self,
+        plan: &capacity::CapacityPlan,
+        outcome: &capacity::Outcome,
+        tried: &[(f64, capacity::Verdict)],
+        name: &str,
+        report: &mut ModelReport,
+    ) {
+        report
+            .levels
+            .sort_by(|a, b| plan.load(&a.key).total_cmp(&plan.load(&b.key)));
+        let c = plan.capacity(outcome, tried, &report.levels);
+        self.progress.println(&format!(
+            "  {name}: capacity {} ({}; {} levels, {} requests, {:.1} s)",
+            capacity::describe(&c),
+            c.stopped,
+            c.levels_tried.len(),
+            c.requests,
+            c.seconds
+        ));
+        report.capacity = Some(c);
     }
 
     /// Sends one level through `runner`: the warm-up, the wait for the level's shared start

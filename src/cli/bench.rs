@@ -158,9 +158,104 @@ pub struct BenchArgs {
     /// ...and the difference is more than this (default 50ms).
     #[arg(long, requires = "cross_check", value_parser = humantime::parse_duration)]
     pub cross_check_min_gap: Option<Duration>,
+    /// Search each model's capacity within the --slo objectives: the highest concurrency (closed
+    /// loop; --concurrency START,MAX, default 1,256) or arrival rate (open loop; --rate MIN,MAX)
+    /// whose SLO attainment reaches --attainment. Doubles the load, then bisects.
+    #[arg(long)]
+    pub find_capacity: bool,
+    /// The SLO attainment a level must reach in the capacity search (default 95%).
+    #[arg(long, requires = "find_capacity")]
+    pub attainment: Option<String>,
+    /// Open loop: the capacity search bisects until the rates that passed and failed are this
+    /// close (default 5%).
+    #[arg(long, requires = "find_capacity")]
+    pub capacity_tolerance: Option<String>,
+    /// Stop each model's capacity search after this long (e.g. 10m), keeping what it found.
+    #[arg(long, requires = "find_capacity", value_parser = humantime::parse_duration)]
+    pub capacity_budget: Option<Duration>,
     /// Server metrics beside every level.
     #[command(flatten)]
     pub server: super::bench_servermetrics::ServerArgs,
+}
+
+/// The search of `--find-capacity` from the flags, checked: SLOs to search within, bounds that
+/// make a search, one process (no shards or shared start instants).
+///
+/// # Errors
+/// [`BenchError::Usage`] saying what is missing or does not fit.
+fn capacity_plan(
+    a: &BenchArgs,
+    level_keys: &mut Vec<crate::bench::stats::LevelKey>,
+    criteria: &Criteria,
+) -> Result<Option<crate::bench::capacity::CapacityPlan>, BenchError> {
+    use crate::bench::capacity::{CapacityPlan, Search};
+    if !a.find_capacity {
+        return Ok(None);
+    }
+    let usage = |m: &str| Err(BenchError::Usage(format!("--find-capacity: {m}")));
+    if criteria.slos.is_empty() {
+        return usage("give the objectives to search within, e.g. --slo ttft=2s --slo tpot=50ms");
+    }
+    if a.shard.is_some_and(|s| s.count > 1) || a.start_at.is_some() {
+        return usage(
+            "the search decides each level from the one before: it runs in one process (no --shard, no --start-at)",
+        );
+    }
+    if a.select_at.is_some() {
+        return usage("the levels are the search's: --select-at cannot name one in advance");
+    }
+    let attainment = match &a.attainment {
+        Some(s) => parse_ratio(s)?,
+        None => 0.95,
+    };
+    if !(attainment > 0.0 && attainment <= 1.0) {
+        return usage("--attainment must be above 0% and at most 100%");
+    }
+    let tolerance = match &a.capacity_tolerance {
+        Some(s) => parse_ratio(s)?,
+        None => 0.05,
+    };
+    if !(tolerance > 0.0 && tolerance < 1.0) {
+        return usage("--capacity-tolerance must be above 0% and below 100%");
+    }
+    let open = !a.rate.is_empty();
+    if !open && a.concurrency.is_empty() {
+        // The search's default bounds: 1 to 256, or to what the open-file limit leaves room for.
+        let room = fd_limit().map_or(256, |l| {
+            l.saturating_sub(crate::bench::FD_RESERVE).clamp(2, 256) as u32
+        });
+        *level_keys = levels(&[1, room], &[])?;
+    }
+    let levels: &[crate::bench::stats::LevelKey] = level_keys;
+    let (start, max) = if open {
+        match a.rate.as_slice() {
+            [lo, hi] if lo < hi => (*lo, *hi),
+            _ => return usage("in open loop give the rates to search between, --rate MIN,MAX"),
+        }
+    } else {
+        match levels
+            .iter()
+            .map(|k| f64::from(k.concurrency))
+            .collect::<Vec<_>>()
+            .as_slice()
+        {
+            [1.0] => return usage("--concurrency 1 leaves nothing to search: give START,MAX"),
+            [hi] => (1.0, *hi),
+            [lo, hi] if lo < hi => (*lo, *hi),
+            _ => return usage("give the concurrency to search between, --concurrency START,MAX"),
+        }
+    };
+    Ok(Some(CapacityPlan {
+        search: Search {
+            attainment,
+            start,
+            max,
+            tolerance,
+            open,
+        },
+        cap: levels.first().map_or(1000, |k| k.concurrency),
+        budget: a.capacity_budget,
+    }))
 }
 
 fn parse_start_at(s: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
@@ -520,6 +615,7 @@ impl BenchArgs {
                 "a level would send more than {MAX_REQUESTS_PER_LEVEL} requests: lower --rate, --duration-per-level or --requests-per-level"
             )));
         }
+        let capacity = capacity_plan(a, &mut level_keys, &criteria)?;
         let (shard, start, run_id) = sharding(a, amount, &job, &prompts, &models, &level_keys)?;
         let judged = (models.len() > 1 && prompts.len() == 1)
             || !criteria.limits.is_empty()
@@ -551,6 +647,7 @@ impl BenchArgs {
             cross_check,
             server,
             command: std::env::args().collect(),
+            capacity,
         })
     }
 }

@@ -95,6 +95,96 @@ fn table_row(m: &ModelReport, i: usize, l: &LevelStats) -> [String; 16] {
     ]
 }
 
+/// The attainment at which a fixed sweep's answer is read (a capacity search states its own).
+pub const ANSWER_ATTAINMENT: f64 = 0.95;
+
+/// A share and its interval: `96.0% [89.1%, 98.9%]`.
+fn share(a: &crate::bench::stats::Attainment) -> String {
+    match a.interval {
+        Some([lo, hi]) => format!(
+            "{:.1}% [{:.1}%, {:.1}%]",
+            a.share * 100.0,
+            lo * 100.0,
+            hi * 100.0
+        ),
+        None => format!("{:.1}%", a.share * 100.0),
+    }
+}
+
+/// The answer, before everything else: each model's capacity within the SLOs (a
+/// `--find-capacity` run), or in a fixed sweep with SLOs the highest level where at least
+/// [`ANSWER_ATTAINMENT`] of the requests met every one. Empty without SLOs.
+pub fn render_answer(r: &Report, md: bool) -> String {
+    let mut out = String::new();
+    if r.slo.is_empty() {
+        return out;
+    }
+    let bullet = if md { "- " } else { "  " };
+    let names = model_names(&r.models);
+    let searched = r.models.iter().any(|m| m.capacity.is_some());
+    let target = r
+        .models
+        .iter()
+        .find_map(|m| m.capacity.as_ref().map(|c| c.target_attainment))
+        .unwrap_or(ANSWER_ATTAINMENT);
+    let strong = if md { "**" } else { "" };
+    let _ = writeln!(
+        out,
+        "{strong}Capacity within {} at {}% SLO attainment{strong} (failed requests count against it):",
+        r.slo.join(", "),
+        crate::units::trim_float((target * 1000.0).round() / 10.0)
+    );
+    for (m, name) in r.models.iter().zip(&names) {
+        if let Some(c) = &m.capacity {
+            let _ = writeln!(
+                out,
+                "{bullet}{name}: {}; {} ({} levels, {} requests, {:.1} s)",
+                crate::bench::capacity::describe(c),
+                c.stopped,
+                c.levels_tried.len(),
+                c.requests,
+                c.seconds
+            );
+            continue;
+        }
+        if searched {
+            let _ = writeln!(out, "{bullet}{name}: not searched");
+            continue;
+        }
+        let passed = m.levels.iter().rev().find(|l| {
+            l.slo_attainment
+                .as_ref()
+                .is_some_and(|a| a.counted > 0 && a.share >= target)
+        });
+        let first_fail = m
+            .levels
+            .iter()
+            .find(|l| l.slo_attainment.as_ref().is_some_and(|a| a.share < target));
+        let fail = first_fail
+            .and_then(|l| l.slo_attainment.as_ref().map(|a| (l, a)))
+            .map_or_else(String::new, |(l, a)| {
+                format!(
+                    "; at {}, {}{}",
+                    l.key.label(),
+                    share(a),
+                    a.limited_by()
+                        .map_or_else(String::new, |w| format!(", limited by {w}"))
+                )
+            });
+        let _ = match passed.and_then(|l| l.slo_attainment.as_ref().map(|a| (l, a))) {
+            Some((l, a)) => writeln!(
+                out,
+                "{bullet}{name}: up to {} of the levels run: {} there{fail}",
+                l.key.label(),
+                share(a)
+            ),
+            None => writeln!(out, "{bullet}{name}: none of the levels run{fail}"),
+        };
+    }
+    out.push('\n');
+    out
+}
+
 /// The terminal table: one row per model and level, the knee marked, then the selection and
 /// the regressions. A `target` column when the models' targets differ, cost columns when a
 /// model has a price.
@@ -143,7 +233,8 @@ pub fn render_table(r: &Report) -> String {
             c.set_cell_alignment(comfy_table::CellAlignment::Right);
         }
     }
-    let mut out = format!("{t}\n");
+    let mut out = render_answer(r, false);
+    let _ = writeln!(out, "{t}");
     out.push_str(&super::server_view::render_server(r, false));
     out.push_str(&render_notes(r, false));
     out
@@ -379,6 +470,7 @@ pub fn render_markdown(r: &Report) -> String {
             format!(" Goodput SLOs: {}.", r.slo.join(", "))
         }
     );
+    out.push_str(&render_answer(r, true));
     let load = if r.mode.kind == "open" {
         "rate"
     } else {
@@ -627,7 +719,10 @@ mod tests {
     #[test]
     fn every_table_column_has_a_header() {
         let t = render_table(&synthetic());
-        let header = t.lines().nth(1).expect("a header line");
+        let header = t
+            .lines()
+            .find(|l| l.starts_with('│'))
+            .expect("a header line");
         let cells: Vec<&str> = header
             .trim_matches(|c| c == '│' || c == ' ')
             .split('┆')
@@ -655,7 +750,10 @@ mod tests {
         assert_eq!(model_names(&r.models), ["local/alpha", "other/alpha"]);
         r.selection = Some(select(&r.models, &Criteria::default()));
         let t = render_table(&r);
-        let header = t.lines().nth(1).expect("a header line");
+        let header = t
+            .lines()
+            .find(|l| l.starts_with('│'))
+            .expect("a header line");
         let cells: Vec<&str> = header
             .trim_matches(|c| c == '│' || c == ' ')
             .split('┆')

@@ -735,9 +735,9 @@ impl Samples {
         name: &'a str,
         want: &'a [(&'a str, &'a str)],
     ) -> impl Iterator<Item = &'a Sample> + 'a {
-        self.0.iter().filter(move |s| {
-            s.name == name && want.iter().all(|(k, v)| s.label(k) == Some(*v))
-        })
+        self.0
+            .iter()
+            .filter(move |s| s.name == name && want.iter().all(|(k, v)| s.label(k) == Some(*v)))
     }
 
     pub fn sum(&self, name: &str, want: &[(&str, &str)]) -> f64 {

@@ -621,6 +621,107 @@ fn logged(log: &Path, n: usize) -> Vec<Value> {
     })
 }
 
+/// `--find-capacity` against a simulator with 5 slots and an SLO its queue breaks: one request
+/// in six waits a whole request at concurrency 6 (TTFT 50 ms + ~140 ms queued > 100 ms), none at
+/// 5, so the capacity is exactly 5, found by doubling then bisecting (1, 2, 4, 8, 6, 5). The
+/// misses the report counts are the requests the simulator's own log says queued.
+#[test]
+fn find_capacity_finds_the_simulators_slots() {
+    let _serial = serial();
+    let _wd = Watchdog::new(
+        "find_capacity_finds_the_simulators_slots",
+        Duration::from_secs(180),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("events.jsonl");
+    let (_sim, url) = simulate(
+        dir.path(),
+        &[
+            "--max-concurrency",
+            "5",
+            "--ttft",
+            "50ms",
+            "--itl",
+            "10ms",
+            "--output-tokens",
+            "10",
+            "--event-log",
+            log.to_str().unwrap(),
+        ],
+    );
+    let cfg = sim_config(dir.path(), &url);
+    let json = dir.path().join("r.json");
+    let (code, out, err) = bench(
+        &[
+            "--config.file",
+            cfg.to_str().unwrap(),
+            "--find-capacity",
+            "--concurrency",
+            "1,64",
+            "--duration-per-level",
+            "1s",
+            "--slo",
+            "ttft=100ms",
+            "-o",
+            json.to_str().unwrap(),
+        ],
+        Duration::from_secs(120),
+    );
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let r = read_json(&json);
+    let c = &r["models"][0]["capacity"];
+    assert_eq!(c["concurrency"], 5, "{c:#}\n{err}");
+    assert_eq!(c["failed_at"], 6.0, "{c:#}");
+    assert_eq!(c["limited_by"], "ttft<=100.0 ms", "{c:#}");
+    let tried: Vec<f64> = c["levels_tried"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert_eq!(tried, [1.0, 2.0, 4.0, 8.0, 6.0, 5.0]);
+    // Every level the search ran is in the report, in load order.
+    let conc: Vec<u64> = levels(&r, 0)
+        .iter()
+        .map(|l| l["concurrency"].as_u64().unwrap())
+        .collect();
+    assert_eq!(conc, [1, 2, 4, 5, 6, 8]);
+    let att = |l: &Value| l["slo_attainment"].clone();
+    for l in levels(&r, 0) {
+        let a = att(l);
+        let (met, counted) = (a["met"].as_u64().unwrap(), a["counted"].as_u64().unwrap());
+        let [lo, hi] = [
+            a["interval"][0].as_f64().unwrap(),
+            a["interval"][1].as_f64().unwrap(),
+        ];
+        let share = met as f64 / counted as f64;
+        assert!(lo <= share && share <= hi, "{a:#}");
+        let c = l["concurrency"].as_u64().unwrap();
+        assert_eq!(c <= 5, share >= 0.95, "concurrency {c}: {a:#}");
+    }
+    assert!(out.contains("up to 5 concurrent streams"), "{out}");
+    // The requests the report counts as missing the SLO are those the simulator queued.
+    let records = logged(
+        &log,
+        r["models"][0]["capacity"]["requests"].as_u64().unwrap() as usize,
+    );
+    let queued = records
+        .iter()
+        .filter(|x| x["queued_s"].as_f64().unwrap_or(0.0) > 0.05)
+        .count() as u64;
+    let missed: u64 = levels(&r, 0)
+        .iter()
+        .map(|l| {
+            let a = att(l);
+            a["counted"].as_u64().unwrap() - a["met"].as_u64().unwrap()
+        })
+        .sum();
+    assert_eq!(
+        missed, queued,
+        "misses against the simulator's queued requests"
+    );
+}
+
 /// `connection: reuse`: each worker keeps one connection through the run (after `[DONE]` the body
 /// is read to its end, so the client pools it instead of closing it), and by default the workers'
 /// connections are opened before the level, so no measured request pays a set-up; with

@@ -1,0 +1,454 @@
+//! `bench --find-capacity` (pure): the search for a model's capacity within its SLOs, the highest
+//! load whose SLO attainment is at least the target. Double the load from the start until a level
+//! fails (or the upper bound passes), then bisect between the last level that passed and the
+//! first that failed: to one stream in closed loop, to the tolerance in open loop. The caller runs
+//! each level the search asks for and says how it went; the search never runs anything itself.
+//!
+//! The search assumes attainment falls as load grows. A level that passes above one that failed
+//! is kept in the report, but the capacity stays below the lowest failure (said in `stopped`).
+
+use super::stats::{LevelKey, LevelStats};
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// `--find-capacity` as the run applies it to each model.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CapacityPlan {
+    /// The search.
+    pub search: Search,
+    /// Open loop: the in-flight cap of every level.
+    pub cap: u32,
+    /// Each model's search stops after this much time (between levels), keeping what it found.
+    pub budget: Option<Duration>,
+}
+
+impl CapacityPlan {
+    /// The level of a load the search asks for.
+    pub fn key(&self, load: f64) -> LevelKey {
+        if self.search.open {
+            LevelKey {
+                concurrency: self.cap,
+                rate: Some(load),
+            }
+        } else {
+            LevelKey {
+                concurrency: load as u32,
+                rate: None,
+            }
+        }
+    }
+
+    /// The load of a level.
+    pub fn load(&self, key: &LevelKey) -> f64 {
+        key.rate.unwrap_or(f64::from(key.concurrency))
+    }
+
+    /// How a level went for the search.
+    pub fn verdict(&self, l: &LevelStats) -> Verdict {
+        match &l.slo_attainment {
+            None => Verdict::Invalid("no SLO".into()),
+            Some(a) if a.counted == 0 => Verdict::Invalid("no request was measured".into()),
+            Some(a) if a.share >= self.search.attainment => Verdict::Pass,
+            Some(a) => Verdict::Fail(a.limited_by().unwrap_or_else(|| "attainment".into())),
+        }
+    }
+
+    /// The report's capacity from the search's `outcome` over `levels` (those it ran among them).
+    pub fn capacity(
+        &self,
+        outcome: &Outcome,
+        tried: &[(f64, Verdict)],
+        levels: &[LevelStats],
+    ) -> Capacity {
+        let at = outcome
+            .load
+            .and_then(|x| levels.iter().find(|l| self.load(&l.key) == x));
+        let ran: Vec<&LevelStats> = levels
+            .iter()
+            .filter(|l| tried.iter().any(|(x, _)| *x == self.load(&l.key)))
+            .collect();
+        Capacity {
+            concurrency: outcome.load.filter(|_| !self.search.open).map(|x| x as u32),
+            rate: outcome.load.filter(|_| self.search.open),
+            target_attainment: self.search.attainment,
+            attainment: at.and_then(|l| l.slo_attainment.as_ref()).map(|a| a.share),
+            attainment_interval: at
+                .and_then(|l| l.slo_attainment.as_ref())
+                .and_then(|a| a.interval),
+            limited_by: outcome.failed_at.as_ref().map(|f| f.1.clone()),
+            failed_at: outcome.failed_at.as_ref().map(|f| f.0),
+            levels_tried: tried.iter().map(|t| t.0).collect(),
+            stopped: outcome.stopped.clone(),
+            requests: ran.iter().map(|l| l.requests).sum(),
+            seconds: ran.iter().map(|l| l.wall_s).sum(),
+        }
+    }
+}
+
+/// What the search looks for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Search {
+    /// The attainment a level must reach to pass (0..1).
+    pub attainment: f64,
+    /// The first load tried (concurrency, or requests/s in open loop).
+    pub start: f64,
+    /// The highest load tried.
+    pub max: f64,
+    /// Open loop: bisect until `hi / lo - 1 <= tolerance`; closed loop: to one stream.
+    pub tolerance: f64,
+    /// Open loop (rates) rather than closed loop (integer concurrency).
+    pub open: bool,
+}
+
+/// How a level the search asked for went.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// Its attainment reached the target.
+    Pass,
+    /// It did not; what limited it (an objective, or `errors`).
+    Fail(String),
+    /// It cannot be judged: the client could not measure it, or nothing was measured (why).
+    Invalid(String),
+}
+
+/// The search's next step.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// Run a level at this load.
+    Run(f64),
+    /// The search is over.
+    Done(Outcome),
+}
+
+/// Where the search ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// The highest load that passed (`None`: none did).
+    pub load: Option<f64>,
+    /// The lowest load that failed, and what limited it there.
+    pub failed_at: Option<(f64, String)>,
+    /// Why the search stopped, in words.
+    pub stopped: String,
+}
+
+/// A model's capacity as the report keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Capacity {
+    /// Closed loop: the highest concurrency within the SLOs at the target attainment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
+    /// Open loop: the highest arrival rate (requests/s) within them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<f64>,
+    /// The target attainment (0..1).
+    pub target_attainment: f64,
+    /// The attainment measured at the capacity, and its 95% Wilson interval.
+    pub attainment: Option<f64>,
+    /// Its interval.
+    pub attainment_interval: Option<[f64; 2]>,
+    /// What failed first above the capacity: an objective (`ttft<=2.00 s`), or `errors`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limited_by: Option<String>,
+    /// The load that failed first above the capacity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_at: Option<f64>,
+    /// Every load tried, in the order run.
+    pub levels_tried: Vec<f64>,
+    /// Why the search stopped.
+    pub stopped: String,
+    /// Requests the search sent (warm-up excluded) and its wall time, s.
+    pub requests: u64,
+    /// Seconds the search's levels took.
+    pub seconds: f64,
+}
+
+impl Search {
+    fn round(&self, x: f64) -> f64 {
+        if self.open { x } else { x.round().max(1.0) }
+    }
+
+    fn close_enough(&self, lo: f64, hi: f64) -> bool {
+        if self.open {
+            hi / lo - 1.0 <= self.tolerance
+        } else {
+            hi - lo <= 1.0
+        }
+    }
+
+    /// The next step after `tried` (each load run so far, with its verdict, in order).
+    pub fn next(&self, tried: &[(f64, Verdict)]) -> Step {
+        if let Some((load, why)) = tried.iter().find_map(|(l, v)| match v {
+            Verdict::Invalid(why) => Some((*l, why.clone())),
+            _ => None,
+        }) {
+            return Step::Done(Outcome {
+                load: self.passed_below(tried, load),
+                failed_at: None,
+                stopped: format!(
+                    "the level at {} cannot be judged ({why}): the search does not conclude from it",
+                    show(load)
+                ),
+            });
+        }
+        let fail = tried
+            .iter()
+            .filter_map(|(l, v)| match v {
+                Verdict::Fail(why) => Some((*l, why.clone())),
+                _ => None,
+            })
+            .min_by(|a, b| a.0.total_cmp(&b.0));
+        let hi = fail.as_ref().map(|f| f.0);
+        let lo = self.passed_below(tried, hi.unwrap_or(f64::INFINITY));
+        let non_monotone =
+            hi.is_some_and(|h| tried.iter().any(|(l, v)| *v == Verdict::Pass && *l > h));
+        let done = |load: Option<f64>, stopped: String| {
+            let suffix = if non_monotone {
+                "; a higher load passed again, so the capacity is kept below the lowest failure"
+            } else {
+                ""
+            };
+            Step::Done(Outcome {
+                load,
+                failed_at: fail.clone(),
+                stopped: format!("{stopped}{suffix}"),
+            })
+        };
+        match (lo, hi) {
+            (None, None) => Step::Run(self.round(self.start)),
+            (Some(lo), None) => {
+                if lo >= self.max {
+                    done(
+                        Some(lo),
+                        format!("the upper bound {} passed", show(self.max)),
+                    )
+                } else {
+                    Step::Run(self.round((lo * 2.0).min(self.max)))
+                }
+            }
+            (None, Some(hi)) => {
+                let floor = if self.open { self.start / 64.0 } else { 1.0 };
+                if hi <= floor || (!self.open && hi <= 1.0) {
+                    done(None, format!("even {} failed", show(hi)))
+                } else {
+                    let next = self.round(hi / 2.0);
+                    if tried.iter().any(|(l, _)| *l == next) {
+                        done(None, format!("even {} failed", show(next)))
+                    } else {
+                        Step::Run(next)
+                    }
+                }
+            }
+            (Some(lo), Some(hi)) => {
+                if self.close_enough(lo, hi) {
+                    let within = if self.open {
+                        format!(
+                            "within {}% (passed at {}, failed at {})",
+                            show(self.tolerance * 100.0),
+                            show(lo),
+                            show(hi)
+                        )
+                    } else {
+                        format!("passed at {}, failed at {}", show(lo), show(hi))
+                    };
+                    done(Some(lo), format!("bisected: {within}"))
+                } else {
+                    let mid = if self.open {
+                        (lo * hi).sqrt()
+                    } else {
+                        ((lo + hi) / 2.0).floor()
+                    };
+                    Step::Run(self.round(mid))
+                }
+            }
+        }
+    }
+
+    /// The outcome when the search is stopped from outside (its time budget): the best found so
+    /// far, `why` it stopped.
+    pub fn stopped(&self, tried: &[(f64, Verdict)], why: &str) -> Outcome {
+        let failed_at = tried
+            .iter()
+            .filter_map(|(l, v)| match v {
+                Verdict::Fail(w) => Some((*l, w.clone())),
+                _ => None,
+            })
+            .min_by(|a, b| a.0.total_cmp(&b.0));
+        let limit = failed_at.as_ref().map_or(f64::INFINITY, |f| f.0);
+        Outcome {
+            load: self.passed_below(tried, limit),
+            failed_at,
+            stopped: why.to_owned(),
+        }
+    }
+
+    /// The highest load that passed below `limit`.
+    fn passed_below(&self, tried: &[(f64, Verdict)], limit: f64) -> Option<f64> {
+        tried
+            .iter()
+            .filter(|(l, v)| *v == Verdict::Pass && *l < limit)
+            .map(|(l, _)| *l)
+            .max_by(f64::total_cmp)
+    }
+}
+
+/// The capacity in words: `up to 8 concurrent streams at 96.0% attainment [89.1%, 98.9%]`, or
+/// `none within the search` when no load passed.
+pub fn describe(c: &Capacity) -> String {
+    let load = match (c.concurrency, c.rate) {
+        (Some(n), _) => format!(
+            "up to {n} concurrent stream{}",
+            if n == 1 { "" } else { "s" }
+        ),
+        (None, Some(r)) => format!("up to {} requests/s", show(r)),
+        (None, None) => return "none: no load tried met the target".into(),
+    };
+    let att = match (c.attainment, c.attainment_interval) {
+        (Some(a), Some([lo, hi])) => format!(
+            " at {:.1}% attainment [{:.1}%, {:.1}%]",
+            a * 100.0,
+            lo * 100.0,
+            hi * 100.0
+        ),
+        (Some(a), None) => format!(" at {:.1}% attainment", a * 100.0),
+        _ => String::new(),
+    };
+    let limit = match (&c.limited_by, c.failed_at) {
+        (Some(l), Some(f)) => format!(", limited by {l} (failed at {})", show(f)),
+        _ => String::new(),
+    };
+    format!("{load}{att}{limit}")
+}
+
+/// A load as the report writes it (`8`, `2.5`).
+fn show(x: f64) -> String {
+    crate::units::trim_float((x * 1000.0).round() / 1000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn closed(max: f64) -> Search {
+        Search {
+            attainment: 0.95,
+            start: 1.0,
+            max,
+            tolerance: 0.0,
+            open: false,
+        }
+    }
+
+    /// Runs the search against a server whose levels pass up to `capacity`.
+    fn run(s: &Search, passes: impl Fn(f64) -> bool) -> (Outcome, Vec<f64>) {
+        let mut tried = Vec::new();
+        loop {
+            match s.next(&tried) {
+                Step::Run(l) => {
+                    assert!(tried.iter().all(|(t, _)| *t != l), "{l} twice: {tried:?}");
+                    let v = if passes(l) {
+                        Verdict::Pass
+                    } else {
+                        Verdict::Fail("ttft<=1.00 s".into())
+                    };
+                    tried.push((l, v));
+                }
+                Step::Done(o) => return (o, tried.into_iter().map(|t| t.0).collect()),
+            }
+        }
+    }
+
+    #[test]
+    fn closed_loop_finds_the_exact_concurrency() {
+        for cap in 1..=100 {
+            let (o, tried) = run(&closed(256.0), |c| c <= f64::from(cap));
+            assert_eq!(o.load, Some(f64::from(cap)), "{tried:?}");
+            assert_eq!(o.failed_at.as_ref().map(|f| f.0), Some(f64::from(cap + 1)));
+            // Doubling then bisecting: about 2 log2(cap) levels.
+            let bound = 2.0 * f64::from(cap).log2().ceil() + 2.0;
+            assert!(tried.len() as f64 <= bound, "cap {cap}: {tried:?}");
+        }
+        // 5 slots: 1, 2, 4, 8 (fails), 6 (fails), 5.
+        let (o, tried) = run(&closed(256.0), |c| c <= 5.0);
+        assert_eq!(tried, [1.0, 2.0, 4.0, 8.0, 6.0, 5.0]);
+        assert!(
+            o.stopped.contains("passed at 5, failed at 6"),
+            "{}",
+            o.stopped
+        );
+    }
+
+    #[test]
+    fn the_bounds_and_a_first_failure_end_the_search() {
+        let (o, tried) = run(&closed(16.0), |_| true);
+        assert_eq!(
+            (o.load, tried),
+            (Some(16.0), vec![1.0, 2.0, 4.0, 8.0, 16.0])
+        );
+        assert!(o.stopped.contains("upper bound 16 passed"));
+        let (o, tried) = run(&closed(16.0), |_| false);
+        assert_eq!((o.load, tried), (None, vec![1.0]));
+        assert!(o.stopped.contains("even 1 failed"));
+        // Starting high, a failure bisects downwards.
+        let s = Search {
+            start: 32.0,
+            ..closed(64.0)
+        };
+        let (o, _) = run(&s, |c| c <= 3.0);
+        assert_eq!(o.load, Some(3.0));
+    }
+
+    #[test]
+    fn open_loop_bisects_to_the_tolerance() {
+        let s = Search {
+            attainment: 0.95,
+            start: 1.0,
+            max: 1000.0,
+            tolerance: 0.05,
+            open: true,
+        };
+        let (o, tried) = run(&s, |r| r <= 37.3);
+        let (lo, hi) = (o.load.unwrap(), o.failed_at.unwrap().0);
+        assert!(
+            lo <= 37.3 && hi > 37.3 && hi / lo - 1.0 <= 0.05,
+            "{lo} {hi} {tried:?}"
+        );
+    }
+
+    #[test]
+    fn a_level_that_cannot_be_judged_ends_the_search_without_a_conclusion_from_it() {
+        let s = closed(64.0);
+        let tried = vec![
+            (1.0, Verdict::Pass),
+            (2.0, Verdict::Pass),
+            (4.0, Verdict::Invalid("client_bound".into())),
+        ];
+        match s.next(&tried) {
+            Step::Done(o) => {
+                assert_eq!(o.load, Some(2.0));
+                assert!(
+                    o.stopped.contains("cannot be judged (client_bound)"),
+                    "{}",
+                    o.stopped
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_pass_above_a_failure_is_said() {
+        let s = closed(64.0);
+        let tried = vec![
+            (1.0, Verdict::Pass),
+            (2.0, Verdict::Fail("errors".into())),
+            (4.0, Verdict::Pass),
+        ];
+        match s.next(&tried) {
+            Step::Done(o) => {
+                assert_eq!(o.load, Some(1.0));
+                assert!(o.stopped.contains("passed again"), "{}", o.stopped);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
