@@ -240,6 +240,30 @@ pub fn render_table(r: &Report) -> String {
     out
 }
 
+/// The levels too short for a 95% interval of TTFT p99, in one line.
+fn render_short(out: &mut String, r: &Report, names: &[String]) {
+    let short: Vec<String> = r
+        .models
+        .iter()
+        .zip(names)
+        .flat_map(|(m, name)| {
+            m.levels
+                .iter()
+                .filter(|l| l.ttft_s.is_some_and(|s| s.p99_ci.is_none()))
+                .map(move |l| format!("{name} @ {}", l.key.label()))
+        })
+        .collect();
+    if !short.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nNot enough samples for a 95% interval of TTFT p99 (it needs {} successes; p95 needs {}): {}",
+            crate::bench::confidence::min_samples(0.99),
+            crate::bench::confidence::min_samples(0.95),
+            short.join(", ")
+        );
+    }
+}
+
 /// Error breakdown, knee, selection and regression notes (plain text or Markdown).
 fn render_notes(r: &Report, md: bool) -> String {
     let mut out = String::new();
@@ -305,6 +329,7 @@ fn render_notes(r: &Report, md: bool) -> String {
         };
     }
     render_lengths(&mut out, r, bullet);
+    render_short(&mut out, r, &names);
     if let Some(s) = &r.selection {
         let w: Vec<String> = s.weights.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let _ = writeln!(
@@ -600,6 +625,10 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
         "agg_tps",
         "rps",
         "goodput_rps",
+        "goodput_tokens_per_s",
+        "slo_attainment",
+        "slo_attainment_lo",
+        "slo_attainment_hi",
         "cost_per_request",
         "cost_per_mtok",
         "capped",
@@ -637,6 +666,8 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
     for m in &r.models {
         for (i, l) in m.levels.iter().enumerate() {
             let errors: Vec<String> = l.errors.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let att = l.slo_attainment.as_ref();
+            let interval = att.and_then(|a| a.interval);
             let mut row = vec![
                 m.model.clone(),
                 m.target.clone().unwrap_or_default(),
@@ -651,6 +682,10 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
                 num(l.output_tokens_per_s),
                 num(l.requests_per_s),
                 l.goodput_rps.map(num).unwrap_or_default(),
+                l.goodput_tokens_per_s.map(num).unwrap_or_default(),
+                att.map(|a| num(a.share)).unwrap_or_default(),
+                interval.map(|i| num(i[0])).unwrap_or_default(),
+                interval.map(|i| num(i[1])).unwrap_or_default(),
                 l.cost_per_request.map(num).unwrap_or_default(),
                 l.cost_per_mtok.map(num).unwrap_or_default(),
                 l.capped.to_string(),

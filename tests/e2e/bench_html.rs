@@ -145,6 +145,7 @@ fn scale(doc: &Value, ptr: &str) -> f64 {
     }
     if last == "error_rate"
         || metric == "error_rate"
+        || last == "share"
         || last == "change"
         || last.ends_with("_growth")
         || last.starts_with("tolerance")

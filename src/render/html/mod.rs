@@ -341,9 +341,26 @@ pub(super) fn run_info(o: &mut String, r: &Report) {
     o.push_str("</dl>");
 }
 
+/// Each model's capacity within the SLOs, the page's first answer (as the table states it).
+pub(super) fn capacity(o: &mut String, r: &Report) {
+    let capacity = crate::render::text::render_answer(r, false);
+    if let Some((head, lines)) = capacity.trim_end().split_once('\n') {
+        let _ = write!(
+            o,
+            r#"<h3>Capacity</h3><p>{}</p><ul id="capacity">"#,
+            esc(head.trim_end_matches(':'))
+        );
+        for l in lines.lines() {
+            let _ = write!(o, "<li>{}</li>", esc(l.trim()));
+        }
+        o.push_str("</ul>");
+    }
+}
+
 /// The ranking with scores, the rejected models with the limit each failed, the knee per
 /// model, the findings and the regressions, in sentences.
 pub(super) fn answer(o: &mut String, r: &Report) {
+    capacity(o, r);
     if let Some(s) = &r.selection {
         let _ = write!(
             o,
@@ -685,7 +702,7 @@ pub(crate) mod tests {
             .to_owned();
         let time_metric = ["ttft", "ttfo", "tpot", "e2e", "lag"]
             .contains(&metric.split('_').next().unwrap_or(""));
-        let pct = ["change", "error_rate"].contains(&last)
+        let pct = ["change", "error_rate", "share"].contains(&last)
             || metric == "error_rate"
             || last.ends_with("_growth")
             || last.starts_with("tolerance");

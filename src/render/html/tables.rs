@@ -44,7 +44,7 @@ fn p(s: Option<Summary>, f: fn(&Summary) -> f64) -> Option<f64> {
 }
 
 /// The comparison table's columns.
-const MAIN_COLUMNS: [Column; 16] = [
+const MAIN_COLUMNS: [Column; 17] = [
     ("requests", "requests", Unit::Plain, |l| {
         Some(l.requests as f64)
     }),
@@ -87,6 +87,12 @@ const MAIN_COLUMNS: [Column; 16] = [
     ("goodput_rps", "goodput (req/s)", Unit::Plain, |l| {
         l.goodput_rps
     }),
+    (
+        "slo_attainment/share",
+        "SLO attainment (%)",
+        Unit::Pct,
+        |l| l.slo_attainment.as_ref().map(|a| a.share),
+    ),
     ("lag_s/p99", "generator lag p99 (ms)", Unit::Ms, |l| {
         p(l.lag_s, |s| s.p99)
     }),
