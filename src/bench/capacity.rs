@@ -45,6 +45,9 @@ impl CapacityPlan {
 
     /// How a level went for the search.
     pub fn verdict(&self, l: &LevelStats) -> Verdict {
+        if let Some(why) = &l.client_bound {
+            return Verdict::Invalid(format!("client_bound: {why}"));
+        }
         match &l.slo_attainment {
             None => Verdict::Invalid("no SLO".into()),
             Some(a) if a.counted == 0 => Verdict::Invalid("no request was measured".into()),

@@ -4,6 +4,7 @@
 //!
 //! | code | fires when |
 //! |---|---|
+//! | `client_bound` | at every level the client could not measure: the bench's threads waited for a CPU over half the level's wall time while its first tokens were read late (median read lag over 1 ms), or the median read lag is over 5 ms (fixed: `bench::stats::CLIENT_*`; the level is marked in every output and bench exits 4 without `--accept-client-bound`) |
 //! | `gpu_underutilized` | GPU utilisation mean below `gpu_underutilized` (30%) at the knee, or at the last level without a knee |
 //! | `memory_pressure` | GPU memory, KV cache or host memory max above `memory_pressure` (85%) at a level |
 //! | `queueing` | requests waiting (mean) grew over the previous level, is at least `queueing_waiting` (1), while aggregate tokens/s grew less than `queueing_tps_growth` (10%) |
@@ -12,7 +13,8 @@
 //! | `errors_past_knee` | the error rate of a level after the knee above `errors_past_knee` (1%) |
 //! | `client_server_gap` | client TTFT p95 − server TTFT p95 above `client_server_ttft_gap` (250 ms), or the server's generation tokens/s off the client's aggregate tokens/s by more than `client_server_tokens_gap` (5%) |
 //!
-//! Each code fires at most once per model and kind, at the first level it applies to.
+//! Each code fires at most once per model and kind, at the first level it applies to
+//! (`client_bound` at every level it applies to).
 
 use super::report::{Finding, ModelReport};
 use super::stats::LevelStats;
@@ -373,10 +375,30 @@ fn client_server_gap(m: &ModelReport, t: &Thresholds) -> Vec<Finding> {
     ttft.into_iter().chain(tokens).collect()
 }
 
+/// Every level the client could not measure ([`LevelStats::client_bound`]): first, since its
+/// figures are the client's starvation and no other finding about it holds.
+fn client_bound(m: &ModelReport) -> Vec<Finding> {
+    m.levels
+        .iter()
+        .filter_map(|l| {
+            let why = l.client_bound.as_ref()?;
+            Some(finding(
+                "client_bound",
+                m,
+                l,
+                format!(
+                    "the client could not measure this level, so its figures are not the server's: {why}. Give the bench more CPU (fewer processes beside it, no CPU limit below its need, or fewer streams per process with --shard)"
+                ),
+            ))
+        })
+        .collect()
+}
+
 /// Every finding of a sweep, model by model, in the order of the table above.
 pub fn findings(models: &[ModelReport], t: &Thresholds) -> Vec<Finding> {
     let mut out = Vec::new();
     for m in models {
+        out.extend(client_bound(m));
         out.extend(gpu_underutilized(m, t));
         out.extend(memory_pressure(m, t));
         out.extend(queueing(m, t));

@@ -309,6 +309,22 @@ fn merge_level(
         .filter_map(|l| l.loop_lag_s)
         .max_by(|a, b| a.p99.total_cmp(&b.p99));
     out.started_unix_s = t0.is_finite().then_some(t0);
+    // A shard that could not measure its part makes the merged level unmeasured too; the CPU
+    // wait is each shard's process's own, summed.
+    out.cpu_wait_s = parts
+        .iter()
+        .filter_map(|l| l.cpu_wait_s)
+        .reduce(|a, b| a + b);
+    let bound: Vec<String> = parts
+        .iter()
+        .enumerate()
+        .filter_map(|(i, l)| {
+            l.client_bound
+                .as_ref()
+                .map(|w| format!("shard part {}: {w}", i + 1))
+        })
+        .collect();
+    out.client_bound = (!bound.is_empty()).then(|| bound.join("; "));
     out.start_offset_s = parts
         .iter()
         .filter_map(|l| l.start_offset_s)
@@ -616,6 +632,19 @@ mod tests {
     }
 
     /// What would merge silently wrong is refused, naming the file and the reason.
+    #[test]
+    fn a_shard_the_client_could_not_measure_marks_the_merged_level() {
+        let lv = |start: f64| vec![level(KEYS[0], (0..10).map(sample).collect(), start)];
+        let a = report(Some("0/2"), "r", lv(T0));
+        let mut b = report(Some("1/2"), "r", lv(T0 + 0.01));
+        b.models[0].levels[0].client_bound = Some("starved".into());
+        b.models[0].levels[0].cpu_wait_s = Some(1.5);
+        let m = merge(&[("a.json".into(), a), ("b.json".into(), b)], &[]).unwrap();
+        let l = &m.models[0].levels[0];
+        assert_eq!(l.client_bound.as_deref(), Some("shard part 2: starved"));
+        assert_eq!(l.cpu_wait_s, Some(1.5));
+    }
+
     #[test]
     fn what_would_merge_silently_wrong_is_refused() {
         let lv = |start: f64| vec![level(KEYS[0], (0..10).map(sample).collect(), start)];

@@ -18,8 +18,9 @@
 //! [`Report`]; the rendering half, [`crate::render`], prints and writes it.
 //!
 //! Exit codes: 0 done; 2 bad usage, config, bench file or baseline, or an output that cannot be
-//! written; 3 a metric regressed against `--baseline` beyond the tolerance. `docs/bench.md` is the
-//! user guide and defines every number.
+//! written; 3 a metric regressed against `--baseline` beyond the tolerance; 4 a level the client
+//! could not measure (without `--accept-client-bound`); 130 stopped by a signal. `docs/bench.md`
+//! is the user guide and defines every number.
 //!
 //! [`ProbeResult`]: crate::measure::ProbeResult
 

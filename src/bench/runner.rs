@@ -67,6 +67,9 @@ pub struct LevelRun {
     pub capped: u64,
     /// The level's start (its sends' time 0), wall clock, Unix seconds.
     pub started_unix_s: Option<f64>,
+    /// How long this process's threads waited for a CPU during the level, summed over threads
+    /// (Linux), s.
+    pub cpu_wait_s: Option<f64>,
 }
 
 /// `t` as Unix seconds.
@@ -247,10 +250,35 @@ impl Ticker {
     }
 }
 
-/// Samples the runtime's run-queue delay every 10 ms until stopped.
+/// Samples the runtime's run-queue delay every 10 ms until stopped, and reads how long the
+/// process's threads waited for a CPU in between (the kernel's own account).
 struct LagMonitor {
     stop: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<Vec<f64>>,
+    cpu_wait_at_start: Option<f64>,
+}
+
+/// The run-queue wait of this process's threads so far, s: the second field of each
+/// `/proc/self/task/*/schedstat` (ns), summed. `None` off Linux or without schedstats. A thread
+/// that ended takes its share with it, so a level's difference is a lower bound.
+pub fn cpu_wait() -> Option<f64> {
+    let tasks = std::fs::read_dir("/proc/self/task").ok()?;
+    let mut ns: u64 = 0;
+    let mut any = false;
+    for t in tasks.flatten() {
+        let Ok(text) = std::fs::read_to_string(t.path().join("schedstat")) else {
+            continue;
+        };
+        if let Some(w) = text
+            .split_whitespace()
+            .nth(1)
+            .and_then(|w| w.parse::<u64>().ok())
+        {
+            ns = ns.saturating_add(w);
+            any = true;
+        }
+    }
+    any.then(|| ns as f64 / 1e9)
 }
 
 impl LagMonitor {
@@ -267,12 +295,21 @@ impl LagMonitor {
             }
             out
         });
-        LagMonitor { stop, task }
+        LagMonitor {
+            stop,
+            task,
+            cpu_wait_at_start: cpu_wait(),
+        }
     }
 
-    async fn stop(self) -> Vec<f64> {
+    /// The loop lags sampled, and the CPU wait since the start.
+    async fn stop(self) -> (Vec<f64>, Option<f64>) {
+        let waited = self
+            .cpu_wait_at_start
+            .zip(cpu_wait())
+            .map(|(a, b)| (b - a).max(0.0));
         self.stop.store(true, Ordering::Relaxed);
-        self.task.await.unwrap_or_default()
+        (self.task.await.unwrap_or_default(), waited)
     }
 }
 
@@ -497,7 +534,7 @@ impl Runner {
         self.probers = back;
         // The first prober calibrates: keep one even if every worker was lost.
         self.ensure_probers(1)?;
-        let loop_lag = monitor.stop().await;
+        let (loop_lag, cpu_wait_s) = monitor.stop().await;
         ticker.end().await;
         Ok(LevelRun {
             wall_s: samples.iter().map(|s| s.end_s).fold(0.0, f64::max),
@@ -505,6 +542,7 @@ impl Runner {
             loop_lag,
             capped: 0,
             started_unix_s,
+            cpu_wait_s,
         })
     }
 
@@ -597,7 +635,7 @@ impl Runner {
                 }
             }
         }
-        let loop_lag = monitor.stop().await;
+        let (loop_lag, cpu_wait_s) = monitor.stop().await;
         ticker.end().await;
         // Keep the probers the pool grew to, for the next level (every arrival has handed its
         // prober back by now).
@@ -611,6 +649,7 @@ impl Runner {
             loop_lag,
             capped: capped.load(Ordering::Relaxed),
             started_unix_s,
+            cpu_wait_s,
         })
     }
 }

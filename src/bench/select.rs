@@ -315,6 +315,8 @@ pub(crate) mod tests {
             goodput_tokens_per_s: None,
             slo_met: None,
             slo_attainment: None,
+            cpu_wait_s: None,
+            client_bound: None,
             lag_s: Some(s(0.0001)),
             ramp_s: None,
             loop_lag_s: None,

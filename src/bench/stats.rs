@@ -291,6 +291,51 @@ impl Attainment {
     }
 }
 
+/// A level is client-bound when the bench's threads spent more than this share of the level's
+/// wall time waiting for a CPU (summed over threads: 0.5 is half a thread waiting throughout)
+/// and its first tokens were read late (median read lag over [`CLIENT_STARVED_READ_LAG_S`], or
+/// unknown)...
+pub const CLIENT_CPU_WAIT_SHARE: f64 = 0.5;
+
+/// ...the read lag that, with that CPU wait, shows the starvation reached the measurement...
+pub const CLIENT_STARVED_READ_LAG_S: f64 = 0.001;
+
+/// ...or, whatever the CPU wait, when half its first tokens were read more than this long after
+/// the kernel received them (the reading task waited to run).
+pub const CLIENT_READ_LAG_P50_S: f64 = 0.005;
+
+impl LevelStats {
+    /// Why the client could not measure this level, from its own figures: CPU starvation of the
+    /// bench process, or first tokens read late (`None`: it could).
+    pub fn client_bound_reason(&self) -> Option<String> {
+        let mut why = Vec::new();
+        let read_lag = self.read_lag_s.map(|r| r.p50);
+        if let Some(w) = self.cpu_wait_s
+            && self.wall_s > 0.0
+            && w / self.wall_s > CLIENT_CPU_WAIT_SHARE
+            && read_lag.is_none_or(|r| r > CLIENT_STARVED_READ_LAG_S)
+        {
+            why.push(format!(
+                "the bench's threads waited {:.2} s for a CPU in {:.2} s ({:.0}% > {:.0}%)",
+                w,
+                self.wall_s,
+                w / self.wall_s * 100.0,
+                CLIENT_CPU_WAIT_SHARE * 100.0
+            ));
+        }
+        if let Some(r) = &self.read_lag_s
+            && r.p50 > CLIENT_READ_LAG_P50_S
+        {
+            why.push(format!(
+                "first tokens were read {:.1} ms (p50) after the kernel received them (> {:.0} ms)",
+                r.p50 * 1e3,
+                CLIENT_READ_LAG_P50_S * 1e3
+            ));
+        }
+        (!why.is_empty()).then(|| why.join("; "))
+    }
+}
+
 /// Mean, extremes and percentiles of one metric over a level.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
@@ -468,6 +513,14 @@ pub struct LevelStats {
     /// The share of requests that met every SLO, with its interval; absent without SLOs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slo_attainment: Option<Attainment>,
+    /// How long the bench's own threads waited for a CPU during the level, summed over threads
+    /// (Linux's schedstat), s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_wait_s: Option<f64>,
+    /// Why the client could not measure this level (it was the bottleneck): its figures are not
+    /// the server's. Absent when it could.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_bound: Option<String>,
     /// Scheduling lag of the load generator (actual minus intended send instant), s; closed-loop
     /// workers' first requests are left out (see `ramp_s`).
     pub lag_s: Option<Summary>,
@@ -637,6 +690,8 @@ impl LevelStats {
             goodput_tokens_per_s: good_tokens.map(|n| per_s(n as f64)),
             slo_met,
             slo_attainment: Attainment::of(samples, slos),
+            cpu_wait_s: None,
+            client_bound: None,
             lag_s: Summary::of(samples.iter().filter(|s| !s.first).map(|s| s.lag_s)),
             ramp_s: samples
                 .iter()

@@ -341,6 +341,8 @@ pub(super) fn fold_level(
         stats.set_cost(&run.samples, p);
     }
     stats.started_unix_s = run.started_unix_s;
+    stats.cpu_wait_s = run.cpu_wait_s;
+    stats.client_bound = stats.client_bound_reason();
     stats.start_offset_s = late;
     if keep_samples {
         let mut s = run.samples;
@@ -357,7 +359,7 @@ pub(super) fn level_line(label: &str, l: &LevelStats) -> String {
             .map_or_else(|| "-".to_owned(), |s| crate::units::fmt_secs(g(s)))
     };
     format!(
-        "  {label}: {} requests, {:.2}% errors, TTFT p50 {} p95 {}, TPOT p50 {}, {:.1} tok/s, {:.2} req/s, lag p99 {}, loop lag p99 {}{}",
+        "  {label}: {} requests, {:.2}% errors, TTFT p50 {} p95 {}, TPOT p50 {}, {:.1} tok/s, {:.2} req/s, lag p99 {}, loop lag p99 {}{}{}",
         l.requests,
         l.error_rate * 100.0,
         f(&l.ttft_s, |s| s.p50),
@@ -371,5 +373,10 @@ pub(super) fn level_line(label: &str, l: &LevelStats) -> String {
             ", ramp {}",
             crate::units::fmt_secs(r)
         )),
+        l.client_bound
+            .as_ref()
+            .map_or_else(String::new, |w| format!(
+                "; CLIENT-BOUND, not the server's figures: {w}"
+            )),
     )
 }

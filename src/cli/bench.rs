@@ -173,10 +173,18 @@ pub struct BenchArgs {
     /// Stop each model's capacity search after this long (e.g. 10m), keeping what it found.
     #[arg(long, requires = "find_capacity", value_parser = humantime::parse_duration)]
     pub capacity_budget: Option<Duration>,
+    /// Exit 0 even when a level was client-bound (the bench's own CPU starvation reached its
+    /// figures): such a level stays marked in every output.
+    #[arg(long)]
+    pub accept_client_bound: bool,
     /// Server metrics beside every level.
     #[command(flatten)]
     pub server: super::bench_servermetrics::ServerArgs,
 }
+
+/// The exit status of a run with a level the client could not measure (without
+/// `--accept-client-bound`).
+pub const CLIENT_BOUND_EXIT: u8 = 4;
 
 /// The search of `--find-capacity` from the flags, checked: SLOs to search within, bounds that
 /// make a search, one process (no shards or shared start instants).
@@ -504,7 +512,26 @@ impl BenchArgs {
         let plan = self.plan()?;
         let criteria = plan.criteria.clone();
         let finished = crate::bench::run(plan).await?;
-        crate::render::deliver(&finished.report, &outputs, &criteria)
+        let code = crate::render::deliver(&finished.report, &outputs, &criteria)?;
+        let r = &finished.report;
+        let bound: Vec<String> = r
+            .models
+            .iter()
+            .flat_map(|m| {
+                m.levels
+                    .iter()
+                    .filter(|l| l.client_bound.is_some())
+                    .map(move |l| format!("{} @ {}", m.name(), l.key.label()))
+            })
+            .collect();
+        if bound.is_empty() || self.accept_client_bound || r.interrupted.is_some() {
+            return Ok(code);
+        }
+        crate::output::print_stderr_line(&format!(
+            "tokenprobe bench: the client could not measure {}: its figures are its own starvation's, not the server's (exit {CLIENT_BOUND_EXIT}; --accept-client-bound to accept them)",
+            bound.join(", ")
+        ));
+        Ok(std::process::ExitCode::from(CLIENT_BOUND_EXIT))
     }
 
     /// The validated plan of this invocation.

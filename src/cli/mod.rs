@@ -12,7 +12,7 @@
 //! `simulate`'s flags are [`crate::simulate::SimulateArgs`], beside the simulator they configure.
 //!
 //! Exit codes: 0 success; 1 a probe failed or could not be sized (`probe`, [`Refused`]); 2 bad usage or an invalid config; 3 a bench
-//! regressed against its baseline.
+//! regressed against its baseline; 4 a bench level the client could not measure.
 
 pub mod bench;
 pub mod bench_report;

@@ -47,6 +47,16 @@ fn pct(v: f64) -> String {
 }
 
 /// The knee marker column.
+/// The knee column of a level: its knee, and `CLIENT-BOUND` when the client could not measure it.
+fn mark(m: &ModelReport, i: usize, l: &LevelStats) -> String {
+    let knee = knee_mark(m, i);
+    match (&l.client_bound, knee.is_empty()) {
+        (None, _) => knee.to_owned(),
+        (Some(_), true) => "CLIENT-BOUND".to_owned(),
+        (Some(_), false) => format!("{knee}, CLIENT-BOUND"),
+    }
+}
+
 fn knee_mark(m: &ModelReport, i: usize) -> &'static str {
     match &m.knee {
         Some(k) if k.index == i => "◆ knee",
@@ -91,7 +101,7 @@ fn table_row(m: &ModelReport, i: usize, l: &LevelStats) -> [String; 16] {
             .map_or_else(|| "-".into(), |g| format!("{g:.2}")),
         opt(&l.lag_s, |s| s.p99, fmt_secs),
         opt(&l.loop_lag_s, |s| s.p99, fmt_secs),
-        knee_mark(m, i).to_owned(),
+        mark(m, i, l),
     ]
 }
 
@@ -570,10 +580,11 @@ pub fn render_markdown(r: &Report) -> String {
                 opt(&l.read_lag_s, |s| s.p99, |v| format!("{:.2}", v * 1e3)),
                 l.ramp_s
                     .map_or_else(|| "-".into(), |v| format!("{:.1}", v * 1e3)),
-                if knee_mark(m, i).is_empty() {
-                    String::new()
-                } else {
-                    "**knee**".to_owned()
+                match (knee_mark(m, i).is_empty(), l.client_bound.is_some()) {
+                    (true, false) => String::new(),
+                    (false, false) => "**knee**".to_owned(),
+                    (true, true) => "**CLIENT-BOUND**".to_owned(),
+                    (false, true) => "**knee**, **CLIENT-BOUND**".to_owned(),
                 },
             ];
             if costs {
@@ -634,6 +645,7 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
         "capped",
         "ramp_s",
         "knee",
+        "client_bound",
     ]
     .iter()
     .map(|s| (*s).to_owned())
@@ -691,6 +703,7 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
                 l.capped.to_string(),
                 l.ramp_s.map(num).unwrap_or_default(),
                 (!knee_mark(m, i).is_empty()).to_string(),
+                l.client_bound.clone().unwrap_or_default(),
             ];
             for s in [
                 &l.ttft_s,

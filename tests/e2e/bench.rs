@@ -722,6 +722,68 @@ fn find_capacity_finds_the_simulators_slots() {
     );
 }
 
+/// A level the client could not measure is called out: bench pinned to one core at the lowest
+/// priority beside two busy loops on that core reports a TTFT that is its own starvation (the
+/// simulator answers in 50 ms), so the level is `client_bound` in the JSON, the findings and the
+/// level's line, and bench exits 4 unless `--accept-client-bound`; the same run on that core
+/// without the busy loops is not.
+#[test]
+fn a_starved_client_is_called_out() {
+    let _serial = serial();
+    let _wd = Watchdog::new("a_starved_client_is_called_out", Duration::from_secs(180));
+    let dir = tempfile::tempdir().unwrap();
+    let (_sim, url) = simulate(
+        dir.path(),
+        &["--ttft", "50ms", "--itl", "2ms", "--output-tokens", "40"],
+    );
+    let cfg = sim_config(dir.path(), &url);
+    let run = |name: &str, nice: &str, extra: &[&str]| {
+        let json = dir.path().join(format!("{name}.json"));
+        let mut cmd = Command::new("taskset");
+        cmd.args(["-c", "0", "nice", "-n", nice])
+            .arg(tokenprobe_bin())
+            .args([
+                "bench",
+                "--config.file",
+                cfg.to_str().unwrap(),
+                "--concurrency",
+                "1",
+                "--duration-per-level",
+                "2s",
+                "-o",
+                json.to_str().unwrap(),
+            ])
+            .args(extra);
+        let (st, out, err) = run_with_timeout(cmd, None, Duration::from_secs(60));
+        (st.code(), out, err, read_json(&json))
+    };
+    let busy: Vec<ChildGuard> = (0..2)
+        .map(|i| {
+            let mut cmd = Command::new("taskset");
+            cmd.args(["-c", "0", "sh", "-c", "while :; do :; done"]);
+            ChildGuard::spawn(&format!("busy{i}"), cmd, dir.path())
+        })
+        .collect();
+    let (code, out, err, r) = run("starved", "19", &[]);
+    assert_eq!(code, Some(4), "{out}\n{err}");
+    let l = &levels(&r, 0)[0];
+    let why = l["client_bound"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{l:#}"));
+    assert!(why.contains("waited") || why.contains("read"), "{why}");
+    assert!(
+        err.contains("CLIENT-BOUND") && err.contains("--accept-client-bound"),
+        "{err}"
+    );
+    assert!(out.contains("[client_bound] sim-a @ 1"), "{out}");
+    let (code, _, err, _) = run("accepted", "19", &["--accept-client-bound"]);
+    assert_eq!(code, Some(0), "{err}");
+    drop(busy);
+    let (code, out, err, r) = run("unstarved", "0", &[]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(levels(&r, 0)[0].get("client_bound").is_none(), "{err}");
+}
+
 /// `connection: reuse`: each worker keeps one connection through the run (after `[DONE]` the body
 /// is read to its end, so the client pools it instead of closing it), and by default the workers'
 /// connections are opened before the level, so no measured request pays a set-up; with
