@@ -4,7 +4,7 @@
 //!
 //! | code | fires when |
 //! |---|---|
-//! | `client_bound` | at every level the client could not measure: the bench's threads waited for a CPU over half the level's wall time while its first tokens were read late (median read lag over 1 ms), or the median read lag is over 5 ms (fixed: `bench::stats::CLIENT_*`; the level is marked in every output and bench exits 4 without `--accept-client-bound`) |
+//! | `client_bound` | at every level the client could not measure: the bench's threads waited for a CPU over half the level's wall time while its first tokens were read late (median read lag over 2 ms), or the median read lag is over 5 ms (fixed: `bench::stats::CLIENT_*`; the level is marked in every output and bench exits 4 without `--accept-client-bound`) |
 //! | `gpu_underutilized` | GPU utilisation mean below `gpu_underutilized` (30%) at the knee, or at the last level without a knee |
 //! | `memory_pressure` | GPU memory, KV cache or host memory max above `memory_pressure` (85%) at a level |
 //! | `queueing` | requests waiting (mean) grew over the previous level, is at least `queueing_waiting` (1), while aggregate tokens/s grew less than `queueing_tps_growth` (10%) |

@@ -298,7 +298,7 @@ impl Attainment {
 pub const CLIENT_CPU_WAIT_SHARE: f64 = 0.5;
 
 /// ...the read lag that, with that CPU wait, shows the starvation reached the measurement...
-pub const CLIENT_STARVED_READ_LAG_S: f64 = 0.001;
+pub const CLIENT_STARVED_READ_LAG_S: f64 = 0.002;
 
 /// ...or, whatever the CPU wait, when half its first tokens were read more than this long after
 /// the kernel received them (the reading task waited to run).
