@@ -70,7 +70,19 @@ impl CapacityPlan {
             .iter()
             .filter(|l| tried.iter().any(|(x, _)| *x == self.load(&l.key)))
             .collect();
+        let failed = outcome
+            .failed_at
+            .as_ref()
+            .and_then(|(x, _)| levels.iter().find(|l| self.load(&l.key) == *x));
+        let interval = |l: Option<&LevelStats>| {
+            l.and_then(|l| l.slo_attainment.as_ref())
+                .and_then(|a| a.interval)
+        };
+        let target = self.search.attainment;
+        let clear = interval(at).is_none_or(|[lo, _]| lo >= target)
+            && interval(failed).is_none_or(|[_, hi]| hi < target);
         Capacity {
+            clear,
             concurrency: outcome.load.filter(|_| !self.search.open).map(|x| x as u32),
             rate: outcome.load.filter(|_| self.search.open),
             target_attainment: self.search.attainment,
@@ -155,6 +167,10 @@ pub struct Capacity {
     /// The load that failed first above the capacity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed_at: Option<f64>,
+    /// Whether the answer is clear at 95% confidence: the attainment interval at the capacity
+    /// lies at or above the target and the one where it failed lies below it. When not, the
+    /// levels were too short to tell those loads apart (longer levels decide).
+    pub clear: bool,
     /// Every load tried, in the order run.
     pub levels_tried: Vec<f64>,
     /// Why the search stopped.
@@ -319,7 +335,12 @@ pub fn describe(c: &Capacity) -> String {
         (Some(l), Some(f)) => format!(", limited by {l} (failed at {})", show(f)),
         _ => String::new(),
     };
-    format!("{load}{att}{limit}")
+    let unclear = if c.clear {
+        ""
+    } else {
+        " (not clear at 95% confidence: an interval reaches across the target; longer levels would decide)"
+    };
+    format!("{load}{att}{limit}{unclear}")
 }
 
 /// A load as the report writes it (`8`, `2.5`).
@@ -436,6 +457,48 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn the_answer_is_clear_only_when_both_intervals_leave_the_target() {
+        use crate::bench::stats::Attainment;
+        let plan = CapacityPlan {
+            search: closed(64.0),
+            cap: 1000,
+            budget: None,
+        };
+        let level = |c: u32, met: u64, counted: u64| {
+            let mut l = crate::bench::select::tests::level(c, 100.0, 0.1, 0.0);
+            l.slo_attainment = Some(Attainment {
+                met,
+                counted,
+                share: met as f64 / counted as f64,
+                interval: crate::bench::confidence::wilson(met, counted),
+                missed: Default::default(),
+                failed: 0,
+            });
+            l
+        };
+        let tried = [(5.0, Verdict::Pass), (6.0, Verdict::Fail("ttft".into()))];
+        let outcome = Outcome {
+            load: Some(5.0),
+            failed_at: Some((6.0, "ttft".into())),
+            stopped: String::new(),
+        };
+        // 400 of 400 and 300 of 400: [99.0%, 100%] and [70.5%, 79.1%], both off 95%.
+        let c = plan.capacity(&outcome, &tried, &[level(5, 400, 400), level(6, 300, 400)]);
+        assert!(
+            c.clear && c.attainment == Some(1.0) && c.requests == 200,
+            "{c:?}"
+        );
+        // 20 of 20 passes, but its interval [83.9%, 100%] reaches below 95%.
+        let c = plan.capacity(&outcome, &tried, &[level(5, 20, 20), level(6, 15, 20)]);
+        assert!(!c.clear, "{c:?}");
+        assert!(
+            describe(&c).contains("not clear at 95% confidence"),
+            "{}",
+            describe(&c)
+        );
     }
 
     #[test]
