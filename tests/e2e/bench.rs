@@ -411,6 +411,59 @@ fn bench_against_llama_cpp_agrees_with_its_timings() {
         rel < 0.05,
         "bench TPS p50 {tps_p50} vs llama.cpp {server_p50}"
     );
+
+    // The capacity search on the real server, small levels: E2E within 1.5× what one stream
+    // takes, so concurrency shared on two cores breaks it somewhere in 1..=4. The answer must
+    // be the search's own levels read right: the highest load that reached 95% below the lowest
+    // that did not, each level's verdict its attainment.
+    let e2e_p95 = ls[0]["e2e_s"]["p95"].as_f64().unwrap();
+    let slo = format!("e2e={}ms", (e2e_p95 * 1500.0).ceil());
+    let json = dir.path().join("capacity.json");
+    let (code, out, err) = bench(
+        &[
+            "--config.file",
+            cfg.to_str().unwrap(),
+            "--find-capacity",
+            "--concurrency",
+            "1,4",
+            "--requests-per-level",
+            "4",
+            "--slo",
+            &slo,
+            "--accept-client-bound",
+            "-o",
+            json.to_str().unwrap(),
+        ],
+        Duration::from_secs(240),
+    );
+    eprintln!("{out}\n{err}");
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let r = read_json(&json);
+    let c = &r["models"][0]["capacity"];
+    let passed = |l: &Value| l["slo_attainment"]["share"].as_f64().unwrap() >= 0.95;
+    let ls = levels(&r, 0);
+    assert!(!ls.is_empty() && ls.len() <= 4, "{c:#}");
+    if ls.iter().any(|l| l.get("client_bound").is_some()) {
+        assert!(
+            c["stopped"].as_str().unwrap().contains("cannot be judged"),
+            "{c:#}"
+        );
+        return;
+    }
+    let load = |l: &Value| l["concurrency"].as_u64().unwrap();
+    let first_fail = ls.iter().filter(|l| !passed(l)).map(load).min();
+    let best = ls
+        .iter()
+        .filter(|l| passed(l) && first_fail.is_none_or(|f| load(l) < f))
+        .map(load)
+        .max();
+    assert_eq!(c["concurrency"].as_u64(), best, "{c:#}\n{err}");
+    assert_eq!(
+        c["failed_at"].as_f64().map(|f| f as u64),
+        first_fail,
+        "{c:#}"
+    );
+    assert!(out.contains("Capacity within e2e<="), "{out}");
 }
 
 /// Fails naming every key whose value differs between two lists of levels.
