@@ -20,6 +20,8 @@ pub struct CapacityPlan {
     pub cap: u32,
     /// Each model's search stops after this much time (between levels), keeping what it found.
     pub budget: Option<Duration>,
+    /// How many more times a level is run while its decision is unclear (0: never).
+    pub extensions: u32,
 }
 
 impl CapacityPlan {
@@ -41,6 +43,15 @@ impl CapacityPlan {
     /// The load of a level.
     pub fn load(&self, key: &LevelKey) -> f64 {
         key.rate.unwrap_or(f64::from(key.concurrency))
+    }
+
+    /// True when `samples`' attainment under `slos` cannot decide the level at 95% confidence:
+    /// its interval holds the target (it reaches across it).
+    pub fn unclear(&self, samples: &[super::stats::Sample], slos: &[super::criteria::Slo]) -> bool {
+        let target = self.search.attainment;
+        super::stats::Attainment::of(samples, slos)
+            .and_then(|a| a.interval)
+            .is_some_and(|[lo, hi]| lo < target && target <= hi)
     }
 
     /// How a level went for the search.
@@ -466,6 +477,7 @@ mod tests {
             search: closed(64.0),
             cap: 1000,
             budget: None,
+            extensions: 0,
         };
         let level = |c: u32, met: u64, counted: u64| {
             let mut l = crate::bench::select::tests::level(c, 100.0, 0.1, 0.0);

@@ -72,6 +72,30 @@ pub struct LevelRun {
     pub cpu_wait_s: Option<f64>,
 }
 
+impl LevelRun {
+    /// This run followed by `more` of the same level (its instants shifted to after this one's
+    /// end): one level's samples, wall time, lags, caps and CPU wait.
+    #[must_use]
+    pub fn then(mut self, more: LevelRun) -> LevelRun {
+        let off = self.wall_s;
+        self.samples
+            .extend(more.samples.into_iter().map(|s| Sample {
+                sent_s: s.sent_s + off,
+                end_s: s.end_s + off,
+                first: false,
+                ..s
+            }));
+        self.wall_s += more.wall_s;
+        self.loop_lag.extend(more.loop_lag);
+        self.capped += more.capped;
+        self.cpu_wait_s = match (self.cpu_wait_s, more.cpu_wait_s) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+        self
+    }
+}
+
 /// `t` as Unix seconds.
 fn unix_s(t: std::time::SystemTime) -> Option<f64> {
     t.duration_since(std::time::UNIX_EPOCH)

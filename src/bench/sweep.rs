@@ -177,7 +177,7 @@ impl Sender {
                 *running = Some(label.clone());
             }
             let slot = mi * self.levels.len() + li;
-            let (run, late) = self
+            let (mut run, late) = self
                 .level(
                     runner,
                     server_side,
@@ -188,8 +188,33 @@ impl Sender {
                 )
                 .await?;
             *done_units += self.per_level_units;
+            // The capacity search runs a level on while its decision is unclear (its attainment
+            // interval reaches across the target), up to its extensions.
+            let mut extended = 0;
+            while let Some(plan) = &self.search
+                && extended < plan.extensions
+                && plan.unclear(&run.samples, &self.criteria.slos)
+            {
+                extended += 1;
+                let more = self
+                    .send(
+                        runner,
+                        key,
+                        (mi, li + 1000 * extended as usize),
+                        label.clone(),
+                        *done_units,
+                    )
+                    .await?;
+                run = run.then(more);
+            }
             lengths.add(&run.samples);
             let mut stats = fold_level(*key, run, &self.criteria, price.as_ref(), late, true);
+            if extended > 0 {
+                let note = format!(
+                    "run {extended} more time(s) at its amount: the attainment's interval reached across the target"
+                );
+                stats.notes.push(note);
+            }
             if key.rate.is_none() && self.shard.workers(key.concurrency) == 0 {
                 // Said, so that a merge knows why this shard's part of the level is empty.
                 let note = format!(
@@ -250,6 +275,49 @@ impl Sender {
         report.capacity = Some(c);
     }
 
+    /// The sending of one level (or one more batch of it) at `key` through `runner`: this
+    /// shard's workers or arrivals, its amount.
+    async fn send(
+        &self,
+        runner: &mut Runner,
+        key: &LevelKey,
+        (mi, li): (usize, usize),
+        label: String,
+        done_units: u64,
+    ) -> Result<runner::LevelRun, BenchError> {
+        let shard = self.shard;
+        let run = match key.rate {
+            None => match shard.workers(key.concurrency) {
+                0 => runner::LevelRun::default(),
+                c => {
+                    let amount = match self.total {
+                        Amount::Requests(n) => Amount::Requests(shard.requests(n, key.concurrency)),
+                        d @ Amount::Duration(_) => d,
+                    };
+                    runner.closed(c, amount, label, done_units).await?
+                }
+            },
+            Some(rate) => {
+                let level_seed = self
+                    .seed
+                    .wrapping_add((mi as u64) << 32)
+                    .wrapping_add(li as u64);
+                runner
+                    .open(
+                        shard.rate(rate),
+                        shard.cap(key.concurrency),
+                        self.arrival,
+                        shard.seed(level_seed),
+                        self.amount,
+                        label,
+                        done_units,
+                    )
+                    .await?
+            }
+        };
+        Ok(run)
+    }
+
     /// Sends one level through `runner`: the warm-up, the wait for the level's shared start
     /// (`at` = model index, level index, slot in the run), then the level. What it measured, and
     /// how late it started after its shared instant (with `--start-at`).
@@ -280,35 +348,7 @@ impl Sender {
         }
         let started = chrono::Utc::now();
         server_side.begin().await;
-        let run = match key.rate {
-            None => match shard.workers(key.concurrency) {
-                0 => runner::LevelRun::default(),
-                c => {
-                    let amount = match self.total {
-                        Amount::Requests(n) => Amount::Requests(shard.requests(n, key.concurrency)),
-                        d @ Amount::Duration(_) => d,
-                    };
-                    runner.closed(c, amount, label, done_units).await?
-                }
-            },
-            Some(rate) => {
-                let level_seed = self
-                    .seed
-                    .wrapping_add((mi as u64) << 32)
-                    .wrapping_add(li as u64);
-                runner
-                    .open(
-                        shard.rate(rate),
-                        shard.cap(key.concurrency),
-                        self.arrival,
-                        shard.seed(level_seed),
-                        self.amount,
-                        label,
-                        done_units,
-                    )
-                    .await?
-            }
-        };
+        let run = self.send(runner, key, (mi, li), label, done_units).await?;
         let late = self.start.as_ref().map(|p| {
             (started - p.level_start(slot))
                 .to_std()

@@ -173,6 +173,10 @@ pub struct BenchArgs {
     /// Stop each model's capacity search after this long (e.g. 10m), keeping what it found.
     #[arg(long, requires = "find_capacity", value_parser = humantime::parse_duration)]
     pub capacity_budget: Option<Duration>,
+    /// Run a level of the capacity search up to N more times at its amount while its attainment's
+    /// 95% interval reaches across the target (0: never).
+    #[arg(long, requires = "find_capacity", default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub capacity_extend: u32,
     /// Exit 0 even when a level was client-bound (the bench's own CPU starvation reached its
     /// figures): such a level stays marked in every output.
     #[arg(long)]
@@ -263,6 +267,7 @@ fn capacity_plan(
         },
         cap: levels.first().map_or(1000, |k| k.concurrency),
         budget: a.capacity_budget,
+        extensions: a.capacity_extend,
     }))
 }
 
