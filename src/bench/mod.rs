@@ -205,6 +205,8 @@ pub struct BenchPlan {
     pub command: Vec<String>,
     /// `--find-capacity`: each model's levels come from the search.
     pub capacity: Option<capacity::CapacityPlan>,
+    /// `--repeat N`: every level is run this many times (1: once).
+    pub repeat: u32,
 }
 
 impl BenchPlan {
@@ -551,6 +553,7 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         server: server_plan,
         command,
         capacity,
+        repeat,
     } = plan;
     let open = level_keys.iter().any(|k| k.rate.is_some());
     identify(&mut spec, &mut prompts, &run_id, shard);
@@ -612,6 +615,7 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         prewarm,
         levels: level_keys.clone(),
         search: capacity,
+        repeat,
         per_level_units,
         criteria: criteria.clone(),
         cross_check,

@@ -317,6 +317,7 @@ pub(crate) mod tests {
             slo_attainment: None,
             cpu_wait_s: None,
             client_bound: None,
+            repeats: Vec::new(),
             lag_s: Some(s(0.0001)),
             ramp_s: None,
             loop_lag_s: None,

@@ -291,6 +291,38 @@ impl Attainment {
     }
 }
 
+/// One run of a level repeated with `--repeat`: the figures that decide, to show their spread.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Repeat {
+    /// Measured requests.
+    pub requests: u64,
+    /// TTFT p50 and p95 of its successes, s.
+    pub ttft_p50_s: Option<f64>,
+    /// TTFT p95, s.
+    pub ttft_p95_s: Option<f64>,
+    /// TPOT p50, s.
+    pub tpot_p50_s: Option<f64>,
+    /// Aggregate output tokens/s.
+    pub output_tokens_per_s: f64,
+    /// SLO attainment (with SLOs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo_attainment: Option<f64>,
+}
+
+impl Repeat {
+    /// The figures of one run's statistics.
+    pub fn of(l: &LevelStats) -> Repeat {
+        Repeat {
+            requests: l.requests,
+            ttft_p50_s: l.ttft_s.map(|s| s.p50),
+            ttft_p95_s: l.ttft_s.map(|s| s.p95),
+            tpot_p50_s: l.tpot_s.map(|s| s.p50),
+            output_tokens_per_s: l.output_tokens_per_s,
+            slo_attainment: l.slo_attainment.as_ref().map(|a| a.share),
+        }
+    }
+}
+
 /// A level is client-bound when the bench's threads spent more than this share of the level's
 /// wall time waiting for a CPU (summed over threads: 0.5 is half a thread waiting throughout)
 /// and its first tokens were read late (median read lag over [`CLIENT_STARVED_READ_LAG_S`], or
@@ -521,6 +553,10 @@ pub struct LevelStats {
     /// the server's. Absent when it could.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_bound: Option<String>,
+    /// `--repeat N`: the level's figures in each of its runs, in order (the level's own figures
+    /// are those of all its runs' requests together).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repeats: Vec<Repeat>,
     /// Scheduling lag of the load generator (actual minus intended send instant), s; closed-loop
     /// workers' first requests are left out (see `ramp_s`).
     pub lag_s: Option<Summary>,
@@ -692,6 +728,7 @@ impl LevelStats {
             slo_attainment: Attainment::of(samples, slos),
             cpu_wait_s: None,
             client_bound: None,
+            repeats: Vec::new(),
             lag_s: Summary::of(samples.iter().filter(|s| !s.first).map(|s| s.lag_s)),
             ramp_s: samples
                 .iter()

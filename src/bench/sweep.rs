@@ -22,6 +22,8 @@ pub(super) struct Sender {
     pub(super) levels: Vec<LevelKey>,
     /// `--find-capacity`: the levels come from the search, not from `levels`.
     pub(super) search: Option<capacity::CapacityPlan>,
+    /// `--repeat N`: each level is run N times, each run's figures kept.
+    pub(super) repeat: u32,
     pub(super) per_level_units: u64,
     pub(super) criteria: Criteria,
     pub(super) cross_check: Option<crosscheck::CrossCheckSpec>,
@@ -207,8 +209,26 @@ impl Sender {
                     .await?;
                 run = run.then(more);
             }
+            let mut repeats = Vec::new();
+            for r in 1..self.repeat {
+                if r == 1 {
+                    repeats.push(stats::Repeat::of(&fold_run(key, &run, &self.criteria)));
+                }
+                let more = self
+                    .send(
+                        runner,
+                        key,
+                        (mi, li + 1000 * r as usize),
+                        label.clone(),
+                        *done_units,
+                    )
+                    .await?;
+                repeats.push(stats::Repeat::of(&fold_run(key, &more, &self.criteria)));
+                run = run.then(more);
+            }
             lengths.add(&run.samples);
             let mut stats = fold_level(*key, run, &self.criteria, price.as_ref(), late, true);
+            stats.repeats = repeats;
             if extended > 0 {
                 let note = format!(
                     "run {extended} more time(s) at its amount: the attainment's interval reached across the target"
@@ -390,6 +410,18 @@ pub(super) fn fold_level(
         stats.samples = Some(s);
     }
     stats
+}
+
+/// One run's statistics alone (for a repeat's figures).
+fn fold_run(key: &LevelKey, run: &runner::LevelRun, criteria: &Criteria) -> LevelStats {
+    LevelStats::from_samples(
+        *key,
+        &run.samples,
+        run.wall_s,
+        &run.loop_lag,
+        &criteria.slos,
+        run.capped,
+    )
 }
 
 /// One line per finished level on stderr.

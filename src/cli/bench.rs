@@ -177,6 +177,10 @@ pub struct BenchArgs {
     /// 95% interval reaches across the target (0: never).
     #[arg(long, requires = "find_capacity", default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=100))]
     pub capacity_extend: u32,
+    /// Run every level N times (one after the other, with the level's amount each time): the
+    /// level's figures are those of all its requests, and each run's are kept to show the spread.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub repeat: u32,
     /// Exit 0 even when a level was client-bound (the bench's own CPU starvation reached its
     /// figures): such a level stays marked in every output.
     #[arg(long)]
@@ -215,6 +219,11 @@ fn capacity_plan(
     }
     if a.select_at.is_some() {
         return usage("the levels are the search's: --select-at cannot name one in advance");
+    }
+    if a.repeat > 1 {
+        return usage(
+            "the search runs a level on while its decision is unclear (--capacity-extend); --repeat is for fixed levels",
+        );
     }
     let attainment = match &a.attainment {
         Some(s) => parse_ratio(s)?,
@@ -648,6 +657,11 @@ impl BenchArgs {
             )));
         }
         let capacity = capacity_plan(a, &mut level_keys, &criteria)?;
+        if a.repeat > 1 && a.shard.is_some_and(|s| s.count > 1) {
+            return Err(BenchError::Usage(
+                "--repeat runs each level again in this process: it does not split across shards (repeat the whole sharded run instead)".into(),
+            ));
+        }
         let (shard, start, run_id) = sharding(a, amount, &job, &prompts, &models, &level_keys)?;
         let judged = (models.len() > 1 && prompts.len() == 1)
             || !criteria.limits.is_empty()
@@ -680,6 +694,7 @@ impl BenchArgs {
             server,
             command: std::env::args().collect(),
             capacity,
+            repeat: a.repeat,
         })
     }
 }

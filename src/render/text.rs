@@ -250,6 +250,66 @@ pub fn render_table(r: &Report) -> String {
     out
 }
 
+/// `--repeat`: each repeated level's spread over its runs (lowest–highest, and that range over
+/// the mean) of TTFT p95, TPOT p50, aggregate tokens/s and attainment.
+fn render_repeats(out: &mut String, r: &Report, names: &[String], bullet: &str) {
+    let mut lines = Vec::new();
+    for (m, name) in r.models.iter().zip(names) {
+        for l in m.levels.iter().filter(|l| l.repeats.len() > 1) {
+            let spread = |v: Vec<f64>, f: &dyn Fn(f64) -> String| -> Option<String> {
+                if v.is_empty() {
+                    return None;
+                }
+                let (lo, hi) = v
+                    .iter()
+                    .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
+                        (a.min(*x), b.max(*x))
+                    });
+                let mean = v.iter().sum::<f64>() / v.len() as f64;
+                let rel = if mean > 0.0 {
+                    (hi - lo) / mean * 100.0
+                } else {
+                    0.0
+                };
+                Some(format!("{}–{} ({rel:.1}%)", f(lo), f(hi)))
+            };
+            let rs = &l.repeats;
+            let parts: Vec<String> = [
+                spread(rs.iter().filter_map(|x| x.ttft_p95_s).collect(), &fmt_secs)
+                    .map(|s| format!("TTFT p95 {s}")),
+                spread(rs.iter().filter_map(|x| x.tpot_p50_s).collect(), &fmt_secs)
+                    .map(|s| format!("TPOT p50 {s}")),
+                spread(rs.iter().map(|x| x.output_tokens_per_s).collect(), &|v| {
+                    format!("{v:.1}")
+                })
+                .map(|s| format!("agg tok/s {s}")),
+                spread(rs.iter().filter_map(|x| x.slo_attainment).collect(), &|v| {
+                    format!("{:.1}%", v * 100.0)
+                })
+                .map(|s| format!("attainment {s}")),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            lines.push(format!(
+                "{bullet}{name} @ {} over {} runs: {}",
+                l.key.label(),
+                rs.len(),
+                parts.join(", ")
+            ));
+        }
+    }
+    if !lines.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nSpread over the repeated runs (lowest–highest, range over the mean):"
+        );
+        for l in lines {
+            let _ = writeln!(out, "{l}");
+        }
+    }
+}
+
 /// The levels too short for a 95% interval of TTFT p99, in one line.
 fn render_short(out: &mut String, r: &Report, names: &[String]) {
     let short: Vec<String> = r
@@ -340,6 +400,7 @@ fn render_notes(r: &Report, md: bool) -> String {
     }
     render_lengths(&mut out, r, bullet);
     render_short(&mut out, r, &names);
+    render_repeats(&mut out, r, &names, bullet);
     if let Some(s) = &r.selection {
         let w: Vec<String> = s.weights.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let _ = writeln!(

@@ -785,6 +785,76 @@ fn find_capacity_finds_the_simulators_slots() {
     );
 }
 
+/// `--repeat 3`: each level runs three times with its amount; the level's figures are those of
+/// all its requests (the simulator's log has every one), each run's are kept, and the report says
+/// their spread. The median of all lies between the runs' medians.
+#[test]
+fn repeat_runs_each_level_again_and_keeps_each_runs_figures() {
+    let _serial = serial();
+    let _wd = Watchdog::new("repeat_runs_each_level", Duration::from_secs(120));
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("events.jsonl");
+    let (_sim, url) = simulate(
+        dir.path(),
+        &[
+            "--ttft",
+            "30ms",
+            "--itl",
+            "5ms",
+            "--output-tokens",
+            "5",
+            "--event-log",
+            log.to_str().unwrap(),
+        ],
+    );
+    let cfg = sim_config(dir.path(), &url);
+    let json = dir.path().join("r.json");
+    let (code, out, err) = bench(
+        &[
+            "--config.file",
+            cfg.to_str().unwrap(),
+            "--concurrency",
+            "2",
+            "--requests-per-level",
+            "8",
+            "--repeat",
+            "3",
+            "--slo",
+            "ttft=1s",
+            "-o",
+            json.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let r = read_json(&json);
+    let l = &levels(&r, 0)[0];
+    assert_eq!(l["requests"], 24, "{l:#}");
+    let reps = l["repeats"].as_array().expect("repeats");
+    assert_eq!(reps.len(), 3);
+    assert!(reps.iter().all(|x| x["requests"] == 8), "{reps:?}");
+    let medians: Vec<f64> = reps
+        .iter()
+        .map(|x| x["ttft_p50_s"].as_f64().unwrap())
+        .collect();
+    let all = l["ttft_s"]["p50"].as_f64().unwrap();
+    let (lo, hi) = medians
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
+            (a.min(*x), b.max(*x))
+        });
+    assert!(
+        lo <= all && all <= hi,
+        "{all} outside the runs' medians {medians:?}"
+    );
+    assert_eq!(
+        logged(&log, 24).len(),
+        24,
+        "the simulator answered every request once"
+    );
+    assert!(out.contains("sim-a @ 2 over 3 runs: TTFT p95 "), "{out}");
+}
+
 /// A level the client could not measure is called out: bench pinned to one core at the lowest
 /// priority beside two busy loops on that core reports a TTFT that is its own starvation (the
 /// simulator answers in 50 ms), so the level is `client_bound` in the JSON, the findings and the
