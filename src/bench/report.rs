@@ -223,6 +223,9 @@ pub struct Rejected {
     pub model: String,
     /// Every limit it failed, with its value.
     pub reasons: Vec<String>,
+    /// The highest level of its sweep at which it meets every limit (absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub passes_at: Option<String>,
 }
 
 /// The outcome of selection at one level.

@@ -104,8 +104,17 @@ fn level_at(m: &ModelReport, at: Option<f64>) -> Option<&LevelStats> {
     }
 }
 
+/// The highest level of `m`'s sweep at which it meets every limit of `c` (with a success).
+fn passes_at(m: &ModelReport, c: &Criteria) -> Option<String> {
+    m.levels
+        .iter()
+        .filter(|l| l.successes > 0 && c.limits.iter().all(|lim| lim.violation(l).is_none()))
+        .max_by(|a, b| a.key.x().total_cmp(&b.key.x()))
+        .map(|l| l.key.label())
+}
+
 /// Applies the hard limits at the selection level, then ranks the remaining models by weighted
-/// score, best first (ties by name).
+/// score, best first (ties by name). A rejected model says at which level it still passes.
 pub fn select(models: &[ModelReport], c: &Criteria) -> Selection {
     let weights = c.effective_weights();
     let mut rejected = Vec::new();
@@ -120,6 +129,7 @@ pub fn select(models: &[ModelReport], c: &Criteria) -> Selection {
                     "no level at {}",
                     label.clone().unwrap_or_else(|| "the end".into())
                 )],
+                passes_at: passes_at(m, c),
             });
             continue;
         };
@@ -142,6 +152,7 @@ pub fn select(models: &[ModelReport], c: &Criteria) -> Selection {
             rejected.push(Rejected {
                 model: name.clone(),
                 reasons,
+                passes_at: passes_at(m, c),
             });
         }
     }
@@ -446,6 +457,30 @@ pub(crate) mod tests {
             s.rejected[0].reasons[0],
             "no request succeeded at 8 (100 sent)"
         );
+    }
+
+    #[test]
+    fn a_rejected_model_says_where_it_still_passes() {
+        let m = model(
+            "a",
+            vec![
+                level(2, 100.0, 0.2, 0.0),
+                level(4, 150.0, 0.4, 0.0),
+                level(8, 160.0, 0.8, 0.0),
+            ],
+        );
+        let c = Criteria {
+            limits: vec!["ttft_p95<500ms".parse().unwrap()],
+            ..Criteria::default()
+        };
+        let s = select(std::slice::from_ref(&m), &c);
+        assert!(s.ranked.is_empty());
+        assert_eq!(s.rejected[0].passes_at.as_deref(), Some("4"));
+        let strict = Criteria {
+            limits: vec!["ttft_p95<100ms".parse().unwrap()],
+            ..Criteria::default()
+        };
+        assert_eq!(select(&[m], &strict).rejected[0].passes_at, None);
     }
 
     #[test]

@@ -310,6 +310,14 @@ fn render_repeats(out: &mut String, r: &Report, names: &[String], bullet: &str) 
     }
 }
 
+/// Where a rejected model still meets every limit: `; passes every limit at 2` (or at none).
+pub fn passes(k: &crate::bench::report::Rejected) -> String {
+    match &k.passes_at {
+        Some(l) => format!("; passes every limit at {l}"),
+        None => "; passes every limit at no level run".to_owned(),
+    }
+}
+
 /// The levels too short for a 95% interval of TTFT p99, in one line.
 fn render_short(out: &mut String, r: &Report, names: &[String]) {
     let short: Vec<String> = r
@@ -421,9 +429,10 @@ fn render_notes(r: &Report, md: bool) -> String {
         for k in &s.rejected {
             let _ = writeln!(
                 out,
-                "{bullet}rejected {}: {}",
+                "{bullet}rejected {}: {}{}",
                 k.model,
-                k.reasons.join("; ")
+                k.reasons.join("; "),
+                passes(k)
             );
         }
         let tokens = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"));

@@ -425,9 +425,10 @@ pub(super) fn answer(o: &mut String, r: &Report) {
             for k in &s.rejected {
                 let _ = write!(
                     o,
-                    "<li><b>{}</b> failed: {}</li>",
+                    "<li><b>{}</b> failed: {}{}</li>",
                     esc(&k.model),
-                    esc(&k.reasons.join("; "))
+                    esc(&k.reasons.join("; ")),
+                    esc(&crate::render::text::passes(k))
                 );
             }
             o.push_str("</ul>");
