@@ -199,13 +199,7 @@ impl Sender {
             {
                 extended += 1;
                 let more = self
-                    .send(
-                        runner,
-                        key,
-                        (mi, li + 1000 * extended as usize),
-                        label.clone(),
-                        *done_units,
-                    )
+                    .again(runner, key, (mi, li), extended, &label, *done_units)
                     .await?;
                 run = run.then(more);
             }
@@ -215,13 +209,7 @@ impl Sender {
                     repeats.push(stats::Repeat::of(&fold_run(key, &run, &self.criteria)));
                 }
                 let more = self
-                    .send(
-                        runner,
-                        key,
-                        (mi, li + 1000 * r as usize),
-                        label.clone(),
-                        *done_units,
-                    )
+                    .again(runner, key, (mi, li), r, &label, *done_units)
                     .await?;
                 repeats.push(stats::Repeat::of(&fold_run(key, &more, &self.criteria)));
                 run = run.then(more);
@@ -293,6 +281,22 @@ impl Sender {
             c.seconds
         ));
         report.capacity = Some(c);
+    }
+
+    /// Run `n` (1, 2, ...) after the first of level `li`: the same sending, its open-loop arrivals
+    /// seeded apart from every other run's.
+    async fn again(
+        &self,
+        runner: &mut Runner,
+        key: &LevelKey,
+        (mi, li): (usize, usize),
+        n: u32,
+        label: &str,
+        done_units: u64,
+    ) -> Result<runner::LevelRun, BenchError> {
+        let seeded_as = li + 1000 * n as usize;
+        self.send(runner, key, (mi, seeded_as), label.to_owned(), done_units)
+            .await
     }
 
     /// The sending of one level (or one more batch of it) at `key` through `runner`: this
@@ -389,14 +393,7 @@ pub(super) fn fold_level(
     late: Option<f64>,
     keep_samples: bool,
 ) -> LevelStats {
-    let mut stats = LevelStats::from_samples(
-        key,
-        &run.samples,
-        run.wall_s,
-        &run.loop_lag,
-        &criteria.slos,
-        run.capped,
-    );
+    let mut stats = fold_run(&key, &run, criteria);
     if let Some(p) = price {
         stats.set_cost(&run.samples, p);
     }

@@ -4,7 +4,7 @@
 
 use crate::bench::BenchError;
 use crate::bench::criteria::{Criteria, parse_weights};
-use crate::render::{Format, combine};
+use crate::render::combine;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -71,16 +71,7 @@ impl ReportArgs {
 /// # Errors
 /// [`BenchError`] for a bad flag, input or output.
 pub fn run(a: &ReportArgs) -> Result<ExitCode, BenchError> {
-    let mut outputs = Vec::new();
-    for o in &a.outputs {
-        let format = Format::of(o).ok_or_else(|| {
-            BenchError::Usage(format!(
-                "--output {}: the extension must be .json, .csv, .md or .html",
-                o.display()
-            ))
-        })?;
-        outputs.push((o.clone(), format));
-    }
+    let outputs = crate::render::Outputs::check(&a.outputs, None)?;
     let criteria = a.criteria()?;
     let mut docs = Vec::new();
     for p in &a.inputs {
@@ -92,10 +83,6 @@ pub fn run(a: &ReportArgs) -> Result<ExitCode, BenchError> {
     if a.no_samples {
         combine::drop_samples(&mut report);
     }
-    let outputs = crate::render::Outputs {
-        files: outputs,
-        plot: None,
-    };
     crate::render::write_outputs(&report, &outputs, &criteria.unwrap_or_default())?;
     Ok(ExitCode::SUCCESS)
 }

@@ -47,14 +47,21 @@ fn pct(v: f64) -> String {
 }
 
 /// The knee marker column.
-/// The knee column of a level: its knee, and `CLIENT-BOUND` when the client could not measure it.
+/// The knee column of level `i`: its knee (written `knee`), and `CLIENT-BOUND` when the client
+/// could not measure it, each as `show` writes it, joined by `, `.
+fn marks(m: &ModelReport, i: usize, l: &LevelStats, show: impl Fn(&str) -> String) -> String {
+    let knee = (!knee_mark(m, i).is_empty()).then_some("knee");
+    let bound = l.client_bound.is_some().then_some("CLIENT-BOUND");
+    let shown: Vec<String> = knee.into_iter().chain(bound).map(show).collect();
+    shown.join(", ")
+}
+
+/// The table's knee column: `◆ knee`, `CLIENT-BOUND`.
 fn mark(m: &ModelReport, i: usize, l: &LevelStats) -> String {
-    let knee = knee_mark(m, i);
-    match (&l.client_bound, knee.is_empty()) {
-        (None, _) => knee.to_owned(),
-        (Some(_), true) => "CLIENT-BOUND".to_owned(),
-        (Some(_), false) => format!("{knee}, CLIENT-BOUND"),
-    }
+    marks(m, i, l, |s| match s {
+        "knee" => knee_mark(m, i).to_owned(),
+        other => other.to_owned(),
+    })
 }
 
 fn knee_mark(m: &ModelReport, i: usize) -> &'static str {
@@ -650,12 +657,7 @@ pub fn render_markdown(r: &Report) -> String {
                 opt(&l.read_lag_s, |s| s.p99, |v| format!("{:.2}", v * 1e3)),
                 l.ramp_s
                     .map_or_else(|| "-".into(), |v| format!("{:.1}", v * 1e3)),
-                match (knee_mark(m, i).is_empty(), l.client_bound.is_some()) {
-                    (true, false) => String::new(),
-                    (false, false) => "**knee**".to_owned(),
-                    (true, true) => "**CLIENT-BOUND**".to_owned(),
-                    (false, true) => "**knee**, **CLIENT-BOUND**".to_owned(),
-                },
+                marks(m, i, l, |s| format!("**{s}**")),
             ];
             if costs {
                 cells.splice(knee_col..knee_col, cost_cells(l));
@@ -828,6 +830,19 @@ mod tests {
     use crate::bench::criteria::Criteria;
     use crate::bench::report::tests::synthetic;
     use crate::bench::select::select;
+
+    #[test]
+    fn a_client_bound_level_is_marked_beside_its_knee() {
+        let mut r = synthetic();
+        // alpha's knee is at 8 (its third level); its first level is not a knee.
+        r.models[0].levels[2].client_bound = Some("starved".into());
+        r.models[0].levels[0].client_bound = Some("starved".into());
+        let t = render_table(&r);
+        assert!(t.contains("◆ knee, CLIENT-BOUND"), "{t}");
+        let md = render_markdown(&r);
+        assert!(md.contains("| **knee**, **CLIENT-BOUND** |"), "{md}");
+        assert!(md.contains("| **CLIENT-BOUND** |"), "{md}");
+    }
 
     #[test]
     fn markdown_snapshot() {
