@@ -284,16 +284,18 @@ mod tests {
         assert!(e.to_string().contains("cannot read dataset"), "{e}");
     }
 
+    /// A FIFO named `name` in `dir`.
+    fn mkfifo(dir: &Path, name: &str) -> std::path::PathBuf {
+        let fifo = dir.join(name);
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo {}", fifo.display());
+        fifo
+    }
+
     #[test]
     fn what_is_not_a_regular_file_is_refused_by_name_without_opening_it() {
         let dir = tempfile::tempdir().unwrap();
-        let fifo = dir.path().join("fifo");
-        let ok = std::process::Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok);
+        let fifo = mkfifo(dir.path(), "fifo");
         let t = Instant::now();
         let e = read("dataset", 1 << 20).run(&fifo).unwrap_err();
         assert!(
@@ -316,14 +318,7 @@ mod tests {
     #[test]
     fn a_pipe_is_read_when_accepted_and_abandoned_at_the_bound_when_it_hangs() {
         let dir = tempfile::tempdir().unwrap();
-        let fifo = dir.path().join("config.yml");
-        assert!(
-            std::process::Command::new("mkfifo")
-                .arg(&fifo)
-                .status()
-                .unwrap()
-                .success()
-        );
+        let fifo = mkfifo(dir.path(), "config.yml");
         let piped = Read {
             pipes: true,
             ..read("config file", 1 << 20)
@@ -372,14 +367,7 @@ mod tests {
     #[test]
     fn concurrent_reads_of_one_file_all_get_its_content() {
         let dir = tempfile::tempdir().unwrap();
-        let fifo = dir.path().join("key");
-        assert!(
-            std::process::Command::new("mkfifo")
-                .arg(&fifo)
-                .status()
-                .unwrap()
-                .success()
-        );
+        let fifo = mkfifo(dir.path(), "key");
         let r = Read {
             pipes: true,
             timeout: Duration::from_secs(10),
