@@ -692,9 +692,9 @@ impl LevelStats {
         }
         let output_tokens = samples.iter().map(|s| s.output_tokens).sum();
         let per_s = |x: f64| if wall_s > 0.0 { x / wall_s } else { 0.0 };
-        let slo_met =
-            (!slos.is_empty()).then(|| samples.iter().filter(|s| s.meets(slos)).count() as u64);
-        let good_tokens = (!slos.is_empty()).then(|| {
+        let slo_attainment = Attainment::of(samples, slos);
+        let slo_met = slo_attainment.as_ref().map(|a| a.met);
+        let good_tokens = slo_attainment.is_some().then(|| {
             samples
                 .iter()
                 .filter(|s| s.meets(slos))
@@ -725,7 +725,7 @@ impl LevelStats {
             goodput_rps: slo_met.map(|n| per_s(n as f64)),
             goodput_tokens_per_s: good_tokens.map(|n| per_s(n as f64)),
             slo_met,
-            slo_attainment: Attainment::of(samples, slos),
+            slo_attainment,
             cpu_wait_s: None,
             client_bound: None,
             repeats: Vec::new(),
