@@ -153,6 +153,9 @@ impl Daemon {
         if let Ok(mut jobs) = self.jobs.write() {
             *jobs = running;
         }
+        drop(guard);
+        // What the old config and the parse freed goes back to the system (see the function).
+        let _ = tokio::task::spawn_blocking(crate::resources::release_freed_memory).await;
         Ok(applied)
     }
 

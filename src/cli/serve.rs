@@ -43,6 +43,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
         web_config,
         location,
     } = args;
+    crate::resources::limit_allocator_arenas();
     let nofile = crate::resources::raise_fd_limit();
     let probing = tokio::runtime::Builder::new_multi_thread()
         .thread_name("tokenprobe-probe")
