@@ -8,7 +8,7 @@ use super::BenchError;
 use super::findings::Thresholds;
 use super::report::ModelReport;
 use super::runner::Progress;
-use super::stats::LevelStats;
+use super::stats::{LevelKey, LevelStats};
 use crate::servermetrics::Endpoint;
 use crate::servermetrics::level::{ServerLevel, SignalStats};
 use crate::servermetrics::promql::{self, Query, Window};
@@ -52,8 +52,8 @@ pub struct ServerSide {
     /// Its served name.
     model: String,
     prometheus: Option<PrometheusPlan>,
-    /// Per level run: (model index, level index, its window), for the Prometheus queries.
-    windows: Vec<(usize, usize, Window)>,
+    /// Per level run: (model index, its load, its window), for the Prometheus queries.
+    windows: Vec<(usize, LevelKey, Window)>,
     level_start: Option<SystemTime>,
 }
 
@@ -134,7 +134,7 @@ impl ServerSide {
         if let Some(start) = self.level_start.take() {
             self.windows.push((
                 model,
-                level,
+                stats.key,
                 Window {
                     end_unix_s: unix_s(end),
                     duration_s: end.duration_since(start).map_or(0.0, |d| d.as_secs_f64()),
@@ -189,11 +189,15 @@ impl ServerSide {
                 return;
             }
         };
-        for &(mi, li, w) in &self.windows {
+        for &(mi, key, w) in &self.windows {
             let (got, sent, failed, first) =
                 promql::query_level(&mut client, &p.url, &p.queries, w, Duration::from_secs(10))
                     .await;
-            let Some(l) = models.get_mut(mi).and_then(|m| m.levels.get_mut(li)) else {
+            // By load, not by position: a search or a knee's added levels sort the levels by load.
+            let level = models
+                .get_mut(mi)
+                .and_then(|m| m.levels.iter_mut().find(|l| l.key.same(&key)));
+            let Some(l) = level else {
                 continue;
             };
             if let Some(e) = first {
