@@ -39,7 +39,7 @@ pub fn release_freed_memory() {
 /// glibc gives threads up to eight arenas per core; a reload's parse that lands in a fresh arena
 /// leaves the old arena's memory resident even after [`release_freed_memory`] (seen: 42 MiB at
 /// start, 59 after the first reload of an 8 MiB dataset and 75 after the third; with two arenas
-/// 43 MiB after each of five). Small allocations stay per thread (glibc's tcache), so probes do
+/// 43 MiB after each of five, or one step to 59 and flat after). Small allocations stay per thread (glibc's tcache), so probes do
 /// not queue on an arena's lock. Call it before any thread starts. Does nothing elsewhere.
 pub fn limit_allocator_arenas() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]

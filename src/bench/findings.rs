@@ -460,6 +460,8 @@ mod tests {
             agg_tps_growth: 0.0,
             ttft_p95_growth: 1.0,
             requests_waiting: None,
+            ceiling: None,
+            estimate: None,
         });
         ModelReport {
             model: "m".into(),
@@ -472,6 +474,7 @@ mod tests {
             levels,
             knee,
             capacity: None,
+            stopped_early: None,
         }
     }
 

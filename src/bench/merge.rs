@@ -402,6 +402,7 @@ pub fn merge(
                 output_tokens_mean,
                 knee: None,
                 capacity: None,
+                stopped_early: None,
                 ..m.clone()
             })
         })
@@ -417,6 +418,7 @@ pub fn merge(
         started_at,
         models,
         selection: None,
+        capacity_ranking: None,
         comparison: None,
         run: Some(RunInfo {
             id: first.run.as_ref().map(|r| r.id.clone()).unwrap_or_default(),
@@ -476,6 +478,7 @@ mod tests {
             levels,
             knee: None,
             capacity: None,
+            stopped_early: None,
         }];
         r.selection = None;
         r.comparison = None;

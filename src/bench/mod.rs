@@ -207,6 +207,9 @@ pub struct BenchPlan {
     pub capacity: Option<capacity::CapacityPlan>,
     /// `--repeat N`: every level is run this many times (1: once).
     pub repeat: u32,
+    /// `--knee-levels N`: at most this many levels added per sweep between the capacity ceiling
+    /// and the knee (0: none).
+    pub knee_levels: u32,
 }
 
 impl BenchPlan {
@@ -554,6 +557,7 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         command,
         capacity,
         repeat,
+        knee_levels,
     } = plan;
     let open = level_keys.iter().any(|k| k.rate.is_some());
     identify(&mut spec, &mut prompts, &run_id, shard);
@@ -586,16 +590,7 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         .map(|m| if mixed { m.name() } else { m.model.clone() })
         .collect();
     let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    let load = if open {
-        format!("open loop, {} arrivals", arrival.as_str())
-    } else {
-        "closed loop".into()
-    };
-    let part = if shard.count > 1 {
-        format!(", shard {shard} of run {run_id}")
-    } else {
-        String::new()
-    };
+    let (load, part) = run_words(open, arrival, shard, &run_id);
     progress.println(&format!(
         "tokenprobe bench: target {target_names} ({}), prompt {}, models {}, {} levels ({load}){part}",
         urls,
@@ -616,6 +611,7 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         levels: level_keys.clone(),
         search: capacity,
         repeat,
+        knee_levels,
         per_level_units,
         criteria: criteria.clone(),
         cross_check,
@@ -661,6 +657,7 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         knee_rule: criteria.knee,
         models: reports,
         selection: None,
+        capacity_ranking: None,
         comparison: None,
         run: Some(report::RunInfo {
             id: run_id,
@@ -699,6 +696,22 @@ impl Drop for Finished {
     }
 }
 
+/// The start line's words for the load (closed loop, or open loop and its arrivals) and, for a
+/// shard, which part of which run it is.
+fn run_words(open: bool, arrival: Arrival, shard: shard::Shard, run_id: &str) -> (String, String) {
+    let load = if open {
+        format!("open loop, {} arrivals", arrival.as_str())
+    } else {
+        "closed loop".into()
+    };
+    let part = if shard.count > 1 {
+        format!(", shard {shard} of run {run_id}")
+    } else {
+        String::new()
+    };
+    (load, part)
+}
+
 /// Every target of a run (`head`'s first, then each model's, each once): their names, base URLs
 /// and endpoint URLs (redacted), each list joined by `, `.
 fn targets_of(head: &Arc<Target>, models: &[BenchModel]) -> (String, String, String) {
@@ -735,7 +748,7 @@ fn identify(spec: &mut ProbeSpec, prompts: &mut [ProbeSpec], run_id: &str, shard
 }
 
 /// Judges a run's sweeps (the one place a run and a merge of shards are judged): each model's
-/// knee, the selection when `judged`, the findings by `thresholds`, the comparison with the
+/// knee, the selection when `judged`, the ranking by capacity within the SLOs, the findings by `thresholds`, the comparison with the
 /// baseline.
 pub fn judge(
     report: &mut Report,
@@ -748,6 +761,7 @@ pub fn judge(
         m.knee = select::find_knee(&m.levels, &criteria.knee);
     }
     report.selection = judged.then(|| select::select(&report.models, criteria));
+    report.capacity_ranking = select::rank_capacity(&report.models, criteria);
     report.findings = findings::findings(&report.models, thresholds);
     report.comparison = baseline.map(|(b, p)| {
         select::compare(

@@ -25,7 +25,8 @@ pub struct ModelReport {
     /// Achieved output length: mean output tokens (N) of the successful requests.
     #[serde(default)]
     pub output_tokens_mean: Option<f64>,
-    /// One entry per level, in the order run.
+    /// One entry per level, in the order run (by load when a capacity search or the knee's
+    /// `--knee-levels` added levels).
     pub levels: Vec<LevelStats>,
     /// Where scaling stopped, if it did within the sweep.
     #[serde(default)]
@@ -39,6 +40,10 @@ pub struct ModelReport {
     /// `--find-capacity`: the highest load within the SLOs at the target attainment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<super::capacity::Capacity>,
+    /// Why the sweep ended before its last planned level (clearly past saturation), and the
+    /// levels it left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_early: Option<String>,
 }
 
 impl ModelReport {
@@ -116,6 +121,10 @@ pub struct Report {
     /// Limits and ranking, when judged.
     #[serde(default)]
     pub selection: Option<Selection>,
+    /// With SLOs and two models or more: the models ranked by their capacity within the SLOs,
+    /// and by score at the highest load every model passes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_ranking: Option<CapacityRanking>,
     /// Comparison with `--baseline`.
     #[serde(default)]
     pub comparison: Option<Comparison>,
@@ -199,6 +208,41 @@ pub struct Knee {
     /// server's queue, not TTFT p95, is what marked it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests_waiting: Option<[f64; 2]>,
+    /// The capacity ceiling: the last level before saturation (the one before the knee; absent in
+    /// reports of older versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ceiling: Option<LevelKey>,
+    /// Where the hinge fit of throughput against load bends, when it lies between the ceiling
+    /// and the knee (concurrency, or rate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimate: Option<f64>,
+}
+
+/// The models ranked by their capacity within the SLOs, then by score at a common load.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CapacityRanking {
+    /// The SLO attainment a load must reach (the capacity search's target, else 95%).
+    pub target_attainment: f64,
+    /// Best first: the highest capacity; models with none within the sweep last.
+    pub by_capacity: Vec<AtCapacity>,
+    /// The selection (limits, weights) at the highest load every model ran within the SLOs;
+    /// absent when there is none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_common_load: Option<Selection>,
+}
+
+/// One model's capacity within the SLOs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AtCapacity {
+    /// 1 = the highest capacity.
+    pub rank: usize,
+    /// The model, as shown.
+    pub model: String,
+    /// The capacity: concurrency (closed loop) or requests/s (open loop); absent when no level
+    /// run was within the SLOs.
+    pub load: Option<f64>,
+    /// The SLO attainment there.
+    pub attainment: Option<f64>,
 }
 
 /// A ranked model.
@@ -377,6 +421,7 @@ pub(crate) mod tests {
                 levels: vec![mk(2, 0.1, 10.0, 0), mk(4, 0.1, 5.0, 0), mk(8, 0.4, 4.8, 0)],
                 knee: None,
                 capacity: None,
+                stopped_early: None,
                 prompt: None,
                 calibration: None,
             },
@@ -393,6 +438,7 @@ pub(crate) mod tests {
                 ],
                 knee: None,
                 capacity: None,
+                stopped_early: None,
                 prompt: None,
                 calibration: None,
             },
@@ -407,6 +453,7 @@ pub(crate) mod tests {
             ..Criteria::default()
         };
         let selection = select(&models, &criteria);
+        let capacity_ranking = crate::bench::select::rank_capacity(&models, &criteria);
         let mut baseline = models.clone();
         baseline[0].levels[2] = mk(8, 0.2, 4.8, 0);
         let comparison = compare(&models, &baseline, &criteria, "old.json");
@@ -434,6 +481,7 @@ pub(crate) mod tests {
             knee_rule: rule,
             models,
             selection: Some(selection),
+            capacity_ranking,
             comparison: Some(comparison),
             run: None,
             criteria: None,

@@ -3,7 +3,8 @@
 
 use super::criteria::{Base, Criteria, KneeRule, Metric};
 use super::report::{
-    Comparison, Knee, ModelReport, Ranked, Regression, Rejected, Selection, model_names,
+    AtCapacity, CapacityRanking, Comparison, Knee, ModelReport, Ranked, Regression, Rejected,
+    Selection, model_names,
 };
 use super::stats::LevelStats;
 use std::collections::BTreeMap;
@@ -11,33 +12,284 @@ use std::collections::BTreeMap;
 /// The server's mean requests waiting from which a growing queue marks a knee.
 pub const KNEE_WAITING_MIN: f64 = 1.0;
 
-/// The first level (after the first) where aggregate output tokens/s grew by less than
-/// `rule.tps_growth` while TTFT p95 grew by more than `rule.ttft_growth`, relative to the level
-/// before it, or, with server metrics, while the server's requests waiting (mean) grew to at
-/// least [`KNEE_WAITING_MIN`]. Levels without TTFT samples or with no throughput before them are
-/// skipped.
+/// The first level (after the first) past saturation, judged against the level before it:
+/// aggregate output tokens/s grew by less than the load did, short by more than
+/// `rule.tps_growth` of the load's growth (a doubling that gains under 90% by default), while TTFT
+/// p95 grew by more than `rule.ttft_growth` or, with server metrics, the server's requests
+/// waiting (mean) grew to at least [`KNEE_WAITING_MIN`]. The level before it is the capacity
+/// ceiling; the hinge fit of throughput against load ([`hinge_fit`]) estimates where between the
+/// two the curve bends. Levels must be in load order; levels without TTFT samples, with no
+/// throughput before them, or client-bound (not the server's figures) are not judged.
 pub fn find_knee(levels: &[LevelStats], rule: &KneeRule) -> Option<Knee> {
-    levels.windows(2).enumerate().find_map(|(i, w)| {
-        let (prev, cur) = (&w[0], &w[1]);
-        let (tp, tc) = (prev.ttft_s.as_ref()?.p95, cur.ttft_s.as_ref()?.p95);
-        if prev.output_tokens_per_s <= 0.0 || tp <= 0.0 {
+    let (index, g_tps, g_ttft, queued) = levels.windows(2).enumerate().find_map(|(i, w)| {
+        let (g_tps, g_ttft, queued) = past_saturation(&w[0], &w[1], rule)?;
+        Some((i + 1, g_tps, g_ttft, queued))
+    })?;
+    let (prev, cur) = (&levels[index - 1], &levels[index]);
+    let estimate =
+        hinge_fit(&throughput_points(levels)).filter(|k| *k >= prev.key.x() && *k <= cur.key.x());
+    Some(Knee {
+        index,
+        level: cur.key,
+        agg_tps_growth: g_tps,
+        ttft_p95_growth: g_ttft,
+        requests_waiting: queued,
+        ceiling: Some(prev.key),
+        estimate,
+    })
+}
+
+/// Whether `cur` is past saturation against `prev` (the rule of [`find_knee`]): the growths of
+/// aggregate tokens/s and TTFT p95, and the server's queue when it marked it; `None` when not, or
+/// when either level cannot be judged.
+pub fn past_saturation(
+    prev: &LevelStats,
+    cur: &LevelStats,
+    rule: &KneeRule,
+) -> Option<(f64, f64, Option<[f64; 2]>)> {
+    if prev.client_bound.is_some() || cur.client_bound.is_some() {
+        return None;
+    }
+    let (tp, tc) = (prev.ttft_s.as_ref()?.p95, cur.ttft_s.as_ref()?.p95);
+    let (xp, xc) = (prev.key.x(), cur.key.x());
+    if prev.output_tokens_per_s <= 0.0 || tp <= 0.0 || xp <= 0.0 || xc <= xp {
+        return None;
+    }
+    let g_tps = cur.output_tokens_per_s / prev.output_tokens_per_s - 1.0;
+    let g_load = xc / xp - 1.0;
+    let g_ttft = tc / tp - 1.0;
+    let waiting = |l: &LevelStats| l.server.as_ref()?.mean("requests_waiting");
+    let queued = match (waiting(prev), waiting(cur)) {
+        (Some(a), Some(b)) if b > a && b >= KNEE_WAITING_MIN => Some([a, b]),
+        _ => None,
+    };
+    let latency_up = g_ttft > rule.ttft_growth;
+    let fell_behind = g_tps < g_load * (1.0 - rule.tps_growth);
+    (fell_behind && (latency_up || queued.is_some())).then_some((
+        g_tps,
+        g_ttft,
+        if latency_up { None } else { queued },
+    ))
+}
+
+/// (load, aggregate output tokens/s) of the levels a fit may use: with successes, not
+/// client-bound.
+pub fn throughput_points(levels: &[LevelStats]) -> Vec<(f64, f64)> {
+    levels
+        .iter()
+        .filter(|l| l.successes > 0 && l.client_bound.is_none())
+        .map(|l| (l.key.x(), l.output_tokens_per_s))
+        .collect()
+}
+
+/// The bend of a throughput curve: the `k` of the least-squares fit `y = s·min(x, k)` (throughput
+/// grows in proportion to the load up to `k`, then stays flat) over `points` (load, throughput),
+/// searched between the smallest and the largest load. `None` with fewer than two loads, or when
+/// a straight line through the origin fits as well (no bend within the points).
+pub fn hinge_fit(points: &[(f64, f64)]) -> Option<f64> {
+    let lo = points.iter().map(|p| p.0).fold(f64::INFINITY, f64::min);
+    let hi = points.iter().map(|p| p.0).fold(0.0, f64::max);
+    if points.len() < 2 || !(lo > 0.0 && hi > lo) {
+        return None;
+    }
+    // For a given k the best slope is closed-form; k is searched on a fine logarithmic grid.
+    let sse = |k: f64| {
+        let (mut my, mut mm) = (0.0, 0.0);
+        for &(x, y) in points {
+            let m = x.min(k);
+            my += m * y;
+            mm += m * m;
+        }
+        let s = my / mm;
+        points
+            .iter()
+            .map(|&(x, y)| (y - s * x.min(k)).powi(2))
+            .sum::<f64>()
+    };
+    const STEPS: u32 = 2000;
+    let grid = |i: u32| lo * (hi / lo).powf(f64::from(i) / f64::from(STEPS));
+    let (best_i, _) = (0..=STEPS)
+        .map(|i| (i, sse(grid(i))))
+        .min_by(|a, b| a.1.total_cmp(&b.1))?;
+    // Then narrowed between the grid's neighbours (the error is unimodal there).
+    let (mut a, mut b) = (
+        grid(best_i.saturating_sub(1)),
+        grid((best_i + 1).min(STEPS)),
+    );
+    for _ in 0..60 {
+        let (m1, m2) = (a + (b - a) / 3.0, b - (b - a) / 3.0);
+        if sse(m1) <= sse(m2) {
+            b = m2;
+        } else {
+            a = m1;
+        }
+    }
+    let best_k = (a + b) / 2.0;
+    let best = sse(best_k);
+    // A bend only when it explains the points clearly better than no bend at all.
+    let straight = sse(hi);
+    (best_k < hi * (1.0 - 1e-6) && best < straight * 0.5).then_some(best_k)
+}
+
+/// The load to run next to place a knee between `lo` (the last level before saturation) and `hi`
+/// (the first past it): the fit's `estimate` when it lies strictly between, the load just past
+/// `lo` when the estimate is `lo` itself (to confirm it), else the middle. Closed loop rounds the
+/// estimate to whole streams; `None` when nothing lies between (adjacent concurrencies, or rates within
+/// `tolerance` of each other).
+pub fn next_knee_load(
+    lo: f64,
+    hi: f64,
+    estimate: Option<f64>,
+    closed: bool,
+    tolerance: f64,
+) -> Option<f64> {
+    if closed {
+        let (lo, hi) = (lo.round(), hi.round());
+        if hi - lo < 2.0 {
             return None;
         }
-        let g_tps = cur.output_tokens_per_s / prev.output_tokens_per_s - 1.0;
-        let g_ttft = tc / tp - 1.0;
-        let waiting = |l: &LevelStats| l.server.as_ref()?.mean("requests_waiting");
-        let queued = match (waiting(prev), waiting(cur)) {
-            (Some(a), Some(b)) if b > a && b >= KNEE_WAITING_MIN => Some([a, b]),
-            _ => None,
+        let pick = match estimate.map(f64::round) {
+            Some(e) if e > lo && e < hi => e,
+            Some(e) if e <= lo => lo + 1.0,
+            Some(_) => hi - 1.0,
+            None => ((lo + hi) / 2.0).floor(),
         };
-        let latency_up = g_ttft > rule.ttft_growth;
-        (g_tps < rule.tps_growth && (latency_up || queued.is_some())).then_some(Knee {
-            index: i + 1,
-            level: cur.key,
-            agg_tps_growth: g_tps,
-            ttft_p95_growth: g_ttft,
-            requests_waiting: if latency_up { None } else { queued },
+        Some(pick)
+    } else {
+        if hi <= lo * (1.0 + tolerance) {
+            return None;
+        }
+        let pick = match estimate {
+            Some(e) if e > lo * (1.0 + tolerance / 2.0) && e < hi / (1.0 + tolerance / 2.0) => e,
+            _ => (lo + hi) / 2.0,
+        };
+        Some(pick)
+    }
+}
+
+/// Whether a sweep has gone clearly past saturation at `cur`, with the capacity ceiling at
+/// `ceiling`: half its requests or more failed, or its TTFT p95 is at least
+/// [`FAR_PAST_TTFT`] times the ceiling's. The sentence saying so.
+pub fn far_past(ceiling: &LevelStats, cur: &LevelStats) -> Option<String> {
+    if cur.requests > 0 && cur.error_rate >= FAR_PAST_ERRORS {
+        return Some(format!(
+            "{:.0}% of its requests at {} failed",
+            cur.error_rate * 100.0,
+            cur.key.label()
+        ));
+    }
+    let (c, t) = (ceiling.ttft_s.as_ref()?.p95, cur.ttft_s.as_ref()?.p95);
+    (c > 0.0 && t >= FAR_PAST_TTFT * c).then(|| {
+        format!(
+            "TTFT p95 at {} is {:.0} times the capacity ceiling's ({})",
+            cur.key.label(),
+            t / c,
+            ceiling.key.label()
+        )
+    })
+}
+
+/// Open loop: a knee's added levels stop when the rates before and past it are this close.
+pub const KNEE_RATE_TOLERANCE: f64 = 0.05;
+
+/// The error rate from which a sweep past its knee stops ([`far_past`]).
+pub const FAR_PAST_ERRORS: f64 = 0.5;
+/// How many times the capacity ceiling's TTFT p95 ends a sweep past its knee ([`far_past`]).
+pub const FAR_PAST_TTFT: f64 = 10.0;
+
+/// The SLO attainment at which a fixed sweep's answer is read (a capacity search states its own).
+pub const ANSWER_ATTAINMENT: f64 = 0.95;
+
+/// The attainment the run's answer is read at: the capacity search's target, else
+/// [`ANSWER_ATTAINMENT`].
+pub fn answer_attainment(models: &[ModelReport]) -> f64 {
+    models
+        .iter()
+        .find_map(|m| m.capacity.as_ref().map(|c| c.target_attainment))
+        .unwrap_or(ANSWER_ATTAINMENT)
+}
+
+/// Whether level `l` is within the SLOs at `target` attainment: measured requests, at least
+/// `target` of them met every objective, and not client-bound (its figures are the server's).
+pub fn passes_slo(l: &LevelStats, target: f64) -> bool {
+    l.client_bound.is_none()
+        && l.slo_attainment
+            .as_ref()
+            .is_some_and(|a| a.counted > 0 && a.share >= target)
+}
+
+/// A fixed sweep's answer for one model: its highest level within the SLOs at `target`.
+pub fn highest_passing(m: &ModelReport, target: f64) -> Option<&LevelStats> {
+    m.levels
+        .iter()
+        .filter(|l| passes_slo(l, target))
+        .max_by(|a, b| a.key.x().total_cmp(&b.key.x()))
+}
+
+/// Each model's capacity within the SLOs (the search's, else its highest passing level), the
+/// models ranked by it, and the ranking by score at the highest load every model passes (with
+/// the limits and weights of `c`). `None` without SLOs or with fewer than two models.
+pub fn rank_capacity(models: &[ModelReport], c: &Criteria) -> Option<CapacityRanking> {
+    if c.slos.is_empty() || models.len() < 2 {
+        return None;
+    }
+    let target = answer_attainment(models);
+    let names = model_names(models);
+    let mut by_capacity: Vec<AtCapacity> = models
+        .iter()
+        .zip(&names)
+        .map(|(m, name)| {
+            let (load, attainment) = match &m.capacity {
+                Some(cap) => (cap.concurrency.map(f64::from).or(cap.rate), cap.attainment),
+                None => highest_passing(m, target).map_or((None, None), |l| {
+                    (Some(l.key.x()), l.slo_attainment.as_ref().map(|a| a.share))
+                }),
+            };
+            AtCapacity {
+                rank: 0,
+                model: name.clone(),
+                load,
+                attainment,
+            }
         })
+        .collect();
+    by_capacity.sort_by(|a, b| {
+        b.load
+            .unwrap_or(-1.0)
+            .total_cmp(&a.load.unwrap_or(-1.0))
+            .then_with(|| a.model.cmp(&b.model))
+    });
+    for (i, a) in by_capacity.iter_mut().enumerate() {
+        a.rank = i + 1;
+    }
+    // The loads every model ran and passed; the highest is the common load.
+    let common = models.first().and_then(|first| {
+        first
+            .levels
+            .iter()
+            .filter(|l| {
+                models.iter().all(|m| {
+                    m.levels
+                        .iter()
+                        .any(|o| o.key.same(&l.key) && passes_slo(o, target))
+                })
+            })
+            .map(|l| l.key.x())
+            .max_by(f64::total_cmp)
+    });
+    let at_common_load = common.map(|x| {
+        select(
+            models,
+            &Criteria {
+                select_at: Some(x),
+                ..c.clone()
+            },
+        )
+    });
+    Some(CapacityRanking {
+        target_attainment: target,
+        by_capacity,
+        at_common_load,
     })
 }
 
@@ -357,6 +609,7 @@ pub(crate) mod tests {
             levels,
             knee: None,
             capacity: None,
+            stopped_early: None,
             prompt: None,
             calibration: None,
         }
@@ -380,6 +633,97 @@ pub(crate) mod tests {
         };
         assert!(find_knee(&levels, &strict).is_none());
         assert!(find_knee(&levels[..1], &KneeRule::default()).is_none());
+    }
+
+    /// Issue 23 item 4: a server with 8 slots stepped 1, 5, 10, 20. At 10 two requests wait
+    /// each round (TTFT p95 7x), throughput grew 60% for twice the load: the knee is at 10 (it
+    /// was put at 20), the ceiling at 5, and the fit bends at 8. Added levels 8 (scales) and 9
+    /// (queues) then place the ceiling at 8.
+    #[test]
+    fn a_coarse_sweep_brackets_the_knee_and_the_fit_finds_the_slots() {
+        let per = 50.0; // tokens/s of one stream
+        let at = |c: u32, ttft: f64| level(c, per * f64::from(c.min(8)), ttft, 0.0);
+        let coarse = vec![at(1, 0.05), at(5, 0.05), at(10, 0.35), at(20, 1.2)];
+        let k = find_knee(&coarse, &KneeRule::default()).expect("knee");
+        assert_eq!((k.index, k.level.concurrency), (2, 10));
+        assert_eq!(k.ceiling.map(|c| c.concurrency), Some(5));
+        let e = k.estimate.expect("the fit bends between 5 and 10");
+        assert!((e - 8.0).abs() < 0.05, "{e}");
+        assert_eq!(next_knee_load(5.0, 10.0, k.estimate, true, 0.05), Some(8.0));
+        // 8 scales like 5: the knee stays at 10, the ceiling moves to 8; the fit still says 8,
+        // so 9 is run to confirm it.
+        let mut more = coarse.clone();
+        more.insert(2, at(8, 0.05));
+        let k = find_knee(&more, &KneeRule::default()).expect("knee");
+        assert_eq!(k.ceiling.map(|c| c.concurrency), Some(8));
+        assert_eq!(next_knee_load(8.0, 10.0, k.estimate, true, 0.05), Some(9.0));
+        more.insert(3, at(9, 0.1));
+        let k = find_knee(&more, &KneeRule::default()).expect("knee");
+        assert_eq!(
+            (k.level.concurrency, k.ceiling.map(|c| c.concurrency)),
+            (9, Some(8))
+        );
+        assert_eq!(next_knee_load(8.0, 9.0, k.estimate, true, 0.05), None);
+    }
+
+    /// The 2-slot server stepped 1, 8 (TTFT p95 6.2x while throughput doubled): a knee at 8
+    /// with the ceiling at 1, and the fit puts the bend at 2 from those two levels alone.
+    #[test]
+    fn two_levels_are_enough_for_the_fit_to_say_where_to_look() {
+        let levels = vec![level(1, 50.0, 0.05, 0.0), level(8, 100.0, 0.31, 0.0)];
+        let k = find_knee(&levels, &KneeRule::default()).expect("knee");
+        assert_eq!(
+            (k.level.concurrency, k.ceiling.map(|c| c.concurrency)),
+            (8, Some(1))
+        );
+        let e = k.estimate.expect("estimate");
+        assert!((e - 2.0).abs() < 0.02, "{e}");
+        assert_eq!(next_knee_load(1.0, 8.0, k.estimate, true, 0.05), Some(2.0));
+        // Without an estimate: the middle; open loop: the estimate, else the middle, until the
+        // rates are within the tolerance.
+        assert_eq!(next_knee_load(1.0, 8.0, None, true, 0.05), Some(4.0));
+        assert_eq!(next_knee_load(4.0, 8.0, Some(6.5), false, 0.05), Some(6.5));
+        assert_eq!(next_knee_load(4.0, 8.0, Some(4.01), false, 0.05), Some(6.0));
+        assert_eq!(next_knee_load(4.0, 4.1, None, false, 0.05), None);
+    }
+
+    #[test]
+    fn the_hinge_fit_needs_a_bend() {
+        // Straight through the origin: no bend.
+        assert_eq!(hinge_fit(&[(1.0, 10.0), (2.0, 20.0), (4.0, 40.0)]), None);
+        assert_eq!(hinge_fit(&[(1.0, 10.0)]), None);
+        assert_eq!(hinge_fit(&[]), None);
+        // Flat from 3 on.
+        let k = hinge_fit(&[(1.0, 10.0), (2.0, 20.0), (4.0, 30.0), (8.0, 30.0)]).unwrap();
+        assert!((k - 3.0).abs() < 0.01, "{k}");
+    }
+
+    /// A latency jump alone (throughput still growing with the load) is no knee; nor is a
+    /// client-bound level, whose figures are not the server's.
+    #[test]
+    fn a_knee_needs_throughput_to_fall_behind_and_a_server_figure() {
+        let scaling = vec![level(4, 200.0, 0.1, 0.0), level(8, 390.0, 0.3, 0.0)];
+        assert!(find_knee(&scaling, &KneeRule::default()).is_none());
+        let mut bound = vec![level(4, 200.0, 0.1, 0.0), level(8, 210.0, 0.9, 0.0)];
+        assert!(find_knee(&bound, &KneeRule::default()).is_some());
+        bound[1].client_bound = Some("starved".into());
+        assert!(find_knee(&bound, &KneeRule::default()).is_none());
+    }
+
+    #[test]
+    fn far_past_saturation_is_half_the_requests_failing_or_ten_times_the_ttft() {
+        let ceiling = level(8, 400.0, 0.05, 0.0);
+        assert_eq!(far_past(&ceiling, &level(16, 400.0, 0.45, 0.0)), None);
+        let slow = far_past(&ceiling, &level(16, 400.0, 0.5, 0.0)).unwrap();
+        assert!(
+            slow.contains("10 times the capacity ceiling's (8)"),
+            "{slow}"
+        );
+        let failing = far_past(&ceiling, &level(16, 200.0, 0.05, 0.5)).unwrap();
+        assert!(
+            failing.starts_with("50% of its requests at 16 failed"),
+            "{failing}"
+        );
     }
 
     #[test]
@@ -419,6 +763,66 @@ pub(crate) mod tests {
             waiting(levels[1].clone(), 3.0),
         ];
         assert!(find_knee(&flat, &KneeRule::default()).is_none());
+    }
+
+    /// Issue 23 item 6: the ranking by capacity within the SLOs and by score at the highest
+    /// load every model serves within them.
+    #[test]
+    fn models_rank_by_capacity_and_at_the_common_load() {
+        let within = |mut l: LevelStats, share: f64| {
+            l.slo_attainment = Some(crate::bench::stats::Attainment {
+                met: (share * 100.0) as u64,
+                counted: 100,
+                share,
+                interval: None,
+                missed: BTreeMap::new(),
+                failed: 0,
+            });
+            l
+        };
+        // a: within the SLOs up to 8 (at 16 only 50%); b: up to 4; c: at none.
+        let a = model(
+            "a",
+            vec![
+                within(level(4, 200.0, 0.1, 0.0), 1.0),
+                within(level(8, 400.0, 0.1, 0.0), 0.97),
+                within(level(16, 410.0, 0.9, 0.0), 0.5),
+            ],
+        );
+        let b = model(
+            "b",
+            vec![
+                within(level(4, 300.0, 0.05, 0.0), 0.99),
+                within(level(8, 310.0, 0.4, 0.0), 0.6),
+            ],
+        );
+        let c = Criteria {
+            slos: vec!["ttft=200ms".parse().unwrap()],
+            ..Criteria::default()
+        };
+        assert!(rank_capacity(&[a.clone(), b.clone()], &Criteria::default()).is_none());
+        assert!(rank_capacity(std::slice::from_ref(&a), &c).is_none());
+        let r = rank_capacity(&[b.clone(), a.clone()], &c).unwrap();
+        let by: Vec<(&str, Option<f64>)> = r
+            .by_capacity
+            .iter()
+            .map(|x| (x.model.as_str(), x.load))
+            .collect();
+        assert_eq!(by, [("a", Some(8.0)), ("b", Some(4.0))]);
+        // At 4, the highest load both pass, b is faster (TTFT 50 ms against 100 ms).
+        let s = r.at_common_load.unwrap();
+        assert_eq!(s.level, "4");
+        assert_eq!(s.ranked[0].model, "b");
+        // A client-bound level is not a pass; no load passing for every model: no common load.
+        let mut a2 = a.clone();
+        a2.levels[0].client_bound = Some("starved".into());
+        let none = model("c", vec![within(level(4, 10.0, 2.0, 0.0), 0.1)]);
+        let r = rank_capacity(&[a2, b, none], &c).unwrap();
+        assert_eq!(
+            r.by_capacity.last().map(|x| (x.model.as_str(), x.load)),
+            Some(("c", None))
+        );
+        assert!(r.at_common_load.is_none());
     }
 
     #[test]

@@ -24,6 +24,10 @@ pub(super) struct Sender {
     pub(super) search: Option<capacity::CapacityPlan>,
     /// `--repeat N`: each level is run N times, each run's figures kept.
     pub(super) repeat: u32,
+    /// `--knee-levels N`: levels a sweep may add between its capacity ceiling and its knee (0:
+    /// the levels as given, none added or left out; so too in sharded runs and with
+    /// `--start-at`, where every shard runs the same levels).
+    pub(super) knee_levels: u32,
     pub(super) per_level_units: u64,
     pub(super) criteria: Criteria,
     pub(super) cross_check: Option<crosscheck::CrossCheckSpec>,
@@ -125,7 +129,103 @@ impl Sender {
             levels: Vec::new(),
             knee: None,
             capacity: None,
+            stopped_early: None,
         }
+    }
+
+    /// The next level of a fixed sweep after `li` levels: the planned ones in turn, unless the
+    /// sweep is clearly past saturation (the rest are left out, `report.stopped_early` says why);
+    /// then up to `knee_levels` added between the capacity ceiling and the knee, each where the
+    /// fit puts the bend or to confirm it (a note on the level says so). `None` when done.
+    fn next_fixed(
+        &self,
+        li: usize,
+        refining: &mut bool,
+        added: &mut u32,
+        report: &mut ModelReport,
+    ) -> Option<(LevelKey, Option<String>)> {
+        // Every shard runs the same levels, each at its shared instant: none added or left out
+        // there; `--knee-levels 0` runs the levels as given.
+        let adapt = self.knee_levels > 0 && self.shard.count <= 1 && self.start.is_none();
+        if !*refining {
+            let planned = self.levels.get(li);
+            if let Some(why) = planned
+                .filter(|_| adapt)
+                .and_then(|_| self.far_past(report))
+            {
+                let left: Vec<String> = self.levels[li..].iter().map(LevelKey::label).collect();
+                report.stopped_early = Some(format!(
+                    "stopped before {}: clearly past saturation ({why})",
+                    left.join(", ")
+                ));
+                self.progress.println(&format!(
+                    "  {}: {}",
+                    report.name(),
+                    report.stopped_early.as_deref().unwrap_or_default()
+                ));
+            } else if let Some(k) = planned {
+                return Some((*k, None));
+            }
+            *refining = true;
+        }
+        if !adapt || *added >= self.knee_levels {
+            return None;
+        }
+        report
+            .levels
+            .sort_by(|a, b| a.key.x().total_cmp(&b.key.x()));
+        let knee = select::find_knee(&report.levels, &self.criteria.knee)?;
+        let ceiling = knee.ceiling?;
+        let closed = knee.level.rate.is_none();
+        let load = select::next_knee_load(
+            ceiling.x(),
+            knee.level.x(),
+            knee.estimate,
+            closed,
+            select::KNEE_RATE_TOLERANCE,
+        )?;
+        if report
+            .levels
+            .iter()
+            .any(|l| (l.key.x() - load).abs() < 1e-9)
+        {
+            return None;
+        }
+        *added += 1;
+        let key = if closed {
+            // A whole number of streams, from 2 up (below the knee's own).
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let c = load as u32;
+            LevelKey {
+                concurrency: c,
+                rate: None,
+            }
+        } else {
+            LevelKey {
+                rate: Some(load),
+                ..knee.level
+            }
+        };
+        let note = format!(
+            "added between {} and {} to place the knee",
+            ceiling.label(),
+            knee.level.label()
+        );
+        Some((key, Some(note)))
+    }
+
+    /// Why the sweep is clearly past saturation at its last level run (a knee below it, then
+    /// [`select::far_past`]); `None` while it is not, or when the levels do not rise.
+    fn far_past(&self, report: &ModelReport) -> Option<String> {
+        let last = report.levels.last()?;
+        if report.levels.iter().any(|l| l.key.x() > last.key.x()) {
+            return None;
+        }
+        let knee = select::find_knee(&report.levels, &self.criteria.knee)?;
+        let ceiling = report.levels.get(knee.index.checked_sub(1)?)?;
+        (knee.level.x() <= last.key.x())
+            .then(|| select::far_past(ceiling, last))
+            .flatten()
     }
 
     /// One model's sweep (series `mi` of the run, shown as `name`): every level in turn through
@@ -146,10 +246,15 @@ impl Sender {
         let mut lengths = stats::Lengths::default();
         let began = std::time::Instant::now();
         let mut tried: Vec<(f64, capacity::Verdict)> = Vec::new();
+        let (mut refining, mut added) = (false, 0);
         for li in 0.. {
+            let mut added_note = None;
             let key = match &self.search {
-                None => match self.levels.get(li) {
-                    Some(k) => *k,
+                None => match self.next_fixed(li, &mut refining, &mut added, &mut reports[mi]) {
+                    Some((k, note)) => {
+                        added_note = note;
+                        k
+                    }
                     None => break,
                 },
                 Some(plan) => {
@@ -217,6 +322,10 @@ impl Sender {
             lengths.add(&run.samples);
             let mut stats = fold_level(*key, run, &self.criteria, price.as_ref(), late, true);
             stats.repeats = repeats;
+            if let Some(note) = added_note {
+                self.progress.println(&format!("  {label}: {note}"));
+                stats.notes.push(note);
+            }
             if extended > 0 {
                 let note = format!(
                     "run {extended} more time(s) at its amount: the attainment's interval reached across the target"
@@ -254,6 +363,11 @@ impl Sender {
             if let Ok(mut running) = self.running.lock() {
                 *running = None;
             }
+        }
+        if added > 0 {
+            reports[mi]
+                .levels
+                .sort_by(|a, b| a.key.x().total_cmp(&b.key.x()));
         }
         Ok(())
     }

@@ -181,6 +181,13 @@ pub struct BenchArgs {
     /// level's figures are those of all its requests, and each run's are kept to show the spread.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub repeat: u32,
+    /// Add up to N levels per sweep between the capacity ceiling (the last level before
+    /// saturation) and the knee when they are further apart than one stream (or 5% of the rate),
+    /// each where the fit of throughput against load bends or to confirm it, and leave out the
+    /// planned levels once clearly past saturation (0: the levels as given). Not in sharded runs
+    /// or with --start-at.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=32))]
+    pub knee_levels: u32,
     /// Exit 0 even when a level was client-bound (the bench's own CPU starvation reached its
     /// figures): such a level stays marked in every output.
     #[arg(long)]
@@ -695,6 +702,7 @@ impl BenchArgs {
             command: std::env::args().collect(),
             capacity,
             repeat: a.repeat,
+            knee_levels: a.knee_levels,
         })
     }
 }

@@ -112,9 +112,6 @@ fn table_row(m: &ModelReport, i: usize, l: &LevelStats) -> [String; 16] {
     ]
 }
 
-/// The attainment at which a fixed sweep's answer is read (a capacity search states its own).
-pub const ANSWER_ATTAINMENT: f64 = 0.95;
-
 /// A share and its interval: `96.0% [89.1%, 98.9%]`.
 fn share(a: &crate::bench::stats::Attainment) -> String {
     match a.interval {
@@ -130,7 +127,9 @@ fn share(a: &crate::bench::stats::Attainment) -> String {
 
 /// The answer, before everything else: each model's capacity within the SLOs (a
 /// `--find-capacity` run), or in a fixed sweep with SLOs the highest level where at least
-/// [`ANSWER_ATTAINMENT`] of the requests met every one. Empty without SLOs.
+/// [`crate::bench::select::ANSWER_ATTAINMENT`] of the requests met every one; then, with two
+/// models or more, their ranking by capacity and by score at the highest load all pass. Empty
+/// without SLOs.
 pub fn render_answer(r: &Report, md: bool) -> String {
     let mut out = String::new();
     if r.slo.is_empty() {
@@ -139,11 +138,7 @@ pub fn render_answer(r: &Report, md: bool) -> String {
     let bullet = if md { "- " } else { "  " };
     let names = model_names(&r.models);
     let searched = r.models.iter().any(|m| m.capacity.is_some());
-    let target = r
-        .models
-        .iter()
-        .find_map(|m| m.capacity.as_ref().map(|c| c.target_attainment))
-        .unwrap_or(ANSWER_ATTAINMENT);
+    let target = crate::bench::select::answer_attainment(&r.models);
     let strong = if md { "**" } else { "" };
     let _ = writeln!(
         out,
@@ -168,11 +163,7 @@ pub fn render_answer(r: &Report, md: bool) -> String {
             let _ = writeln!(out, "{bullet}{name}: not searched");
             continue;
         }
-        let passed = m.levels.iter().rev().find(|l| {
-            l.slo_attainment
-                .as_ref()
-                .is_some_and(|a| a.counted > 0 && a.share >= target)
-        });
+        let passed = crate::bench::select::highest_passing(m, target);
         let first_fail = m
             .levels
             .iter()
@@ -198,8 +189,63 @@ pub fn render_answer(r: &Report, md: bool) -> String {
             None => writeln!(out, "{bullet}{name}: none of the levels run{fail}"),
         };
     }
+    if let Some(cr) = &r.capacity_ranking {
+        render_capacity_ranking(&mut out, cr, bullet);
+    }
     out.push('\n');
     out
+}
+
+/// The ranking lines of the answer: by capacity, then by score at the common load.
+fn render_capacity_ranking(
+    out: &mut String,
+    cr: &crate::bench::report::CapacityRanking,
+    bullet: &str,
+) {
+    let by: Vec<String> = cr
+        .by_capacity
+        .iter()
+        .map(|a| {
+            let load = a
+                .load
+                .map_or_else(|| "none".to_owned(), crate::units::trim_float);
+            format!("{}. {} ({load})", a.rank, a.model)
+        })
+        .collect();
+    let _ = writeln!(out, "{bullet}ranked by capacity: {}", by.join(", "));
+    let _ = match &cr.at_common_load {
+        Some(s) => {
+            let ranked: Vec<String> = s
+                .ranked
+                .iter()
+                .map(|m| format!("{}. {} (score {:.3})", m.rank, m.model, m.score))
+                .collect();
+            let rejected: Vec<String> = s
+                .rejected
+                .iter()
+                .map(|m| format!("{} ({})", m.model, m.reasons.join(", ")))
+                .collect();
+            writeln!(
+                out,
+                "{bullet}ranked at {}, the highest load every model serves within the SLOs: {}{}",
+                s.level,
+                if ranked.is_empty() {
+                    "none".to_owned()
+                } else {
+                    ranked.join(", ")
+                },
+                if rejected.is_empty() {
+                    String::new()
+                } else {
+                    format!("; rejected by the limits: {}", rejected.join("; "))
+                }
+            )
+        }
+        None => writeln!(
+            out,
+            "{bullet}no load that every model ran is within the SLOs for all of them"
+        ),
+    };
 }
 
 /// The terminal table: one row per model and level, the knee marked, then the selection and
@@ -349,6 +395,41 @@ fn render_short(out: &mut String, r: &Report, names: &[String]) {
     }
 }
 
+/// Each model's knee, its capacity ceiling and the fit's bend, and where a sweep stopped early.
+fn render_knees(out: &mut String, r: &Report, names: &[String], bullet: &str) {
+    let _ = writeln!(
+        out,
+        "\nKnee (aggregate tokens/s grows over {:.0}% less than the load while TTFT p95 grows > {:.0}% or the server's queue grows; the level before it is the capacity ceiling):",
+        r.knee_rule.tps_growth * 100.0,
+        r.knee_rule.ttft_growth * 100.0
+    );
+    for (m, name) in r.models.iter().zip(names) {
+        let _ = match &m.knee {
+            Some(k) => writeln!(
+                out,
+                "{bullet}{name}: at {}{} (agg tokens/s {:+.0}%, TTFT p95 {:+.0}%{}){}",
+                k.level.label(),
+                k.ceiling
+                    .map_or_else(String::new, |c| format!(", capacity ceiling {}", c.label())),
+                k.agg_tps_growth * 100.0,
+                k.ttft_p95_growth * 100.0,
+                k.requests_waiting
+                    .map_or_else(String::new, |[a, b]| format!(
+                        ", server requests waiting {a:.1} → {b:.1}"
+                    )),
+                k.estimate.map_or_else(String::new, |e| format!(
+                    "; throughput against load bends at {}",
+                    crate::units::trim_float((e * 100.0).round() / 100.0)
+                ))
+            ),
+            None => writeln!(out, "{bullet}{name}: none within the sweep"),
+        };
+        if let Some(why) = &m.stopped_early {
+            let _ = writeln!(out, "{bullet}{name}: {why}");
+        }
+    }
+}
+
 /// Error breakdown, knee, selection and regression notes (plain text or Markdown).
 fn render_notes(r: &Report, md: bool) -> String {
     let mut out = String::new();
@@ -391,28 +472,7 @@ fn render_notes(r: &Report, md: bool) -> String {
             let _ = writeln!(out, "{e}");
         }
     }
-    let _ = writeln!(
-        out,
-        "\nKnee (aggregate tokens/s grows < {:.0}% while TTFT p95 grows > {:.0}%):",
-        r.knee_rule.tps_growth * 100.0,
-        r.knee_rule.ttft_growth * 100.0
-    );
-    for (m, name) in r.models.iter().zip(&names) {
-        let _ = match &m.knee {
-            Some(k) => writeln!(
-                out,
-                "{bullet}{name}: at {} (agg tokens/s {:+.0}%, TTFT p95 {:+.0}%{})",
-                k.level.label(),
-                k.agg_tps_growth * 100.0,
-                k.ttft_p95_growth * 100.0,
-                k.requests_waiting
-                    .map_or_else(String::new, |[a, b]| format!(
-                        ", server requests waiting {a:.1} → {b:.1}"
-                    ))
-            ),
-            None => writeln!(out, "{bullet}{name}: none within the sweep"),
-        };
-    }
+    render_knees(&mut out, r, &names, bullet);
     render_lengths(&mut out, r, bullet);
     render_short(&mut out, r, &names);
     render_repeats(&mut out, r, &names, bullet);
@@ -842,6 +902,31 @@ mod tests {
         let md = render_markdown(&r);
         assert!(md.contains("| **knee**, **CLIENT-BOUND** |"), "{md}");
         assert!(md.contains("| **CLIENT-BOUND** |"), "{md}");
+    }
+
+    /// The answer ranks by capacity, then at the common load, with the limits' rejections.
+    #[test]
+    fn the_answer_ranks_by_capacity_and_at_the_common_load() {
+        let mut r = synthetic();
+        let mut cr = r
+            .capacity_ranking
+            .clone()
+            .expect("a ranking with SLOs and two models");
+        cr.at_common_load = r.selection.clone();
+        r.capacity_ranking = Some(cr);
+        let t = render_answer(&r, false);
+        assert!(
+            t.contains("  ranked by capacity: 1. alpha (4), 2. beta (none)\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("  ranked at 8, the highest load every model serves within the SLOs: 1. alpha (score "),
+            "{t}"
+        );
+        assert!(
+            t.contains("; rejected by the limits: beta (error_rate "),
+            "{t}"
+        );
     }
 
     #[test]

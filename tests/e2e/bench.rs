@@ -1,6 +1,7 @@
 //! `tokenprobe bench` end to end:
 //!
-//! - against `tokenprobe simulate --max-concurrency 8` a 2/4/8/16/32 sweep finds the knee at 16
+//! - against `tokenprobe simulate --max-concurrency 8` a 2/4/8/16/32 sweep (levels as given) finds
+//!   the knee at 16
 //!   (TTFT 200 ms and ITL 20 ms: generous, so timing noise on a busy 2-core machine does not move
 //!   it), the outputs (JSON, CSV, Markdown, SVG) are written, and `--baseline` exits 3 on a
 //!   regression and 0 without one;
@@ -60,6 +61,29 @@ fn read_json(p: &Path) -> Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", p.display()))
 }
 
+/// The arguments of a simulator with `slots` (requests past them queue), its TTFT and ITL, and
+/// its output length; `more` after them.
+fn slots<'a>(
+    slots: &'a str,
+    ttft: &'a str,
+    itl: &'a str,
+    tokens: &'a str,
+    more: &[&'a str],
+) -> Vec<&'a str> {
+    let mut args = vec![
+        "--max-concurrency",
+        slots,
+        "--ttft",
+        ttft,
+        "--itl",
+        itl,
+        "--output-tokens",
+        tokens,
+    ];
+    args.extend_from_slice(more);
+    args
+}
+
 fn levels(report: &Value, model: usize) -> &Vec<Value> {
     report["models"][model]["levels"]
         .as_array()
@@ -74,19 +98,7 @@ fn knee_is_found_at_the_simulators_capacity() {
         Duration::from_secs(180),
     );
     let dir = tempfile::tempdir().unwrap();
-    let (_sim, url) = simulate(
-        dir.path(),
-        &[
-            "--max-concurrency",
-            "8",
-            "--ttft",
-            "200ms",
-            "--itl",
-            "20ms",
-            "--output-tokens",
-            "10",
-        ],
-    );
+    let (_sim, url) = simulate(dir.path(), &slots("8", "200ms", "20ms", "10", &[]));
     let cfg = sim_config(dir.path(), &url);
     let json = dir.path().join("r.json");
     let (md, csv, svg) = (
@@ -100,6 +112,9 @@ fn knee_is_found_at_the_simulators_capacity() {
             cfg.to_str().unwrap(),
             "--concurrency",
             "2,4,8,16,32",
+            // The levels as given (the knee's added levels are tested below).
+            "--knee-levels",
+            "0",
             "--duration-per-level",
             "1500ms",
             "--slo",
@@ -369,6 +384,9 @@ fn bench_against_llama_cpp_agrees_with_its_timings() {
             cfg.to_str().unwrap(),
             "--concurrency",
             "1,2,4",
+            // The levels as given: one slot is past saturation at 2 already.
+            "--knee-levels",
+            "0",
             "--requests-per-level",
             "6",
             "--warmup",
@@ -679,6 +697,70 @@ fn logged(log: &Path, n: usize) -> Vec<Value> {
 /// 5, so the capacity is exactly 5, found by doubling then bisecting (1, 2, 4, 8, 6, 5); a level
 /// whose attainment interval holds 95% runs on until it does not (or three more times). The
 /// misses the report counts are the requests the simulator's own log says queued.
+/// Issue 23 item 4: a server with 8 slots (the simulator's --max-concurrency, known exactly),
+/// stepped coarsely 1, 5, 10, 20, 40, 80. The knee lies between 5 and 10 (at 10, two requests
+/// wait each round); levels are added between them where the fit of throughput against load
+/// bends (near 8), then to confirm it, until 8 scales and 9 queues: the capacity ceiling is 8,
+/// the knee 9. Far past saturation the sweep stops, leaving the largest levels out and saying so.
+#[test]
+fn a_coarse_sweep_places_the_knee_at_the_simulators_slots_and_stops_past_it() {
+    let _serial = serial();
+    let _wd = Watchdog::new(
+        "a_coarse_sweep_places_the_knee_at_the_simulators_slots_and_stops_past_it",
+        Duration::from_secs(180),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (_sim, url) = simulate(dir.path(), &slots("8", "10ms", "10ms", "16", &[]));
+    let cfg = sim_config(dir.path(), &url);
+    let json = dir.path().join("r.json");
+    let (code, out, err) = bench(
+        &[
+            "--config.file",
+            cfg.to_str().unwrap(),
+            "--concurrency",
+            "1,5,10,20,40,80",
+            "--duration-per-level",
+            "1s",
+            "--knee-levels",
+            "5",
+            "-o",
+            json.to_str().unwrap(),
+        ],
+        Duration::from_secs(150),
+    );
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let r = read_json(&json);
+    let m = &r["models"][0];
+    let conc: Vec<u64> = levels(&r, 0)
+        .iter()
+        .map(|l| l["concurrency"].as_u64().unwrap())
+        .collect();
+    let knee = &m["knee"];
+    assert_eq!(
+        knee["ceiling"]["concurrency"], 8,
+        "{knee:#}\n{conc:?}\n{err}"
+    );
+    assert_eq!(knee["level"]["concurrency"], 9, "{knee:#}\n{conc:?}");
+    // The added levels (between 5 and 10, 8 and 9 among them) say why they are there; the
+    // planned ones do not.
+    for l in levels(&r, 0) {
+        let added = l["notes"].to_string().contains("to place the knee");
+        let c = l["concurrency"].as_u64().unwrap();
+        assert_eq!(added, c > 5 && c < 10, "{c}: {}", l["notes"]);
+    }
+    // Stopped once clearly past saturation: 80 never ran, and the report says so.
+    let stopped = m["stopped_early"].as_str().expect("stopped_early");
+    assert!(
+        stopped.contains("80") && stopped.contains("clearly past saturation"),
+        "{stopped}"
+    );
+    assert!(
+        !conc.contains(&80) && conc.is_sorted() && conc.contains(&8) && conc.contains(&9),
+        "{conc:?}"
+    );
+    assert!(out.contains("capacity ceiling 8"), "{out}");
+}
+
 #[test]
 fn find_capacity_finds_the_simulators_slots() {
     let _serial = serial();
@@ -688,21 +770,8 @@ fn find_capacity_finds_the_simulators_slots() {
     );
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("events.jsonl");
-    let (_sim, url) = simulate(
-        dir.path(),
-        &[
-            "--max-concurrency",
-            "5",
-            "--ttft",
-            "50ms",
-            "--itl",
-            "10ms",
-            "--output-tokens",
-            "10",
-            "--event-log",
-            log.to_str().unwrap(),
-        ],
-    );
+    let events = ["--event-log", log.to_str().unwrap()];
+    let (_sim, url) = simulate(dir.path(), &slots("5", "50ms", "10ms", "10", &events));
     let cfg = sim_config(dir.path(), &url);
     let json = dir.path().join("r.json");
     let (code, out, err) = bench(

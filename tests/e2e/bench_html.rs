@@ -341,6 +341,9 @@ fn two_servers_of_different_speed_rank_and_reject_as_their_timing_implies() {
                     s(&cfg),
                     "--concurrency",
                     "1,2,4,8",
+                    // The levels as given: the page's knees are checked at 8.
+                    "--knee-levels",
+                    "0",
                     "--requests-per-level",
                     "8",
                     "--samples",
@@ -579,6 +582,8 @@ fn baseline_page(dir: &Path, cfg: &Path) {
         s(cfg),
         "--concurrency",
         "1,2,4,8",
+        "--knee-levels",
+        "0",
         "--requests-per-level",
         "8",
         "--baseline",

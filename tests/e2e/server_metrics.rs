@@ -716,6 +716,9 @@ fn llama_cpp_queue_and_tokens_agree_with_the_client() {
             cfg.to_str().expect("path"),
             "--concurrency",
             "1,4",
+            // The levels as given (a knee between them would add 2).
+            "--knee-levels",
+            "0",
             "--requests-per-level",
             "8",
             "--server-metrics",
