@@ -1,5 +1,6 @@
 //! The one pseudo-random generator of the crate (SplitMix64), seeded for reproducible runs: the
-//! simulator's jitter and fault mix, bench's Poisson arrivals.
+//! simulator's jitter and fault mix, bench's Poisson and gamma arrivals (it is a `rand_core`
+//! generator, so `rand_distr`'s distributions draw from it).
 
 /// SplitMix64: tiny, fast, good enough for jitter, fault mixes and arrival gaps (not for
 /// cryptography).
@@ -44,5 +45,26 @@ impl Rng {
             return 0;
         }
         i128::from(self.below(j.saturating_mul(2).saturating_add(1))) - i128::from(j)
+    }
+}
+
+/// `rand_core`'s view of the generator: `rand_distr` samples through it (infallible).
+impl rand_core::TryRng for Rng {
+    type Error = std::convert::Infallible;
+
+    fn try_next_u32(&mut self) -> Result<u32, Self::Error> {
+        Ok((self.next_u64() >> 32) as u32)
+    }
+
+    fn try_next_u64(&mut self) -> Result<u64, Self::Error> {
+        Ok(self.next_u64())
+    }
+
+    fn try_fill_bytes(&mut self, dst: &mut [u8]) -> Result<(), Self::Error> {
+        for chunk in dst.chunks_mut(8) {
+            let bytes = self.next_u64().to_le_bytes();
+            chunk.copy_from_slice(&bytes[..chunk.len()]);
+        }
+        Ok(())
     }
 }

@@ -817,7 +817,8 @@ fn load_mode(open: bool, arrival: Arrival, seed: u64, amount: Amount, warmup: u6
     LoadMode {
         kind: if open { "open" } else { "closed" }.into(),
         arrival: open.then(|| arrival.as_str().to_owned()),
-        seed: (open && arrival == Arrival::Poisson).then_some(seed),
+        seed: (open && arrival.random()).then_some(seed),
+        burstiness: arrival.burstiness().filter(|_| open),
         requests_per_level: match amount {
             Amount::Requests(n) => Some(n),
             Amount::Duration(_) => None,

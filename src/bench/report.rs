@@ -61,10 +61,14 @@ impl ModelReport {
 pub struct LoadMode {
     /// `closed` (fixed concurrency) or `open` (arrival rate).
     pub kind: String,
-    /// Open loop: `poisson` or `constant`.
+    /// Open loop: `poisson`, `gamma` or `constant`.
     #[serde(default)]
     pub arrival: Option<String>,
-    /// Seed of the Poisson arrivals.
+    /// Open loop with `--burstiness K`: the gamma gaps' shape K (their coefficient of variation
+    /// is `1/sqrt(K)`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burstiness: Option<f64>,
+    /// Seed of the Poisson or gamma arrivals.
     #[serde(default)]
     pub seed: Option<u64>,
     /// Measured requests per level (count mode).
@@ -470,6 +474,7 @@ pub(crate) mod tests {
             mode: LoadMode {
                 kind: "closed".into(),
                 arrival: None,
+                burstiness: None,
                 seed: None,
                 requests_per_level: Some(20),
                 duration_per_level_s: None,

@@ -1,5 +1,5 @@
 //! The load generator: closed loop (C workers, each sending its next request when the previous
-//! one ended) and open loop (arrivals at a rate, Poisson or constant, at most C in flight), both
+//! one ended) and open loop (arrivals at a rate, Poisson, gamma or constant, at most C in flight), both
 //! sending through [`Prober::run`], so every number is the same measurement as `serve`'s.
 //!
 //! Each closed-loop worker owns one [`Prober`] (connection phases are per prober); the open loop
@@ -36,20 +36,41 @@ pub enum Amount {
 }
 
 /// Open-loop inter-arrival times.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Arrival {
     /// Exponentially distributed gaps (a Poisson process).
     Poisson,
     /// Equal gaps.
     Constant,
+    /// Gamma-distributed gaps of this shape K (`--burstiness K`, as vLLM's flag and AIPerf's
+    /// `--arrival-smoothness`), mean `1/rate`: their coefficient of variation is `1/sqrt(K)`, so
+    /// K < 1 is burstier than Poisson (K = 1) and K > 1 smoother.
+    Gamma {
+        /// The shape K, finite and above 0.
+        shape: f64,
+    },
 }
 
 impl Arrival {
-    /// `poisson` or `constant`.
+    /// `poisson`, `constant` or `gamma`.
     pub fn as_str(self) -> &'static str {
         match self {
             Arrival::Poisson => "poisson",
             Arrival::Constant => "constant",
+            Arrival::Gamma { .. } => "gamma",
+        }
+    }
+
+    /// Whether its gaps are drawn from the seed (Poisson and gamma).
+    pub fn random(self) -> bool {
+        !matches!(self, Arrival::Constant)
+    }
+
+    /// The gamma shape, for `--burstiness`.
+    pub fn burstiness(self) -> Option<f64> {
+        match self {
+            Arrival::Gamma { shape } => Some(shape),
+            _ => None,
         }
     }
 }
@@ -104,18 +125,27 @@ fn unix_s(t: std::time::SystemTime) -> Option<f64> {
 }
 
 /// The arrival offsets (seconds after the level's start) of an open-loop level: the first at 0,
-/// then gaps of `1/rate` (constant) or exponential with mean `1/rate` (Poisson).
+/// then gaps of `1/rate` (constant), exponential with mean `1/rate` (Poisson), or gamma with
+/// shape K and mean `1/rate` (scale `1/(rate·K)`).
 pub fn arrival_offsets(rate: f64, arrival: Arrival, seed: u64) -> impl Iterator<Item = f64> {
+    use rand_distr::Distribution as _;
     let mut rng = Rng::new(seed);
+    // A shape the flag checked (finite, above 0) always makes a distribution; else Poisson.
+    let gamma = arrival
+        .burstiness()
+        .and_then(|k| rand_distr::Gamma::new(k, 1.0 / (rate * k)).ok());
     let (mut t, mut i) = (0.0, 0u64);
     std::iter::from_fn(move || {
         let now = match arrival {
             // i / rate, not a running sum, so rounding does not accumulate.
             Arrival::Constant => i as f64 / rate,
-            Arrival::Poisson => t,
+            Arrival::Poisson | Arrival::Gamma { .. } => t,
         };
         i += 1;
-        t += -(1.0 - rng.unit()).ln() / rate;
+        t += match &gamma {
+            Some(g) => g.sample(&mut rng),
+            None => -(1.0 - rng.unit()).ln() / rate,
+        };
         Some(now)
     })
 }
@@ -851,6 +881,31 @@ mod tests {
     fn constant_arrivals_are_evenly_spaced() {
         let v: Vec<f64> = arrival_offsets(4.0, Arrival::Constant, 1).take(4).collect();
         assert_eq!(v, vec![0.0, 0.25, 0.5, 0.75]);
+    }
+
+    /// `--burstiness K`: gamma gaps of mean 1/rate whose coefficient of variation is 1/sqrt(K)
+    /// (K = 0.25: 2, burstier than Poisson; K = 4: 0.5), reproducible from the seed.
+    #[test]
+    fn gamma_gaps_have_the_mean_and_spread_their_shape_says() {
+        for (k, seed) in [(0.25, 11), (1.0, 12), (4.0, 13)] {
+            let arrival = Arrival::Gamma { shape: k };
+            let t: Vec<f64> = arrival_offsets(20.0, arrival, seed).take(40_001).collect();
+            let gaps: Vec<f64> = t.windows(2).map(|w| w[1] - w[0]).collect();
+            let n = gaps.len() as f64;
+            let mean = gaps.iter().sum::<f64>() / n;
+            let sd = (gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
+            let cv = sd / mean;
+            assert!((mean - 0.05).abs() < 0.05 * 0.05, "K {k}: mean gap {mean}");
+            let want = 1.0 / k.sqrt();
+            assert!(
+                (cv / want - 1.0).abs() < 0.05,
+                "K {k}: CV {cv}, want {want}"
+            );
+            assert!(gaps.iter().all(|g| *g >= 0.0));
+            let again: Vec<f64> = arrival_offsets(20.0, arrival, seed).take(40_001).collect();
+            assert_eq!(t, again);
+        }
+        assert_eq!(Arrival::Gamma { shape: 0.5 }.as_str(), "gamma");
     }
 
     #[test]

@@ -86,7 +86,12 @@ pub struct BenchArgs {
     /// Open loop: inter-arrival distribution.
     #[arg(long, value_enum, default_value_t = ArrivalArg::Poisson)]
     pub arrival: ArrivalArg,
-    /// Seed of the Poisson arrivals (default: from the clock; recorded in the report).
+    /// Open loop: gamma-distributed gaps of shape K with the rate's mean (as vLLM's --burstiness):
+    /// below 1 burstier than Poisson, 1 Poisson, above 1 smoother (their coefficient of variation
+    /// is 1/sqrt(K)).
+    #[arg(long, value_parser = parse_burstiness)]
+    pub burstiness: Option<f64>,
+    /// Seed of the Poisson or gamma arrivals (default: from the clock; recorded in the report).
     #[arg(long)]
     pub seed: Option<u64>,
     /// Hard limit a model must meet to be ranked, e.g. ttft_p95<2s, error_rate<0.01, tps_p50>30 (repeatable).
@@ -195,6 +200,40 @@ pub struct BenchArgs {
     /// Server metrics beside every level.
     #[command(flatten)]
     pub server: super::bench_servermetrics::ServerArgs,
+}
+
+/// `--burstiness K`: a shape above 0 (and finite).
+fn parse_burstiness(v: &str) -> Result<f64, String> {
+    match v.parse::<f64>() {
+        Ok(k) if k.is_finite() && k > 0.0 => Ok(k),
+        _ => Err(format!(
+            "{v:?} is not a shape above 0 (e.g. 0.5 for bursts, 1 for Poisson, 4 for smoother)"
+        )),
+    }
+}
+
+/// The open-loop arrivals from `--arrival` and `--burstiness` (K = 1 is Poisson).
+///
+/// # Errors
+/// [`BenchError::Usage`] for a burstiness without `--rate`, with constant arrivals, or split
+/// across shards (gamma processes merged are not one of the same shape).
+fn arrival(a: &BenchArgs) -> Result<Arrival, BenchError> {
+    let usage = |m: &str| Err(BenchError::Usage(format!("--burstiness: {m}")));
+    match (a.arrival, a.burstiness) {
+        (ArrivalArg::Constant, None) => Ok(Arrival::Constant),
+        (ArrivalArg::Poisson, None) => Ok(Arrival::Poisson),
+        (ArrivalArg::Constant, Some(_)) => {
+            usage("shapes random gaps; --arrival constant has none (drop one of them)")
+        }
+        (ArrivalArg::Poisson, Some(_)) if a.rate.is_empty() => {
+            usage("shapes open-loop arrivals: give the rates with --rate")
+        }
+        (ArrivalArg::Poisson, Some(_)) if a.shard.is_some_and(|s| s.count > 1) => usage(
+            "each shard would send its own gamma arrivals, and together they are not of that shape; run it in one process",
+        ),
+        (ArrivalArg::Poisson, Some(1.0)) => Ok(Arrival::Poisson),
+        (ArrivalArg::Poisson, Some(shape)) => Ok(Arrival::Gamma { shape }),
+    }
 }
 
 /// The exit status of a run with a level the client could not measure (without
@@ -617,10 +656,7 @@ impl BenchArgs {
         let cross_check = cross_check(a, &spec)?;
         let mut criteria = criteria;
         fit_non_stream(&mut criteria, &spec)?;
-        let arrival = match a.arrival {
-            ArrivalArg::Poisson => Arrival::Poisson,
-            ArrivalArg::Constant => Arrival::Constant,
-        };
+        let arrival = arrival(a)?;
         let seed = a.seed.unwrap_or_else(|| {
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -891,6 +927,46 @@ mod tests {
         assert_eq!((p.arrival, p.seed), (Arrival::Constant, 42));
         assert!(matches!(p.amount, Amount::Duration(d) if d == Duration::from_secs(3)));
         assert!(!p.judged, "one model, no limits: nothing to rank");
+    }
+
+    /// `--burstiness K`: gamma arrivals of that shape, recorded with the seed; K = 1 is Poisson;
+    /// refused without --rate, with constant arrivals, across shards, or not above 0.
+    #[test]
+    fn burstiness_makes_gamma_arrivals_in_open_loop_only() {
+        let open = ["--rate", "5", "--requests-per-level", "3", "--seed", "7"];
+        let with = |extra: &[&str]| {
+            let mut v = open.to_vec();
+            v.extend_from_slice(extra);
+            plan(&v)
+        };
+        let p = with(&["--burstiness", "0.25"]).expect("plan");
+        assert_eq!((p.arrival, p.seed), (Arrival::Gamma { shape: 0.25 }, 7));
+        assert_eq!(
+            with(&["--burstiness", "1"]).expect("plan").arrival,
+            Arrival::Poisson
+        );
+        for (extra, says) in [
+            (
+                &["--burstiness", "2", "--arrival", "constant"][..],
+                "--arrival constant",
+            ),
+            (&["--burstiness", "2", "--shard", "0/2"], "one process"),
+        ] {
+            let e = with(extra).expect_err("refused").to_string();
+            assert!(e.contains(says), "{extra:?}: {e}");
+        }
+        let closed = plan(&[
+            "--concurrency",
+            "2",
+            "--requests-per-level",
+            "1",
+            "--burstiness",
+            "2",
+        ]);
+        assert!(closed.expect_err("refused").to_string().contains("--rate"));
+        for bad in ["0", "-1", "inf", "NaN", "x"] {
+            assert!(parse_burstiness(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -275,6 +275,94 @@ fn open_loop_sends_at_the_rate_and_counts_the_cap() {
     assert_eq!(ls[1]["error_rate"].as_f64(), Some(0.0));
 }
 
+/// The coefficient of variation of the gaps between sorted instants.
+fn gaps_cv(instants: &mut [f64]) -> f64 {
+    instants.sort_by(f64::total_cmp);
+    let gaps: Vec<f64> = instants.windows(2).map(|w| w[1] - w[0]).collect();
+    let n = gaps.len() as f64;
+    let mean = gaps.iter().sum::<f64>() / n;
+    let var = gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    var.sqrt() / mean
+}
+
+/// Issue 24 item 2: `--burstiness 0.25` sends gamma gaps (CV 1/sqrt(0.25) = 2, twice Poisson's),
+/// checked where they land: the gaps between the requests' arrivals in the simulator's event log
+/// have the spread of the planned gaps (the seed's, recomputed here from the library), and each
+/// request's planned instant (sent − lag) is the plan's.
+#[test]
+fn bursty_arrivals_reach_the_server_with_their_planned_spread() {
+    use tokenprobe::bench::runner::{Arrival, arrival_offsets};
+    let _serial = serial();
+    let _wd = Watchdog::new("bursty_arrivals_reach_the_server", Duration::from_secs(120));
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("events.jsonl");
+    let events = ["--event-log", log.to_str().unwrap()];
+    let (_sim, url) = simulate(dir.path(), &slots("1000", "5ms", "1ms", "4", &events));
+    let cfg = sim_config(dir.path(), &url);
+    let json = dir.path().join("bursty.json");
+    let (code, out, err) = bench(
+        &[
+            "--config.file",
+            cfg.to_str().unwrap(),
+            "--rate",
+            "40",
+            "--burstiness",
+            "0.25",
+            "--seed",
+            "5",
+            "--requests-per-level",
+            "240",
+            "--warmup",
+            "0",
+            "--no-prewarm",
+            "--samples",
+            "-o",
+            json.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let r = read_json(&json);
+    assert_eq!(
+        (
+            r["mode"]["arrival"].as_str(),
+            r["mode"]["burstiness"].as_f64()
+        ),
+        (Some("gamma"), Some(0.25))
+    );
+    // The first level's arrivals come from the run's seed (model 0, level 0: the seed itself).
+    let plan: Vec<f64> = arrival_offsets(40.0, Arrival::Gamma { shape: 0.25 }, 5)
+        .take(240)
+        .collect();
+    let samples = levels(&r, 0)[0]["samples"].as_array().unwrap();
+    assert_eq!(samples.len(), 240);
+    let mut intended: Vec<f64> = samples
+        .iter()
+        .map(|s| s["sent_s"].as_f64().unwrap() - s["lag_s"].as_f64().unwrap())
+        .collect();
+    intended.sort_by(f64::total_cmp);
+    for (i, (got, want)) in intended.iter().zip(&plan).enumerate() {
+        assert!(
+            (got - want).abs() < 1e-3,
+            "request {i}: planned at {got}, the seed says {want}"
+        );
+    }
+    let mut planned = plan.clone();
+    let plan_cv = gaps_cv(&mut planned);
+    let mut at_server: Vec<f64> = logged(&log, 240)
+        .iter()
+        .map(|e| e["arrival_unix_ns"].as_u64().unwrap() as f64 / 1e9)
+        .collect();
+    let server_cv = gaps_cv(&mut at_server);
+    eprintln!("gaps' CV: planned {plan_cv:.3}, at the server {server_cv:.3}, shape says 2");
+    assert!(
+        (server_cv / plan_cv - 1.0).abs() < 0.03,
+        "server {server_cv}, plan {plan_cv}"
+    );
+    // The seed's 239 gaps are bursty as the shape says (Poisson's would be near 1).
+    assert!((1.6..2.4).contains(&plan_cv), "{plan_cv}");
+}
+
 /// Issue 13: `--ramp` spreads the closed-loop workers' first sends evenly (worker w of c at
 /// ramp × w / c), recorded in the report; each first send's intended instant (sent − lag) is on
 /// that schedule, whatever the machine's load does to the actual send.
