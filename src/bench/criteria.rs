@@ -499,12 +499,14 @@ impl Objective for Slo {
         self.to_string()
     }
 
+    /// Latencies from the start of the request count from its scheduled arrival in open loop
+    /// ([`Sample::from_schedule`]): a request that left late missed what its user would have.
     fn met_by(&self, s: &Sample) -> bool {
         let v = match self.base {
-            Base::Ttft => s.ttft_s,
-            Base::Ttfo => s.ttfo_s,
+            Base::Ttft => s.from_schedule(s.ttft_s),
+            Base::Ttfo => s.from_schedule(s.ttfo_s),
             Base::Tpot => s.tpot_s,
-            Base::E2e => s.e2e_s,
+            Base::E2e => s.from_schedule(s.e2e_s),
             Base::Tps => s.decode_tokens_per_s,
             _ => None,
         };

@@ -384,6 +384,7 @@ pub(crate) mod tests {
                     sent_s: 0.0,
                     end_s: 1.0,
                     lag_s: 0.0002 * (i % 3) as f64,
+                    behind_schedule_s: None,
                     first: false,
                     new_connection: false,
                     connect_s: None,

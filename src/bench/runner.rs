@@ -781,13 +781,16 @@ impl OpenRequest {
         self.pool.give_back(prober);
         drop(permit);
         self.progress.record(&result);
-        Sample::from_result(
+        let mut sample = Sample::from_result(
             &result,
             secs(sent.saturating_duration_since(self.start)),
             secs(end.saturating_duration_since(self.start)),
             secs(sent.saturating_duration_since(intended)),
             false,
-        )
+        );
+        // From the arrival's own schedule, the cap's wait included.
+        sample.behind_schedule_s = Some(secs(sent.saturating_duration_since(self.intended)));
+        sample
     }
 }
 

@@ -569,6 +569,8 @@ pub(crate) mod tests {
             ttfo_s: Some(s(ttft_p95)),
             tpot_s: Some(s(0.02)),
             e2e_s: Some(s(1.0)),
+            ttft_from_schedule_s: None,
+            e2e_from_schedule_s: None,
             decode_tokens_per_s: Some(s(50.0)),
             output_tokens: 1000,
             wall_s: 10.0,

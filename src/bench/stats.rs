@@ -45,6 +45,11 @@ pub struct Sample {
     pub end_s: f64,
     /// Scheduling lag: actual send instant minus intended send instant, s.
     pub lag_s: f64,
+    /// Open loop: how long after its scheduled arrival the request was sent, s: the sender's lag
+    /// plus any wait for an in-flight slot under the cap. A user arriving on schedule waited this
+    /// too, so TTFT, TTFO and E2E from the schedule add it (`None` in closed loop).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub behind_schedule_s: Option<f64>,
     /// A closed-loop worker's first request: its lag is the ramp-up (all workers start at the
     /// level's start), reported as the level's `ramp_s` and left out of `lag_s`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -186,6 +191,7 @@ impl Sample {
             sent_s,
             end_s,
             lag_s,
+            behind_schedule_s: None,
             first,
             new_connection: r.phases.is_some_and(|p| !p.reused),
             connect_s: r.phases.and_then(|p| p.connect_s),
@@ -200,6 +206,12 @@ impl Sample {
             turn: r.turn,
             request_id: r.request_id.clone(),
         }
+    }
+
+    /// A latency (TTFT, TTFO, E2E) counted from the request's scheduled arrival rather than its
+    /// send: the same plus [`Sample::behind_schedule_s`] (open loop), else unchanged.
+    pub fn from_schedule(&self, latency: Option<f64>) -> Option<f64> {
+        latency.map(|v| v + self.behind_schedule_s.unwrap_or(0.0))
     }
 
     /// True when the request succeeded.
@@ -522,6 +534,13 @@ pub struct LevelStats {
     pub tpot_s: Option<Summary>,
     /// E2E of successes, s.
     pub e2e_s: Option<Summary>,
+    /// Open loop: TTFT of successes counted from each request's scheduled arrival (coordinated
+    /// omission corrected: a sender that fell behind, or a full cap, does not hide the wait), s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_from_schedule_s: Option<Summary>,
+    /// Open loop: E2E of successes counted from each request's scheduled arrival, s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub e2e_from_schedule_s: Option<Summary>,
     /// Per-request decode tokens/s (1 / TPOT).
     pub decode_tokens_per_s: Option<Summary>,
     /// Sum of N over the successes.
@@ -717,6 +736,14 @@ impl LevelStats {
             ttfo_s: Summary::of(ok().filter_map(|s| s.ttfo_s)),
             tpot_s: Summary::of(ok().filter_map(|s| s.tpot_s)),
             e2e_s: Summary::of(ok().filter_map(|s| s.e2e_s)),
+            ttft_from_schedule_s: Summary::of(
+                ok().filter(|s| s.behind_schedule_s.is_some())
+                    .filter_map(|s| s.from_schedule(s.ttft_s)),
+            ),
+            e2e_from_schedule_s: Summary::of(
+                ok().filter(|s| s.behind_schedule_s.is_some())
+                    .filter_map(|s| s.from_schedule(s.e2e_s)),
+            ),
             decode_tokens_per_s: Summary::of(ok().filter_map(|s| s.decode_tokens_per_s)),
             output_tokens,
             wall_s,
@@ -774,6 +801,43 @@ mod tests {
         assert_eq!(quantile(&hundred, 0.95), Some(96.0));
     }
 
+    /// Issue 24 item 6: in open loop a request sent 150 ms after its scheduled arrival (the
+    /// sender fell behind, or the cap was full) has TTFT and E2E from the schedule 150 ms longer,
+    /// and the SLO attainment judges those: a 100 ms TTFT objective it met from its send, it
+    /// missed from its schedule. Closed-loop samples have no schedule of their own.
+    #[test]
+    fn latency_from_the_schedule_counts_the_wait_behind_it() {
+        let key = LevelKey {
+            concurrency: 10,
+            rate: Some(5.0),
+        };
+        let on_time = Sample {
+            behind_schedule_s: Some(0.0),
+            ..sample(Some(0.05), 4, None)
+        };
+        let late = Sample {
+            behind_schedule_s: Some(0.15),
+            ..sample(Some(0.05), 4, None)
+        };
+        let slos: Vec<crate::bench::criteria::Slo> = vec!["ttft=100ms".parse().unwrap()];
+        let l = LevelStats::from_samples(key, &[on_time.clone(), late.clone()], 1.0, &[], &slos, 0);
+        let t = l.ttft_from_schedule_s.expect("open loop");
+        assert!(
+            (t.min - 0.05).abs() < 1e-12 && (t.max - 0.20).abs() < 1e-12,
+            "{t:?}"
+        );
+        let e = l.e2e_from_schedule_s.expect("open loop");
+        assert!((e.max - (0.05 + 0.03 + 0.15)).abs() < 1e-12, "{e:?}");
+        assert_eq!(l.ttft_s.map(|s| s.max), Some(0.05));
+        let a = l.slo_attainment.expect("SLOs");
+        assert_eq!((a.met, a.counted), (1, 2));
+        // Closed loop: no schedule of its own, the figures are absent and the SLO is the send's.
+        let closed =
+            LevelStats::from_samples(key, &[sample(Some(0.05), 4, None)], 1.0, &[], &slos, 0);
+        assert!(closed.ttft_from_schedule_s.is_none());
+        assert_eq!(closed.slo_attainment.map(|a| a.met), Some(1));
+    }
+
     #[test]
     fn summary_sorts_and_drops_nan() {
         let s = Summary::of([3.0, f64::NAN, 1.0, 2.0]).unwrap();
@@ -796,6 +860,7 @@ mod tests {
             sent_s: 0.0,
             end_s: 1.0,
             lag_s: 0.001,
+            behind_schedule_s: None,
             first: false,
             new_connection: false,
             connect_s: None,

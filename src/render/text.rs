@@ -395,6 +395,44 @@ fn render_short(out: &mut String, r: &Report, names: &[String]) {
     }
 }
 
+/// Open-loop levels whose TTFT p95 counted from the schedule is longer than from the send (by
+/// over 1 ms and 5%): requests left behind their scheduled arrival, and a user arriving on time
+/// waited that too.
+fn render_behind_schedule(out: &mut String, r: &Report, names: &[String], bullet: &str) {
+    let mut lines = Vec::new();
+    for (m, name) in r.models.iter().zip(names) {
+        for l in &m.levels {
+            let (Some(sent), Some(sched)) = (&l.ttft_s, &l.ttft_from_schedule_s) else {
+                continue;
+            };
+            if sched.p95 - sent.p95 > 0.001_f64.max(0.05 * sent.p95) {
+                lines.push(format!(
+                    "{bullet}{name} @ {}: TTFT p95 {} from the schedule, {} from the send; E2E p95 {} from the schedule{}",
+                    l.key.label(),
+                    fmt_secs(sched.p95),
+                    fmt_secs(sent.p95),
+                    l.e2e_from_schedule_s
+                        .map_or_else(|| "-".into(), |e| fmt_secs(e.p95)),
+                    if l.capped > 0 {
+                        format!(" ({} arrivals waited for an in-flight slot)", l.capped)
+                    } else {
+                        String::new()
+                    }
+                ));
+            }
+        }
+    }
+    if !lines.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nBehind schedule (open loop: requests left after their scheduled arrival; SLO attainment counts TTFT, TTFO and E2E from the schedule):"
+        );
+        for l in lines {
+            let _ = writeln!(out, "{l}");
+        }
+    }
+}
+
 /// Each model's knee, its capacity ceiling and the fit's bend, and where a sweep stopped early.
 fn render_knees(out: &mut String, r: &Report, names: &[String], bullet: &str) {
     let _ = writeln!(
@@ -475,6 +513,7 @@ fn render_notes(r: &Report, md: bool) -> String {
     render_knees(&mut out, r, &names, bullet);
     render_lengths(&mut out, r, bullet);
     render_short(&mut out, r, &names);
+    render_behind_schedule(&mut out, r, &names, bullet);
     render_repeats(&mut out, r, &names, bullet);
     if let Some(s) = &r.selection {
         let w: Vec<String> = s.weights.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -744,8 +783,17 @@ pub fn render_markdown(r: &Report) -> String {
     out
 }
 
-const CSV_SUMMARIES: [&str; 8] = [
-    "ttft", "ttfo", "tpot", "e2e", "tps", "lag", "loop_lag", "read_lag",
+const CSV_SUMMARIES: [&str; 10] = [
+    "ttft",
+    "ttfo",
+    "tpot",
+    "e2e",
+    "tps",
+    "lag",
+    "loop_lag",
+    "read_lag",
+    "ttft_from_schedule",
+    "e2e_from_schedule",
 ];
 
 /// CSV: one row per model and level; every statistic of every metric (seconds, tokens/s).
@@ -846,6 +894,8 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
                 &l.lag_s,
                 &l.loop_lag_s,
                 &l.read_lag_s,
+                &l.ttft_from_schedule_s,
+                &l.e2e_from_schedule_s,
             ] {
                 match s {
                     Some(s) => row.extend([s.mean, s.p50, s.p90, s.p95, s.p99, s.max].map(num)),

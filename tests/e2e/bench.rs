@@ -273,6 +273,39 @@ fn open_loop_sends_at_the_rate_and_counts_the_cap() {
     }
     assert!(ls[1]["capped"].as_u64().unwrap() > 0, "{}", ls[1]);
     assert_eq!(ls[1]["error_rate"].as_f64(), Some(0.0));
+    // Issue 24 item 6: under the cap of 1 the n-th request still belonged at n × 50 ms; it left
+    // behind that schedule by its send minus it (the wait for the slot included, which `lag_s`
+    // leaves out), and TTFT and E2E from the schedule add that wait.
+    let capped = ls[1]["samples"].as_array().unwrap();
+    let mut waited = 0.0_f64;
+    for (i, s) in capped.iter().enumerate() {
+        let sent = s["sent_s"].as_f64().unwrap();
+        let behind = s["behind_schedule_s"].as_f64().expect("open loop");
+        assert!(
+            (sent - behind - i as f64 * 0.05).abs() < 0.002,
+            "sample {i}: sent {sent} behind {behind}"
+        );
+        assert!(behind + 1e-9 >= s["lag_s"].as_f64().unwrap(), "{s}");
+        waited = waited.max(behind);
+    }
+    let from = |k: &str, p: &str| ls[1][k][p].as_f64().unwrap();
+    // 20 requests of ~90 ms through one slot in 1 s: the last waited most of a second.
+    assert!(waited > 0.5, "{waited}");
+    assert!(out.contains("\nBehind schedule (open loop:"), "{out}");
+    assert!(
+        (from("ttft_from_schedule_s", "max") - from("ttft_s", "max")) > 0.5,
+        "{}",
+        ls[1]
+    );
+    // Uncapped and on time, the two agree within the sender's lag.
+    assert!(
+        (from_level(&ls[0], "ttft_from_schedule_s") - from_level(&ls[0], "ttft_s")).abs() < 0.005
+    );
+}
+
+/// A level's p50 of `what`, s.
+fn from_level(l: &Value, what: &str) -> f64 {
+    l[what]["p50"].as_f64().unwrap_or(f64::NAN)
 }
 
 /// The coefficient of variation of the gaps between sorted instants.
