@@ -24,6 +24,7 @@
 //!
 //! [`ProbeResult`]: crate::measure::ProbeResult
 
+pub mod canary;
 pub mod capacity;
 pub mod confidence;
 pub mod criteria;
@@ -210,6 +211,8 @@ pub struct BenchPlan {
     /// `--knee-levels N`: at most this many levels added per sweep between the capacity ceiling
     /// and the knee (0: none).
     pub knee_levels: u32,
+    /// `--canary RATE`: single probes beside every level's load.
+    pub canary: Option<canary::CanaryPlan>,
 }
 
 impl BenchPlan {
@@ -558,6 +561,7 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         capacity,
         repeat,
         knee_levels,
+        canary,
     } = plan;
     let open = level_keys.iter().any(|k| k.rate.is_some());
     identify(&mut spec, &mut prompts, &run_id, shard);
@@ -612,6 +616,7 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         search: capacity,
         repeat,
         knee_levels,
+        canary,
         per_level_units,
         criteria: criteria.clone(),
         cross_check,

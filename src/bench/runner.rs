@@ -80,6 +80,8 @@ impl Arrival {
 pub struct LevelRun {
     /// One sample per measured request.
     pub samples: Vec<Sample>,
+    /// `--canary`: the canaries sent beside it.
+    pub canary: Option<super::canary::CanaryStats>,
     /// First intended send to the last request's end, s.
     pub wall_s: f64,
     /// Run-queue delays sampled during the level, s.
@@ -592,6 +594,7 @@ impl Runner {
         ticker.end().await;
         Ok(LevelRun {
             wall_s: samples.iter().map(|s| s.end_s).fold(0.0, f64::max),
+            canary: None,
             samples,
             loop_lag,
             capped: 0,
@@ -699,6 +702,7 @@ impl Runner {
         self.ensure_probers(1)?;
         Ok(LevelRun {
             wall_s: samples.iter().map(|s| s.end_s).fold(0.0, f64::max),
+            canary: None,
             samples,
             loop_lag,
             capped: capped.load(Ordering::Relaxed),

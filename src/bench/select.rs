@@ -596,6 +596,7 @@ pub(crate) mod tests {
             lengths: Default::default(),
             samples: None,
             cross_check: None,
+            canary: None,
             server: None,
             notes: Vec::new(),
         }

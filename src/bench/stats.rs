@@ -620,6 +620,10 @@ pub struct LevelStats {
     /// `--cross-check`: streaming vs non-streaming E2E at this level.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cross_check: Option<CrossCheck>,
+    /// `--canary`: the single probes sent beside the level's load (its first run), their own
+    /// series.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary: Option<super::canary::CanaryStats>,
     /// The server's view of the level (`bench --server-metrics`, `--prometheus`); absent when
     /// not collected.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -773,6 +777,7 @@ impl LevelStats {
             lengths: LevelLengths::of(samples),
             samples: None,
             cross_check: None,
+            canary: None,
             server: None,
             notes: Vec::new(),
         }

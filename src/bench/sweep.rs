@@ -28,6 +28,8 @@ pub(super) struct Sender {
     /// the levels as given, none added or left out; so too in sharded runs and with
     /// `--start-at`, where every shard runs the same levels).
     pub(super) knee_levels: u32,
+    /// `--canary RATE`: single probes beside each level's load.
+    pub(super) canary: Option<canary::CanaryPlan>,
     pub(super) per_level_units: u64,
     pub(super) criteria: Criteria,
     pub(super) cross_check: Option<crosscheck::CrossCheckSpec>,
@@ -486,7 +488,29 @@ impl Sender {
         }
         let started = chrono::Utc::now();
         server_side.begin().await;
-        let run = self.send(runner, key, (mi, li), label, done_units).await?;
+        let (run, canaries) = match &self.canary {
+            None => (
+                self.send(runner, key, (mi, li), label, done_units).await?,
+                None,
+            ),
+            Some(plan) => {
+                // The canaries run from the level's first send to its last request's end.
+                let spec = plan.spec(runner.spec());
+                let prompt = spec.prompt.name.clone();
+                let stop = CancellationToken::new();
+                let load = async {
+                    let run = self.send(runner, key, (mi, li), label, done_units).await;
+                    stop.cancel();
+                    run
+                };
+                let (run, (samples, skipped)) =
+                    tokio::join!(load, canary::send(spec, plan.rate, stop.clone()));
+                let stats = canary::CanaryStats::of(plan.rate, &prompt, &samples, skipped);
+                (run?, Some(stats))
+            }
+        };
+        let mut run = run;
+        run.canary = canaries;
         let late = self.start.as_ref().map(|p| {
             (started - p.level_start(slot))
                 .to_std()
@@ -515,6 +539,7 @@ pub(super) fn fold_level(
     stats.cpu_wait_s = run.cpu_wait_s;
     stats.client_bound = stats.client_bound_reason();
     stats.start_offset_s = late;
+    stats.canary = run.canary;
     if keep_samples {
         let mut s = run.samples;
         s.sort_by(|x, y| x.sent_s.total_cmp(&y.sent_s));

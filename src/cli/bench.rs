@@ -193,6 +193,15 @@ pub struct BenchArgs {
     /// or with --start-at.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=32))]
     pub knee_levels: u32,
+    /// Send single probes at this rate per second beside every level's load (at most 10), one
+    /// at a time through their own connection: what a user arriving during that load sees,
+    /// reported per level as its own series (the level's figures do not include them).
+    #[arg(long, value_parser = parse_canary_rate)]
+    pub canary: Option<f64>,
+    /// The config prompt the canaries send (default: the level's own prompt), on the level's
+    /// target and model.
+    #[arg(long, requires = "canary")]
+    pub canary_prompt: Option<String>,
     /// Exit 0 even when a level was client-bound (the bench's own CPU starvation reached its
     /// figures): such a level stays marked in every output.
     #[arg(long)]
@@ -200,6 +209,50 @@ pub struct BenchArgs {
     /// Server metrics beside every level.
     #[command(flatten)]
     pub server: super::bench_servermetrics::ServerArgs,
+}
+
+/// `--canary RATE`: canaries per second, above 0 and at most
+/// [`crate::bench::canary::MAX_CANARY_RATE`].
+fn parse_canary_rate(v: &str) -> Result<f64, String> {
+    let max = crate::bench::canary::MAX_CANARY_RATE;
+    match v.parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 && r <= max => Ok(r),
+        _ => Err(format!(
+            "{v:?} is not a canary rate above 0 and at most {max} per second (canaries are a user beside the load, not load)"
+        )),
+    }
+}
+
+/// `--canary RATE [--canary-prompt NAME]`: the canaries' rate and prompt (a prompt of the
+/// config, on each level's target and model), checked; one process only.
+///
+/// # Errors
+/// [`BenchError::Usage`] with shards (each would send its own canaries), or an unknown prompt.
+fn canary_plan(
+    a: &BenchArgs,
+    config: &Config,
+) -> Result<Option<crate::bench::canary::CanaryPlan>, BenchError> {
+    let Some(rate) = a.canary else {
+        return Ok(None);
+    };
+    if a.shard.is_some_and(|s| s.count > 1) {
+        return Err(BenchError::Usage(
+            "--canary: each shard would send its own canaries; run them in one process".into(),
+        ));
+    }
+    let prompt = match &a.canary_prompt {
+        None => None,
+        Some(name) => {
+            let (jobs, _) = choose_prompts(
+                config,
+                a.target.as_deref(),
+                std::slice::from_ref(name),
+                &a.models,
+            )?;
+            jobs.first().map(ProbeSpec::from_job)
+        }
+    };
+    Ok(Some(crate::bench::canary::CanaryPlan { rate, prompt }))
 }
 
 /// `--burstiness K`: a shape above 0 (and finite).
@@ -713,7 +766,9 @@ impl BenchArgs {
         let targets: Vec<&crate::config::Target> =
             models.iter().map(|m| m.target.as_ref()).collect();
         let server = a.server.plan(&targets)?;
+        let canary = canary_plan(a, &config)?;
         Ok(BenchPlan {
+            canary,
             criteria,
             job,
             spec,
@@ -966,6 +1021,26 @@ mod tests {
         assert!(closed.expect_err("refused").to_string().contains("--rate"));
         for bad in ["0", "-1", "inf", "NaN", "x"] {
             assert!(parse_burstiness(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// `--canary RATE`: a rate above 0 and at most 10 per second, one process only; the plan
+    /// carries the canary prompt by name.
+    #[test]
+    fn canaries_are_few_and_in_one_process() {
+        let base = ["--concurrency", "2", "--requests-per-level", "1"];
+        let with = |extra: &[&str]| {
+            let mut v = base.to_vec();
+            v.extend_from_slice(extra);
+            plan(&v)
+        };
+        let p = with(&["--canary", "0.5"]).expect("plan");
+        let c = p.canary.expect("canary");
+        assert_eq!((c.rate, c.prompt.is_none()), (0.5, true));
+        let e = with(&["--canary", "1", "--shard", "0/2"]).expect_err("refused");
+        assert!(e.to_string().contains("one process"), "{e}");
+        for bad in ["0", "-1", "11", "inf", "x"] {
+            assert!(parse_canary_rate(bad).is_err(), "{bad}");
         }
     }
 

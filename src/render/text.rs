@@ -395,6 +395,54 @@ fn render_short(out: &mut String, r: &Report, names: &[String]) {
     }
 }
 
+/// Each level's canaries (`--canary`): what a single user arriving during the load saw.
+fn render_canaries(out: &mut String, r: &Report, names: &[String], bullet: &str) {
+    let mut lines = Vec::new();
+    for (m, name) in r.models.iter().zip(names) {
+        for l in &m.levels {
+            let Some(c) = &l.canary else { continue };
+            let failed: u64 = c.errors.values().sum();
+            let errors: Vec<String> = c.errors.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            lines.push(format!(
+                "{bullet}{name} @ {}: {} canaries ({} failed{}), TTFT p50 {} p95 {}, TPOT p50 {}, E2E p95 {}{}",
+                l.key.label(),
+                c.requests,
+                failed,
+                if errors.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", errors.join(", "))
+                },
+                opt(&c.ttft_s, |s| s.p50, fmt_secs),
+                opt(&c.ttft_s, |s| s.p95, fmt_secs),
+                opt(&c.tpot_s, |s| s.p50, fmt_secs),
+                opt(&c.e2e_s, |s| s.p95, fmt_secs),
+                if c.skipped > 0 {
+                    format!(", {} instants skipped (the previous canary still ran)", c.skipped)
+                } else {
+                    String::new()
+                }
+            ));
+        }
+    }
+    if let Some(c) = r
+        .models
+        .iter()
+        .flat_map(|m| &m.levels)
+        .find_map(|l| l.canary.as_ref())
+    {
+        let _ = writeln!(
+            out,
+            "\nCanaries (prompt {}, {}/s, one at a time beside the load; not in the level's figures):",
+            c.prompt,
+            crate::units::trim_float(c.rate)
+        );
+        for l in lines {
+            let _ = writeln!(out, "{l}");
+        }
+    }
+}
+
 /// Open-loop levels whose TTFT p95 counted from the schedule is longer than from the send (by
 /// over 1 ms and 5%): requests left behind their scheduled arrival, and a user arriving on time
 /// waited that too.
@@ -514,6 +562,7 @@ fn render_notes(r: &Report, md: bool) -> String {
     render_lengths(&mut out, r, bullet);
     render_short(&mut out, r, &names);
     render_behind_schedule(&mut out, r, &names, bullet);
+    render_canaries(&mut out, r, &names, bullet);
     render_repeats(&mut out, r, &names, bullet);
     if let Some(s) = &r.selection {
         let w: Vec<String> = s.weights.iter().map(|(k, v)| format!("{k}={v}")).collect();

@@ -396,6 +396,125 @@ fn bursty_arrivals_reach_the_server_with_their_planned_spread() {
     assert!((1.6..2.4).contains(&plan_cv), "{plan_cv}");
 }
 
+/// The median of `v` (sorted in place).
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Issue 24 item 5: `--canary 4 --canary-prompt canary` sends single probes of a small prompt
+/// beside each level's load. Against 4 slots, at concurrency 1 a canary finds a free slot; at 8
+/// it queues behind the load. The canaries are the simulator's requests of 3 output tokens: its
+/// event log (queue wait and first token, from each request's arrival) is the truth the canaries'
+/// TTFT is compared with, level by level. The level's own figures leave the canaries out.
+#[test]
+fn canaries_beside_the_load_see_what_a_user_arriving_then_sees() {
+    let _serial = serial();
+    let _wd = Watchdog::new("canaries_beside_the_load", Duration::from_secs(120));
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("events.jsonl");
+    let events = ["--event-log", log.to_str().unwrap()];
+    let (_sim, url) = simulate(dir.path(), &slots("4", "20ms", "10ms", "10", &events));
+    let cfg = dir.path().join("canary.yml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "prompts:\n  - name: hello\n    messages: [{{role: user, content: \"Say hello\"}}]\n    max_tokens: 10\n  - name: canary\n    messages: [{{role: user, content: \"Say OK\"}}]\n    max_tokens: 3\ntargets:\n  - name: sim\n    base_url: {url}/v1\n    models: [sim-a]\n"
+        ),
+    )
+    .unwrap();
+    let json = dir.path().join("canary.json");
+    let (code, out, err) = bench(
+        &[
+            "--config.file",
+            cfg.to_str().unwrap(),
+            "--prompt",
+            "hello",
+            "--concurrency",
+            "1,8",
+            "--knee-levels",
+            "0",
+            "--duration-per-level",
+            "2s",
+            "--canary",
+            "4",
+            "--canary-prompt",
+            "canary",
+            "-o",
+            json.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("\nCanaries (prompt canary, 4/s"), "{out}");
+    let r = read_json(&json);
+    let ls = levels(&r, 0);
+    let counts: Vec<u64> = ls
+        .iter()
+        .map(|l| l["canary"]["requests"].as_u64().expect("canaries"))
+        .collect();
+    // The simulator's requests of 3 output tokens are the canaries, in the order they came.
+    let total: u64 = counts.iter().sum();
+    let mut canaries: Vec<Value> = logged(&log, 0)
+        .into_iter()
+        .filter(|e| e["output_tokens"].as_u64() == Some(3))
+        .collect();
+    canaries.sort_by_key(|e| e["arrival_unix_ns"].as_u64());
+    assert_eq!(canaries.len() as u64, total, "{counts:?}");
+    let mut at = 0;
+    for (l, n) in ls.iter().zip(&counts) {
+        let c = &l["canary"];
+        assert!(*n >= 4, "{c}");
+        assert_eq!(c["errors"], Value::Null, "{c}");
+        let these = &canaries[at..at + *n as usize];
+        at += *n as usize;
+        // The server's TTFT of each canary: its first token's write after the request arrived.
+        let mut server: Vec<f64> = these
+            .iter()
+            .map(|e| {
+                e["events"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|v| v["token"] == true)
+                    .and_then(|v| v["t_s"].as_f64())
+                    .unwrap()
+            })
+            .collect();
+        let mut queued: Vec<f64> = these
+            .iter()
+            .map(|e| e["queued_s"].as_f64().unwrap())
+            .collect();
+        let client = c["ttft_s"]["p50"].as_f64().unwrap();
+        let server_p50 = median(&mut server);
+        eprintln!(
+            "concurrency {}: canary TTFT p50 {client:.4} s, the server's {server_p50:.4} s, queued p50 {:.4} s",
+            l["concurrency"],
+            median(&mut queued)
+        );
+        assert!((client - server_p50).abs() < 0.005, "{c}");
+        // The level's own requests are the 10-token ones only.
+        assert!(l["output_tokens"].as_u64().unwrap() % 10 == 0, "{l}");
+    }
+    let queued_p50 = |i: usize| {
+        let n0 = counts[0] as usize;
+        let range = if i == 0 { 0..n0 } else { n0..canaries.len() };
+        let mut q: Vec<f64> = canaries[range]
+            .iter()
+            .map(|e| e["queued_s"].as_f64().unwrap())
+            .collect();
+        median(&mut q)
+    };
+    // At 1 a canary finds a free slot at once; at 8 it waits behind the load for one.
+    assert!(queued_p50(0) < 0.002, "{}", queued_p50(0));
+    assert!(queued_p50(1) > 0.02, "{}", queued_p50(1));
+}
+
 /// Issue 13: `--ramp` spreads the closed-loop workers' first sends evenly (worker w of c at
 /// ramp × w / c), recorded in the report; each first send's intended instant (sent − lag) is on
 /// that schedule, whatever the machine's load does to the actual send.
