@@ -11,6 +11,19 @@ use super::stats::{LevelKey, LevelStats};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
+/// True when `samples`' SLO attainment under `slos` cannot decide whether it reaches `target` at
+/// 95% confidence: its Wilson interval holds the target (reaches across it). The one rule for a
+/// capacity search's extensions and a fixed sweep's `--until-clear`.
+pub fn unclear(
+    samples: &[super::stats::Sample],
+    slos: &[super::criteria::Slo],
+    target: f64,
+) -> bool {
+    super::stats::Attainment::of(samples, slos)
+        .and_then(|a| a.interval)
+        .is_some_and(|[lo, hi]| lo < target && target <= hi)
+}
+
 /// `--find-capacity` as the run applies it to each model.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CapacityPlan {
@@ -48,10 +61,7 @@ impl CapacityPlan {
     /// True when `samples`' attainment under `slos` cannot decide the level at 95% confidence:
     /// its interval holds the target (it reaches across it).
     pub fn unclear(&self, samples: &[super::stats::Sample], slos: &[super::criteria::Slo]) -> bool {
-        let target = self.search.attainment;
-        super::stats::Attainment::of(samples, slos)
-            .and_then(|a| a.interval)
-            .is_some_and(|[lo, hi]| lo < target && target <= hi)
+        unclear(samples, slos, self.search.attainment)
     }
 
     /// How a level went for the search.

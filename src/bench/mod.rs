@@ -213,6 +213,8 @@ pub struct BenchPlan {
     pub knee_levels: u32,
     /// `--canary RATE`: single probes beside every level's load.
     pub canary: Option<canary::CanaryPlan>,
+    /// `--until-clear N`: a fixed sweep's levels run on while their SLO attainment is unclear.
+    pub until_clear: u32,
 }
 
 impl BenchPlan {
@@ -562,6 +564,7 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         repeat,
         knee_levels,
         canary,
+        until_clear,
     } = plan;
     let open = level_keys.iter().any(|k| k.rate.is_some());
     identify(&mut spec, &mut prompts, &run_id, shard);
@@ -617,6 +620,7 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         repeat,
         knee_levels,
         canary,
+        until_clear,
         per_level_units,
         criteria: criteria.clone(),
         cross_check,

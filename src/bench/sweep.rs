@@ -30,6 +30,9 @@ pub(super) struct Sender {
     pub(super) knee_levels: u32,
     /// `--canary RATE`: single probes beside each level's load.
     pub(super) canary: Option<canary::CanaryPlan>,
+    /// `--until-clear N`: a fixed sweep's level runs up to N more times while its SLO
+    /// attainment cannot decide the answer's target.
+    pub(super) until_clear: u32,
     pub(super) per_level_units: u64,
     pub(super) criteria: Criteria,
     pub(super) cross_check: Option<crosscheck::CrossCheckSpec>,
@@ -216,6 +219,17 @@ impl Sender {
         Some((key, Some(note)))
     }
 
+    /// How many more times a level may run while its decision is unclear, and the attainment
+    /// it decides: the capacity search's extensions and target, or a fixed sweep's
+    /// `--until-clear` and the answer's target; `None` when levels are not extended.
+    fn decision(&self) -> Option<(u32, f64)> {
+        match &self.search {
+            Some(plan) => Some((plan.extensions, plan.search.attainment)),
+            None => (self.until_clear > 0 && !self.criteria.slos.is_empty())
+                .then_some((self.until_clear, select::ANSWER_ATTAINMENT)),
+        }
+    }
+
     /// Why the sweep is clearly past saturation at its last level run (a knee below it, then
     /// [`select::far_past`]); `None` while it is not, or when the levels do not rise.
     fn far_past(&self, report: &ModelReport) -> Option<String> {
@@ -297,12 +311,12 @@ impl Sender {
                 )
                 .await?;
             *done_units += self.per_level_units;
-            // The capacity search runs a level on while its decision is unclear (its attainment
-            // interval reaches across the target), up to its extensions.
+            // A level runs on while its decision is unclear (its attainment interval reaches
+            // across the target), up to the capacity search's extensions or `--until-clear`.
             let mut extended = 0;
-            while let Some(plan) = &self.search
-                && extended < plan.extensions
-                && plan.unclear(&run.samples, &self.criteria.slos)
+            while let Some((most, target)) = self.decision()
+                && extended < most
+                && capacity::unclear(&run.samples, &self.criteria.slos, target)
             {
                 extended += 1;
                 let more = self

@@ -193,6 +193,12 @@ pub struct BenchArgs {
     /// or with --start-at.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=32))]
     pub knee_levels: u32,
+    /// A fixed sweep with --slo: run a level up to N more times at its amount while its SLO
+    /// attainment's 95% interval holds 95% (the answer cannot say whether it passes), so each
+    /// level is as long as its decision needs (0: never; the capacity search has
+    /// --capacity-extend).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub until_clear: u32,
     /// Send single probes at this rate per second beside every level's load (at most 10), one
     /// at a time through their own connection: what a user arriving during that load sees,
     /// reported per level as its own series (the level's figures do not include them).
@@ -209,6 +215,26 @@ pub struct BenchArgs {
     /// Server metrics beside every level.
     #[command(flatten)]
     pub server: super::bench_servermetrics::ServerArgs,
+}
+
+/// `--until-clear N` needs the objectives it decides and a fixed sweep in one process.
+///
+/// # Errors
+/// [`BenchError::Usage`] without `--slo`, with `--find-capacity` (it has `--capacity-extend`), or
+/// with shards or `--start-at` (every shard's levels must keep their length).
+fn check_until_clear(a: &BenchArgs, criteria: &Criteria) -> Result<(), BenchError> {
+    let usage = |m: &str| Err(BenchError::Usage(format!("--until-clear: {m}")));
+    if a.until_clear == 0 {
+        Ok(())
+    } else if criteria.slos.is_empty() {
+        usage("give the objectives whose attainment decides, e.g. --slo ttft=2s")
+    } else if a.find_capacity {
+        usage("the capacity search extends its levels with --capacity-extend")
+    } else if a.shard.is_some_and(|s| s.count > 1) || a.start_at.is_some() {
+        usage("each shard would extend its levels on its own; run it in one process")
+    } else {
+        Ok(())
+    }
 }
 
 /// `--canary RATE`: canaries per second, above 0 and at most
@@ -767,8 +793,10 @@ impl BenchArgs {
             models.iter().map(|m| m.target.as_ref()).collect();
         let server = a.server.plan(&targets)?;
         let canary = canary_plan(a, &config)?;
+        check_until_clear(a, &criteria)?;
         Ok(BenchPlan {
             canary,
+            until_clear: a.until_clear,
             criteria,
             job,
             spec,
@@ -1041,6 +1069,35 @@ mod tests {
         assert!(e.to_string().contains("one process"), "{e}");
         for bad in ["0", "-1", "11", "inf", "x"] {
             assert!(parse_canary_rate(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn until_clear_needs_slos_a_fixed_sweep_and_one_process() {
+        let base = [
+            "--concurrency",
+            "2",
+            "--requests-per-level",
+            "5",
+            "--until-clear",
+            "3",
+        ];
+        let with = |extra: &[&str]| {
+            let mut v = base.to_vec();
+            v.extend_from_slice(extra);
+            plan(&v)
+        };
+        assert_eq!(with(&["--slo", "ttft=1s"]).expect("plan").until_clear, 3);
+        for (extra, says) in [
+            (&[][..], "--slo"),
+            (&["--slo", "ttft=1s", "--shard", "0/2"], "one process"),
+            (
+                &["--slo", "ttft=1s", "--find-capacity"],
+                "--capacity-extend",
+            ),
+        ] {
+            let e = with(extra).expect_err("refused").to_string();
+            assert!(e.contains(says), "{extra:?}: {e}");
         }
     }
 

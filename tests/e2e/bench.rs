@@ -396,6 +396,52 @@ fn bursty_arrivals_reach_the_server_with_their_planned_spread() {
     assert!((1.6..2.4).contains(&plan_cv), "{plan_cv}");
 }
 
+/// Issue 23 item 3: `--until-clear` in a fixed sweep. Every request meets the SLO (TTFT 50 ms on
+/// 5 slots at concurrency 2, against 100 ms), but 20 of 20 is [83.9%, 100%]: it cannot say
+/// whether the level reaches 95%. The level runs on at its amount until the interval leaves 95%:
+/// 80 of 80 is [95.4%, 100%], after three more runs (a Wilson interval of n of n clears 95% from
+/// n = 73).
+#[test]
+fn until_clear_runs_a_level_on_until_its_attainment_decides() {
+    let _serial = serial();
+    let _wd = Watchdog::new("until_clear_runs_a_level_on", Duration::from_secs(120));
+    let dir = tempfile::tempdir().unwrap();
+    let (_sim, url) = simulate(dir.path(), &slots("5", "50ms", "10ms", "5", &[]));
+    let cfg = sim_config(dir.path(), &url);
+    let json = dir.path().join("clear.json");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "--config.file",
+            cfg.to_str().unwrap(),
+            "--concurrency",
+            "2",
+            "--requests-per-level",
+            "20",
+            "--slo",
+            "ttft=100ms",
+            "-o",
+            json.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let (code, out, err) = bench(&args, Duration::from_secs(60));
+        assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+        levels(&read_json(&json), 0)[0].clone()
+    };
+    let short = run(&[]);
+    assert_eq!(short["requests"], 20);
+    let lo = |l: &Value| l["slo_attainment"]["interval"][0].as_f64().unwrap();
+    assert!(lo(&short) < 0.95, "{}", short["slo_attainment"]);
+    let clear = run(&["--until-clear", "5"]);
+    assert_eq!(clear["requests"], 80, "{}", clear["notes"]);
+    assert_eq!(clear["slo_attainment"]["met"], 80);
+    assert!(lo(&clear) >= 0.95, "{}", clear["slo_attainment"]);
+    assert!(
+        clear["notes"].to_string().contains("run 3 more time(s)"),
+        "{}",
+        clear["notes"]
+    );
+}
+
 /// The median of `v` (sorted in place).
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
