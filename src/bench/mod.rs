@@ -37,6 +37,7 @@ pub mod select;
 pub mod server_view;
 pub mod shard;
 pub mod stats;
+pub mod steady;
 mod sweep;
 
 use crate::config::{Config, ConfigError, Job, Target, Timeouts};

@@ -570,6 +570,7 @@ pub(crate) mod tests {
             tpot_s: Some(s(0.02)),
             e2e_s: Some(s(1.0)),
             ttft_from_schedule_s: None,
+            steady_state: None,
             e2e_from_schedule_s: None,
             decode_tokens_per_s: Some(s(50.0)),
             output_tokens: 1000,

@@ -620,6 +620,10 @@ pub struct LevelStats {
     /// `--cross-check`: streaming vs non-streaming E2E at this level.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cross_check: Option<CrossCheck>,
+    /// The steady-state window (in-flight count at the load) and the level's figures over it,
+    /// with the requests left out before and after it; absent when none was reached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steady_state: Option<super::steady::SteadyState>,
     /// `--canary`: the single probes sent beside the level's load (its first run), their own
     /// series.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -740,6 +744,7 @@ impl LevelStats {
             ttfo_s: Summary::of(ok().filter_map(|s| s.ttfo_s)),
             tpot_s: Summary::of(ok().filter_map(|s| s.tpot_s)),
             e2e_s: Summary::of(ok().filter_map(|s| s.e2e_s)),
+            steady_state: super::steady::steady_state(samples, key.concurrency, key.rate.is_some()),
             ttft_from_schedule_s: Summary::of(
                 ok().filter(|s| s.behind_schedule_s.is_some())
                     .filter_map(|s| s.from_schedule(s.ttft_s)),

@@ -395,6 +395,40 @@ fn render_short(out: &mut String, r: &Report, names: &[String]) {
     }
 }
 
+/// Each level's steady state: its window, what it left out, and aggregate tokens/s over it
+/// beside the whole level's.
+fn render_steady(out: &mut String, r: &Report, names: &[String], bullet: &str) {
+    let mut lines = Vec::new();
+    for (m, name) in r.models.iter().zip(names) {
+        for l in &m.levels {
+            let Some(st) = &l.steady_state else { continue };
+            lines.push(format!(
+                "{bullet}{name} @ {}: {:.2}–{:.2} s ({} in flight or more), {} requests ({} before, {} after left out): agg tokens/s {:.1} (whole level {:.1}), req/s {:.2}, TTFT p50 {}",
+                l.key.label(),
+                st.start_s,
+                st.end_s,
+                st.in_flight_at_least,
+                st.requests,
+                st.before,
+                st.after,
+                st.output_tokens_per_s,
+                l.output_tokens_per_s,
+                st.requests_per_s,
+                opt(&st.ttft_s, |s| s.p50, fmt_secs)
+            ));
+        }
+    }
+    if !lines.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nSteady state (the window where the in-flight count stays at the load; the ramp before it and the drain after it left out):"
+        );
+        for l in lines {
+            let _ = writeln!(out, "{l}");
+        }
+    }
+}
+
 /// Each level's canaries (`--canary`): what a single user arriving during the load saw.
 fn render_canaries(out: &mut String, r: &Report, names: &[String], bullet: &str) {
     let mut lines = Vec::new();
@@ -563,6 +597,7 @@ fn render_notes(r: &Report, md: bool) -> String {
     render_short(&mut out, r, &names);
     render_behind_schedule(&mut out, r, &names, bullet);
     render_canaries(&mut out, r, &names, bullet);
+    render_steady(&mut out, r, &names, bullet);
     render_repeats(&mut out, r, &names, bullet);
     if let Some(s) = &r.selection {
         let w: Vec<String> = s.weights.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -887,6 +922,13 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
     }
     header.extend(
         [
+            "steady_start_s",
+            "steady_end_s",
+            "steady_requests",
+            "steady_before",
+            "steady_after",
+            "steady_output_tokens_per_s",
+            "steady_requests_per_s",
             "prompt",
             "requested_input_tokens_mean",
             "input_tokens_mean",
@@ -951,7 +993,15 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
                     None => row.extend(std::iter::repeat_n(String::new(), 6)),
                 }
             }
+            let st = l.steady_state.as_ref();
             row.extend([
+                st.map(|s| num(s.start_s)).unwrap_or_default(),
+                st.map(|s| num(s.end_s)).unwrap_or_default(),
+                st.map(|s| s.requests.to_string()).unwrap_or_default(),
+                st.map(|s| s.before.to_string()).unwrap_or_default(),
+                st.map(|s| s.after.to_string()).unwrap_or_default(),
+                st.map(|s| num(s.output_tokens_per_s)).unwrap_or_default(),
+                st.map(|s| num(s.requests_per_s)).unwrap_or_default(),
                 m.prompt.clone().unwrap_or_else(|| r.prompt.clone()),
                 l.lengths
                     .requested_input_tokens_mean

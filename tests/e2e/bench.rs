@@ -612,6 +612,35 @@ fn ramp_spreads_the_first_sends_of_the_workers() {
         );
     }
     assert!(ls[0]["ramp_s"].as_f64().unwrap() >= 0.3, "{}", ls[0]);
+    // Issue 24 item 4: the steady state starts once all 4 workers are in flight, after the last
+    // worker's first send and within one request of it (the others are busy but for the
+    // instants between a request's end and their next send), and the ramp's requests before it
+    // are left out of its figures.
+    let samples = ls[0]["samples"].as_array().unwrap();
+    let last_first = samples
+        .iter()
+        .filter(|s| s["first"].as_bool() == Some(true))
+        .map(|s| s["sent_s"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    let longest = samples
+        .iter()
+        .map(|s| s["e2e_s"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    let st = &ls[0]["steady_state"];
+    let start = st["start_s"].as_f64().expect("a steady state");
+    assert!(
+        start >= last_first && start <= last_first + longest,
+        "{st}: last first send {last_first}, longest request {longest}"
+    );
+    let before = st["before"].as_u64().unwrap();
+    let sent_before = samples
+        .iter()
+        .filter(|s| s["sent_s"].as_f64().unwrap() < start)
+        .count() as u64;
+    assert_eq!(before, sent_before, "{st}");
+    assert!(before >= 4, "the ramp's requests: {st}");
+    assert_eq!(st["in_flight_at_least"], 4);
+    assert!(out.contains("\nSteady state ("), "{out}");
 }
 
 #[test]
