@@ -216,6 +216,8 @@ pub struct BenchPlan {
     pub canary: Option<canary::CanaryPlan>,
     /// `--until-clear N`: a fixed sweep's levels run on while their SLO attainment is unclear.
     pub until_clear: u32,
+    /// `--warmup-duration`: unmeasured requests at each level's own load for this long first.
+    pub warmup_duration: Option<std::time::Duration>,
 }
 
 impl BenchPlan {
@@ -566,6 +568,7 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         knee_levels,
         canary,
         until_clear,
+        warmup_duration,
     } = plan;
     let open = level_keys.iter().any(|k| k.rate.is_some());
     identify(&mut spec, &mut prompts, &run_id, shard);
@@ -622,6 +625,7 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         knee_levels,
         canary,
         until_clear,
+        warmup_duration,
         per_level_units,
         criteria: criteria.clone(),
         cross_check,
@@ -661,7 +665,7 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         mode: LoadMode {
             ramp_s: (!open && !ramp.is_zero()).then_some(ramp.as_secs_f64()),
             prewarm,
-            ..load_mode(open, arrival, seed, amount, warmup)
+            ..load_mode(open, arrival, seed, amount, (warmup, warmup_duration))
         },
         slo: criteria.slos.iter().map(ToString::to_string).collect(),
         knee_rule: criteria.knee,
@@ -823,7 +827,13 @@ async fn command_redactor(spec: &ProbeSpec, models: &[BenchModel]) -> crate::red
 }
 
 /// How the load was generated, as the report states it.
-fn load_mode(open: bool, arrival: Arrival, seed: u64, amount: Amount, warmup: u64) -> LoadMode {
+fn load_mode(
+    open: bool,
+    arrival: Arrival,
+    seed: u64,
+    amount: Amount,
+    (warmup, warmup_duration): (u64, Option<std::time::Duration>),
+) -> LoadMode {
     LoadMode {
         kind: if open { "open" } else { "closed" }.into(),
         arrival: open.then(|| arrival.as_str().to_owned()),
@@ -838,6 +848,7 @@ fn load_mode(open: bool, arrival: Arrival, seed: u64, amount: Amount, warmup: u6
             Amount::Requests(_) => None,
         },
         warmup,
+        warmup_s: warmup_duration.map(|d| d.as_secs_f64()),
         ramp_s: None,
         prewarm: false,
     }

@@ -80,6 +80,9 @@ pub struct LoadMode {
     /// Unmeasured requests before each level.
     #[serde(default)]
     pub warmup: u64,
+    /// `--warmup-duration`: seconds of unmeasured requests at each level's own load before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warmup_s: Option<f64>,
     /// Closed loop: the first sends of each level's workers were spread over this, s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ramp_s: Option<f64>,
@@ -480,6 +483,7 @@ pub(crate) mod tests {
                 requests_per_level: Some(20),
                 duration_per_level_s: None,
                 warmup: 2,
+                warmup_s: None,
                 ramp_s: None,
                 prewarm: false,
             },

@@ -489,6 +489,38 @@ impl Runner {
         r
     }
 
+    /// `--warmup-duration` in open loop: the level's own arrivals for `d`, unmeasured and not
+    /// shown by the progress bar.
+    ///
+    /// # Errors
+    /// [`TransportError`] if a prober cannot be built.
+    pub async fn warm_open(
+        &mut self,
+        (rate, cap): (f64, u32),
+        arrival: Arrival,
+        seed: u64,
+        d: Duration,
+    ) -> Result<(), TransportError> {
+        let quiet = Progress {
+            bar: None,
+            ..self.progress.clone()
+        };
+        let saved = std::mem::replace(&mut self.progress, quiet);
+        let r = self
+            .open(
+                rate,
+                cap,
+                arrival,
+                seed,
+                Amount::Duration(d),
+                "warm-up".into(),
+                0,
+            )
+            .await;
+        self.progress = saved;
+        r.map(|_| ())
+    }
+
     /// Streaming (the spec's own setting) or whole answers (`--cross-check`); probers are kept.
     /// Returns the setting it replaced.
     pub fn set_stream(&mut self, stream: bool) -> bool {

@@ -17,6 +17,8 @@ pub(super) struct Sender {
     pub(super) arrival: Arrival,
     pub(super) seed: u64,
     pub(super) warmup: u64,
+    /// `--warmup-duration`: unmeasured requests at the level's own load for this long before it.
+    pub(super) warmup_duration: Option<std::time::Duration>,
     pub(super) ramp: std::time::Duration,
     pub(super) prewarm: bool,
     pub(super) levels: Vec<LevelKey>,
@@ -497,6 +499,23 @@ impl Sender {
         runner
             .warmup(key.concurrency, shard.share(self.warmup))
             .await?;
+        if let Some(d) = self.warmup_duration {
+            match key.rate {
+                None if shard.workers(key.concurrency) > 0 => {
+                    let w = shard.workers(key.concurrency);
+                    runner
+                        .quietly(w, runner::Amount::Duration(d), "warm-up".into())
+                        .await?;
+                }
+                None => {}
+                Some(rate) => {
+                    // Seeded apart from the level's own arrivals.
+                    let seed = shard.seed(self.seed.wrapping_add(0x5741_524d));
+                    let load = (shard.rate(rate), shard.cap(key.concurrency));
+                    runner.warm_open(load, self.arrival, seed, d).await?;
+                }
+            }
+        }
         if let Some(p) = &self.start {
             tokio::time::sleep(p.wait(slot, chrono::Utc::now())).await;
         }

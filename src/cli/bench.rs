@@ -71,6 +71,10 @@ pub struct BenchArgs {
     /// Unmeasured requests before each level.
     #[arg(long, default_value_t = 0)]
     pub warmup: u64,
+    /// Before each level, unmeasured requests at the level's own load (its workers, or its
+    /// arrivals) for this long, e.g. 10s (after the --warmup requests, if any).
+    #[arg(long, value_parser = parse_warmup_duration)]
+    pub warmup_duration: Option<Duration>,
     /// Closed loop: spread the workers' first sends evenly over this (e.g. 200ms), so streams do
     /// not start, and stay, in step against a server without jitter (default 0: all at once).
     #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
@@ -234,6 +238,15 @@ fn check_until_clear(a: &BenchArgs, criteria: &Criteria) -> Result<(), BenchErro
         usage("each shard would extend its levels on its own; run it in one process")
     } else {
         Ok(())
+    }
+}
+
+/// `--warmup-duration D`: above 0 and at most an hour.
+fn parse_warmup_duration(v: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(v) {
+        Ok(d) if !d.is_zero() && d <= Duration::from_secs(3600) => Ok(d),
+        Ok(_) => Err(format!("{v:?}: a warm-up of more than 0 and at most 1h")),
+        Err(e) => Err(format!("{v:?}: {e}")),
     }
 }
 
@@ -797,6 +810,7 @@ impl BenchArgs {
         Ok(BenchPlan {
             canary,
             until_clear: a.until_clear,
+            warmup_duration: a.warmup_duration,
             criteria,
             job,
             spec,

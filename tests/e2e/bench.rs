@@ -442,6 +442,70 @@ fn until_clear_runs_a_level_on_until_its_attainment_decides() {
     );
 }
 
+/// Issue 24 item 4: `--warmup-duration 1s` sends unmeasured requests at the level's own load for
+/// a second before it. The simulator's event log holds them (they are not the report's): the
+/// level's first measured request arrived a second or more after the first warm-up request, and
+/// the report counts the level's 10 only.
+#[test]
+fn warmup_by_duration_precedes_each_level_unmeasured() {
+    let _serial = serial();
+    let _wd = Watchdog::new("warmup_by_duration", Duration::from_secs(60));
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("events.jsonl");
+    let events = ["--event-log", log.to_str().unwrap()];
+    let (_sim, url) = simulate(dir.path(), &slots("8", "20ms", "5ms", "4", &events));
+    let cfg = sim_config(dir.path(), &url);
+    let json = dir.path().join("warm.json");
+    let (code, out, err) = bench(
+        &[
+            "--config.file",
+            cfg.to_str().unwrap(),
+            "--concurrency",
+            "2",
+            "--requests-per-level",
+            "10",
+            "--warmup-duration",
+            "1s",
+            "--no-prewarm",
+            "--samples",
+            "-o",
+            json.to_str().unwrap(),
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let r = read_json(&json);
+    assert_eq!(r["mode"]["warmup_s"].as_f64(), Some(1.0), "{}", r["mode"]);
+    let l = &levels(&r, 0)[0];
+    assert_eq!(l["requests"], 10);
+    let measured: Vec<String> = l["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["request_id"].as_str().unwrap().to_owned())
+        .collect();
+    let records = logged(&log, 11);
+    let arrival = |e: &Value| e["arrival_unix_ns"].as_u64().unwrap() as f64 / 1e9;
+    let first = records.iter().map(arrival).fold(f64::INFINITY, f64::min);
+    let first_measured = records
+        .iter()
+        .filter(|e| measured.iter().any(|id| e["id"].as_str() == Some(id)))
+        .map(arrival)
+        .fold(f64::INFINITY, f64::min);
+    let warm = records.len() - measured.len();
+    assert!(
+        warm >= 2,
+        "{} records for {} measured",
+        records.len(),
+        measured.len()
+    );
+    assert!(
+        first_measured - first >= 1.0,
+        "warm-up of {} s",
+        first_measured - first
+    );
+}
+
 /// The median of `v` (sorted in place).
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
