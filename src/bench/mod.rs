@@ -209,8 +209,16 @@ pub struct BenchPlan {
     pub capacity: Option<capacity::CapacityPlan>,
     /// `--repeat N`: every level is run this many times (1: once).
     pub repeat: u32,
+    /// How each level is shaped beyond its load and amount.
+    pub shape: LevelShape,
+}
+
+/// How each level is shaped beyond its load and amount: the knee's added levels, canaries, a
+/// length its decision needs, a warm-up by duration, a rising arrival rate.
+#[derive(Debug, Clone, Default)]
+pub struct LevelShape {
     /// `--knee-levels N`: at most this many levels added per sweep between the capacity ceiling
-    /// and the knee (0: none).
+    /// and the knee (0: the levels as given).
     pub knee_levels: u32,
     /// `--canary RATE`: single probes beside every level's load.
     pub canary: Option<canary::CanaryPlan>,
@@ -218,6 +226,8 @@ pub struct BenchPlan {
     pub until_clear: u32,
     /// `--warmup-duration`: unmeasured requests at each level's own load for this long first.
     pub warmup_duration: Option<std::time::Duration>,
+    /// `--ramp-up`: each open-loop level's arrival rate rises to its rate this way.
+    pub rate_ramp: Option<runner::RateRamp>,
 }
 
 impl BenchPlan {
@@ -565,10 +575,7 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         command,
         capacity,
         repeat,
-        knee_levels,
-        canary,
-        until_clear,
-        warmup_duration,
+        shape,
     } = plan;
     let open = level_keys.iter().any(|k| k.rate.is_some());
     identify(&mut spec, &mut prompts, &run_id, shard);
@@ -622,10 +629,7 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         levels: level_keys.clone(),
         search: capacity,
         repeat,
-        knee_levels,
-        canary,
-        until_clear,
-        warmup_duration,
+        shape: shape.clone(),
         per_level_units,
         criteria: criteria.clone(),
         cross_check,
@@ -665,7 +669,7 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         mode: LoadMode {
             ramp_s: (!open && !ramp.is_zero()).then_some(ramp.as_secs_f64()),
             prewarm,
-            ..load_mode(open, arrival, seed, amount, (warmup, warmup_duration))
+            ..load_mode(open, arrival, seed, amount, (warmup, &shape))
         },
         slo: criteria.slos.iter().map(ToString::to_string).collect(),
         knee_rule: criteria.knee,
@@ -832,7 +836,7 @@ fn load_mode(
     arrival: Arrival,
     seed: u64,
     amount: Amount,
-    (warmup, warmup_duration): (u64, Option<std::time::Duration>),
+    (warmup, shape): (u64, &LevelShape),
 ) -> LoadMode {
     LoadMode {
         kind: if open { "open" } else { "closed" }.into(),
@@ -848,7 +852,19 @@ fn load_mode(
             Amount::Requests(_) => None,
         },
         warmup,
-        warmup_s: warmup_duration.map(|d| d.as_secs_f64()),
+        warmup_s: shape.warmup_duration.map(|d| d.as_secs_f64()),
+        ramp_up: shape.rate_ramp.filter(|_| open).map(|r| {
+            format!(
+                "{} from {}/s over {} s",
+                if r.exponential {
+                    "exponential"
+                } else {
+                    "linear"
+                },
+                crate::units::trim_float(r.from),
+                crate::units::trim_float(r.over)
+            )
+        }),
         ramp_s: None,
         prewarm: false,
     }

@@ -83,6 +83,10 @@ pub struct LoadMode {
     /// `--warmup-duration`: seconds of unmeasured requests at each level's own load before it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warmup_s: Option<f64>,
+    /// `--ramp-up`: how each open-loop level's rate rose to its rate (e.g. `linear from 5/s over
+    /// 2 s`); its levels carry `per_second`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ramp_up: Option<String>,
     /// Closed loop: the first sends of each level's workers were spread over this, s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ramp_s: Option<f64>,
@@ -484,6 +488,7 @@ pub(crate) mod tests {
                 duration_per_level_s: None,
                 warmup: 2,
                 warmup_s: None,
+                ramp_up: None,
                 ramp_s: None,
                 prewarm: false,
             },

@@ -126,6 +126,63 @@ fn unix_s(t: std::time::SystemTime) -> Option<f64> {
         .map(|d| d.as_secs_f64())
 }
 
+/// `--ramp-up`: how an open-loop level's arrival rate rises from `from` to its rate over `over`
+/// seconds, then stays there.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateRamp {
+    /// Linear (`r(t) = from + (rate − from)·t/over`) or exponential
+    /// (`r(t) = from·(rate/from)^(t/over)`).
+    pub exponential: bool,
+    /// The rate at the level's start, requests/s (above 0).
+    pub from: f64,
+    /// Seconds to reach the level's rate.
+    pub over: f64,
+}
+
+impl RateRamp {
+    /// The instant by which `n` arrivals are due (the inverse of the cumulative rate
+    /// `Λ(t) = ∫₀ᵗ r`), for a level at `rate`.
+    pub fn instant_of(&self, n: f64, rate: f64) -> f64 {
+        let (r0, d) = (self.from, self.over);
+        if d <= 0.0 || (rate - r0).abs() < 1e-12 {
+            return n / rate;
+        }
+        let ramp_total = if self.exponential {
+            (rate - r0) * d / (rate / r0).ln()
+        } else {
+            (r0 + rate) / 2.0 * d
+        };
+        if n >= ramp_total {
+            return d + (n - ramp_total) / rate;
+        }
+        if self.exponential {
+            let k = (rate / r0).ln() / d;
+            (1.0 + k * n / r0).ln() / k
+        } else {
+            // r0·t + a·t²/2 = n with a = (rate − r0)/d.
+            let a = (rate - r0) / d;
+            (-r0 + (r0 * r0 + 2.0 * a * n).sqrt()) / a
+        }
+    }
+}
+
+/// [`arrival_offsets`] under a rate ramp: the same process drawn at rate 1 (its n-th arrival at
+/// `u_n`), each mapped to the instant `Λ⁻¹(u_n)` the ramped rate makes it due (time rescaling:
+/// Poisson arrivals stay Poisson of the changing rate, constant ones stay evenly spread in it).
+pub fn ramped_offsets(
+    rate: f64,
+    arrival: Arrival,
+    seed: u64,
+    ramp: Option<RateRamp>,
+) -> Box<dyn Iterator<Item = f64> + Send> {
+    match ramp {
+        None => Box::new(arrival_offsets(rate, arrival, seed)),
+        Some(r) => {
+            Box::new(arrival_offsets(1.0, arrival, seed).map(move |u| r.instant_of(u, rate)))
+        }
+    }
+}
+
 /// The arrival offsets (seconds after the level's start) of an open-loop level: the first at 0,
 /// then gaps of `1/rate` (constant), exponential with mean `1/rate` (Poisson), or gamma with
 /// shape K and mean `1/rate` (scale `1/(rate·K)`).
@@ -386,6 +443,8 @@ pub struct Runner {
     /// Closed loop: the first sends of a level's workers are spread evenly over this (worker `w`
     /// of `c` first sends at `ramp × w / c`), so streams do not start, and stay, in step.
     pub ramp: Duration,
+    /// Open loop (`--ramp-up`): each level's arrival rate rises to its rate this way.
+    pub rate_ramp: Option<RateRamp>,
 }
 
 impl Runner {
@@ -400,6 +459,7 @@ impl Runner {
             probers: vec![first],
             progress,
             ramp: Duration::ZERO,
+            rate_ramp: None,
         })
     }
 
@@ -677,6 +737,7 @@ impl Runner {
         let start = Instant::now() + Duration::from_millis(5);
         let started_unix_s = unix_s(std::time::SystemTime::now() + Duration::from_millis(5));
         let (spec, progress) = (self.spec.clone(), self.progress.clone());
+        let rate_ramp = self.rate_ramp;
         let capped2 = capped.clone();
         let pool2 = pool.clone();
         // A level abandoned (a stop signal drops this future) ends its dispatcher within a
@@ -686,7 +747,7 @@ impl Runner {
         let _abandon = AbandonOnDrop(abandoned.clone());
         let dispatcher = tokio::task::spawn_blocking(move || {
             let mut handles = Vec::new();
-            for (i, off) in arrival_offsets(rate, arrival, seed).enumerate() {
+            for (i, off) in ramped_offsets(rate, arrival, seed, rate_ramp).enumerate() {
                 match amount {
                     Amount::Requests(n) if i as u64 >= n => break,
                     Amount::Duration(d) if off >= d.as_secs_f64() => break,
@@ -920,6 +981,45 @@ mod tests {
     fn constant_arrivals_are_evenly_spaced() {
         let v: Vec<f64> = arrival_offsets(4.0, Arrival::Constant, 1).take(4).collect();
         assert_eq!(v, vec![0.0, 0.25, 0.5, 0.75]);
+    }
+
+    /// `--ramp-up`: from 5/s to 25/s over 2 s, then 25/s. Linear: 10 arrivals are due in the
+    /// first second (5 + 5·1²), 20 in the second, 25 a second after; exponential: the rate at t
+    /// is 5·5^(t/2), so (25 − 5)·2/ln 5 = 24.85 arrivals are due by 2 s.
+    #[test]
+    fn a_ramped_rate_spreads_arrivals_as_its_integral_says() {
+        let count_by = |t: &[f64], x: f64| t.iter().filter(|v| **v < x - 1e-9).count();
+        let linear = RateRamp {
+            exponential: false,
+            from: 5.0,
+            over: 2.0,
+        };
+        let t: Vec<f64> = ramped_offsets(25.0, Arrival::Constant, 1, Some(linear))
+            .take(200)
+            .collect();
+        assert_eq!(
+            [count_by(&t, 1.0), count_by(&t, 2.0), count_by(&t, 3.0)],
+            [10, 30, 55]
+        );
+        assert!(t.windows(2).all(|w| w[1] > w[0]));
+        let exp = RateRamp {
+            exponential: true,
+            ..linear
+        };
+        assert!((exp.instant_of((25.0 - 5.0) * 2.0 / 5f64.ln(), 25.0) - 2.0).abs() < 1e-9);
+        assert!((exp.instant_of(0.0, 25.0)).abs() < 1e-12);
+        let t: Vec<f64> = ramped_offsets(25.0, Arrival::Constant, 1, Some(exp))
+            .take(200)
+            .collect();
+        assert_eq!(count_by(&t, 2.0), 25);
+        // The rate past the ramp is the level's.
+        let gaps: Vec<f64> = t.windows(2).skip(40).map(|w| w[1] - w[0]).collect();
+        assert!(gaps.iter().all(|g| (g - 0.04).abs() < 1e-9), "{gaps:?}");
+        // No ramp: the plain offsets.
+        let plain: Vec<f64> = ramped_offsets(4.0, Arrival::Constant, 1, None)
+            .take(3)
+            .collect();
+        assert_eq!(plain, [0.0, 0.25, 0.5]);
     }
 
     /// `--burstiness K`: gamma gaps of mean 1/rate whose coefficient of variation is 1/sqrt(K)

@@ -571,6 +571,7 @@ pub(crate) mod tests {
             e2e_s: Some(s(1.0)),
             ttft_from_schedule_s: None,
             steady_state: None,
+            per_second: Vec::new(),
             e2e_from_schedule_s: None,
             decode_tokens_per_s: Some(s(50.0)),
             output_tokens: 1000,

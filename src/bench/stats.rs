@@ -624,6 +624,9 @@ pub struct LevelStats {
     /// with the requests left out before and after it; absent when none was reached.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steady_state: Option<super::steady::SteadyState>,
+    /// `--ramp-up`: the level second by second (sent, ended, output tokens, TTFT p50).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per_second: Vec<super::steady::Second>,
     /// `--canary`: the single probes sent beside the level's load (its first run), their own
     /// series.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -745,6 +748,7 @@ impl LevelStats {
             tpot_s: Summary::of(ok().filter_map(|s| s.tpot_s)),
             e2e_s: Summary::of(ok().filter_map(|s| s.e2e_s)),
             steady_state: super::steady::steady_state(samples, key.concurrency, key.rate.is_some()),
+            per_second: Vec::new(),
             ttft_from_schedule_s: Summary::of(
                 ok().filter(|s| s.behind_schedule_s.is_some())
                     .filter_map(|s| s.from_schedule(s.ttft_s)),

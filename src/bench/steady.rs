@@ -124,6 +124,57 @@ pub fn steady_state(samples: &[Sample], workers: u32, open: bool) -> Option<Stea
     })
 }
 
+/// One second of a level: what was sent in it and what ended in it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Second {
+    /// Seconds after the level's start (this second is `[second, second + 1)`).
+    pub second: u32,
+    /// Requests sent in it.
+    pub sent: u64,
+    /// Requests that ended in it.
+    pub ended: u64,
+    /// Output tokens of the successful requests that ended in it.
+    pub output_tokens: u64,
+    /// TTFT p50 of the successful requests sent in it, s.
+    pub ttft_p50_s: Option<f64>,
+}
+
+/// The level second by second (samples' times after its start), up to its last request's end.
+pub fn per_second(samples: &[Sample]) -> Vec<Second> {
+    let last = samples
+        .iter()
+        .map(|s| s.end_s.max(s.sent_s))
+        .fold(0.0, f64::max);
+    let n = (last.floor() as usize).saturating_add(1).min(100_000);
+    let mut out: Vec<Second> = (0..n)
+        .map(|i| Second {
+            second: i as u32,
+            sent: 0,
+            ended: 0,
+            output_tokens: 0,
+            ttft_p50_s: None,
+        })
+        .collect();
+    let mut ttfts: Vec<Vec<f64>> = vec![Vec::new(); n];
+    let slot = |t: f64| (t.max(0.0).floor() as usize).min(n.saturating_sub(1));
+    for s in samples {
+        let i = slot(s.sent_s);
+        out[i].sent += 1;
+        if let (true, Some(t)) = (s.success(), s.ttft_s) {
+            ttfts[i].push(t);
+        }
+        let j = slot(s.end_s);
+        out[j].ended += 1;
+        if s.success() {
+            out[j].output_tokens += s.output_tokens;
+        }
+    }
+    for (o, t) in out.iter_mut().zip(ttfts) {
+        o.ttft_p50_s = Summary::of(t).map(|s| s.p50);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,6 +223,22 @@ mod tests {
         // The last arrival opens the drain: sent at the window's end, it is left out.
         assert_eq!(st.after, 1);
         assert!(st.before >= 1, "{st:?}");
+    }
+
+    #[test]
+    fn seconds_count_what_was_sent_and_what_ended_in_them() {
+        let s = vec![req(0.1, 0.5, 3), req(0.9, 1.2, 4), req(1.5, 2.7, 5)];
+        let v = per_second(&s);
+        let sent: Vec<u64> = v.iter().map(|x| x.sent).collect();
+        let ended: Vec<u64> = v.iter().map(|x| x.ended).collect();
+        let tokens: Vec<u64> = v.iter().map(|x| x.output_tokens).collect();
+        assert_eq!(
+            (sent, ended, tokens),
+            (vec![2, 1, 0], vec![1, 1, 1], vec![3, 4, 5])
+        );
+        assert_eq!(v[0].ttft_p50_s, Some(0.01));
+        assert_eq!(v[2].ttft_p50_s, None);
+        assert!(per_second(&[]).len() == 1 && per_second(&[])[0].sent == 0);
     }
 
     #[test]

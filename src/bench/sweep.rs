@@ -17,8 +17,6 @@ pub(super) struct Sender {
     pub(super) arrival: Arrival,
     pub(super) seed: u64,
     pub(super) warmup: u64,
-    /// `--warmup-duration`: unmeasured requests at the level's own load for this long before it.
-    pub(super) warmup_duration: Option<std::time::Duration>,
     pub(super) ramp: std::time::Duration,
     pub(super) prewarm: bool,
     pub(super) levels: Vec<LevelKey>,
@@ -26,15 +24,9 @@ pub(super) struct Sender {
     pub(super) search: Option<capacity::CapacityPlan>,
     /// `--repeat N`: each level is run N times, each run's figures kept.
     pub(super) repeat: u32,
-    /// `--knee-levels N`: levels a sweep may add between its capacity ceiling and its knee (0:
-    /// the levels as given, none added or left out; so too in sharded runs and with
-    /// `--start-at`, where every shard runs the same levels).
-    pub(super) knee_levels: u32,
-    /// `--canary RATE`: single probes beside each level's load.
-    pub(super) canary: Option<canary::CanaryPlan>,
-    /// `--until-clear N`: a fixed sweep's level runs up to N more times while its SLO
-    /// attainment cannot decide the answer's target.
-    pub(super) until_clear: u32,
+    /// The knee's added levels (none in sharded runs and with `--start-at`, where every shard
+    /// runs the same levels), canaries, `--until-clear`, `--warmup-duration`, `--ramp-up`.
+    pub(super) shape: LevelShape,
     pub(super) per_level_units: u64,
     pub(super) criteria: Criteria,
     pub(super) cross_check: Option<crosscheck::CrossCheckSpec>,
@@ -90,6 +82,7 @@ impl Sender {
                 slot => {
                     let mut r = Runner::new(bm.spec(spec), self.progress.clone())?;
                     r.ramp = self.ramp;
+                    r.rate_ramp = self.shape.rate_ramp;
                     &mut slot.insert((r, bm.target.clone())).0
                 }
             };
@@ -153,7 +146,7 @@ impl Sender {
     ) -> Option<(LevelKey, Option<String>)> {
         // Every shard runs the same levels, each at its shared instant: none added or left out
         // there; `--knee-levels 0` runs the levels as given.
-        let adapt = self.knee_levels > 0 && self.shard.count <= 1 && self.start.is_none();
+        let adapt = self.shape.knee_levels > 0 && self.shard.count <= 1 && self.start.is_none();
         if !*refining {
             let planned = self.levels.get(li);
             if let Some(why) = planned
@@ -175,7 +168,7 @@ impl Sender {
             }
             *refining = true;
         }
-        if !adapt || *added >= self.knee_levels {
+        if !adapt || *added >= self.shape.knee_levels {
             return None;
         }
         report
@@ -227,8 +220,8 @@ impl Sender {
     fn decision(&self) -> Option<(u32, f64)> {
         match &self.search {
             Some(plan) => Some((plan.extensions, plan.search.attainment)),
-            None => (self.until_clear > 0 && !self.criteria.slos.is_empty())
-                .then_some((self.until_clear, select::ANSWER_ATTAINMENT)),
+            None => (self.shape.until_clear > 0 && !self.criteria.slos.is_empty())
+                .then_some((self.shape.until_clear, select::ANSWER_ATTAINMENT)),
         }
     }
 
@@ -339,6 +332,9 @@ impl Sender {
             }
             lengths.add(&run.samples);
             let mut stats = fold_level(*key, run, &self.criteria, price.as_ref(), late, true);
+            if self.shape.rate_ramp.is_some() && key.rate.is_some() {
+                stats.per_second = steady::per_second(stats.samples.as_deref().unwrap_or_default());
+            }
             stats.repeats = repeats;
             if let Some(note) = added_note {
                 self.progress.println(&format!("  {label}: {note}"));
@@ -499,7 +495,7 @@ impl Sender {
         runner
             .warmup(key.concurrency, shard.share(self.warmup))
             .await?;
-        if let Some(d) = self.warmup_duration {
+        if let Some(d) = self.shape.warmup_duration {
             match key.rate {
                 None if shard.workers(key.concurrency) > 0 => {
                     let w = shard.workers(key.concurrency);
@@ -521,7 +517,7 @@ impl Sender {
         }
         let started = chrono::Utc::now();
         server_side.begin().await;
-        let (run, canaries) = match &self.canary {
+        let (run, canaries) = match &self.shape.canary {
             None => (
                 self.send(runner, key, (mi, li), label, done_units).await?,
                 None,

@@ -7,8 +7,8 @@ use crate::bench::crosscheck::CrossCheckSpec;
 use crate::bench::runner::{Amount, Arrival};
 use crate::bench::shard::{Shard, StartPlan};
 use crate::bench::{
-    BenchError, BenchPlan, MAX_REQUESTS_PER_LEVEL, check_select_at, choose_prompts, fd_limit,
-    fit_fd_limit, levels, load_baseline, load_report,
+    BenchError, BenchPlan, LevelShape, MAX_REQUESTS_PER_LEVEL, check_select_at, choose_prompts,
+    fd_limit, fit_fd_limit, levels, load_baseline, load_report,
 };
 use crate::config::Config;
 use crate::probe::ProbeSpec;
@@ -24,6 +24,15 @@ pub enum ArrivalArg {
     Poisson,
     /// Equal gaps.
     Constant,
+}
+
+/// How `--ramp-up` raises the rate (flag value).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RampUpArg {
+    /// The rate grows by the same amount every second.
+    Linear,
+    /// The rate grows by the same factor every second.
+    Exponential,
 }
 
 /// Flags of `tokenprobe bench`.
@@ -71,6 +80,17 @@ pub struct BenchArgs {
     /// Unmeasured requests before each level.
     #[arg(long, default_value_t = 0)]
     pub warmup: u64,
+    /// Open loop: each level's arrival rate rises from --ramp-from to the level's rate over
+    /// --ramp-over, linearly or exponentially, then stays there; each level is then reported
+    /// second by second.
+    #[arg(long, value_enum, requires_all = ["ramp_from", "ramp_over"])]
+    pub ramp_up: Option<RampUpArg>,
+    /// --ramp-up: the rate each level starts at, requests/s.
+    #[arg(long, requires = "ramp_up")]
+    pub ramp_from: Option<f64>,
+    /// --ramp-up: how long the rate takes to reach the level's, e.g. 30s.
+    #[arg(long, requires = "ramp_up", value_parser = humantime::parse_duration)]
+    pub ramp_over: Option<Duration>,
     /// Before each level, unmeasured requests at the level's own load (its workers, or its
     /// arrivals) for this long, e.g. 10s (after the --warmup requests, if any).
     #[arg(long, value_parser = parse_warmup_duration)]
@@ -239,6 +259,34 @@ fn check_until_clear(a: &BenchArgs, criteria: &Criteria) -> Result<(), BenchErro
     } else {
         Ok(())
     }
+}
+
+/// `--ramp-up KIND --ramp-from R --ramp-over D`, checked: open loop, a start rate above 0 and
+/// below every level's rate, a duration above 0.
+///
+/// # Errors
+/// [`BenchError::Usage`] saying what does not fit.
+fn rate_ramp(a: &BenchArgs) -> Result<Option<crate::bench::runner::RateRamp>, BenchError> {
+    let (Some(kind), Some(from), Some(over)) = (a.ramp_up, a.ramp_from, a.ramp_over) else {
+        return Ok(None);
+    };
+    let usage = |m: String| Err(BenchError::Usage(format!("--ramp-up: {m}")));
+    if a.rate.is_empty() {
+        return usage("raises open-loop arrival rates: give them with --rate (closed loop: --ramp spreads the workers' starts)".into());
+    }
+    if !(from.is_finite() && from > 0.0) || a.rate.iter().any(|r| from >= *r) {
+        return usage(format!(
+            "--ramp-from {from} must be above 0 and below every --rate"
+        ));
+    }
+    if over.is_zero() {
+        return usage("--ramp-over must be longer than 0".into());
+    }
+    Ok(Some(crate::bench::runner::RateRamp {
+        exponential: kind == RampUpArg::Exponential,
+        from,
+        over: over.as_secs_f64(),
+    }))
 }
 
 /// `--warmup-duration D`: above 0 and at most an hour.
@@ -805,12 +853,16 @@ impl BenchArgs {
         let targets: Vec<&crate::config::Target> =
             models.iter().map(|m| m.target.as_ref()).collect();
         let server = a.server.plan(&targets)?;
-        let canary = canary_plan(a, &config)?;
         check_until_clear(a, &criteria)?;
-        Ok(BenchPlan {
-            canary,
+        let shape = LevelShape {
+            knee_levels: a.knee_levels,
+            canary: canary_plan(a, &config)?,
             until_clear: a.until_clear,
             warmup_duration: a.warmup_duration,
+            rate_ramp: rate_ramp(a)?,
+        };
+        Ok(BenchPlan {
+            shape,
             criteria,
             job,
             spec,
@@ -835,7 +887,6 @@ impl BenchArgs {
             command: std::env::args().collect(),
             capacity,
             repeat: a.repeat,
-            knee_levels: a.knee_levels,
         })
     }
 }
@@ -1077,7 +1128,7 @@ mod tests {
             plan(&v)
         };
         let p = with(&["--canary", "0.5"]).expect("plan");
-        let c = p.canary.expect("canary");
+        let c = p.shape.canary.expect("canary");
         assert_eq!((c.rate, c.prompt.is_none()), (0.5, true));
         let e = with(&["--canary", "1", "--shard", "0/2"]).expect_err("refused");
         assert!(e.to_string().contains("one process"), "{e}");
@@ -1101,7 +1152,10 @@ mod tests {
             v.extend_from_slice(extra);
             plan(&v)
         };
-        assert_eq!(with(&["--slo", "ttft=1s"]).expect("plan").until_clear, 3);
+        assert_eq!(
+            with(&["--slo", "ttft=1s"]).expect("plan").shape.until_clear,
+            3
+        );
         for (extra, says) in [
             (&[][..], "--slo"),
             (&["--slo", "ttft=1s", "--shard", "0/2"], "one process"),
@@ -1109,6 +1163,34 @@ mod tests {
                 &["--slo", "ttft=1s", "--find-capacity"],
                 "--capacity-extend",
             ),
+        ] {
+            let e = with(extra).expect_err("refused").to_string();
+            assert!(e.contains(says), "{extra:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_ramp_up_needs_open_loop_and_a_lower_start() {
+        let base = [
+            "--requests-per-level",
+            "5",
+            "--ramp-up",
+            "exponential",
+            "--ramp-over",
+            "10s",
+        ];
+        let with = |extra: &[&str]| {
+            let mut v = base.to_vec();
+            v.extend_from_slice(extra);
+            plan(&v)
+        };
+        let p = with(&["--rate", "4,8", "--ramp-from", "1"]).expect("plan");
+        let r = p.shape.rate_ramp.expect("ramp");
+        assert_eq!((r.exponential, r.from, r.over), (true, 1.0, 10.0));
+        for (extra, says) in [
+            (&["--concurrency", "2", "--ramp-from", "1"][..], "--rate"),
+            (&["--rate", "4,8", "--ramp-from", "4"], "below every --rate"),
+            (&["--rate", "4", "--ramp-from", "0"], "above 0"),
         ] {
             let e = with(extra).expect_err("refused").to_string();
             assert!(e.contains(says), "{extra:?}: {e}");

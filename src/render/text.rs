@@ -395,6 +395,29 @@ fn render_short(out: &mut String, r: &Report, names: &[String]) {
     }
 }
 
+/// `--ramp-up`: each level second by second (requests sent, tokens/s of those that ended).
+fn render_per_second(out: &mut String, r: &Report, names: &[String], bullet: &str) {
+    let Some(how) = &r.mode.ramp_up else { return };
+    let _ = writeln!(out, "\nPer second (rate ramped up {how}):");
+    for (m, name) in r.models.iter().zip(names) {
+        for l in m.levels.iter().filter(|l| !l.per_second.is_empty()) {
+            let sent: Vec<String> = l.per_second.iter().map(|s| s.sent.to_string()).collect();
+            let tokens: Vec<String> = l
+                .per_second
+                .iter()
+                .map(|s| s.output_tokens.to_string())
+                .collect();
+            let _ = writeln!(
+                out,
+                "{bullet}{name} @ {}: sent {}; output tokens ended {}",
+                l.key.label(),
+                sent.join(", "),
+                tokens.join(", ")
+            );
+        }
+    }
+}
+
 /// Each level's steady state: its window, what it left out, and aggregate tokens/s over it
 /// beside the whole level's.
 fn render_steady(out: &mut String, r: &Report, names: &[String], bullet: &str) {
@@ -598,6 +621,7 @@ fn render_notes(r: &Report, md: bool) -> String {
     render_behind_schedule(&mut out, r, &names, bullet);
     render_canaries(&mut out, r, &names, bullet);
     render_steady(&mut out, r, &names, bullet);
+    render_per_second(&mut out, r, &names, bullet);
     render_repeats(&mut out, r, &names, bullet);
     if let Some(s) = &r.selection {
         let w: Vec<String> = s.weights.iter().map(|(k, v)| format!("{k}={v}")).collect();

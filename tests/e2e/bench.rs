@@ -506,6 +506,76 @@ fn warmup_by_duration_precedes_each_level_unmeasured() {
     );
 }
 
+/// Issue 24 item 3: `--ramp-up linear --ramp-from 5 --ramp-over 2s` at 25/s constant: the rate
+/// rises from 5/s to 25/s over two seconds, so 10 arrivals are due in the first second (5 + 5·1²),
+/// 20 in the second and 25 in the third. The report's per-second series says so, and so do the
+/// arrivals in the simulator's event log (within one per second: an arrival due on a second's
+/// edge may land either side of it there).
+#[test]
+fn a_linear_ramp_up_raises_the_rate_second_by_second() {
+    let _serial = serial();
+    let _wd = Watchdog::new("a_linear_ramp_up", Duration::from_secs(60));
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("events.jsonl");
+    let events = ["--event-log", log.to_str().unwrap()];
+    let (_sim, url) = simulate(dir.path(), &slots("100", "5ms", "1ms", "4", &events));
+    let cfg = sim_config(dir.path(), &url);
+    let json = dir.path().join("ramp.json");
+    let (code, out, err) = bench(
+        &[
+            "--config.file",
+            cfg.to_str().unwrap(),
+            "--rate",
+            "25",
+            "--arrival",
+            "constant",
+            "--ramp-up",
+            "linear",
+            "--ramp-from",
+            "5",
+            "--ramp-over",
+            "2s",
+            "--duration-per-level",
+            "3s",
+            "--warmup",
+            "0",
+            "--no-prewarm",
+            "-o",
+            json.to_str().unwrap(),
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let r = read_json(&json);
+    assert_eq!(
+        r["mode"]["ramp_up"].as_str(),
+        Some("linear from 5/s over 2 s")
+    );
+    let l = &levels(&r, 0)[0];
+    assert_eq!(l["requests"], 55);
+    let sent: Vec<u64> = l["per_second"]
+        .as_array()
+        .expect("per_second")
+        .iter()
+        .map(|x| x["sent"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sent[..3], [10, 20, 25], "{sent:?}");
+    let mut at: Vec<f64> = logged(&log, 55)
+        .iter()
+        .map(|e| e["arrival_unix_ns"].as_u64().unwrap() as f64 / 1e9)
+        .collect();
+    at.sort_by(f64::total_cmp);
+    let per: Vec<usize> = (0..3)
+        .map(|i| at.iter().filter(|t| ((*t - at[0]) as usize) == i).count())
+        .collect();
+    for (got, want) in per.iter().zip([10usize, 20, 25]) {
+        assert!(
+            got.abs_diff(want) <= 1,
+            "at the server {per:?}, planned [10, 20, 25]"
+        );
+    }
+}
+
 /// The median of `v` (sorted in place).
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
