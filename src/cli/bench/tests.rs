@@ -1,0 +1,474 @@
+//! Unit tests of the `bench` flags: what a plan carries and what is refused before sending.
+
+use super::*;
+use clap::Parser;
+
+#[derive(Parser)]
+struct Cmd {
+    #[command(flatten)]
+    bench: BenchArgs,
+}
+
+/// The plan of `tokenprobe bench <args>` against the shipped `config/bench.yml`.
+fn plan(args: &[&str]) -> Result<BenchPlan, BenchError> {
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/bench.yml");
+    let mut argv = vec!["bench", "--config.file", config];
+    argv.extend_from_slice(args);
+    let args = Cmd::try_parse_from(argv)
+        .map_err(|e| BenchError::Usage(e.to_string()))?
+        .bench;
+    Outputs::check(&args.outputs, args.plot.as_deref())?;
+    args.plan()
+}
+
+fn usage(r: Result<BenchPlan, BenchError>) -> String {
+    match r {
+        Err(BenchError::Usage(m)) => m,
+        Err(e) => panic!("not a usage error: {e}"),
+        Ok(p) => panic!("accepted: {p:?}"),
+    }
+}
+
+#[test]
+fn a_missing_level_length_names_both_ways_to_give_it() {
+    let m = usage(plan(&["--concurrency", "1"]));
+    assert!(
+        m.contains("--requests-per-level") && m.contains("--duration-per-level"),
+        "{m}"
+    );
+    let m = usage(plan(&[
+        "--requests-per-level",
+        "2",
+        "--duration-per-level",
+        "1s",
+    ]));
+    assert!(m.contains("cannot be used with"), "{m}");
+}
+
+/// `--prompt a,b` sweeps prompts, each its own spec; a sweep is not a selection, a
+/// conversation is closed loop only, and a prompt named twice or unknown is refused.
+#[test]
+fn prompt_sweeps_and_what_they_refuse() {
+    let p = plan(&[
+        "--requests-per-level",
+        "2",
+        "--prompt",
+        "isl128,isl512,chat",
+    ])
+    .expect("plan");
+    let names: Vec<&str> = p.prompts.iter().map(|s| s.prompt.name.as_str()).collect();
+    assert_eq!(names, ["isl128", "isl512", "chat"]);
+    assert_eq!(p.spec.prompt.name, "isl128");
+    assert!(!p.judged, "one model, a sweep: nothing to rank");
+    let p = plan(&[
+        "--requests-per-level",
+        "2",
+        "--models",
+        "a,b",
+        "--prompt",
+        "isl128,isl512",
+    ])
+    .expect("plan");
+    assert!(!p.judged, "two models over a sweep are shown, not ranked");
+    let m = usage(plan(&[
+        "--requests-per-level",
+        "2",
+        "--prompt",
+        "isl128,isl512",
+        "--limit",
+        "ttft_p95<2s",
+    ]));
+    assert!(m.contains("several prompts are a sweep"), "{m}");
+    let m = usage(plan(&[
+        "--requests-per-level",
+        "2",
+        "--prompt",
+        "chat",
+        "--rate",
+        "2",
+    ]));
+    assert!(
+        m.contains("prompt chat: a conversation runs in closed loop"),
+        "{m}"
+    );
+    let m = usage(plan(&[
+        "--requests-per-level",
+        "2",
+        "--prompt",
+        "isl128,isl128",
+    ]));
+    assert!(m.contains("given twice"), "{m}");
+    let m = usage(plan(&[
+        "--requests-per-level",
+        "2",
+        "--prompt",
+        "isl128,nope",
+    ]));
+    assert!(m.contains("no prompt \"nope\""), "{m}");
+    let p = plan(&["--requests-per-level", "2"]).expect("plan");
+    assert_eq!(
+        (p.prompts.len(), p.spec.prompt.name.as_str()),
+        (1, "haiku"),
+        "default: the first prompt"
+    );
+}
+
+#[test]
+fn closed_loop_flags_become_levels_models_and_outputs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("r.json");
+    let md = dir.path().join("r.MD");
+    let p = plan(&[
+        "--concurrency",
+        "1,5,10",
+        "--requests-per-level",
+        "20",
+        "--models",
+        "a,b",
+        "--max-tokens",
+        "7",
+        "-o",
+        json.to_str().expect("path"),
+        "-o",
+        md.to_str().expect("path"),
+    ])
+    .expect("plan");
+    assert_eq!(
+        p.levels
+            .iter()
+            .map(|k| (k.concurrency, k.rate))
+            .collect::<Vec<_>>(),
+        [(1, None), (5, None), (10, None)]
+    );
+    assert!(!p.open());
+    assert_eq!(
+        p.models.iter().map(|m| m.name()).collect::<Vec<_>>(),
+        ["sim/a", "sim/b"]
+    );
+    assert!(p.judged, "two models are ranked");
+    assert_eq!(p.spec.max_tokens, Some(7));
+    assert!(matches!(p.amount, Amount::Requests(20)));
+    let files = [json.clone(), md.clone()];
+    let o = Outputs::check(&files, None).expect("outputs");
+    assert_eq!(
+        o.files,
+        [
+            (json, crate::render::Format::Json),
+            (md, crate::render::Format::Markdown)
+        ]
+    );
+    assert_eq!(p.job.target.name, "sim");
+    assert!(!p.progress, "no terminal in a test");
+}
+
+#[test]
+fn open_loop_keeps_the_seed_and_the_arrivals() {
+    let p = plan(&[
+        "--rate",
+        "1,2.5",
+        "--duration-per-level",
+        "3s",
+        "--arrival",
+        "constant",
+        "--seed",
+        "42",
+    ])
+    .expect("plan");
+    assert!(p.open());
+    assert_eq!(
+        p.levels.iter().map(|k| k.rate).collect::<Vec<_>>(),
+        [Some(1.0), Some(2.5)]
+    );
+    assert_eq!((p.arrival, p.seed), (Arrival::Constant, 42));
+    assert!(matches!(p.amount, Amount::Duration(d) if d == Duration::from_secs(3)));
+    assert!(!p.judged, "one model, no limits: nothing to rank");
+}
+
+/// `--burstiness K`: gamma arrivals of that shape, recorded with the seed; K = 1 is Poisson;
+/// refused without --rate, with constant arrivals, across shards, or not above 0.
+#[test]
+fn burstiness_makes_gamma_arrivals_in_open_loop_only() {
+    let open = ["--rate", "5", "--requests-per-level", "3", "--seed", "7"];
+    let with = |extra: &[&str]| {
+        let mut v = open.to_vec();
+        v.extend_from_slice(extra);
+        plan(&v)
+    };
+    let p = with(&["--burstiness", "0.25"]).expect("plan");
+    assert_eq!((p.arrival, p.seed), (Arrival::Gamma { shape: 0.25 }, 7));
+    assert_eq!(
+        with(&["--burstiness", "1"]).expect("plan").arrival,
+        Arrival::Poisson
+    );
+    for (extra, says) in [
+        (
+            &["--burstiness", "2", "--arrival", "constant"][..],
+            "--arrival constant",
+        ),
+        (&["--burstiness", "2", "--shard", "0/2"], "one process"),
+    ] {
+        let e = with(extra).expect_err("refused").to_string();
+        assert!(e.contains(says), "{extra:?}: {e}");
+    }
+    let closed = plan(&[
+        "--concurrency",
+        "2",
+        "--requests-per-level",
+        "1",
+        "--burstiness",
+        "2",
+    ]);
+    assert!(closed.expect_err("refused").to_string().contains("--rate"));
+    for bad in ["0", "-1", "inf", "NaN", "x"] {
+        assert!(parse_burstiness(bad).is_err(), "{bad}");
+    }
+}
+
+/// `--canary RATE`: a rate above 0 and at most 10 per second, one process only; the plan
+/// carries the canary prompt by name.
+#[test]
+fn canaries_are_few_and_in_one_process() {
+    let base = ["--concurrency", "2", "--requests-per-level", "1"];
+    let with = |extra: &[&str]| {
+        let mut v = base.to_vec();
+        v.extend_from_slice(extra);
+        plan(&v)
+    };
+    let p = with(&["--canary", "0.5"]).expect("plan");
+    let c = p.shape.canary.expect("canary");
+    assert_eq!((c.rate, c.prompt.is_none()), (0.5, true));
+    let e = with(&["--canary", "1", "--shard", "0/2"]).expect_err("refused");
+    assert!(e.to_string().contains("one process"), "{e}");
+    for bad in ["0", "-1", "11", "inf", "x"] {
+        assert!(parse_canary_rate(bad).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn until_clear_needs_slos_a_fixed_sweep_and_one_process() {
+    let base = [
+        "--concurrency",
+        "2",
+        "--requests-per-level",
+        "5",
+        "--until-clear",
+        "3",
+    ];
+    let with = |extra: &[&str]| {
+        let mut v = base.to_vec();
+        v.extend_from_slice(extra);
+        plan(&v)
+    };
+    assert_eq!(
+        with(&["--slo", "ttft=1s"]).expect("plan").shape.until_clear,
+        3
+    );
+    for (extra, says) in [
+        (&[][..], "--slo"),
+        (&["--slo", "ttft=1s", "--shard", "0/2"], "one process"),
+        (
+            &["--slo", "ttft=1s", "--find-capacity"],
+            "--capacity-extend",
+        ),
+    ] {
+        let e = with(extra).expect_err("refused").to_string();
+        assert!(e.contains(says), "{extra:?}: {e}");
+    }
+}
+
+#[test]
+fn a_ramp_up_needs_open_loop_and_a_lower_start() {
+    let base = [
+        "--requests-per-level",
+        "5",
+        "--ramp-up",
+        "exponential",
+        "--ramp-over",
+        "10s",
+    ];
+    let with = |extra: &[&str]| {
+        let mut v = base.to_vec();
+        v.extend_from_slice(extra);
+        plan(&v)
+    };
+    let p = with(&["--rate", "4,8", "--ramp-from", "1"]).expect("plan");
+    let r = p.shape.rate_ramp.expect("ramp");
+    assert_eq!((r.exponential, r.from, r.over), (true, 1.0, 10.0));
+    for (extra, says) in [
+        (&["--concurrency", "2", "--ramp-from", "1"][..], "--rate"),
+        (&["--rate", "4,8", "--ramp-from", "4"], "below every --rate"),
+        (&["--rate", "4", "--ramp-from", "0"], "above 0"),
+    ] {
+        let e = with(extra).expect_err("refused").to_string();
+        assert!(e.contains(says), "{extra:?}: {e}");
+    }
+}
+
+#[test]
+fn what_cannot_run_is_refused_before_sending() {
+    let missing_dir = "/nonexistent-dir-of-tokenprobe/r.json";
+    for (args, says) in [
+        (
+            &[
+                "--concurrency",
+                "1",
+                "--requests-per-level",
+                "1",
+                "-o",
+                "r.txt",
+            ][..],
+            ".json, .csv, .md or .html",
+        ),
+        (
+            &[
+                "--concurrency",
+                "1",
+                "--requests-per-level",
+                "1",
+                "--plot",
+                "p.png",
+            ],
+            "only .svg",
+        ),
+        (
+            &[
+                "--concurrency",
+                "1",
+                "--requests-per-level",
+                "1",
+                "-o",
+                missing_dir,
+            ],
+            "does not exist",
+        ),
+        (
+            &[
+                "--concurrency",
+                "1,2",
+                "--requests-per-level",
+                "1",
+                "--select-at",
+                "7",
+            ],
+            "7",
+        ),
+        (
+            &[
+                "--concurrency",
+                "1",
+                "--requests-per-level",
+                "1",
+                "--models",
+                "a,,b",
+            ],
+            "empty model",
+        ),
+        (
+            &["--rate", "1000", "--duration-per-level", "2000s"],
+            "more than",
+        ),
+    ] {
+        let m = usage(plan(args));
+        assert!(m.contains(says), "{args:?}: {m}");
+    }
+}
+
+#[test]
+fn limits_and_slos_from_flags_join_the_criteria() {
+    let p = plan(&[
+        "--concurrency",
+        "1",
+        "--requests-per-level",
+        "1",
+        "--limit",
+        "ttft_p95<2s",
+        "--slo",
+        "ttft=1s",
+        "--knee-tps-growth",
+        "5%",
+    ])
+    .expect("plan");
+    assert_eq!(p.criteria.limits.len(), 1);
+    assert_eq!(p.criteria.slos.len(), 1);
+    assert!((p.criteria.knee.tps_growth - 0.05).abs() < 1e-12);
+    assert!(p.judged, "a limit is a judgement");
+}
+
+#[test]
+fn cross_check_flags() {
+    let p = plan(&["--requests-per-level", "5", "--cross-check"]).expect("plan");
+    assert_eq!(p.cross_check, Some(CrossCheckSpec::default()));
+    assert_eq!(CrossCheckSpec::default().requests, 5);
+    let p = plan(&[
+        "--requests-per-level",
+        "5",
+        "--cross-check=9",
+        "--cross-check-ratio",
+        "20%",
+        "--cross-check-min-gap",
+        "10ms",
+    ])
+    .expect("plan");
+    let c = p.cross_check.expect("cross-check");
+    assert_eq!(c.requests, 9);
+    assert!((c.max_ratio - 0.2).abs() < 1e-12 && (c.min_gap_s - 0.01).abs() < 1e-12);
+    assert_eq!(
+        plan(&["--requests-per-level", "5"])
+            .expect("plan")
+            .cross_check,
+        None
+    );
+    assert!(plan(&["--requests-per-level", "5", "--cross-check=0"]).is_err());
+    assert!(plan(&["--requests-per-level", "5", "--cross-check-ratio", "5%"]).is_err());
+    assert!(
+        plan(&[
+            "--requests-per-level",
+            "5",
+            "--cross-check",
+            "--cross-check-ratio",
+            "x"
+        ])
+        .is_err()
+    );
+}
+
+#[test]
+fn a_workload_that_does_not_stream_is_judged_by_what_it_measures() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("ns.yml");
+    std::fs::write(
+        &cfg,
+        "prompts:\n  - name: p\n    messages: [{role: user, content: hi}]\n    stream: false\ntargets:\n  - name: t\n    base_url: http://127.0.0.1:1/v1\n    models: [a, b]\n",
+    )
+    .expect("config");
+    let plan = |extra: &[&str]| {
+        let mut argv = vec![
+            "bench",
+            "--config.file",
+            cfg.to_str().expect("path"),
+            "--requests-per-level",
+            "3",
+        ];
+        argv.extend_from_slice(extra);
+        Cmd::try_parse_from(argv)
+            .map_err(|e| BenchError::Usage(e.to_string()))?
+            .bench
+            .plan()
+    };
+    let p = plan(&[]).expect("plan");
+    assert!(!p.spec.stream);
+    assert_eq!(
+        p.criteria.effective_weights(),
+        parse_weights("e2e=1").expect("weights")
+    );
+    for bad in [
+        &["--slo", "ttft=1s"][..],
+        &["--limit", "tpot_p95<50ms"],
+        &["--weight", "tps=1"],
+        &["--cross-check"],
+    ] {
+        let e = plan(bad).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("does not stream"), "{bad:?}: {e}");
+    }
+    assert!(plan(&["--slo", "e2e=2s", "--limit", "error_rate<0.1"]).is_ok());
+}

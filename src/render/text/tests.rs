@@ -1,0 +1,244 @@
+//! Unit and snapshot tests of the text outputs: the table, Markdown, CSV and JSON.
+
+use super::*;
+use crate::bench::criteria::Criteria;
+use crate::bench::report::tests::synthetic;
+use crate::bench::select::select;
+
+#[test]
+fn a_client_bound_level_is_marked_beside_its_knee() {
+    let mut r = synthetic();
+    // alpha's knee is at 8 (its third level); its first level is not a knee.
+    r.models[0].levels[2].client_bound = Some("starved".into());
+    r.models[0].levels[0].client_bound = Some("starved".into());
+    let t = render_table(&r);
+    assert!(t.contains("◆ knee, CLIENT-BOUND"), "{t}");
+    let md = render_markdown(&r);
+    assert!(md.contains("| **knee**, **CLIENT-BOUND** |"), "{md}");
+    assert!(md.contains("| **CLIENT-BOUND** |"), "{md}");
+}
+
+/// The answer ranks by capacity, then at the common load, with the limits' rejections.
+#[test]
+fn the_answer_ranks_by_capacity_and_at_the_common_load() {
+    let mut r = synthetic();
+    let mut cr = r
+        .capacity_ranking
+        .clone()
+        .expect("a ranking with SLOs and two models");
+    cr.at_common_load = r.selection.clone();
+    r.capacity_ranking = Some(cr);
+    let t = render_answer(&r, false);
+    assert!(
+        t.contains("  ranked by capacity: 1. alpha (4), 2. beta (none)\n"),
+        "{t}"
+    );
+    assert!(
+        t.contains(
+            "  ranked at 8, the highest load every model serves within the SLOs: 1. alpha (score "
+        ),
+        "{t}"
+    );
+    assert!(
+        t.contains("; rejected by the limits: beta (error_rate "),
+        "{t}"
+    );
+}
+
+#[test]
+fn markdown_snapshot() {
+    insta::assert_snapshot!(render_markdown(&synthetic()));
+}
+
+#[test]
+fn every_table_column_has_a_header() {
+    let t = render_table(&synthetic());
+    let header = t
+        .lines()
+        .find(|l| l.starts_with('│'))
+        .expect("a header line");
+    let cells: Vec<&str> = header
+        .trim_matches(|c| c == '│' || c == ' ')
+        .split('┆')
+        .map(str::trim)
+        .collect();
+    assert_eq!(cells.len(), TABLE_HEADER.len(), "{header}");
+    assert!(cells.iter().all(|c| !c.is_empty()), "{header}");
+    assert_eq!(cells.last(), Some(&"knee"));
+    // The knee row (alpha @ 8) carries the marker under that header.
+    let knee_row = t.lines().find(|l| l.contains("◆")).expect("a knee row");
+    assert!(
+        knee_row.contains("alpha") && knee_row.contains("┆ 8 "),
+        "{knee_row}"
+    );
+}
+
+#[test]
+fn mixed_targets_and_prices_get_their_columns_and_names() {
+    let mut r = synthetic();
+    r.models[1].target = Some("other".into());
+    r.models[1].model = "alpha".into(); // the same model at two targets
+    for l in &mut r.models[0].levels {
+        (l.cost_per_request, l.cost_per_mtok) = (Some(0.0035), Some(35.0));
+    }
+    assert_eq!(model_names(&r.models), ["local/alpha", "other/alpha"]);
+    r.selection = Some(select(&r.models, &Criteria::default()));
+    let t = render_table(&r);
+    let header = t
+        .lines()
+        .find(|l| l.starts_with('│'))
+        .expect("a header line");
+    let cells: Vec<&str> = header
+        .trim_matches(|c| c == '│' || c == ' ')
+        .split('┆')
+        .map(str::trim)
+        .collect();
+    assert_eq!(cells.len(), TABLE_HEADER.len() + 3, "{header}");
+    assert_eq!(&cells[..2], ["model", "target"]);
+    assert_eq!(&cells[cells.len() - 3..], ["cost/req", "cost/Mtok", "knee"]);
+    let row_cells = |l: &str| -> Vec<String> {
+        l.trim_matches(|c| c == '│' || c == ' ')
+            .split('┆')
+            .map(|c| c.trim().to_owned())
+            .collect()
+    };
+    let rows: Vec<Vec<String>> = t
+        .lines()
+        .filter(|l| l.contains("alpha ┆"))
+        .map(row_cells)
+        .collect();
+    assert_eq!(rows.len(), 6, "{t}");
+    assert_eq!(
+        (rows[0][1].as_str(), rows[3][1].as_str()),
+        ("local", "other")
+    );
+    let n = rows[0].len();
+    assert_eq!(&rows[0][n - 3..n - 1], ["0.0035", "35"]);
+    assert_eq!(&rows[3][n - 3..n - 1], ["-", "-"]);
+    assert!(
+        t.contains(". local/alpha score") && t.contains(". other/alpha score"),
+        "{t}"
+    );
+    assert!(t.contains("local/alpha -/64.0, other/alpha -/60.8"), "{t}");
+    let md = render_markdown(&r);
+    let head = md
+        .lines()
+        .find(|l| l.starts_with("| model"))
+        .expect("md header");
+    assert!(head.starts_with("| model | target | concurrency"), "{head}");
+    assert!(head.ends_with("| cost/req | cost/Mtok | knee |"), "{head}");
+    let csv = render_csv(&r).unwrap();
+    let line = csv.lines().nth(1).expect("a CSV row");
+    assert!(line.starts_with("alpha,local,2,"), "{line}");
+    assert!(line.contains(",0.0035,35,"), "{line}");
+    // One target: no target column, plain names.
+    let one = synthetic();
+    assert!(
+        !render_table(&one)
+            .lines()
+            .nth(1)
+            .unwrap_or("")
+            .contains("target")
+    );
+    assert_eq!(model_names(&one.models), ["alpha", "beta"]);
+}
+
+#[test]
+fn table_snapshot() {
+    insta::assert_snapshot!(render_table(&synthetic()));
+}
+
+#[test]
+fn csv_snapshot() {
+    insta::assert_snapshot!(render_csv(&synthetic()).unwrap());
+}
+
+/// A sweep that asked for lengths shows requested→reached input and output lengths in the
+/// table and Markdown, the calibration and the requests off their length in the notes.
+#[test]
+fn lengths_are_shown_when_asked_for() {
+    let mut r = synthetic();
+    assert!(
+        !render_table(&r).contains("ISL"),
+        "no lengths asked: no columns"
+    );
+    let m = &mut r.models[0];
+    m.prompt = Some("isl512".into());
+    m.calibration = Some(crate::probe::Calibration {
+        overhead_tokens: 30.0,
+        tokens_per_word: 1.0,
+        requests: 3,
+        seconds: 0.5,
+        points: vec![(16, 46), (64, 94), (256, 286)],
+        error: None,
+        tokenizer: None,
+        tokenizer_error: None,
+    });
+    let l = &mut m.levels[0].lengths;
+    l.requested_input_tokens_mean = Some(512.0);
+    l.input_tokens_mean = Some(514.0);
+    l.requested_output_tokens_mean = Some(64.0);
+    l.output_tokens_mean = Some(64.0);
+    l.input_length_off = 2;
+    r.models[1].calibration = r.models[0].calibration.clone();
+    r.models[1].model = "alpha".into();
+    let table = render_table(&r);
+    assert_eq!(
+        table.matches("calibrated with").count(),
+        1,
+        "said once per model: {table}"
+    );
+    assert!(
+        table.contains("ISL req→got") && table.contains("512→514"),
+        "{table}"
+    );
+    assert!(table.contains("alpha · isl512"), "{table}");
+    assert!(table.contains("alpha · isl512: calibrated with 3 requests in 0.50 s: 30.0 tokens of template + 1.000 tokens per word"), "{table}");
+    assert!(
+        table.contains("alpha · isl512 @ 2: 2 of 20 successes off the requested input length"),
+        "{table}"
+    );
+    let md = render_markdown(&r);
+    assert!(
+        md.contains("| ISL req→got | OSL req→got |") && md.contains("| 512→514 | 64→64 |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| -→- | -→64 |"),
+        "unasked levels show what they have: {md}"
+    );
+    let csv = render_csv(&r).unwrap();
+    assert!(
+        csv.lines()
+            .nth(1)
+            .unwrap()
+            .ends_with(",isl512,512,514,64,64,2"),
+        "{csv}"
+    );
+    let back: Report = serde_json::from_str(&render_json(&r)).unwrap();
+    let (a, b) = (&back.models[0], &r.models[0]);
+    assert_eq!((&a.prompt, &a.calibration), (&b.prompt, &b.calibration));
+    assert_eq!(a.levels[0].lengths, b.levels[0].lengths);
+}
+
+#[test]
+fn json_round_trips() {
+    let r = synthetic();
+    let back: Report = serde_json::from_str(&render_json(&r)).unwrap();
+    // serde_json parses floats to within an ulp, not always bit-exactly: compare the shape
+    // and values to 1e-12.
+    assert_eq!(back.models.len(), r.models.len());
+    for (a, b) in back.models.iter().zip(&r.models) {
+        assert_eq!(
+            (&a.model, a.levels.len(), &a.knee),
+            (&b.model, b.levels.len(), &b.knee)
+        );
+        for (x, y) in a.levels.iter().zip(&b.levels) {
+            let (p, q) = (x.ttft_s.unwrap(), y.ttft_s.unwrap());
+            assert!((p.p95 - q.p95).abs() < 1e-12 && x.requests == y.requests);
+            assert_eq!(x.errors, y.errors);
+        }
+    }
+    assert_eq!(back.selection, r.selection);
+    assert_eq!(back.comparison, r.comparison);
+}
