@@ -3,7 +3,7 @@
 //! `serve` probes with), so each level also says what one user arriving during that load saw.
 //! Their figures are a series of their own ([`CanaryStats`]), never mixed into the level's.
 
-use super::stats::{Sample, Summary};
+use super::sample::{Sample, Summary};
 use crate::outcome::ErrorType;
 use crate::probe::{ProbeSpec, Prober};
 use serde::{Deserialize, Serialize};

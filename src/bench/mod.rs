@@ -33,6 +33,7 @@ pub mod findings;
 pub mod merge;
 pub mod report;
 pub mod runner;
+pub mod sample;
 pub mod select;
 pub mod server_view;
 pub mod shard;

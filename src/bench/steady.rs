@@ -12,7 +12,7 @@
 //! `[start, end)` are the window's; its throughput counts the requests that ended in
 //! `(start, end]`.
 
-use super::stats::{Sample, Summary};
+use super::sample::{Sample, Summary};
 use serde::{Deserialize, Serialize};
 
 /// A level's steady-state window and its figures over it.
