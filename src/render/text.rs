@@ -500,6 +500,19 @@ fn render_canaries(out: &mut String, r: &Report, names: &[String], bullet: &str)
     }
 }
 
+/// What each level carries beside its row, section by section (a blank line, a heading ending in
+/// `:`, one line per level): behind schedule, canaries, steady state, per second. The text
+/// outputs print it; the page makes each section a heading and a list.
+pub fn level_sections(r: &Report, bullet: &str) -> String {
+    let names = model_names(&r.models);
+    let mut out = String::new();
+    render_behind_schedule(&mut out, r, &names, bullet);
+    render_canaries(&mut out, r, &names, bullet);
+    render_steady(&mut out, r, &names, bullet);
+    render_per_second(&mut out, r, &names, bullet);
+    out
+}
+
 /// Open-loop levels whose TTFT p95 counted from the schedule is longer than from the send (by
 /// over 1 ms and 5%): requests left behind their scheduled arrival, and a user arriving on time
 /// waited that too.
@@ -618,10 +631,7 @@ fn render_notes(r: &Report, md: bool) -> String {
     render_knees(&mut out, r, &names, bullet);
     render_lengths(&mut out, r, bullet);
     render_short(&mut out, r, &names);
-    render_behind_schedule(&mut out, r, &names, bullet);
-    render_canaries(&mut out, r, &names, bullet);
-    render_steady(&mut out, r, &names, bullet);
-    render_per_second(&mut out, r, &names, bullet);
+    out.push_str(&level_sections(r, bullet));
     render_repeats(&mut out, r, &names, bullet);
     if let Some(s) = &r.selection {
         let w: Vec<String> = s.weights.iter().map(|(k, v)| format!("{k}={v}")).collect();

@@ -436,38 +436,8 @@ pub(super) fn answer(o: &mut String, r: &Report) {
     } else {
         o.push_str(r#"<p class="note">Not judged (one model and no limits, weights or bench file): no ranking.</p>"#);
     }
-    o.push_str(r#"<h3>Knee</h3><ul id="knees">"#);
-    for (mi, m) in r.models.iter().enumerate() {
-        match &m.knee {
-            Some(k) => {
-                let p = format!("/models/{mi}/knee");
-                let _ = write!(
-                    o,
-                    r#"<li><b>{}</b>: <span class="knee">knee at {}</span> (aggregate tokens/s {}% and TTFT p95 {}% over the level before)</li>"#,
-                    esc(&m.model),
-                    esc(&k.level.label()),
-                    span(
-                        Some(k.agg_tps_growth),
-                        &format!("{p}/agg_tps_growth"),
-                        Unit::Pct
-                    ),
-                    span(
-                        Some(k.ttft_p95_growth),
-                        &format!("{p}/ttft_p95_growth"),
-                        Unit::Pct
-                    )
-                );
-            }
-            None => {
-                let _ = write!(
-                    o,
-                    "<li><b>{}</b>: no knee within the sweep</li>",
-                    esc(&m.model)
-                );
-            }
-        }
-    }
-    o.push_str("</ul>");
+    knees(o, r);
+    level_sections(o, r);
     model_notes(o, r);
     findings(o, r);
     if let Some(c) = &r.comparison {
@@ -506,6 +476,64 @@ pub(super) fn answer(o: &mut String, r: &Report) {
             }
             o.push_str("</ul>");
         }
+    }
+}
+
+/// Each model's knee and capacity ceiling, and where a sweep stopped early.
+fn knees(o: &mut String, r: &Report) {
+    o.push_str(r#"<h3>Knee</h3><ul id="knees">"#);
+    for (mi, m) in r.models.iter().enumerate() {
+        match &m.knee {
+            Some(k) => {
+                let p = format!("/models/{mi}/knee");
+                let _ = write!(
+                    o,
+                    r#"<li><b>{}</b>: <span class="knee">knee at {}</span>{} (aggregate tokens/s {}% and TTFT p95 {}% over the level before)</li>"#,
+                    esc(&m.model),
+                    esc(&k.level.label()),
+                    k.ceiling.map_or_else(String::new, |c| format!(
+                        ", capacity ceiling {}",
+                        esc(&c.label())
+                    )),
+                    span(
+                        Some(k.agg_tps_growth),
+                        &format!("{p}/agg_tps_growth"),
+                        Unit::Pct
+                    ),
+                    span(
+                        Some(k.ttft_p95_growth),
+                        &format!("{p}/ttft_p95_growth"),
+                        Unit::Pct
+                    )
+                );
+            }
+            None => {
+                let _ = write!(
+                    o,
+                    "<li><b>{}</b>: no knee within the sweep</li>",
+                    esc(&m.model)
+                );
+            }
+        }
+        if let Some(why) = &m.stopped_early {
+            let _ = write!(o, "<li><b>{}</b>: {}</li>", esc(&m.model), esc(why));
+        }
+    }
+    o.push_str("</ul>");
+}
+
+/// Behind schedule, canaries, steady state and per second (as the text outputs say them), each a
+/// heading and a list.
+pub(super) fn level_sections(o: &mut String, r: &Report) {
+    let text = crate::render::text::level_sections(r, "");
+    for block in text.split("\n\n").filter(|b| !b.trim().is_empty()) {
+        let mut lines = block.trim().lines();
+        let Some(head) = lines.next() else { continue };
+        let _ = write!(o, "<h3>{}</h3><ul>", esc(head.trim_end_matches(':')));
+        for l in lines {
+            let _ = write!(o, "<li>{}</li>", esc(l.trim()));
+        }
+        o.push_str("</ul>");
     }
 }
 
@@ -830,7 +858,12 @@ pub(crate) mod tests {
         // synthetic(): beta fails error_rate<1%, alpha is ranked; alpha's knee is at 8.
         assert!(html.contains(r#"<tr data-model="alpha">"#));
         assert!(html.contains("<li><b>beta</b> failed: error_rate = "));
-        assert!(html.contains(r#"<b>alpha</b>: <span class="knee">knee at 8</span>"#));
+        assert!(html.contains(
+            r#"<b>alpha</b>: <span class="knee">knee at 8</span>, capacity ceiling 4 ("#
+        ));
+        // Each level's steady state, as the text outputs say it, a heading and a list.
+        assert!(html.contains("<h3>Steady state (the window where the in-flight count"));
+        assert!(html.contains("<li>alpha @ 2: 0.00–1.00 s (2 in flight or more)"));
         assert!(html.contains("<b>beta</b>: no knee within the sweep"));
         assert!(html.contains("<b>alpha</b> at 8: the KV cache was 95% full: requests queue"));
         let mut r = rich();
