@@ -55,7 +55,7 @@ impl CapacityPlan {
 
     /// The load of a level.
     pub fn load(&self, key: &LevelKey) -> f64 {
-        key.rate.unwrap_or(f64::from(key.concurrency))
+        key.x()
     }
 
     /// True when `samples`' attainment under `slos` cannot decide the level at 95% confidence:

@@ -47,6 +47,12 @@ pub struct ModelReport {
 }
 
 impl ModelReport {
+    /// Puts the levels in load order (concurrency, or rate in open loop), as a capacity search
+    /// and a knee's added levels leave them.
+    pub fn sort_levels_by_load(&mut self) {
+        self.levels.sort_by(|a, b| a.key.x().total_cmp(&b.key.x()));
+    }
+
     /// The sweep's name in tables and plots: the model, with the prompt when there are several.
     pub fn name(&self) -> String {
         match &self.prompt {

@@ -171,9 +171,7 @@ impl Sender {
         if !adapt || *added >= self.shape.knee_levels {
             return None;
         }
-        report
-            .levels
-            .sort_by(|a, b| a.key.x().total_cmp(&b.key.x()));
+        report.sort_levels_by_load();
         let knee = select::find_knee(&report.levels, &self.criteria.knee)?;
         let ceiling = knee.ceiling?;
         let closed = knee.level.rate.is_none();
@@ -379,9 +377,7 @@ impl Sender {
             }
         }
         if added > 0 {
-            reports[mi]
-                .levels
-                .sort_by(|a, b| a.key.x().total_cmp(&b.key.x()));
+            reports[mi].sort_levels_by_load();
         }
         Ok(())
     }
@@ -396,9 +392,7 @@ impl Sender {
         name: &str,
         report: &mut ModelReport,
     ) {
-        report
-            .levels
-            .sort_by(|a, b| plan.load(&a.key).total_cmp(&plan.load(&b.key)));
+        report.sort_levels_by_load();
         let c = plan.capacity(outcome, tried, &report.levels);
         self.progress.println(&format!(
             "  {name}: capacity {} ({}; {} levels, {} requests, {:.1} s)",
