@@ -60,7 +60,7 @@ fn in_flight(samples: &[Sample]) -> Vec<(f64, i64)> {
 /// (`open` false) or open loop. `None` when no window of positive length keeps the count.
 pub fn steady_state(samples: &[Sample], workers: u32, open: bool) -> Option<SteadyState> {
     let curve = in_flight(samples);
-    let (target, last_allowed) = if open {
+    let (target, last_arrival) = if open {
         let last_send = samples
             .iter()
             .map(|s| s.sent_s)
@@ -78,19 +78,16 @@ pub fn steady_state(samples: &[Sample], workers: u32, open: bool) -> Option<Stea
     };
     let at_least = i64::from(target);
     let start = curve.iter().find(|(_, n)| *n >= at_least)?.0;
-    // The end: the instant the count last fell below the target (or the last arrival).
-    let mut end = curve
-        .iter()
-        .zip(curve.iter().skip(1))
-        .filter(|((_, n), (_, m))| *n >= at_least && *m < at_least)
-        .map(|(_, (t, _))| *t)
-        .fold(start, f64::max);
-    if let Some(l) = last_allowed {
-        end = end.max(start).min(l).max(start);
-        if end <= start {
-            end = l;
-        }
-    }
+    // The end: the last arrival (open loop), else the instant the count last fell below the
+    // target.
+    let end = last_arrival.unwrap_or_else(|| {
+        curve
+            .iter()
+            .zip(curve.iter().skip(1))
+            .filter(|((_, n), (_, m))| *n >= at_least && *m < at_least)
+            .map(|(_, (t, _))| *t)
+            .fold(start, f64::max)
+    });
     let len = end - start;
     if len <= 0.0 {
         return None;
@@ -222,6 +219,21 @@ mod tests {
         assert!(st.start_s > 0.0 && st.start_s <= 1.0, "{st:?}");
         // The last arrival opens the drain: sent at the window's end, it is left out.
         assert_eq!(st.after, 1);
+        // A dip below the median before the last arrival does not end the window: it ends at
+        // the last arrival (2.0 s), not at the last fall below the median (1.26 s).
+        let dips: Vec<Sample> = [
+            (0.0, 1.0),
+            (0.1, 1.1),
+            (0.2, 1.2),
+            (0.3, 1.3),
+            (1.25, 1.26),
+            (2.0, 2.1),
+        ]
+        .iter()
+        .map(|&(a, b)| req(a, b, 1))
+        .collect();
+        let st = steady_state(&dips, 100, true).expect("a window");
+        assert_eq!((st.in_flight_at_least, st.start_s, st.end_s), (2, 0.1, 2.0));
         assert!(st.before >= 1, "{st:?}");
     }
 
