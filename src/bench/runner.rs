@@ -537,16 +537,22 @@ impl Runner {
         amount: Amount,
         label: String,
     ) -> Result<LevelRun, TransportError> {
-        let quiet = Progress {
-            bar: None,
-            ..self.progress.clone()
-        };
-        let saved = std::mem::replace(&mut self.progress, quiet);
+        let saved = self.silence();
         let ramp = std::mem::take(&mut self.ramp);
         let r = self.closed(c, amount, label, 0).await;
         self.progress = saved;
         self.ramp = ramp;
         r
+    }
+
+    /// Hides what is sent next from the progress bar (its counters stay shared); the progress
+    /// it replaced, to put back.
+    fn silence(&mut self) -> Progress {
+        let quiet = Progress {
+            bar: None,
+            ..self.progress.clone()
+        };
+        std::mem::replace(&mut self.progress, quiet)
     }
 
     /// `--warmup-duration` in open loop: the level's own arrivals for `d`, unmeasured and not
@@ -561,11 +567,7 @@ impl Runner {
         seed: u64,
         d: Duration,
     ) -> Result<(), TransportError> {
-        let quiet = Progress {
-            bar: None,
-            ..self.progress.clone()
-        };
-        let saved = std::mem::replace(&mut self.progress, quiet);
+        let saved = self.silence();
         let r = self
             .open(
                 rate,
