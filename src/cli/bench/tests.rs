@@ -10,6 +10,11 @@ struct Cmd {
 }
 
 /// The plan of `tokenprobe bench <args>` against the shipped `config/bench.yml`.
+/// [`plan`] of `base` followed by `extra`.
+fn plan_with(base: &[&str], extra: &[&str]) -> Result<BenchPlan, BenchError> {
+    plan(&[base, extra].concat())
+}
+
 fn plan(args: &[&str]) -> Result<BenchPlan, BenchError> {
     let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/bench.yml");
     let mut argv = vec!["bench", "--config.file", config];
@@ -189,11 +194,7 @@ fn open_loop_keeps_the_seed_and_the_arrivals() {
 #[test]
 fn burstiness_makes_gamma_arrivals_in_open_loop_only() {
     let open = ["--rate", "5", "--requests-per-level", "3", "--seed", "7"];
-    let with = |extra: &[&str]| {
-        let mut v = open.to_vec();
-        v.extend_from_slice(extra);
-        plan(&v)
-    };
+    let with = |extra: &[&str]| plan_with(&open, extra);
     let p = with(&["--burstiness", "0.25"]).expect("plan");
     assert_eq!((p.arrival, p.seed), (Arrival::Gamma { shape: 0.25 }, 7));
     assert_eq!(
@@ -229,11 +230,7 @@ fn burstiness_makes_gamma_arrivals_in_open_loop_only() {
 #[test]
 fn canaries_are_few_and_in_one_process() {
     let base = ["--concurrency", "2", "--requests-per-level", "1"];
-    let with = |extra: &[&str]| {
-        let mut v = base.to_vec();
-        v.extend_from_slice(extra);
-        plan(&v)
-    };
+    let with = |extra: &[&str]| plan_with(&base, extra);
     let p = with(&["--canary", "0.5"]).expect("plan");
     let c = p.shape.canary.expect("canary");
     assert_eq!((c.rate, c.prompt.is_none()), (0.5, true));
@@ -254,11 +251,7 @@ fn until_clear_needs_slos_a_fixed_sweep_and_one_process() {
         "--until-clear",
         "3",
     ];
-    let with = |extra: &[&str]| {
-        let mut v = base.to_vec();
-        v.extend_from_slice(extra);
-        plan(&v)
-    };
+    let with = |extra: &[&str]| plan_with(&base, extra);
     assert_eq!(
         with(&["--slo", "ttft=1s"]).expect("plan").shape.until_clear,
         3
@@ -286,11 +279,7 @@ fn a_ramp_up_needs_open_loop_and_a_lower_start() {
         "--ramp-over",
         "10s",
     ];
-    let with = |extra: &[&str]| {
-        let mut v = base.to_vec();
-        v.extend_from_slice(extra);
-        plan(&v)
-    };
+    let with = |extra: &[&str]| plan_with(&base, extra);
     let p = with(&["--rate", "4,8", "--ramp-from", "1"]).expect("plan");
     let r = p.shape.rate_ramp.expect("ramp");
     assert_eq!((r.exponential, r.from, r.over), (true, 1.0, 10.0));

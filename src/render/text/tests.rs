@@ -50,18 +50,24 @@ fn markdown_snapshot() {
     insta::assert_snapshot!(render_markdown(&synthetic()));
 }
 
-#[test]
-fn every_table_column_has_a_header() {
-    let t = render_table(&synthetic());
+/// The table's header line and its cells.
+fn header_cells(t: &str) -> (&str, Vec<&str>) {
     let header = t
         .lines()
         .find(|l| l.starts_with('│'))
         .expect("a header line");
-    let cells: Vec<&str> = header
+    let cells = header
         .trim_matches(|c| c == '│' || c == ' ')
         .split('┆')
         .map(str::trim)
         .collect();
+    (header, cells)
+}
+
+#[test]
+fn every_table_column_has_a_header() {
+    let t = render_table(&synthetic());
+    let (header, cells) = header_cells(&t);
     assert_eq!(cells.len(), TABLE_HEADER.len(), "{header}");
     assert!(cells.iter().all(|c| !c.is_empty()), "{header}");
     assert_eq!(cells.last(), Some(&"knee"));
@@ -84,15 +90,7 @@ fn mixed_targets_and_prices_get_their_columns_and_names() {
     assert_eq!(model_names(&r.models), ["local/alpha", "other/alpha"]);
     r.selection = Some(select(&r.models, &Criteria::default()));
     let t = render_table(&r);
-    let header = t
-        .lines()
-        .find(|l| l.starts_with('│'))
-        .expect("a header line");
-    let cells: Vec<&str> = header
-        .trim_matches(|c| c == '│' || c == ' ')
-        .split('┆')
-        .map(str::trim)
-        .collect();
+    let (header, cells) = header_cells(&t);
     assert_eq!(cells.len(), TABLE_HEADER.len() + 3, "{header}");
     assert_eq!(&cells[..2], ["model", "target"]);
     assert_eq!(&cells[cells.len() - 3..], ["cost/req", "cost/Mtok", "knee"]);
