@@ -62,15 +62,9 @@ fn read_json(p: &Path) -> Value {
 }
 
 /// The arguments of a simulator with `slots` (requests past them queue), its TTFT and ITL, and
-/// its output length; `more` after them.
-fn slots<'a>(
-    slots: &'a str,
-    ttft: &'a str,
-    itl: &'a str,
-    tokens: &'a str,
-    more: &[&'a str],
-) -> Vec<&'a str> {
-    let mut args = vec![
+/// its output length.
+fn slots<'a>(slots: &'a str, ttft: &'a str, itl: &'a str, tokens: &'a str) -> Vec<&'a str> {
+    vec![
         "--max-concurrency",
         slots,
         "--ttft",
@@ -79,9 +73,25 @@ fn slots<'a>(
         itl,
         "--output-tokens",
         tokens,
-    ];
-    args.extend_from_slice(more);
-    args
+    ]
+}
+
+/// A simulator as [`slots`] says, logging every request to `dir/events.jsonl`: its guard, its
+/// URL and the log's path.
+fn logged_slots(
+    dir: &Path,
+    (n, ttft, itl, tokens): (&str, &str, &str, &str),
+) -> (ChildGuard, String, std::path::PathBuf) {
+    let log = dir.join("events.jsonl");
+    let mut args = slots(n, ttft, itl, tokens);
+    args.extend(["--event-log", log.to_str().unwrap()]);
+    let (sim, url) = simulate(dir, &args);
+    (sim, url, log)
+}
+
+/// When a request of the simulator's event log arrived, Unix seconds.
+fn arrival_s(e: &Value) -> f64 {
+    e["arrival_unix_ns"].as_u64().unwrap() as f64 / 1e9
 }
 
 fn levels(report: &Value, model: usize) -> &Vec<Value> {
@@ -98,7 +108,7 @@ fn knee_is_found_at_the_simulators_capacity() {
         Duration::from_secs(180),
     );
     let dir = tempfile::tempdir().unwrap();
-    let (_sim, url) = simulate(dir.path(), &slots("8", "200ms", "20ms", "10", &[]));
+    let (_sim, url) = simulate(dir.path(), &slots("8", "200ms", "20ms", "10"));
     let cfg = sim_config(dir.path(), &url);
     let json = dir.path().join("r.json");
     let (md, csv, svg) = (
@@ -328,9 +338,7 @@ fn bursty_arrivals_reach_the_server_with_their_planned_spread() {
     let _serial = serial();
     let _wd = Watchdog::new("bursty_arrivals_reach_the_server", Duration::from_secs(120));
     let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("events.jsonl");
-    let events = ["--event-log", log.to_str().unwrap()];
-    let (_sim, url) = simulate(dir.path(), &slots("1000", "5ms", "1ms", "4", &events));
+    let (_sim, url, log) = logged_slots(dir.path(), ("1000", "5ms", "1ms", "4"));
     let cfg = sim_config(dir.path(), &url);
     let json = dir.path().join("bursty.json");
     let (code, out, err) = bench(
@@ -382,10 +390,7 @@ fn bursty_arrivals_reach_the_server_with_their_planned_spread() {
     }
     let mut planned = plan.clone();
     let plan_cv = gaps_cv(&mut planned);
-    let mut at_server: Vec<f64> = logged(&log, 240)
-        .iter()
-        .map(|e| e["arrival_unix_ns"].as_u64().unwrap() as f64 / 1e9)
-        .collect();
+    let mut at_server: Vec<f64> = logged(&log, 240).iter().map(arrival_s).collect();
     let server_cv = gaps_cv(&mut at_server);
     eprintln!("gaps' CV: planned {plan_cv:.3}, at the server {server_cv:.3}, shape says 2");
     assert!(
@@ -406,7 +411,7 @@ fn until_clear_runs_a_level_on_until_its_attainment_decides() {
     let _serial = serial();
     let _wd = Watchdog::new("until_clear_runs_a_level_on", Duration::from_secs(120));
     let dir = tempfile::tempdir().unwrap();
-    let (_sim, url) = simulate(dir.path(), &slots("5", "50ms", "10ms", "5", &[]));
+    let (_sim, url) = simulate(dir.path(), &slots("5", "50ms", "10ms", "5"));
     let cfg = sim_config(dir.path(), &url);
     let json = dir.path().join("clear.json");
     let run = |extra: &[&str]| {
@@ -451,9 +456,7 @@ fn warmup_by_duration_precedes_each_level_unmeasured() {
     let _serial = serial();
     let _wd = Watchdog::new("warmup_by_duration", Duration::from_secs(60));
     let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("events.jsonl");
-    let events = ["--event-log", log.to_str().unwrap()];
-    let (_sim, url) = simulate(dir.path(), &slots("8", "20ms", "5ms", "4", &events));
+    let (_sim, url, log) = logged_slots(dir.path(), ("8", "20ms", "5ms", "4"));
     let cfg = sim_config(dir.path(), &url);
     let json = dir.path().join("warm.json");
     let (code, out, err) = bench(
@@ -485,12 +488,11 @@ fn warmup_by_duration_precedes_each_level_unmeasured() {
         .map(|s| s["request_id"].as_str().unwrap().to_owned())
         .collect();
     let records = logged(&log, 11);
-    let arrival = |e: &Value| e["arrival_unix_ns"].as_u64().unwrap() as f64 / 1e9;
-    let first = records.iter().map(arrival).fold(f64::INFINITY, f64::min);
+    let first = records.iter().map(arrival_s).fold(f64::INFINITY, f64::min);
     let first_measured = records
         .iter()
         .filter(|e| measured.iter().any(|id| e["id"].as_str() == Some(id)))
-        .map(arrival)
+        .map(arrival_s)
         .fold(f64::INFINITY, f64::min);
     let warm = records.len() - measured.len();
     assert!(
@@ -516,9 +518,7 @@ fn a_linear_ramp_up_raises_the_rate_second_by_second() {
     let _serial = serial();
     let _wd = Watchdog::new("a_linear_ramp_up", Duration::from_secs(60));
     let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("events.jsonl");
-    let events = ["--event-log", log.to_str().unwrap()];
-    let (_sim, url) = simulate(dir.path(), &slots("100", "5ms", "1ms", "4", &events));
+    let (_sim, url, log) = logged_slots(dir.path(), ("100", "5ms", "1ms", "4"));
     let cfg = sim_config(dir.path(), &url);
     let json = dir.path().join("ramp.json");
     let (code, out, err) = bench(
@@ -560,10 +560,7 @@ fn a_linear_ramp_up_raises_the_rate_second_by_second() {
         .map(|x| x["sent"].as_u64().unwrap())
         .collect();
     assert_eq!(sent[..3], [10, 20, 25], "{sent:?}");
-    let mut at: Vec<f64> = logged(&log, 55)
-        .iter()
-        .map(|e| e["arrival_unix_ns"].as_u64().unwrap() as f64 / 1e9)
-        .collect();
+    let mut at: Vec<f64> = logged(&log, 55).iter().map(arrival_s).collect();
     at.sort_by(f64::total_cmp);
     let per: Vec<usize> = (0..3)
         .map(|i| at.iter().filter(|t| ((*t - at[0]) as usize) == i).count())
@@ -597,9 +594,7 @@ fn canaries_beside_the_load_see_what_a_user_arriving_then_sees() {
     let _serial = serial();
     let _wd = Watchdog::new("canaries_beside_the_load", Duration::from_secs(120));
     let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("events.jsonl");
-    let events = ["--event-log", log.to_str().unwrap()];
-    let (_sim, url) = simulate(dir.path(), &slots("4", "20ms", "10ms", "10", &events));
+    let (_sim, url, log) = logged_slots(dir.path(), ("4", "20ms", "10ms", "10"));
     let cfg = dir.path().join("canary.yml");
     std::fs::write(
         &cfg,
@@ -1159,7 +1154,7 @@ fn a_coarse_sweep_places_the_knee_at_the_simulators_slots_and_stops_past_it() {
         Duration::from_secs(180),
     );
     let dir = tempfile::tempdir().unwrap();
-    let (_sim, url) = simulate(dir.path(), &slots("8", "10ms", "10ms", "16", &[]));
+    let (_sim, url) = simulate(dir.path(), &slots("8", "10ms", "10ms", "16"));
     let cfg = sim_config(dir.path(), &url);
     let json = dir.path().join("r.json");
     let (code, out, err) = bench(
@@ -1218,9 +1213,7 @@ fn find_capacity_finds_the_simulators_slots() {
         Duration::from_secs(180),
     );
     let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("events.jsonl");
-    let events = ["--event-log", log.to_str().unwrap()];
-    let (_sim, url) = simulate(dir.path(), &slots("5", "50ms", "10ms", "10", &events));
+    let (_sim, url, log) = logged_slots(dir.path(), ("5", "50ms", "10ms", "10"));
     let cfg = sim_config(dir.path(), &url);
     let json = dir.path().join("r.json");
     let (code, out, err) = bench(
