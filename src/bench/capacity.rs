@@ -24,6 +24,22 @@ pub fn unclear(
         .is_some_and(|[lo, hi]| lo < target && target <= hi)
 }
 
+/// How level `l` went against `target` SLO attainment: it passes with measured requests, at least
+/// `target` of them within every objective, and figures that are the server's (not
+/// client-bound); it cannot be judged without them. The one rule of the capacity search and of
+/// a fixed sweep's answer.
+pub fn verdict(l: &LevelStats, target: f64) -> Verdict {
+    if let Some(why) = &l.client_bound {
+        return Verdict::Invalid(format!("client_bound: {why}"));
+    }
+    match &l.slo_attainment {
+        None => Verdict::Invalid("no SLO".into()),
+        Some(a) if a.counted == 0 => Verdict::Invalid("no request was measured".into()),
+        Some(a) if a.share >= target => Verdict::Pass,
+        Some(a) => Verdict::Fail(a.limited_by().unwrap_or_else(|| "attainment".into())),
+    }
+}
+
 /// `--find-capacity` as the run applies it to each model.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CapacityPlan {
@@ -66,15 +82,7 @@ impl CapacityPlan {
 
     /// How a level went for the search.
     pub fn verdict(&self, l: &LevelStats) -> Verdict {
-        if let Some(why) = &l.client_bound {
-            return Verdict::Invalid(format!("client_bound: {why}"));
-        }
-        match &l.slo_attainment {
-            None => Verdict::Invalid("no SLO".into()),
-            Some(a) if a.counted == 0 => Verdict::Invalid("no request was measured".into()),
-            Some(a) if a.share >= self.search.attainment => Verdict::Pass,
-            Some(a) => Verdict::Fail(a.limited_by().unwrap_or_else(|| "attainment".into())),
-        }
+        verdict(l, self.search.attainment)
     }
 
     /// The report's capacity from the search's `outcome` over `levels` (those it ran among them).

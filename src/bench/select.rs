@@ -209,13 +209,12 @@ pub fn answer_attainment(models: &[ModelReport]) -> f64 {
         .unwrap_or(ANSWER_ATTAINMENT)
 }
 
-/// Whether level `l` is within the SLOs at `target` attainment: measured requests, at least
-/// `target` of them met every objective, and not client-bound (its figures are the server's).
+/// Whether level `l` is within the SLOs at `target` attainment ([`super::capacity::verdict`]).
 pub fn passes_slo(l: &LevelStats, target: f64) -> bool {
-    l.client_bound.is_none()
-        && l.slo_attainment
-            .as_ref()
-            .is_some_and(|a| a.counted > 0 && a.share >= target)
+    matches!(
+        super::capacity::verdict(l, target),
+        super::capacity::Verdict::Pass
+    )
 }
 
 /// A fixed sweep's answer for one model: its highest level within the SLOs at `target`.
