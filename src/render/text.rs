@@ -441,15 +441,11 @@ fn render_steady(out: &mut String, r: &Report, names: &[String], bullet: &str) {
             ));
         }
     }
-    if !lines.is_empty() {
-        let _ = writeln!(
-            out,
-            "\nSteady state (the window where the in-flight count stays at the load; the ramp before it and the drain after it left out):"
-        );
-        for l in lines {
-            let _ = writeln!(out, "{l}");
-        }
-    }
+    write_section(
+        out,
+        "Steady state (the window where the in-flight count stays at the load; the ramp before it and the drain after it left out)",
+        &lines,
+    );
 }
 
 /// Each level's canaries (`--canary`): what a single user arriving during the load saw.
@@ -488,15 +484,24 @@ fn render_canaries(out: &mut String, r: &Report, names: &[String], bullet: &str)
         .flat_map(|m| &m.levels)
         .find_map(|l| l.canary.as_ref())
     {
-        let _ = writeln!(
-            out,
-            "\nCanaries (prompt {}, {}/s, one at a time beside the load; not in the level's figures):",
+        let heading = format!(
+            "Canaries (prompt {}, {}/s, one at a time beside the load; not in the level's figures)",
             c.prompt,
             crate::units::trim_float(c.rate)
         );
-        for l in lines {
-            let _ = writeln!(out, "{l}");
-        }
+        write_section(out, &heading, &lines);
+    }
+}
+
+/// A section of [`level_sections`]: a blank line, the heading and its colon, one line each;
+/// nothing without lines.
+fn write_section(out: &mut String, heading: &str, lines: &[String]) {
+    if lines.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\n{heading}:");
+    for l in lines {
+        let _ = writeln!(out, "{l}");
     }
 }
 
@@ -540,15 +545,11 @@ fn render_behind_schedule(out: &mut String, r: &Report, names: &[String], bullet
             }
         }
     }
-    if !lines.is_empty() {
-        let _ = writeln!(
-            out,
-            "\nBehind schedule (open loop: requests left after their scheduled arrival; SLO attainment counts TTFT, TTFO and E2E from the schedule):"
-        );
-        for l in lines {
-            let _ = writeln!(out, "{l}");
-        }
-    }
+    write_section(
+        out,
+        "Behind schedule (open loop: requests left after their scheduled arrival; SLO attainment counts TTFT, TTFO and E2E from the schedule)",
+        &lines,
+    );
 }
 
 /// Each model's knee, its capacity ceiling and the fit's bend, and where a sweep stopped early.
