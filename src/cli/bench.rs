@@ -254,7 +254,7 @@ fn check_until_clear(a: &BenchArgs, criteria: &Criteria) -> Result<(), BenchErro
         usage("give the objectives whose attainment decides, e.g. --slo ttft=2s")
     } else if a.find_capacity {
         usage("the capacity search extends its levels with --capacity-extend")
-    } else if a.shard.is_some_and(|s| s.count > 1) || a.start_at.is_some() {
+    } else if a.sharded() || a.start_at.is_some() {
         usage("each shard would extend its levels on its own; run it in one process")
     } else {
         Ok(())
@@ -322,7 +322,7 @@ fn canary_plan(
     let Some(rate) = a.canary else {
         return Ok(None);
     };
-    if a.shard.is_some_and(|s| s.count > 1) {
+    if a.sharded() {
         return Err(BenchError::Usage(
             "--canary: each shard would send its own canaries; run them in one process".into(),
         ));
@@ -368,7 +368,7 @@ fn arrival(a: &BenchArgs) -> Result<Arrival, BenchError> {
         (ArrivalArg::Poisson, Some(_)) if a.rate.is_empty() => {
             usage("shapes open-loop arrivals: give the rates with --rate")
         }
-        (ArrivalArg::Poisson, Some(_)) if a.shard.is_some_and(|s| s.count > 1) => usage(
+        (ArrivalArg::Poisson, Some(_)) if a.sharded() => usage(
             "each shard would send its own gamma arrivals, and together they are not of that shape; run it in one process",
         ),
         (ArrivalArg::Poisson, Some(1.0)) => Ok(Arrival::Poisson),
@@ -398,7 +398,7 @@ fn capacity_plan(
     if criteria.slos.is_empty() {
         return usage("give the objectives to search within, e.g. --slo ttft=2s --slo tpot=50ms");
     }
-    if a.shard.is_some_and(|s| s.count > 1) || a.start_at.is_some() {
+    if a.sharded() || a.start_at.is_some() {
         return usage(
             "the search decides each level from the one before: it runs in one process (no --shard, no --start-at)",
         );
@@ -702,6 +702,12 @@ fn sharding(
 }
 
 impl BenchArgs {
+    /// This process sends one shard of several (`--shard i/N` with N above 1): every shard must
+    /// run the same levels, so what one process decides alone is refused.
+    fn sharded(&self) -> bool {
+        self.shard.is_some_and(|s| s.count > 1)
+    }
+
     /// Runs this invocation: its plan, then the judged report printed and written.
     ///
     /// # Errors
@@ -840,7 +846,7 @@ impl BenchArgs {
             )));
         }
         let capacity = capacity_plan(a, &mut level_keys, &criteria)?;
-        if a.repeat > 1 && a.shard.is_some_and(|s| s.count > 1) {
+        if a.repeat > 1 && a.sharded() {
             return Err(BenchError::Usage(
                 "--repeat runs each level again in this process: it does not split across shards (repeat the whole sharded run instead)".into(),
             ));
