@@ -491,13 +491,14 @@ impl Sender {
             .await?;
         if let Some(d) = self.shape.warmup_duration {
             match key.rate {
-                None if shard.workers(key.concurrency) > 0 => {
-                    let w = shard.workers(key.concurrency);
-                    runner
-                        .quietly(w, runner::Amount::Duration(d), "warm-up".into())
-                        .await?;
-                }
-                None => {}
+                None => match shard.workers(key.concurrency) {
+                    0 => {}
+                    w => {
+                        runner
+                            .quietly(w, runner::Amount::Duration(d), "warm-up".into())
+                            .await?;
+                    }
+                },
                 Some(rate) => {
                     // Seeded apart from the level's own arrivals.
                     let seed = shard.seed(self.seed.wrapping_add(0x5741_524d));
@@ -511,11 +512,8 @@ impl Sender {
         }
         let started = chrono::Utc::now();
         server_side.begin().await;
-        let (run, canaries) = match &self.shape.canary {
-            None => (
-                self.send(runner, key, (mi, li), label, done_units).await?,
-                None,
-            ),
+        let run = match &self.shape.canary {
+            None => self.send(runner, key, (mi, li), label, done_units).await?,
             Some(plan) => {
                 // The canaries run from the level's first send to its last request's end.
                 let spec = plan.spec(runner.spec());
@@ -528,12 +526,14 @@ impl Sender {
                 };
                 let (run, (samples, skipped)) =
                     tokio::join!(load, canary::send(spec, plan.rate, stop.clone()));
-                let stats = canary::CanaryStats::of(plan.rate, &prompt, &samples, skipped);
-                (run?, Some(stats))
+                runner::LevelRun {
+                    canary: Some(canary::CanaryStats::of(
+                        plan.rate, &prompt, &samples, skipped,
+                    )),
+                    ..run?
+                }
             }
         };
-        let mut run = run;
-        run.canary = canaries;
         let late = self.start.as_ref().map(|p| {
             (started - p.level_start(slot))
                 .to_std()
