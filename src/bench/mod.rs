@@ -609,7 +609,7 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         .map(|m| if mixed { m.name() } else { m.model.clone() })
         .collect();
     let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    let (load, part) = run_words(open, arrival, shard, &run_id);
+    let (load, part) = run_words(&spec, open, arrival, shard, &run_id);
     progress.println(&format!(
         "tokenprobe bench: target {target_names} ({}), prompt {}, models {}, {} levels ({load}){part}",
         urls,
@@ -667,11 +667,14 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         api: head.api.to_string(),
         prompt: prompt_names.join(","),
         max_tokens: spec.max_tokens,
-        mode: LoadMode {
-            ramp_s: (!open && !ramp.is_zero()).then_some(ramp.as_secs_f64()),
-            prewarm,
-            ..load_mode(open, arrival, seed, amount, (warmup, &shape))
-        },
+        mode: with_trace(
+            LoadMode {
+                ramp_s: (!open && !ramp.is_zero()).then_some(ramp.as_secs_f64()),
+                prewarm,
+                ..load_mode(open, arrival, seed, amount, (warmup, &shape))
+            },
+            &spec,
+        ),
         slo: criteria.slos.iter().map(ToString::to_string).collect(),
         knee_rule: criteria.knee,
         models: reports,
@@ -717,8 +720,22 @@ impl Drop for Finished {
 
 /// The start line's words for the load (closed loop, or open loop and its arrivals) and, for a
 /// shard, which part of which run it is.
-fn run_words(open: bool, arrival: Arrival, shard: shard::Shard, run_id: &str) -> (String, String) {
-    let load = if open {
+fn run_words(
+    spec: &ProbeSpec,
+    open: bool,
+    arrival: Arrival,
+    shard: shard::Shard,
+    run_id: &str,
+) -> (String, String) {
+    let load = if let crate::workload::Workload::Trace(t) = &spec.workload {
+        let r = t.replayed();
+        format!(
+            "open loop, a {} trace replayed: {} requests over {} s",
+            r.format.as_str(),
+            r.requests,
+            crate::units::trim_float((r.replay_span_s * 1000.0).round() / 1000.0)
+        )
+    } else if open {
         format!("open loop, {} arrivals", arrival.as_str())
     } else {
         "closed loop".into()
@@ -832,6 +849,19 @@ async fn command_redactor(spec: &ProbeSpec, models: &[BenchModel]) -> crate::red
 }
 
 /// How the load was generated, as the report states it.
+/// A trace prompt's mode: its arrivals are the trace's (no seed), and what was replayed.
+fn with_trace(mode: LoadMode, spec: &ProbeSpec) -> LoadMode {
+    match &spec.workload {
+        crate::workload::Workload::Trace(t) => LoadMode {
+            arrival: Some("trace".into()),
+            seed: None,
+            trace: Some(t.replayed()),
+            ..mode
+        },
+        _ => mode,
+    }
+}
+
 fn load_mode(
     open: bool,
     arrival: Arrival,
@@ -866,6 +896,7 @@ fn load_mode(
                 crate::units::trim_float(r.over)
             )
         }),
+        trace: None,
         ramp_s: None,
         prewarm: false,
     }

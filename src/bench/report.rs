@@ -93,6 +93,9 @@ pub struct LoadMode {
     /// 2 s`); its levels carry `per_second`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ramp_up: Option<String>,
+    /// A trace replay: what of which trace was sent, at what pace (`arrival` is `trace`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<crate::workload::trace::Replayed>,
     /// Closed loop: the first sends of each level's workers were spread over this, s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ramp_s: Option<f64>,
@@ -495,6 +498,7 @@ pub(crate) mod tests {
                 warmup: 2,
                 warmup_s: None,
                 ramp_up: None,
+                trace: None,
                 ramp_s: None,
                 prewarm: false,
             },

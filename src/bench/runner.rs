@@ -747,9 +747,20 @@ impl Runner {
         // exit for the rest of the level.
         let abandoned = Arc::new(AtomicBool::new(false));
         let _abandon = AbandonOnDrop(abandoned.clone());
+        // A trace prompt's level replays the trace: each request at its own instant, with its
+        // own content (request i of the trace, whatever order the sends run in).
+        let trace = match &spec.workload {
+            crate::workload::Workload::Trace(t) => Some(t.offsets()),
+            _ => None,
+        };
+        let indexed = trace.is_some();
+        let offsets: Box<dyn Iterator<Item = f64> + Send> = match trace {
+            Some(t) => Box::new(t.into_iter()),
+            None => ramped_offsets(rate, arrival, seed, rate_ramp),
+        };
         let dispatcher = tokio::task::spawn_blocking(move || {
             let mut handles = Vec::new();
-            for (i, off) in ramped_offsets(rate, arrival, seed, rate_ramp).enumerate() {
+            for (i, off) in offsets.enumerate() {
                 match amount {
                     Amount::Requests(n) if i as u64 >= n => break,
                     Amount::Duration(d) if off >= d.as_secs_f64() => break,
@@ -774,6 +785,7 @@ impl Runner {
                     progress: progress.clone(),
                     start,
                     intended,
+                    index: indexed.then_some(i as u64),
                 };
                 handles.push(handle.spawn(req.run()));
             }
@@ -859,6 +871,8 @@ struct OpenRequest {
     progress: Progress,
     start: Instant,
     intended: Instant,
+    /// A trace's request number: it sends that request's content.
+    index: Option<u64>,
 }
 
 impl OpenRequest {
@@ -872,10 +886,14 @@ impl OpenRequest {
             }
         };
         let mut prober = self.pool.take(&self.spec).await;
-        let sent = Instant::now();
         let r = self.spec.as_ref();
+        let content = match self.index {
+            Some(i) => r.workload.draw(i, &r.tokens),
+            None => r.next_content(),
+        };
+        let sent = Instant::now();
         self.progress.sent();
-        let result = prober.run(r).await;
+        let result = prober.run_content(r, &content).await;
         let end = Instant::now();
         self.pool.give_back(prober);
         drop(permit);

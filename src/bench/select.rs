@@ -585,6 +585,7 @@ pub(crate) mod tests {
             client_bound: None,
             repeats: Vec::new(),
             lag_s: Some(s(0.0001)),
+            behind_schedule_s: None,
             ramp_s: None,
             loop_lag_s: None,
             read_lag_s: None,

@@ -368,6 +368,10 @@ pub struct LevelStats {
     /// Scheduling lag of the load generator (actual minus intended send instant), s; closed-loop
     /// workers' first requests are left out (see `ramp_s`).
     pub lag_s: Option<Summary>,
+    /// Open loop: how late each request left after its scheduled arrival (a trace's timestamp),
+    /// waits for an in-flight slot included, s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub behind_schedule_s: Option<Summary>,
     /// Closed loop: from the level's start until the last worker sent its first request, s.
     #[serde(default)]
     pub ramp_s: Option<f64>,
@@ -559,6 +563,7 @@ impl LevelStats {
             client_bound: None,
             repeats: Vec::new(),
             lag_s: Summary::of(samples.iter().filter(|s| !s.first).map(|s| s.lag_s)),
+            behind_schedule_s: Summary::of(samples.iter().filter_map(|s| s.behind_schedule_s)),
             ramp_s: samples
                 .iter()
                 .filter(|s| s.first)

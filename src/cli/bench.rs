@@ -40,7 +40,6 @@ pub enum RampUpArg {
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 #[command(group(
     clap::ArgGroup::new("level_length")
-        .required(true)
         .args(["requests_per_level", "duration_per_level"])
 ))]
 pub struct BenchArgs {
@@ -287,6 +286,95 @@ fn rate_ramp(a: &BenchArgs) -> Result<Option<crate::bench::runner::RateRamp>, Be
         from,
         over: over.as_secs_f64(),
     }))
+}
+
+/// What each level sends: `--requests-per-level` or `--duration-per-level` (a trace replay's
+/// `replay`: every request of it), within [`MAX_REQUESTS_PER_LEVEL`] as the rates say.
+fn level_amount(a: &BenchArgs, replay: Option<Amount>) -> Result<Amount, BenchError> {
+    let amount = match (replay, a.requests_per_level, a.duration_per_level) {
+        (Some(all), ..) => all,
+        (None, Some(n), _) => Amount::Requests(n),
+        (None, None, Some(d)) => Amount::Duration(d),
+        (None, None, None) => {
+            return Err(BenchError::Usage(
+                "give --requests-per-level N or --duration-per-level D (a trace prompt needs neither: it sends its requests)".into(),
+            ));
+        }
+    };
+    let too_many = match amount {
+        Amount::Duration(d) if d.is_zero() => {
+            return Err(BenchError::Usage(
+                "--duration-per-level must be above 0".into(),
+            ));
+        }
+        Amount::Requests(0) => {
+            return Err(BenchError::Usage(
+                "--requests-per-level must be at least 1".into(),
+            ));
+        }
+        Amount::Requests(n) => n as f64 > MAX_REQUESTS_PER_LEVEL,
+        Amount::Duration(d) => a
+            .rate
+            .iter()
+            .any(|r| r * d.as_secs_f64() > MAX_REQUESTS_PER_LEVEL),
+    };
+    if a.warmup as f64 > MAX_REQUESTS_PER_LEVEL {
+        return Err(BenchError::Usage(format!(
+            "--warmup {}: at most {MAX_REQUESTS_PER_LEVEL} unmeasured requests per level",
+            a.warmup
+        )));
+    }
+    if too_many {
+        return Err(BenchError::Usage(format!(
+            "a level would send more than {MAX_REQUESTS_PER_LEVEL} requests: lower --rate, --duration-per-level or --requests-per-level"
+        )));
+    }
+    Ok(amount)
+}
+
+/// A trace prompt's replay: its one level (the trace's mean rate, `--concurrency` the in-flight
+/// cap, 1000 by default) and every request of it; `None` for other prompts. What would send
+/// something else than the trace, or send it otherwise, is refused.
+fn trace_replay(
+    a: &BenchArgs,
+    prompts: &[ProbeSpec],
+) -> Result<Option<(Vec<crate::bench::stats::LevelKey>, Amount)>, BenchError> {
+    let Some(t) = prompts.iter().find_map(|p| match &p.workload {
+        crate::workload::Workload::Trace(t) => Some(t),
+        _ => None,
+    }) else {
+        return Ok(None);
+    };
+    let refused = [
+        (prompts.len() > 1, "--prompt with several prompts"),
+        (!a.rate.is_empty(), "--rate"),
+        (a.concurrency.len() > 1, "several --concurrency values"),
+        (a.requests_per_level.is_some(), "--requests-per-level"),
+        (a.duration_per_level.is_some(), "--duration-per-level"),
+        (a.burstiness.is_some(), "--burstiness"),
+        (a.ramp_up.is_some(), "--ramp-up"),
+        (a.warmup > 0, "--warmup"),
+        (a.warmup_duration.is_some(), "--warmup-duration"),
+        (a.find_capacity, "--find-capacity"),
+        (a.until_clear > 0, "--until-clear"),
+        (
+            a.shard.is_some() || a.start_at.is_some(),
+            "--shard and --start-at",
+        ),
+    ];
+    if let Some((_, flag)) = refused.iter().find(|(on, _)| *on) {
+        return Err(BenchError::Usage(format!(
+            "a trace prompt replays its requests at their own instants, one level of the whole trace (pick a part with its start and duration, the pace with time_scale, the in-flight cap with one --concurrency); {flag} does not apply"
+        )));
+    }
+    if t.is_empty() {
+        return Err(BenchError::Usage("the trace holds no request".into()));
+    }
+    let key = crate::bench::stats::LevelKey {
+        concurrency: a.concurrency.first().copied().unwrap_or(1000),
+        rate: Some(t.mean_rate().clamp(1e-6, crate::bench::MAX_RATE)),
+    };
+    Ok(Some((vec![key], Amount::Requests(t.len() as u64))))
 }
 
 /// `--warmup-duration D`: above 0 and at most an hour.
@@ -754,9 +842,6 @@ impl BenchArgs {
             Some(p) => Some((load_baseline(p)?, p.clone())),
             None => None,
         };
-        let mut level_keys = levels(&a.concurrency, &a.rate)?;
-        fit_fd_limit(&mut level_keys, !a.concurrency.is_empty(), fd_limit())?;
-        check_select_at(&level_keys, criteria.select_at)?;
         let config_file = a
             .config_file
             .clone()
@@ -779,6 +864,13 @@ impl BenchArgs {
         let (Some(job), Some(spec)) = (jobs.first().cloned(), prompts.first().cloned()) else {
             return Err(BenchError::Usage("no prompt to send".into()));
         };
+        let replay = trace_replay(a, &prompts)?;
+        let mut level_keys = match &replay {
+            Some((keys, _)) => keys.clone(),
+            None => levels(&a.concurrency, &a.rate)?,
+        };
+        fit_fd_limit(&mut level_keys, !a.concurrency.is_empty(), fd_limit())?;
+        check_select_at(&level_keys, criteria.select_at)?;
         if !a.rate.is_empty()
             && let Some(p) = prompts
                 .iter()
@@ -808,43 +900,7 @@ impl BenchArgs {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(1, |d| d.as_nanos() as u64)
         });
-        let amount = match (a.requests_per_level, a.duration_per_level) {
-            (Some(n), _) => Amount::Requests(n),
-            (None, Some(d)) => Amount::Duration(d),
-            (None, None) => {
-                return Err(BenchError::Usage(
-                    "give --requests-per-level N or --duration-per-level D".into(),
-                ));
-            }
-        };
-        let too_many = match amount {
-            Amount::Duration(d) if d.is_zero() => {
-                return Err(BenchError::Usage(
-                    "--duration-per-level must be above 0".into(),
-                ));
-            }
-            Amount::Requests(0) => {
-                return Err(BenchError::Usage(
-                    "--requests-per-level must be at least 1".into(),
-                ));
-            }
-            Amount::Requests(n) => n as f64 > MAX_REQUESTS_PER_LEVEL,
-            Amount::Duration(d) => a
-                .rate
-                .iter()
-                .any(|r| r * d.as_secs_f64() > MAX_REQUESTS_PER_LEVEL),
-        };
-        if a.warmup as f64 > MAX_REQUESTS_PER_LEVEL {
-            return Err(BenchError::Usage(format!(
-                "--warmup {}: at most {MAX_REQUESTS_PER_LEVEL} unmeasured requests per level",
-                a.warmup
-            )));
-        }
-        if too_many {
-            return Err(BenchError::Usage(format!(
-                "a level would send more than {MAX_REQUESTS_PER_LEVEL} requests: lower --rate, --duration-per-level or --requests-per-level"
-            )));
-        }
+        let amount = level_amount(a, replay.as_ref().map(|r| r.1))?;
         let capacity = capacity_plan(a, &mut level_keys, &criteria)?;
         if a.repeat > 1 && a.sharded() {
             return Err(BenchError::Usage(

@@ -116,6 +116,7 @@ impl FlagTarget {
             synthetic: None,
             dataset: None,
             conversation: None,
+            trace: None,
         };
         if let Some(n) = self.input_tokens {
             p.synthetic = Some(at(RawSynthetic {

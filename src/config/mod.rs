@@ -161,6 +161,35 @@ fn file_problem(f: &FileRef) -> Option<Issue> {
                 Err(e) => e,
             }
         }
+        FileKind::Trace {
+            format,
+            model,
+            window,
+            recording,
+        } => {
+            use crate::workload::trace;
+            let parsed = named_file("trace", trace::MAX_FILE_BYTES)
+                .run(p)
+                .map_err(|e| e.to_string())
+                .and_then(|bytes| {
+                    text(bytes).map_err(|e| format!("cannot read trace {}: {e}", p.display()))
+                })
+                .and_then(|text| {
+                    trace::parse(&text, *format, model.as_deref())
+                        .and_then(|rec| {
+                            let (start, length) = window;
+                            trace::window(rec, start.as_secs_f64(), length.map(|d| d.as_secs_f64()))
+                        })
+                        .map_err(|e| format!("trace {}: {e}", p.display()))
+                });
+            match parsed {
+                Ok(v) => {
+                    let _ = recording.set(v);
+                    return None;
+                }
+                Err(e) => e,
+            }
+        }
         FileKind::ApiKey => match named_file("api_key_file", KEY_FILE_MAX_BYTES).run(p) {
             Ok(_) => return None,
             Err(crate::files::FileError::NotRegular {

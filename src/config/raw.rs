@@ -3,7 +3,7 @@
 
 use super::types::{AuthStyle, ConnectionMode};
 use crate::protocol::{Api, ExactOutput, Message};
-use crate::workload::{DatasetFormat, Order};
+use crate::workload::{DatasetFormat, Order, TraceFormat};
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 use std::collections::BTreeMap;
@@ -64,6 +64,7 @@ pub(super) struct RawPrompt {
     pub(super) synthetic: Option<S<RawSynthetic>>,
     pub(super) dataset: Option<S<RawDataset>>,
     pub(super) conversation: Option<S<RawConversation>>,
+    pub(super) trace: Option<S<RawTrace>>,
 }
 
 /// A prompt's `synthetic:`.
@@ -84,6 +85,19 @@ pub(super) struct RawDataset {
     pub(super) format: DatasetFormat,
     #[serde(default = "default_order")]
     pub(super) order: Order,
+    pub(super) seed: Option<u64>,
+}
+
+/// A prompt's `trace:`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTrace {
+    pub(super) file: S<String>,
+    pub(super) format: TraceFormat,
+    pub(super) model: Option<S<String>>,
+    pub(super) time_scale: Option<S<f64>>,
+    pub(super) start: Option<S<String>>,
+    pub(super) duration: Option<S<String>>,
     pub(super) seed: Option<u64>,
 }
 

@@ -618,7 +618,7 @@ fn workload_problems_name_their_key() {
     let cases: &[(&str, &str)] = &[
         (
             "  - name: a\n",
-            "prompts[0].messages: a prompt needs messages, synthetic, dataset or conversation",
+            "prompts[0].messages: a prompt needs messages, synthetic, dataset, conversation or trace",
         ),
         (
             "  - name: a\n    messages: [{role: user, content: x}]\n    synthetic: {input_tokens: 5, output_tokens: 5}\n",
@@ -891,4 +891,85 @@ fn server_metrics_endpoints_are_validated_and_take_the_targets_key() {
     ] {
         assert!(p.contains(want), "{want:?} not in {p}");
     }
+}
+
+/// A trace file is read bounded and parsed at load, its window applied; what is wrong names the
+/// config's key, the file, the trace's line and the reason, and the prompt's settings are checked.
+#[test]
+fn a_trace_is_read_windowed_and_checked_at_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("t.jsonl");
+    std::fs::write(
+        &good,
+        "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 2}\n\
+         {\"timestamp\": 1500, \"input_length\": 5, \"output_length\": 2}\n\
+         {\"timestamp\": 3000, \"input_length\": 5, \"output_length\": 2}\n",
+    )
+    .unwrap();
+    let cfg = dir.path().join("c.yml");
+    let load = |file: &std::path::Path, extra: &str| {
+        std::fs::write(
+            &cfg,
+            prompts_config(&format!(
+                "  - name: t\n    trace: {{file: {}, format: mooncake{extra}}}\n",
+                file.display()
+            )),
+        )
+        .unwrap();
+        Config::load(&cfg)
+    };
+    let c = load(&good, ", start: 1s, duration: 3s, time_scale: 2").unwrap();
+    let crate::workload::Workload::Trace(t) = &c.jobs[0].prompt.workload else {
+        panic!()
+    };
+    assert_eq!(
+        t.offsets(),
+        [1.0, 4.0],
+        "from 1 s of the trace, twice as slow"
+    );
+    let e = load(&good, ", start: 10s").unwrap_err().to_string();
+    assert!(
+        e.contains("prompts[0].trace.file") && e.contains("the window from 10 s holds no request"),
+        "{e}"
+    );
+    let e = load(&good, ", time_scale: 0, model: GPT-4")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("prompts[0].trace.time_scale: must be above 0")
+            && e.contains(
+                "prompts[0].trace.model: model picks the rows of one model of a BurstGPT trace"
+            ),
+        "{e}"
+    );
+    let bad = dir.path().join("bad.jsonl");
+    std::fs::write(
+        &bad,
+        "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 2}\n{\"timestamp\": 1}\n",
+    )
+    .unwrap();
+    let e = load(&bad, "").unwrap_err().to_string();
+    assert!(
+        e.contains("bad.jsonl: line 2: input_length is missing"),
+        "{e}"
+    );
+    let big = dir.path().join("big.jsonl");
+    std::fs::write(
+        &big,
+        vec![b' '; (crate::workload::trace::MAX_FILE_BYTES + 1) as usize],
+    )
+    .unwrap();
+    let e = load(&big, "").unwrap_err().to_string();
+    assert!(e.contains("is larger than 32 MiB"), "{e}");
+    let e = load(std::path::Path::new("/dev/zero"), "")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("trace /dev/zero is not a regular file"), "{e}");
+    std::fs::write(
+        &cfg,
+        prompts_config("  - name: t\n    trace: {file: x.csv, format: parquet}\n"),
+    )
+    .unwrap();
+    let e = Config::load(&cfg).unwrap_err().to_string();
+    assert!(e.contains("unknown variant `parquet`"), "{e}");
 }

@@ -5,7 +5,8 @@
 
 use super::raw::{
     RawBuckets, RawConfig, RawConversation, RawDataset, RawDefaults, RawLength, RawPrice,
-    RawPrompt, RawServerMetrics, RawServerMetricsEntry, RawSynthetic, RawTarget, RawTimeouts, S,
+    RawPrompt, RawServerMetrics, RawServerMetricsEntry, RawSynthetic, RawTarget, RawTimeouts,
+    RawTrace, S,
 };
 use super::types::{
     AuthStyle, Buckets, Config, ConfigError, Expect, Issue, Job, KeySource, Price, Prompt,
@@ -13,7 +14,8 @@ use super::types::{
 };
 use crate::protocol::{Api, Message};
 use crate::workload::{
-    Conversation, Dataset, DatasetFormat, Length, MAX_TOKENS, Synthetic, Workload,
+    Conversation, Dataset, DatasetFormat, Length, MAX_TOKENS, Synthetic, Trace, TraceFormat,
+    Workload,
 };
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -32,6 +34,10 @@ pub const MAX_INTERVAL: Duration = Duration::from_secs(7 * 86_400);
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(86_400);
 /// Most turns of a `conversation` prompt (each resends the whole history).
 pub const MAX_TURNS: u32 = 100;
+/// The largest `time_scale` of a trace (a replay 1,000 times slower than recorded).
+pub const MAX_TIME_SCALE: f64 = 1000.0;
+/// The latest start and the longest window of a trace (a year of it).
+pub const MAX_TRACE_WINDOW: Duration = Duration::from_secs(366 * 86_400);
 
 /// A file the config names, checked in `mod.rs` (reading files is no validator's business).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,6 +68,17 @@ pub(super) enum FileKind {
     /// A `tokenizer`: a Hugging Face `tokenizer.json`, a readable file within the size cap
     /// (calibration parses it).
     Tokenizer,
+    /// A prompt's `trace.file`: read, parsed and windowed at load time into `recording`.
+    Trace {
+        /// Its format.
+        format: TraceFormat,
+        /// BurstGPT: only this model's rows.
+        model: Option<String>,
+        /// The window's start and length, in the trace's time.
+        window: (Duration, Option<Duration>),
+        /// Where its requests go.
+        recording: Arc<std::sync::OnceLock<crate::workload::trace::Recording>>,
+    },
     /// A prompt's `dataset.file`: read and parsed at load time into `entries`.
     Dataset {
         /// Its format.

@@ -3,7 +3,7 @@
 
 use crate::bench::report::{ModelReport, Report, mixed_targets, model_names};
 use crate::bench::stats::{LevelStats, Summary};
-use crate::units::{fmt_cost, fmt_secs};
+use crate::units::{fmt_cost, fmt_secs, trim_float};
 use std::fmt::Write as _;
 
 /// True when some level asked for lengths: the tables then show them.
@@ -511,11 +511,65 @@ fn write_section(out: &mut String, heading: &str, lines: &[String]) {
 pub fn level_sections(r: &Report, bullet: &str) -> String {
     let names = model_names(&r.models);
     let mut out = String::new();
+    render_trace(&mut out, r, &names, bullet);
     render_behind_schedule(&mut out, r, &names, bullet);
     render_canaries(&mut out, r, &names, bullet);
     render_steady(&mut out, r, &names, bullet);
     render_per_second(&mut out, r, &names, bullet);
     out
+}
+
+/// A trace replay: what of the trace was sent at what pace, and how late each model's requests
+/// left after their timestamps.
+fn render_trace(out: &mut String, r: &Report, names: &[String], bullet: &str) {
+    let Some(t) = &r.mode.trace else { return };
+    let ms = |s: f64| trim_float((s * 1000.0).round() / 1000.0);
+    let mut skipped = Vec::new();
+    if t.no_output > 0 {
+        skipped.push(format!("{} rows asking no output", t.no_output));
+    }
+    if t.other_models > 0 {
+        skipped.push(format!("{} rows of other models", t.other_models));
+    }
+    let heading = format!(
+        "Trace replay ({} {}{}: {} requests of its {} s from {} s{}, time_scale {}, so over {} s at {:.2} requests/s on average{}; each request left this long after its timestamp)",
+        t.format.as_str(),
+        t.file,
+        t.model
+            .as_ref()
+            .map_or_else(String::new, |m| format!(", model {m}")),
+        t.requests,
+        ms(t.trace_span_s),
+        ms(t.start_s),
+        t.duration_s
+            .map_or_else(String::new, |d| format!(" for {} s", ms(d))),
+        trim_float(t.time_scale),
+        ms(t.replay_span_s),
+        t.mean_rate,
+        if skipped.is_empty() {
+            String::new()
+        } else {
+            format!("; skipped {}", skipped.join(" and "))
+        }
+    );
+    let lines: Vec<String> = r
+        .models
+        .iter()
+        .zip(names)
+        .flat_map(|(m, name)| {
+            m.levels.iter().filter_map(move |l| {
+                let b = l.behind_schedule_s.as_ref()?;
+                Some(format!(
+                    "{bullet}{name}: p50 {}, p99 {}, max {} ({} requests)",
+                    fmt_secs(b.p50),
+                    fmt_secs(b.p99),
+                    fmt_secs(b.max),
+                    b.n
+                ))
+            })
+        })
+        .collect();
+    write_section(out, &heading, &lines);
 }
 
 /// Open-loop levels whose TTFT p95 counted from the schedule is longer than from the send (by

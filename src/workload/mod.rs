@@ -8,6 +8,8 @@
 //!   an output cap of a requested output length, optionally a prefix shared by every request.
 //! - `dataset`: conversations of a ShareGPT or JSONL file, in order or at random.
 //! - `conversation`: several turns, each resending the history with the previous answer.
+//! - `trace`: the requests of a recorded trace, each with its lengths and shared prefixes
+//!   ([`trace`]); `bench` sends each at its instant.
 //!
 //! Input lengths are what the server counts (`usage.prompt_tokens`, chat template included): the
 //! [`TokenModel`] of a (target, model), learned by calibration or counted locally, turns a token
@@ -16,11 +18,13 @@
 pub mod dataset;
 mod filler;
 mod length;
+pub mod trace;
 
 pub use dataset::DatasetFormat;
 pub(crate) use filler::words;
 pub use filler::{CALIBRATION_WORDS, TokenModel, WORDS, input_length_off};
 pub use length::{Length, MAX_TOKENS};
+pub use trace::{Trace, TraceFormat};
 
 use crate::protocol::Message;
 use crate::rng::Rng;
@@ -111,6 +115,8 @@ pub enum Workload {
     Dataset(Dataset),
     /// Multi-turn conversations.
     Conversation(Conversation),
+    /// A recorded trace's requests.
+    Trace(Trace),
 }
 
 impl Workload {
@@ -121,6 +127,7 @@ impl Workload {
             Workload::Synthetic(_) => "synthetic",
             Workload::Dataset(_) => "dataset",
             Workload::Conversation(_) => "conversation",
+            Workload::Trace(_) => "trace",
         }
     }
 
@@ -134,6 +141,7 @@ impl Workload {
             Workload::Synthetic(s) => s.seed = Some(s.seed.unwrap_or(fresh)),
             Workload::Dataset(d) => d.seed = Some(d.seed.unwrap_or(fresh)),
             Workload::Conversation(c) => c.seed = Some(c.seed.unwrap_or(fresh)),
+            Workload::Trace(t) => t.seed = Some(t.seed.unwrap_or(fresh)),
         }
         w
     }
@@ -141,7 +149,10 @@ impl Workload {
     /// True when the content is built to a token length, so a [`TokenModel`] of the server is
     /// needed (calibration).
     pub fn needs_token_model(&self) -> bool {
-        matches!(self, Workload::Synthetic(_) | Workload::Conversation(_))
+        matches!(
+            self,
+            Workload::Synthetic(_) | Workload::Conversation(_) | Workload::Trace(_)
+        )
     }
 
     /// The content of request number `seq` (for a conversation: the first turn of conversation
@@ -159,6 +170,7 @@ impl Workload {
             Workload::Synthetic(s) => s.draw(seq, tokens),
             Workload::Dataset(d) => d.draw(seq),
             Workload::Conversation(c) => Turns::new(c.clone(), seq, *tokens).next_turn(None),
+            Workload::Trace(t) => t.draw(seq, tokens),
         }
     }
 }

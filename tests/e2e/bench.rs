@@ -21,6 +21,8 @@ use std::time::Duration;
 
 use common::e2e::start_simulate as simulate;
 
+mod trace_replay;
+
 fn sim_config(dir: &Path, url: &str) -> std::path::PathBuf {
     hello_config(dir, &format!("{url}/v1"), 64, "", "")
 }

@@ -16,7 +16,13 @@ fn plan_with(base: &[&str], extra: &[&str]) -> Result<BenchPlan, BenchError> {
 }
 
 fn plan(args: &[&str]) -> Result<BenchPlan, BenchError> {
-    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/bench.yml");
+    plan_in(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/config/bench.yml"),
+        args,
+    )
+}
+
+fn plan_in(config: &str, args: &[&str]) -> Result<BenchPlan, BenchError> {
     let mut argv = vec!["bench", "--config.file", config];
     argv.extend_from_slice(args);
     let args = Cmd::try_parse_from(argv)
@@ -460,4 +466,48 @@ fn a_workload_that_does_not_stream_is_judged_by_what_it_measures() {
         assert!(e.contains("does not stream"), "{bad:?}: {e}");
     }
     assert!(plan(&["--slo", "e2e=2s", "--limit", "error_rate<0.1"]).is_ok());
+}
+
+/// A trace prompt is one level of the whole trace: its mean rate, every request, the in-flight cap
+/// of one `--concurrency` (1000 by default); flags that would send something else are refused by
+/// name. (The example config names its traces relative to the repository, where tests run.)
+#[test]
+fn a_trace_prompt_plans_one_level_of_its_requests() {
+    let replay = |extra: &[&str]| {
+        plan_in(
+            concat!(env!("CARGO_MANIFEST_DIR"), "/examples/traces/replay.yml"),
+            &[&["--prompt", "mooncake"], extra].concat(),
+        )
+    };
+    let p = replay(&[]).unwrap();
+    assert_eq!(p.amount, Amount::Requests(40));
+    assert_eq!(p.levels.len(), 1);
+    assert_eq!(p.levels[0].concurrency, 1000);
+    let rate = p.levels[0].rate.unwrap();
+    assert!((rate - 39.0 / 11.621).abs() < 1e-9, "{rate}");
+    assert_eq!(
+        replay(&["--concurrency", "8"]).unwrap().levels[0].concurrency,
+        8
+    );
+    for (flag, named) in [
+        (&["--rate", "5"][..], "--rate does not apply"),
+        (
+            &["--requests-per-level", "3"],
+            "--requests-per-level does not apply",
+        ),
+        (&["--warmup", "2"], "--warmup does not apply"),
+        (
+            &["--concurrency", "1,2"],
+            "several --concurrency values does not apply",
+        ),
+        (&["--burstiness", "0.5"], "--burstiness does not apply"),
+        (&["--prompt", "azure"], "--prompt with several prompts"),
+    ] {
+        let e = usage(replay(flag));
+        assert!(
+            e.contains("a trace prompt replays its requests at their own instants")
+                && e.contains(named),
+            "{flag:?}: {e}"
+        );
+    }
 }

@@ -1,5 +1,5 @@
 //! The prompt section's rules: a prompt's name and messages, its workload (synthetic lengths and
-//! their distributions, a dataset file, a conversation) and every length.
+//! their distributions, a dataset file, a conversation, a trace) and every length.
 
 use super::*;
 
@@ -59,13 +59,15 @@ impl Validator {
 
     // -- workloads --------------------------------------------------------------------------
 
-    /// A prompt's kind: exactly one of `messages`, `synthetic`, `dataset`, `conversation`.
+    /// A prompt's kind: exactly one of `messages`, `synthetic`, `dataset`, `conversation`,
+    /// `trace`.
     pub(super) fn workload(&mut self, path: &str, p: &RawPrompt) -> Workload {
         let kinds: Vec<&str> = [
             (!p.messages.is_empty()).then_some("messages"),
             p.synthetic.as_ref().map(|_| "synthetic"),
             p.dataset.as_ref().map(|_| "dataset"),
             p.conversation.as_ref().map(|_| "conversation"),
+            p.trace.as_ref().map(|_| "trace"),
         ]
         .into_iter()
         .flatten()
@@ -76,7 +78,7 @@ impl Validator {
                 self.push(
                     format!("{path}.messages"),
                     &p.name,
-                    "a prompt needs messages, synthetic, dataset or conversation",
+                    "a prompt needs messages, synthetic, dataset, conversation or trace",
                 );
                 return fallback;
             }
@@ -85,17 +87,17 @@ impl Validator {
                 self.push(
                     format!("{path}.{second}"),
                     &p.name,
-                    format!("a prompt is one of messages, synthetic, dataset, conversation; this one sets {}", kinds.join(" and ")),
+                    format!("a prompt is one of messages, synthetic, dataset, conversation, trace; this one sets {}", kinds.join(" and ")),
                 );
                 return fallback;
             }
         }
-        let drawn_cap = p.synthetic.is_some() || p.conversation.is_some();
+        let drawn_cap = p.synthetic.is_some() || p.conversation.is_some() || p.trace.is_some();
         if drawn_cap && p.max_tokens.is_some() {
             self.push(
                 format!("{path}.max_tokens"),
                 &p.name,
-                "output_tokens is the output cap of a synthetic or conversation prompt",
+                "output_tokens is the output cap of a synthetic or conversation prompt (a trace's is each request's output length)",
             );
         }
         if drawn_cap && p.nonce {
@@ -113,6 +115,9 @@ impl Validator {
         }
         if let Some(c) = &p.conversation {
             return self.conversation(&format!("{path}.conversation"), c);
+        }
+        if let Some(t) = &p.trace {
+            return self.trace(&format!("{path}.trace"), t);
         }
         fallback
     }
@@ -178,6 +183,69 @@ impl Validator {
             order: d.value.order,
             seed: d.value.seed,
             entries,
+        })
+    }
+
+    /// A `trace`: its file read and parsed at load time (a bad file is refused with its line),
+    /// `time_scale` above 0 and at most [`MAX_TIME_SCALE`], `model` only of a BurstGPT trace.
+    pub(super) fn trace(&mut self, path: &str, t: &S<RawTrace>) -> Workload {
+        let r = &t.value;
+        let time_scale = match &r.time_scale {
+            None => 1.0,
+            Some(v) if v.value.is_finite() && v.value > 0.0 && v.value <= MAX_TIME_SCALE => v.value,
+            Some(v) => {
+                self.push(
+                    format!("{path}.time_scale"),
+                    v,
+                    format!(
+                        "must be above 0 and at most {MAX_TIME_SCALE} (0.5 replays twice as fast)"
+                    ),
+                );
+                1.0
+            }
+        };
+        if let (Some(m), false) = (&r.model, r.format == TraceFormat::Burstgpt) {
+            self.push(
+                format!("{path}.model"),
+                m,
+                "model picks the rows of one model of a BurstGPT trace; this trace is not one",
+            );
+        }
+        let start = self
+            .duration_in(
+                &format!("{path}.start"),
+                &r.start,
+                Duration::ZERO,
+                MAX_TRACE_WINDOW,
+            )
+            .unwrap_or(Duration::ZERO);
+        let duration = self.duration_in(
+            &format!("{path}.duration"),
+            &r.duration,
+            Duration::from_millis(1),
+            MAX_TRACE_WINDOW,
+        );
+        let recording = Arc::new(std::sync::OnceLock::new());
+        let model = r.model.as_ref().map(|m| m.value.clone());
+        let file = self.file(
+            format!("{path}.file"),
+            &r.file,
+            FileKind::Trace {
+                format: r.format,
+                model: model.clone(),
+                window: (start, duration),
+                recording: recording.clone(),
+            },
+        );
+        Workload::Trace(Trace {
+            file,
+            format: r.format,
+            model,
+            time_scale,
+            start_s: start.as_secs_f64(),
+            duration_s: duration.map(|d| d.as_secs_f64()),
+            seed: r.seed,
+            recording,
         })
     }
 
