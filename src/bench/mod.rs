@@ -227,8 +227,8 @@ pub struct LevelShape {
     pub until_clear: u32,
     /// `--warmup-duration`: unmeasured requests at each level's own load for this long first.
     pub warmup_duration: Option<std::time::Duration>,
-    /// `--ramp-up`: each open-loop level's arrival rate rises to its rate this way.
-    pub rate_ramp: Option<runner::RateRamp>,
+    /// `--ramp-up`: each level's load (arrival rate or workers) rises to its own this way.
+    pub load_ramp: Option<runner::LoadRamp>,
 }
 
 impl BenchPlan {
@@ -884,15 +884,19 @@ fn load_mode(
         },
         warmup,
         warmup_s: shape.warmup_duration.map(|d| d.as_secs_f64()),
-        ramp_up: shape.rate_ramp.filter(|_| open).map(|r| {
+        ramp_up: shape.load_ramp.map(|r| {
             format!(
-                "{} from {}/s over {} s",
+                "{} from {} over {} s",
                 if r.exponential {
                     "exponential"
                 } else {
                     "linear"
                 },
-                crate::units::trim_float(r.from),
+                if open {
+                    format!("{}/s", crate::units::trim_float(r.from))
+                } else {
+                    format!("{} workers", crate::units::trim_float(r.from))
+                },
                 crate::units::trim_float(r.over)
             )
         }),

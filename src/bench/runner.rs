@@ -126,20 +126,38 @@ fn unix_s(t: std::time::SystemTime) -> Option<f64> {
         .map(|d| d.as_secs_f64())
 }
 
-/// `--ramp-up`: how an open-loop level's arrival rate rises from `from` to its rate over `over`
-/// seconds, then stays there.
+/// `--ramp-up`: how a level's load rises from `from` to its own over `over` seconds, then stays
+/// there: an open loop's arrival rate, a closed loop's number of workers sending.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RateRamp {
+pub struct LoadRamp {
     /// Linear (`r(t) = from + (rate − from)·t/over`) or exponential
     /// (`r(t) = from·(rate/from)^(t/over)`).
     pub exponential: bool,
-    /// The rate at the level's start, requests/s (above 0).
+    /// The load at the level's start: requests/s (above 0), or workers (at least 1).
     pub from: f64,
-    /// Seconds to reach the level's rate.
+    /// Seconds to reach the level's load.
     pub over: f64,
 }
 
-impl RateRamp {
+impl LoadRamp {
+    /// Seconds after the level's start at which the ramped load reaches `value`, for a level at
+    /// `target` (0 at or below `from`, `over` at or above `target`): closed loop, worker `w`
+    /// starts when the load reaches `w + 1` workers.
+    pub fn reaches(&self, value: f64, target: f64) -> f64 {
+        let (r0, d) = (self.from, self.over);
+        if value <= r0 {
+            return 0.0;
+        }
+        if value >= target || target <= r0 {
+            return d;
+        }
+        if self.exponential {
+            d * (value / r0).ln() / (target / r0).ln()
+        } else {
+            d * (value - r0) / (target - r0)
+        }
+    }
+
     /// The instant by which `n` arrivals are due (the inverse of the cumulative rate
     /// `Λ(t) = ∫₀ᵗ r`), for a level at `rate`.
     pub fn instant_of(&self, n: f64, rate: f64) -> f64 {
@@ -173,7 +191,7 @@ pub fn ramped_offsets(
     rate: f64,
     arrival: Arrival,
     seed: u64,
-    ramp: Option<RateRamp>,
+    ramp: Option<LoadRamp>,
 ) -> Box<dyn Iterator<Item = f64> + Send> {
     match ramp {
         None => Box::new(arrival_offsets(rate, arrival, seed)),
@@ -443,8 +461,9 @@ pub struct Runner {
     /// Closed loop: the first sends of a level's workers are spread evenly over this (worker `w`
     /// of `c` first sends at `ramp × w / c`), so streams do not start, and stay, in step.
     pub ramp: Duration,
-    /// Open loop (`--ramp-up`): each level's arrival rate rises to its rate this way.
-    pub rate_ramp: Option<RateRamp>,
+    /// `--ramp-up`: each level's load rises to its own this way (open loop: its arrival rate;
+    /// closed loop: worker `w` starts when the load reaches `w + 1`, instead of `ramp`'s spread).
+    pub load_ramp: Option<LoadRamp>,
 }
 
 impl Runner {
@@ -459,7 +478,7 @@ impl Runner {
             probers: vec![first],
             progress,
             ramp: Duration::ZERO,
-            rate_ramp: None,
+            load_ramp: None,
         })
     }
 
@@ -539,9 +558,11 @@ impl Runner {
     ) -> Result<LevelRun, TransportError> {
         let saved = self.silence();
         let ramp = std::mem::take(&mut self.ramp);
+        let load_ramp = self.load_ramp.take();
         let r = self.closed(c, amount, label, 0).await;
         self.progress = saved;
         self.ramp = ramp;
+        self.load_ramp = load_ramp;
         r
     }
 
@@ -630,7 +651,11 @@ impl Runner {
         // Each worker owns its prober for the level and hands it back at the end.
         let workers: Vec<Prober> = self.probers.drain(..c as usize).collect();
         for (w, mut prober) in workers.into_iter().enumerate() {
-            let first_send = start + self.ramp.mul_f64(w as f64 / f64::from(c.max(1)));
+            let first_send = start
+                + match self.load_ramp {
+                    Some(r) => Duration::from_secs_f64(r.reaches(w as f64 + 1.0, f64::from(c))),
+                    None => self.ramp.mul_f64(w as f64 / f64::from(c.max(1))),
+                };
             let (spec, tickets, progress) =
                 (self.spec.clone(), tickets.clone(), self.progress.clone());
             handles.push(tokio::spawn(async move {
@@ -739,7 +764,7 @@ impl Runner {
         let start = Instant::now() + Duration::from_millis(5);
         let started_unix_s = unix_s(std::time::SystemTime::now() + Duration::from_millis(5));
         let (spec, progress) = (self.spec.clone(), self.progress.clone());
-        let rate_ramp = self.rate_ramp;
+        let load_ramp = self.load_ramp;
         let capped2 = capped.clone();
         let pool2 = pool.clone();
         // A level abandoned (a stop signal drops this future) ends its dispatcher within a
@@ -756,7 +781,7 @@ impl Runner {
         let indexed = trace.is_some();
         let offsets: Box<dyn Iterator<Item = f64> + Send> = match trace {
             Some(t) => Box::new(t.into_iter()),
-            None => ramped_offsets(rate, arrival, seed, rate_ramp),
+            None => ramped_offsets(rate, arrival, seed, load_ramp),
         };
         let dispatcher = tokio::task::spawn_blocking(move || {
             let mut handles = Vec::new();
@@ -1009,7 +1034,7 @@ mod tests {
     #[test]
     fn a_ramped_rate_spreads_arrivals_as_its_integral_says() {
         let count_by = |t: &[f64], x: f64| t.iter().filter(|v| **v < x - 1e-9).count();
-        let linear = RateRamp {
+        let linear = LoadRamp {
             exponential: false,
             from: 5.0,
             over: 2.0,
@@ -1022,7 +1047,7 @@ mod tests {
             [10, 30, 55]
         );
         assert!(t.windows(2).all(|w| w[1] > w[0]));
-        let exp = RateRamp {
+        let exp = LoadRamp {
             exponential: true,
             ..linear
         };
@@ -1044,6 +1069,33 @@ mod tests {
 
     /// `--burstiness K`: gamma gaps of mean 1/rate whose coefficient of variation is 1/sqrt(K)
     /// (K = 0.25: 2, burstier than Poisson; K = 4: 0.5), reproducible from the seed.
+    #[test]
+    fn a_ramped_closed_loop_starts_each_worker_when_the_load_reaches_it() {
+        let linear = LoadRamp {
+            exponential: false,
+            from: 2.0,
+            over: 3.0,
+        };
+        let starts: Vec<f64> = (0..8)
+            .map(|w| linear.reaches(w as f64 + 1.0, 8.0))
+            .collect();
+        // Two workers at once, then one every half second up to eight at 3 s.
+        assert_eq!(starts, [0.0, 0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0]);
+        let exp = LoadRamp {
+            exponential: true,
+            from: 1.0,
+            over: 3.0,
+        };
+        // Doubling every second: 2 workers at 1 s, 4 at 2 s, 8 at 3 s.
+        for (w, at) in [(1, 1.0), (3, 2.0), (7, 3.0)] {
+            assert!(
+                (exp.reaches(w as f64 + 1.0, 8.0) - at).abs() < 1e-12,
+                "worker {w}"
+            );
+        }
+        assert_eq!(exp.reaches(1.0, 8.0), 0.0);
+    }
+
     #[test]
     fn gamma_gaps_have_the_mean_and_spread_their_shape_says() {
         for (k, seed) in [(0.25, 11), (1.0, 12), (4.0, 13)] {

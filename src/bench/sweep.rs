@@ -82,7 +82,7 @@ impl Sender {
                 slot => {
                     let mut r = Runner::new(bm.spec(spec), self.progress.clone())?;
                     r.ramp = self.ramp;
-                    r.rate_ramp = self.shape.rate_ramp;
+                    r.load_ramp = self.shape.load_ramp;
                     &mut slot.insert((r, bm.target.clone())).0
                 }
             };
@@ -330,7 +330,7 @@ impl Sender {
             }
             lengths.add(&run.samples);
             let mut stats = fold_level(*key, run, &self.criteria, price.as_ref(), late, true);
-            if self.shape.rate_ramp.is_some() && key.rate.is_some() {
+            if self.shape.load_ramp.is_some() {
                 stats.per_second = steady::per_second(stats.samples.as_deref().unwrap_or_default());
             }
             stats.repeats = repeats;

@@ -79,15 +79,16 @@ pub struct BenchArgs {
     /// Unmeasured requests before each level.
     #[arg(long, default_value_t = 0)]
     pub warmup: u64,
-    /// Open loop: each level's arrival rate rises from --ramp-from to the level's rate over
-    /// --ramp-over, linearly or exponentially, then stays there; each level is then reported
-    /// second by second.
+    /// Each level's load rises from --ramp-from to its own over --ramp-over, linearly or
+    /// exponentially, then stays there (open loop: the arrival rate; closed loop: the workers
+    /// sending, each starting when the load reaches it); each level is then reported second by
+    /// second.
     #[arg(long, value_enum, requires_all = ["ramp_from", "ramp_over"])]
     pub ramp_up: Option<RampUpArg>,
-    /// --ramp-up: the rate each level starts at, requests/s.
+    /// --ramp-up: the load each level starts at (requests/s, or workers).
     #[arg(long, requires = "ramp_up")]
     pub ramp_from: Option<f64>,
-    /// --ramp-up: how long the rate takes to reach the level's, e.g. 30s.
+    /// --ramp-up: how long the load takes to reach the level's, e.g. 30s.
     #[arg(long, requires = "ramp_up", value_parser = humantime::parse_duration)]
     pub ramp_over: Option<Duration>,
     /// Before each level, unmeasured requests at the level's own load (its workers, or its
@@ -260,20 +261,32 @@ fn check_until_clear(a: &BenchArgs, criteria: &Criteria) -> Result<(), BenchErro
     }
 }
 
-/// `--ramp-up KIND --ramp-from R --ramp-over D`, checked: open loop, a start rate above 0 and
-/// below every level's rate, a duration above 0.
+/// `--ramp-up KIND --ramp-from R --ramp-over D`, checked: a start load above 0 and below every
+/// level's (open loop: a rate; closed loop: at least one worker, without `--ramp`), a duration
+/// above 0.
 ///
 /// # Errors
 /// [`BenchError::Usage`] saying what does not fit.
-fn rate_ramp(a: &BenchArgs) -> Result<Option<crate::bench::runner::RateRamp>, BenchError> {
+fn load_ramp(a: &BenchArgs) -> Result<Option<crate::bench::runner::LoadRamp>, BenchError> {
     let (Some(kind), Some(from), Some(over)) = (a.ramp_up, a.ramp_from, a.ramp_over) else {
         return Ok(None);
     };
     let usage = |m: String| Err(BenchError::Usage(format!("--ramp-up: {m}")));
     if a.rate.is_empty() {
-        return usage("raises open-loop arrival rates: give them with --rate (closed loop: --ramp spreads the workers' starts)".into());
-    }
-    if !(from.is_finite() && from > 0.0) || a.rate.iter().any(|r| from >= *r) {
+        let concurrency = if a.concurrency.is_empty() {
+            &[1][..]
+        } else {
+            &a.concurrency
+        };
+        if !a.ramp.is_zero() {
+            return usage("starts a closed loop's workers as the load rises; --ramp spreads them evenly instead: give one of the two".into());
+        }
+        if !(from.is_finite() && from >= 1.0) || concurrency.iter().any(|c| from >= f64::from(*c)) {
+            return usage(format!(
+                "--ramp-from {from} must be at least 1 worker and below every --concurrency"
+            ));
+        }
+    } else if !(from.is_finite() && from > 0.0) || a.rate.iter().any(|r| from >= *r) {
         return usage(format!(
             "--ramp-from {from} must be above 0 and below every --rate"
         ));
@@ -281,11 +294,21 @@ fn rate_ramp(a: &BenchArgs) -> Result<Option<crate::bench::runner::RateRamp>, Be
     if over.is_zero() {
         return usage("--ramp-over must be longer than 0".into());
     }
-    Ok(Some(crate::bench::runner::RateRamp {
+    Ok(Some(crate::bench::runner::LoadRamp {
         exponential: kind == RampUpArg::Exponential,
         from,
         over: over.as_secs_f64(),
     }))
+}
+
+/// `x` to four significant digits (a trace's mean rate as its level's name: 3.356/s, not
+/// 3.3559934601153083/s).
+fn four_digits(x: f64) -> f64 {
+    if !(x.is_finite() && x > 0.0) {
+        return x;
+    }
+    let scale = 10f64.powi(3 - x.log10().floor() as i32);
+    (x * scale).round() / scale
 }
 
 /// What each level sends: `--requests-per-level` or `--duration-per-level` (a trace replay's
@@ -372,7 +395,7 @@ fn trace_replay(
     }
     let key = crate::bench::stats::LevelKey {
         concurrency: a.concurrency.first().copied().unwrap_or(1000),
-        rate: Some(t.mean_rate().clamp(1e-6, crate::bench::MAX_RATE)),
+        rate: Some(four_digits(t.mean_rate()).clamp(1e-6, crate::bench::MAX_RATE)),
     };
     Ok(Some((vec![key], Amount::Requests(t.len() as u64))))
 }
@@ -921,7 +944,7 @@ impl BenchArgs {
             canary: canary_plan(a, &config)?,
             until_clear: a.until_clear,
             warmup_duration: a.warmup_duration,
-            rate_ramp: rate_ramp(a)?,
+            load_ramp: load_ramp(a)?,
         };
         Ok(BenchPlan {
             shape,

@@ -524,15 +524,15 @@ pub fn level_sections(r: &Report, bullet: &str) -> String {
 fn render_trace(out: &mut String, r: &Report, names: &[String], bullet: &str) {
     let Some(t) = &r.mode.trace else { return };
     let ms = |s: f64| trim_float((s * 1000.0).round() / 1000.0);
-    let mut skipped = Vec::new();
+    let mut left_out = Vec::new();
     if t.no_output > 0 {
-        skipped.push(format!("{} rows asking no output", t.no_output));
+        left_out.push(format!("{} asking no output", t.no_output));
     }
     if t.other_models > 0 {
-        skipped.push(format!("{} rows of other models", t.other_models));
+        left_out.push(format!("{} of other models", t.other_models));
     }
     let heading = format!(
-        "Trace replay ({} {}{}: {} requests of its {} s from {} s{}, time_scale {}, so over {} s at {:.2} requests/s on average{}; each request left this long after its timestamp)",
+        "Trace replay ({} {}{}: {} requests, the trace's {} s{}{}, time_scale {}: sent over {} s, {:.2} requests/s on average{}; how long after its timestamp each request left)",
         t.format.as_str(),
         t.file,
         t.model
@@ -540,16 +540,20 @@ fn render_trace(out: &mut String, r: &Report, names: &[String], bullet: &str) {
             .map_or_else(String::new, |m| format!(", model {m}")),
         t.requests,
         ms(t.trace_span_s),
-        ms(t.start_s),
+        if t.start_s > 0.0 || t.duration_s.is_some() {
+            format!(", window from {} s", ms(t.start_s))
+        } else {
+            String::new()
+        },
         t.duration_s
             .map_or_else(String::new, |d| format!(" for {} s", ms(d))),
         trim_float(t.time_scale),
         ms(t.replay_span_s),
         t.mean_rate,
-        if skipped.is_empty() {
+        if left_out.is_empty() {
             String::new()
         } else {
-            format!("; skipped {}", skipped.join(" and "))
+            format!("; rows of the file left out: {}", left_out.join(", "))
         }
     );
     let lines: Vec<String> = r

@@ -575,6 +575,96 @@ fn a_linear_ramp_up_raises_the_rate_second_by_second() {
     }
 }
 
+/// Issue 24 item 3, closed loop: `--ramp-up linear --ramp-from 2 --ramp-over 3s` at concurrency
+/// 8 starts two workers at once and one more every half second. Each worker's first request is
+/// planned then (the samples' send less lag), and the simulator's event log shows the load rise:
+/// the most requests in flight at the server within each half second is the number of workers
+/// started by then (each sends a request about every 10 ms, so every worker is in flight at some
+/// instant of the window, and none that has not started yet is).
+#[test]
+fn a_closed_loop_ramp_up_starts_its_workers_as_the_load_rises() {
+    let _serial = serial();
+    let _wd = Watchdog::new("a_closed_loop_ramp_up", Duration::from_secs(60));
+    let dir = tempfile::tempdir().unwrap();
+    let (_sim, url, log) = logged_slots(dir.path(), ("100", "5ms", "1ms", "4"));
+    let cfg = sim_config(dir.path(), &url);
+    let json = dir.path().join("ramp.json");
+    let (code, out, err) = bench(
+        &[
+            "--config.file",
+            cfg.to_str().unwrap(),
+            "--concurrency",
+            "8",
+            "--ramp-up",
+            "linear",
+            "--ramp-from",
+            "2",
+            "--ramp-over",
+            "3s",
+            "--duration-per-level",
+            "4s",
+            "--no-prewarm",
+            "--samples",
+            "-o",
+            json.to_str().unwrap(),
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let r = read_json(&json);
+    assert_eq!(
+        r["mode"]["ramp_up"].as_str(),
+        Some("linear from 2 workers over 3 s")
+    );
+    let l = &levels(&r, 0)[0];
+    let mut firsts: Vec<f64> = l["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["first"] == true)
+        .map(|s| s["sent_s"].as_f64().unwrap() - s["lag_s"].as_f64().unwrap())
+        .collect();
+    firsts.sort_by(f64::total_cmp);
+    let planned = [0.0, 0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0];
+    assert_eq!(firsts.len(), 8);
+    for (got, want) in firsts.iter().zip(planned) {
+        assert!((got - want).abs() < 1e-3, "first sends {firsts:?}");
+    }
+    assert!(l["per_second"].as_array().is_some_and(|v| v.len() >= 4));
+    // The server's view: each request's span from its arrival to its last event.
+    let n = l["requests"].as_u64().unwrap() as usize;
+    let spans: Vec<(f64, f64)> = logged(&log, n)
+        .iter()
+        .map(|e| {
+            let at = arrival_s(e);
+            let last = e["events"]
+                .as_array()
+                .and_then(|v| v.last())
+                .and_then(|x| x["t_s"].as_f64())
+                .unwrap_or(0.0);
+            (at, at + last)
+        })
+        .collect();
+    // Counted from the level's start (its first requests' arrivals come a connection later).
+    let t0 = l["started_unix_s"].as_f64().unwrap();
+    let most_in_flight = |from: f64, to: f64| {
+        spans
+            .iter()
+            .filter(|(a, _)| a - t0 >= from && a - t0 < to)
+            .map(|&(a, _)| spans.iter().filter(|(b, e)| *b <= a && a < *e).count())
+            .max()
+            .unwrap_or(0)
+    };
+    let seen: Vec<usize> = (0..6)
+        .map(|k| most_in_flight(0.5 * k as f64 + 0.1, 0.5 * k as f64 + 0.4))
+        .collect();
+    assert_eq!(
+        seen,
+        [2, 3, 4, 5, 6, 7],
+        "most in flight at the server per half second"
+    );
+}
+
 /// The median of `v` (sorted in place).
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);

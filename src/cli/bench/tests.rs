@@ -276,7 +276,7 @@ fn until_clear_needs_slos_a_fixed_sweep_and_one_process() {
 }
 
 #[test]
-fn a_ramp_up_needs_open_loop_and_a_lower_start() {
+fn a_ramp_up_needs_a_lower_start() {
     let base = [
         "--requests-per-level",
         "5",
@@ -287,10 +287,24 @@ fn a_ramp_up_needs_open_loop_and_a_lower_start() {
     ];
     let with = |extra: &[&str]| plan_with(&base, extra);
     let p = with(&["--rate", "4,8", "--ramp-from", "1"]).expect("plan");
-    let r = p.shape.rate_ramp.expect("ramp");
+    let r = p.shape.load_ramp.expect("ramp");
     assert_eq!((r.exponential, r.from, r.over), (true, 1.0, 10.0));
+    // Closed loop: workers.
+    let p = with(&["--concurrency", "4,8", "--ramp-from", "2"]).expect("plan");
+    assert_eq!(p.shape.load_ramp.map(|r| r.from), Some(2.0));
     for (extra, says) in [
-        (&["--concurrency", "2", "--ramp-from", "1"][..], "--rate"),
+        (
+            &["--concurrency", "2", "--ramp-from", "2"][..],
+            "at least 1 worker and below every --concurrency",
+        ),
+        (
+            &["--concurrency", "4", "--ramp-from", "0.5"],
+            "at least 1 worker",
+        ),
+        (
+            &["--concurrency", "4", "--ramp-from", "1", "--ramp", "1s"],
+            "--ramp spreads them evenly instead",
+        ),
         (&["--rate", "4,8", "--ramp-from", "4"], "below every --rate"),
         (&["--rate", "4", "--ramp-from", "0"], "above 0"),
     ] {
@@ -484,7 +498,7 @@ fn a_trace_prompt_plans_one_level_of_its_requests() {
     assert_eq!(p.levels.len(), 1);
     assert_eq!(p.levels[0].concurrency, 1000);
     let rate = p.levels[0].rate.unwrap();
-    assert!((rate - 39.0 / 11.621).abs() < 1e-9, "{rate}");
+    assert_eq!(rate, 3.356, "39 gaps over 11.621 s, to four digits");
     assert_eq!(
         replay(&["--concurrency", "8"]).unwrap().levels[0].concurrency,
         8
