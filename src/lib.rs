@@ -7,6 +7,7 @@
 //! - [`log`]: the log line format (logfmt or JSON, one event per line).
 //! - [`measure`]: the measurement fold from timestamped events to a [`measure::ProbeResult`] (pure).
 //! - [`outcome`]: error types, flags and the classification rules (pure).
+//! - [`ratelimit`]: the quotas an answer's rate-limit headers state (pure).
 //! - [`probe`]: one streaming request, timestamped in the reading task (async I/O).
 //! - [`auth`]: API keys, where they come from, the header that carries them.
 //! - [`config`]: the YAML config, validated once.
@@ -49,6 +50,7 @@ pub mod outcome;
 pub mod output;
 pub mod probe;
 pub mod protocol;
+pub mod ratelimit;
 pub mod redact;
 pub mod render;
 pub mod resources;

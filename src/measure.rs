@@ -110,6 +110,9 @@ pub struct ProbeResult {
     pub flags: BTreeSet<Flag>,
     /// The wait a 429 (or other error) asked for.
     pub retry_after_s: Option<f64>,
+    /// The quotas the answer's rate-limit headers stated (empty when it sent none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rate_limits: Vec<crate::ratelimit::Reading>,
     /// llama.cpp's own timings, when sent.
     pub server_timings: Option<ServerTimings>,
     /// Visible answer text (first 64 KiB).
@@ -167,6 +170,7 @@ pub struct Measurement {
     failure: Option<Failure>,
     flags: BTreeSet<Flag>,
     retry_after: Option<Duration>,
+    rate_limits: Vec<crate::ratelimit::Reading>,
     server_timings: Option<ServerTimings>,
     text: String,
     /// The answer is not streamed: one whole body, no per-token instants.
@@ -199,6 +203,7 @@ impl Measurement {
             failure: None,
             flags: BTreeSet::new(),
             retry_after: None,
+            rate_limits: Vec::new(),
             server_timings: None,
             text: String::new(),
             whole: false,
@@ -270,6 +275,11 @@ impl Measurement {
     /// Records the wait the server asked for.
     pub fn retry_after(&mut self, wait: Duration) {
         self.retry_after = Some(wait);
+    }
+
+    /// The quotas the answer's head stated (its rate-limit headers).
+    pub fn rate_limits(&mut self, readings: Vec<crate::ratelimit::Reading>) {
+        self.rate_limits = readings;
     }
 
     /// True once a token-bearing event has been seen (the idle deadline applies from then on).
@@ -452,6 +462,7 @@ impl Measurement {
             token_events: n_events,
             flags: self.flags,
             retry_after_s: self.retry_after.map(secs),
+            rate_limits: self.rate_limits,
             server_timings: self.server_timings,
             text: self.text,
             phases: None,

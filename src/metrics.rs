@@ -72,6 +72,17 @@ struct PhaseLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RateLimitLabels {
+    #[prometheus(flatten)]
+    job: JobLabels,
+    kind: &'static str,
+}
+
+/// `tokenprobe_ratelimit_{limit,remaining,reset_seconds}`: a job's series exist once an answer
+/// stated that kind of quota, and hold the last one stated.
+type RateGauges = Family<RateLimitLabels, Gauge<f64, AtomicU64>>;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TurnLabels {
     #[prometheus(flatten)]
     job: JobLabels,
@@ -244,6 +255,8 @@ pub struct Metrics {
     connections: Family<ReusedLabels, Counter>,
     retry_after: Family<JobLabels, Gauge<f64, AtomicU64>>,
     target_wait: Family<JobLabels, Counter<f64, AtomicU64>>,
+    /// Limit, remaining, seconds to reset.
+    ratelimit: [RateGauges; 3],
     job_info: Family<JobInfo, Gauge>,
     reload_ok: Gauge,
     reload_ts: Gauge<f64, AtomicU64>,
@@ -297,6 +310,7 @@ impl Metrics {
             connections: Family::default(),
             retry_after: Family::default(),
             target_wait: Family::default(),
+            ratelimit: Default::default(),
             job_info: Family::default(),
             reload_ok: Gauge::default(),
             reload_ts: Gauge::default(),
@@ -349,6 +363,18 @@ impl Metrics {
         );
         r.register_with_unit("target_wait", "Time the job's probes waited for their target's max_in_flight before they were sent (not part of any TTFT)", Unit::Seconds, m.target_wait.clone());
         r.register_with_unit("retry_after", "The wait the target last asked for with Retry-After on a 429/overload answer; the job's probes pause that long; 0 after a success", Unit::Seconds, m.retry_after.clone());
+        r.register("ratelimit_limit", "The quota the target's last answer stated, by kind (requests, tokens, input_tokens, output_tokens), from its rate-limit headers (OpenAI x-ratelimit-*, Anthropic anthropic-ratelimit-*, the IETF RateLimit fields); only jobs whose answers state one have these series", m.ratelimit[0].clone());
+        r.register(
+            "ratelimit_remaining",
+            "What was left of that quota at the target's last answer stating it, by kind",
+            m.ratelimit[1].clone(),
+        );
+        r.register_with_unit(
+            "ratelimit_reset",
+            "Time until that quota resets, as of the target's last answer stating it, by kind",
+            Unit::Seconds,
+            m.ratelimit[2].clone(),
+        );
         r.register("job_info", "A job's settings that change what its numbers mean: api, connection (new = cold connection per probe, reuse = warm path), nonce (true = prompt-cache hits prevented), workload (messages, synthetic, dataset, conversation), stream (false = whole answers: no TTFT/TPOT observed); always 1", m.job_info.clone());
         r.register("config_last_reload_successful", "1 when the last config (re)load succeeded, 0 when the last attempt was refused (the previous config keeps running)", m.reload_ok.clone());
         r.register_with_unit(
@@ -495,6 +521,7 @@ pub struct JobSeries {
     connections: [Counter; 2],
     retry_after: Gauge<f64, AtomicU64>,
     target_wait: Counter<f64, AtomicU64>,
+    ratelimit: [RateGauges; 3],
     last_success: Gauge,
     last_timestamp: Gauge<f64, AtomicU64>,
     job_info: Family<JobInfo, Gauge>,
@@ -510,6 +537,8 @@ struct SeriesState {
     info: JobInfo,
     /// Removes each of the job's series from its family.
     removers: Vec<Remover>,
+    /// The quota kinds whose series exist.
+    rate_kinds: Vec<crate::ratelimit::Kind>,
 }
 
 type Remover = Box<dyn FnOnce() + Send + Sync>;
@@ -635,6 +664,7 @@ impl JobSeries {
             connections,
             retry_after,
             target_wait,
+            ratelimit: m.ratelimit.clone(),
             last_success,
             last_timestamp,
             job_info: m.job_info.clone(),
@@ -643,6 +673,7 @@ impl JobSeries {
                 last: None,
                 info,
                 removers: rm,
+                rate_kinds: Vec::new(),
             }),
         }
     }
@@ -710,6 +741,26 @@ impl JobSeries {
             for (h, v) in self.phases.iter().zip([p.resolve_s, p.connect_s, p.tls_s]) {
                 if let Some(v) = v {
                     h.observe(v);
+                }
+            }
+        }
+        for q in &r.rate_limits {
+            let labels = RateLimitLabels {
+                job: self.labels.clone(),
+                kind: q.kind.as_str(),
+            };
+            if !st.rate_kinds.contains(&q.kind) {
+                st.rate_kinds.push(q.kind);
+                for family in &self.ratelimit {
+                    let (family, labels) = (family.clone(), labels.clone());
+                    st.removers.push(Box::new(move || {
+                        family.remove(&labels);
+                    }));
+                }
+            }
+            for (family, v) in self.ratelimit.iter().zip([q.limit, q.remaining, q.reset_s]) {
+                if let Some(v) = v {
+                    family.get_or_create(&labels).set(v);
                 }
             }
         }

@@ -54,6 +54,7 @@ mod http;
 mod log;
 pub mod plan;
 pub mod profile;
+pub mod quota;
 mod timer;
 
 use anyhow::{Context, Result, bail};
@@ -126,6 +127,13 @@ pub struct SimulateArgs {
     /// Write one JSON line per finished request with the send instant of every event.
     #[arg(long)]
     pub event_log: Option<PathBuf>,
+    /// A request quota, REQUESTS/WINDOW (e.g. 60/1m, fixed windows from the start): every answer
+    /// states it in rate-limit headers, and a request past it gets a 429 with retry-after.
+    #[arg(long, value_name = "REQUESTS/WINDOW")]
+    pub rate_limit: Option<quota::Quota>,
+    /// Whose headers state --rate-limit's quota.
+    #[arg(long, value_enum, default_value = "openai", requires = "rate_limit")]
+    pub rate_limit_headers: quota::Style,
     /// Generate at most this many answers at once; excess requests queue, and their TTFT
     /// (counted from arrival) grows.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
@@ -204,6 +212,8 @@ pub(crate) struct Shared {
     pub slots: Option<Arc<Semaphore>>,
     pub log: Option<log::EventLog>,
     pub timer: timer::Timer,
+    /// `--rate-limit`.
+    pub rate_limit: Option<quota::Limiter>,
 }
 
 impl SimulateArgs {
@@ -234,6 +244,17 @@ impl SimulateArgs {
 }
 
 impl Shared {
+    /// What `--rate-limit` says of a request arriving at `at` (`wall` on the wall clock).
+    pub(crate) fn quota(
+        &self,
+        at: std::time::Instant,
+        wall: std::time::SystemTime,
+    ) -> quota::Verdict {
+        self.rate_limit
+            .as_ref()
+            .map_or(quota::Verdict::NONE, |l| l.take(at, wall))
+    }
+
     /// The profile a request's model picks: its `--profile`, else the defaults.
     pub(crate) fn served(&self, model: &str) -> &profile::Served {
         self.profiles
@@ -309,6 +330,9 @@ pub async fn run(args: SimulateArgs) -> Result<ExitCode> {
             .map(|n| Arc::new(Semaphore::new(n as usize))),
         log,
         timer: timer::Timer::start(args.timer, args.timer_slack),
+        rate_limit: args
+            .rate_limit
+            .map(|q| quota::Limiter::new(q, args.rate_limit_headers, std::time::Instant::now())),
     });
     {
         let mut out = std::io::stdout().lock();

@@ -396,3 +396,53 @@ fn skip_help_names_every_reason_and_internal_errors_start_at_zero() {
             .contains("tokenprobe_internal_errors_total{reason=\"fd_exhausted\"} 1")
     );
 }
+
+/// Issue 25 item 4: the quotas an answer states become gauges by kind; a job whose answers state
+/// none has no such series; the last answer's values win; a removed job's go with it.
+#[test]
+fn rate_limit_headroom_becomes_gauges_by_kind() {
+    use crate::ratelimit::{Kind, Reading};
+    let m = Metrics::new(&Buckets::default());
+    let s = m.register_job(info(job()));
+    s.record(&success(), SystemTime::now());
+    assert!(
+        !m.encode_text().unwrap().contains("tokenprobe_ratelimit"),
+        "no series before an answer states a quota"
+    );
+    let mut r = success();
+    r.rate_limits = vec![
+        Reading {
+            kind: Kind::Requests,
+            limit: Some(60.0),
+            remaining: Some(59.0),
+            reset_s: Some(1.0),
+        },
+        Reading {
+            kind: Kind::Tokens,
+            limit: None,
+            remaining: Some(149_984.0),
+            reset_s: None,
+        },
+    ];
+    s.record(&r, SystemTime::now());
+    r.rate_limits[0].remaining = Some(58.0);
+    s.record(&r, SystemTime::now());
+    let lines = job_lines(&m);
+    let l = r#"target="local",model="m",prompt="hello""#;
+    for want in [
+        format!("tokenprobe_ratelimit_limit{{{l},kind=\"requests\"}} 60.0"),
+        format!("tokenprobe_ratelimit_remaining{{{l},kind=\"requests\"}} 58.0"),
+        format!("tokenprobe_ratelimit_reset_seconds{{{l},kind=\"requests\"}} 1.0"),
+        format!("tokenprobe_ratelimit_remaining{{{l},kind=\"tokens\"}} 149984.0"),
+    ] {
+        assert!(lines.contains(&want), "{want} not in {lines:#?}");
+    }
+    assert!(
+        !lines
+            .iter()
+            .any(|x| x.starts_with("tokenprobe_ratelimit_limit") && x.contains("tokens")),
+        "a value never stated has no series"
+    );
+    m.remove_job(&job());
+    assert!(!m.encode_text().unwrap().contains("tokenprobe_ratelimit_"));
+}

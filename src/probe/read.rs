@@ -198,6 +198,7 @@ async fn request_and_read(
             .map(|(n, v)| (n.as_str(), v.as_str()))
             .collect(),
     };
+    m.rate_limits(crate::ratelimit::read(&head.headers, SystemTime::now()));
     // A non-2xx head (or a proxy's answer) decides the type (ruling 5); a 2xx body is read as a
     // stream and judged from its bytes, whatever its Content-Type says (ruling 1).
     if classify_head(&head, &StreamError::default()).is_some() {

@@ -118,6 +118,8 @@ async fn handle(
         .clone()
         .unwrap_or_else(|| format!("sim-{seq}-{tag:08x}"));
     let mut rec = Record::arrived(id.clone(), (seq, conn), &req.path, wall, req.received);
+    let quota = shared.quota(arrival, wall);
+    let quota_headers = quota.pairs();
     let body: Value = match serde_json::from_slice(&req.body) {
         Ok(v @ Value::Object(_)) => v,
         _ => {
@@ -143,15 +145,18 @@ async fn handle(
     rec.profile.clone_from(&served.name);
     rec.input_tokens = profile::token_count(&input);
     let mut plan = Plan::draw(&served.timing, shared.error_rate, &shared.errors, &ask, rng);
+    if !quota.allowed {
+        plan.fault = Some(Fault::Status(429));
+    }
     rec.fault = plan.fault.map(|f| f.to_string());
 
     if let Some(Fault::Status(status)) = plan.fault {
         rec.status = status;
         let body = body::error_body(Some(proto), status, body::fault_message(status));
-        let extra: &[(&str, &str)] = if status == 429 {
-            &[("retry-after", "1")]
-        } else {
-            &[]
+        let extra: &[(&str, &str)] = match status {
+            _ if !quota.allowed => &quota_headers,
+            429 => &[("retry-after", "1")],
+            _ => &[],
         };
         let keep = simple(stream, &req, status, Some(&id), &body, extra).await;
         rec.head_written = Some(arrival.elapsed());
@@ -178,6 +183,7 @@ async fn handle(
         stream,
         timer: &shared.timer,
         pending,
+        extra: &quota_headers,
         arrival,
         chunked: req.chunked_ok,
         payload: Vec::with_capacity(512),
@@ -254,6 +260,8 @@ struct Out<'a> {
     stream: &'a mut TcpStream,
     timer: &'a Timer,
     pending: &'a mut Vec<u8>,
+    /// Headers of the answer's head besides the simulator's own (`--rate-limit`'s).
+    extra: &'a [(&'a str, &'a str)],
     arrival: Instant,
     chunked: bool,
     /// The event being sent, unframed.
@@ -373,7 +381,7 @@ async fn stream_answer(
         framing,
         keep_alive,
         id,
-        &[],
+        out.extra,
     );
     rec.head_written = Some(out.write_raw(&head).await?);
     let (_permit, start) = out.slot(shared).await?;
@@ -453,7 +461,7 @@ async fn whole_answer(
         Framing::Length(body.len()),
         req.keep_alive,
         id,
-        &[],
+        out.extra,
     );
     let end = if fault == Some(Fault::Truncate) {
         // Promise the whole body, send half of it, close.

@@ -423,3 +423,80 @@ async fn probes_of_one_target_are_flagged_when_they_overlap_or_held_back() {
         }
     }
 }
+
+/// Issue 25 item 4: a simulator with a quota of 3 requests a minute, stated in Anthropic's
+/// headers (the other spellings are the unit tests'). Each answer's headroom becomes
+/// `tokenprobe_ratelimit_*{kind="requests"}`: after the third probe none is left, the fourth is
+/// refused (429, `rate_limited`) with the quota still stated, and the reset is the rest of the
+/// minute. The simulator's event log is the truth for how many requests it answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limit_headroom_is_exported_from_the_answers_headers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("events.jsonl");
+    let started = Instant::now();
+    let (_sim, url) = common::e2e::start_simulate(
+        dir.path(),
+        &[
+            "--ttft",
+            "5ms",
+            "--itl",
+            "1ms",
+            "--output-tokens",
+            "2",
+            "--rate-limit",
+            "3/1m",
+            "--rate-limit-headers",
+            "anthropic",
+            "--event-log",
+            log.to_str().expect("path"),
+        ],
+    );
+    let cfg = dir.path().join("c.yml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "defaults: {{interval: 200ms}}\nprompts: [{{name: p, messages: [{{role: user, content: hi}}], max_tokens: 2}}]\n\
+             targets:\n  - {{name: a, base_url: \"{url}/v1\", models: [m1]}}\n"
+        ),
+    )
+    .expect("config");
+    let serve = Serve::start(&cfg, &[]);
+    let metrics = format!("http://{}/metrics", serve.addr);
+    let l = "target=\"a\",model=\"m1\",prompt=\"p\"";
+    wait_until("the quota's refusal", Duration::from_secs(20), async || {
+        let (_, t) = get(&metrics).await;
+        sample(
+            &t,
+            &format!("tokenprobe_probe_errors_total{{{l},error_type=\"rate_limited\"}}"),
+        )
+        .unwrap_or(0.0)
+            >= 1.0
+    })
+    .await;
+    let (_, t) = get(&metrics).await;
+    let g = |name: &str| {
+        sample(
+            &t,
+            &format!("tokenprobe_ratelimit_{name}{{{l},kind=\"requests\"}}"),
+        )
+    };
+    assert_eq!(g("limit"), Some(3.0), "{t}");
+    assert_eq!(g("remaining"), Some(0.0));
+    let reset = g("reset_seconds").expect("reset");
+    let left = 60.0 - started.elapsed().as_secs_f64();
+    assert!(
+        reset > 0.0 && reset <= 60.0 && reset >= left - 1.0,
+        "reset {reset} s, at most {left} s of the minute left"
+    );
+    assert_eq!(
+        sample(&t, &format!("tokenprobe_probes_total{{{l}}}")),
+        Some(4.0),
+        "three answered, the fourth refused, then paused by retry-after"
+    );
+    let answered = std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|x| x.contains("\"status\":200"))
+        .count();
+    assert_eq!(answered, 3, "the simulator answered three");
+}
