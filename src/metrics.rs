@@ -252,6 +252,7 @@ pub struct Metrics {
     last_timestamp: Family<JobLabels, Gauge<f64, AtomicU64>>,
     phases: Family<PhaseLabels, Histogram, Layout>,
     turn_ttft: Family<TurnLabels, Histogram, Layout>,
+    cold_ttft: Hist,
     connections: Family<ReusedLabels, Counter>,
     retry_after: Family<JobLabels, Gauge<f64, AtomicU64>>,
     target_wait: Family<JobLabels, Counter<f64, AtomicU64>>,
@@ -307,6 +308,7 @@ impl Metrics {
             turn_ttft: Family::new_with_constructor(Layout(
                 buckets.time_to_first_token.as_slice().into(),
             )),
+            cold_ttft: hist(&buckets.time_to_first_token),
             connections: Family::default(),
             retry_after: Family::default(),
             target_wait: Family::default(),
@@ -331,7 +333,7 @@ impl Metrics {
         r.register_with_unit("failed_probe_duration", "Failed probes: from sending the request to the failure instant (error event, close or deadline)", s, m.failed_duration.clone());
         r.register("probes", "Probes run, successful or not", m.probes.clone());
         r.register("probe_errors", "Failed probes by error_type (exactly one per failed probe; see docs/measurement.md for the order)", m.errors.clone());
-        r.register("probe_flags", "Anomalies seen in probes (not errors): no_content_type, unterminated_final_event, compressed_stream, burst_delivery, input_length_off, concurrent_probe (another probe of the same target was in flight)", m.flags.clone());
+        r.register("probe_flags", "Anomalies seen in probes (not errors): no_content_type, unterminated_final_event, compressed_stream, burst_delivery, input_length_off, concurrent_probe (another probe of the same target was in flight), cold_start (the first probe of the target after its cold_after without one)", m.flags.clone());
         r.register(
             "output_tokens",
             "Output tokens of successful probes (usage when reported, else token-bearing events)",
@@ -356,6 +358,7 @@ impl Metrics {
         );
         r.register_with_unit("connection_phase", "Connection set-up of probes that opened a connection, by phase: resolve (DNS), connect (TCP, to the target or the proxy), tls (handshake)", Unit::Seconds, m.phases.clone());
         r.register_with_unit("conversation_time_to_first_token", "TTFT of successful probes of conversation prompts, by turn: first (a new conversation) or later (the history resent, which a prefix cache can serve); only conversation jobs have these series", Unit::Seconds, m.turn_ttft.clone());
+        r.register_with_unit("cold_start_time_to_first_token", "TTFT of successful probes flagged cold_start (the first of their target after its cold_after without one), also counted in time_to_first_token; only jobs that had one have these series", Unit::Seconds, m.cold_ttft.clone());
         r.register(
             "probe_connections",
             "Probes by whether they reused a kept-alive connection (reused=\"true\") or opened one",
@@ -522,6 +525,7 @@ pub struct JobSeries {
     retry_after: Gauge<f64, AtomicU64>,
     target_wait: Counter<f64, AtomicU64>,
     ratelimit: [RateGauges; 3],
+    cold_ttft: Hist,
     last_success: Gauge,
     last_timestamp: Gauge<f64, AtomicU64>,
     job_info: Family<JobInfo, Gauge>,
@@ -539,6 +543,8 @@ struct SeriesState {
     removers: Vec<Remover>,
     /// The quota kinds whose series exist.
     rate_kinds: Vec<crate::ratelimit::Kind>,
+    /// Whether the cold-start TTFT series exists.
+    cold_seen: bool,
 }
 
 type Remover = Box<dyn FnOnce() + Send + Sync>;
@@ -665,6 +671,7 @@ impl JobSeries {
             retry_after,
             target_wait,
             ratelimit: m.ratelimit.clone(),
+            cold_ttft: m.cold_ttft.clone(),
             last_success,
             last_timestamp,
             job_info: m.job_info.clone(),
@@ -674,6 +681,7 @@ impl JobSeries {
                 info,
                 removers: rm,
                 rate_kinds: Vec::new(),
+                cold_seen: false,
             }),
         }
     }
@@ -790,6 +798,16 @@ impl JobSeries {
                     }
                 };
                 observe(&self.ttft, r.ttft_s);
+                if r.flags.contains(&Flag::ColdStart) {
+                    if !st.cold_seen {
+                        st.cold_seen = true;
+                        let (family, labels) = (self.cold_ttft.clone(), self.labels.clone());
+                        st.removers.push(Box::new(move || {
+                            family.remove(&labels);
+                        }));
+                    }
+                    observe(&self.cold_ttft.get_or_create(&self.labels), r.ttft_s);
+                }
                 if let Some(t) = r.turn
                     && let Some(h) = self.turn_ttft.get(usize::from(t > 1))
                 {

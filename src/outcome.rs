@@ -119,17 +119,21 @@ pub enum Flag {
     /// Another probe of the same target was in flight during this one (`serve` with several jobs
     /// on one server): its TTFT may hold the wait behind the other's prefill.
     ConcurrentProbe,
+    /// The first probe of its target after the target's `cold_after` without one (`serve`): a
+    /// server that idled may answer it slower (a cold engine), not load.
+    ColdStart,
 }
 
 impl Flag {
     /// Every flag (used to pre-create counter series at 0).
-    pub const ALL: [Flag; 6] = [
+    pub const ALL: [Flag; 7] = [
         Flag::NoContentType,
         Flag::UnterminatedFinalEvent,
         Flag::CompressedStream,
         Flag::BurstDelivery,
         Flag::InputLengthOff,
         Flag::ConcurrentProbe,
+        Flag::ColdStart,
     ];
 
     /// The label value, e.g. `burst_delivery`.
@@ -141,6 +145,7 @@ impl Flag {
             Flag::BurstDelivery => "burst_delivery",
             Flag::InputLengthOff => "input_length_off",
             Flag::ConcurrentProbe => "concurrent_probe",
+            Flag::ColdStart => "cold_start",
         }
     }
 }

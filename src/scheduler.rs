@@ -36,7 +36,8 @@ pub fn offset(name: &str, period: Duration) -> Duration {
 type Pauses = Arc<Mutex<HashMap<String, Instant>>>;
 
 /// The probes of one target in flight, across its jobs: whether one ran while another was in
-/// flight (flag `concurrent_probe`), and the target's `max_in_flight`.
+/// flight (flag `concurrent_probe`), whether the target had been idle for its `cold_after` (flag
+/// `cold_start`), and the target's `max_in_flight`.
 #[derive(Debug)]
 struct TargetGate {
     in_flight: AtomicUsize,
@@ -46,6 +47,10 @@ struct TargetGate {
     /// The limit, as configured, and its permits.
     max: Option<u32>,
     permits: Option<Arc<tokio::sync::Semaphore>>,
+    /// `cold_after`, as configured.
+    cold_after: Option<Duration>,
+    /// When the target's last probe ended (none yet: not known to be idle).
+    last_end: std::sync::Mutex<Option<Instant>>,
 }
 
 /// A probe of a target in flight: what [`TargetGate::begin`] saw; leaving the flight (dropping
@@ -54,6 +59,8 @@ struct InFlight {
     gate: Arc<TargetGate>,
     others_in_flight: bool,
     number: u64,
+    /// The target had no probe for its `cold_after` before this one.
+    cold: bool,
 }
 
 impl InFlight {
@@ -66,26 +73,43 @@ impl InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.gate.in_flight.fetch_sub(1, Ordering::SeqCst);
+        *self.gate.last_end() = Some(Instant::now());
     }
 }
 
 impl TargetGate {
-    fn new(max: Option<u32>) -> Self {
+    fn new(max: Option<u32>, cold_after: Option<Duration>) -> Self {
         TargetGate {
             in_flight: AtomicUsize::new(0),
             begun: AtomicU64::new(0),
             max,
             permits: max.map(|n| Arc::new(tokio::sync::Semaphore::new(n as usize))),
+            cold_after,
+            last_end: std::sync::Mutex::new(None),
         }
     }
 
-    fn begin(self: &Arc<Self>) -> InFlight {
+    fn last_end(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
+        self.last_end
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A probe begins at `now`: cold when no other is in flight and the last one of the target
+    /// ended `cold_after` or longer ago.
+    fn begin(self: &Arc<Self>, now: Instant) -> InFlight {
         let before = self.in_flight.fetch_add(1, Ordering::SeqCst);
         let number = self.begun.fetch_add(1, Ordering::SeqCst) + 1;
+        let cold = before == 0
+            && match (self.cold_after, *self.last_end()) {
+                (Some(after), Some(end)) => now.saturating_duration_since(end) >= after,
+                _ => false,
+            };
         InFlight {
             gate: self.clone(),
             others_in_flight: before > 0,
             number,
+            cold,
         }
     }
 }
@@ -243,22 +267,24 @@ impl Scheduler {
     /// One gate per target of `jobs` (a target whose `max_in_flight` changed gets a new one; the
     /// probes in flight keep the old), and a warning for each target whose jobs can overlap.
     fn gate_targets(&mut self, jobs: &[Job]) {
-        let mut per_target: HashMap<&str, (usize, Option<u32>)> = HashMap::new();
+        let mut per_target: HashMap<&str, (usize, Option<u32>, Option<Duration>)> = HashMap::new();
         for j in jobs {
-            let e = per_target
-                .entry(j.target.name.as_str())
-                .or_insert((0, j.target.max_in_flight));
+            let e = per_target.entry(j.target.name.as_str()).or_insert((
+                0,
+                j.target.max_in_flight,
+                j.target.cold_after,
+            ));
             e.0 += 1;
         }
         self.gates.retain(|name, g| {
             per_target
                 .get(name.as_str())
-                .is_some_and(|(_, m)| *m == g.max)
+                .is_some_and(|(_, m, c)| *m == g.max && *c == g.cold_after)
         });
-        for (name, (n, max)) in per_target {
+        for (name, (n, max, cold_after)) in per_target {
             self.gates
                 .entry(name.to_owned())
-                .or_insert_with(|| Arc::new(TargetGate::new(max)));
+                .or_insert_with(|| Arc::new(TargetGate::new(max, cold_after)));
             if n > 1 && max != Some(1) {
                 tracing::warn!(
                     target = name,
@@ -441,10 +467,13 @@ impl JobRunner {
                     }
                     None => None,
                 };
-                let flight = gate.begin();
+                let flight = gate.begin(Instant::now());
                 let mut r = prober.run_content(&spec, &content).await;
                 if flight.overlapped() {
                     r.flags.insert(crate::outcome::Flag::ConcurrentProbe);
+                }
+                if flight.cold {
+                    r.flags.insert(crate::outcome::Flag::ColdStart);
                 }
                 drop(flight);
                 if r.exporter_fault {
@@ -531,26 +560,54 @@ mod tests {
 
     #[test]
     fn a_probe_overlapped_when_another_was_in_flight_at_any_point() {
-        let g = Arc::new(TargetGate::new(None));
+        let g = Arc::new(TargetGate::new(None, None));
+        let now = Instant::now();
         // Alone: not overlapped.
-        let a = g.begin();
+        let a = g.begin(now);
         assert!(!a.overlapped());
         drop(a);
         // b starts while a runs; a ends first: both overlapped (a saw b begin, b saw a).
-        let a = g.begin();
-        let b = g.begin();
+        let a = g.begin(now);
+        let b = g.begin(now);
         assert!(a.overlapped() && b.overlapped());
         drop(a);
-        let c = g.begin();
+        let c = g.begin(now);
         assert!(c.overlapped(), "b is still in flight");
         drop(b);
         drop(c);
         // After everything ended, a new probe is alone again.
-        let d = g.begin();
+        let d = g.begin(now);
         assert!(!d.overlapped());
         assert_eq!(g.in_flight.load(Ordering::SeqCst), 1);
         drop(d);
         assert_eq!(g.in_flight.load(Ordering::SeqCst), 0);
+    }
+
+    /// Issue 25 item 5: a probe is cold when its target's last probe ended `cold_after` or
+    /// longer before it and none is in flight; the first probe after a start is not known to be
+    /// cold; without `cold_after` none is.
+    #[test]
+    fn a_probe_after_the_targets_cold_after_is_cold() {
+        let after = Duration::from_secs(60);
+        let g = Arc::new(TargetGate::new(None, Some(after)));
+        let t = Instant::now();
+        let first = g.begin(t);
+        assert!(
+            !first.cold,
+            "nothing known of the target before the first probe"
+        );
+        drop(first);
+        let ended = g.last_end().expect("the end is kept");
+        assert!(!g.begin(ended + Duration::from_secs(59)).cold);
+        // That probe's end (now) is the target's last: a minute after it is cold.
+        let ended = g.last_end().expect("the end is kept");
+        let cold = g.begin(ended + after);
+        assert!(cold.cold, "a minute idle");
+        // Another probe beginning while that one runs is not cold: the target is busy.
+        assert!(!g.begin(ended + after + after).cold);
+        let never = Arc::new(TargetGate::new(None, None));
+        drop(never.begin(t));
+        assert!(!never.begin(t + Duration::from_secs(86_400)).cold);
     }
 
     fn jobs_with_header(value: &str) -> Vec<Job> {

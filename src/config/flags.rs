@@ -187,6 +187,7 @@ impl FlagTarget {
                 insecure_skip_verify: self.insecure_skip_verify,
                 connection: ConnectionMode::New,
                 max_in_flight: None,
+                cold_after: None,
                 price: None,
                 model_prices: BTreeMap::new(),
                 stream: true,

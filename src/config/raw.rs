@@ -205,6 +205,8 @@ pub(super) struct RawTarget {
     pub(super) connection: ConnectionMode,
     /// `serve`: at most this many probes of the target in flight at once.
     pub(super) max_in_flight: Option<S<u32>>,
+    /// `serve`: a probe after this long without one of the target is flagged `cold_start`.
+    pub(super) cold_after: Option<S<String>>,
     /// Metrics endpoints `bench` scrapes beside every level.
     #[serde(default)]
     pub(super) server_metrics: Vec<S<RawServerMetricsEntry>>,

@@ -141,6 +141,9 @@ pub struct Target {
     /// `max_in_flight:` (`serve`): at most this many probes of the target in flight at once; a
     /// probe held back waits (counted apart, never in its TTFT). `None`: no limit.
     pub max_in_flight: Option<u32>,
+    /// `cold_after:` (`serve`): the first probe of the target after this long without one is
+    /// flagged `cold_start`, and its TTFT also goes to the cold-start histogram. `None`: never.
+    pub cold_after: Option<std::time::Duration>,
     /// `price:`: what every model of the target costs, unless `model_prices` names it.
     pub price: Option<Price>,
     /// `model_prices:`: per-model prices.

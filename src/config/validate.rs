@@ -421,6 +421,12 @@ impl Validator {
                     None
                 }
             }),
+            cold_after: self.duration_in(
+                &format!("{path}.cold_after"),
+                &t.cold_after,
+                Duration::from_secs(1),
+                MAX_INTERVAL,
+            ),
             price,
             model_prices,
             stream: t.stream,

@@ -367,6 +367,15 @@ impl Prober {
                 return m.finish();
             }
         };
+        if spec.target.connection == crate::transport::ConnectionMode::Reuse {
+            // hyper's pool takes a finished connection back on a task of its own (once the
+            // connection is ready again), and a request that finds the pool empty races a new
+            // connection against that return: on a busy runtime the kept connection can lose. A
+            // few yields let those tasks run first; before t0, so never inside a TTFT.
+            for _ in 0..3 {
+                tokio::task::yield_now().await;
+            }
+        }
         let t0 = Instant::now();
         let mut m = Measurement::new(t0);
         if !spec.stream {

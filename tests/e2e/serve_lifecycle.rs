@@ -500,3 +500,98 @@ async fn rate_limit_headroom_is_exported_from_the_answers_headers() {
         .count();
     assert_eq!(answered, 3, "the simulator answered three");
 }
+
+/// Issue 25 item 5: with `cold_after: 1s` and probes 1.5 s apart, every probe of target `a` after
+/// its first comes after its target idled a second (the simulator's event log shows the gap
+/// between a request's end and the next one's arrival), so each is flagged `cold_start` and its
+/// TTFT also goes to `tokenprobe_cold_start_time_to_first_token_seconds`; target `b`, with
+/// `cold_after: 1m`, has none and no such series.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probe_after_the_target_idled_is_flagged_cold_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("events.jsonl");
+    let (_sim, url) = common::e2e::start_simulate(
+        dir.path(),
+        &[
+            "--ttft",
+            "20ms",
+            "--itl",
+            "1ms",
+            "--output-tokens",
+            "2",
+            "--event-log",
+            log.to_str().expect("path"),
+        ],
+    );
+    let cfg = dir.path().join("c.yml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "defaults: {{interval: 1500ms}}\nprompts: [{{name: p, messages: [{{role: user, content: hi}}], max_tokens: 2}}]\n\
+             targets:\n  - {{name: a, cold_after: 1s, base_url: \"{url}/v1\", models: [m1]}}\n\
+             \x20 - {{name: b, cold_after: 1m, base_url: \"{url}/v1\", models: [m2]}}\n"
+        ),
+    )
+    .expect("config");
+    let serve = Serve::start(&cfg, &[]);
+    let metrics = format!("http://{}/metrics", serve.addr);
+    let la = "target=\"a\",model=\"m1\",prompt=\"p\"";
+    let lb = "target=\"b\",model=\"m2\",prompt=\"p\"";
+    let cold = |t: &str, l: &str| {
+        sample(
+            t,
+            &format!("tokenprobe_probe_flags_total{{{l},flag=\"cold_start\"}}"),
+        )
+    };
+    let mut text = String::new();
+    wait_until(
+        "three probes of a, the later two cold",
+        Duration::from_secs(20),
+        async || {
+            let (_, t) = get(&metrics).await;
+            let probes = sample(&t, &format!("tokenprobe_probes_total{{{la}}}")).unwrap_or(0.0);
+            let ok = probes >= 3.0 && cold(&t, la) == Some(probes - 1.0);
+            text = t;
+            ok
+        },
+    )
+    .await;
+    let flagged = cold(&text, la).expect("a's flag");
+    assert_eq!(
+        sample(
+            &text,
+            &format!("tokenprobe_cold_start_time_to_first_token_seconds_count{{{la}}}")
+        ),
+        Some(flagged)
+    );
+    assert_eq!(cold(&text, lb), Some(0.0), "b's cold_after is a minute");
+    assert!(!text.contains(&format!(
+        "tokenprobe_cold_start_time_to_first_token_seconds_count{{{lb}}}"
+    )));
+    // The server's view: each of a's requests after the first came over a second after the
+    // previous one ended.
+    let mut spans: Vec<(f64, f64)> = std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["model"] == "m1")
+        .map(|e| {
+            let at = e["arrival_unix_ns"].as_u64().unwrap_or(0) as f64 / 1e9;
+            let last = e["events"]
+                .as_array()
+                .and_then(|v| v.last())
+                .and_then(|x| x["t_s"].as_f64())
+                .unwrap_or(0.0);
+            (at, at + last)
+        })
+        .collect();
+    spans.sort_by(|a, b| a.0.total_cmp(&b.0));
+    assert!(spans.len() >= 3);
+    for w in spans.windows(2) {
+        assert!(
+            w[1].0 - w[0].1 >= 1.0,
+            "an idle gap of {} s",
+            w[1].0 - w[0].1
+        );
+    }
+}
