@@ -325,7 +325,32 @@ pub fn run_with_timeout(
     (status, out_t.join().unwrap(), err_t.join().unwrap())
 }
 
+/// A loopback port free now, for a process a test starts later. It is taken below the kernel's
+/// ephemeral range (`ip_local_port_range`): a port bound with 0 comes from that range, where
+/// every outgoing connection of the other tests picks its local port, so one could take it
+/// between this check and its use (a demo test once found its llama.cpp port "in use by another
+/// process"). Each call of the process starts from another port, so two tests running at once
+/// do not check the same ones in turn.
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap_or(32_768);
+    let (base, span) = (10_000u64, low.saturating_sub(10_000));
+    if span > 1_000 {
+        let start = u64::from(std::process::id()).wrapping_mul(7_919);
+        for _ in 0..2_000 {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let port = base + (start + n * 101) % span;
+            if let Ok(port) = u16::try_from(port)
+                && TcpListener::bind(("127.0.0.1", port)).is_ok()
+            {
+                return port;
+            }
+        }
+    }
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("bind an ephemeral port")
