@@ -325,6 +325,14 @@ pub fn run_with_timeout(
     (status, out_t.join().unwrap(), err_t.join().unwrap())
 }
 
+/// A request of the simulator's event log as (arrival, last event written), Unix seconds; `None`
+/// for a record without both (a request answered without events).
+pub fn record_span(r: &serde_json::Value) -> Option<(f64, f64)> {
+    let arrival = r["arrival_unix_ns"].as_f64()? / 1e9;
+    let last = r["events"].as_array()?.last()?["t_s"].as_f64()?;
+    Some((arrival, arrival + last))
+}
+
 /// A loopback port free now, for a process a test starts later. It is taken below the kernel's
 /// ephemeral range (`ip_local_port_range`): a port bound with 0 comes from that range, where
 /// every outgoing connection of the other tests picks its local port, so one could take it

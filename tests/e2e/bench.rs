@@ -633,18 +633,7 @@ fn a_closed_loop_ramp_up_starts_its_workers_as_the_load_rises() {
     assert!(l["per_second"].as_array().is_some_and(|v| v.len() >= 4));
     // The server's view: each request's span from its arrival to its last event.
     let n = l["requests"].as_u64().unwrap() as usize;
-    let spans: Vec<(f64, f64)> = logged(&log, n)
-        .iter()
-        .map(|e| {
-            let at = arrival_s(e);
-            let last = e["events"]
-                .as_array()
-                .and_then(|v| v.last())
-                .and_then(|x| x["t_s"].as_f64())
-                .unwrap_or(0.0);
-            (at, at + last)
-        })
-        .collect();
+    let spans: Vec<(f64, f64)> = logged(&log, n).iter().filter_map(record_span).collect();
     // Counted from the level's start (its first requests' arrivals come a connection later).
     let t0 = l["started_unix_s"].as_f64().unwrap();
     let most_in_flight = |from: f64, to: f64| {

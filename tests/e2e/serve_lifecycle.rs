@@ -330,11 +330,7 @@ fn request_spans(log: &Path) -> Vec<(f64, f64)> {
         .unwrap_or_default()
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter_map(|r| {
-            let arrival = r["arrival_unix_ns"].as_f64()? / 1e9;
-            let last = r["events"].as_array()?.last()?["t_s"].as_f64()?;
-            Some((arrival, arrival + last))
-        })
+        .filter_map(|r| common::e2e::record_span(&r))
         .collect()
 }
 
@@ -575,15 +571,7 @@ async fn a_probe_after_the_target_idled_is_flagged_cold_start() {
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter(|e| e["model"] == "m1")
-        .map(|e| {
-            let at = e["arrival_unix_ns"].as_u64().unwrap_or(0) as f64 / 1e9;
-            let last = e["events"]
-                .as_array()
-                .and_then(|v| v.last())
-                .and_then(|x| x["t_s"].as_f64())
-                .unwrap_or(0.0);
-            (at, at + last)
-        })
+        .filter_map(|e| common::e2e::record_span(&e))
         .collect();
     spans.sort_by(|a, b| a.0.total_cmp(&b.0));
     assert!(spans.len() >= 3);
