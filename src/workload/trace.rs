@@ -465,9 +465,9 @@ impl Trace {
     /// The replay's mean arrival rate, requests/s: `(n − 1)` over its span (1 for a single
     /// request or one instant).
     pub fn mean_rate(&self) -> f64 {
-        let offsets = self.offsets();
-        match offsets.last() {
-            Some(&span) if offsets.len() > 1 && span > 0.0 => (offsets.len() - 1) as f64 / span,
+        let reqs = self.requests();
+        match reqs.last().map(|r| r.at_s * self.time_scale) {
+            Some(span) if reqs.len() > 1 && span > 0.0 => (reqs.len() - 1) as f64 / span,
             _ => 1.0,
         }
     }
@@ -475,7 +475,7 @@ impl Trace {
     /// What is replayed, for the report.
     pub fn replayed(&self) -> Replayed {
         let rec = self.recording.get();
-        let offsets = self.offsets();
+        let reqs = self.requests();
         Replayed {
             file: self.file.display().to_string(),
             format: self.format,
@@ -483,11 +483,11 @@ impl Trace {
             time_scale: self.time_scale,
             start_s: self.start_s,
             duration_s: self.duration_s,
-            requests: offsets.len() as u64,
+            requests: reqs.len() as u64,
             no_output: rec.map_or(0, |r| r.no_output),
             other_models: rec.map_or(0, |r| r.other_models),
             trace_span_s: rec.map_or(0.0, |r| r.span_s),
-            replay_span_s: offsets.last().copied().unwrap_or(0.0),
+            replay_span_s: reqs.last().map_or(0.0, |r| r.at_s * self.time_scale),
             mean_rate: self.mean_rate(),
         }
     }
