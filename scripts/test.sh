@@ -25,6 +25,11 @@ done
 # The venv's bin first, so tests find its python; prometheus/promtool/chromium are in /usr/bin.
 export PATH="$TOKENPROBE_VENV/bin:$PATH"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+# The runs the tests make go to a scratch run store, not the user's (tests of the store give
+# their own --history).
+history_dir="$(mktemp -d)"
+trap 'rm -rf "$history_dir"' EXIT
+export TOKENPROBE_HISTORY="${TOKENPROBE_HISTORY:-$history_dir/runs.sqlite3}"
 
 step() {
     local name="$1"

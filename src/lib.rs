@@ -19,6 +19,7 @@
 //! - [`cli`]: the subcommands' flags and their conversion into validated plans.
 //! - [`bench`]: concurrency and rate sweeps, the knee, model selection, baseline regression (the
 //!   measuring half: a typed report).
+//! - [`history`]: the run store: every bench run kept, listed, trended, and a baseline.
 //! - [`render`]: the bench report as a table, Markdown, CSV, JSON, HTML and SVG (the rendering
 //!   half).
 //! - [`endpoints`]: the exporter's `/metrics`, `/-/healthy`, `/-/ready`, `/-/reload`, `/`.
@@ -42,6 +43,7 @@ pub mod config;
 pub mod daemon;
 pub mod endpoints;
 pub mod files;
+pub mod history;
 pub mod kstamp;
 pub mod log;
 pub mod measure;

@@ -192,8 +192,8 @@ pub struct BenchPlan {
     pub progress: bool,
     /// Models are judged (several models, limits, weights or a bench file).
     pub judged: bool,
-    /// The baseline report and its path.
-    pub baseline: Option<(Report, PathBuf)>,
+    /// The baseline report and its name (its file, or its run in the run store).
+    pub baseline: Option<(Report, String)>,
     /// Server metrics, the Prometheus source and the finding thresholds.
     pub server: server_view::ServerPlan,
     /// This process's shard of the run (0/1 when it is the whole run).
@@ -790,7 +790,7 @@ pub fn judge(
     report: &mut Report,
     criteria: &Criteria,
     judged: bool,
-    baseline: Option<&(Report, PathBuf)>,
+    baseline: Option<&(Report, String)>,
     thresholds: &findings::Thresholds,
 ) {
     for m in &mut report.models {
@@ -799,14 +799,8 @@ pub fn judge(
     report.selection = judged.then(|| select::select(&report.models, criteria));
     report.capacity_ranking = select::rank_capacity(&report.models, criteria);
     report.findings = findings::findings(&report.models, thresholds);
-    report.comparison = baseline.map(|(b, p)| {
-        select::compare(
-            &report.models,
-            &b.models,
-            criteria,
-            &p.display().to_string(),
-        )
-    });
+    report.comparison =
+        baseline.map(|(b, name)| select::compare(&report.models, &b.models, criteria, name));
 }
 
 /// The runner's (target, model) calibrated (once per run; `None` when the prompt needs none),

@@ -8,7 +8,7 @@ use crate::bench::runner::{Amount, Arrival};
 use crate::bench::shard::{Shard, StartPlan};
 use crate::bench::{
     BenchError, BenchPlan, LevelShape, MAX_REQUESTS_PER_LEVEL, check_select_at, choose_prompts,
-    fd_limit, fit_fd_limit, levels, load_baseline, load_report,
+    fd_limit, fit_fd_limit, levels, load_report,
 };
 use crate::config::Config;
 use crate::probe::ProbeSpec;
@@ -139,7 +139,9 @@ pub struct BenchArgs {
     /// Knee: while TTFT p95 grew by more than this (default 50%).
     #[arg(long)]
     pub knee_ttft_growth: Option<String>,
-    /// An earlier run's JSON report: exit 3 when a metric got worse beyond the tolerance.
+    /// An earlier run to compare with, exit 3 when a metric got worse beyond the tolerance: its
+    /// JSON report's file, or a run in the run store (`last`: the newest of the same target,
+    /// model, prompt and load kind; or its id, as `bench history` lists it).
     #[arg(long)]
     pub baseline: Option<PathBuf>,
     /// Relative tolerance of the baseline comparison (default 10%).
@@ -239,6 +241,9 @@ pub struct BenchArgs {
     /// Server metrics beside every level.
     #[command(flatten)]
     pub server: super::bench_servermetrics::ServerArgs,
+    /// The run store this run is recorded in.
+    #[command(flatten)]
+    pub store: super::bench_history::StoreArgs,
 }
 
 /// `--until-clear N` needs the objectives it decides and a fixed sweep in one process.
@@ -701,10 +706,14 @@ pub struct MergeArgs {
     /// Plot the merged run to FILE.svg.
     #[arg(long)]
     pub plot: Option<PathBuf>,
-    /// An earlier run's JSON report: exit 3 when a metric of the merged run got worse beyond the
-    /// tolerance the shards were run with.
+    /// An earlier run to compare the merged run with (exit 3 when a metric got worse beyond the
+    /// tolerance the shards were run with): its JSON report's file, or a stored run (`last`, an
+    /// id).
     #[arg(long)]
     pub baseline: Option<PathBuf>,
+    /// The run store the merged run is recorded in.
+    #[command(flatten)]
+    pub store: super::bench_history::StoreArgs,
 }
 
 /// What `bench` does besides running a load test.
@@ -716,6 +725,9 @@ pub enum BenchAction {
     /// Render earlier runs' JSON reports (one, or several side by side) to FILE.html, .md, .csv
     /// or .json, without sending a request.
     Report(super::bench_report::ReportArgs),
+    /// The run store: runs listed newest first, one model's trend across them (--model), as
+    /// text, JSON or a page.
+    History(super::bench_history::HistoryArgs),
 }
 
 impl MergeArgs {
@@ -740,12 +752,24 @@ impl MergeArgs {
             },
         };
         let judged = first.selection.is_some();
-        let baseline = match &self.baseline {
-            Some(p) => Some((load_baseline(p)?, p.clone())),
-            None => None,
-        };
+        let store = self.store.open_for_recording()?;
         let mut merged = crate::bench::merge::merge(&reports, &criteria.slos)
             .map_err(|e| BenchError::Usage(format!("bench merge: {e}")))?;
+        let pairs: Vec<(String, String)> = merged
+            .models
+            .iter()
+            .map(|m| {
+                let target = m.target.clone().unwrap_or_else(|| merged.target.clone());
+                (target, m.model.clone())
+            })
+            .collect();
+        let baseline = super::bench_history::baseline(
+            self.baseline.as_deref(),
+            &self.store,
+            &pairs,
+            &merged.prompt,
+            merged.mode.kind == "open",
+        )?;
         crate::bench::judge(
             &mut merged,
             &criteria,
@@ -753,7 +777,9 @@ impl MergeArgs {
             baseline.as_ref(),
             &crate::bench::findings::Thresholds::default(),
         );
-        crate::render::deliver(&merged, &outputs, &criteria)
+        let code = crate::render::deliver(&merged, &outputs, &criteria)?;
+        super::bench_history::record(store, &merged);
+        Ok(code)
     }
 }
 
@@ -827,9 +853,16 @@ impl BenchArgs {
     pub async fn run(&self) -> Result<std::process::ExitCode, BenchError> {
         let outputs = Outputs::check(&self.outputs, self.plot.as_deref())?;
         let plan = self.plan()?;
+        // A shard's report is part of a run: `bench merge` records the run.
+        let store = if self.sharded() {
+            None
+        } else {
+            self.store.open_for_recording()?
+        };
         let criteria = plan.criteria.clone();
         let finished = crate::bench::run(plan).await?;
         let code = crate::render::deliver(&finished.report, &outputs, &criteria)?;
+        super::bench_history::record(store, &finished.report);
         let r = &finished.report;
         let bound: Vec<String> = r
             .models
@@ -861,10 +894,6 @@ impl BenchArgs {
         if a.models.iter().any(|m| m.trim().is_empty()) {
             return Err(BenchError::Usage("--models: empty model name".into()));
         }
-        let baseline = match &a.baseline {
-            Some(p) => Some((load_baseline(p)?, p.clone())),
-            None => None,
-        };
         let config_file = a
             .config_file
             .clone()
@@ -914,6 +943,17 @@ impl BenchArgs {
                 "several prompts are a sweep, not a selection: --baseline, --limit, --weight and --bench.file compare one prompt at a time".into(),
             ));
         }
+        let pairs: Vec<(String, String)> = models
+            .iter()
+            .map(|m| (m.target.name.clone(), m.model.clone()))
+            .collect();
+        let baseline = super::bench_history::baseline(
+            a.baseline.as_deref(),
+            &a.store,
+            &pairs,
+            &spec.prompt.name,
+            level_keys.iter().any(|k| k.rate.is_some()),
+        )?;
         let cross_check = cross_check(a, &spec)?;
         let mut criteria = criteria;
         fit_non_stream(&mut criteria, &spec)?;

@@ -7,7 +7,8 @@
 //! - [`check`]: the `check-config` command.
 //! - [`bench`]: `bench`'s flags → a [`crate::bench::BenchPlan`], run and rendered;
 //!   [`bench_servermetrics`]: its server-metrics flags; [`bench_report`]: `bench report` (earlier
-//!   runs rendered again) and the `bench` command line holding either.
+//!   runs rendered again) and the `bench` command line holding either; [`bench_history`]: the run
+//!   store's flags, `--baseline last`, and `bench history`.
 //!
 //! `simulate`'s flags are [`crate::simulate::SimulateArgs`], beside the simulator they configure.
 //!
@@ -15,6 +16,7 @@
 //! regressed against its baseline; 4 a bench level the client could not measure.
 
 pub mod bench;
+pub mod bench_history;
 pub mod bench_report;
 pub mod bench_servermetrics;
 pub mod check;
@@ -123,6 +125,7 @@ pub fn run(cli: Cli) -> ExitCode {
             Cmd::Bench(args) => match &args.action {
                 Some(bench::BenchAction::Merge(m)) => m.run().map_err(Into::into),
                 Some(bench::BenchAction::Report(r)) => bench_report::run(r).map_err(Into::into),
+                Some(bench::BenchAction::History(h)) => bench_history::run(h).map_err(Into::into),
                 None => args.run().await.map_err(Into::into),
             },
         }

@@ -2,12 +2,13 @@
 //! [`Report`] becomes the terminal table, Markdown, CSV and JSON ([`text`]), the server's and the
 //! cross-checks' blocks ([`server_view`], [`crosscheck`]), the self-contained HTML page ([`html`]) and
 //! the SVG plot ([`plot`]), both drawn by the one chart engine ([`chart`]); [`combine`] puts
-//! several runs' reports side by side for `bench report`. Nothing here measures or judges: it
+//! several runs' reports side by side for `bench report`; [`history`] renders the run store's listings and trends. Nothing here measures or judges: it
 //! reads the typed report [`crate::bench`] made, and numbers are written by [`crate::units`].
 
 pub mod chart;
 pub mod combine;
 pub mod crosscheck;
+pub mod history;
 pub mod html;
 pub mod plot;
 pub mod server_view;

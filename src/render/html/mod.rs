@@ -133,7 +133,7 @@ pub(super) fn span(v: Option<f64>, ptr: &str, u: Unit) -> String {
     cell("span", v, ptr, u)
 }
 
-const STYLE: &str = r"
+pub(crate) const STYLE: &str = r"
 body{font-family:system-ui,sans-serif;margin:0 auto;padding:16px 24px;max-width:1400px;color:#222;background:#fafafa}
 h1{font-size:22px;margin:4px 0 8px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ccc}h3{font-size:15px;margin:16px 0 6px}
 dl.run{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;margin:0;font-size:13px}dl.run dt{color:#555}dl.run dd{margin:0}

@@ -1,0 +1,239 @@
+//! The run store on the command line: `--history FILE` / `--no-history` of `bench` and `bench
+//! merge` (every run recorded), `--baseline last|ID` (a stored run as the baseline), and `bench
+//! history` (runs listed newest first, one model's trend in the terminal, as JSON or on a page).
+
+use crate::bench::BenchError;
+use crate::bench::report::Report;
+use crate::history::{Filter, HistoryError, RunRef, Store, default_path, trend};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// The run store's flags (of `bench`, `bench merge` and `bench history`).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct StoreArgs {
+    /// The run store, an SQLite file (default: runs.sqlite3 in the user's data directory, e.g.
+    /// ~/.local/share/tokenprobe/).
+    #[arg(long, env = "TOKENPROBE_HISTORY", value_name = "FILE")]
+    pub history: Option<PathBuf>,
+    /// Do not record this run in the run store.
+    #[arg(long)]
+    pub no_history: bool,
+}
+
+fn usage(e: &HistoryError) -> BenchError {
+    BenchError::Usage(e.to_string())
+}
+
+impl StoreArgs {
+    /// The store's file: `--history`, or the default; `None` where neither names one.
+    pub fn path(&self) -> Option<PathBuf> {
+        self.history.clone().or_else(default_path)
+    }
+
+    /// The store this run will be recorded in, opened (made, migrated) before anything is sent,
+    /// so that a store that cannot take the run is known first; `None` with `--no-history` or
+    /// where the system names no data directory (said on stderr).
+    ///
+    /// # Errors
+    /// [`BenchError::Usage`] for a store that cannot be opened.
+    pub fn open_for_recording(&self) -> Result<Option<Store>, BenchError> {
+        if self.no_history {
+            return Ok(None);
+        }
+        let Some(path) = self.path() else {
+            crate::output::print_stderr_line(
+                "tokenprobe bench: no data directory (HOME is not set): this run is not recorded; give --history FILE to keep it",
+            );
+            return Ok(None);
+        };
+        Store::open(&path).map(Some).map_err(|e| usage(&e))
+    }
+}
+
+/// Records `report` in `store` and says so on stderr; a failed write is said, and the run's
+/// outputs and exit code stand.
+pub fn record(store: Option<Store>, report: &Report) {
+    let Some(mut store) = store else {
+        return;
+    };
+    match store.record(report.clone()) {
+        Ok(id) => crate::output::print_stderr_line(&format!(
+            "tokenprobe bench: recorded as run {id} in {} (--baseline {id}, or last; bench history)",
+            store.path().display()
+        )),
+        Err(e) => crate::output::print_stderr_line(&format!(
+            "tokenprobe bench: this run is not recorded: {e}"
+        )),
+    }
+}
+
+/// The baseline `--baseline` names: a JSON report's file, or a stored run (`last`, or its id,
+/// when no file has that name) of `store`; for `last`, the newest complete run of the same
+/// load kind that ran one of `pairs` (target, model) with `prompt`.
+///
+/// # Errors
+/// [`BenchError`] when the file or the stored run cannot be read, or no stored run matches.
+pub fn baseline(
+    arg: Option<&Path>,
+    store: &StoreArgs,
+    pairs: &[(String, String)],
+    prompt: &str,
+    open_loop: bool,
+) -> Result<Option<(Report, String)>, BenchError> {
+    let Some(arg) = arg else {
+        return Ok(None);
+    };
+    let stored = arg.to_str().and_then(RunRef::parse);
+    let Some(which) = stored.filter(|_| !arg.exists()) else {
+        return crate::bench::load_baseline(arg).map(|r| Some((r, arg.display().to_string())));
+    };
+    let Some(path) = store.path() else {
+        return Err(BenchError::Usage(format!(
+            "--baseline {}: no run store (no data directory); give --history FILE",
+            arg.display()
+        )));
+    };
+    let Some(s) = Store::open_existing(&path).map_err(|e| usage(&e))? else {
+        return Err(BenchError::Usage(format!(
+            "--baseline {}: no run is recorded yet ({} does not exist)",
+            arg.display(),
+            path.display()
+        )));
+    };
+    let (id, report) = s
+        .baseline(which, pairs, prompt, open_loop)
+        .map_err(|e| usage(&e))?;
+    crate::output::print_stderr_line(&format!(
+        "tokenprobe bench: baseline: run {id} of {}, started {}",
+        path.display(),
+        report.started_at
+    ));
+    let name = format!("run {id} ({})", report.started_at);
+    Ok(Some((report, name)))
+}
+
+/// How `bench history` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum HistoryFormat {
+    /// Tables for people.
+    #[default]
+    Text,
+    /// The runs (and the trend) as JSON.
+    Json,
+}
+
+/// Flags of `tokenprobe bench history`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct HistoryArgs {
+    /// The store.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Runs of this model (`model` or `target/model`), and its trend across them.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Runs of this target.
+    #[arg(long)]
+    pub target: Option<String>,
+    /// Runs of this prompt.
+    #[arg(long)]
+    pub prompt: Option<String>,
+    /// Runs started at or after this date or instant (2026-12-01, or RFC 3339).
+    #[arg(long, value_parser = parse_instant)]
+    pub since: Option<String>,
+    /// Runs started before this date or instant.
+    #[arg(long, value_parser = parse_instant)]
+    pub until: Option<String>,
+    /// The newest N runs.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub limit: u64,
+    /// The trend's level (`8`, or `4/s`; default: the newest run's highest).
+    #[arg(long, requires = "model")]
+    pub level: Option<String>,
+    /// Print as text or JSON.
+    #[arg(long, value_enum, default_value_t)]
+    pub format: HistoryFormat,
+    /// Write the trend's page to FILE.html (with --model).
+    #[arg(long = "output", short = 'o', requires = "model")]
+    pub output: Option<PathBuf>,
+}
+
+/// `2026-12-01` (midnight UTC) or an RFC 3339 instant, as RFC 3339 UTC.
+fn parse_instant(v: &str) -> Result<String, String> {
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(v) {
+        return Ok(crate::history::store::utc(&t.to_rfc3339()));
+    }
+    chrono::NaiveDate::parse_from_str(v, "%Y-%m-%d")
+        .map(|d| format!("{}T00:00:00Z", d.format("%Y-%m-%d")))
+        .map_err(|_| format!("{v:?}: a date (2026-12-01) or an RFC 3339 instant"))
+}
+
+/// `bench history`: the matching runs newest first; with `--model`, its trend too.
+///
+/// # Errors
+/// [`BenchError`] for a store that cannot be read or a page that cannot be written.
+pub fn run(a: &HistoryArgs) -> Result<ExitCode, BenchError> {
+    if let Some(o) = &a.output
+        && o.extension().and_then(|e| e.to_str()) != Some("html")
+    {
+        return Err(BenchError::Usage(format!(
+            "-o {}: the trend's page is FILE.html",
+            o.display()
+        )));
+    }
+    let Some(path) = a.store.path() else {
+        return Err(BenchError::Usage(
+            "no run store: no data directory (HOME is not set); give --history FILE".into(),
+        ));
+    };
+    let filter = Filter {
+        model: a.model.clone(),
+        target: a.target.clone(),
+        prompt: a.prompt.clone(),
+        since: a.since.clone(),
+        until: a.until.clone(),
+        limit: usize::try_from(a.limit).unwrap_or(usize::MAX),
+    };
+    let store = Store::open_existing(&path).map_err(|e| usage(&e))?;
+    let runs = match &store {
+        Some(s) => s.list(&filter).map_err(|e| usage(&e))?,
+        None => Vec::new(),
+    };
+    let trend = match (&store, &a.model) {
+        (Some(s), Some(m)) => {
+            let runs = s.model_runs(m, &filter).map_err(|e| usage(&e))?;
+            Some(trend::trend(m, &runs, a.level.as_deref()))
+        }
+        (None, Some(m)) => Some(trend::trend(m, &[], a.level.as_deref())),
+        _ => None,
+    };
+    match a.format {
+        HistoryFormat::Json => {
+            let doc = crate::render::history::HistoryDoc {
+                store: path.display().to_string(),
+                runs: &runs,
+                trend: trend.as_ref(),
+            };
+            crate::output::print_stdout(&crate::render::history::json(&doc));
+        }
+        HistoryFormat::Text => {
+            if store.is_none() {
+                crate::output::print_stderr_line(&format!(
+                    "tokenprobe bench history: no run is recorded yet ({} does not exist)",
+                    path.display()
+                ));
+            }
+            crate::output::print_stdout(&crate::render::history::runs_text(&runs));
+            if let Some(t) = &trend {
+                crate::output::print_stdout(&crate::render::history::trend_text(t));
+            }
+        }
+    }
+    if let (Some(o), Some(t)) = (&a.output, &trend) {
+        let page = crate::render::history::page(t, &path.display().to_string());
+        std::fs::write(o, page).map_err(|e| BenchError::Output {
+            path: o.clone(),
+            reason: e.to_string(),
+        })?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

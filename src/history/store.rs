@@ -1,0 +1,628 @@
+//! The SQLite run store (I/O): its schema, migrations, and reading and writing runs.
+//!
+//! The file is marked with its own `application_id`, so a database of another application is
+//! refused rather than written into, and its `user_version` is the schema. An older schema is
+//! migrated step by step, each step one transaction; a newer one is refused. A run is recorded in
+//! one transaction (its row, its models, its levels), so a crash mid-write leaves the store as it
+//! was before (SQLite's rollback journal). Concurrent runs wait for each other's writes (a busy
+//! timeout), and a stored report is read only up to [`crate::bench::MAX_REPORT_FILE_BYTES`].
+
+use super::{Filter, HistoryError, RunRef};
+use crate::bench::report::Report;
+use rusqlite::{Connection, OptionalExtension as _, Transaction, TransactionBehavior, params};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// `PRAGMA application_id` of a tokenprobe run store ("tkpr").
+const APPLICATION_ID: i64 = 0x746B_7072;
+
+/// The schema this build writes; the store's `user_version`.
+pub const SCHEMA: i64 = 2;
+
+/// How long a write waits for another process's.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The most runs a listing or trend reads.
+pub const MAX_LIST: usize = 10_000;
+
+/// Schema 1: each run's row and its report. Schema 2: every run's models and levels as columns
+/// (what listings, filters and trends read), filled from the stored reports when migrating.
+const SCHEMA_1: &str = "
+CREATE TABLE runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    started_at TEXT NOT NULL,
+    recorded_at TEXT NOT NULL,
+    version TEXT NOT NULL,
+    run_id TEXT,
+    target TEXT NOT NULL,
+    prompt TEXT NOT NULL,
+    open_loop INTEGER NOT NULL,
+    interrupted INTEGER NOT NULL,
+    baseline TEXT,
+    regressions INTEGER,
+    command TEXT,
+    report TEXT NOT NULL
+);
+CREATE INDEX runs_by_start ON runs(started_at);
+";
+
+const SCHEMA_2: &str = "
+CREATE TABLE models (
+    run INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    ord INTEGER NOT NULL,
+    model TEXT NOT NULL,
+    target TEXT NOT NULL,
+    prompt TEXT NOT NULL,
+    capacity REAL,
+    PRIMARY KEY (run, ord)
+);
+CREATE INDEX models_by_name ON models(model);
+CREATE TABLE levels (
+    run INTEGER NOT NULL,
+    ord INTEGER NOT NULL,
+    level TEXT NOT NULL,
+    x REAL NOT NULL,
+    requests INTEGER NOT NULL,
+    error_rate REAL NOT NULL,
+    ttft_p50 REAL,
+    ttft_p95 REAL,
+    tpot_p50 REAL,
+    e2e_p95 REAL,
+    output_tokens_per_s REAL NOT NULL,
+    slo_attainment REAL,
+    client_bound INTEGER NOT NULL,
+    PRIMARY KEY (run, ord, level),
+    FOREIGN KEY (run, ord) REFERENCES models(run, ord) ON DELETE CASCADE
+);
+";
+
+/// One stored run, as listed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StoredRun {
+    /// Its id in the store (`--baseline ID`).
+    pub id: i64,
+    /// When it started (RFC 3339, UTC).
+    pub started_at: String,
+    /// The tokenprobe that ran it.
+    pub version: String,
+    /// The run id its report carries (equal for every shard of one run).
+    pub run_id: Option<String>,
+    /// Its target(s).
+    pub target: String,
+    /// Its prompt(s).
+    pub prompt: String,
+    /// Open loop (arrival rates) rather than closed (concurrency).
+    pub open_loop: bool,
+    /// Its models, in order.
+    pub models: Vec<String>,
+    /// Its levels' labels, in the order of the first model's.
+    pub levels: Vec<String>,
+    /// Stopped by a signal before its end.
+    pub interrupted: bool,
+    /// The baseline it was compared with, if any.
+    pub baseline: Option<String>,
+    /// Its regressions against that baseline.
+    pub regressions: Option<u64>,
+    /// Its command line.
+    pub command: Option<String>,
+}
+
+/// One model's level in a stored run, as the trend reads it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StoredLevel {
+    /// Its label (`8`, `4/s`).
+    pub level: String,
+    /// Its load (concurrency, or rate).
+    pub x: f64,
+    /// Measured requests.
+    pub requests: u64,
+    /// Failed share of them.
+    pub error_rate: f64,
+    /// TTFT p50 (s).
+    pub ttft_p50_s: Option<f64>,
+    /// TTFT p95 (s).
+    pub ttft_p95_s: Option<f64>,
+    /// TPOT p50 (s).
+    pub tpot_p50_s: Option<f64>,
+    /// E2E p95 (s).
+    pub e2e_p95_s: Option<f64>,
+    /// Aggregate output tokens/s.
+    pub output_tokens_per_s: f64,
+    /// SLO attainment, when the run had objectives.
+    pub slo_attainment: Option<f64>,
+    /// The client could not measure it.
+    pub client_bound: bool,
+}
+
+/// One model in one stored run: the run, its capacity, its levels.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelRun {
+    /// The run.
+    pub run: StoredRun,
+    /// The model's target.
+    pub target: String,
+    /// The model's prompt.
+    pub prompt: String,
+    /// Its capacity within the SLOs, when the run searched it.
+    pub capacity: Option<f64>,
+    /// Its levels, by load.
+    pub levels: Vec<StoredLevel>,
+}
+
+/// An open run store.
+#[derive(Debug)]
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+}
+
+/// `started_at` as UTC with a `Z` (so that stored instants sort as text); as given when it is
+/// not RFC 3339.
+pub fn utc(instant: &str) -> String {
+    chrono::DateTime::parse_from_rfc3339(instant).map_or_else(
+        |_| instant.to_owned(),
+        |t| {
+            t.with_timezone(&chrono::Utc)
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        },
+    )
+}
+
+impl Store {
+    /// Opens the store at `path`, making it (and its directory) when absent and migrating an
+    /// older schema.
+    ///
+    /// # Errors
+    /// [`HistoryError`] for a file that cannot be opened or made, another application's database,
+    /// a newer schema, or a failed migration.
+    pub fn open(path: &Path) -> Result<Self, HistoryError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| HistoryError::Directory {
+                path: path.to_owned(),
+                source,
+            })?;
+        }
+        let conn = Connection::open(path).map_err(HistoryError::sqlite(path))?;
+        let mut store = Self {
+            conn,
+            path: path.to_owned(),
+        };
+        store.prepare()?;
+        Ok(store)
+    }
+
+    /// Opens an existing store (a listing makes none); `None` when there is no file.
+    ///
+    /// # Errors
+    /// As [`Store::open`].
+    pub fn open_existing(path: &Path) -> Result<Option<Self>, HistoryError> {
+        if !path.exists() {
+            return Ok(None);
+        }
+        Self::open(path).map(Some)
+    }
+
+    /// The store's file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn err(&self) -> impl FnOnce(rusqlite::Error) -> HistoryError + '_ {
+        HistoryError::sqlite(&self.path)
+    }
+
+    /// Busy timeout, foreign keys, the file checked as ours, its schema brought up to date.
+    fn prepare(&mut self) -> Result<(), HistoryError> {
+        let path = self.path.clone();
+        let foreign = |e: rusqlite::Error| match e.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::NotADatabase) => HistoryError::Foreign { path: path.clone() },
+            _ => HistoryError::sqlite(&path)(e),
+        };
+        self.conn.busy_timeout(BUSY_TIMEOUT).map_err(&foreign)?;
+        self.conn
+            .pragma_update(None, "foreign_keys", true)
+            .map_err(&foreign)?;
+        loop {
+            let tx = self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(&foreign)?;
+            let app: i64 = tx
+                .pragma_query_value(None, "application_id", |r| r.get(0))
+                .map_err(&foreign)?;
+            let version: i64 = tx
+                .pragma_query_value(None, "user_version", |r| r.get(0))
+                .map_err(&foreign)?;
+            let tables: i64 = tx
+                .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
+                .map_err(&foreign)?;
+            if app != APPLICATION_ID && (app != 0 || version != 0 || tables != 0) {
+                return Err(HistoryError::Foreign { path });
+            }
+            if version > SCHEMA {
+                return Err(HistoryError::Newer {
+                    path,
+                    found: version,
+                    known: SCHEMA,
+                });
+            }
+            if version == SCHEMA {
+                return Ok(());
+            }
+            migrate(&tx, version).map_err(&foreign)?;
+            tx.pragma_update(None, "application_id", APPLICATION_ID)
+                .map_err(&foreign)?;
+            tx.pragma_update(None, "user_version", version + 1)
+                .map_err(&foreign)?;
+            tx.commit().map_err(&foreign)?;
+        }
+    }
+
+    /// Records a finished run (samples left out) in one transaction; its id.
+    ///
+    /// # Errors
+    /// [`HistoryError::Sqlite`] when the write fails (nothing of the run is then stored).
+    pub fn record(&mut self, mut report: Report) -> Result<i64, HistoryError> {
+        for l in report.models.iter_mut().flat_map(|m| &mut m.levels) {
+            l.samples = None;
+        }
+        let json = serde_json::to_string(&report).map_err(|e| HistoryError::Report {
+            path: self.path.clone(),
+            id: 0,
+            reason: e.to_string(),
+        })?;
+        let path = self.path.clone();
+        let err = HistoryError::sqlite(&path);
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(HistoryError::sqlite(&path))?;
+        let id = insert_run(&tx, &report, &json)
+            .and_then(|id| index(&tx, id, &report).map(|()| id))
+            .map_err(HistoryError::sqlite(&path))?;
+        tx.commit().map_err(err)?;
+        Ok(id)
+    }
+
+    /// Runs matching `f`, newest first.
+    ///
+    /// # Errors
+    /// [`HistoryError::Sqlite`] when the store cannot be read.
+    pub fn list(&self, f: &Filter) -> Result<Vec<StoredRun>, HistoryError> {
+        let limit = if f.limit == 0 { MAX_LIST } else { f.limit };
+        let sql = "SELECT id, started_at, version, run_id, target, prompt, open_loop, interrupted,
+                baseline, regressions, command FROM runs r
+            WHERE (?1 IS NULL OR EXISTS (SELECT 1 FROM models m WHERE m.run = r.id
+                    AND (m.model = ?1 OR m.target || '/' || m.model = ?1)))
+              AND (?2 IS NULL OR EXISTS (SELECT 1 FROM models m WHERE m.run = r.id AND m.target = ?2))
+              AND (?3 IS NULL OR EXISTS (SELECT 1 FROM models m WHERE m.run = r.id AND m.prompt = ?3))
+              AND (?4 IS NULL OR started_at >= ?4)
+              AND (?5 IS NULL OR started_at < ?5)
+            ORDER BY started_at DESC, id DESC LIMIT ?6";
+        let mut stmt = self.conn.prepare(sql).map_err(self.err())?;
+        let rows = stmt
+            .query_map(
+                params![
+                    f.model,
+                    f.target,
+                    f.prompt,
+                    f.since.as_deref().map(utc),
+                    f.until.as_deref().map(utc),
+                    i64::try_from(limit.min(MAX_LIST)).unwrap_or(i64::MAX)
+                ],
+                |r| {
+                    Ok(StoredRun {
+                        id: r.get(0)?,
+                        started_at: r.get(1)?,
+                        version: r.get(2)?,
+                        run_id: r.get(3)?,
+                        target: r.get(4)?,
+                        prompt: r.get(5)?,
+                        open_loop: r.get(6)?,
+                        interrupted: r.get(7)?,
+                        baseline: r.get(8)?,
+                        regressions: r
+                            .get::<_, Option<i64>>(9)?
+                            .map(|n| u64::try_from(n).unwrap_or(0)),
+                        command: r.get(10)?,
+                        models: Vec::new(),
+                        levels: Vec::new(),
+                    })
+                },
+            )
+            .map_err(self.err())?;
+        let mut runs = Vec::new();
+        for run in rows {
+            let mut run = run.map_err(self.err())?;
+            run.models = self.strings(
+                "SELECT CASE WHEN (SELECT count(DISTINCT target) FROM models WHERE run = ?1) > 1
+                    THEN target || '/' || model ELSE model END
+                 FROM models WHERE run = ?1 ORDER BY ord",
+                run.id,
+            )?;
+            run.levels = self.strings(
+                "SELECT level FROM levels WHERE run = ?1 AND ord = (SELECT min(ord) FROM levels WHERE run = ?1) ORDER BY x",
+                run.id,
+            )?;
+            runs.push(run);
+        }
+        Ok(runs)
+    }
+
+    fn strings(&self, sql: &str, id: i64) -> Result<Vec<String>, HistoryError> {
+        let mut stmt = self.conn.prepare_cached(sql).map_err(self.err())?;
+        let rows = stmt
+            .query_map([id], |r| r.get::<_, String>(0))
+            .map_err(self.err())?;
+        rows.collect::<Result<_, _>>().map_err(self.err())
+    }
+
+    /// `model`'s stored runs matching `f` (`model` or `target/model`), newest first, each with
+    /// its levels.
+    ///
+    /// # Errors
+    /// [`HistoryError::Sqlite`] when the store cannot be read.
+    pub fn model_runs(&self, model: &str, f: &Filter) -> Result<Vec<ModelRun>, HistoryError> {
+        let f = Filter {
+            model: Some(model.to_owned()),
+            ..f.clone()
+        };
+        let mut out = Vec::new();
+        for run in self.list(&f)? {
+            let mut stmt = self
+                .conn
+                .prepare_cached(
+                    "SELECT ord, target, prompt, capacity FROM models WHERE run = ?1
+                       AND (model = ?2 OR target || '/' || model = ?2)
+                       AND (?3 IS NULL OR target = ?3) AND (?4 IS NULL OR prompt = ?4)
+                     ORDER BY ord LIMIT 1",
+                )
+                .map_err(self.err())?;
+            let found = stmt
+                .query_row(params![run.id, model, f.target, f.prompt], |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, Option<f64>>(3)?,
+                    ))
+                })
+                .optional()
+                .map_err(self.err())?;
+            let Some((ord, target, prompt, capacity)) = found else {
+                continue;
+            };
+            let levels = self.levels(run.id, ord)?;
+            out.push(ModelRun {
+                run,
+                target,
+                prompt,
+                capacity,
+                levels,
+            });
+        }
+        Ok(out)
+    }
+
+    fn levels(&self, run: i64, ord: i64) -> Result<Vec<StoredLevel>, HistoryError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT level, x, requests, error_rate, ttft_p50, ttft_p95, tpot_p50, e2e_p95,
+                        output_tokens_per_s, slo_attainment, client_bound
+                 FROM levels WHERE run = ?1 AND ord = ?2 ORDER BY x",
+            )
+            .map_err(self.err())?;
+        let rows = stmt
+            .query_map([run, ord], |r| {
+                Ok(StoredLevel {
+                    level: r.get(0)?,
+                    x: r.get(1)?,
+                    requests: u64::try_from(r.get::<_, i64>(2)?).unwrap_or(0),
+                    error_rate: r.get(3)?,
+                    ttft_p50_s: r.get(4)?,
+                    ttft_p95_s: r.get(5)?,
+                    tpot_p50_s: r.get(6)?,
+                    e2e_p95_s: r.get(7)?,
+                    output_tokens_per_s: r.get(8)?,
+                    slo_attainment: r.get(9)?,
+                    client_bound: r.get(10)?,
+                })
+            })
+            .map_err(self.err())?;
+        rows.collect::<Result<_, _>>().map_err(self.err())
+    }
+
+    /// The stored run `which` names, for a run of `models` (target, model) pairs with `prompt`:
+    /// `last` is the newest run, not interrupted, of the same load kind that ran one of them
+    /// with that prompt. Its id and report.
+    ///
+    /// # Errors
+    /// [`HistoryError::NotFound`] when no run matches, [`HistoryError::Report`] when its report
+    /// cannot be read back.
+    pub fn baseline(
+        &self,
+        which: RunRef,
+        models: &[(String, String)],
+        prompt: &str,
+        open_loop: bool,
+    ) -> Result<(i64, Report), HistoryError> {
+        let id = match which {
+            RunRef::Id(id) => id,
+            RunRef::Last => {
+                let mut newest: Option<(String, i64)> = None;
+                for (target, model) in models {
+                    let found = self
+                        .conn
+                        .query_row(
+                            "SELECT r.started_at, r.id FROM runs r WHERE r.interrupted = 0
+                               AND r.open_loop = ?1 AND EXISTS (SELECT 1 FROM models m
+                               WHERE m.run = r.id AND m.target = ?2 AND m.model = ?3 AND m.prompt = ?4)
+                             ORDER BY r.started_at DESC, r.id DESC LIMIT 1",
+                            params![open_loop, target, model, prompt],
+                            |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)),
+                        )
+                        .optional()
+                        .map_err(self.err())?;
+                    if found.is_some() && found > newest {
+                        newest = found;
+                    }
+                }
+                let Some((_, id)) = newest else {
+                    return Err(HistoryError::NotFound {
+                        path: self.path.clone(),
+                        what: format!(
+                            "no earlier complete {} run of prompt {prompt} with {} to compare with (--baseline last)",
+                            if open_loop {
+                                "open-loop"
+                            } else {
+                                "closed-loop"
+                            },
+                            models
+                                .iter()
+                                .map(|(t, m)| format!("{t}/{m}"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    });
+                };
+                id
+            }
+        };
+        self.report(id).map(|r| (id, r))
+    }
+
+    /// Run `id`'s report (without samples).
+    ///
+    /// # Errors
+    /// [`HistoryError::NotFound`] for no such run, [`HistoryError::Report`] for a report that is
+    /// too large or not a report.
+    pub fn report(&self, id: i64) -> Result<Report, HistoryError> {
+        let found = self
+            .conn
+            .query_row(
+                "SELECT length(report) <= ?2, CASE WHEN length(report) <= ?2 THEN report END FROM runs WHERE id = ?1",
+                params![
+                    id,
+                    i64::try_from(crate::bench::MAX_REPORT_FILE_BYTES).unwrap_or(i64::MAX)
+                ],
+                |r| Ok((r.get::<_, bool>(0)?, r.get::<_, Option<String>>(1)?)),
+            )
+            .optional()
+            .map_err(self.err())?;
+        let bad = |reason: String| HistoryError::Report {
+            path: self.path.clone(),
+            id,
+            reason,
+        };
+        match found {
+            None => Err(HistoryError::NotFound {
+                path: self.path.clone(),
+                what: format!("no run {id}"),
+            }),
+            Some((false, _) | (_, None)) => Err(bad(format!(
+                "its report is larger than {} MiB",
+                crate::bench::MAX_REPORT_FILE_BYTES >> 20
+            ))),
+            Some((true, Some(json))) => serde_json::from_str(&json)
+                .map_err(|e| bad(format!("not a tokenprobe bench report ({e})"))),
+        }
+    }
+}
+
+/// One migration step: from schema `from` to `from + 1`.
+fn migrate(tx: &Transaction<'_>, from: i64) -> rusqlite::Result<()> {
+    match from {
+        0 => tx.execute_batch(SCHEMA_1),
+        1 => {
+            tx.execute_batch(SCHEMA_2)?;
+            let mut stmt = tx.prepare("SELECT id, report FROM runs ORDER BY id")?;
+            let runs: Vec<(i64, String)> = stmt
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<Result<_, _>>()?;
+            for (id, json) in runs {
+                // A report this build cannot read keeps its row, without models or levels.
+                if let Ok(report) = serde_json::from_str::<Report>(&json) {
+                    index(tx, id, &report)?;
+                }
+            }
+            Ok(())
+        }
+        _ => Err(rusqlite::Error::InvalidQuery),
+    }
+}
+
+fn insert_run(tx: &Transaction<'_>, r: &Report, json: &str) -> rusqlite::Result<i64> {
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    tx.execute(
+        "INSERT INTO runs (started_at, recorded_at, version, run_id, target, prompt, open_loop,
+            interrupted, baseline, regressions, command, report)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+        params![
+            utc(&r.started_at),
+            now,
+            r.version,
+            r.run.as_ref().map(|i| &i.id),
+            r.target,
+            r.prompt,
+            r.mode.kind == "open",
+            r.interrupted.is_some(),
+            r.comparison.as_ref().map(|c| &c.baseline),
+            r.comparison
+                .as_ref()
+                .map(|c| i64::try_from(c.regressions.len()).unwrap_or(i64::MAX)),
+            r.command,
+            json,
+        ],
+    )?;
+    Ok(tx.last_insert_rowid())
+}
+
+/// A run's models and levels as columns.
+fn index(tx: &Transaction<'_>, id: i64, r: &Report) -> rusqlite::Result<()> {
+    let mut model = tx.prepare_cached(
+        "INSERT INTO models (run, ord, model, target, prompt, capacity) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?;
+    let mut level = tx.prepare_cached(
+        "INSERT OR REPLACE INTO levels (run, ord, level, x, requests, error_rate, ttft_p50, ttft_p95,
+            tpot_p50, e2e_p95, output_tokens_per_s, slo_attainment, client_bound)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+    )?;
+    for (ord, m) in r.models.iter().enumerate() {
+        let capacity = m
+            .capacity
+            .as_ref()
+            .and_then(|c| c.rate.or(c.concurrency.map(f64::from)));
+        let ord = i64::try_from(ord).unwrap_or(i64::MAX);
+        model.execute(params![
+            id,
+            ord,
+            m.model,
+            m.target.as_deref().unwrap_or(&r.target),
+            m.prompt.as_deref().unwrap_or(&r.prompt),
+            capacity,
+        ])?;
+        for l in &m.levels {
+            level.execute(params![
+                id,
+                ord,
+                l.key.label(),
+                l.key.x(),
+                i64::try_from(l.requests).unwrap_or(i64::MAX),
+                l.error_rate,
+                l.ttft_s.map(|s| s.p50),
+                l.ttft_s.map(|s| s.p95),
+                l.tpot_s.map(|s| s.p50),
+                l.e2e_s.map(|s| s.p95),
+                l.output_tokens_per_s,
+                l.slo_attainment.as_ref().map(|a| a.share),
+                l.client_bound.is_some(),
+            ])?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

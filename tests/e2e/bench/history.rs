@@ -1,0 +1,244 @@
+//! Issue 25 item 1: every run kept in the run store. Runs against `tokenprobe simulate` go to a
+//! store of the test's own (`--history`); a slower simulator's run is found regressed by
+//! `--baseline last`, and `bench history` lists the runs and the model's trend, whose figures are
+//! each run's own report's.
+
+use super::*;
+
+/// One closed-loop run of 1 and 2 streams, 8 requests each, against `url`, into `store`: its exit
+/// code, its JSON report and its stderr.
+fn run(
+    dir: &Path,
+    url: &str,
+    store: &Path,
+    n: usize,
+    extra: &[&str],
+) -> (Option<i32>, Value, String) {
+    let cfg = sim_config(dir, url);
+    let json = dir.join(format!("run{n}.json"));
+    let mut args = vec![
+        "--config.file",
+        cfg.to_str().unwrap(),
+        "--concurrency",
+        "1,2",
+        "--requests-per-level",
+        "8",
+        "--max-tokens",
+        "4",
+        "--history",
+        store.to_str().unwrap(),
+        "-o",
+        json.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let (code, out, err) = bench(&args, Duration::from_secs(60));
+    assert!(
+        matches!(code, Some(0 | 3)),
+        "run {n}: exit {code:?}\nstdout:\n{out}\nstderr:\n{err}"
+    );
+    (code, read_json(&json), err)
+}
+
+fn history(args: &[&str]) -> (Option<i32>, String, String) {
+    let mut cmd = Command::new(tokenprobe_bin());
+    cmd.args(["bench", "history"]).args(args);
+    let (st, out, err) = run_with_timeout(cmd, None, Duration::from_secs(20));
+    (st.code(), out, err)
+}
+
+/// TTFT p95 of the report's level `i`.
+fn ttft_p95(r: &Value, i: usize) -> f64 {
+    levels(r, 0)[i]["ttft_s"]["p95"].as_f64().unwrap()
+}
+
+#[test]
+fn runs_are_kept_trended_and_the_last_one_is_the_baseline() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store/runs.sqlite3");
+    let s = store.to_str().unwrap();
+
+    // No run yet: `--baseline last` is refused before anything is sent.
+    let (_sim, fast) = simulate(dir.path(), &slots("8", "20ms", "2ms", "4"));
+    let cfg = sim_config(dir.path(), &fast);
+    let (code, _, err) = bench(
+        &[
+            "--config.file",
+            cfg.to_str().unwrap(),
+            "--requests-per-level",
+            "1",
+            "--history",
+            s,
+            "--baseline",
+            "last",
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("no run is recorded yet"), "{err}");
+
+    // Three runs at the fast simulator, each compared with the one before.
+    let mut reports = Vec::new();
+    for n in 1..=3 {
+        let baseline: &[&str] = if n == 1 { &[] } else { &["--baseline", "last"] };
+        let (code, r, err) = run(dir.path(), &fast, &store, n, baseline);
+        assert!(err.contains(&format!("recorded as run {n} in")), "{err}");
+        if n > 1 {
+            assert!(
+                err.contains(&format!("baseline: run {} of", n - 1)),
+                "{err}"
+            );
+            let c = &r["comparison"];
+            assert!(
+                c["baseline"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with(&format!("run {} (", n - 1))
+            );
+            // TTFT 20 ms against 20 ms, within the 10% tolerance or not: what the exit says is
+            // what the comparison found.
+            let regressed = !c["regressions"].as_array().unwrap().is_empty();
+            assert_eq!(code, Some(if regressed { 3 } else { 0 }), "{c}");
+        }
+        reports.push(r);
+    }
+
+    // A fourth at a simulator ten times slower to its first token: a regression against run 3.
+    let (_slow_sim, slow) = simulate(dir.path(), &slots("8", "200ms", "2ms", "4"));
+    let (code, r4, err) = run(dir.path(), &slow, &store, 4, &["--baseline", "last"]);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(err.contains("baseline: run 3 of"), "{err}");
+    let regressions = r4["comparison"]["regressions"].as_array().unwrap().clone();
+    assert!(
+        regressions
+            .iter()
+            .any(|g| g["metric"].as_str().unwrap_or("").starts_with("ttft")),
+        "{regressions:?}"
+    );
+    reports.push(r4);
+
+    // `--baseline 1` names the first run, whatever came after.
+    let (code, r5, err) = run(dir.path(), &slow, &store, 5, &["--baseline", "1"]);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(
+        r5["comparison"]["baseline"]
+            .as_str()
+            .unwrap()
+            .starts_with("run 1 (")
+    );
+    reports.push(r5);
+
+    // The listing: five runs newest first, each with its comparison.
+    let (code, out, err) = history(&["--history", s, "--format", "json"]);
+    assert_eq!(code, Some(0), "{err}");
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    let runs = doc["runs"].as_array().unwrap();
+    let ids: Vec<i64> = runs.iter().map(|r| r["id"].as_i64().unwrap()).collect();
+    assert_eq!(ids, [5, 4, 3, 2, 1]);
+    assert_eq!(runs[0]["models"][0], "sim-a");
+    assert_eq!(runs[0]["levels"], serde_json::json!(["1", "2"]));
+    assert_eq!(
+        runs[1]["regressions"].as_u64(),
+        Some(regressions.len() as u64)
+    );
+    assert!(runs[4]["baseline"].is_null());
+
+    // The trend at level 2: every run's figure is its report's, and run 4's jump is shown.
+    let (code, out, err) = history(&["--history", s, "--model", "sim-a", "--format", "json"]);
+    assert_eq!(code, Some(0), "{err}");
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    let t = &doc["trend"];
+    assert_eq!(t["level"], "2");
+    let points = t["points"].as_array().unwrap();
+    assert_eq!(points.len(), 5);
+    for (p, r) in points.iter().zip(&reports) {
+        assert_eq!(p["ttft_p95_s"].as_f64().unwrap(), ttft_p95(r, 1));
+        assert_eq!(
+            p["output_tokens_per_s"].as_f64().unwrap(),
+            levels(r, 0)[1]["output_tokens_per_s"].as_f64().unwrap()
+        );
+    }
+    let jump = points[3]["change"]["ttft_p95"].as_f64().unwrap();
+    assert!(
+        (jump - (ttft_p95(&reports[3], 1) / ttft_p95(&reports[2], 1) - 1.0)).abs() < 1e-9,
+        "{jump}"
+    );
+    assert!(jump > 2.0, "TTFT 20 ms to 200 ms: {jump}");
+
+    // In the terminal and on the page.
+    let page = dir.path().join("trend.html");
+    let (code, out, err) = history(&[
+        "--history",
+        s,
+        "--model",
+        "sim-a",
+        "--level",
+        "1",
+        "-o",
+        page.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("Trend of sim-a at level 1, 5 runs, oldest first"),
+        "{out}"
+    );
+    assert!(out.contains("TTFT p95"), "{out}");
+    let html = std::fs::read_to_string(&page).unwrap();
+    let want = format!(
+        r#"data-k="/points/3/ttft_p95_s" data-v="{}""#,
+        ttft_p95(&reports[3], 0)
+    );
+    assert!(html.contains(&want), "{want} not on the page");
+
+    // Filters: a date after every run, another model.
+    let (_, out, _) = history(&["--history", s, "--since", "2999-01-01", "--format", "json"]);
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    assert!(doc["runs"].as_array().unwrap().is_empty());
+    let (_, out, _) = history(&["--history", s, "--model", "other"]);
+    assert!(out.contains("no stored run matches"), "{out}");
+}
+
+#[test]
+fn a_store_it_cannot_use_is_refused_before_anything_is_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("events.jsonl");
+    let mut args = slots("8", "20ms", "2ms", "4");
+    args.extend(["--event-log", log.to_str().unwrap()]);
+    let (_sim, url) = simulate(dir.path(), &args);
+    let cfg = sim_config(dir.path(), &url);
+    let text = dir.path().join("notes.txt");
+    std::fs::write(&text, "not a database, but someone's notes\n".repeat(200)).unwrap();
+    let (code, _, err) = bench(
+        &[
+            "--config.file",
+            cfg.to_str().unwrap(),
+            "--requests-per-level",
+            "2",
+            "--history",
+            text.to_str().unwrap(),
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("not a tokenprobe run store"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(&text).unwrap(),
+        "not a database, but someone's notes\n".repeat(200)
+    );
+    // Nothing reached the simulator.
+    assert!(std::fs::read_to_string(&log).unwrap_or_default().is_empty());
+    // `--no-history` runs without it.
+    let (code, _, err) = bench(
+        &[
+            "--config.file",
+            cfg.to_str().unwrap(),
+            "--requests-per-level",
+            "2",
+            "--history",
+            text.to_str().unwrap(),
+            "--no-history",
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!err.contains("recorded as run"), "{err}");
+}
