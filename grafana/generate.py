@@ -506,8 +506,51 @@ def panels():
     y += 1
     p.append(comparison_table(g(0, y, 24, 8)))
     y += 8
+    p += bench_panels(y)
+    y += 17
     p += server_panels(y)
     return p
+
+
+# `tokenprobe bench --remote-write URL`: every level of every run, one sample per series at the
+# level's end, labelled run_id, model, target, prompt and level (no location: a bench is not a
+# probe job). Each run shows as points at its end; the lookback joins them for a few minutes.
+BSEL = 'target=~"$target", model=~"$model", prompt=~"$prompt"'
+
+
+def bench_panel(title, description, expr, unit, grid):
+    return timeseries(title, description, [target(expr, "{{model}} @ {{target}}, level {{level}}", "")],
+                      unit, grid, minimum=0, draw="points", legend_calcs=("lastNotNull", "min", "max"))
+
+
+def bench_panels(y):
+    out = [row("Bench runs over time (bench --remote-write)", y)]
+    y += 1
+    by = "target, model, level"
+    per_run = ("Each point is one bench run's level, at the time it ended: a model's runs over "
+               "time, from `tokenprobe bench --remote-write`. ")
+    out.append(bench_panel(
+        "Bench: TTFT p95 per run",
+        per_run + "TTFT p95 of the level's measured requests.",
+        f'max by ({by}) (tokenprobe_bench_time_to_first_token_seconds{{{BSEL}, quantile="0.95"}})',
+        "s", g(0, y, 12, 8)))
+    out.append(bench_panel(
+        "Bench: TPOT p50 per run",
+        per_run + "TPOT p50 of the level's measured requests.",
+        f'max by ({by}) (tokenprobe_bench_time_per_output_token_seconds{{{BSEL}, quantile="0.5"}})',
+        "s", g(12, y, 12, 8)))
+    y += 8
+    out.append(bench_panel(
+        "Bench: output tokens/s per run",
+        per_run + "Aggregate output tokens/s over the level.",
+        f"max by ({by}) (tokenprobe_bench_output_tokens_per_second{{{BSEL}}})",
+        "short", g(0, y, 12, 8)))
+    out.append(bench_panel(
+        "Bench: error ratio per run",
+        per_run + "Failed share of the level's measured requests.",
+        f"max by ({by}) (tokenprobe_bench_error_ratio{{{BSEL}}})",
+        "percentunit", g(12, y, 12, 8)))
+    return out
 
 
 # The model server's own metrics, beside the probes. The label join: tokenprobe's `model` is the

@@ -23,6 +23,7 @@
 //! - [`render`]: the bench report as a table, Markdown, CSV, JSON, HTML and SVG (the rendering
 //!   half).
 //! - [`endpoints`]: the exporter's `/metrics`, `/-/healthy`, `/-/ready`, `/-/reload`, `/`.
+//! - [`remotewrite`]: bench levels sent to a Prometheus remote-write receiver as they end.
 //! - [`redact`]: what a secret is, and hiding it (and its derived forms) in every output.
 //! - [`output`]: writing to stdout and stderr without panicking on a closed pipe.
 //! - [`units`]: how numbers are written for people (seconds, costs, plain numbers).
@@ -54,6 +55,7 @@ pub mod probe;
 pub mod protocol;
 pub mod ratelimit;
 pub mod redact;
+pub mod remotewrite;
 pub mod render;
 pub mod resources;
 pub(crate) mod rng;

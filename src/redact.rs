@@ -327,7 +327,13 @@ pub fn redact_url(url: &str) -> String {
 }
 
 /// Flags whose value (`NAME=VALUE`, or the whole value) is a secret on any command line.
-const SECRET_FLAGS: [&str; 4] = ["--header", "--query", "--api-key", "--password"];
+const SECRET_FLAGS: [&str; 5] = [
+    "--header",
+    "--query",
+    "--api-key",
+    "--password",
+    "--remote-write-header",
+];
 
 /// A command line safe to show: the value of a header, query or key flag (`--header
 /// NAME=VALUE` keeps `NAME`), a URL's userinfo and its non-public query values are replaced by

@@ -8,6 +8,8 @@ use super::*;
 /// How each level is sent and measured: this shard's share of it, from its shared start instant,
 /// folded into its statistics (with the cross-check, when asked for).
 pub(super) struct Sender {
+    /// Where each finished level also goes (`--remote-write`).
+    pub(super) sink: Option<std::sync::Arc<dyn super::LevelSink>>,
     pub(super) shard: shard::Shard,
     pub(super) start: Option<shard::StartPlan>,
     /// This shard's share of a level (open loop; a duration).
@@ -369,6 +371,9 @@ impl Sender {
                 tried.push((plan.load(key), plan.verdict(&stats)));
             }
             if let Some(r) = reports.get_mut(mi) {
+                if let Some(sink) = &self.sink {
+                    sink.level_done(r, &stats);
+                }
                 r.levels.push(stats);
                 (r.input_tokens_mean, r.output_tokens_mean) = lengths.means();
             }

@@ -8,7 +8,7 @@
 //! - [`bench`]: `bench`'s flags → a [`crate::bench::BenchPlan`], run and rendered;
 //!   [`bench_servermetrics`]: its server-metrics flags; [`bench_report`]: `bench report` (earlier
 //!   runs rendered again) and the `bench` command line holding either; [`bench_history`]: the run
-//!   store's flags, `--baseline last`, and `bench history`.
+//!   store's flags, `--baseline last`, and `bench history`; [`bench_export`]: `--remote-write`.
 //!
 //! `simulate`'s flags are [`crate::simulate::SimulateArgs`], beside the simulator they configure.
 //!
@@ -16,6 +16,7 @@
 //! regressed against its baseline; 4 a bench level the client could not measure.
 
 pub mod bench;
+pub mod bench_export;
 pub mod bench_history;
 pub mod bench_report;
 pub mod bench_servermetrics;

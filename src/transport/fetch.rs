@@ -1,6 +1,7 @@
-//! One bounded `GET` for what tokenprobe reads of other servers besides its probes (a server's
-//! metrics, a Prometheus query): the probes' own transport, so TLS trust, `ca_file`, redirects
-//! (none) and retries (none) mean one thing everywhere. No proxy: metrics endpoints sit beside
+//! One bounded `GET` (or `POST`) for what tokenprobe reads of other servers besides its probes (a
+//! server's metrics, a Prometheus query) and what it sends them (remote write): the probes' own
+//! transport, so TLS trust, `ca_file`, redirects (none) and retries (none) mean one thing
+//! everywhere. No proxy: metrics endpoints sit beside
 //! the server, and a proxy would add its own failures to the server's figures. The body is read
 //! up to a size bound; the caller bounds the time.
 
@@ -72,12 +73,42 @@ impl Fetcher {
         headers: &[(HeaderName, HeaderValue)],
         max_bytes: usize,
     ) -> Result<Fetched, FetchError> {
+        self.request(hyper::Method::GET, url, headers, Bytes::new(), max_bytes)
+            .await
+    }
+
+    /// `POST url` with `headers` and `body`, as [`Fetcher::get`] otherwise (one request: no
+    /// retry, no redirect).
+    ///
+    /// # Errors
+    /// As [`Fetcher::get`].
+    pub async fn post(
+        &mut self,
+        url: &str,
+        headers: &[(HeaderName, HeaderValue)],
+        body: Bytes,
+        max_bytes: usize,
+    ) -> Result<Fetched, FetchError> {
+        self.request(hyper::Method::POST, url, headers, body, max_bytes)
+            .await
+    }
+
+    async fn request(
+        &mut self,
+        method: hyper::Method,
+        url: &str,
+        headers: &[(HeaderName, HeaderValue)],
+        body: Bytes,
+        max_bytes: usize,
+    ) -> Result<Fetched, FetchError> {
         let (uri, basic) = super::request_uri(url).map_err(|_| FetchError::Url)?;
         if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
             return Err(FetchError::Url);
         }
-        let mut req = hyper::Request::get(uri)
-            .body(Body::new(Bytes::new()))
+        let mut req = hyper::Request::builder()
+            .method(method)
+            .uri(uri)
+            .body(Body::new(body))
             .map_err(|_| FetchError::Url)?;
         let h = req.headers_mut();
         if let Some(b) = basic {

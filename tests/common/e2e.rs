@@ -926,7 +926,7 @@ pub fn start_prometheus_scraping(
 }
 
 /// A real Prometheus with these `scrape_configs` entries (YAML, indented as list items), every
-/// second, and these rule files; its guard and base URL once `/-/ready`.
+/// second, and these rule files, accepting remote writes; its guard and base URL once `/-/ready`.
 pub fn start_prometheus_config(
     dir: &Path,
     scrape_configs: &str,
@@ -958,6 +958,8 @@ pub fn start_prometheus_config(
             dir.join("tsdb").display()
         ))
         .arg(format!("--web.listen-address={prom_addr}"))
+        // `bench --remote-write` writes to it (POST /api/v1/write).
+        .arg("--web.enable-remote-write-receiver")
         .arg("--log.level=warn");
     let mut guard = ChildGuard::spawn("prometheus", cmd, dir);
     let prom = format!("http://{prom_addr}");

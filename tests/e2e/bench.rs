@@ -22,6 +22,7 @@ use std::time::Duration;
 use common::e2e::start_simulate as simulate;
 
 mod history;
+mod remote_write;
 mod trace_replay;
 
 fn sim_config(dir: &Path, url: &str) -> std::path::PathBuf {

@@ -3,6 +3,7 @@
 //! Prometheus scrapes it and evaluates `deploy/prometheus/tokenprobe-rules.yml`, then
 //!   - every rule of that file is loaded and evaluates without error, and every recording rule
 //!     yields a series;
+//!   - a `bench --remote-write` run into the same Prometheus gives the bench row its series;
 //!   - `scripts/ci/deploy-check/dashboard-queries.py` runs every panel, variable and alert-rule
 //!     query of `grafana/` and fails if one errors or returns nothing (except its small allowlist
 //!     of metrics tokenprobe does not export yet, which it prints as such).
@@ -123,6 +124,27 @@ fn dashboards_alerts_and_rules_query_real_prometheus() {
         );
         eprintln!("ok    recording rule {name}: {} series", res.len());
     }
+
+    // The bench row's series: one bench run against the same llama.cpp server, written to this
+    // Prometheus by remote write (it runs with --web.enable-remote-write-receiver).
+    let bench_cfg = dir.path().join("bench.yml");
+    std::fs::write(&bench_cfg, config_yaml(&llama.base_url(), "1s", 16)).unwrap();
+    let mut bench = Command::new(common::tokenprobe_bin());
+    bench
+        .args(["bench", "--config.file"])
+        .arg(&bench_cfg)
+        .args([
+            "--concurrency",
+            "1",
+            "--requests-per-level",
+            "2",
+            "--no-history",
+            "--remote-write",
+            &format!("{prom}/api/v1/write"),
+        ]);
+    let (st, out, err) = run_with_timeout(bench, None, Duration::from_secs(120));
+    assert!(st.success(), "bench: {st}\n{out}{err}");
+    assert!(err.contains("1 level(s) sent, 0 failed"), "{err}");
 
     // Every query of the dashboards and Grafana alert rules.
     let mut cmd = Command::new(venv_python());

@@ -1,0 +1,141 @@
+//! `tokenprobe bench`'s export flags: `--remote-write URL` and its headers, TLS trust and
+//! timeout, converted into a validated [`RemoteWriteSpec`].
+
+use crate::bench::BenchError;
+use crate::remotewrite::RemoteWriteSpec;
+use crate::transport::TlsOptions;
+use hyper::header::{HeaderName, HeaderValue};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The export flags of `tokenprobe bench`.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ExportArgs {
+    /// Send every level's results, as it ends, to this Prometheus remote-write receiver (e.g.
+    /// http://prometheus:9090/api/v1/write; `user:password@` in it is sent as Basic
+    /// credentials), as tokenprobe_bench_* series labelled run_id, model, target, prompt, level.
+    #[arg(long, value_name = "URL")]
+    pub remote_write: Option<String>,
+    /// A header sent with every remote-write request, NAME=VALUE (repeatable; e.g.
+    /// Authorization='Bearer ...', X-Scope-OrgID=team-a); its value is hidden in every output.
+    #[arg(
+        long = "remote-write-header",
+        value_name = "NAME=VALUE",
+        requires = "remote_write"
+    )]
+    pub remote_write_headers: Vec<String>,
+    /// PEM CA certificates the remote-write receiver's certificate may chain to, besides the
+    /// bundled roots.
+    #[arg(long, value_name = "FILE", requires = "remote_write")]
+    pub remote_write_ca_file: Option<PathBuf>,
+    /// Accept any certificate from the remote-write receiver.
+    #[arg(long, requires = "remote_write")]
+    pub remote_write_insecure_skip_verify: bool,
+    /// Each remote-write request's time limit.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, requires = "remote_write")]
+    pub remote_write_timeout: Duration,
+}
+
+impl ExportArgs {
+    /// The remote write asked for, checked: an `http(s)` URL, headers that are valid HTTP, a
+    /// timeout from 100 ms to 5 minutes.
+    ///
+    /// # Errors
+    /// [`BenchError::Usage`] saying which flag is wrong (never quoting a header's value).
+    pub fn remote_write(&self) -> Result<Option<RemoteWriteSpec>, BenchError> {
+        let Some(url) = &self.remote_write else {
+            return Ok(None);
+        };
+        let usage = |m: String| Err(BenchError::Usage(format!("--remote-write: {m}")));
+        match url::Url::parse(url) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
+            _ => {
+                return usage(format!(
+                    "{}: not an http:// or https:// URL",
+                    crate::redact::redact_url(url)
+                ));
+            }
+        }
+        let t = self.remote_write_timeout;
+        if t < Duration::from_millis(100) || t > Duration::from_secs(300) {
+            return usage("--remote-write-timeout must be between 100ms and 5m".into());
+        }
+        let mut headers = Vec::new();
+        for h in &self.remote_write_headers {
+            let Some((name, value)) = h.split_once('=') else {
+                return usage("a --remote-write-header is NAME=VALUE".into());
+            };
+            let Ok(name) = HeaderName::from_bytes(name.trim().as_bytes()) else {
+                return usage(format!("{:?} is not a header name", name.trim()));
+            };
+            let Ok(mut value) = HeaderValue::from_str(value) else {
+                return usage(format!(
+                    "the value of header {name} is not a valid header value"
+                ));
+            };
+            value.set_sensitive(true);
+            headers.push((name, value));
+        }
+        Ok(Some(RemoteWriteSpec {
+            url: url.clone(),
+            headers,
+            tls: TlsOptions {
+                ca_file: self.remote_write_ca_file.clone(),
+                insecure_skip_verify: self.remote_write_insecure_skip_verify,
+                ..TlsOptions::default()
+            },
+            timeout: t,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(url: &str, headers: &[&str]) -> ExportArgs {
+        ExportArgs {
+            remote_write: Some(url.into()),
+            remote_write_headers: headers.iter().map(|h| (*h).to_owned()).collect(),
+            remote_write_timeout: Duration::from_secs(10),
+            ..ExportArgs::default()
+        }
+    }
+
+    #[test]
+    fn a_remote_write_is_checked_and_never_quotes_a_secret() {
+        let s = args(
+            "http://u:pw@prom:9090/api/v1/write",
+            &["X-Scope-OrgID=a", "Authorization=Bearer s3cret"],
+        )
+        .remote_write()
+        .unwrap()
+        .unwrap();
+        assert_eq!(s.headers.len(), 2);
+        assert!(s.headers.iter().all(|(_, v)| v.is_sensitive()));
+        assert_eq!(
+            ExportArgs::default().remote_write().unwrap().map(|s| s.url),
+            None
+        );
+        for (bad, want) in [
+            (args("ftp://x/", &[]), "not an http:// or https:// URL"),
+            (args("http://u:s3cret@/x", &[]), "not an http"),
+            (args("http://p/", &["Authorization"]), "NAME=VALUE"),
+            (
+                args("http://p/", &["Bad Name=s3cret"]),
+                "is not a header name",
+            ),
+            (
+                args("http://p/", &["A=s3cret\n"]),
+                "not a valid header value",
+            ),
+        ] {
+            let e = bad.remote_write().unwrap_err().to_string();
+            assert!(e.contains(want), "{e}");
+            assert!(!e.contains("s3cret"), "{e}");
+        }
+        let mut slow = args("http://p/", &[]);
+        slow.remote_write_timeout = Duration::from_secs(600);
+        assert!(slow.remote_write().is_err());
+    }
+}
