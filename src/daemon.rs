@@ -60,7 +60,8 @@ pub struct Daemon {
 impl Daemon {
     /// Loads `path` and starts every job on `probing` (the probing runtime, apart from the one
     /// serving the web endpoints, so scrapes cannot delay a probe's timestamps). `location` (the
-    /// `--location` flag) wins over the config's `location:`.
+    /// `--location` flag) wins over the config's `location:`. With `otlp`, every job's probes
+    /// also record into those instruments (`serve`'s OTLP export).
     ///
     /// # Errors
     /// [`DaemonError::Config`], [`DaemonError::Client`] or [`DaemonError::Location`].
@@ -68,6 +69,7 @@ impl Daemon {
         path: &Path,
         probing: tokio::runtime::Handle,
         location: Option<String>,
+        otlp: Option<Arc<crate::otlp::Instruments>>,
     ) -> Result<Arc<Daemon>, DaemonError> {
         if let Some(l) = &location {
             crate::config::check_location(l).map_err(DaemonError::Location)?;
@@ -76,7 +78,7 @@ impl Daemon {
         let location_flag = location;
         let location = location_flag.clone().or_else(|| config.location.clone());
         let metrics = Arc::new(Metrics::with_location(&config.buckets, location.as_deref()));
-        let scheduler = Scheduler::start(&config.jobs, metrics.clone(), probing)?;
+        let scheduler = Scheduler::start(&config.jobs, metrics.clone(), probing, otlp)?;
         metrics.reload_result(true, SystemTime::now());
         Ok(Arc::new(Daemon {
             path: path.to_owned(),
@@ -188,7 +190,7 @@ mod tests {
         let path = dir.path().join("c.yaml");
         std::fs::write(&path, config("location: eu-west-1\n")).unwrap();
         let rt = tokio::runtime::Handle::current();
-        let d = Daemon::start(&path, rt.clone(), None).unwrap();
+        let d = Daemon::start(&path, rt.clone(), None, None).unwrap();
         assert_eq!(d.location(), Some("eu-west-1"));
         let text = d.metrics().encode_text().unwrap();
         assert!(text.contains("location=\"eu-west-1\""), "{text}");
@@ -206,13 +208,13 @@ mod tests {
         d.reload().await.unwrap();
         d.shutdown(Duration::ZERO).await;
 
-        let f = Daemon::start(&path, rt.clone(), Some("ap-south-1".into())).unwrap();
+        let f = Daemon::start(&path, rt.clone(), Some("ap-south-1".into()), None).unwrap();
         assert_eq!(f.location(), Some("ap-south-1"));
         std::fs::write(&path, config("location: us-east-1\n")).unwrap();
         f.reload().await.unwrap();
         f.shutdown(Duration::ZERO).await;
 
-        let Err(e) = Daemon::start(&path, rt, Some("ap south".into())) else {
+        let Err(e) = Daemon::start(&path, rt, Some("ap south".into()), None) else {
             panic!("a bad --location must be refused");
         };
         assert!(e.to_string().starts_with("--location: "), "{e}");

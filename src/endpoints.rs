@@ -358,7 +358,7 @@ mod tests {
             )
         };
         std::fs::write(&path, config("m1")).unwrap();
-        let daemon = Daemon::start(&path, tokio::runtime::Handle::current(), None).unwrap();
+        let daemon = Daemon::start(&path, tokio::runtime::Handle::current(), None, None).unwrap();
         let app = Arc::new(App {
             daemon: daemon.clone(),
             cache: tokio::sync::Mutex::new(HashMap::new()),

@@ -25,6 +25,7 @@
 //! - [`endpoints`]: the exporter's `/metrics`, `/-/healthy`, `/-/ready`, `/-/reload`, `/`.
 //! - [`remotewrite`]: bench levels sent to a Prometheus remote-write receiver as they end.
 //! - [`redact`]: what a secret is, and hiding it (and its derived forms) in every output.
+//! - [`otlp`]: `serve`'s OTLP/HTTP metrics export with the OpenTelemetry GenAI names.
 //! - [`output`]: writing to stdout and stderr without panicking on a closed pipe.
 //! - [`units`]: how numbers are written for people (seconds, costs, plain numbers).
 //! - [`stop`]: the stop signals of the long-running commands.
@@ -49,6 +50,7 @@ pub mod kstamp;
 pub mod log;
 pub mod measure;
 pub mod metrics;
+pub mod otlp;
 pub mod outcome;
 pub mod output;
 pub mod probe;

@@ -148,6 +148,11 @@ struct InternalLabels {
     reason: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ExportLabels {
+    result: &'static str,
+}
+
 /// The exporter's own failures that are not the target's: a probe that hit one is not counted as
 /// a probe of the target (`tokenprobe_internal_errors_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -262,6 +267,10 @@ pub struct Metrics {
     reload_ok: Gauge,
     reload_ts: Gauge<f64, AtomicU64>,
     internal: Family<InternalLabels, Counter>,
+    /// OTLP exports by result (series only once `serve` exports OTLP).
+    otlp_exports: Family<ExportLabels, Counter>,
+    /// The `location` label, if any.
+    location: Option<String>,
     /// The loaded jobs' series, by labels (for `/`'s last results, and so a job that a reload
     /// changed keeps its series).
     active: RwLock<HashMap<JobLabels, Arc<JobSeries>>>,
@@ -317,6 +326,8 @@ impl Metrics {
             reload_ok: Gauge::default(),
             reload_ts: Gauge::default(),
             internal: Family::default(),
+            otlp_exports: Family::default(),
+            location: location.map(str::to_owned),
             active: RwLock::default(),
             generation: AtomicU64::new(0),
             registry: Registry::default(),
@@ -387,6 +398,7 @@ impl Metrics {
             m.reload_ts.clone(),
         );
         r.register("internal_errors", "The exporter's own failures, by reason (fd_exhausted: out of file descriptors); a probe that hit one is not counted against its target", m.internal.clone());
+        r.register("otlp_exports", "OTLP metric exports by result (sent; failed: refused or unanswered within the timeout; dropped: an export interval skipped while the previous export was in flight); only an exporter with OTEL_METRICS_EXPORTER=otlp has these series", m.otlp_exports.clone());
         for reason in InternalReason::ALL {
             let _ = m.internal.get_or_create(&InternalLabels {
                 reason: reason.as_str(),
@@ -447,6 +459,18 @@ impl Metrics {
     /// Changes with every config (re)load attempt (see [`Metrics::reload_result`]).
     pub fn generation(&self) -> u64 {
         self.generation.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Counts one OTLP export by its result (`sent`, `failed`, `dropped`).
+    pub fn otlp_export(&self, result: &'static str) {
+        self.otlp_exports
+            .get_or_create(&ExportLabels { result })
+            .inc();
+    }
+
+    /// The `location` label of every series, if any.
+    pub fn location(&self) -> Option<&str> {
+        self.location.as_deref()
     }
 
     /// Counts one of the exporter's own failures.

@@ -133,6 +133,8 @@ impl Hash for JobKey {
 struct Running {
     series: Arc<JobSeries>,
     cancel: CancellationToken,
+    /// Its OTLP instruments' side, when `serve` exports OTLP.
+    otlp: Option<crate::otlp::JobRecorder>,
 }
 
 /// The running jobs. Dropping it does not stop them; call [`Scheduler::shutdown`].
@@ -147,6 +149,8 @@ pub struct Scheduler {
     /// Calibrations of the (target, model)s whose prompts are built to a token length.
     token_models: Arc<TokenModels>,
     gates: Gates,
+    /// The OTLP instruments every job also records into (`OTEL_METRICS_EXPORTER=otlp`).
+    otlp: Option<Arc<crate::otlp::Instruments>>,
 }
 
 impl std::fmt::Debug for Scheduler {
@@ -178,8 +182,10 @@ impl Scheduler {
         jobs: &[Job],
         metrics: Arc<Metrics>,
         runtime: tokio::runtime::Handle,
+        otlp: Option<Arc<crate::otlp::Instruments>>,
     ) -> Result<Self, TransportError> {
         let mut s = Scheduler {
+            otlp,
             metrics,
             runtime,
             cancel: CancellationToken::new(),
@@ -224,6 +230,9 @@ impl Scheduler {
             }
             r.cancel.cancel();
             applied.stopped += 1;
+            if let Some(o) = &r.otlp {
+                o.remove();
+            }
             if !new_labels.contains(r.series.labels()) {
                 self.metrics.remove_job(r.series.labels());
             }
@@ -240,7 +249,19 @@ impl Scheduler {
                 tracing::info!(job = %job.name(), proxy = %p, "requests go through a proxy");
             }
             let cancel = self.cancel.child_token();
+            let otlp = self.otlp.as_ref().map(|i| {
+                let attrs = crate::otlp::JobAttrs::new(
+                    spec.target.api.as_str(),
+                    &spec.target.base_url,
+                    &job.model,
+                    &job.target.name,
+                    &job.prompt.name,
+                    self.metrics.location(),
+                );
+                i.job(attrs, crate::otlp::exporter::now_ns())
+            });
             let runner = JobRunner {
+                otlp: otlp.clone(),
                 series: series.clone(),
                 name: job.name(),
                 prober: Arc::new(tokio::sync::Mutex::new(prober)),
@@ -258,7 +279,14 @@ impl Scheduler {
             let c = cancel.clone();
             self.ticks
                 .spawn_on(async move { runner.run(schedule, c).await }, &self.runtime);
-            self.jobs.insert(key, Running { series, cancel });
+            self.jobs.insert(
+                key,
+                Running {
+                    series,
+                    cancel,
+                    otlp,
+                },
+            );
             applied.started += 1;
         }
         Ok(applied)
@@ -336,6 +364,8 @@ impl Scheduler {
 struct JobRunner {
     /// The job's series, which its probes record into.
     series: Arc<JobSeries>,
+    /// The job's OTLP instruments, which its probes also record into.
+    otlp: Option<crate::otlp::JobRecorder>,
     name: String,
     spec: Arc<ProbeSpec>,
     /// The job's prober, taken by its one probe in flight (the `running` flag skips a tick
@@ -413,6 +443,7 @@ impl JobRunner {
             return;
         }
         let (calibrated, gate) = (self.calibrated.clone(), self.gate.clone());
+        let otlp = self.otlp.clone();
         let (prober, spec, metrics, series, running, pauses, name, models, cancel) = (
             self.prober.clone(),
             self.spec.clone(),
@@ -488,6 +519,9 @@ impl JobRunner {
                     return;
                 }
                 series.record(&r, SystemTime::now());
+                if let Some(o) = &otlp {
+                    o.record(&r);
+                }
                 if let Some(wait) = r.retry_after_s.filter(|w| *w > 0.0)
                     && let Ok(mut p) = pauses.lock()
                 {
@@ -627,8 +661,13 @@ mod tests {
         assert!(!format!("{:?}", h1[0]).contains("h1"));
         assert_ne!(h1[0], h2[0]);
         let metrics = Arc::new(Metrics::new(&crate::config::Buckets::default()));
-        let mut s =
-            Scheduler::start(&h1, metrics.clone(), tokio::runtime::Handle::current()).unwrap();
+        let mut s = Scheduler::start(
+            &h1,
+            metrics.clone(),
+            tokio::runtime::Handle::current(),
+            None,
+        )
+        .unwrap();
         let kept = Applied {
             started: 0,
             stopped: 0,

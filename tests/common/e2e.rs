@@ -490,6 +490,11 @@ pub struct Tokenprobe {
 
 impl Tokenprobe {
     pub fn serve(dir: &Path, config: &str) -> Tokenprobe {
+        Self::serve_with_env(dir, config, &[])
+    }
+
+    /// [`Tokenprobe::serve`] with these environment variables set.
+    pub fn serve_with_env(dir: &Path, config: &str, env: &[(&str, &str)]) -> Tokenprobe {
         let config_path = dir.join("tokenprobe.yml");
         std::fs::write(&config_path, config).expect("write config");
         let port = free_port();
@@ -499,7 +504,8 @@ impl Tokenprobe {
             .arg("--config.file")
             .arg(&config_path)
             .args(["--web.listen-address", &addr])
-            .args(["--log.level", "debug", "--log.format", "json"]);
+            .args(["--log.level", "debug", "--log.format", "json"])
+            .envs(env.iter().copied());
         let mut guard = ChildGuard::spawn("tokenprobe", cmd, dir);
         let url = format!("http://{addr}");
         wait_for("tokenprobe /-/ready", Duration::from_secs(30), || {

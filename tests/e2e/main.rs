@@ -12,6 +12,7 @@ mod bench_html;
 mod cli_checks;
 mod config_examples;
 mod non_stream;
+mod otlp_export;
 mod probe_report;
 mod readme_commands;
 mod readme_figures;

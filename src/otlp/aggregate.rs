@@ -1,0 +1,412 @@
+//! Probe results folded into OTLP instruments (pure: results in, metrics out, time passed in):
+//! cumulative histograms with the GenAI conventions' advised buckets, per job and attribute set.
+//!
+//! What each instrument records (the one place these rules live):
+//!
+//! | instrument | unit | what | when |
+//! |---|---|---|---|
+//! | `gen_ai.client.operation.duration` | s | E2E; for a failure, the time until it failed, with `error.type` | every probe |
+//! | `gen_ai.client.operation.time_to_first_chunk` | s | TTFT (the first chunk carrying a token) | successful streams |
+//! | `gen_ai.client.operation.time_per_output_chunk` | s | each gap between content chunks after the first | successful streams |
+//! | `gen_ai.client.token.usage` | {token} | input tokens (when known) and output tokens, by `gen_ai.token.type` | successes |
+//! | `tokenprobe.time_to_first_output_token` | s | TTFO | successes |
+//! | `tokenprobe.time_per_output_token` | s | TPOT | successes |
+//! | `tokenprobe.probes` | {probe} | probes, with `error.type` for failures (tokenprobe's `error_type`) | every probe |
+//!
+//! Every series carries the job's attributes: `gen_ai.operation.name`, `gen_ai.provider.name`,
+//! `gen_ai.request.model`, `server.address`, `server.port`, and tokenprobe's own
+//! `tokenprobe.target` and `tokenprobe.prompt` (and `tokenprobe.location` when set).
+
+use super::proto::{
+    CUMULATIVE, Data, Histogram, HistogramDataPoint, KeyValue, Metric, NumberDataPoint, Sum, kv,
+    kv_int,
+};
+use crate::measure::ProbeResult;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// The GenAI conventions' advised buckets of durations (s).
+pub const DURATION_BUCKETS: [f64; 14] = [
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+];
+
+/// The GenAI conventions' advised buckets of token counts.
+pub const TOKEN_BUCKETS: [f64; 14] = [
+    1.0,
+    4.0,
+    16.0,
+    64.0,
+    256.0,
+    1024.0,
+    4096.0,
+    16384.0,
+    65536.0,
+    262_144.0,
+    1_048_576.0,
+    4_194_304.0,
+    16_777_216.0,
+    67_108_864.0,
+];
+
+/// tokenprobe's buckets of TPOT (s): per-token times are milliseconds.
+pub const TPOT_BUCKETS: [f64; 12] = [
+    0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56,
+];
+
+/// The histograms, in the order they are exported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Instrument {
+    Duration,
+    TimeToFirstChunk,
+    TimePerOutputChunk,
+    TokenUsage,
+    Ttfo,
+    Tpot,
+}
+
+impl Instrument {
+    const ALL: [Instrument; 6] = [
+        Instrument::Duration,
+        Instrument::TimeToFirstChunk,
+        Instrument::TimePerOutputChunk,
+        Instrument::TokenUsage,
+        Instrument::Ttfo,
+        Instrument::Tpot,
+    ];
+
+    /// Name, description, unit, bounds.
+    fn def(self) -> (&'static str, &'static str, &'static str, &'static [f64]) {
+        match self {
+            Instrument::Duration => (
+                "gen_ai.client.operation.duration",
+                "GenAI operation duration (a probe's E2E; for a failure, until it failed).",
+                "s",
+                &DURATION_BUCKETS,
+            ),
+            Instrument::TimeToFirstChunk => (
+                "gen_ai.client.operation.time_to_first_chunk",
+                "Time to the first chunk carrying a token (tokenprobe's TTFT).",
+                "s",
+                &DURATION_BUCKETS,
+            ),
+            Instrument::TimePerOutputChunk => (
+                "gen_ai.client.operation.time_per_output_chunk",
+                "Time between content chunks after the first (tokenprobe's ITL per chunk).",
+                "s",
+                &DURATION_BUCKETS,
+            ),
+            Instrument::TokenUsage => (
+                "gen_ai.client.token.usage",
+                "Input and output tokens of successful probes.",
+                "{token}",
+                &TOKEN_BUCKETS,
+            ),
+            Instrument::Ttfo => (
+                "tokenprobe.time_to_first_output_token",
+                "Time to the first answer token (TTFO: reasoning left out).",
+                "s",
+                &DURATION_BUCKETS,
+            ),
+            Instrument::Tpot => (
+                "tokenprobe.time_per_output_token",
+                "Time per output token after the first (TPOT).",
+                "s",
+                &TPOT_BUCKETS,
+            ),
+        }
+    }
+}
+
+/// A job's attributes, on every one of its series.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobAttrs(Vec<KeyValue>);
+
+impl JobAttrs {
+    /// The attributes of a job sending `model` to `base_url` in `api` (tokenprobe's spelling,
+    /// e.g. `openai-chat`), named `target` and `prompt` in the config.
+    pub fn new(
+        api: &str,
+        base_url: &str,
+        model: &str,
+        target: &str,
+        prompt: &str,
+        location: Option<&str>,
+    ) -> Self {
+        let (operation, provider) = match api {
+            "openai-completions" => ("text_completion", "openai"),
+            "anthropic-messages" => ("chat", "anthropic"),
+            _ => ("chat", "openai"),
+        };
+        let mut a = vec![
+            kv("gen_ai.operation.name", operation),
+            kv("gen_ai.provider.name", provider),
+            kv("gen_ai.request.model", model),
+        ];
+        if let Ok(u) = url::Url::parse(base_url)
+            && let Some(host) = u.host_str()
+        {
+            a.push(kv("server.address", host));
+            if let Some(port) = u.port_or_known_default() {
+                a.push(kv_int("server.port", i64::from(port)));
+            }
+        }
+        a.push(kv("tokenprobe.target", target));
+        a.push(kv("tokenprobe.prompt", prompt));
+        if let Some(l) = location {
+            a.push(kv("tokenprobe.location", l));
+        }
+        JobAttrs(a)
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Hist {
+    bounds: &'static [f64],
+    counts: Vec<u64>,
+    count: u64,
+    sum: f64,
+    min: f64,
+    max: f64,
+}
+
+impl Hist {
+    fn new(bounds: &'static [f64]) -> Self {
+        Hist {
+            bounds,
+            counts: vec![0; bounds.len() + 1],
+            count: 0,
+            sum: 0.0,
+            min: f64::INFINITY,
+            max: f64::NEG_INFINITY,
+        }
+    }
+
+    /// A value into its bucket: the first whose upper bound it does not pass (bounds are
+    /// inclusive upper bounds, as OTLP's explicit bounds are).
+    fn observe(&mut self, v: f64) {
+        if !v.is_finite() {
+            return;
+        }
+        let i = self.bounds.partition_point(|b| *b < v);
+        self.counts[i] += 1;
+        self.count += 1;
+        self.sum += v;
+        self.min = self.min.min(v);
+        self.max = self.max.max(v);
+    }
+}
+
+/// One extra attribute of a series beyond the job's (`error.type`, `gen_ai.token.type`).
+type Extra = Option<(&'static str, &'static str)>;
+
+#[derive(Debug)]
+struct JobState {
+    attrs: Vec<KeyValue>,
+    start_ns: u64,
+    hists: BTreeMap<(Instrument, Extra), Hist>,
+    /// Probes by `error.type` (none: successes).
+    probes: BTreeMap<Option<&'static str>, u64>,
+}
+
+impl JobState {
+    fn observe(&mut self, i: Instrument, extra: Extra, v: f64) {
+        self.hists
+            .entry((i, extra))
+            .or_insert_with(|| Hist::new(i.def().3))
+            .observe(v);
+    }
+
+    /// The recording rules of the module's table.
+    fn record(&mut self, r: &ProbeResult) {
+        let error = r.error_type.map(|e| e.as_str());
+        *self.probes.entry(error).or_insert(0) += 1;
+        if let Some(e) = error {
+            if let Some(d) = r.failure_s {
+                self.observe(Instrument::Duration, Some(("error.type", e)), d);
+            }
+            return;
+        }
+        if let Some(d) = r.e2e_s {
+            self.observe(Instrument::Duration, None, d);
+        }
+        if r.stream {
+            if let Some(t) = r.ttft_s {
+                self.observe(Instrument::TimeToFirstChunk, None, t);
+            }
+            for g in &r.chunk_gaps_s {
+                self.observe(Instrument::TimePerOutputChunk, None, *g);
+            }
+        }
+        if let Some(n) = r.input_tokens {
+            self.observe(
+                Instrument::TokenUsage,
+                Some(("gen_ai.token.type", "input")),
+                n as f64,
+            );
+        }
+        self.observe(
+            Instrument::TokenUsage,
+            Some(("gen_ai.token.type", "output")),
+            r.output_tokens as f64,
+        );
+        if let Some(t) = r.ttfo_s {
+            self.observe(Instrument::Ttfo, None, t);
+        }
+        if let Some(t) = r.tpot_s {
+            self.observe(Instrument::Tpot, None, t);
+        }
+    }
+}
+
+/// Every job's instruments.
+#[derive(Debug, Default)]
+pub struct Instruments {
+    jobs: Mutex<BTreeMap<u64, JobState>>,
+    next: AtomicU64,
+}
+
+/// One job's side of the instruments: records its results, and removes its series when the job
+/// goes.
+#[derive(Debug, Clone)]
+pub struct JobRecorder {
+    instruments: Arc<Instruments>,
+    id: u64,
+}
+
+impl JobRecorder {
+    /// Records one probe's result.
+    pub fn record(&self, r: &ProbeResult) {
+        let mut jobs = self
+            .instruments
+            .jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(j) = jobs.get_mut(&self.id) {
+            j.record(r);
+        }
+    }
+
+    /// Removes the job's series (a reload dropped or changed it); later records do nothing.
+    pub fn remove(&self) {
+        self.instruments
+            .jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.id);
+    }
+}
+
+impl Instruments {
+    /// No job yet.
+    pub fn new() -> Arc<Self> {
+        Arc::default()
+    }
+
+    /// A job whose series count from `now_ns` (ns since the Unix epoch).
+    pub fn job(self: &Arc<Self>, attrs: JobAttrs, now_ns: u64) -> JobRecorder {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(
+                id,
+                JobState {
+                    attrs: attrs.0,
+                    start_ns: now_ns,
+                    hists: BTreeMap::new(),
+                    probes: BTreeMap::new(),
+                },
+            );
+        JobRecorder {
+            instruments: self.clone(),
+            id,
+        }
+    }
+
+    /// Jobs held.
+    pub fn len(&self) -> usize {
+        self.jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    /// True when no job is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every instrument with a point, its points at `now_ns` (cumulative since each job's start).
+    pub fn metrics(&self, now_ns: u64) -> Vec<Metric> {
+        let jobs = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut out = Vec::new();
+        for i in Instrument::ALL {
+            let (name, description, unit, bounds) = i.def();
+            let mut points = Vec::new();
+            for j in jobs.values() {
+                for ((_, extra), h) in j.hists.range((i, None)..).take_while(|((k, _), _)| *k == i)
+                {
+                    let mut attributes = j.attrs.clone();
+                    if let Some((k, v)) = extra {
+                        attributes.push(kv(k, v));
+                    }
+                    points.push(HistogramDataPoint {
+                        attributes,
+                        start_time_unix_nano: j.start_ns,
+                        time_unix_nano: now_ns,
+                        count: h.count,
+                        sum: Some(h.sum),
+                        bucket_counts: h.counts.clone(),
+                        explicit_bounds: bounds.to_vec(),
+                        min: (h.count > 0).then_some(h.min),
+                        max: (h.count > 0).then_some(h.max),
+                    });
+                }
+            }
+            if !points.is_empty() {
+                out.push(Metric {
+                    name: name.into(),
+                    description: description.into(),
+                    unit: unit.into(),
+                    data: Some(Data::Histogram(Histogram {
+                        data_points: points,
+                        aggregation_temporality: CUMULATIVE,
+                    })),
+                });
+            }
+        }
+        let mut points = Vec::new();
+        for j in jobs.values() {
+            for (error, n) in &j.probes {
+                let mut attributes = j.attrs.clone();
+                if let Some(e) = error {
+                    attributes.push(kv("error.type", e));
+                }
+                points.push(NumberDataPoint {
+                    attributes,
+                    start_time_unix_nano: j.start_ns,
+                    time_unix_nano: now_ns,
+                    as_int: i64::try_from(*n).unwrap_or(i64::MAX),
+                });
+            }
+        }
+        if !points.is_empty() {
+            out.push(Metric {
+                name: "tokenprobe.probes".into(),
+                description: "Probes sent, by error.type for failures (tokenprobe's error_type)."
+                    .into(),
+                unit: "{probe}".into(),
+                data: Some(Data::Sum(Sum {
+                    data_points: points,
+                    aggregation_temporality: CUMULATIVE,
+                    is_monotonic: true,
+                })),
+            });
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests;
