@@ -157,10 +157,11 @@ pub enum BenchError {
     },
 }
 
-/// What the sweep hands each finished level to besides the report (`--remote-write`'s queue). It
-/// is called on the sweep's task between levels and must not wait.
+/// What the sweep hands each finished level to besides the report (`--remote-write`'s queue, the
+/// OTLP instruments). It is called on the sweep's task between levels and must not wait.
 pub trait LevelSink: Send + Sync + std::fmt::Debug {
-    /// `level` of `model` has ended (its statistics final, before it joins the report).
+    /// `level` of `model` has ended: its statistics final, its measured requests' samples in
+    /// `level.samples` (whether or not the report keeps them), before it joins the report.
     fn level_done(&self, model: &ModelReport, level: &LevelStats);
 }
 
@@ -168,8 +169,8 @@ pub trait LevelSink: Send + Sync + std::fmt::Debug {
 /// was built ([`crate::cli::bench`]), before any request is sent.
 #[derive(Debug, Clone)]
 pub struct BenchPlan {
-    /// Where each finished level also goes (`--remote-write`), set by the caller.
-    pub sink: Option<std::sync::Arc<dyn LevelSink>>,
+    /// Where each finished level also goes (`--remote-write`, OTLP), set by the caller.
+    pub sinks: Vec<std::sync::Arc<dyn LevelSink>>,
     /// Limits, weights, SLOs, knee rule, tolerances, selection level.
     pub criteria: Criteria,
     /// The job whose target and prompt are probed (its model is replaced per model).
@@ -561,7 +562,7 @@ pub fn load_report(path: &Path) -> Result<Report, BenchError> {
 /// [`BenchError`] when the prober cannot be built or a prompt cannot be calibrated.
 pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
     let BenchPlan {
-        sink,
+        sinks,
         criteria,
         job,
         mut spec,
@@ -628,7 +629,7 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         level_keys.len(),
     ));
     let sender = Sender {
-        sink,
+        sinks,
         shard,
         start,
         amount,

@@ -8,8 +8,8 @@ use super::*;
 /// How each level is sent and measured: this shard's share of it, from its shared start instant,
 /// folded into its statistics (with the cross-check, when asked for).
 pub(super) struct Sender {
-    /// Where each finished level also goes (`--remote-write`).
-    pub(super) sink: Option<std::sync::Arc<dyn super::LevelSink>>,
+    /// Where each finished level also goes (`--remote-write`, OTLP).
+    pub(super) sinks: Vec<std::sync::Arc<dyn super::LevelSink>>,
     pub(super) shard: shard::Shard,
     pub(super) start: Option<shard::StartPlan>,
     /// This shard's share of a level (open loop; a duration).
@@ -363,6 +363,11 @@ impl Sender {
                 let c = crosscheck::run(runner, &stats, all, cc, &label).await?;
                 stats.cross_check = Some(c);
             }
+            if let Some(r) = reports.get(mi) {
+                for sink in &self.sinks {
+                    sink.level_done(r, &stats);
+                }
+            }
             if !self.samples {
                 stats.samples = None;
             }
@@ -371,9 +376,6 @@ impl Sender {
                 tried.push((plan.load(key), plan.verdict(&stats)));
             }
             if let Some(r) = reports.get_mut(mi) {
-                if let Some(sink) = &self.sink {
-                    sink.level_done(r, &stats);
-                }
                 r.levels.push(stats);
                 (r.input_tokens_mean, r.output_tokens_mean) = lengths.means();
             }

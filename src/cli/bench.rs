@@ -249,9 +249,6 @@ pub struct BenchArgs {
     pub export: super::bench_export::ExportArgs,
 }
 
-/// How long a run waits at its end for the remote-write queue to drain.
-const REMOTE_WRITE_DRAIN: Duration = Duration::from_secs(30);
-
 /// `--until-clear N` needs the objectives it decides and a fixed sweep in one process.
 ///
 /// # Errors
@@ -859,26 +856,7 @@ impl BenchArgs {
     pub async fn run(&self) -> Result<std::process::ExitCode, BenchError> {
         let outputs = Outputs::check(&self.outputs, self.plot.as_deref())?;
         let mut plan = self.plan()?;
-        let writer = match self.export.remote_write()? {
-            Some(spec) => {
-                let mode = if plan.levels.iter().any(|k| k.rate.is_some()) {
-                    "open"
-                } else {
-                    "closed"
-                };
-                let shard = (plan.shard.count > 1).then(|| plan.shard.to_string());
-                let w = crate::remotewrite::RemoteWrite::start(
-                    spec,
-                    &plan.run_id,
-                    mode,
-                    shard,
-                    &plan.spec.prompt.name,
-                )?;
-                plan.sink = Some(w.sink());
-                Some(w)
-            }
-            None => None,
-        };
+        let exports = super::bench_export::Exports::start(&self.export, &mut plan)?;
         // A shard's report is part of a run: `bench merge` records the run.
         let store = if self.sharded() {
             None
@@ -887,21 +865,7 @@ impl BenchArgs {
         };
         let criteria = plan.criteria.clone();
         let finished = crate::bench::run(plan).await?;
-        if let Some(w) = writer {
-            let url = w.url().to_owned();
-            let o = w.finish(REMOTE_WRITE_DRAIN).await;
-            let mut line = format!(
-                "tokenprobe bench: remote write to {url}: {} level(s) sent, {} failed, {} dropped (queue full)",
-                o.sent, o.failed, o.dropped
-            );
-            if o.unsent > 0 {
-                line.push_str(&format!(", {} not sent in time", o.unsent));
-            }
-            if let Some(e) = &o.last_error {
-                line.push_str(&format!("; last error: {e}"));
-            }
-            crate::output::print_stderr_line(&line);
-        }
+        exports.finish().await;
         let code = crate::render::deliver(&finished.report, &outputs, &criteria)?;
         super::bench_history::record(store, &finished.report);
         let r = &finished.report;
@@ -1028,7 +992,7 @@ impl BenchArgs {
             load_ramp: load_ramp(a)?,
         };
         Ok(BenchPlan {
-            sink: None,
+            sinks: Vec::new(),
             shape,
             criteria,
             job,

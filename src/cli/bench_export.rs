@@ -1,11 +1,14 @@
-//! `tokenprobe bench`'s export flags: `--remote-write URL` and its headers, TLS trust and
-//! timeout, converted into a validated [`RemoteWriteSpec`].
+//! `tokenprobe bench`'s exports: the `--remote-write URL` flags (headers, TLS trust, timeout)
+//! converted into a validated [`RemoteWriteSpec`], the OTLP export the `OTEL_*` variables ask for,
+//! and both started beside a run and finished after it ([`Exports`]).
 
-use crate::bench::BenchError;
-use crate::remotewrite::RemoteWriteSpec;
+use crate::bench::{BenchError, BenchPlan};
+use crate::remotewrite::{RemoteWrite, RemoteWriteSpec};
 use crate::transport::TlsOptions;
 use hyper::header::{HeaderName, HeaderValue};
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// The export flags of `tokenprobe bench`.
@@ -86,6 +89,105 @@ impl ExportArgs {
             },
             timeout: t,
         }))
+    }
+}
+
+/// How long a run waits at its end for each export to finish.
+const DRAIN: Duration = Duration::from_secs(30);
+
+/// The OTLP exports' results: sent, failed, dropped.
+type Counts = Arc<[AtomicU64; 3]>;
+
+/// The exports running beside a bench run.
+#[derive(Debug)]
+pub struct Exports {
+    remote: Option<RemoteWrite>,
+    otlp: Option<(crate::otlp::exporter::Exporter, Counts, String)>,
+}
+
+impl Exports {
+    /// Starts what `args` and the `OTEL_*` variables ask for, each fed by a sink of `plan`.
+    ///
+    /// # Errors
+    /// [`BenchError`] for a bad flag or variable, or a client that cannot be built.
+    pub fn start(args: &ExportArgs, plan: &mut BenchPlan) -> Result<Self, BenchError> {
+        let mode = if plan.levels.iter().any(|k| k.rate.is_some()) {
+            "open"
+        } else {
+            "closed"
+        };
+        let remote = match args.remote_write()? {
+            Some(spec) => {
+                let shard = (plan.shard.count > 1).then(|| plan.shard.to_string());
+                let w =
+                    RemoteWrite::start(spec, &plan.run_id, mode, shard, &plan.spec.prompt.name)?;
+                plan.sinks.push(w.sink());
+                Some(w)
+            }
+            None => None,
+        };
+        let otlp = crate::otlp::OtlpConfig::from_env(|k| std::env::var(k).ok())
+            .map_err(|e| BenchError::Usage(format!("the OTEL_* variables: {e}")))?;
+        let otlp = match otlp {
+            Some(cfg) => {
+                let instruments = crate::otlp::Instruments::new();
+                let targets = plan.models.iter().map(|m| {
+                    (
+                        m.target.name.clone(),
+                        m.target.api.as_str().to_owned(),
+                        m.target.base_url.clone(),
+                    )
+                });
+                plan.sinks.push(Arc::new(crate::otlp::bench::BenchSink::new(
+                    instruments.clone(),
+                    &plan.run_id,
+                    &plan.spec.prompt.name,
+                    targets,
+                )));
+                let counts: Counts = Arc::default();
+                let c = counts.clone();
+                let url = crate::redact::redact_url(&cfg.endpoint);
+                let on_result: crate::otlp::exporter::OnResult = Arc::new(move |r| {
+                    use crate::otlp::exporter::ExportResult as R;
+                    let i = match r {
+                        R::Sent => 0,
+                        R::Failed => 1,
+                        R::Dropped => 2,
+                    };
+                    c[i].fetch_add(1, Ordering::Relaxed);
+                });
+                let e = crate::otlp::exporter::Exporter::start(cfg, instruments, on_result)?;
+                Some((e, counts, url))
+            }
+            None => None,
+        };
+        Ok(Exports { remote, otlp })
+    }
+
+    /// Waits (bounded) for the last batches and exports, and says what became of them on stderr.
+    pub async fn finish(self) {
+        if let Some(w) = self.remote {
+            let url = w.url().to_owned();
+            let o = w.finish(DRAIN).await;
+            let mut line = format!(
+                "tokenprobe bench: remote write to {url}: {} level(s) sent, {} failed, {} dropped (queue full)",
+                o.sent, o.failed, o.dropped
+            );
+            if o.unsent > 0 {
+                line.push_str(&format!(", {} not sent in time", o.unsent));
+            }
+            if let Some(e) = &o.last_error {
+                line.push_str(&format!("; last error: {e}"));
+            }
+            crate::output::print_stderr_line(&line);
+        }
+        if let Some((e, counts, url)) = self.otlp {
+            e.shutdown(DRAIN).await;
+            let [sent, failed, dropped] = [0, 1, 2].map(|i| counts[i].load(Ordering::Relaxed));
+            crate::output::print_stderr_line(&format!(
+                "tokenprobe bench: OTLP export to {url}: {sent} export(s) sent, {failed} failed, {dropped} interval(s) dropped"
+            ));
+        }
     }
 }
 

@@ -1,5 +1,6 @@
-//! Probe results folded into OTLP instruments (pure: results in, metrics out, time passed in):
-//! cumulative histograms with the GenAI conventions' advised buckets, per job and attribute set.
+//! Probe results (and bench samples, through [`Observation`]) folded into OTLP instruments (pure:
+//! observations in, metrics out, time passed in): cumulative histograms with the GenAI
+//! conventions' advised buckets, per job and attribute set.
 //!
 //! What each instrument records (the one place these rules live):
 //!
@@ -118,6 +119,46 @@ impl Instrument {
     }
 }
 
+/// What one probe or bench request gives the instruments (from a [`ProbeResult`], or from a
+/// bench sample, which keeps no chunk gaps).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Observation<'a> {
+    /// tokenprobe's `error_type`, for a failure.
+    pub error: Option<&'static str>,
+    /// Time until the failure.
+    pub failure_s: Option<f64>,
+    /// E2E.
+    pub e2e_s: Option<f64>,
+    /// TTFT, for a stream.
+    pub ttft_s: Option<f64>,
+    /// The gaps between content chunks after the first, for a stream.
+    pub chunk_gaps_s: &'a [f64],
+    /// Input tokens, when known.
+    pub input_tokens: Option<u64>,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// TTFO.
+    pub ttfo_s: Option<f64>,
+    /// TPOT.
+    pub tpot_s: Option<f64>,
+}
+
+impl<'a> From<&'a ProbeResult> for Observation<'a> {
+    fn from(r: &'a ProbeResult) -> Self {
+        Observation {
+            error: r.error_type.map(|e| e.as_str()),
+            failure_s: r.failure_s,
+            e2e_s: r.e2e_s,
+            ttft_s: r.ttft_s.filter(|_| r.stream),
+            chunk_gaps_s: if r.stream { &r.chunk_gaps_s } else { &[] },
+            input_tokens: r.input_tokens,
+            output_tokens: r.output_tokens,
+            ttfo_s: r.ttfo_s,
+            tpot_s: r.tpot_s,
+        }
+    }
+}
+
 /// A job's attributes, on every one of its series.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobAttrs(Vec<KeyValue>);
@@ -157,6 +198,12 @@ impl JobAttrs {
             a.push(kv("tokenprobe.location", l));
         }
         JobAttrs(a)
+    }
+
+    /// One more string attribute (a bench run's `tokenprobe.run_id`).
+    pub fn with(mut self, key: &str, value: &str) -> Self {
+        self.0.push(kv(key, value));
+        self
     }
 }
 
@@ -218,10 +265,9 @@ impl JobState {
     }
 
     /// The recording rules of the module's table.
-    fn record(&mut self, r: &ProbeResult) {
-        let error = r.error_type.map(|e| e.as_str());
-        *self.probes.entry(error).or_insert(0) += 1;
-        if let Some(e) = error {
+    fn record(&mut self, r: &Observation<'_>) {
+        *self.probes.entry(r.error).or_insert(0) += 1;
+        if let Some(e) = r.error {
             if let Some(d) = r.failure_s {
                 self.observe(Instrument::Duration, Some(("error.type", e)), d);
             }
@@ -230,13 +276,11 @@ impl JobState {
         if let Some(d) = r.e2e_s {
             self.observe(Instrument::Duration, None, d);
         }
-        if r.stream {
-            if let Some(t) = r.ttft_s {
-                self.observe(Instrument::TimeToFirstChunk, None, t);
-            }
-            for g in &r.chunk_gaps_s {
-                self.observe(Instrument::TimePerOutputChunk, None, *g);
-            }
+        if let Some(t) = r.ttft_s {
+            self.observe(Instrument::TimeToFirstChunk, None, t);
+        }
+        for g in r.chunk_gaps_s {
+            self.observe(Instrument::TimePerOutputChunk, None, *g);
         }
         if let Some(n) = r.input_tokens {
             self.observe(
@@ -277,6 +321,11 @@ pub struct JobRecorder {
 impl JobRecorder {
     /// Records one probe's result.
     pub fn record(&self, r: &ProbeResult) {
+        self.observe(&Observation::from(r));
+    }
+
+    /// Records one observation.
+    pub fn observe(&self, r: &Observation<'_>) {
         let mut jobs = self
             .instruments
             .jobs

@@ -1,14 +1,17 @@
-//! `serve`'s OTLP metrics export: the OpenTelemetry GenAI client metrics (and tokenprobe's own)
-//! over OTLP/HTTP with protobuf bodies, switched on and configured by the standard
-//! `OTEL_*` variables.
+//! The OTLP metrics export of `serve` and `bench`: the OpenTelemetry GenAI client metrics (and
+//! tokenprobe's own) over OTLP/HTTP with protobuf bodies, switched on and configured by the
+//! standard `OTEL_*` variables.
 //!
 //! - [`proto`]: the OTLP messages sent (prost, the official schema's field numbers).
 //! - [`aggregate`]: probe results folded into cumulative histograms per job (pure).
-//! - [`exporter`]: the periodic POST (I/O), on the web runtime, never on the probes'.
+//! - [`bench`]: a bench level's samples into the same instruments, as the level ends.
+//! - [`exporter`]: the periodic POST (I/O); `serve` runs it on the web runtime, never the
+//!   probes'.
 //!
 //! This file reads the variables ([`OtlpConfig::from_env`], pure: the environment is passed in).
 
 pub mod aggregate;
+pub mod bench;
 pub mod exporter;
 pub mod proto;
 

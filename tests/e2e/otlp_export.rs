@@ -268,3 +268,57 @@ fn a_receiver_that_never_answers_leaves_the_probes_on_their_schedule() {
         .expect("serve exits");
     assert!(st.success(), "{st}");
 }
+
+#[test]
+fn bench_exports_its_measured_requests_over_otlp() {
+    if !require_deps("bench_exports_its_measured_requests_over_otlp", &[]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (otlp, otlp_url) = receiver(dir.path(), "ok");
+    let (_sim, url) = start_simulate(dir.path(), &["--ttft", "30ms", "--output-tokens", "4"]);
+    let cfg = dir.path().join("bench.yml");
+    std::fs::write(&cfg, config(&url)).unwrap();
+    let json = dir.path().join("run.json");
+    let mut cmd = Command::new(tokenprobe_bin());
+    cmd.args(["bench", "--config.file"])
+        .arg(&cfg)
+        .args([
+            "--concurrency",
+            "1,2",
+            "--requests-per-level",
+            "5",
+            "--warmup",
+            "2",
+        ])
+        .args(["--no-history", "--no-progress", "-o"])
+        .arg(&json)
+        .env("OTEL_METRICS_EXPORTER", "otlp")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &otlp_url);
+    let (st, out, err) = run_with_timeout(cmd, None, Duration::from_secs(60));
+    assert!(st.success(), "{st}\n{out}\n{err}");
+    assert!(err.contains("1 export(s) sent, 0 failed"), "{err}");
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let measured: u64 = report["models"][0]["levels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["requests"].as_u64().unwrap())
+        .sum();
+    assert_eq!(measured, 10);
+    // One export (the run is shorter than the default 60 s interval): the measured requests, not
+    // the warm-up's, with the run's id.
+    let all = exports(&otlp);
+    assert_eq!(all.len(), 1, "{all:?}");
+    let d = points(&all[0], "gen_ai.client.operation.duration");
+    assert_eq!(u(&d[0]["count"]), measured);
+    assert_eq!(
+        attr(&d[0]["attributes"], "tokenprobe.run_id").unwrap(),
+        &report["run"]["id"]
+    );
+    let ttfc = points(&all[0], "gen_ai.client.operation.time_to_first_chunk");
+    assert_eq!(u(&ttfc[0]["count"]), measured);
+    // TTFT 30 ms: all in (0.02, 0.04].
+    assert_eq!(u(&ttfc[0]["bucket_counts"][2]), measured);
+    assert!(points(&all[0], "gen_ai.client.operation.time_per_output_chunk").is_empty());
+}
