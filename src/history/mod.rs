@@ -61,6 +61,13 @@ pub enum HistoryError {
         /// The newest this build knows.
         known: i64,
     },
+    /// The path is there but is not a regular file (a directory, a FIFO, a device): SQLite would
+    /// hang on a FIFO and write into `/dev/null` or `/dev/zero` as if it kept the runs.
+    #[error("run store {path}: not a regular file")]
+    NotAFile {
+        /// The path.
+        path: PathBuf,
+    },
     /// Its directory could not be made.
     #[error("run store {path}: cannot make its directory: {source}")]
     Directory {

@@ -174,9 +174,17 @@ impl Store {
     /// older schema.
     ///
     /// # Errors
-    /// [`HistoryError`] for a file that cannot be opened or made, another application's database,
-    /// a newer schema, or a failed migration.
+    /// [`HistoryError`] for a file that cannot be opened or made, a path that is not a regular
+    /// file, another application's database, a newer schema, or a failed migration.
     pub fn open(path: &Path) -> Result<Self, HistoryError> {
+        match std::fs::metadata(path) {
+            Ok(m) if !m.is_file() => {
+                return Err(HistoryError::NotAFile {
+                    path: path.to_owned(),
+                });
+            }
+            _ => {}
+        }
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|source| HistoryError::Directory {
                 path: path.to_owned(),

@@ -162,7 +162,7 @@ fn a_write_that_fails_midway_leaves_nothing_of_its_run() {
 }
 
 #[test]
-fn a_newer_schema_and_another_applications_database_are_refused() {
+fn a_newer_schema_another_applications_database_and_what_is_no_file_are_refused() {
     let d = dir();
     let newer = d.path().join("newer.sqlite3");
     Store::open(&newer).unwrap();
@@ -213,6 +213,32 @@ fn a_newer_schema_and_another_applications_database_are_refused() {
             .unwrap()
             .is_none()
     );
+    // Not a regular file: refused before SQLite opens it (a FIFO would hang it, a device would
+    // swallow the runs).
+    for p in [
+        d.path().to_path_buf(),
+        "/dev/null".into(),
+        "/dev/zero".into(),
+    ] {
+        let e = Store::open(&p).unwrap_err();
+        assert!(
+            matches!(e, HistoryError::NotAFile { .. }),
+            "{}: {e}",
+            p.display()
+        );
+    }
+    let fifo = d.path().join("fifo");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    assert!(matches!(
+        Store::open(&fifo),
+        Err(HistoryError::NotAFile { .. })
+    ));
 }
 
 #[test]

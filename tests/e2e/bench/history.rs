@@ -242,3 +242,99 @@ fn a_store_it_cannot_use_is_refused_before_anything_is_sent() {
     assert_eq!(code, Some(0), "{err}");
     assert!(!err.contains("recorded as run"), "{err}");
 }
+
+/// Break test: two runs that end together into one store are both kept (the second waits for
+/// the first's write); a run stopped by SIGINT is kept marked as interrupted, and
+/// `--baseline last` passes over it.
+#[test]
+fn runs_ending_together_are_both_kept_and_a_stopped_run_is_never_last() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("runs.sqlite3");
+    let s = store.to_str().unwrap().to_owned();
+    let (_sim, url) = simulate(dir.path(), &slots("8", "20ms", "2ms", "4"));
+    let cfg = sim_config(dir.path(), &url);
+    let c = cfg.to_str().unwrap().to_owned();
+    let both: Vec<_> = (0..2)
+        .map(|_| {
+            let (c, s) = (c.clone(), s.clone());
+            std::thread::spawn(move || {
+                bench(
+                    &[
+                        "--config.file",
+                        &c,
+                        "--concurrency",
+                        "2",
+                        "--requests-per-level",
+                        "4",
+                        "--history",
+                        &s,
+                    ],
+                    Duration::from_secs(60),
+                )
+            })
+        })
+        .collect();
+    for t in both {
+        let (code, out, err) = t.join().unwrap();
+        assert_eq!(code, Some(0), "{out}\n{err}");
+        assert!(err.contains("recorded as run"), "{err}");
+    }
+    // A run stopped during its second level (open loop, the second level's requests a minute
+    // apart): kept, with its finished level, marked.
+    let mut child = bench_child(
+        dir.path(),
+        "stopped",
+        &[
+            "--config.file",
+            &c,
+            "--rate",
+            "50,0.05",
+            "--concurrency",
+            "2",
+            "--requests-per-level",
+            "3",
+            "--history",
+            &s,
+        ],
+    );
+    wait_for("the first level's line", Duration::from_secs(60), || {
+        child.assert_running();
+        child.stderr().contains("sim-a @ 50/s: ").then_some(())
+    });
+    let (status, _) = child
+        .signal_and_wait("-INT", Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("bench did not stop\n{}", child.logs()));
+    assert_eq!(status.code(), Some(130), "{}", child.logs());
+    assert!(
+        child.stderr().contains("recorded as run 3 in"),
+        "{}",
+        child.logs()
+    );
+    let (code, out, err) = history(&["--history", &s, "--format", "json"]);
+    assert_eq!(code, Some(0), "{err}");
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    let runs = doc["runs"].as_array().unwrap();
+    let ids: Vec<i64> = runs.iter().map(|r| r["id"].as_i64().unwrap()).collect();
+    assert_eq!(ids, [3, 2, 1]);
+    assert_eq!(runs[0]["interrupted"], true);
+    assert_eq!(runs[0]["levels"], serde_json::json!(["50/s"]));
+    assert!(runs[1..].iter().all(|r| r["interrupted"] == false));
+    // The newest complete open-loop run is none (run 3 was stopped): refused before sending.
+    let (code, _, err) = bench(
+        &[
+            "--config.file",
+            &c,
+            "--rate",
+            "50",
+            "--requests-per-level",
+            "2",
+            "--history",
+            &s,
+            "--baseline",
+            "last",
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("no earlier complete open-loop run"), "{err}");
+}
