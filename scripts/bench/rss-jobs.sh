@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# How `tokenprobe serve`'s memory grows with its jobs: for each count in $JOBS, one target with
+# that many models on `tokenprobe simulate` (16 tokens, 10 ms apart), each probed every
+# $INTERVAL, for $SECONDS_TO_RUN s; then prints the process's VmRSS, split into RssAnon (its own
+# heap and stacks) and RssFile (mapped pages of the binary and libraries, shared and
+# reclaimable), and the series per job on /metrics. Loopback only; stops itself.
+#
+#   scripts/bench/rss-jobs.sh                      # 1, 10, 100, 1000 jobs, every 5 s, 40 s each
+#   JOBS="20" INTERVAL=1s scripts/bench/rss-jobs.sh
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$repo"
+JOBS="${JOBS:-1 10 100 1000}"
+INTERVAL="${INTERVAL:-5s}"
+run_for="${SECONDS_TO_RUN:-40}"
+bin="${TOKENPROBE_RELEASE_BIN:-}"
+if [ -z "$bin" ]; then
+    cargo build --release --quiet
+    bin=target/release/tokenprobe
+fi
+tmp="$(mktemp -d)"
+"$bin" simulate --listen 127.0.0.1:0 --ttft 10ms --itl 10ms --output-tokens 16 \
+    --max-concurrency 100000 --log.level warn >"$tmp/stub.out" &
+stub=$!
+tp=""
+trap 'kill $tp 2>/dev/null && wait $tp 2>/dev/null; kill $stub 2>/dev/null || true; rm -rf "$tmp"' EXIT
+for _ in $(seq 50); do grep -q "listening on" "$tmp/stub.out" && break; sleep 0.1; done
+url="$(sed -n 's#^listening on \(http://.*\)#\1/v1#p' "$tmp/stub.out")"
+kib() { awk -v k="$1" '$1 == k":" {print $2}' "/proc/$tp/status"; }
+mib() { echo "$(($1 / 1024)).$(( ($1 % 1024) * 10 / 1024 ))"; }
+printf '%6s %10s %10s %10s %10s %8s %12s\n' jobs probes VmRSS RssAnon RssFile series series/job
+for n in $JOBS; do
+    models="$(seq -s, -f 'm%g' 0 $((n - 1)))"
+    {
+        echo "defaults: {interval: $INTERVAL}"
+        echo "prompts: [{name: p, messages: [{role: user, content: hi}], max_tokens: 16}]"
+        echo "targets:"
+        echo "  - {name: stub, base_url: \"$url\", models: [$models]}"
+    } >"$tmp/c.yml"
+    port=$((20000 + RANDOM % 20000))
+    "$bin" serve --config.file "$tmp/c.yml" --web.listen-address "127.0.0.1:$port" --log.level warn &
+    tp=$!
+    sleep "$run_for"
+    curl -fsS "http://127.0.0.1:$port/metrics" >"$tmp/m.txt"
+    probes="$(awk '/^tokenprobe_probes_total/ {s+=$2} END {print s}' "$tmp/m.txt")"
+    series="$(grep -c 'model="m' "$tmp/m.txt" || true)"
+    printf '%6s %10s %10s %10s %10s %8s %12s\n' "$n" "$probes" "$(mib "$(kib VmRSS)") MiB" \
+        "$(mib "$(kib RssAnon)") MiB" "$(mib "$(kib RssFile)") MiB" "$series" "$((series / n))"
+    kill "$tp"
+    wait "$tp" 2>/dev/null || true
+    tp=""
+done
