@@ -4,7 +4,25 @@
 
 use super::{TlsOptions, TransportError};
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime, pem::PemObject};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+/// TLS sessions a prober keeps for resumption. A prober talks to one target (and perhaps its
+/// proxy); rustls's default makes room for 256 server names, about 14 KB of every prober's memory
+/// (heaptrack, 100 jobs).
+const SESSIONS: usize = 8;
+
+/// The bundled web PKI roots, parsed once and shared by every client that adds no `ca_file`
+/// (parsed per client, they took about 8.6 KB of every prober's memory).
+fn web_roots() -> Arc<rustls::RootCertStore> {
+    static ROOTS: OnceLock<Arc<rustls::RootCertStore>> = OnceLock::new();
+    ROOTS
+        .get_or_init(|| {
+            let mut roots = rustls::RootCertStore::empty();
+            roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+            Arc::new(roots)
+        })
+        .clone()
+}
 
 /// The client configuration for `o`; `alpn`: the protocols offered, in order of preference.
 pub(super) fn config(
@@ -19,6 +37,10 @@ pub(super) fn config(
         builder
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(AcceptAnyCert(provider)))
+            .with_no_client_auth()
+    } else if o.ca_file.is_none() {
+        builder
+            .with_root_certificates(web_roots())
             .with_no_client_auth()
     } else {
         let mut roots = rustls::RootCertStore::empty();
@@ -43,6 +65,7 @@ pub(super) fn config(
         builder.with_root_certificates(roots).with_no_client_auth()
     };
     cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    cfg.resumption = rustls::client::Resumption::in_memory_sessions(SESSIONS);
     Ok(cfg)
 }
 
