@@ -5,7 +5,6 @@
 use crate::bench::{BenchError, BenchPlan};
 use crate::remotewrite::{RemoteWrite, RemoteWriteSpec};
 use crate::transport::TlsOptions;
-use hyper::header::{HeaderName, HeaderValue};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -68,16 +67,10 @@ impl ExportArgs {
             let Some((name, value)) = h.split_once('=') else {
                 return usage("a --remote-write-header is NAME=VALUE".into());
             };
-            let Ok(name) = HeaderName::from_bytes(name.trim().as_bytes()) else {
-                return usage(format!("{:?} is not a header name", name.trim()));
-            };
-            let Ok(mut value) = HeaderValue::from_str(value) else {
-                return usage(format!(
-                    "the value of header {name} is not a valid header value"
-                ));
-            };
-            value.set_sensitive(true);
-            headers.push((name, value));
+            match crate::transport::sensitive_header(name, value) {
+                Ok(header) => headers.push(header),
+                Err(reason) => return usage(reason),
+            }
         }
         Ok(Some(RemoteWriteSpec {
             url: url.clone(),
@@ -111,11 +104,7 @@ impl Exports {
     /// # Errors
     /// [`BenchError`] for a bad flag or variable, or a client that cannot be built.
     pub fn start(args: &ExportArgs, plan: &mut BenchPlan) -> Result<Self, BenchError> {
-        let mode = if plan.levels.iter().any(|k| k.rate.is_some()) {
-            "open"
-        } else {
-            "closed"
-        };
+        let mode = if plan.open() { "open" } else { "closed" };
         let remote = match args.remote_write()? {
             Some(spec) => {
                 let shard = (plan.shard.count > 1).then(|| plan.shard.to_string());

@@ -173,15 +173,8 @@ impl OtlpConfig {
             "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
         ] {
             for (k, v) in pairs(var, &get(var).unwrap_or_default())? {
-                let name = HeaderName::from_bytes(k.as_bytes()).map_err(|_| OtlpError::Var {
-                    var,
-                    reason: format!("{k:?} is not a header name"),
-                })?;
-                let mut value = HeaderValue::from_str(&v).map_err(|_| OtlpError::Var {
-                    var,
-                    reason: format!("the value of header {name} is not a valid header value"),
-                })?;
-                value.set_sensitive(true);
+                let (name, value) = crate::transport::sensitive_header(&k, &v)
+                    .map_err(|reason| OtlpError::Var { var, reason })?;
                 headers.retain(|(n, _)| *n != name);
                 headers.push((name, value));
             }

@@ -27,6 +27,25 @@ pub enum FetchError {
     TooLarge(usize),
 }
 
+/// A header a user gave for what tokenprobe sends to other servers (remote write, OTLP), its
+/// value marked sensitive so no debug output shows it.
+///
+/// # Errors
+/// Why the name or the value is not valid HTTP, never quoting the value.
+pub fn sensitive_header(name: &str, value: &str) -> Result<(HeaderName, HeaderValue), String> {
+    let name = name.trim();
+    let Ok(n) = HeaderName::from_bytes(name.as_bytes()) else {
+        return Err(format!("{name:?} is not a header name"));
+    };
+    let Ok(mut v) = HeaderValue::from_str(value) else {
+        return Err(format!(
+            "the value of header {n} is not a valid header value"
+        ));
+    };
+    v.set_sensitive(true);
+    Ok((n, v))
+}
+
 /// A whole answer.
 #[derive(Debug)]
 pub struct Fetched {

@@ -21,7 +21,7 @@ pub use crate::measure::Phases;
 use bytes::Bytes;
 pub(crate) use classify::classify_transport;
 pub use connect::{ConnectError, ConnectKind};
-pub use fetch::{FetchError, Fetched, Fetcher};
+pub use fetch::{FetchError, Fetched, Fetcher, sensitive_header};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
