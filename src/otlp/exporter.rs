@@ -105,6 +105,8 @@ impl Exporter {
             HeaderName::from_static("user-agent"),
             HeaderValue::from_static(concat!("tokenprobe/", env!("CARGO_PKG_VERSION"))),
         ));
+        // The endpoint as logs show it, redacted once.
+        let shown = crate::redact::redact_url(&cfg.endpoint);
         let task = tokio::spawn(async move {
             let mut next = tokio::time::Instant::now() + cfg.interval;
             loop {
@@ -113,7 +115,7 @@ impl Exporter {
                     () = tokio::time::sleep_until(next) => {}
                 }
                 let began = tokio::time::Instant::now();
-                let r = export(&mut fetcher, &cfg, &headers, &instruments).await;
+                let r = export(&mut fetcher, &cfg, &shown, &headers, &instruments).await;
                 on_result(r);
                 // The intervals this export spanned are skipped: each is counted as dropped.
                 let mut skipped = 0;
@@ -127,7 +129,7 @@ impl Exporter {
                 }
                 if skipped > 0 {
                     tracing::warn!(
-                        endpoint = %crate::redact::redact_url(&cfg.endpoint),
+                        endpoint = %shown,
                         took_ms = began.elapsed().as_millis(),
                         skipped,
                         "an OTLP export took longer than the export interval: intervals skipped (each export carries the cumulative state, so no observation is lost)"
@@ -135,7 +137,7 @@ impl Exporter {
                 }
             }
             // One last export of what the last probes recorded.
-            let r = export(&mut fetcher, &cfg, &headers, &instruments).await;
+            let r = export(&mut fetcher, &cfg, &shown, &headers, &instruments).await;
             on_result(r);
         });
         Ok(Exporter { stop, task })
@@ -152,10 +154,11 @@ impl Exporter {
     }
 }
 
-/// One export: the body, one POST bounded by the timeout.
+/// One export: the body, one POST bounded by the timeout (`endpoint`: the URL as logs show it).
 async fn export(
     fetcher: &mut Fetcher,
     cfg: &OtlpConfig,
+    endpoint: &str,
     headers: &[(HeaderName, HeaderValue)],
     instruments: &Instruments,
 ) -> ExportResult {
@@ -165,7 +168,6 @@ async fn export(
         fetcher.post(&cfg.endpoint, headers, body, MAX_ANSWER),
     )
     .await;
-    let endpoint = crate::redact::redact_url(&cfg.endpoint);
     match answer {
         Ok(Ok(a)) if (200..300).contains(&a.status) => ExportResult::Sent,
         Ok(Ok(a)) => {
