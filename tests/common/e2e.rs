@@ -228,6 +228,17 @@ impl ChildGuard {
         }
     }
 
+    /// The address of the `listening on ADDR` line a server prints on stdout, waited for up to
+    /// `limit` while the server runs (`what` names the wait).
+    pub fn listening(&mut self, what: &str, limit: Duration) -> String {
+        wait_for(what, limit, || {
+            self.assert_running();
+            self.stdout()
+                .lines()
+                .find_map(|l| l.strip_prefix("listening on ").map(str::to_owned))
+        })
+    }
+
     /// Sends `sig` (e.g. "-STOP").
     pub fn signal(&self, sig: &str) {
         let ok = Command::new("kill")
@@ -987,17 +998,7 @@ pub fn start_simulate(dir: &Path, args: &[&str]) -> (ChildGuard, String) {
     cmd.args(["simulate", "--listen", "127.0.0.1:0", "--seed", "1"])
         .args(args);
     let mut guard = ChildGuard::spawn("simulate", cmd, dir);
-    let url = wait_for(
-        "simulate to print its address",
-        Duration::from_secs(20),
-        || {
-            guard.assert_running();
-            guard
-                .stdout()
-                .lines()
-                .find_map(|l| l.strip_prefix("listening on ").map(str::to_owned))
-        },
-    );
+    let url = guard.listening("simulate to print its address", Duration::from_secs(20));
     (guard, url)
 }
 

@@ -378,13 +378,7 @@ impl Sim {
             .arg("--event-log")
             .arg(&log);
         let mut guard = ChildGuard::spawn(name, cmd, dir);
-        let url = wait_for("simulate to listen", Duration::from_secs(30), || {
-            guard.assert_running();
-            guard
-                .stdout()
-                .lines()
-                .find_map(|l| l.strip_prefix("listening on ").map(str::to_owned))
-        });
+        let url = guard.listening("simulate to listen", Duration::from_secs(30));
         Sim { guard, url, log }
     }
 

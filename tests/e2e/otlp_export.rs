@@ -17,17 +17,7 @@ fn receiver(dir: &std::path::Path, mode: &str) -> (ChildGuard, String) {
     cmd.arg(repo_root().join("tests/fixtures/otlp_receiver.py"))
         .args(["--mode", mode]);
     let mut guard = ChildGuard::spawn(&format!("otlp-receiver-{mode}"), cmd, dir);
-    let url = wait_for(
-        "the OTLP receiver's address",
-        Duration::from_secs(20),
-        || {
-            guard.assert_running();
-            guard
-                .stdout()
-                .lines()
-                .find_map(|l| l.strip_prefix("listening on ").map(str::to_owned))
-        },
-    );
+    let url = guard.listening("the OTLP receiver's address", Duration::from_secs(20));
     (guard, url)
 }
 
