@@ -7,6 +7,11 @@
 //! event's instant is when its bytes reached this machine, and the runtime's scheduling delay drops
 //! out of it (docs/measurement.md, "Clock and instants"). Elsewhere, or where the socket option is
 //! refused, reads are plain and carry no stamp; the reader then stamps as before.
+//!
+//! Writes are stamped too (`SO_TIMESTAMPING` with software transmit stamps and `OPT_ID`, read back
+//! from the socket's error queue): the instant a write's last byte left for the network. The prober
+//! takes from it when its request left (its send lag, and the wire's TTFT); the simulator logs when
+//! each event left, so its log is the wire's truth rather than the moment its write returned.
 
 use std::io;
 use std::pin::Pin;
@@ -29,6 +34,96 @@ pub(crate) fn enable(sock: &impl std::os::fd::AsFd) -> bool {
         let _ = sock;
         false
     }
+}
+
+/// Asks the kernel to stamp the instant each write's last byte leaves a connected TCP socket
+/// (software transmit stamps, numbered by byte with `OPT_ID`, without the packet); false where it
+/// cannot. Numbering starts at the bytes written so far, so [`SendStamps`] counts from here.
+pub(crate) fn enable_send(sock: &impl std::os::fd::AsFd) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        use nix::sys::socket::{TimestampingFlag as F, setsockopt, sockopt::Timestamping};
+        let flags = F::SOF_TIMESTAMPING_TX_SOFTWARE
+            | F::SOF_TIMESTAMPING_SOFTWARE
+            | F::SOF_TIMESTAMPING_OPT_ID
+            | F::SOF_TIMESTAMPING_OPT_TSONLY;
+        setsockopt(sock, Timestamping, &flags).is_ok()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = sock;
+        false
+    }
+}
+
+/// The most transmit stamps one [`SendStamps::drain`] takes from the error queue (it is bounded by
+/// the socket's receive buffer anyway; this bounds one call's work).
+const MAX_DRAIN: usize = 256;
+
+/// The bytes written to a socket since [`enable_send`], so a write's transmit stamp (numbered by
+/// its last byte) can be told from the others. `None`: the socket does not stamp its writes.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct SendStamps {
+    written: Option<u64>,
+}
+
+impl SendStamps {
+    /// Enables transmit stamps on `sock` (connected, nothing written yet since).
+    pub(crate) fn enable(sock: &impl std::os::fd::AsFd) -> Self {
+        SendStamps {
+            written: enable_send(sock).then_some(0),
+        }
+    }
+
+    /// Counts `n` bytes written; the stamp id of their last byte (`None` for none or when the
+    /// socket does not stamp).
+    pub(crate) fn wrote(&mut self, n: usize) -> Option<u32> {
+        let w = self.written.as_mut()?;
+        if n == 0 {
+            return None;
+        }
+        *w = w.wrapping_add(n as u64);
+        Some(w.wrapping_sub(1) as u32)
+    }
+
+    /// The stamp id of the last byte written so far.
+    pub(crate) fn last_id(&self) -> Option<u32> {
+        self.written
+            .filter(|w| *w > 0)
+            .map(|w| w.wrapping_sub(1) as u32)
+    }
+
+    /// Takes the transmit stamps queued on `sock`, each as (id of the write's last byte, the
+    /// kernel's wall-clock instant), without blocking.
+    pub(crate) fn drain(
+        &self,
+        sock: &impl std::os::fd::AsRawFd,
+        mut f: impl FnMut(u32, SystemTime),
+    ) {
+        if self.written.is_none() {
+            return;
+        }
+        #[cfg(target_os = "linux")]
+        for _ in 0..MAX_DRAIN {
+            match recv_sent(sock.as_raw_fd()) {
+                Ok(Some((id, at))) => f(id, at),
+                Ok(None) => {}
+                Err(_) => break,
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = (sock, &mut f);
+    }
+}
+
+/// Maps a kernel wall-clock stamp to the monotonic clock by reading both clocks now (`None` for a
+/// stamp older than [`MAX_STAMP_AGE`]: the wall clock was stepped since).
+fn to_instant(wall: SystemTime) -> Option<Instant> {
+    let (now, wall_now) = (Instant::now(), SystemTime::now());
+    let age = wall_now.duration_since(wall).unwrap_or(Duration::ZERO);
+    (age <= MAX_STAMP_AGE)
+        .then(|| now.checked_sub(age))
+        .flatten()
 }
 
 /// Reads into `buf` (0 bytes: the peer closed); with the kernel's receive instant of the bytes
@@ -73,11 +168,13 @@ pub struct Stamp {
 #[derive(Debug, Clone, Default)]
 pub struct ReadStamps(Arc<Mutex<Reads>>);
 
-/// What the reads since the last reset saw.
+/// What the reads since the last reset saw, and when the latest write left.
 #[derive(Debug, Clone, Copy, Default)]
 struct Reads {
     latest: Option<Stamp>,
     bytes: u64,
+    /// The kernel's transmit instant of the last byte written so far, on the monotonic clock.
+    sent: Option<Instant>,
 }
 
 impl ReadStamps {
@@ -98,17 +195,27 @@ impl ReadStamps {
         self.0.lock().map_or(0, |s| s.bytes)
     }
 
+    /// The kernel's transmit instant of the last byte written since the last reset, once a read
+    /// has picked its stamp up (stamps are taken with the connection's reads, so when a response
+    /// head has come, this is the request's last byte).
+    pub fn sent(&self) -> Option<Instant> {
+        self.0.lock().ok().and_then(|s| s.sent)
+    }
+
+    /// Records the transmit stamp of the last byte written so far.
+    fn record_sent(&self, wall: SystemTime) {
+        let at = to_instant(wall);
+        if let Ok(mut s) = self.0.lock() {
+            s.sent = at.or(s.sent);
+        }
+    }
+
     /// Records a read of `n` bytes that just returned, with the kernel's wall-clock stamp of its
     /// bytes. The stamp is mapped to the monotonic clock by reading both clocks now: the kernel
     /// instant is `now - (wall now - stamp)`.
     fn record(&self, n: usize, wall: Option<SystemTime>) {
-        let (user, wall_now) = (Instant::now(), SystemTime::now());
-        let kernel = wall.and_then(|w| {
-            let age = wall_now.duration_since(w).unwrap_or(Duration::ZERO);
-            (age <= MAX_STAMP_AGE)
-                .then(|| user.checked_sub(age))
-                .flatten()
-        });
+        let user = Instant::now();
+        let kernel = wall.and_then(to_instant).map(|k| k.min(user));
         if let Ok(mut s) = self.0.lock() {
             s.latest = Some(Stamp { kernel, user });
             s.bytes = s.bytes.saturating_add(n as u64);
@@ -135,21 +242,55 @@ pub struct ReadLag {
 /// read does not zero a reader's whole spare capacity each time).
 const MAX_STAMPED_READ: usize = 64 * 1024;
 
-/// A TCP stream whose reads record their kernel receive instant into a [`ReadStamps`]; writes
-/// pass through. Where stamping could not be enabled, reads are plain and record no kernel
-/// instant.
+/// A TCP stream whose reads record their kernel receive instant into a [`ReadStamps`], and whose
+/// writes are stamped as they leave (picked up by the next reads). Where stamping could not be
+/// enabled, reads are plain and record no kernel instant.
 #[derive(Debug)]
 pub struct StampedStream {
     tcp: TcpStream,
     stamps: ReadStamps,
     on: bool,
+    tx: SendStamps,
+    /// The last write's transmit stamp has not been picked up yet.
+    tx_pending: bool,
 }
 
 impl StampedStream {
-    /// Wraps a connected stream, asking the kernel to stamp what it receives.
+    /// Wraps a connected stream, asking the kernel to stamp what it receives and sends.
     pub fn new(tcp: TcpStream, stamps: ReadStamps) -> Self {
         let on = enable(&tcp);
-        StampedStream { tcp, stamps, on }
+        let tx = SendStamps::enable(&tcp);
+        StampedStream {
+            tcp,
+            stamps,
+            on,
+            tx,
+            tx_pending: false,
+        }
+    }
+
+    /// Counts a write's bytes.
+    fn wrote(&mut self, n: usize) {
+        if self.tx.wrote(n).is_some() {
+            self.tx_pending = true;
+        }
+    }
+
+    /// Takes the queued transmit stamps; the last written byte's, when among them, is the
+    /// connection's latest send instant.
+    fn pick_up_sent(&mut self) {
+        if !self.tx_pending {
+            return;
+        }
+        let (last, stamps) = (self.tx.last_id(), &self.stamps);
+        let mut found = false;
+        self.tx.drain(&self.tcp, |id, at| {
+            if Some(id) == last {
+                stamps.record_sent(at);
+                found = true;
+            }
+        });
+        self.tx_pending = !found;
     }
 }
 
@@ -174,6 +315,7 @@ impl AsyncRead for StampedStream {
                 {
                     Ok((n, at)) => {
                         buf.advance(n);
+                        this.pick_up_sent();
                         if n > 0 {
                             this.stamps.record(n, at);
                         }
@@ -186,6 +328,7 @@ impl AsyncRead for StampedStream {
         }
         let before = buf.filled().len();
         ready!(Pin::new(&mut this.tcp).poll_read(cx, buf))?;
+        this.pick_up_sent();
         if buf.filled().len() > before {
             this.stamps.record(buf.filled().len() - before, None);
         }
@@ -199,17 +342,126 @@ impl AsyncWrite for StampedStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().tcp).poll_write(cx, buf)
+        let this = self.get_mut();
+        let n = ready!(Pin::new(&mut this.tcp).poll_write(cx, buf))?;
+        this.wrote(n);
+        Poll::Ready(Ok(n))
     }
     fn poll_write_vectored(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().tcp).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        let n = ready!(Pin::new(&mut this.tcp).poll_write_vectored(cx, bufs))?;
+        this.wrote(n);
+        Poll::Ready(Ok(n))
     }
     fn is_write_vectored(&self) -> bool {
         self.tcp.is_write_vectored()
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_flush(cx)
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_shutdown(cx)
+    }
+}
+
+/// One transmit stamp from the error queue: `Ok(None)` for a queued message that is not one,
+/// `Err` when the queue is empty.
+#[cfg(target_os = "linux")]
+fn recv_sent(fd: std::os::fd::RawFd) -> io::Result<Option<(u32, SystemTime)>> {
+    use nix::libc;
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, Timestamps, recvmsg};
+    use std::io::IoSliceMut;
+    /// `SCM_TSTAMP_SND` (linux/errqueue.h): the stamp of a packet handed to the device.
+    const SCM_TSTAMP_SND: u32 = 0;
+    let mut cmsg = nix::cmsg_space!(Timestamps, libc::sock_extended_err, libc::sockaddr_in6);
+    let mut byte = [0u8; 1];
+    let mut iov = [IoSliceMut::new(&mut byte)];
+    let flags = MsgFlags::MSG_ERRQUEUE | MsgFlags::MSG_DONTWAIT;
+    let msg = recvmsg::<()>(fd, &mut iov, Some(&mut cmsg), flags).map_err(io::Error::from)?;
+    let (mut id, mut at) = (None, None);
+    if let Ok(cmsgs) = msg.cmsgs() {
+        for c in cmsgs {
+            match c {
+                ControlMessageOwned::ScmTimestampsns(ts) => at = wall(&ts.system),
+                ControlMessageOwned::Ipv4RecvErr(e, _) | ControlMessageOwned::Ipv6RecvErr(e, _)
+                    if e.ee_origin == libc::SO_EE_ORIGIN_TIMESTAMPING
+                        && e.ee_info == SCM_TSTAMP_SND =>
+                {
+                    id = Some(e.ee_data);
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(id.zip(at))
+}
+
+/// A kernel `timespec` as wall-clock time (`None` for an empty or negative one).
+#[cfg(target_os = "linux")]
+fn wall(ts: &nix::sys::time::TimeSpec) -> Option<SystemTime> {
+    let ns = i128::from(ts.tv_sec()) * 1_000_000_000 + i128::from(ts.tv_nsec());
+    u64::try_from(ns)
+        .ok()
+        .filter(|ns| *ns > 0)
+        .map(|ns| SystemTime::UNIX_EPOCH + Duration::from_nanos(ns))
+}
+
+/// A server's TCP stream whose writes are counted so each write's transmit stamp can be matched
+/// to it ([`SentStream::sent`]); reads pass through (a server stamps its reads with [`read`]).
+#[derive(Debug)]
+pub(crate) struct SentStream {
+    tcp: TcpStream,
+    tx: SendStamps,
+}
+
+impl SentStream {
+    /// Wraps an accepted stream, asking the kernel to stamp what it sends.
+    pub(crate) fn new(tcp: TcpStream) -> Self {
+        let tx = SendStamps::enable(&tcp);
+        SentStream { tcp, tx }
+    }
+
+    /// The stream itself (for stamped reads).
+    pub(crate) fn tcp(&self) -> &TcpStream {
+        &self.tcp
+    }
+
+    /// The stamp id of the last byte written so far (`None`: the socket does not stamp).
+    pub(crate) fn last_id(&self) -> Option<u32> {
+        self.tx.last_id()
+    }
+
+    /// Takes the transmit stamps queued so far, each as (id of a write's last byte, when it
+    /// left).
+    pub(crate) fn sent(&self, f: impl FnMut(u32, SystemTime)) {
+        self.tx.drain(&self.tcp, f);
+    }
+}
+
+impl AsyncRead for SentStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for SentStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let n = ready!(Pin::new(&mut this.tcp).poll_write(cx, buf))?;
+        this.tx.wrote(n);
+        Poll::Ready(Ok(n))
     }
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().tcp).poll_flush(cx)
@@ -224,7 +476,9 @@ fn recv_stamped(fd: std::os::fd::RawFd, buf: &mut [u8]) -> io::Result<(usize, Op
     use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
     use nix::sys::time::TimeSpec;
     use std::io::IoSliceMut;
-    let mut cmsg = nix::cmsg_space!(TimeSpec);
+    // Room for the `SO_TIMESTAMPNS` stamp, and for the `SCM_TIMESTAMPING` one a socket that
+    // stamps its writes also gets on reads (not used: the same instant).
+    let mut cmsg = nix::cmsg_space!(TimeSpec, nix::sys::socket::Timestamps);
     let mut iov = [IoSliceMut::new(buf)];
     let msg = recvmsg::<()>(fd, &mut iov, Some(&mut cmsg), MsgFlags::MSG_DONTWAIT)
         .map_err(io::Error::from)?;
@@ -232,10 +486,7 @@ fn recv_stamped(fd: std::os::fd::RawFd, buf: &mut [u8]) -> io::Result<(usize, Op
     if let Ok(cmsgs) = msg.cmsgs() {
         for c in cmsgs {
             if let ControlMessageOwned::ScmTimestampns(ts) = c {
-                let ns = i128::from(ts.tv_sec()) * 1_000_000_000 + i128::from(ts.tv_nsec());
-                at = u64::try_from(ns)
-                    .ok()
-                    .map(|ns| SystemTime::UNIX_EPOCH + std::time::Duration::from_nanos(ns));
+                at = wall(&ts);
             }
         }
     }
@@ -280,5 +531,66 @@ mod tests {
         c.shutdown().await.unwrap();
         let (n, _) = read(&s, &mut buf).await.unwrap();
         assert_eq!(n, 0);
+    }
+
+    #[tokio::test]
+    async fn each_write_is_stamped_as_it_leaves_numbered_by_its_last_byte() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (_s, _) = l.accept().await.unwrap();
+        let mut w = SentStream::new(c);
+        assert_eq!(w.last_id(), None, "nothing written yet");
+        let mut spans = Vec::new();
+        for msg in [&b"hello"[..], b"a longer second write"] {
+            let before = SystemTime::now();
+            w.write_all(msg).await.unwrap();
+            spans.push((w.last_id().unwrap(), before, SystemTime::now()));
+        }
+        assert_eq!(spans[0].0, 4);
+        assert_eq!(spans[1].0, 4 + 21);
+        let mut got = Vec::new();
+        // On loopback the stamp is queued while the write runs; allow the softirq a moment.
+        for _ in 0..100 {
+            w.sent(|id, at| got.push((id, at)));
+            if got.len() >= 2 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        assert_eq!(got.len(), 2, "{got:?}");
+        for ((id, at), (want, before, after)) in got.iter().zip(&spans) {
+            assert_eq!(id, want);
+            assert!(
+                before <= at && at <= after,
+                "{before:?} <= {at:?} <= {after:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stamped_stream_knows_when_its_request_left_by_the_time_the_answer_is_read() {
+        use tokio::io::AsyncReadExt;
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (mut s, _) = l.accept().await.unwrap();
+        let stamps = ReadStamps::default();
+        let mut c = StampedStream::new(c, stamps.clone());
+        let (before, mut got) = (Instant::now(), [0u8; 8]);
+        c.write_all(b"request").await.unwrap();
+        let after = Instant::now();
+        assert_eq!(stamps.sent(), None, "picked up by reads only");
+        s.read_exact(&mut got[..7]).await.unwrap();
+        s.write_all(b"answer").await.unwrap();
+        let n = c.read(&mut got).await.unwrap();
+        assert_eq!(&got[..n], b"answer");
+        let sent = stamps.sent().expect("the request's send stamp");
+        // The wall-to-monotonic mapping reads two clocks: allow it a few microseconds.
+        let slack = std::time::Duration::from_micros(50);
+        assert!(
+            before <= sent + slack && sent <= after + slack,
+            "{before:?} {sent:?} {after:?}"
+        );
+        stamps.reset();
+        assert_eq!(stamps.sent(), None);
     }
 }

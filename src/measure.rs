@@ -122,6 +122,13 @@ pub struct ProbeResult {
     /// How much later than their kernel receive instant the response's bytes were read, when a
     /// response head came (set by the prober, which stamps the reads).
     pub read_lag: Option<crate::kstamp::ReadLag>,
+    /// Send lag: from the start instant to the kernel's transmit instant of the request's last
+    /// byte, when the kernel stamped it (set by the prober, which stamps the writes). Part of
+    /// every latency counted from the start instant; the wire's figures leave it out.
+    pub send_lag_s: Option<f64>,
+    /// Wire TTFT: from the request's last byte leaving to the first token's bytes arriving, both
+    /// kernel instants (`ttft_s - send_lag_s`; successful probes with a send stamp only).
+    pub wire_ttft_s: Option<f64>,
     /// The exporter itself could not make the request (it is out of file descriptors): not the
     /// target's failure (set by the prober, which sees the typed error).
     pub exporter_fault: bool,
@@ -467,6 +474,8 @@ impl Measurement {
             text: self.text,
             phases: None,
             read_lag: None,
+            send_lag_s: None,
+            wire_ttft_s: None,
             exporter_fault: false,
             stream: !self.whole,
             requested_input_tokens: None,

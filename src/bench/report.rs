@@ -405,6 +405,8 @@ pub(crate) mod tests {
                     new_connection: false,
                     connect_s: None,
                     read_lag_s: None,
+                    send_lag_s: None,
+                    wire_ttft_s: None,
                     unstamped: false,
                     server_predicted_per_token_ms: None,
                     requested_input_tokens: None,

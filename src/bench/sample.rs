@@ -64,6 +64,14 @@ pub struct Sample {
     /// first token's bytes the prober read them, s (what kernel stamps took out of its TTFT).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_lag_s: Option<f64>,
+    /// Send lag: how long after its start instant the request's last byte left (the kernel's
+    /// transmit stamp), s; part of its TTFT, not of the wire's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_lag_s: Option<f64>,
+    /// Wire TTFT: from the request's last byte leaving to the first token's bytes arriving (both
+    /// kernel stamps), s: the server's TTFT as a capture of the wire shows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wire_ttft_s: Option<f64>,
     /// Some read of the response carried no kernel stamp (its instant is the read's own).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unstamped: bool,
@@ -112,6 +120,8 @@ impl Sample {
             new_connection: r.phases.is_some_and(|p| !p.reused),
             connect_s: r.phases.and_then(|p| p.connect_s),
             read_lag_s: r.read_lag.and_then(|l| l.first_token_s),
+            send_lag_s: r.send_lag_s,
+            wire_ttft_s: r.wire_ttft_s,
             unstamped: r.read_lag.is_some_and(|l| l.unstamped_reads > 0),
             server_predicted_per_token_ms: r
                 .server_timings

@@ -589,6 +589,8 @@ pub(crate) mod tests {
             ramp_s: None,
             loop_lag_s: None,
             read_lag_s: None,
+            send_lag_s: None,
+            wire_ttft_s: None,
             unstamped: 0,
             capped: 0,
             started_unix_s: None,

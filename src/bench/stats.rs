@@ -384,6 +384,15 @@ pub struct LevelStats {
     /// kernel's instant, so this is the scheduling delay taken out of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_lag_s: Option<Summary>,
+    /// Send lag over the level's requests: how long after its start instant each request's last
+    /// byte left (kernel transmit stamps), s. Every TTFT includes it; `wire_ttft_s` does not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_lag_s: Option<Summary>,
+    /// Wire TTFT of the level's successful requests: from the request's last byte leaving to the
+    /// first token's bytes arriving (both kernel stamps), s: the server's figure, which a
+    /// request that left late cannot bend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wire_ttft_s: Option<Summary>,
     /// Requests with a read the kernel did not stamp (their instants are the reads' own).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub unstamped: u64,
@@ -571,6 +580,8 @@ impl LevelStats {
                 .reduce(f64::max),
             loop_lag_s: Summary::of(loop_lag.iter().copied()),
             read_lag_s: Summary::of(samples.iter().filter_map(|s| s.read_lag_s)),
+            send_lag_s: Summary::of(samples.iter().filter_map(|s| s.send_lag_s)),
+            wire_ttft_s: Summary::of(samples.iter().filter_map(|s| s.wire_ttft_s)),
             unstamped: samples.iter().filter(|s| s.unstamped).count() as u64,
             capped,
             started_unix_s: None,
@@ -673,6 +684,8 @@ mod tests {
             new_connection: false,
             connect_s: None,
             read_lag_s: None,
+            send_lag_s: None,
+            wire_ttft_s: None,
             unstamped: false,
             server_predicted_per_token_ms: None,
             requested_input_tokens: None,

@@ -89,6 +89,10 @@ struct Arrivals<'a> {
     stamps: &'a ReadStamps,
     floor: Instant,
     lag: ReadLag,
+    /// The probe's start instant.
+    t0: Instant,
+    /// The kernel's transmit instant of the request's last byte, taken when the head came.
+    sent: Option<Instant>,
 }
 
 impl<'a> Arrivals<'a> {
@@ -97,7 +101,15 @@ impl<'a> Arrivals<'a> {
             stamps,
             floor: t0,
             lag: ReadLag::default(),
+            t0,
+            sent: None,
         }
+    }
+
+    /// Takes the request's send instant as the response head arrives at `head` (the client
+    /// writes nothing more before it): one between the start instant and the head, else none.
+    fn head(&mut self, head: Instant) {
+        self.sent = self.stamps.sent().filter(|s| *s >= self.t0 && *s <= head);
     }
 
     /// The instant the bytes a read returned at `now` reached this machine.
@@ -135,6 +147,11 @@ pub(super) async fn run_request(
     let mut r = request_and_read(transport, req, spec, m, proxy, &mut arrivals).await;
     if r.http_status.is_some() {
         r.read_lag = Some(arrivals.lag);
+    }
+    if let Some(sent) = arrivals.sent {
+        let lag = (sent - arrivals.t0).as_secs_f64();
+        r.send_lag_s = Some(lag);
+        r.wire_ttft_s = r.ttft_s.map(|t| (t - lag).max(0.0));
     }
     r
 }
@@ -178,6 +195,7 @@ async fn request_and_read(
         return head_late(m);
     }
     let t_headers = arrivals.at(now);
+    arrivals.head(t_headers);
     let (parts, resp) = resp.into_parts();
     let status = parts.status.as_u16();
     m.headers(t_headers, status);

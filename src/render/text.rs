@@ -887,6 +887,7 @@ pub fn render_markdown(r: &Report) -> String {
         "lag p99 (ms)",
         "loop lag p99 (ms)",
         "read lag p99 (ms)",
+        "send lag p99 (ms)",
         "ramp (ms)",
         "knee",
     ];
@@ -931,6 +932,7 @@ pub fn render_markdown(r: &Report) -> String {
                 opt(&l.lag_s, |s| s.p99, |v| format!("{:.2}", v * 1e3)),
                 opt(&l.loop_lag_s, |s| s.p99, |v| format!("{:.2}", v * 1e3)),
                 opt(&l.read_lag_s, |s| s.p99, |v| format!("{:.2}", v * 1e3)),
+                opt(&l.send_lag_s, |s| s.p99, |v| format!("{:.2}", v * 1e3)),
                 l.ramp_s
                     .map_or_else(|| "-".into(), |v| format!("{:.1}", v * 1e3)),
                 marks(m, i, l, |s| format!("**{s}**")),
@@ -960,7 +962,7 @@ pub fn render_markdown(r: &Report) -> String {
     out
 }
 
-const CSV_SUMMARIES: [&str; 10] = [
+const CSV_SUMMARIES: [&str; 12] = [
     "ttft",
     "ttfo",
     "tpot",
@@ -971,6 +973,8 @@ const CSV_SUMMARIES: [&str; 10] = [
     "read_lag",
     "ttft_from_schedule",
     "e2e_from_schedule",
+    "send_lag",
+    "wire_ttft",
 ];
 
 /// CSV: one row per model and level; every statistic of every metric (seconds, tokens/s).
@@ -1080,6 +1084,8 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
                 &l.read_lag_s,
                 &l.ttft_from_schedule_s,
                 &l.e2e_from_schedule_s,
+                &l.send_lag_s,
+                &l.wire_ttft_s,
             ] {
                 match s {
                     Some(s) => row.extend([s.mean, s.p50, s.p90, s.p95, s.p99, s.max].map(num)),

@@ -10,6 +10,7 @@ use super::plan::{Ask, Plan};
 use super::profile;
 use super::timer::Timer;
 use super::{Fault, Shared};
+use crate::kstamp::SentStream;
 use crate::rng::Rng;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -30,7 +31,8 @@ const MODEL: &str = "tokenprobe-simulated";
 struct Gone;
 
 /// Serves one connection until the client closes it or a response requires closing.
-pub(super) async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
+pub(super) async fn serve(stream: TcpStream, shared: Arc<Shared>) {
+    let mut stream = SentStream::new(stream);
     let conn = shared.conns.fetch_add(1, Ordering::Relaxed);
     let mut buf = Vec::new();
     loop {
@@ -65,7 +67,7 @@ pub(super) async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
 
 /// Answers one request; true when the connection may carry another.
 async fn handle(
-    stream: &mut TcpStream,
+    stream: &mut SentStream,
     pending: &mut Vec<u8>,
     req: Request,
     (arrival, wall, conn): (Instant, SystemTime, u64),
@@ -206,6 +208,7 @@ async fn handle(
     } else {
         whole_answer(&mut out, &req, &id, plan, &renderer, shared, &mut rec).await
     };
+    out.pick_up_sent();
     rec.events = std::mem::take(&mut out.events);
     rec.end = result.unwrap_or(End::ClientGone);
     let keep = rec.end == End::Complete && req.keep_alive && (req.chunked_ok || !is_stream);
@@ -235,7 +238,7 @@ fn finish(shared: &Shared, rec: Record) {
 
 /// A small complete response: head and body in one write.
 async fn simple(
-    stream: &mut TcpStream,
+    stream: &mut SentStream,
     req: &Request,
     status: u16,
     id: Option<&str>,
@@ -257,7 +260,7 @@ async fn simple(
 
 /// The writing side of one response, with its scratch buffers and the event record.
 struct Out<'a> {
-    stream: &'a mut TcpStream,
+    stream: &'a mut SentStream,
     timer: &'a Timer,
     pending: &'a mut Vec<u8>,
     /// Headers of the answer's head besides the simulator's own (`--rate-limit`'s).
@@ -321,8 +324,26 @@ impl Out<'_> {
         }
         self.stream.write_all(&self.wire).await.map_err(|_| Gone)?;
         let at = Instant::now().saturating_duration_since(self.arrival);
-        self.events.push(EventRec { due, at, token });
+        self.events.push(EventRec {
+            due,
+            at,
+            token,
+            tx_id: self.stream.last_id(),
+            sent: None,
+        });
+        self.pick_up_sent();
         Ok(())
+    }
+
+    /// Gives each event the kernel's transmit stamp of its last byte, from the stamps queued so
+    /// far (on loopback a write's stamp is usually queued before the write returns).
+    fn pick_up_sent(&mut self) {
+        let events = &mut self.events;
+        self.stream.sent(|id, at| {
+            if let Some(e) = events.iter_mut().rev().find(|e| e.tx_id == Some(id)) {
+                e.sent = Some(at);
+            }
+        });
     }
 
     /// Sends a pre-rendered event.

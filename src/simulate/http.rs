@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 
 /// Largest request head accepted.
 const MAX_HEAD: usize = 64 * 1024;
@@ -43,7 +42,7 @@ pub(crate) enum ReadError {
 /// Reads one request from `stream`; `buf` holds bytes already read (pipelining) and keeps any
 /// bytes after this request. Waits at most `idle` for each read.
 pub(crate) async fn read_request(
-    stream: &mut TcpStream,
+    stream: &mut crate::kstamp::SentStream,
     buf: &mut Vec<u8>,
     idle: Duration,
 ) -> Result<Request, ReadError> {
@@ -72,15 +71,16 @@ pub(crate) async fn read_request(
         }
         let start = buf.len();
         buf.resize(start + 16 * 1024, 0);
-        let n = match tokio::time::timeout(idle, crate::kstamp::read(stream, &mut buf[start..]))
-            .await
-        {
-            Ok(Ok((n, at))) => {
-                received = at;
-                n
-            }
-            Ok(Err(_)) | Err(_) => 0,
-        };
+        let n =
+            match tokio::time::timeout(idle, crate::kstamp::read(stream.tcp(), &mut buf[start..]))
+                .await
+            {
+                Ok(Ok((n, at))) => {
+                    received = at;
+                    n
+                }
+                Ok(Err(_)) | Err(_) => 0,
+            };
         buf.truncate(start + n);
         if n == 0 {
             return Err(ReadError::Closed);

@@ -5,12 +5,14 @@
 //! {"id":"sim-0-1a2b3c4d","seq":0,"conn":0,"path":"/v1/chat/completions","arrival_unix_ns":…,
 //!  "arrival_kernel_unix_ns":…,"stream":true,"status":200,"fault":null,"model":"fast","profile":"fast","input_tokens":132,"cached_tokens":0,
 //!  "prefill_s":0.001320000,"output_tokens":64,"queued_s":0.000000000,"head_written_s":0.000041,
-//!  "end":"complete","events":[{"k":0,"due_s":0.0,"t_s":0.000052,"token":false},
-//!  {"k":1,"due_s":0.2,"t_s":0.200113,"token":true},…]}
+//!  "end":"complete","events":[{"k":0,"due_s":0.0,"t_s":0.000052,"tx_s":0.000061,"token":false},
+//!  {"k":1,"due_s":0.2,"t_s":0.200113,"tx_s":0.200120,"token":true},…]}
 //! ```
 //!
 //! Times are seconds after *arrival* (the request body read in full): `due_s` is the schedule,
-//! `t_s` the instant the event's write returned. `id` is the request's `x-request-id` when it sent
+//! `t_s` the instant the event's write returned. `tx_s` is the wire's instant: when the event's
+//! last byte left by the kernel's transmit stamp, seconds after the kernel received the request's
+//! last bytes (`arrival_kernel_unix_ns`); `null` where either was not stamped. `id` is the request's `x-request-id` when it sent
 //! one (echoed in the response), else generated. `fault` is the injected fault (`"429"`, `"stall"`,
 //! …); `end` is `complete`, `closed` (the server cut the stream: `truncate`) or `client_gone`.
 //! `queued_s` is the wait for a `--max-concurrency` slot. Non-stream answers have one event (the
@@ -37,6 +39,10 @@ pub(crate) struct EventRec {
     pub at: Duration,
     /// Token-bearing.
     pub token: bool,
+    /// The transmit stamp id of its last byte (`kstamp::SentStream`), when the socket stamps.
+    pub tx_id: Option<u32>,
+    /// When its last byte left, by the kernel's transmit stamp.
+    pub sent: Option<SystemTime>,
 }
 
 /// How a request ended, from the server's side.
@@ -160,9 +166,19 @@ impl Record {
             if k > 0 {
                 s.push(',');
             }
+            // When its last byte left, after the request's last byte arrived (kernel stamps).
+            let tx = e
+                .sent
+                .map(|t| t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos()))
+                .zip(self.arrival_kernel_unix_ns)
+                .and_then(|(t, a)| t.checked_sub(a))
+                .map_or_else(
+                    || "null".to_owned(),
+                    |ns| format!("{}.{:09}", ns / 1_000_000_000, ns % 1_000_000_000),
+                );
             let _ = write!(
                 s,
-                r#"{{"k":{k},"due_s":{},"t_s":{},"token":{}}}"#,
+                r#"{{"k":{k},"due_s":{},"t_s":{},"tx_s":{tx},"token":{}}}"#,
                 secs(e.due),
                 secs(e.at),
                 e.token
@@ -267,11 +283,23 @@ mod tests {
             output_tokens: 2,
             queued: Duration::ZERO,
             head_written: Some(Duration::from_micros(15)),
-            events: vec![EventRec {
-                due: Duration::from_millis(200),
-                at: Duration::from_nanos(200_123_456),
-                token: true,
-            }],
+            events: vec![
+                EventRec {
+                    due: Duration::from_millis(200),
+                    at: Duration::from_nanos(200_123_456),
+                    token: true,
+                    tx_id: Some(411),
+                    // 1 ms after the kernel's arrival stamp, 0.2 s and 20 us later.
+                    sent: Some(UNIX_EPOCH + Duration::from_nanos(1_700_000_000_200_020_000)),
+                },
+                EventRec {
+                    due: Duration::from_millis(300),
+                    at: Duration::from_millis(300),
+                    token: true,
+                    tx_id: None,
+                    sent: None,
+                },
+            ],
             end: End::Complete,
         };
         let v: serde_json::Value = serde_json::from_str(&r.to_line()).unwrap();
@@ -281,6 +309,8 @@ mod tests {
         assert_eq!(v["fault"], serde_json::Value::Null);
         assert_eq!(v["events"][0]["k"], 0);
         assert_eq!(v["events"][0]["t_s"].as_f64(), Some(0.200123456));
+        assert_eq!(v["events"][0]["tx_s"].as_f64(), Some(0.201020000));
+        assert_eq!(v["events"][1]["tx_s"], serde_json::Value::Null);
         assert_eq!(
             v["arrival_unix_ns"].as_u64(),
             Some(1_700_000_000_000_000_000)

@@ -24,6 +24,7 @@ use common::e2e::start_simulate as simulate;
 mod history;
 mod remote_write;
 mod trace_replay;
+mod wire;
 
 fn sim_config(dir: &Path, url: &str) -> std::path::PathBuf {
     hello_config(dir, &format!("{url}/v1"), 64, "", "")

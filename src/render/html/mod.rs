@@ -35,7 +35,7 @@ pub enum HtmlError {
 }
 
 /// Keys of seconds that the page shows in ms.
-pub const MS_KEYS: [&str; 9] = [
+pub const MS_KEYS: [&str; 11] = [
     "ttft_s",
     "ttfo_s",
     "tpot_s",
@@ -43,6 +43,8 @@ pub const MS_KEYS: [&str; 9] = [
     "lag_s",
     "loop_lag_s",
     "read_lag_s",
+    "send_lag_s",
+    "wire_ttft_s",
     "ramp_s",
     "failure_s",
 ];

@@ -44,7 +44,7 @@ fn p(s: Option<Summary>, f: fn(&Summary) -> f64) -> Option<f64> {
 }
 
 /// The comparison table's columns.
-const MAIN_COLUMNS: [Column; 17] = [
+const MAIN_COLUMNS: [Column; 18] = [
     ("requests", "requests", Unit::Plain, |l| {
         Some(l.requests as f64)
     }),
@@ -101,6 +101,9 @@ const MAIN_COLUMNS: [Column; 17] = [
     }),
     ("read_lag_s/p99", "read lag p99 (ms)", Unit::Ms, |l| {
         p(l.read_lag_s, |s| s.p99)
+    }),
+    ("send_lag_s/p99", "send lag p99 (ms)", Unit::Ms, |l| {
+        p(l.send_lag_s, |s| s.p99)
     }),
 ];
 
@@ -165,7 +168,7 @@ pub(super) fn percentile_table(o: &mut String, r: &Report) {
         Unit,
         fn(&LevelStats) -> Option<Summary>,
     );
-    const METRICS: [Metric; 8] = [
+    const METRICS: [Metric; 10] = [
         ("ttft_s", "TTFT (ms)", Unit::Ms, |l| l.ttft_s),
         ("ttfo_s", "TTFO (ms)", Unit::Ms, |l| l.ttfo_s),
         ("tpot_s", "TPOT (ms)", Unit::Ms, |l| l.tpot_s),
@@ -176,6 +179,8 @@ pub(super) fn percentile_table(o: &mut String, r: &Report) {
         ("lag_s", "generator lag (ms)", Unit::Ms, |l| l.lag_s),
         ("loop_lag_s", "loop lag (ms)", Unit::Ms, |l| l.loop_lag_s),
         ("read_lag_s", "read lag (ms)", Unit::Ms, |l| l.read_lag_s),
+        ("send_lag_s", "send lag (ms)", Unit::Ms, |l| l.send_lag_s),
+        ("wire_ttft_s", "wire TTFT (ms)", Unit::Ms, |l| l.wire_ttft_s),
     ];
     type Stat = (&'static str, fn(&Summary) -> f64);
     const STATS: [Stat; 8] = [
