@@ -17,14 +17,17 @@ fn filled(jobs: usize) -> Metrics {
             model: format!("model-{j}"),
             prompt: "hello".into(),
         };
-        let series = m.register_job(JobInfo {
-            job: labels,
-            api: "openai-chat".into(),
-            connection: "new".into(),
-            nonce: "true".into(),
-            stream: "true".into(),
-            workload: "messages".into(),
-        });
+        let series = m.register_job(
+            JobInfo {
+                job: labels,
+                api: "openai-chat".into(),
+                connection: "new".into(),
+                nonce: "true".into(),
+                stream: "true".into(),
+                workload: "messages".into(),
+            },
+            tokenprobe::config::Histograms::ALL,
+        );
         let t0 = Instant::now();
         let mut meas = Measurement::new(t0);
         let tok = EventMeaning {

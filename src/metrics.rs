@@ -11,7 +11,7 @@
 //! together by [`Metrics::remove_job`], and written only through [`JobSeries::record`] and
 //! [`JobSeries::skipped`], which do nothing once the job is removed.
 
-use crate::config::{Buckets, Job};
+use crate::config::{Buckets, HistogramFamily, Histograms, Job};
 use crate::measure::ProbeResult;
 use crate::outcome::{ErrorType, Flag};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -417,14 +417,18 @@ impl Metrics {
     /// Creates every series of a job at 0 (shared case 35: `increase()` sees the first error)
     /// and returns them as one [`JobSeries`]. A job already registered under the same labels (a
     /// reload changed its settings) keeps its series and its last result; only its
-    /// `tokenprobe_job_info` series follows the new `info`.
-    pub fn register_job(&self, info: JobInfo) -> Arc<JobSeries> {
+    /// `tokenprobe_job_info` series follows the new `info`, unless its `histograms` changed: then
+    /// its series start afresh in the new layout.
+    pub fn register_job(&self, info: JobInfo, histograms: Histograms) -> Arc<JobSeries> {
         let mut active = self.active.write().unwrap_or_else(PoisonError::into_inner);
         if let Some(s) = active.get(&info.job) {
-            s.set_info(info);
-            return s.clone();
+            if s.histograms == histograms {
+                s.set_info(info);
+                return s.clone();
+            }
+            s.remove();
         }
-        let s = Arc::new(JobSeries::new(self, info));
+        let s = Arc::new(JobSeries::new(self, info, histograms));
         active.insert(s.labels.clone(), s.clone());
         s
     }
@@ -523,14 +527,16 @@ impl Metrics {
 /// and what [`JobSeries::record`] writes to it.
 pub struct JobSeries {
     labels: JobLabels,
-    ttft: Histogram,
-    ttfo: Histogram,
-    tpot: Histogram,
-    itl: Histogram,
-    decode_tps: Histogram,
-    e2e: Histogram,
-    ttfb: Histogram,
-    failed_duration: Histogram,
+    histograms: Histograms,
+    /// The histogram families the job exports (`histograms:`); `None`: a family it does not.
+    ttft: Option<Histogram>,
+    ttfo: Option<Histogram>,
+    tpot: Option<Histogram>,
+    itl: Option<Histogram>,
+    decode_tps: Option<Histogram>,
+    e2e: Option<Histogram>,
+    ttfb: Option<Histogram>,
+    failed_duration: Option<Histogram>,
     probes: Counter,
     output_tokens: Counter,
     input_tokens: Counter,
@@ -540,7 +546,7 @@ pub struct JobSeries {
     flags: Vec<Counter>,
     /// In the order of [`SkipReason::ALL`].
     skipped: Vec<Counter>,
-    /// In the order of [`PHASES`].
+    /// In the order of [`PHASES`] (empty without `connection_phase`).
     phases: Vec<Histogram>,
     /// Conversation jobs: TTFT by turn, in the order of [`TURNS`].
     turn_ttft: Vec<Histogram>,
@@ -549,7 +555,8 @@ pub struct JobSeries {
     retry_after: Gauge<f64, AtomicU64>,
     target_wait: Counter<f64, AtomicU64>,
     ratelimit: [RateGauges; 3],
-    cold_ttft: Hist,
+    /// `None` without `cold_start_time_to_first_token`.
+    cold_ttft: Option<Hist>,
     last_success: Gauge,
     last_timestamp: Gauge<f64, AtomicU64>,
     job_info: Family<JobInfo, Gauge>,
@@ -597,13 +604,23 @@ impl std::fmt::Debug for JobSeries {
 }
 
 impl JobSeries {
-    fn new(m: &Metrics, info: JobInfo) -> Self {
+    fn new(m: &Metrics, info: JobInfo, histograms: Histograms) -> Self {
+        use HistogramFamily as F;
         let job = info.job.clone();
         let mut rm = Vec::new();
-        let mut h = |f: &Hist| handle(&mut rm, f, job.clone());
-        let (ttft, ttfo, tpot, itl) = (h(&m.ttft), h(&m.ttfo), h(&m.tpot), h(&m.itl));
-        let (decode_tps, e2e, ttfb) = (h(&m.decode_tps), h(&m.e2e), h(&m.ttfb));
-        let failed_duration = h(&m.failed_duration);
+        let has = |f: F| histograms.contains(f);
+        let mut h = |f: F, family: &Hist| has(f).then(|| handle(&mut rm, family, job.clone()));
+        let (ttft, ttfo) = (
+            h(F::TimeToFirstToken, &m.ttft),
+            h(F::TimeToFirstOutputToken, &m.ttfo),
+        );
+        let (tpot, itl) = (
+            h(F::TimePerOutputToken, &m.tpot),
+            h(F::InterChunkLatency, &m.itl),
+        );
+        let decode_tps = h(F::DecodeTokensPerSecond, &m.decode_tps);
+        let (e2e, ttfb) = (h(F::RequestDuration, &m.e2e), h(F::TimeToHeaders, &m.ttfb));
+        let failed_duration = h(F::FailedProbeDuration, &m.failed_duration);
         let errors = ErrorType::ALL
             .iter()
             .map(|e| {
@@ -634,7 +651,12 @@ impl JobSeries {
                 handle(&mut rm, &m.skipped, l)
             })
             .collect();
-        let phases = PHASES
+        let phase_list: &[&'static str] = if has(F::ConnectionPhase) {
+            &PHASES
+        } else {
+            &[]
+        };
+        let phases = phase_list
             .iter()
             .map(|phase| {
                 let l = PhaseLabels {
@@ -644,7 +666,7 @@ impl JobSeries {
                 handle(&mut rm, &m.phases, l)
             })
             .collect();
-        let turn_ttft = if info.workload == "conversation" {
+        let turn_ttft = if info.workload == "conversation" && has(F::ConversationTimeToFirstToken) {
             TURNS
                 .iter()
                 .map(|turn| {
@@ -675,6 +697,7 @@ impl JobSeries {
         m.job_info.get_or_create(&info).set(1);
         JobSeries {
             labels: job,
+            histograms,
             ttft,
             ttfo,
             tpot,
@@ -695,7 +718,7 @@ impl JobSeries {
             retry_after,
             target_wait,
             ratelimit: m.ratelimit.clone(),
-            cold_ttft: m.cold_ttft.clone(),
+            cold_ttft: has(F::ColdStartTimeToFirstToken).then(|| m.cold_ttft.clone()),
             last_success,
             last_timestamp,
             job_info: m.job_info.clone(),
@@ -810,40 +833,42 @@ impl JobSeries {
                 if let Some(c) = nth(&ErrorType::ALL, &e, &self.errors) {
                     c.inc();
                 }
-                if let Some(d) = r.failure_s {
-                    self.failed_duration.observe(d);
+                if let (Some(h), Some(d)) = (&self.failed_duration, r.failure_s) {
+                    h.observe(d);
                 }
                 self.last_success.set(0);
             }
             None => {
-                let observe = |h: &Histogram, v: Option<f64>| {
-                    if let Some(v) = v {
+                let observe = |h: Option<&Histogram>, v: Option<f64>| {
+                    if let (Some(h), Some(v)) = (h, v) {
                         h.observe(v);
                     }
                 };
-                observe(&self.ttft, r.ttft_s);
-                if r.flags.contains(&Flag::ColdStart) {
+                observe(self.ttft.as_ref(), r.ttft_s);
+                if let Some(cold) = &self.cold_ttft
+                    && r.flags.contains(&Flag::ColdStart)
+                {
                     if !st.cold_seen {
                         st.cold_seen = true;
-                        let (family, labels) = (self.cold_ttft.clone(), self.labels.clone());
+                        let (family, labels) = (cold.clone(), self.labels.clone());
                         st.removers.push(Box::new(move || {
                             family.remove(&labels);
                         }));
                     }
-                    observe(&self.cold_ttft.get_or_create(&self.labels), r.ttft_s);
+                    observe(Some(&cold.get_or_create(&self.labels)), r.ttft_s);
                 }
-                if let Some(t) = r.turn
-                    && let Some(h) = self.turn_ttft.get(usize::from(t > 1))
-                {
-                    observe(h, r.ttft_s);
+                if let Some(t) = r.turn {
+                    observe(self.turn_ttft.get(usize::from(t > 1)), r.ttft_s);
                 }
-                observe(&self.ttfo, r.ttfo_s);
-                observe(&self.tpot, r.tpot_s);
-                observe(&self.decode_tps, r.decode_tokens_per_s);
-                observe(&self.e2e, r.e2e_s);
-                observe(&self.ttfb, r.ttfb_s);
-                for g in &r.chunk_gaps_s {
-                    self.itl.observe(*g);
+                observe(self.ttfo.as_ref(), r.ttfo_s);
+                observe(self.tpot.as_ref(), r.tpot_s);
+                observe(self.decode_tps.as_ref(), r.decode_tokens_per_s);
+                observe(self.e2e.as_ref(), r.e2e_s);
+                observe(self.ttfb.as_ref(), r.ttfb_s);
+                if let Some(itl) = &self.itl {
+                    for g in &r.chunk_gaps_s {
+                        itl.observe(*g);
+                    }
                 }
                 self.output_tokens.inc_by(r.output_tokens);
                 if let Some(i) = r.input_tokens {

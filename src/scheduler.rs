@@ -241,7 +241,7 @@ impl Scheduler {
         applied.kept = self.jobs.len();
         self.gate_targets(jobs);
         for (key, job, spec, prober) in fresh {
-            let series = self.metrics.register_job(JobInfo::of(job));
+            let series = self.metrics.register_job(JobInfo::of(job), job.histograms);
             if spec.target.tls.insecure_skip_verify {
                 tracing::warn!(job = %job.name(), "insecure_skip_verify is set: server certificates are NOT verified");
             }

@@ -171,6 +171,7 @@ impl FlagTarget {
                 prompts: None,
                 interval: None,
                 cron: None,
+                histograms: None,
                 timeouts: Some(RawTimeouts {
                     connect: secs(connect),
                     first_token: secs(first_token),

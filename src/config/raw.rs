@@ -1,7 +1,7 @@
 //! The YAML as written: serde shapes with unknown keys rejected and the places (`line:column`) of
 //! the values a problem can be reported at. Nothing here checks a value; `validate` does.
 
-use super::types::{AuthStyle, ConnectionMode};
+use super::types::{AuthStyle, ConnectionMode, HistogramFamily};
 use crate::protocol::{Api, ExactOutput, Message};
 use crate::workload::{DatasetFormat, Order, TraceFormat};
 use serde::Deserialize;
@@ -35,6 +35,7 @@ pub(super) struct RawDefaults {
     pub(super) interval: Option<S<String>>,
     pub(super) cron: Option<S<String>>,
     pub(super) timeouts: Option<RawTimeouts>,
+    pub(super) histograms: Option<Vec<HistogramFamily>>,
 }
 
 /// `timeouts:` (under `defaults:` or a target).
@@ -188,6 +189,9 @@ pub(super) struct RawTarget {
     pub(super) interval: Option<S<String>>,
     pub(super) cron: Option<S<String>>,
     pub(super) timeouts: Option<RawTimeouts>,
+    /// The histogram families its jobs export (overrides `defaults.histograms`).
+    #[serde(default)]
+    pub(super) histograms: Option<Vec<HistogramFamily>>,
     #[serde(default = "default_true")]
     pub(super) include_usage: bool,
     #[serde(default)]

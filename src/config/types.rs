@@ -261,6 +261,8 @@ pub struct Job {
     pub schedule: Schedule,
     /// Its deadlines.
     pub timeouts: Timeouts,
+    /// The histogram families it exports.
+    pub histograms: Histograms,
 }
 
 impl Job {
@@ -272,6 +274,91 @@ impl Job {
     /// Whether this job's requests stream: the prompt's `stream:`, else the target's.
     pub fn stream(&self) -> bool {
         self.prompt.stream.unwrap_or(self.target.stream)
+    }
+}
+
+/// A histogram family a job can export, named as its metric without `tokenprobe_` and the unit
+/// (`histograms:` under `defaults:` or a target).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HistogramFamily {
+    /// TTFT.
+    TimeToFirstToken,
+    /// TTFO.
+    TimeToFirstOutputToken,
+    /// TPOT.
+    TimePerOutputToken,
+    /// The gaps between token-bearing events.
+    InterChunkLatency,
+    /// Per-request decode rate (1 / TPOT).
+    DecodeTokensPerSecond,
+    /// E2E.
+    RequestDuration,
+    /// TTFB.
+    TimeToHeaders,
+    /// Failed probes' durations.
+    FailedProbeDuration,
+    /// Connection set-up by phase (three series sets: resolve, connect, tls).
+    ConnectionPhase,
+    /// Conversation jobs' TTFT by turn (only conversation jobs have it).
+    ConversationTimeToFirstToken,
+    /// TTFT of cold-start probes (only jobs that had one have it).
+    ColdStartTimeToFirstToken,
+}
+
+impl HistogramFamily {
+    /// Every family, in the order `/metrics` registers them.
+    pub const ALL: [HistogramFamily; 11] = [
+        HistogramFamily::TimeToFirstToken,
+        HistogramFamily::TimeToFirstOutputToken,
+        HistogramFamily::TimePerOutputToken,
+        HistogramFamily::InterChunkLatency,
+        HistogramFamily::DecodeTokensPerSecond,
+        HistogramFamily::RequestDuration,
+        HistogramFamily::TimeToHeaders,
+        HistogramFamily::FailedProbeDuration,
+        HistogramFamily::ConnectionPhase,
+        HistogramFamily::ConversationTimeToFirstToken,
+        HistogramFamily::ColdStartTimeToFirstToken,
+    ];
+
+    fn bit(self) -> u16 {
+        1 << (self as u16)
+    }
+}
+
+/// The histogram families a job exports. The default keeps what the shipped alerts and SLO
+/// rules read (TTFT, TPOT, E2E and the decode rate, whose layouts hold the 2 s and 30 tokens/s
+/// bounds) and the two that exist only for the jobs that need them; the rest is asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Histograms(u16);
+
+impl Histograms {
+    /// Every family.
+    pub const ALL: Histograms = Histograms((1 << HistogramFamily::ALL.len()) - 1);
+
+    /// The families named.
+    pub fn of(families: impl IntoIterator<Item = HistogramFamily>) -> Self {
+        Histograms(families.into_iter().fold(0, |b, f| b | f.bit()))
+    }
+
+    /// Whether `f` is exported.
+    pub fn contains(self, f: HistogramFamily) -> bool {
+        self.0 & f.bit() != 0
+    }
+}
+
+impl Default for Histograms {
+    fn default() -> Self {
+        use HistogramFamily as F;
+        Histograms::of([
+            F::TimeToFirstToken,
+            F::TimePerOutputToken,
+            F::DecodeTokensPerSecond,
+            F::RequestDuration,
+            F::ConversationTimeToFirstToken,
+            F::ColdStartTimeToFirstToken,
+        ])
     }
 }
 
@@ -291,30 +378,26 @@ pub struct Buckets {
 }
 
 impl Default for Buckets {
+    /// Lean layouts (a job's default histograms come to 60 series, its whole default set to 97),
+    /// each bound where the shipped rules compare: 2 s for TTFT, 30 tokens/s for the decode rate.
+    /// A finer layout is one `buckets:` away.
     fn default() -> Self {
         Buckets {
-            // 10 ms to 60 s, fine between 0.5 and 3 s; 2 s is a boundary so a 2 s alert is exact.
+            // 25 ms to 60 s, closest around the 2 s alerts.
             time_to_first_token: vec![
-                0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9,
-                1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0,
+                0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0, 5.0, 10.0, 30.0,
                 60.0,
             ],
-            // 1 ms to 1 s.
-            time_per_output_token: vec![
-                0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075,
-                0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0,
-            ],
+            // 5 ms to 1 s.
+            time_per_output_token: vec![0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0],
             decode_tokens_per_second: vec![
-                1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 60.0, 75.0, 100.0, 125.0,
-                150.0, 200.0, 250.0, 300.0, 400.0, 500.0, 750.0, 1000.0, 2000.0,
+                5.0, 10.0, 20.0, 30.0, 50.0, 75.0, 100.0, 150.0, 200.0, 500.0, 1000.0,
             ],
             request_duration: vec![
-                0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0,
-                120.0, 180.0, 240.0, 300.0, 450.0, 600.0,
+                0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0,
             ],
             time_to_headers: vec![
-                0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0,
-                3.0, 5.0, 10.0, 20.0, 30.0, 60.0,
+                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0,
             ],
         }
     }

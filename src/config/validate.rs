@@ -9,8 +9,8 @@ use super::raw::{
     RawTrace, S,
 };
 use super::types::{
-    AuthStyle, Buckets, Config, ConfigError, Expect, Issue, Job, KeySource, Price, Prompt,
-    ProxySetting, Schedule, Secret, Target, Timeouts, TlsOptions,
+    AuthStyle, Buckets, Config, ConfigError, Expect, Histograms, Issue, Job, KeySource, Price,
+    Prompt, ProxySetting, Schedule, Secret, Target, Timeouts, TlsOptions,
 };
 use crate::protocol::{Api, Message};
 use crate::workload::{
@@ -146,6 +146,11 @@ pub(super) fn config(raw: &RawConfig) -> Checked {
             .schedule(&path, &t.interval, &t.cron)
             .unwrap_or_else(|| def_schedule.clone());
         let timeouts = v.timeouts(&format!("{path}.timeouts"), def_timeouts, &t.timeouts);
+        let histograms = t
+            .histograms
+            .as_ref()
+            .or(raw.defaults.as_ref().and_then(|d| d.histograms.as_ref()))
+            .map_or_else(Histograms::default, |h| Histograms::of(h.iter().copied()));
         let chosen = v.target_prompts(&path, t, &prompts);
         for model in &t.models.value {
             for prompt in &chosen {
@@ -155,6 +160,7 @@ pub(super) fn config(raw: &RawConfig) -> Checked {
                     prompt: prompt.clone(),
                     schedule: schedule.clone(),
                     timeouts,
+                    histograms,
                 });
             }
         }

@@ -2,6 +2,7 @@
 use super::*;
 use crate::measure::Measurement;
 use crate::protocol::EventMeaning;
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 fn job() -> JobLabels {
@@ -27,15 +28,18 @@ fn info(job: JobLabels) -> JobInfo {
 #[test]
 fn conversation_jobs_have_ttft_by_turn() {
     let m = Metrics::new(&Buckets::default());
-    let conv = m.register_job(JobInfo {
-        workload: "conversation".into(),
-        ..info(job())
-    });
+    let conv = m.register_job(
+        JobInfo {
+            workload: "conversation".into(),
+            ..info(job())
+        },
+        Histograms::ALL,
+    );
     let plain = JobLabels {
         prompt: "plain".into(),
         ..job()
     };
-    let _other = m.register_job(info(plain));
+    let _other = m.register_job(info(plain), Histograms::ALL);
     let count = |m: &Metrics, turn: &str| {
         let line = format!(
             "tokenprobe_conversation_time_to_first_token_seconds_count{{target=\"local\",model=\"m\",prompt=\"hello\",turn=\"{turn}\"}} "
@@ -67,7 +71,7 @@ fn conversation_jobs_have_ttft_by_turn() {
 #[test]
 fn every_error_type_exists_at_zero_after_registration() {
     let m = Metrics::new(&Buckets::default());
-    let _s = m.register_job(info(job()));
+    let _s = m.register_job(info(job()), Histograms::ALL);
     let text = m.encode_text().unwrap();
     for e in ErrorType::ALL {
         let line = format!(
@@ -87,7 +91,7 @@ fn every_error_type_exists_at_zero_after_registration() {
 #[test]
 fn location_labels_every_series_of_both_formats() {
     let m = Metrics::with_location(&Buckets::default(), Some("eu-west-1"));
-    let _s = m.register_job(info(job()));
+    let _s = m.register_job(info(job()), Histograms::ALL);
     m.reload_result(true, std::time::SystemTime::now());
     for text in [m.encode_text().unwrap(), m.encode_openmetrics().unwrap()] {
         let samples: Vec<&str> = text
@@ -101,7 +105,7 @@ fn location_labels_every_series_of_both_formats() {
         }
     }
     let plain = Metrics::new(&Buckets::default());
-    let _s = plain.register_job(info(job()));
+    let _s = plain.register_job(info(job()), Histograms::ALL);
     assert!(!plain.encode_text().unwrap().contains("location="));
 }
 
@@ -124,7 +128,7 @@ fn success_feeds_histograms_and_failure_only_failure_series() {
             ..EventMeaning::default()
         },
     );
-    let s = m.register_job(info(job()));
+    let s = m.register_job(info(job()), Histograms::ALL);
     s.record(&meas.finish(), SystemTime::now());
     let mut bad = Measurement::new(t0);
     bad.fail(ErrorType::Auth, t0 + Duration::from_millis(60), "401");
@@ -137,8 +141,12 @@ fn success_feeds_histograms_and_failure_only_failure_series() {
         )),
         "{text}"
     );
+    // 0.4 s: above the 0.3 s bound, within the 0.5 s one.
     assert!(text.contains(&format!(
-        "tokenprobe_time_to_first_token_seconds_bucket{{{l},le=\"0.4\"}} 1"
+        "tokenprobe_time_to_first_token_seconds_bucket{{{l},le=\"0.3\"}} 0"
+    )));
+    assert!(text.contains(&format!(
+        "tokenprobe_time_to_first_token_seconds_bucket{{{l},le=\"0.5\"}} 1"
     )));
     assert!(text.contains(&format!("tokenprobe_probes_total{{{l}}} 2")));
     assert!(text.contains(&format!(
@@ -168,10 +176,13 @@ fn a_whole_answer_observes_e2e_and_no_per_token_histogram() {
             ..EventMeaning::default()
         },
     );
-    let s = m.register_job(JobInfo {
-        stream: "false".into(),
-        ..info(job())
-    });
+    let s = m.register_job(
+        JobInfo {
+            stream: "false".into(),
+            ..info(job())
+        },
+        Histograms::ALL,
+    );
     s.record(&meas.finish(), SystemTime::now());
     let text = m.encode_text().unwrap();
     let l = "target=\"local\",model=\"m\",prompt=\"hello\"";
@@ -216,7 +227,7 @@ fn success() -> ProbeResult {
 #[test]
 fn a_removed_job_records_nothing() {
     let m = Metrics::new(&Buckets::default());
-    let s = m.register_job(info(job()));
+    let s = m.register_job(info(job()), Histograms::ALL);
     m.remove_job(&job());
     s.record(&success(), SystemTime::now());
     s.skipped(SkipReason::Overlap);
@@ -241,9 +252,9 @@ fn job_lines(m: &Metrics) -> Vec<String> {
 #[test]
 fn a_readded_job_is_not_fed_by_a_probe_of_its_removed_self() {
     let m = Metrics::new(&Buckets::default());
-    let old = m.register_job(info(job()));
+    let old = m.register_job(info(job()), Histograms::ALL);
     m.remove_job(&job());
-    let new = m.register_job(info(job()));
+    let new = m.register_job(info(job()), Histograms::ALL);
     old.record(&success(), SystemTime::now());
     old.skipped(SkipReason::Overlap);
     let lines = job_lines(&m);
@@ -266,7 +277,7 @@ fn a_readded_job_is_not_fed_by_a_probe_of_its_removed_self() {
 #[test]
 fn a_changed_job_keeps_its_series_and_its_info_follows() {
     let m = Metrics::new(&Buckets::default());
-    let before = m.register_job(info(job()));
+    let before = m.register_job(info(job()), Histograms::ALL);
     let at = SystemTime::now();
     before.record(&success(), at);
     let registered = job_lines(&m).len();
@@ -274,7 +285,7 @@ fn a_changed_job_keeps_its_series_and_its_info_follows() {
         connection: "reuse".into(),
         ..info(job())
     };
-    let after = m.register_job(reuse);
+    let after = m.register_job(reuse, Histograms::ALL);
     assert!(Arc::ptr_eq(&before, &after));
     let lines = job_lines(&m);
     assert_eq!(lines.len(), registered, "{lines:#?}");
@@ -294,7 +305,7 @@ fn a_changed_job_keeps_its_series_and_its_info_follows() {
 #[test]
 fn the_last_result_is_kept_per_job() {
     let m = Metrics::new(&Buckets::default());
-    let s = m.register_job(info(job()));
+    let s = m.register_job(info(job()), Histograms::ALL);
     assert_eq!(m.last_result(&job()), None);
     let at = SystemTime::now();
     s.record(&success(), at);
@@ -316,7 +327,7 @@ fn series_are_sorted_by_labels() {
             model: "m".into(),
             prompt: "p".into(),
         };
-        m.register_job(info(j))
+        m.register_job(info(j), Histograms::ALL)
             .record(&success(), SystemTime::now());
     }
     let text = m.encode_text().unwrap();
@@ -379,7 +390,7 @@ fn series_are_sorted_by_labels() {
 #[test]
 fn skip_help_names_every_reason_and_internal_errors_start_at_zero() {
     let m = Metrics::new(&Buckets::default());
-    let _s = m.register_job(info(job()));
+    let _s = m.register_job(info(job()), Histograms::ALL);
     let text = m.encode_text().unwrap();
     let help = text
         .lines()
@@ -403,7 +414,7 @@ fn skip_help_names_every_reason_and_internal_errors_start_at_zero() {
 fn rate_limit_headroom_becomes_gauges_by_kind() {
     use crate::ratelimit::{Kind, Reading};
     let m = Metrics::new(&Buckets::default());
-    let s = m.register_job(info(job()));
+    let s = m.register_job(info(job()), Histograms::ALL);
     s.record(&success(), SystemTime::now());
     assert!(
         !m.encode_text().unwrap().contains("tokenprobe_ratelimit"),
@@ -445,4 +456,80 @@ fn rate_limit_headroom_becomes_gauges_by_kind() {
     );
     m.remove_job(&job());
     assert!(!m.encode_text().unwrap().contains("tokenprobe_ratelimit_"));
+}
+
+/// The series of one job, by family (a histogram's buckets, `_sum` and `_count` in its family).
+fn series_by_family(m: &Metrics) -> BTreeMap<String, usize> {
+    let text = m.encode_text().unwrap();
+    let mut by = BTreeMap::new();
+    for l in text.lines().filter(|l| l.contains("prompt=\"hello\"")) {
+        let name = l.split(['{', ' ']).next().unwrap_or_default();
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s))
+            .unwrap_or(name);
+        *by.entry(family.to_owned()).or_insert(0) += 1;
+    }
+    by
+}
+
+/// Issue 26 item 6: a job's default series come to 97 (the alerts' histograms and the counters);
+/// `histograms:` adds or drops families, and a reload that changes it relays the job's series.
+#[test]
+fn a_job_exports_the_chosen_histograms_and_97_series_by_default() {
+    let m = Metrics::new(&Buckets::default());
+    let s = m.register_job(info(job()), Histograms::default());
+    s.record(&success(), SystemTime::now());
+    let by = series_by_family(&m);
+    assert_eq!(by.values().sum::<usize>(), 97, "{by:#?}");
+    for (family, n) in [
+        ("tokenprobe_time_to_first_token_seconds", 19),
+        ("tokenprobe_time_per_output_token_seconds", 13),
+        ("tokenprobe_decode_tokens_per_second", 14),
+        ("tokenprobe_request_duration_seconds", 14),
+        ("tokenprobe_probe_errors_total", ErrorType::ALL.len()),
+    ] {
+        assert_eq!(by.get(family), Some(&n), "{family}: {by:#?}");
+    }
+    let text = m.encode_text().unwrap();
+    // The bounds the shipped alerts compare at are exact buckets.
+    assert!(text.contains("tokenprobe_time_to_first_token_seconds_bucket{target=\"local\",model=\"m\",prompt=\"hello\",le=\"2\"}"), "{text}");
+    assert!(text.contains("tokenprobe_decode_tokens_per_second_bucket{target=\"local\",model=\"m\",prompt=\"hello\",le=\"30\"}"), "{text}");
+    assert!(!by.contains_key("tokenprobe_time_to_first_output_token_seconds"));
+    assert!(!by.contains_key("tokenprobe_connection_phase_seconds"));
+
+    // Asking for TTFO and the connection phases adds them; dropping TPOT drops it.
+    use HistogramFamily as F;
+    let more = Histograms::of([
+        F::TimeToFirstToken,
+        F::TimeToFirstOutputToken,
+        F::ConnectionPhase,
+    ]);
+    let again = m.register_job(info(job()), more);
+    assert!(!Arc::ptr_eq(&s, &again), "a new layout is a new series set");
+    s.record(&success(), SystemTime::now());
+    let by = series_by_family(&m);
+    assert_eq!(
+        by.get("tokenprobe_time_to_first_output_token_seconds"),
+        Some(&19)
+    );
+    assert_eq!(
+        by.get("tokenprobe_connection_phase_seconds"),
+        Some(&(3 * 16))
+    );
+    assert!(
+        !by.contains_key("tokenprobe_time_per_output_token_seconds"),
+        "{by:#?}"
+    );
+    assert_eq!(by.get("tokenprobe_probes_total"), Some(&1));
+    assert!(
+        m.encode_text()
+            .unwrap()
+            .contains("tokenprobe_probes_total{target=\"local\",model=\"m\",prompt=\"hello\"} 0"),
+        "the old series set records nothing once replaced"
+    );
+
+    // None at all: the counters alone.
+    let _bare = m.register_job(info(job()), Histograms::of([]));
+    assert_eq!(series_by_family(&m).values().sum::<usize>(), 97 - 60);
 }
