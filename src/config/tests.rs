@@ -163,6 +163,47 @@ fn bad_buckets_and_both_schedules() {
     assert_eq!(issues.len(), 2, "{issues:?}");
 }
 
+/// `histograms:` under `defaults:` holds for every job, a target's own overrides it, and a family
+/// that does not exist is refused with the ones that do.
+#[test]
+fn histograms_come_from_the_target_else_the_defaults() {
+    use HistogramFamily as F;
+    let text = "defaults:\n  histograms: [time_to_first_token, connection_phase]\nprompts:\n  - name: p\n    messages: [{role: user, content: hi}]\ntargets:\n  - {name: a, base_url: 'http://x', models: [m]}\n  - {name: b, base_url: 'http://x', models: [m], histograms: []}\n";
+    let c = Config::parse(text).unwrap();
+    let (a, b) = (c.jobs[0].histograms, c.jobs[1].histograms);
+    assert_eq!(a, Histograms::of([F::TimeToFirstToken, F::ConnectionPhase]));
+    assert!(!a.contains(F::TimePerOutputToken));
+    assert_eq!(b, Histograms::of([]));
+    let plain = Config::parse(&text.replace(
+        "  histograms: [time_to_first_token, connection_phase]\n",
+        "",
+    ))
+    .unwrap();
+    assert_eq!(plain.jobs[0].histograms, Histograms::default());
+    for f in HistogramFamily::ALL {
+        assert_eq!(
+            Histograms::default().contains(f),
+            matches!(
+                f,
+                F::TimeToFirstToken
+                    | F::TimePerOutputToken
+                    | F::DecodeTokensPerSecond
+                    | F::RequestDuration
+                    | F::ConversationTimeToFirstToken
+                    | F::ColdStartTimeToFirstToken
+            ),
+            "{f:?}"
+        );
+        assert!(Histograms::ALL.contains(f));
+    }
+    let e = Config::parse(&text.replace("connection_phase", "ttft")).unwrap_err();
+    let e = e.to_string();
+    assert!(
+        e.contains("ttft") && e.contains("time_to_first_token"),
+        "{e}"
+    );
+}
+
 const BASE: &str = "prompts:\n  - name: p\n    messages: [{role: user, content: hi}]\ntargets:\n  - name: a\n    base_url: http://x\n    models: [m]\n";
 
 /// The problems `load` (what `serve` and `check-config` call) finds in `BASE` + `extra`.

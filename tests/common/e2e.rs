@@ -471,12 +471,17 @@ impl LlamaServer {
 /// The binary under test; `TOKENPROBE_BIN` overrides it (to test another build).
 pub use super::tokenprobe_bin;
 
-/// A config with one target (the llama server) probing every `interval`.
+/// Every histogram family a job can export (`histograms:`), so a test sees each.
+pub const ALL_HISTOGRAMS: &str = "[time_to_first_token, time_to_first_output_token, time_per_output_token, inter_chunk_latency, decode_tokens_per_second, request_duration, time_to_headers, failed_probe_duration, connection_phase, conversation_time_to_first_token, cold_start_time_to_first_token]";
+
+/// A config with one target (the llama server) probing every `interval`, exporting every
+/// histogram family.
 pub fn config_yaml(base_url: &str, interval: &str, max_tokens: u32) -> String {
     format!(
         r#"defaults:
   interval: {interval}
   timeouts: {{connect: 5s, first_token: 30s, idle: 30s, total: 120s}}
+  histograms: {ALL_HISTOGRAMS}
 prompts:
   - name: story
     messages: [{{role: user, content: "{STORY_PROMPT}"}}]

@@ -100,7 +100,7 @@ fn assert_within(part: &Value, whole: &Value, at: &str) {
 /// How the page should show the value at `ptr`: ×1000 for seconds (shown in ms), ×100 for
 /// ratios (shown in %), else as is — this test's own reading of the units.
 fn scale(doc: &Value, ptr: &str) -> f64 {
-    const SECONDS: [&str; 9] = [
+    const SECONDS: [&str; 11] = [
         "ttft_s",
         "ttfo_s",
         "tpot_s",
@@ -108,6 +108,8 @@ fn scale(doc: &Value, ptr: &str) -> f64 {
         "lag_s",
         "loop_lag_s",
         "read_lag_s",
+        "send_lag_s",
+        "wire_ttft_s",
         "ramp_s",
         "failure_s",
     ];

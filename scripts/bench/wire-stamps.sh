@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Issue 26 item 2: how exact tokenprobe's TTFT is against the wire, by kernel stamps at both ends
+# of the same request. `tokenprobe bench` (closed loop, kept connections) against `tokenprobe
+# simulate --event-log`; per request it compares
+#   the client's wire TTFT  (its request's last byte leaving -> the first token's bytes arriving,
+#                            both the client kernel's stamps), with
+#   the server's wire TTFT  (the request's last bytes arriving -> the first token's write leaving,
+#                            both the server kernel's stamps: the log's `tx_s`),
+# and prints, per level, the error's p50 / p99 / largest, how many requests were more than 1 ms
+# off, and how late requests left after their start instant (send lag p50 / p99 / largest).
+# Runs RUNS times (default 3). Loopback only; each level is bounded by its request count.
+#
+#   scripts/bench/wire-stamps.sh                          # 1, 64, 256 streams, 3 runs
+#   LEVELS=256 REQUESTS=2048 RUNS=1 scripts/bench/wire-stamps.sh
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$repo"
+LEVELS="${LEVELS:-1,64,256}"
+REQUESTS="${REQUESTS:-1024}"
+RUNS="${RUNS:-3}"
+bin="${TOKENPROBE_RELEASE_BIN:-}"
+if [ -z "$bin" ]; then
+    cargo build --release --quiet
+    bin="$repo/target/release/tokenprobe"
+fi
+work="$(mktemp -d)"
+sim=""
+trap 'if [ -n "$sim" ]; then kill "$sim" 2>/dev/null || true; fi; rm -rf "$work"' EXIT
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+echo "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+printf '%4s %8s %9s %26s %6s %26s\n' run streams requests "wire error p50/p99/max ms" ">1ms" "send lag p50/p99/max ms"
+for run in $(seq "$RUNS"); do
+    for level in ${LEVELS//,/ }; do
+        log="$work/events-$run-$level.jsonl"
+        "$bin" simulate --listen 127.0.0.1:0 --ttft 50ms --itl 10ms --output-tokens 16 \
+            --event-log "$log" --log.level warn >"$work/sim.out" 2>"$work/sim.err" &
+        sim=$!
+        for _ in $(seq 100); do
+            grep -q '^listening on ' "$work/sim.out" 2>/dev/null && break
+            sleep 0.05
+        done
+        url="$(sed -n 's/^listening on //p' "$work/sim.out")"
+        cat >"$work/c.yml" <<YML
+defaults:
+  timeouts: {connect: 10s, first_token: 60s, idle: 30s, total: 60s}
+prompts:
+  - {name: p, messages: [{role: user, content: "Say hello"}], max_tokens: 16}
+targets:
+  - {name: sim, base_url: "$url/v1", models: [sim], connection: reuse}
+YML
+        n=$(( REQUESTS > level * 4 ? REQUESTS : level * 4 ))
+        "$bin" bench --config.file "$work/c.yml" --concurrency "$level" --requests-per-level "$n" \
+            --samples --accept-client-bound --no-history -o "$work/r.json" >/dev/null 2>"$work/bench.err" ||
+            { echo "bench failed:"; cat "$work/bench.err"; exit 1; }
+        kill "$sim"; wait "$sim" 2>/dev/null || true; sim=""
+        python3 - "$work/r.json" "$log" "$run" "$level" <<'PY'
+import json, sys
+report, log, run, level = sys.argv[1:]
+server = {}
+for line in open(log):
+    r = json.loads(line)
+    first = next((e for e in r["events"] if e["token"]), None)
+    if first is not None and first.get("tx_s") is not None:
+        server[r["id"]] = first["tx_s"]
+samples = json.load(open(report))["models"][0]["levels"][0]["samples"]
+errs, lags = [], []
+for s in samples:
+    if s.get("send_lag_s") is not None:
+        lags.append(s["send_lag_s"] * 1e3)
+    if s.get("wire_ttft_s") is not None and s.get("request_id") in server:
+        errs.append((s["wire_ttft_s"] - server[s["request_id"]]) * 1e3)
+def q(v, p):
+    v = sorted(v)
+    return v[min(len(v) - 1, int(p * len(v)))] if v else float("nan")
+def three(v):
+    return f"{q(v, .5):+.4f} / {q(v, .99):+.4f} / {max(v, key=abs) if v else float('nan'):+.4f}"
+lagtxt = f"{q(lags, .5):.4f} / {q(lags, .99):.4f} / {max(lags) if lags else float('nan'):.4f}"
+print(f"{run:>4} {level:>8} {len(errs):>4}/{len(samples):<4} {three(errs):>26} {sum(abs(e) > 1 for e in errs):>6} {lagtxt:>26}")
+PY
+    done
+done
