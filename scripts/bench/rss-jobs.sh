@@ -3,7 +3,9 @@
 # that many models on `tokenprobe simulate` (16 tokens, 10 ms apart), each probed every
 # $INTERVAL, for $SECONDS_TO_RUN s; then prints the process's VmRSS, split into RssAnon (its own
 # heap and stacks) and RssFile (mapped pages of the binary and libraries, shared and
-# reclaimable), and the series per job on /metrics. Loopback only; stops itself.
+# reclaimable), the series per job on /metrics, and the CPU the exporter used per probe (user +
+# system time over the run's second half, from /proc, divided by the probes it ran meanwhile; the
+# scrapes that count them included). Loopback only; stops itself.
 #
 #   scripts/bench/rss-jobs.sh                      # 1, 10, 100, 1000 jobs, every 5 s, 40 s each
 #   JOBS="20" INTERVAL=1s scripts/bench/rss-jobs.sh
@@ -28,7 +30,9 @@ for _ in $(seq 50); do grep -q "listening on" "$tmp/stub.out" && break; sleep 0.
 url="$(sed -n 's#^listening on \(http://.*\)#\1/v1#p' "$tmp/stub.out")"
 kib() { awk -v k="$1" '$1 == k":" {print $2}' "/proc/$tp/status"; }
 mib() { echo "$(($1 / 1024)).$(( ($1 % 1024) * 10 / 1024 ))"; }
-printf '%6s %10s %10s %10s %10s %8s %12s\n' jobs probes VmRSS RssAnon RssFile series series/job
+hz="$(getconf CLK_TCK)"
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+printf '%6s %10s %10s %10s %10s %8s %12s %14s\n' jobs probes VmRSS RssAnon RssFile series series/job "CPU/probe ms"
 for n in $JOBS; do
     models="$(seq -s, -f 'm%g' 0 $((n - 1)))"
     {
@@ -40,12 +44,18 @@ for n in $JOBS; do
     port=$((20000 + RANDOM % 20000))
     "$bin" serve --config.file "$tmp/c.yml" --web.listen-address "127.0.0.1:$port" --log.level warn &
     tp=$!
-    sleep "$run_for"
+    # CPU per probe over the run's second half (start-up, config and TLS roots, left out).
+    sleep "$((run_for / 2))"
+    cpu0="$(ticks "$tp")"
+    probes0="$(curl -fsS "http://127.0.0.1:$port/metrics" | awk '/^tokenprobe_probes_total/ {s+=$2} END {print s}')"
+    sleep "$((run_for - run_for / 2))"
+    cpu="$(( $(ticks "$tp") - cpu0 ))"
     curl -fsS "http://127.0.0.1:$port/metrics" >"$tmp/m.txt"
     probes="$(awk '/^tokenprobe_probes_total/ {s+=$2} END {print s}' "$tmp/m.txt")"
     series="$(grep -c 'model="m' "$tmp/m.txt" || true)"
-    printf '%6s %10s %10s %10s %10s %8s %12s\n' "$n" "$probes" "$(mib "$(kib VmRSS)") MiB" \
-        "$(mib "$(kib RssAnon)") MiB" "$(mib "$(kib RssFile)") MiB" "$series" "$((series / n))"
+    per_probe="$(awk -v t="$cpu" -v hz="$hz" -v p="$((probes - probes0))" 'BEGIN {printf "%.3f", (p > 0 ? t / hz / p * 1000 : 0)}')"
+    printf '%6s %10s %10s %10s %10s %8s %12s %14s\n' "$n" "$probes" "$(mib "$(kib VmRSS)") MiB" \
+        "$(mib "$(kib RssAnon)") MiB" "$(mib "$(kib RssFile)") MiB" "$series" "$((series / n))" "$per_probe"
     kill "$tp"
     wait "$tp" 2>/dev/null || true
     tp=""
