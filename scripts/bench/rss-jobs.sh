@@ -41,7 +41,7 @@ for n in $JOBS; do
         echo "targets:"
         echo "  - {name: stub, base_url: \"$url\", models: [$models]}"
     } >"$tmp/c.yml"
-    port=$((20000 + RANDOM % 20000))
+    port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
     "$bin" serve --config.file "$tmp/c.yml" --web.listen-address "127.0.0.1:$port" --log.level warn &
     tp=$!
     # CPU per probe over the run's second half (start-up, config and TLS roots, left out).
