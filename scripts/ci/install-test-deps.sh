@@ -6,6 +6,7 @@
 #   - Debian package `prometheus-node-exporter` (tests/e2e/server_metrics.rs scrapes it)
 #   - Debian packages `chromium` and `fonts-dejavu-core` (headless Chromium loads
 #     bench's HTML report in tests/e2e/bench_html.rs; a font for its text)
+#   - Debian package `tcpdump` (tests/e2e/bench/wire.rs captures the loopback wire)
 #   - a Python venv at $TOKENPROBE_VENV (default: <repo>/.venv) holding the
 #     pinned packages of scripts/ci/requirements-test.txt:
 #       prometheus-client  strict OpenMetrics parser (scripts/ci/check-openmetrics.py)
@@ -105,6 +106,24 @@ else
     log "apt-get install chromium fonts-dejavu-core"
     apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
     log "installed: $(chromium --version 2>/dev/null | head -n1)"
+fi
+
+# ---------------------------------------------------------------- tcpdump
+# The packet-capture truth (tests/e2e/bench/wire.rs): Debian's tcpdump on the loopback interface.
+if [ "$model_only" -eq 1 ]; then
+    log "--model-only: skipping tcpdump"
+elif command -v tcpdump >/dev/null 2>&1; then
+    log "tcpdump already installed"
+else
+    if [ "$(id -u)" -ne 0 ]; then
+        log "ERROR: need root to apt-get install tcpdump (or install it yourself)" >&2
+        exit 1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    log "apt-get install tcpdump"
+    apt-get install -y -qq --no-install-recommends tcpdump >/dev/null ||
+        { apt-get update -qq && apt-get install -y -qq --no-install-recommends tcpdump >/dev/null; }
+    log "installed: $(tcpdump --version 2>&1 | head -n1)"
 fi
 
 # ---------------------------------------------------------------- python venv
