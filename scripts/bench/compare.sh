@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Compares `tokenprobe bench` with GuideLLM and AIPerf (both from PyPI) driving the same loopback
 # server (`tokenprobe simulate`) at the same closed-loop concurrency: client CPU, each tool's own
-# scheduling lag, and each tool's TTFT error against the simulator's event log of send instants.
+# scheduling lag, and each tool's TTFT error against the wire: a packet capture of the simulator's
+# port (tcpdump), beside the simulator's event log. A level whose capture lost packets is void.
 # Prints a Markdown table (docs/bench.md has the last one and how to read it).
 #
 #   scripts/bench/compare.sh                       # concurrency 1,4,16,64,256
@@ -20,20 +21,31 @@ LEVELS="${LEVELS:-1,4,16,64,256}"
 TOOLS="${TOOLS:-tokenprobe,guidellm,aiperf}"
 GUIDELLM_VERSION="${GUIDELLM_VERSION:-0.8.1}"
 AIPERF_VERSION="${AIPERF_VERSION:-0.13.0}"
+DPKT_VERSION="${DPKT_VERSION:-1.9.8}"
 venv="$repo/.venv-compare"
 out="${OUT:-$repo/target/bench-compare}"
 
-if ! "$venv/bin/guidellm" --help >/dev/null 2>&1 || ! "$venv/bin/aiperf" --help >/dev/null 2>&1 ||
-    ! "$venv/bin/python" -c 'import torch' >/dev/null 2>&1; then
-    echo "bench-compare: installing guidellm==$GUIDELLM_VERSION and aiperf==$AIPERF_VERSION into $venv"
+# The capture's reader (dpkt, pure Python) always; the peers only when they are compared.
+if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
     printf '*\n' >"$venv/.gitignore"
     "$venv/bin/pip" install --quiet --upgrade pip
-    "$venv/bin/pip" install --quiet "aiperf==$AIPERF_VERSION" "guidellm==$GUIDELLM_VERSION"
 fi
-if [ ! -f "$venv/tokenizer/tokenizer.json" ]; then
-    "$venv/bin/python" scripts/bench/compare/make_tokenizer.py "$venv/tokenizer"
-fi
+"$venv/bin/python" -c 'import dpkt' >/dev/null 2>&1 || "$venv/bin/pip" install --quiet "dpkt==$DPKT_VERSION"
+case ",$TOOLS," in
+*,guidellm,* | *,aiperf,*)
+    if ! "$venv/bin/guidellm" --help >/dev/null 2>&1 || ! "$venv/bin/aiperf" --help >/dev/null 2>&1 ||
+        ! "$venv/bin/python" -c 'import torch' >/dev/null 2>&1; then
+        echo "bench-compare: installing guidellm==$GUIDELLM_VERSION and aiperf==$AIPERF_VERSION into $venv"
+        "$venv/bin/pip" install --quiet "aiperf==$AIPERF_VERSION" "guidellm==$GUIDELLM_VERSION"
+    fi
+    if [ ! -f "$venv/tokenizer/tokenizer.json" ]; then
+        "$venv/bin/python" scripts/bench/compare/make_tokenizer.py "$venv/tokenizer"
+    fi
+    ;;
+esac
+# The wire's truth: Debian's tcpdump on the loopback interface (needs root, as the tests do).
+command -v tcpdump >/dev/null 2>&1 || apt-get install -y -qq --no-install-recommends tcpdump >/dev/null
 cargo build --release --quiet
 mkdir -p "$out"
 echo "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"

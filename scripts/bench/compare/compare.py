@@ -17,6 +17,13 @@ tool for N = max(MIN_REQUESTS, ROUNDS x concurrency) requests, stops the simulat
   the error is what the client added: connection set-up and request write before the server saw
   the request, plus any lateness of the client in reading).
 
+- TTFT error against the wire: tcpdump captures the simulator's port on loopback during each run
+  (`Capture`), and each request's TTFT as the tool reports it is compared with the wire's (its
+  request's last segment to the first segment holding a token); tokenprobe's requests are matched
+  by the `x-request-id` it sends, the peers' (which send no id) are paired with the wire's
+  requests in send order. The capture also shows how many connections each tool opened, and a
+  capture that lost packets makes its level void.
+
 - decode span error, for every per-event instant after the first: each request's first-to-last
   token time as the client saw it (tokenprobe TPOT x (N - 1), GuideLLM last_token_iteration -
   first_token_iteration, AIPerf decode_duration) minus the server's (its last token event's write
@@ -37,9 +44,12 @@ its TTFT and so to the error (`--tokenprobe-connection new`).
 import argparse
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 TTFT = "100ms"
@@ -103,6 +113,87 @@ class Simulator:
         return out
 
 
+TOKEN_SEGMENT = re.compile(rb'"content":"[^"]')
+REQUEST_ID = re.compile(rb"(?i)\r\nx-request-id: *([^\r]+)\r\n")
+
+
+class Capture:
+    """tcpdump on the loopback interface, the simulator's port only: the wire's truth of one level.
+
+    Per request (an HTTP/1.1 request starts with a client segment beginning `POST `), the wire's
+    TTFT runs from the request's last client segment to the first server segment holding a token
+    (a non-empty `"content":"`; the simulator's first event is the role alone), on the capture's
+    own clock (the kernel's instant as the packet is handed to the loopback device). The capture
+    also counts the connections the tool opened (client SYNs). A capture that lost packets
+    (tcpdump's "dropped by kernel") is void.
+    """
+
+    def __init__(self, port: int, path: Path):
+        self.port, self.path = port, path
+        self.proc = subprocess.Popen(
+            # Headers and the start of each segment are enough (a request's head, one event);
+            # packets are read in blocks (cheaper than one by one at 256 streams), so `stop`
+            # waits for the last block's timeout before it stops the capture.
+            ["tcpdump", "-i", "lo", "-n", "-s", "600", "-B", "131072",
+             "--time-stamp-precision", "nano", "-w", str(path), f"tcp port {port}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stderr.readline()
+        if "listening on" not in line:
+            raise RuntimeError(f"tcpdump did not start: {line!r}")
+        self.dropped = None
+
+    def stop(self):
+        time.sleep(2.0)
+        self.proc.send_signal(signal.SIGINT)
+        err = self.proc.stderr.read()
+        self.proc.wait(timeout=30)
+        m = re.search(r"(\d+) packets? dropped by kernel", err)
+        self.dropped = int(m.group(1)) if m else None
+
+    def requests(self):
+        """([(start s, wire TTFT s, x-request-id or None)] in start order, connections opened)."""
+        import dpkt
+        done, open_, syns = [], {}, 0
+        with open(self.path, "rb") as f:
+            for ts, buf in dpkt.pcap.Reader(f):
+                ip = dpkt.ethernet.Ethernet(buf).data
+                tcp = getattr(ip, "data", None)
+                if not isinstance(tcp, dpkt.tcp.TCP):
+                    continue
+                up = tcp.dport == self.port
+                client = tcp.sport if up else tcp.dport
+                if up and tcp.flags & dpkt.tcp.TH_SYN and not tcp.flags & dpkt.tcp.TH_ACK:
+                    syns += 1
+                data = bytes(tcp.data)
+                if not data:
+                    continue
+                if up and data.startswith(b"POST "):
+                    m = REQUEST_ID.search(data)
+                    open_[client] = [ts, ts, m.group(1).decode() if m else None]
+                elif up and client in open_:
+                    open_[client][1] = ts
+                elif not up and client in open_ and TOKEN_SEGMENT.search(data):
+                    start, last_up, rid = open_.pop(client)
+                    # dpkt gives a nanosecond capture's instants as Decimal: exact differences.
+                    done.append((float(start), float(ts - last_up), rid))
+        done.sort()
+        return done, syns
+
+
+def per_request_errors(res, wire):
+    """Each request's TTFT minus the wire's: matched by x-request-id where the tool sent one
+    (tokenprobe), else paired in send order (the tool's own start instants against the wire's)."""
+    by_id = {rid: w for _, w, rid in wire if rid}
+    if res.get("ids"):
+        return [t - by_id[i] for i, t in zip(res["ids"], res["ttft"]) if i in by_id], "id"
+    starts = res.get("starts")
+    if not starts or len(starts) != len(res["ttft"]):
+        return [], "-"
+    ordered = [t for _, t in sorted(zip(starts, res["ttft"]))]
+    n = min(len(ordered), len(wire))
+    return [ordered[i] - wire[i][1] for i in range(n)], "order"
+
+
 def timed(cmd, env, cwd):
     """Runs cmd under /usr/bin/time; returns (rc, cpu_s, wall_s, output tail)."""
     tfile = Path(cwd) / "time.txt"
@@ -134,10 +225,13 @@ def run_tokenprobe(a, url, c, n, work):
         return {"error": f"exit {rc}: {tail}"}
     lv = json.load(open(out))["models"][0]["levels"][0]
     s = lv["samples"]
+    ok = [x for x in s if x["ttft_s"] is not None]
     return {
         "cpu_s": cpu, "wall_s": wall, "requests": lv["requests"],
         "errors": lv["requests"] - lv["successes"],
-        "ttft": [x["ttft_s"] for x in s if x["ttft_s"] is not None],
+        "ttft": [x["ttft_s"] for x in ok],
+        "ids": [x.get("request_id") for x in ok],
+        "wire_ttft": [x.get("wire_ttft_s") for x in ok],
         "lag": [x["lag_s"] for x in s if not x.get("first")],
         "span": [x["tpot_s"] * (x["output_tokens"] - 1) for x in s
                  if x.get("tpot_s") is not None and x["output_tokens"] >= 2],
@@ -159,18 +253,19 @@ def run_guidellm(a, url, c, n, work):
         return {"error": f"exit {rc}: {tail}"}
     b = json.load(open(out))["benchmarks"][0]
     ok = b["requests"]["successful"]
-    ttft, lag, span = [], [], []
+    ttft, lag, span, starts = [], [], [], []
     for r in ok:
         t = r["info"]["timings"]
         if t.get("first_token_iteration") and t.get("last_token_iteration"):
             span.append(t["last_token_iteration"] - t["first_token_iteration"])
         if t.get("first_token_iteration") and t.get("request_start"):
             ttft.append(t["first_token_iteration"] - t["request_start"])
+            starts.append(t["request_start"])
         if t.get("targeted_start") is not None and t.get("request_start"):
             lag.append(t["request_start"] - t["targeted_start"])
     errors = len(b["requests"]["errored"]) + len(b["requests"]["incomplete"])
     return {"cpu_s": cpu, "wall_s": wall, "requests": len(ok) + errors, "errors": errors,
-            "ttft": ttft, "lag": lag, "span": span}
+            "ttft": ttft, "lag": lag, "span": span, "starts": starts}
 
 
 def run_aiperf(a, url, c, n, work):
@@ -184,7 +279,7 @@ def run_aiperf(a, url, c, n, work):
     recs = art / "profile_export.jsonl"
     if rc != 0 or not recs.exists():
         return {"error": f"exit {rc}: {tail}"}
-    ttft, lag, span, errors, total = [], [], [], 0, 0
+    ttft, lag, span, starts, errors, total = [], [], [], [], 0, 0
     for line in open(recs):
         r = json.loads(line)
         total += 1
@@ -194,12 +289,13 @@ def run_aiperf(a, url, c, n, work):
         m, md = r.get("metrics", {}), r.get("metadata", {})
         if "time_to_first_token" in m:
             ttft.append(m["time_to_first_token"]["value"] / 1e3)
+            starts.append(md.get("request_start_ns", 0) / 1e9)
         if "decode_duration" in m:
             span.append(m["decode_duration"]["value"] / 1e3)
         if md.get("credit_issued_ns") and md.get("request_start_ns"):
             lag.append((md["request_start_ns"] - md["credit_issued_ns"]) / 1e9)
     return {"cpu_s": cpu, "wall_s": wall, "requests": total, "errors": errors, "ttft": ttft,
-            "lag": lag, "span": span}
+            "lag": lag, "span": span, "starts": starts}
 
 
 TOOLS = {"tokenprobe": run_tokenprobe, "guidellm": run_guidellm, "aiperf": run_aiperf}
@@ -218,7 +314,11 @@ def main():
                     help="tokenprobe's connection mode (GuideLLM and AIPerf keep connections alive)")
     ap.add_argument("--tokenprobe-args", dest="tp_args", default="",
                     help="extra `tokenprobe bench` arguments, e.g. \"--ramp 10ms --warmup 64\"")
+    ap.add_argument("--no-capture", dest="capture", action="store_false",
+                    help="no packet capture (tcpdump needs root); the simulator's log only")
     a = ap.parse_args()
+    if a.capture and not shutil.which("tcpdump"):
+        ap.error("tcpdump is not installed (or pass --no-capture)")
     env = {k: v for k, v in os.environ.items()
            if k.lower() not in ("http_proxy", "https_proxy", "all_proxy", "hf_hub_offline",
                                 "transformers_offline")}
@@ -234,13 +334,34 @@ def main():
             work = out / f"{tool}-{c}"
             work.mkdir(parents=True, exist_ok=True)
             sim = Simulator(a.tokenprobe, work / "events.jsonl")
+            load = open("/proc/loadavg").read().split()[0]
+            cap = Capture(int(sim.url.rsplit(":", 1)[1]), work / "wire.pcap") if a.capture else None
             try:
                 res = TOOLS[tool](a, sim.url, c, n, work)
             except subprocess.TimeoutExpired:
                 res = {"error": f"did not finish within {RUN_LIMIT_S} s"}
             finally:
+                if cap:
+                    cap.stop()
                 sim.stop()
-            res.update(tool=tool, concurrency=c, planned=n)
+            res.update(tool=tool, concurrency=c, planned=n, load=float(load))
+            if cap and "error" not in res:
+                if cap.dropped != 0:
+                    res["error"] = f"void: the capture lost {cap.dropped} packets"
+                else:
+                    wire, syns = cap.requests()
+                    errs, how = per_request_errors(res, wire)
+                    if res.get("wire_ttft"):
+                        # tokenprobe's own wire TTFT (send stamp to first token), per request.
+                        own, _ = per_request_errors(dict(res, ttft=res["wire_ttft"]), wire)
+                        res.update(own_wire_err_p50=quantile(own, 0.5),
+                                   own_wire_err_p99=quantile(own, 0.99),
+                                   own_wire_err_max=max(own, key=abs, default=float("nan")))
+                    res.update(connections=syns, wire_requests=len(wire), matched=how,
+                               wire_ttft_p50=quantile([w for _, w, _ in wire], 0.5),
+                               wire_err_p50=quantile(errs, 0.5),
+                               wire_err_p99=quantile(errs, 0.99),
+                               wire_err_max=max(errs, default=float("nan")))
             if "error" not in res:
                 srv = sim.server_ttfts()
                 res["server_ttft_p50"] = quantile(srv, 0.5)
@@ -253,7 +374,15 @@ def main():
                 spans = sim.server_spans()
                 res["span_err_p50"] = quantile(res["span"], 0.5) - quantile(spans, 0.5)
                 res["span_err_p99"] = quantile(res["span"], 0.99) - quantile(spans, 0.99)
-                del res["ttft"], res["lag"], res["span"]
+                for k in ("ttft", "lag", "span", "ids", "starts", "wire_ttft"):
+                    res.pop(k, None)
+                if "wire_err_p50" in res:
+                    print(f"{tool} @ {c}: the wire: {res['wire_requests']} requests on "
+                          f"{res['connections']} new connections, wire TTFT p50 "
+                          f"{res['wire_ttft_p50'] * 1e3:.2f} ms; per-request error (by "
+                          f"{res['matched']}) p50 {res['wire_err_p50'] * 1e3:+.3f} ms p99 "
+                          f"{res['wire_err_p99'] * 1e3:+.3f} ms max "
+                          f"{res['wire_err_max'] * 1e3:+.3f} ms", flush=True)
                 print(f"{tool} @ {c}: {res['requests']} requests, {res['errors']} errors, "
                       f"CPU {res['cpu_s']:.1f} s, TTFT p50 {res['ttft_p50'] * 1e3:.2f} ms "
                       f"(server {res['server_ttft_p50'] * 1e3:.2f}), error p50 "
@@ -273,26 +402,40 @@ def ms(x):
     return "-" if x != x else f"{x * 1e3:.2f}"
 
 
+def own_wire(r):
+    """A tool's own wire TTFT (tokenprobe's `wire_ttft_s`) against the capture's, if it has one."""
+    if "own_wire_err_p50" not in r:
+        return "-"
+    return " / ".join(f"{r[k] * 1e3:.3f}" for k in
+                      ("own_wire_err_p50", "own_wire_err_p99", "own_wire_err_max"))
+
+
 def render(rows, levels):
     lines = [
         f"Server: tokenprobe simulate --ttft {TTFT} --itl {ITL} --output-tokens {TOKENS}; "
         f"closed loop, max({MIN_REQUESTS}, {ROUNDS} x concurrency) requests per level; "
         f"{os.cpu_count()} CPUs shared by client and server.",
         "",
-        "| tool | concurrency | requests | errors | client CPU (s) | TTFT p50 client / server (ms) "
-        "| TTFT error p50 (ms) | TTFT error p99 (ms) | own lag p99 (ms) "
-        "| decode span error p50 / p99 (ms) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| tool | concurrency | load | requests | new connections | errors | client CPU (s) "
+        "| TTFT p50 client / wire (ms) | error vs wire p50 / p99 / max (ms), matched by "
+        "| its wire TTFT vs wire p50 / p99 / max (ms) "
+        "| error vs log p50 / p99 (ms) | own lag p99 (ms) | decode span error p50 / p99 (ms) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['tool']} | {r['concurrency']} | failed: "
                          f"{r['error'].splitlines()[-1][:80] if r['error'] else ''} |||||||")
             continue
+        nan = float("nan")
+        wire = (f"{ms(r.get('wire_err_p50', nan))} / {ms(r.get('wire_err_p99', nan))} / "
+                f"{ms(r.get('wire_err_max', nan))}, {r.get('matched', '-')}")
         lines.append(
-            f"| {r['tool']} | {r['concurrency']} | {r['requests']} | {r['errors']} | "
-            f"{r['cpu_s']:.1f} | {ms(r['ttft_p50'])} / {ms(r['server_ttft_p50'])} | "
-            f"{ms(r['err_p50'])} | {ms(r['err_p99'])} | {ms(r['lag_p99'])} | "
+            f"| {r['tool']} | {r['concurrency']} | {r['load']:.1f} | {r['requests']} | "
+            f"{r.get('connections', '-')} | {r['errors']} | {r['cpu_s']:.1f} | "
+            f"{ms(r['ttft_p50'])} / {ms(r.get('wire_ttft_p50', nan))} | {wire} | "
+            f"{own_wire(r)} | "
+            f"{ms(r['err_p50'])} / {ms(r['err_p99'])} | {ms(r['lag_p99'])} | "
             f"{ms(r['span_err_p50'])} / {ms(r['span_err_p99'])} |")
     lines += ["", "| tool | highest concurrency with own lag p99 and TTFT error p50 <= 1 ms "
               "| marginal client CPU per request (ms) |", "|---|---:|---:|"]
