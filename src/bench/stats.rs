@@ -196,11 +196,13 @@ impl Repeat {
 
 /// A level is client-bound when the bench's threads spent more than this share of the level's
 /// wall time waiting for a CPU (summed over threads: 0.5 is half a thread waiting throughout)
-/// and its first tokens were read late (median read lag over [`CLIENT_STARVED_READ_LAG_S`], or
-/// unknown)...
+/// and the starvation reached its requests: their first tokens were read late or they left late
+/// (median read lag or send lag over [`CLIENT_STARVED_READ_LAG_S`], or no read lag known)...
 pub const CLIENT_CPU_WAIT_SHARE: f64 = 0.5;
 
-/// ...the read lag that, with that CPU wait, shows the starvation reached the measurement...
+/// ...the read lag (or send lag) that, with that CPU wait, shows the starvation reached the
+/// measurement. A send lag alone says nothing: it holds a new connection's set-up, which is the
+/// network's...
 pub const CLIENT_STARVED_READ_LAG_S: f64 = 0.002;
 
 /// ...or, whatever the CPU wait, when half its first tokens were read more than this long after
@@ -213,10 +215,12 @@ impl LevelStats {
     pub fn client_bound_reason(&self) -> Option<String> {
         let mut why = Vec::new();
         let read_lag = self.read_lag_s.map(|r| r.p50);
+        let send_lag = self.send_lag_s.map(|r| r.p50);
         if let Some(w) = self.cpu_wait_s
             && self.wall_s > 0.0
             && w / self.wall_s > CLIENT_CPU_WAIT_SHARE
-            && read_lag.is_none_or(|r| r > CLIENT_STARVED_READ_LAG_S)
+            && (read_lag.is_none_or(|r| r > CLIENT_STARVED_READ_LAG_S)
+                || send_lag.is_some_and(|s| s > CLIENT_STARVED_READ_LAG_S))
         {
             why.push(format!(
                 "the bench's threads waited {:.2} s for a CPU in {:.2} s ({:.0}% > {:.0}%)",
@@ -871,5 +875,46 @@ mod tests {
         let lag = l.read_lag_s.unwrap();
         assert_eq!((lag.n, lag.min, lag.max), (2, 0.001, 0.003));
         assert_eq!(l.unstamped, 1);
+    }
+
+    /// A starved bench whose requests left late is client-bound even when its reads were on
+    /// time (the kernel's receive stamps took the read delays out, the send stamps show the rest);
+    /// a late send without CPU starvation is a new connection's set-up, not the client's doing.
+    #[test]
+    fn requests_that_left_late_from_a_starved_bench_are_client_bound() {
+        let level = |send_lag: f64, cpu_wait: f64| {
+            let samples: Vec<Sample> = (0..10)
+                .map(|_| Sample {
+                    read_lag_s: Some(0.0005),
+                    send_lag_s: Some(send_lag),
+                    ..sample(Some(0.1), 4, None)
+                })
+                .collect();
+            let mut l = LevelStats::from_samples(
+                LevelKey {
+                    concurrency: 1,
+                    rate: None,
+                },
+                &samples,
+                2.0,
+                &[],
+                &NO_SLO,
+                0,
+            );
+            l.cpu_wait_s = Some(cpu_wait);
+            l.client_bound_reason()
+        };
+        let why = level(0.070, 1.6).expect("starved and sent late");
+        assert!(why.contains("waited 1.60 s for a CPU"), "{why}");
+        assert_eq!(
+            level(0.0005, 1.6),
+            None,
+            "starved, but on time at both ends"
+        );
+        assert_eq!(
+            level(0.070, 0.1),
+            None,
+            "late, but not starved: the network's set-up"
+        );
     }
 }
