@@ -337,11 +337,19 @@ pub fn run_with_timeout(
 }
 
 /// A request of the simulator's event log as (arrival, last event written), Unix seconds; `None`
-/// for a record without both (a request answered without events).
+/// for a record without both (a request answered without events). On the wire's clock where the
+/// kernel stamped both ends (the request's last bytes arriving, the last event leaving: the
+/// client cannot send its next request before that), else on the simulator's own: there a
+/// worker's next request can be read before the write that answered its last one has returned.
 pub fn record_span(r: &serde_json::Value) -> Option<(f64, f64)> {
+    let last = r["events"].as_array()?.last()?;
+    if let (Some(arrival), Some(left)) =
+        (r["arrival_kernel_unix_ns"].as_f64(), last["tx_s"].as_f64())
+    {
+        return Some((arrival / 1e9, arrival / 1e9 + left));
+    }
     let arrival = r["arrival_unix_ns"].as_f64()? / 1e9;
-    let last = r["events"].as_array()?.last()?["t_s"].as_f64()?;
-    Some((arrival, arrival + last))
+    Some((arrival, arrival + last["t_s"].as_f64()?))
 }
 
 /// A loopback port free now, for a process a test starts later. It is taken below the kernel's
