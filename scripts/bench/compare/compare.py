@@ -194,18 +194,45 @@ def per_request_errors(res, wire):
     return [ordered[i] - wire[i][1] for i in range(n)], "order"
 
 
+def tree_rss_kib(root):
+    """Resident memory of `root` and all its descendants, KiB: a walk down /proc's `children`
+    lists (cheap: no scan of every process, so the sampling costs the run little)."""
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            status = open(f"/proc/{pid}/status").read()
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                todo.extend(int(c) for c in open(f"/proc/{pid}/task/{tid}/children").read().split())
+        except (OSError, ValueError):
+            continue
+        m = re.search(r"^VmRSS:\s+(\d+) kB", status, re.M)
+        total += int(m.group(1)) if m else 0
+    return total
+
+
 def timed(cmd, env, cwd):
-    """Runs cmd under /usr/bin/time; returns (rc, cpu_s, wall_s, output tail)."""
+    """Runs cmd under /usr/bin/time, sampling the resident memory of its whole process tree every
+    200 ms; returns (rc, cpu_s, wall_s, peak tree RSS in MiB, output tail)."""
     tfile = Path(cwd) / "time.txt"
     full = ["/usr/bin/time", "-f", "%U %S %e", "-o", str(tfile), *cmd]
-    p = subprocess.run(full, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       text=True, timeout=RUN_LIMIT_S)
+    out = open(Path(cwd) / "output.txt", "w+")
+    p = subprocess.Popen(full, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, text=True)
+    peak, start = 0, time.monotonic()
+    while p.poll() is None:
+        if time.monotonic() - start > RUN_LIMIT_S:
+            p.kill()
+            p.wait()
+            raise subprocess.TimeoutExpired(full, RUN_LIMIT_S)
+        peak = max(peak, tree_rss_kib(p.pid))
+        time.sleep(0.2)
     try:
         u, s, e = open(tfile).read().split()[-3:]
         cpu, wall = float(u) + float(s), float(e)
     except (OSError, ValueError):
         cpu, wall = float("nan"), float("nan")
-    return p.returncode, cpu, wall, "\n".join(p.stdout.splitlines()[-15:])
+    out.seek(0)
+    return p.returncode, cpu, wall, peak / 1024, "\n".join(out.read().splitlines()[-15:])
 
 
 def run_tokenprobe(a, url, c, n, work):
@@ -216,7 +243,7 @@ def run_tokenprobe(a, url, c, n, work):
         f"targets:\n  - name: sim\n    base_url: {url}/v1\n    models: [sim]\n"
         f"    connection: {a.tp_connection}\n")
     out = work / "tp.json"
-    rc, cpu, wall, tail = timed(
+    rc, cpu, wall, peak, tail = timed(
         [a.tokenprobe, "bench", "--config.file", str(cfg), "--concurrency", str(c),
          "--requests-per-level", str(n), "--no-progress", "--samples", "-o", str(out),
          *a.tp_args.split()],
@@ -227,7 +254,7 @@ def run_tokenprobe(a, url, c, n, work):
     s = lv["samples"]
     ok = [x for x in s if x["ttft_s"] is not None]
     return {
-        "cpu_s": cpu, "wall_s": wall, "requests": lv["requests"],
+        "cpu_s": cpu, "wall_s": wall, "peak_mib": peak, "requests": lv["requests"],
         "errors": lv["requests"] - lv["successes"],
         "ttft": [x["ttft_s"] for x in ok],
         "ids": [x.get("request_id") for x in ok],
@@ -240,7 +267,7 @@ def run_tokenprobe(a, url, c, n, work):
 
 def run_guidellm(a, url, c, n, work):
     out = work / "guidellm.json"
-    rc, cpu, wall, tail = timed(
+    rc, cpu, wall, peak, tail = timed(
         [str(Path(a.venv) / "bin" / "guidellm"), "run",
          "--backend", f"kind=openai_http,target={url},model=sim",
          "--profile", f"kind=concurrent,streams={c}",
@@ -264,13 +291,14 @@ def run_guidellm(a, url, c, n, work):
         if t.get("targeted_start") is not None and t.get("request_start"):
             lag.append(t["request_start"] - t["targeted_start"])
     errors = len(b["requests"]["errored"]) + len(b["requests"]["incomplete"])
-    return {"cpu_s": cpu, "wall_s": wall, "requests": len(ok) + errors, "errors": errors,
+    return {"cpu_s": cpu, "wall_s": wall, "peak_mib": peak, "requests": len(ok) + errors,
+            "errors": errors,
             "ttft": ttft, "lag": lag, "span": span, "starts": starts}
 
 
 def run_aiperf(a, url, c, n, work):
     art = work / "aiperf"
-    rc, cpu, wall, tail = timed(
+    rc, cpu, wall, peak, tail = timed(
         [str(Path(a.venv) / "bin" / "aiperf"), "profile", "--model", "sim", "--url", url,
          "--endpoint-type", "chat", "--streaming", "--concurrency", str(c),
          "--request-count", str(n), "--tokenizer", a.tokenizer, "--isl", "32",
@@ -294,7 +322,8 @@ def run_aiperf(a, url, c, n, work):
             span.append(m["decode_duration"]["value"] / 1e3)
         if md.get("credit_issued_ns") and md.get("request_start_ns"):
             lag.append((md["request_start_ns"] - md["credit_issued_ns"]) / 1e9)
-    return {"cpu_s": cpu, "wall_s": wall, "requests": total, "errors": errors, "ttft": ttft,
+    return {"cpu_s": cpu, "wall_s": wall, "peak_mib": peak, "requests": total, "errors": errors,
+            "ttft": ttft,
             "lag": lag, "span": span, "starts": starts}
 
 
@@ -417,10 +446,11 @@ def render(rows, levels):
         f"{os.cpu_count()} CPUs shared by client and server.",
         "",
         "| tool | concurrency | load | requests | new connections | errors | client CPU (s) "
+        "| peak RSS of its processes (MiB) "
         "| TTFT p50 client / wire (ms) | error vs wire p50 / p99 / max (ms), matched by "
         "| its wire TTFT vs wire p50 / p99 / max (ms) "
         "| error vs log p50 / p99 (ms) | own lag p99 (ms) | decode span error p50 / p99 (ms) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         if "error" in r:
@@ -433,6 +463,7 @@ def render(rows, levels):
         lines.append(
             f"| {r['tool']} | {r['concurrency']} | {r['load']:.1f} | {r['requests']} | "
             f"{r.get('connections', '-')} | {r['errors']} | {r['cpu_s']:.1f} | "
+            f"{r.get('peak_mib', nan):.0f} | "
             f"{ms(r['ttft_p50'])} / {ms(r.get('wire_ttft_p50', nan))} | {wire} | "
             f"{own_wire(r)} | "
             f"{ms(r['err_p50'])} / {ms(r['err_p99'])} | {ms(r['lag_p99'])} | "
