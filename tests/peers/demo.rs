@@ -220,12 +220,35 @@ fn stopping_the_demo_mid_probe_stops_tokenprobe_first() {
         Duration::from_secs(300),
     );
     let dir = tempfile::tempdir().expect("tempdir");
-    let (llama_port, listen_port) = (free_port(), free_port());
-    let mut d = Demo(ChildGuard::spawn(
-        "demo",
-        demo(llama_port, listen_port),
-        dir.path(),
-    ));
+    // A port free when picked can be taken by the time the demo checks it (CI once found one
+    // listening, its holder gone a moment later): the demo refuses it, as it should, and the
+    // test tries fresh ports, at most three times.
+    let (mut d, llama_port, listen_port) = (1..=3)
+        .find_map(|attempt| {
+            let (llama_port, listen_port) = (free_port(), free_port());
+            let mut d = Demo(ChildGuard::spawn(
+                "demo",
+                demo(llama_port, listen_port),
+                dir.path(),
+            ));
+            // The checks are the demo's first step: milliseconds; 3 s allows for a busy machine.
+            let started = std::time::Instant::now();
+            let refused = poll_for(
+                "the demo to pass its port checks",
+                Duration::from_secs(10),
+                Duration::from_millis(50),
+                || match d.0.exited() {
+                    Some(_) => Some(d.0.stderr().contains("is already in use")),
+                    None => (started.elapsed() > Duration::from_secs(3)).then_some(false),
+                },
+            );
+            if refused && attempt < 3 {
+                eprintln!("attempt {attempt}: {}", d.0.stderr().trim());
+                return None;
+            }
+            Some((d, llama_port, listen_port))
+        })
+        .expect("three attempts");
     let llama = format!("http://127.0.0.1:{llama_port}/metrics");
     let serving = format!("tokenprobe serving on http://127.0.0.1:{listen_port}/metrics");
     // Model load and warm-up: seconds on an idle machine; 120 s is the demo's own limit.
