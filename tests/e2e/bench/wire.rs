@@ -7,6 +7,30 @@
 
 use super::*;
 
+/// `tokenprobe bench` against the simulator at `url` with kept connections: `requests` requests
+/// by `workers` closed-loop workers, every sample kept; its report.
+fn bench_reuse(dir: &Path, url: &str, workers: usize, requests: usize) -> Value {
+    let cfg = hello_config(dir, &format!("{url}/v1"), 8, "", "    connection: reuse\n");
+    let json = dir.join("wire.json");
+    let (code, out, err) = bench(
+        &[
+            "--config.file",
+            cfg.to_str().unwrap(),
+            "--concurrency",
+            &workers.to_string(),
+            "--requests-per-level",
+            &requests.to_string(),
+            "--samples",
+            "--accept-client-bound",
+            "-o",
+            json.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    read_json(&json)
+}
+
 #[test]
 fn wire_ttft_equals_the_servers_kernel_stamped_first_token() {
     let _serial = serial();
@@ -29,31 +53,7 @@ fn wire_ttft_equals_the_servers_kernel_stamped_first_token() {
             log.to_str().unwrap(),
         ],
     );
-    let cfg = hello_config(
-        dir.path(),
-        &format!("{url}/v1"),
-        8,
-        "",
-        "    connection: reuse\n",
-    );
-    let json = dir.path().join("wire.json");
-    let (code, out, err) = bench(
-        &[
-            "--config.file",
-            cfg.to_str().unwrap(),
-            "--concurrency",
-            &W.to_string(),
-            "--requests-per-level",
-            "48",
-            "--samples",
-            "--accept-client-bound",
-            "-o",
-            json.to_str().unwrap(),
-        ],
-        Duration::from_secs(60),
-    );
-    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
-    let r = read_json(&json);
+    let r = bench_reuse(dir.path(), &url, W, 48);
     let level = &levels(&r, 0)[0];
     let samples = level["samples"].as_array().unwrap().clone();
     assert_eq!(samples.len(), 48);
@@ -214,30 +214,7 @@ fn a_packet_capture_of_the_wire_agrees_with_every_wire_ttft() {
         cap.assert_running();
         cap.stderr().contains("listening on lo").then_some(())
     });
-    let cfg = hello_config(
-        dir.path(),
-        &format!("{url}/v1"),
-        8,
-        "",
-        "    connection: reuse\n",
-    );
-    let json = dir.path().join("captured.json");
-    let (code, out, err) = bench(
-        &[
-            "--config.file",
-            cfg.to_str().unwrap(),
-            "--concurrency",
-            "8",
-            "--requests-per-level",
-            &N.to_string(),
-            "--samples",
-            "--accept-client-bound",
-            "-o",
-            json.to_str().unwrap(),
-        ],
-        Duration::from_secs(60),
-    );
-    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let r = bench_reuse(dir.path(), &url, 8, N);
     let (status, _) = cap
         .signal_and_wait("-INT", Duration::from_secs(20))
         .expect("tcpdump stops on SIGINT");
@@ -254,7 +231,6 @@ fn a_packet_capture_of_the_wire_agrees_with_every_wire_ttft() {
     );
 
     let wire = captured_ttft(&segments(&pcap, port));
-    let r = read_json(&json);
     let samples = levels(&r, 0)[0]["samples"].as_array().unwrap().clone();
     assert_eq!(samples.len(), N);
     let mut diffs = Vec::new();
