@@ -159,7 +159,11 @@ fn poll_write_stamped(
 /// Maps a kernel wall-clock stamp to the monotonic clock by reading both clocks now (`None` for a
 /// stamp older than [`MAX_STAMP_AGE`]: the wall clock was stepped since).
 fn to_instant(wall: SystemTime) -> Option<Instant> {
-    let (now, wall_now) = (Instant::now(), SystemTime::now());
+    to_instant_at(wall, Instant::now(), SystemTime::now())
+}
+
+/// [`to_instant`] with both clocks already read (`now`, `wall_now`).
+fn to_instant_at(wall: SystemTime, now: Instant, wall_now: SystemTime) -> Option<Instant> {
     let age = wall_now.duration_since(wall).unwrap_or(Duration::ZERO);
     (age <= MAX_STAMP_AGE)
         .then(|| now.checked_sub(age))
@@ -177,8 +181,9 @@ pub(crate) async fn read(
         use std::os::fd::AsRawFd;
         use tokio::io::Interest;
         let fd = stream.as_raw_fd();
+        let mut cmsg = read_cmsg_space();
         stream
-            .async_io(Interest::READABLE, || recv_stamped(fd, buf))
+            .async_io(Interest::READABLE, || recv_stamped(fd, buf, &mut cmsg))
             .await
     }
     #[cfg(not(target_os = "linux"))]
@@ -255,7 +260,9 @@ impl ReadStamps {
     /// instant is `now - (wall now - stamp)`.
     fn record(&self, n: usize, wall: Option<SystemTime>) {
         let user = Instant::now();
-        let kernel = wall.and_then(to_instant).map(|k| k.min(user));
+        let kernel = wall
+            .and_then(|w| to_instant_at(w, user, SystemTime::now()))
+            .map(|k| k.min(user));
         if let Ok(mut s) = self.0.lock() {
             s.latest = Some(Stamp { kernel, user });
             s.bytes = s.bytes.saturating_add(n as u64);
@@ -295,6 +302,11 @@ pub struct StampedStream {
     tx_pending: bool,
     /// A write waiting for a full send buffer to drain ([`poll_write_stamped`]).
     retry: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Room for a read's control messages, allocated once per connection.
+    cmsg: Vec<u8>,
+    /// The receive system calls made so far (tests count them).
+    #[cfg(test)]
+    recv_calls: u64,
 }
 
 impl StampedStream {
@@ -309,6 +321,9 @@ impl StampedStream {
             tx,
             tx_pending: false,
             retry: None,
+            cmsg: read_cmsg_space(),
+            #[cfg(test)]
+            recv_calls: 0,
         }
     }
 
@@ -352,21 +367,37 @@ impl AsyncRead for StampedStream {
                 ready!(this.tcp.poll_read_ready(cx))?;
                 let want = buf.remaining().min(MAX_STAMPED_READ);
                 let dst = buf.initialize_unfilled_to(want);
-                match this
-                    .tcp
-                    .try_io(tokio::io::Interest::READABLE, || recv_stamped(fd, dst))
-                {
-                    Ok((n, at)) => {
-                        buf.advance(n);
-                        this.pick_up_sent();
-                        if n > 0 {
-                            this.stamps.record(n, at);
-                        }
-                        return Poll::Ready(Ok(()));
+                // A read that did not fill its buffer emptied the socket: like tokio's own
+                // `poll_read`, clear the readiness seen before the read (the closure reports
+                // `WouldBlock` for it and hands the bytes over beside), so the next read waits
+                // for the next packet instead of paying a system call that finds nothing. A
+                // packet that came meanwhile is newer readiness, which this does not clear.
+                let (cmsg, mut partial) = (&mut this.cmsg, None);
+                #[cfg(test)]
+                let calls = &mut this.recv_calls;
+                let r = this.tcp.try_io(tokio::io::Interest::READABLE, || {
+                    #[cfg(test)]
+                    {
+                        *calls += 1;
                     }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                    Err(e) => return Poll::Ready(Err(e)),
+                    let (n, at) = recv_stamped(fd, dst, cmsg)?;
+                    if 0 < n && n < want {
+                        partial = Some((n, at));
+                        return Err(io::ErrorKind::WouldBlock.into());
+                    }
+                    Ok((n, at))
+                });
+                let (n, at) = match (r, partial) {
+                    (_, Some(got)) | (Ok(got), None) => got,
+                    (Err(e), None) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    (Err(e), None) => return Poll::Ready(Err(e)),
+                };
+                buf.advance(n);
+                this.pick_up_sent();
+                if n > 0 {
+                    this.stamps.record(n, at);
                 }
+                return Poll::Ready(Ok(()));
             }
         }
         let before = buf.filled().len();
@@ -527,17 +558,31 @@ impl AsyncWrite for SentStream {
     }
 }
 
+/// Room for a stamped read's control messages: the `SO_TIMESTAMPNS` stamp, and the
+/// `SCM_TIMESTAMPING` one a socket that stamps its writes also gets on reads (not used: the same
+/// instant).
+fn read_cmsg_space() -> Vec<u8> {
+    #[cfg(target_os = "linux")]
+    {
+        nix::cmsg_space!(nix::sys::time::TimeSpec, nix::sys::socket::Timestamps)
+    }
+    #[cfg(not(target_os = "linux"))]
+    Vec::new()
+}
+
+/// One read of `fd` into `buf`, with the kernel's receive instant of its bytes; `cmsg` (from
+/// [`read_cmsg_space`]) takes the control messages.
 #[cfg(target_os = "linux")]
-fn recv_stamped(fd: std::os::fd::RawFd, buf: &mut [u8]) -> io::Result<(usize, Option<SystemTime>)> {
+fn recv_stamped(
+    fd: std::os::fd::RawFd,
+    buf: &mut [u8],
+    cmsg: &mut [u8],
+) -> io::Result<(usize, Option<SystemTime>)> {
     use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
-    use nix::sys::time::TimeSpec;
     use std::io::IoSliceMut;
-    // Room for the `SO_TIMESTAMPNS` stamp, and for the `SCM_TIMESTAMPING` one a socket that
-    // stamps its writes also gets on reads (not used: the same instant).
-    let mut cmsg = nix::cmsg_space!(TimeSpec, nix::sys::socket::Timestamps);
     let mut iov = [IoSliceMut::new(buf)];
-    let msg = recvmsg::<()>(fd, &mut iov, Some(&mut cmsg), MsgFlags::MSG_DONTWAIT)
-        .map_err(io::Error::from)?;
+    let msg =
+        recvmsg::<()>(fd, &mut iov, Some(cmsg), MsgFlags::MSG_DONTWAIT).map_err(io::Error::from)?;
     let mut at = None;
     if let Ok(cmsgs) = msg.cmsgs() {
         for c in cmsgs {
@@ -702,5 +747,51 @@ mod tests {
         );
         stamps.reset();
         assert_eq!(stamps.sent(), None);
+    }
+
+    /// A read that does not fill its buffer has emptied the socket: the next read waits for the
+    /// next packet without a system call that would find nothing (one per event saved on a
+    /// stream), and every packet that comes later still wakes it.
+    #[tokio::test]
+    async fn a_read_that_empties_the_socket_waits_for_the_next_packet_without_a_system_call() {
+        use tokio::io::AsyncReadExt;
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (mut s, _) = l.accept().await.unwrap();
+        let mut c = StampedStream::new(c, ReadStamps::default());
+        if !c.on {
+            return; // not stamped here: plain reads, tokio's own
+        }
+        const EVENTS: usize = 50;
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(1);
+        let writer = tokio::spawn(async move {
+            for i in 0..EVENTS {
+                s.write_all(format!("data: {i}\n\n").as_bytes()).await.unwrap();
+                // The next event only once this one was read: each is its own read.
+                if rx.recv().await.is_none() {
+                    return;
+                }
+            }
+        });
+        let mut buf = [0u8; 4096];
+        for i in 0..EVENTS {
+            let read = tokio::time::timeout(Duration::from_secs(20), c.read(&mut buf));
+            let n = read.await.expect("a later packet woke the reader").unwrap();
+            assert_eq!(&buf[..n], format!("data: {i}\n\n").as_bytes());
+            let _ = tx.send(()).await;
+        }
+        writer.await.unwrap();
+        let n = tokio::time::timeout(Duration::from_secs(20), c.read(&mut buf))
+            .await
+            .expect("the end woke the reader")
+            .unwrap();
+        assert_eq!(n, 0);
+        // One receive per event and one for the end: without clearing, each event costs a
+        // second receive that returns `EAGAIN` (about 2 x EVENTS).
+        assert!(
+            c.recv_calls <= EVENTS as u64 + 3,
+            "{} receive calls for {EVENTS} events",
+            c.recv_calls
+        );
     }
 }

@@ -261,10 +261,23 @@ async fn read_stream(
     let mut dec = SseDecoder::new();
     let mut last_byte = Instant::now();
     let mut body = BodyStart::default();
+    // One timer for the whole stream, moved as the deadline moves: moving it later (the idle
+    // deadline after each event) is an atomic store, where a timer per read would be inserted
+    // into and removed from the runtime's wheel once per event.
+    let timer = tokio::time::sleep_until(next_deadline(&m, t, Some(last_byte), true).0.into());
+    tokio::pin!(timer);
     loop {
         let (deadline, kind) = next_deadline(&m, t, Some(last_byte), true);
-        match timeout_at(deadline.into(), chunk(&mut resp)).await {
-            Err(_) => {
+        if timer.deadline() != deadline.into() {
+            timer.as_mut().reset(deadline.into());
+        }
+        let read = tokio::select! {
+            biased;
+            r = chunk(&mut resp) => Ok(r),
+            () = &mut timer => Err(()),
+        };
+        match read {
+            Err(()) => {
                 m.fail(kind, deadline, deadline_detail(kind, t));
                 break;
             }
