@@ -766,7 +766,9 @@ mod tests {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(1);
         let writer = tokio::spawn(async move {
             for i in 0..EVENTS {
-                s.write_all(format!("data: {i}\n\n").as_bytes()).await.unwrap();
+                s.write_all(format!("data: {i}\n\n").as_bytes())
+                    .await
+                    .unwrap();
                 // The next event only once this one was read: each is its own read.
                 if rx.recv().await.is_none() {
                     return;

@@ -17,6 +17,9 @@
 # The client stamps its reads the same way: the level's `read_lag_s` (how long after the kernel
 # received the first token the client read it, i.e. what the stamps took out of its TTFT) is
 # printed as "client kernel-vs-user", with the count of requests that had an unstamped read.
+# Then, per request (matched by the `x-request-id` the bench sends, which the simulator logs), the
+# client's TTFT and wire TTFT against the server's wire TTFT (its kernel receive stamp of the
+# request to its kernel send stamp of the first token): p50, p99 and the largest.
 #
 # Not a CI test: it takes a few minutes and its numbers depend on what else the machine runs.
 # Bounded: each level sends for DURATION, every request has a 60 s deadline, the whole run 15 min.
@@ -109,10 +112,16 @@ def q(v, p):
 # The server's side from the event log, by arrival (kernel instant where stamped): its TTFT from
 # the request's arrival in the kernel, and how late it read the request.
 srv = []
+# Per request, by the id the bench sends (`x-request-id`): the server's TTFT on the wire, from the
+# kernel's receive instant of the request to its kernel-stamped send of the first token (`tx_s`).
+wire_by_id = {}
 for line in open(events):
     e = json.loads(line)
     if e.get("status") != 200 or not e.get("stream"):
         continue
+    tx = next((x.get("tx_s") for x in e["events"] if x.get("token")), None)
+    if tx is not None:
+        wire_by_id[e["id"]] = tx
     first = next((x["t_s"] for x in e["events"] if x.get("token")), None)
     k = e.get("arrival_kernel_unix_ns")
     late = (e["arrival_unix_ns"] - k) / 1e9 if k else 0.0
@@ -131,6 +140,7 @@ print(f"{'streams':>8} {'agg tok/s':>10} {'events/s':>9} {'TTFT p50 (+drift)':>1
       f"{'TTFT err p50/p99 vs server':>26} {'server read lag p50/p99':>24} "
       f"{'client kernel-vs-user p50/p99':>30} {'unstamped':>9}")
 best = None
+per_req = []
 for l in r["models"][0]["levels"]:
     c = l["concurrency"]
     tps = l["output_tokens_per_s"]
@@ -151,6 +161,13 @@ for l in r["models"][0]["levels"]:
     err99 = q(client, 0.99) - q([x[1] for x in mine], 0.99)
     rl50, rl99 = q([x[2] for x in mine], 0.5), q([x[2] for x in mine], 0.99)
     # What the client's kernel stamps took out of its TTFT: first token read minus its arrival.
+    # Per request against the server's wire TTFT: the client's TTFT (from its start instant) and
+    # its wire TTFT (from its request's kernel send stamp).
+    per = [(s["ttft_s"] - wire_by_id[s["request_id"]], s.get("wire_ttft_s"), wire_by_id[s["request_id"]])
+           for s in samples if s.get("ttft_s") is not None and s.get("request_id") in wire_by_id]
+    pe = [x[0] for x in per]
+    pw = [x[1] - x[2] for x in per if x[1] is not None]
+    per_req.append((c, len(per), len(samples), pe, pw))
     kv = l.get("read_lag_s") or {}
     kv50, kv99 = kv.get("p50", float("nan")), kv.get("p99", float("nan"))
     print(f"{c:>8} {tps:>10.0f} {ev:>9.0f} {t.get('p50', float('nan')) * 1e3:>9.1f} ms ({(t.get('p50', 0) - ttft) * 1e3:+.1f}) "
@@ -160,6 +177,11 @@ for l in r["models"][0]["levels"]:
           f"{kv50 * 1e3:>17.2f} / {kv99 * 1e3:.2f} ms {l.get('unstamped', 0):>9}")
     if lag < 0.002 and l["error_rate"] == 0 and (best is None or c > best[0]):
         best = (c, tps, loop, t.get("p50", 0) - ttft)
+print("per request against the server's kernel-stamped TTFT (matched by request id):")
+print(f"{'streams':>8} {'matched':>9} {'TTFT error p50 / p99 / max':>30} {'wire TTFT error p50 / p99 / max':>34}")
+for c, n, of, pe, pw in per_req:
+    f = lambda v: " / ".join(f"{x * 1e3:.3f}" for x in (q(v, 0.5), q(v, 0.99), max(v, default=float("nan")))) + " ms"
+    print(f"{c:>8} {n:>4}/{of:<4} {f(pe):>30} {f(pw):>34}")
 goal = "2,000 streams, 100,000 tokens/s, send lag p99 < 2 ms"
 if best:
     met = best[0] >= 2000 and best[1] >= 100000

@@ -11,6 +11,7 @@
 #[cfg(test)]
 mod answer_tests;
 mod anthropic;
+mod borrowed;
 mod openai;
 
 use crate::sse::SseEvent;

@@ -4,8 +4,8 @@
 //! Responses streaming events) and docs/measurement.md's token-bearing rules.
 
 use super::{
-    BodyParams, EventMeaning, Malformed, ServerTimings, StreamError, json_object, non_empty_str,
-    usage_at,
+    BodyParams, EventMeaning, Malformed, ServerTimings, StreamError, borrowed, json_object,
+    non_empty_str, usage_at,
 };
 use crate::sse::SseEvent;
 use serde_json::{Map, Value, json};
@@ -74,8 +74,56 @@ fn chunk(ev: &SseEvent) -> Result<Chunk, Malformed> {
     Ok(Chunk::Json(v, m))
 }
 
+/// An event's meaning read the fast way ([`borrowed`]), each choice by `choice`; `None` when
+/// it is not a JSON chunk of the common shape (the `Value` reading then takes it).
+fn borrowed_meaning(
+    ev: &SseEvent,
+    choice: impl Fn(&borrowed::Choice<'_>, &mut EventMeaning),
+) -> Option<EventMeaning> {
+    if preamble(ev).is_some() {
+        return None;
+    }
+    let c = borrowed::chunk(&ev.data).ok()?;
+    let mut m = EventMeaning {
+        usage_output: c.usage.0,
+        usage_input: c.usage.1,
+        ..EventMeaning::default()
+    };
+    for ch in &c.choices {
+        choice(ch, &mut m);
+        m.finish |= ch.finish;
+    }
+    Some(m)
+}
+
+/// A visible text channel: non-empty text is token-bearing output.
+fn visible(s: Option<&str>, m: &mut EventMeaning) {
+    if let Some(s) = s.filter(|s| !s.is_empty()) {
+        m.token = true;
+        m.output = true;
+        m.text.push_str(s);
+    }
+}
+
 /// OpenAI Chat Completions chunk.
 pub(super) fn chat(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
+    let fast = borrowed_meaning(ev, |ch, m| {
+        if let Some(d) = &ch.delta {
+            visible(d.content.as_deref(), m);
+            visible(d.refusal.as_deref(), m);
+            m.token |= [&d.reasoning_content, &d.reasoning]
+                .iter()
+                .any(|s| s.as_deref().is_some_and(|s| !s.is_empty()));
+        }
+    });
+    match fast {
+        Some(m) => Ok(m),
+        None => chat_value(ev),
+    }
+}
+
+/// OpenAI Chat Completions chunk, read as a `Value` (every shape).
+fn chat_value(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
     let (v, mut m) = match chunk(ev)? {
         Chunk::Done(m) => return Ok(m),
         Chunk::Json(v, m) => (v, m),
@@ -83,11 +131,7 @@ pub(super) fn chat(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
     for choice in choices(&v)? {
         if let Some(delta) = choice.get("delta").filter(|d| d.is_object()) {
             for key in ["content", "refusal"] {
-                if let Some(s) = non_empty_str(delta, key) {
-                    m.token = true;
-                    m.output = true;
-                    m.text.push_str(s);
-                }
+                visible(non_empty_str(delta, key), &mut m);
             }
             if ["reasoning_content", "reasoning"]
                 .iter()
@@ -114,16 +158,20 @@ pub(super) fn chat(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
 
 /// OpenAI legacy Completions chunk (`choices[*].text`).
 pub(super) fn completions(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
+    match borrowed_meaning(ev, |ch, m| visible(ch.text.as_deref(), m)) {
+        Some(m) => Ok(m),
+        None => completions_value(ev),
+    }
+}
+
+/// OpenAI legacy Completions chunk, read as a `Value` (every shape).
+fn completions_value(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
     let (v, mut m) = match chunk(ev)? {
         Chunk::Done(m) => return Ok(m),
         Chunk::Json(v, m) => (v, m),
     };
     for choice in choices(&v)? {
-        if let Some(s) = non_empty_str(choice, "text") {
-            m.token = true;
-            m.output = true;
-            m.text.push_str(s);
-        }
+        visible(non_empty_str(choice, "text"), &mut m);
         if choice.get("finish_reason").is_some_and(Value::is_string) {
             m.finish = true;
         }
@@ -379,6 +427,188 @@ mod tests {
 
     fn chat_of(data: &str) -> EventMeaning {
         chat(&ev(data)).unwrap()
+    }
+
+    /// A random chat or completions chunk: the common shape, its odd variants (values of other
+    /// types, escapes, repeated keys, tool calls, errors, timings) and broken JSON.
+    fn random_chunk(r: &mut crate::rng::Rng) -> String {
+        /// A key and how to draw its value.
+        type Field<'a> = (&'a str, &'a dyn Fn(&mut crate::rng::Rng) -> String);
+        fn pick<'a>(r: &mut crate::rng::Rng, xs: &[&'a str]) -> &'a str {
+            xs[r.below(xs.len() as u64) as usize]
+        }
+        const ANY: &[&str] = &[
+            r#""hi""#,
+            r#""""#,
+            r#""a\"b""#,
+            r#""\u00e9t\u00e9""#,
+            "null",
+            "5",
+            "-3",
+            "2.5",
+            "true",
+            r#"[1,"x",{"a":[]}]"#,
+            r#"{"a":1,"b":{"c":null}}"#,
+            r#"" ""#,
+        ];
+        const COUNT: &[&str] = &["7", "0", "-1", "1.5", "1e3", r#""9""#, "null", "{}", "[]"];
+        let obj = |r: &mut crate::rng::Rng, keys: &[Field<'_>]| {
+            let mut parts = Vec::new();
+            for _ in 0..r.below(keys.len() as u64 + 2) {
+                let (k, v) = &keys[r.below(keys.len() as u64) as usize];
+                parts.push(format!("\"{k}\":{}", v(r)));
+            }
+            format!("{{{}}}", parts.join(","))
+        };
+        let any = |r: &mut crate::rng::Rng| pick(r, ANY).to_string();
+        let delta = |r: &mut crate::rng::Rng| {
+            if r.below(8) == 0 {
+                return pick(r, ANY).to_string();
+            }
+            let tool = |r: &mut crate::rng::Rng| {
+                pick(
+                    r,
+                    &["null", "[]", r#"[{"function":{"name":"f"}}]"#, r#""x""#],
+                )
+                .to_string()
+            };
+            let role = |_: &mut crate::rng::Rng| r#""assistant""#.to_string();
+            let mut o = obj(
+                r,
+                &[
+                    ("content", &any),
+                    ("content", &any),
+                    ("refusal", &any),
+                    ("reasoning_content", &any),
+                    ("reasoning", &any),
+                    ("role", &role),
+                    ("tool_calls", &tool),
+                    ("con\\u0074ent", &any),
+                ],
+            );
+            if r.below(2) == 0 {
+                o = format!(
+                    r#"{{"content":"tok"{}"#,
+                    if o == "{}" {
+                        "}".into()
+                    } else {
+                        format!(",{}", &o[1..])
+                    }
+                );
+            }
+            o
+        };
+        let choice = |r: &mut crate::rng::Rng| {
+            if r.below(10) == 0 {
+                return pick(r, ANY).to_string();
+            }
+            let index = |_: &mut crate::rng::Rng| "0".to_string();
+            obj(
+                r,
+                &[
+                    ("delta", &delta),
+                    ("delta", &delta),
+                    ("text", &any),
+                    ("finish_reason", &any),
+                    ("index", &index),
+                    ("logprobs", &any),
+                ],
+            )
+        };
+        let choices = |r: &mut crate::rng::Rng| match r.below(8) {
+            0 => pick(r, ANY).to_string(),
+            _ => {
+                let n = r.below(3);
+                let items: Vec<String> = (0..n).map(|_| choice(r)).collect();
+                format!("[{}]", items.join(","))
+            }
+        };
+        let usage = |r: &mut crate::rng::Rng| {
+            if r.below(6) == 0 {
+                return pick(r, ANY).to_string();
+            }
+            let c = |r: &mut crate::rng::Rng| pick(r, COUNT).to_string();
+            obj(
+                r,
+                &[
+                    ("completion_tokens", &c),
+                    ("prompt_tokens", &c),
+                    ("total_tokens", &c),
+                ],
+            )
+        };
+        let error = |r: &mut crate::rng::Rng| {
+            pick(
+                r,
+                &[
+                    "null",
+                    r#"{"message":"overloaded","code":529}"#,
+                    r#""boom""#,
+                ],
+            )
+            .to_string()
+        };
+        let timings = |r: &mut crate::rng::Rng| {
+            pick(r, &["null", r#"{"predicted_n":3,"predicted_ms":1.5}"#, "3"]).to_string()
+        };
+        let id = |_: &mut crate::rng::Rng| r#""chatcmpl-1""#.to_string();
+        let mut top = obj(
+            r,
+            &[
+                ("choices", &choices),
+                ("choices", &choices),
+                ("choices", &choices),
+                ("usage", &usage),
+                ("error", &error),
+                ("timings", &timings),
+                ("id", &id),
+                ("model", &any),
+            ],
+        );
+        match r.below(20) {
+            0 => top = pick(r, ANY).to_string(),
+            1 => top.truncate(top.len() / 2),
+            2 => top = format!("  {top}\n"),
+            3 => top.push_str(" x"),
+            _ => {}
+        }
+        top
+    }
+
+    /// The fast reading gives every event it takes the meaning the `Value` reading gives it.
+    #[test]
+    fn the_borrowed_reading_means_what_the_value_reading_means() {
+        let mut r = crate::rng::Rng::new(26);
+        let (mut fast, mut total) = (0, 0);
+        for _ in 0..20_000 {
+            let e = ev(&random_chunk(&mut r));
+            for (name, slow) in [
+                (
+                    "chat",
+                    chat_value as fn(&SseEvent) -> Result<EventMeaning, Malformed>,
+                ),
+                ("completions", completions_value),
+            ] {
+                total += 1;
+                let quick = if name == "chat" {
+                    chat(&e)
+                } else {
+                    completions(&e)
+                };
+                assert_eq!(quick, slow(&e), "{name}: {}", e.data);
+                let took = borrowed::chunk(&e.data).is_ok() && preamble(&e).is_none();
+                fast += usize::from(took);
+            }
+        }
+        // Both ways were taken often (about a quarter fast: the generator favours odd shapes).
+        assert!(
+            fast * 5 > total && (total - fast) * 5 > total,
+            "{fast} of {total} took the fast reading"
+        );
+        let common =
+            r#"{"id":"x","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}"#;
+        assert!(borrowed::chunk(common).is_ok());
+        assert_eq!(chat_of(common).text, "Hi");
     }
 
     #[test]
