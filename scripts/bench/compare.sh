@@ -8,6 +8,8 @@
 #   scripts/bench/compare.sh                       # concurrency 1,4,16,64,256
 #   LEVELS=1,16 TOOLS=tokenprobe,aiperf scripts/bench/compare.sh
 #   TOKENPROBE_ARGS="--ramp 100ms" TOKENPROBE_CONNECTION=new TOOLS=tokenprobe scripts/bench/compare.sh
+#   WARMUP_ROUNDS=1 scripts/bench/compare.sh   # one unmeasured round before each level, equal for
+#                                              # the tools that have a warm-up (not GuideLLM 0.8.1)
 #
 # Installs the tools into .venv-compare/ (git-ignored; created here, several GB: GuideLLM depends
 # on torch, which PyPI ships with CUDA libraries) and writes a small local tokenizer for them
@@ -52,4 +54,5 @@ echo "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 exec "$venv/bin/python" scripts/bench/compare/compare.py \
     --tokenprobe "$repo/target/release/tokenprobe" --venv "$venv" --tokenizer "$venv/tokenizer" \
     --out "$out" --levels "$LEVELS" --tools "$TOOLS" \
-    --tokenprobe-connection "${TOKENPROBE_CONNECTION:-reuse}" --tokenprobe-args="${TOKENPROBE_ARGS:-}"
+    --tokenprobe-connection "${TOKENPROBE_CONNECTION:-reuse}" --tokenprobe-args="${TOKENPROBE_ARGS:-}" \
+    --warmup-rounds "${WARMUP_ROUNDS:-0}"

@@ -73,6 +73,7 @@ def quantile(values, q):
 class Simulator:
     def __init__(self, bin_path: str, log: Path):
         self.log = log
+        self.skip = 0
         self.proc = subprocess.Popen(
             [bin_path, "simulate", "--listen", "127.0.0.1:0", "--ttft", TTFT, "--itl", ITL,
              "--output-tokens", str(TOKENS), "--seed", "1", "--event-log", str(log)],
@@ -91,12 +92,14 @@ class Simulator:
             self.proc.wait()
 
     def streamed(self):
-        """(record, token instants) of each successful streamed request in the event log."""
+        """(record, token instants) of each successful streamed request in the event log, the
+        first `self.skip` by arrival (a warm-up) left out."""
         with open(self.log) as f:
-            for line in f:
-                r = json.loads(line)
-                if r.get("status") == 200 and r.get("stream"):
-                    yield r, [e["t_s"] for e in r["events"] if e.get("token")]
+            rows = [json.loads(line) for line in f]
+        rows = [r for r in rows if r.get("status") == 200 and r.get("stream")]
+        rows.sort(key=lambda r: r["arrival_unix_ns"])
+        for r in rows[self.skip:]:
+            yield r, [e["t_s"] for e in r["events"] if e.get("token")]
 
     def server_spans(self):
         return [t[-1] - t[0] for _, t in self.streamed() if len(t) >= 2]
@@ -115,6 +118,8 @@ class Simulator:
 
 TOKEN_SEGMENT = re.compile(rb'"content":"[^"]')
 REQUEST_ID = re.compile(rb"(?i)\r\nx-request-id: *([^\r]+)\r\n")
+# The response's own id, in its first chunk (GuideLLM records it as `response_id`).
+RESPONSE_ID = re.compile(rb'"id":"([^"]+)"')
 
 
 class Capture:
@@ -151,7 +156,8 @@ class Capture:
         self.dropped = int(m.group(1)) if m else None
 
     def requests(self):
-        """([(start s, wire TTFT s, x-request-id or None)] in start order, connections opened)."""
+        """([(start s, wire TTFT s, x-request-id or None, response id or None)] in start order,
+        connections opened)."""
         import dpkt
         done, open_, syns = [], {}, 0
         with open(self.path, "rb") as f:
@@ -174,18 +180,26 @@ class Capture:
                     open_[client][1] = ts
                 elif not up and client in open_ and TOKEN_SEGMENT.search(data):
                     start, last_up, rid = open_.pop(client)
+                    m = RESPONSE_ID.search(data)
                     # dpkt gives a nanosecond capture's instants as Decimal: exact differences.
-                    done.append((float(start), float(ts - last_up), rid))
+                    done.append((float(start), float(ts - last_up), rid,
+                                 m.group(1).decode() if m else None))
         done.sort()
         return done, syns
 
 
 def per_request_errors(res, wire):
     """Each request's TTFT minus the wire's: matched by x-request-id where the tool sent one
-    (tokenprobe), else paired in send order (the tool's own start instants against the wire's)."""
-    by_id = {rid: w for _, w, rid in wire if rid}
-    if res.get("ids"):
-        return [t - by_id[i] for i, t in zip(res["ids"], res["ttft"]) if i in by_id], "id"
+    (tokenprobe), else paired in send order (the tool's own start instants against the wire's,
+    after the wire's first `warmup` requests, the tool's unmeasured warm-up)."""
+    for key, col in (("ids", 2), ("response_ids", 3)):
+        by_id = {w[col]: w[1] for w in wire if w[col]}
+        if res.get(key):
+            got = [t - by_id[i] for i, t in zip(res[key], res["ttft"]) if i in by_id]
+            # An id the tool records but the wire does not carry: the next way of pairing.
+            if len(got) * 2 >= len(res["ttft"]):
+                return got, "id" if col == 2 else "response id"
+    wire = wire[res.get("warmup", 0):]
     starts = res.get("starts")
     if not starts or len(starts) != len(res["ttft"]):
         return [], "-"
@@ -246,6 +260,7 @@ def run_tokenprobe(a, url, c, n, work):
     rc, cpu, wall, peak, tail = timed(
         [a.tokenprobe, "bench", "--config.file", str(cfg), "--concurrency", str(c),
          "--requests-per-level", str(n), "--no-progress", "--samples", "-o", str(out),
+         *(["--warmup", str(a.warmup_rounds * c)] if a.warmup_rounds else []),
          *a.tp_args.split()],
         a.env, work)
     if rc != 0:
@@ -254,6 +269,7 @@ def run_tokenprobe(a, url, c, n, work):
     s = lv["samples"]
     ok = [x for x in s if x["ttft_s"] is not None]
     return {
+        "warmup": a.warmup_rounds * c,
         "cpu_s": cpu, "wall_s": wall, "peak_mib": peak, "requests": lv["requests"],
         "errors": lv["requests"] - lv["successes"],
         "ttft": [x["ttft_s"] for x in ok],
@@ -280,7 +296,7 @@ def run_guidellm(a, url, c, n, work):
         return {"error": f"exit {rc}: {tail}"}
     b = json.load(open(out))["benchmarks"][0]
     ok = b["requests"]["successful"]
-    ttft, lag, span, starts = [], [], [], []
+    ttft, lag, span, starts, rids = [], [], [], [], []
     for r in ok:
         t = r["info"]["timings"]
         if t.get("first_token_iteration") and t.get("last_token_iteration"):
@@ -288,11 +304,14 @@ def run_guidellm(a, url, c, n, work):
         if t.get("first_token_iteration") and t.get("request_start"):
             ttft.append(t["first_token_iteration"] - t["request_start"])
             starts.append(t["request_start"])
+            rids.append(r.get("response_id"))
         if t.get("targeted_start") is not None and t.get("request_start"):
             lag.append(t["request_start"] - t["targeted_start"])
     errors = len(b["requests"]["errored"]) + len(b["requests"]["incomplete"])
-    return {"cpu_s": cpu, "wall_s": wall, "peak_mib": peak, "requests": len(ok) + errors,
-            "errors": errors,
+    # GuideLLM 0.8.1 has no warm-up (and keeps no connection a warm-up could open).
+    return {"warmup": 0, "cpu_s": cpu, "wall_s": wall, "peak_mib": peak,
+            "requests": len(ok) + errors,
+            "errors": errors, "response_ids": rids if all(rids) else None,
             "ttft": ttft, "lag": lag, "span": span, "starts": starts}
 
 
@@ -302,14 +321,17 @@ def run_aiperf(a, url, c, n, work):
         [str(Path(a.venv) / "bin" / "aiperf"), "profile", "--model", "sim", "--url", url,
          "--endpoint-type", "chat", "--streaming", "--concurrency", str(c),
          "--request-count", str(n), "--tokenizer", a.tokenizer, "--isl", "32",
-         "--osl", str(TOKENS), "--artifact-dir", str(art), "--ui", "none"],
+         "--osl", str(TOKENS), "--artifact-dir", str(art), "--ui", "none",
+         *(["--warmup-request-count", str(a.warmup_rounds * c)] if a.warmup_rounds else [])],
         a.env, work)
     recs = art / "profile_export.jsonl"
     if rc != 0 or not recs.exists():
         return {"error": f"exit {rc}: {tail}"}
-    ttft, lag, span, starts, errors, total = [], [], [], [], 0, 0
+    ttft, lag, span, starts, ids, errors, total = [], [], [], [], [], 0, 0
     for line in open(recs):
         r = json.loads(line)
+        if r.get("metadata", {}).get("benchmark_phase") == "warmup":
+            continue  # its warm-up's records are in the same export
         total += 1
         if r.get("error"):
             errors += 1
@@ -318,12 +340,14 @@ def run_aiperf(a, url, c, n, work):
         if "time_to_first_token" in m:
             ttft.append(m["time_to_first_token"]["value"] / 1e3)
             starts.append(md.get("request_start_ns", 0) / 1e9)
+            ids.append(md.get("x_request_id"))
         if "decode_duration" in m:
             span.append(m["decode_duration"]["value"] / 1e3)
         if md.get("credit_issued_ns") and md.get("request_start_ns"):
             lag.append((md["request_start_ns"] - md["credit_issued_ns"]) / 1e9)
-    return {"cpu_s": cpu, "wall_s": wall, "peak_mib": peak, "requests": total, "errors": errors,
-            "ttft": ttft,
+    return {"warmup": a.warmup_rounds * c,
+            "cpu_s": cpu, "wall_s": wall, "peak_mib": peak, "requests": total, "errors": errors,
+            "ttft": ttft, "ids": ids if all(ids) else None,
             "lag": lag, "span": span, "starts": starts}
 
 
@@ -343,6 +367,10 @@ def main():
                     help="tokenprobe's connection mode (GuideLLM and AIPerf keep connections alive)")
     ap.add_argument("--tokenprobe-args", dest="tp_args", default="",
                     help="extra `tokenprobe bench` arguments, e.g. \"--ramp 10ms --warmup 64\"")
+    ap.add_argument("--warmup-rounds", dest="warmup_rounds", type=int, default=0,
+                    help="unmeasured rounds (concurrency x N requests) before each level, for "
+                         "the tools that have a warm-up (tokenprobe --warmup, AIPerf "
+                         "--warmup-request-count; GuideLLM 0.8.1 has none)")
     ap.add_argument("--no-capture", dest="capture", action="store_false",
                     help="no packet capture (tcpdump needs root); the simulator's log only")
     a = ap.parse_args()
@@ -387,11 +415,12 @@ def main():
                                    own_wire_err_p99=quantile(own, 0.99),
                                    own_wire_err_max=max(own, key=abs, default=float("nan")))
                     res.update(connections=syns, wire_requests=len(wire), matched=how,
-                               wire_ttft_p50=quantile([w for _, w, _ in wire], 0.5),
+                               wire_ttft_p50=quantile([w[1] for w in wire], 0.5),
                                wire_err_p50=quantile(errs, 0.5),
                                wire_err_p99=quantile(errs, 0.99),
                                wire_err_max=max(errs, default=float("nan")))
             if "error" not in res:
+                sim.skip = res.get("warmup", 0)
                 srv = sim.server_ttfts()
                 res["server_ttft_p50"] = quantile(srv, 0.5)
                 res["server_ttft_p99"] = quantile(srv, 0.99)
@@ -403,7 +432,7 @@ def main():
                 spans = sim.server_spans()
                 res["span_err_p50"] = quantile(res["span"], 0.5) - quantile(spans, 0.5)
                 res["span_err_p99"] = quantile(res["span"], 0.99) - quantile(spans, 0.99)
-                for k in ("ttft", "lag", "span", "ids", "starts", "wire_ttft"):
+                for k in ("ttft", "lag", "span", "ids", "response_ids", "starts", "wire_ttft"):
                     res.pop(k, None)
                 if "wire_err_p50" in res:
                     print(f"{tool} @ {c}: the wire: {res['wire_requests']} requests on "
@@ -445,12 +474,12 @@ def render(rows, levels):
         f"closed loop, max({MIN_REQUESTS}, {ROUNDS} x concurrency) requests per level; "
         f"{os.cpu_count()} CPUs shared by client and server.",
         "",
-        "| tool | concurrency | load | requests | new connections | errors | client CPU (s) "
+        "| tool | concurrency | load | warm-up | requests | new connections | errors | client CPU (s) "
         "| peak RSS of its processes (MiB) "
         "| TTFT p50 client / wire (ms) | error vs wire p50 / p99 / max (ms), matched by "
         "| its wire TTFT vs wire p50 / p99 / max (ms) "
         "| error vs log p50 / p99 (ms) | own lag p99 (ms) | decode span error p50 / p99 (ms) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         if "error" in r:
@@ -461,7 +490,8 @@ def render(rows, levels):
         wire = (f"{ms(r.get('wire_err_p50', nan))} / {ms(r.get('wire_err_p99', nan))} / "
                 f"{ms(r.get('wire_err_max', nan))}, {r.get('matched', '-')}")
         lines.append(
-            f"| {r['tool']} | {r['concurrency']} | {r['load']:.1f} | {r['requests']} | "
+            f"| {r['tool']} | {r['concurrency']} | {r['load']:.1f} | {r.get('warmup', 0)} | "
+            f"{r['requests']} | "
             f"{r.get('connections', '-')} | {r['errors']} | {r['cpu_s']:.1f} | "
             f"{r.get('peak_mib', nan):.0f} | "
             f"{ms(r['ttft_p50'])} / {ms(r.get('wire_ttft_p50', nan))} | {wire} | "
