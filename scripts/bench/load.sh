@@ -40,8 +40,12 @@ SIM_ARGS="${SIM_ARGS:-}"
 RAMP="${RAMP:-0s}"
 CONNECTION="${CONNECTION:-new}"
 
-cargo build --release --quiet
-bin="$repo/target/release/tokenprobe"
+# TOKENPROBE_RELEASE_BIN: another build to measure (e.g. an older one, for a before/after).
+bin="${TOKENPROBE_RELEASE_BIN:-}"
+if [ -z "$bin" ]; then
+    cargo build --release --quiet
+    bin="$repo/target/release/tokenprobe"
+fi
 work="$(mktemp -d)"
 sim_pid=""
 cleanup() {
@@ -135,6 +139,11 @@ sim_cpu = (float(s1) - float(s0)) / float(hz)
 ttft, itl, chunk = secs(ttft), secs(itl), int(chunk)
 print(f"CPU over {wall:.0f} s: bench {bench_cpu:.1f} s ({100 * bench_cpu / wall:.0f}% of one core), "
       f"simulate {sim_cpu:.1f} s ({100 * sim_cpu / wall:.0f}%); bench max RSS {int(rss) / 1024:.0f} MiB")
+# The bench's whole CPU (start-up and connection set-up included) over every event it read.
+events_read = sum(l["output_tokens"] for l in r["models"][0]["levels"]) / chunk
+if events_read:
+    print(f"bench CPU per event: {bench_cpu / events_read * 1e6:.2f} us (user {float(user) / events_read * 1e6:.2f}, "
+          f"system {float(system) / events_read * 1e6:.2f}) over {events_read:.0f} events")
 print(f"{'streams':>8} {'agg tok/s':>10} {'events/s':>9} {'TTFT p50 (+drift)':>18} {'TPOT p50 (+drift)':>18} "
       f"{'send lag p99':>8} {'loop lag p99':>12} {'ramp':>8} {'errors':>7} "
       f"{'TTFT err p50/p99 vs server':>26} {'server read lag p50/p99':>24} "

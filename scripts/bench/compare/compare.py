@@ -19,9 +19,10 @@ tool for N = max(MIN_REQUESTS, ROUNDS x concurrency) requests, stops the simulat
 
 - TTFT error against the wire: tcpdump captures the simulator's port on loopback during each run
   (`Capture`), and each request's TTFT as the tool reports it is compared with the wire's (its
-  request's last segment to the first segment holding a token); tokenprobe's requests are matched
-  by the `x-request-id` it sends, the peers' (which send no id) are paired with the wire's
-  requests in send order. The capture also shows how many connections each tool opened, and a
+  request's last segment to the first segment holding a token); tokenprobe's and AIPerf's requests
+  are matched by the `x-request-id` they send and record, GuideLLM's by the response id it records
+  (read from each response's first chunk on the wire); a tool without either would be paired in
+  send order. The capture also shows how many connections each tool opened, and a
   capture that lost packets makes its level void.
 
 - decode span error, for every per-event instant after the first: each request's first-to-last
