@@ -27,22 +27,29 @@ use std::time::Duration;
 
 const MAX_TOKENS: u32 = 32;
 const MIN_PROBES: f64 = 5.0;
-/// How much later than llama.cpp's `prompt_ms` the first token may reach
-/// tokenprobe: HTTP, chat template, tokenizing, the role-only chunk and
-/// delivery. Seen per probe: 1.7-2.6 ms with a Python socket client; with a
-/// debug build of tokenprobe 2.5-4 ms on an idle machine, medians 3.5-4.4 ms
-/// and single probes up to 14 ms while other builds loaded both cores.
-const MAX_MEDIAN_TTFT_OVER_PROMPT_MS: f64 = 6.0;
-/// The same for any single probe: what llama.cpp does before its prompt timer starts (HTTP, JSON,
+// How much later than llama.cpp's `prompt_ms` the first token may reach
+// tokenprobe, as the median over the probes: HTTP, chat template, tokenizing,
+// the role-only chunk and delivery, none of which llama.cpp times. Seen per
+// probe: 1.7-2.6 ms with a Python socket client; with a debug build of
+// tokenprobe 2.5-4 ms on an idle machine, medians 3.5-7.4 ms while other
+// builds loaded both cores. No fixed figure holds on a busy machine, so the
+// median is held below one decode step of the same requests
+// (llama.cpp's `predicted_per_token_ms`, which stretches with the load too):
+// a TTFT that missed the first event adds at least that step.
+/// How much later than llama.cpp's `prompt_ms` any single probe's first token may reach
+/// tokenprobe (the medians are held below one decode step, in the test): what llama.cpp does
+/// before its prompt timer starts (HTTP, JSON,
 /// chat template, tokenizing) and the first event's delivery, all of which stretch when other
 /// processes hold both cores; 25 ms allows that on a 2-core machine while a TTFT that missed the
 /// first event (one more decode step, 15-20 ms here, plus delivery) still fails the median.
 const MAX_ONE_TTFT_OVER_PROMPT_MS: f64 = 25.0;
-/// How far the client's t_last - t_first may be from llama.cpp's predicted_ms,
-/// as the median over the probes: the first and the last token's deliveries
-/// are delayed alike on an idle machine (up to ~4 ms seen).
-const MAX_DELIVERY_JITTER_MS: f64 = 6.0;
-/// The same for any single probe: one delivery delayed by a busy machine (9.4 ms
+// How far the client's t_last - t_first may be from llama.cpp's
+// predicted_ms, as the median over the probes: the first and the last
+// token's deliveries are delayed alike on an idle machine (up to ~4 ms
+// seen). Held, like the TTFT median, below one decode step of the same
+// requests, which a client that missed a step would add.
+/// How far any single probe's t_last - t_first may be from llama.cpp's predicted_ms: one
+/// delivery delayed by a busy machine (9.4 ms
 /// seen while three builds ran); a client that missed one token step (18.6 ms
 /// here) still fails the median.
 const MAX_ONE_DELIVERY_JITTER_MS: f64 = 25.0;
@@ -259,6 +266,7 @@ fn serve_against_llama_cpp_agrees_with_the_servers_own_numbers() {
     let mut tpot_gaps = Vec::new();
     let mut span_gaps = Vec::new();
     let mut min_prompt_ms = f64::INFINITY;
+    let mut steps_ms = Vec::new();
     let (mut sum_prompt_ms, mut sum_pred_ms, mut sum_ttft, mut sum_span, mut sum_n) =
         (0.0, 0.0, 0.0, 0.0, 0.0);
     let (mut sum_gaps, mut gaps_known) = (0.0, true);
@@ -318,6 +326,7 @@ fn serve_against_llama_cpp_agrees_with_the_servers_own_numbers() {
         }
         ttft_gaps.push(gap);
         tpot_gaps.push((tpot_ms - per_tok_ms).abs());
+        steps_ms.push(per_tok_ms);
         sum_prompt_ms += prompt_ms;
         min_prompt_ms = min_prompt_ms.min(prompt_ms);
         sum_pred_ms += pred_ms;
@@ -325,10 +334,12 @@ fn serve_against_llama_cpp_agrees_with_the_servers_own_numbers() {
         sum_span += span / 1e3;
         sum_n += n;
     }
+    let med_step = median(steps_ms.clone());
     let med_span_gap = median(span_gaps.clone());
     assert!(
-        med_span_gap <= MAX_DELIVERY_JITTER_MS,
-        "median |t_last - t_first - llama.cpp predicted_ms| = {med_span_gap:.3} ms: {span_gaps:.3?}"
+        med_span_gap < med_step,
+        "median |t_last - t_first - llama.cpp predicted_ms| = {med_span_gap:.3} ms, not below \
+         one decode step (median predicted_per_token_ms {med_step:.3} ms): {span_gaps:.3?}"
     );
     let med_ttft_gap = median(ttft_gaps.clone());
     let med_tpot_gap = median(tpot_gaps.clone());
@@ -337,8 +348,9 @@ fn serve_against_llama_cpp_agrees_with_the_servers_own_numbers() {
          |TPOT - predicted_per_token_ms| {tpot_gaps:.4?} (median {med_tpot_gap:.4} ms)"
     );
     assert!(
-        med_ttft_gap <= MAX_MEDIAN_TTFT_OVER_PROMPT_MS,
-        "median TTFT - prompt_ms = {med_ttft_gap:.3} ms"
+        med_ttft_gap < med_step,
+        "median TTFT - prompt_ms = {med_ttft_gap:.3} ms, not below one decode step \
+         (median predicted_per_token_ms {med_step:.3} ms): {ttft_gaps:.3?}"
     );
     assert!(
         med_tpot_gap <= 0.5,
