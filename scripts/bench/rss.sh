@@ -46,8 +46,20 @@ size="$(stat -c %s "$bin")"
 echo "serve, 10 jobs, ${run_for}s: probes=$probes errors=$errors VmRSS=$((rss / 1024)).$(( (rss % 1024) * 10 / 1024 )) MiB VmHWM=$((hwm / 1024)).$(( (hwm % 1024) * 10 / 1024 )) MiB"
 echo "release binary: $size bytes ($(( size / 1000000 )).$(( (size % 1000000) / 100000 )) MB)"
 mib() { echo "$(($1 / 1024)).$(( ($1 % 1024) * 10 / 1024 ))"; }
+# The layout build.rs asks for: how many of link/symbol-order.txt's functions the binary has by
+# those names (they change with Cargo.lock, the release profile or the toolchain).
+order=link/symbol-order.txt
+wanted="$(wc -l <"$order")"
+laid="$(nm --defined-only "$bin" 2>/dev/null | awk 'NR == FNR {want[$1] = 1; next}
+    ($3 in want) && !($3 in seen) {seen[$3] = 1; n++} END {print n + 0}' "$order" -)"
+echo "laid out: $laid of the $wanted functions of $order are in the binary by name"
 if [ "$check" = 1 ]; then
     ok=0
+    if [ $((laid * 10)) -lt $((wanted * 9)) ]; then
+        echo "the layout does not hold: Cargo.lock, the release profile or the toolchain changed;" \
+            "run link/symbol-order.sh and rebuild"
+        ok=1
+    fi
     python3 scripts/bench/figures.py near binary_size "$(( size / 1000000 )).$(( (size % 1000000) / 100000 ))" --within 0.05 || ok=1
     python3 scripts/bench/figures.py near serve_rss "$(mib "$rss")" --within 0.30 || ok=1
     exit "$ok"
