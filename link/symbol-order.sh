@@ -75,12 +75,13 @@ def functions(path):
             names.append(re.sub(r"'\d+$", "", line[3:].strip()))
     return names
 
+# Tier by tier (serve's steady state, its start-up, its stop, then bench), each sorted by name so
+# that two runs give nearly the same file.
 order, seen = [], set()
 for dump in ("serve.cg.2", "serve.cg.1", "serve.cg", "bench.cg"):
-    for name in functions(f"{work}/{dump}"):
-        if name in text and name not in seen:
-            seen.add(name)
-            order.append(name)
+    tier = sorted({name for name in functions(f"{work}/{dump}") if name in text} - seen)
+    seen.update(tier)
+    order.extend(tier)
 print("\n".join(order))
 print(f"{len(order)} functions ordered", file=sys.stderr)
 EOF
