@@ -27,31 +27,16 @@ use std::time::Duration;
 
 const MAX_TOKENS: u32 = 32;
 const MIN_PROBES: f64 = 5.0;
-// How much later than llama.cpp's `prompt_ms` the first token may reach
-// tokenprobe, as the median over the probes: HTTP, chat template, tokenizing,
-// the role-only chunk and delivery, none of which llama.cpp times. Seen per
-// probe: 1.7-2.6 ms with a Python socket client; with a debug build of
-// tokenprobe 2.5-4 ms on an idle machine, medians 3.5-7.4 ms while other
-// builds loaded both cores. No fixed figure holds on a busy machine, so the
-// median is held below one decode step of the same requests
-// (llama.cpp's `predicted_per_token_ms`, which stretches with the load too):
-// a TTFT that missed the first event adds at least that step.
 /// How much later than llama.cpp's `prompt_ms` any single probe's first token may reach
-/// tokenprobe (the medians are held below one decode step, in the test): what llama.cpp does
-/// before its prompt timer starts (HTTP, JSON,
-/// chat template, tokenizing) and the first event's delivery, all of which stretch when other
-/// processes hold both cores; 25 ms allows that on a 2-core machine while a TTFT that missed the
-/// first event (one more decode step, 15-20 ms here, plus delivery) still fails the median.
+/// tokenprobe: what llama.cpp does before its prompt timer starts (HTTP, JSON, chat template,
+/// tokenizing) and the first event's delivery, all of which stretch when other processes hold
+/// both cores; 25 ms allows that on a 2-core machine while a TTFT that missed the first event
+/// (one more decode step, 15-20 ms here, plus delivery) still fails the median (held below one
+/// decode step, in the test).
 const MAX_ONE_TTFT_OVER_PROMPT_MS: f64 = 25.0;
-// How far the client's t_last - t_first may be from llama.cpp's
-// predicted_ms, as the median over the probes: the first and the last
-// token's deliveries are delayed alike on an idle machine (up to ~4 ms
-// seen). Held, like the TTFT median, below one decode step of the same
-// requests, which a client that missed a step would add.
 /// How far any single probe's t_last - t_first may be from llama.cpp's predicted_ms: one
-/// delivery delayed by a busy machine (9.4 ms
-/// seen while three builds ran); a client that missed one token step (18.6 ms
-/// here) still fails the median.
+/// delivery delayed by a busy machine (9.4 ms seen while three builds ran); a client that missed
+/// one token step (18.6 ms here) still fails the median.
 const MAX_ONE_DELIVERY_JITTER_MS: f64 = 25.0;
 
 /// Scrapes llama-server and tokenprobe until both are quiet (no request in
@@ -334,6 +319,14 @@ fn serve_against_llama_cpp_agrees_with_the_servers_own_numbers() {
         sum_span += span / 1e3;
         sum_n += n;
     }
+    // The medians over the probes are held below one decode step of the same requests
+    // (llama.cpp's `predicted_per_token_ms`, which stretches with the load too), which a client
+    // that missed the first event, or a step, adds at least; no fixed figure holds on a busy
+    // machine. What they leave: TTFT - prompt_ms is HTTP, chat template, tokenizing, the
+    // role-only chunk and delivery, none of which llama.cpp times (per probe 1.7-2.6 ms with a
+    // Python socket client; with a debug build of tokenprobe 2.5-4 ms on an idle machine,
+    // medians 3.5-7.4 ms while other builds loaded both cores); the span's gap is the first and
+    // the last token's deliveries, delayed alike on an idle machine (up to ~4 ms seen).
     let med_step = median(steps_ms.clone());
     let med_span_gap = median(span_gaps.clone());
     assert!(
