@@ -1,5 +1,6 @@
-//! The HTTP endpoints of `serve`: `/metrics` (OpenMetrics when the `Accept` header asks for it,
-//! else the Prometheus 0.0.4 text format; gzip when `Accept-Encoding` allows it), `/-/healthy`,
+//! The HTTP endpoints of `serve`: `/metrics` (the format the `Accept` header prefers of the
+//! Prometheus protobuf format, which carries native histograms, OpenMetrics 1.0 and the
+//! Prometheus 0.0.4 text format, the last by default; gzip when `Accept-Encoding` allows it), `/-/healthy`,
 //! `/-/ready`, `POST /-/reload`, and `/` (links and the loaded jobs with their last result, without
 //! secrets), as Prometheus exporters lay them out.
 //!
@@ -10,7 +11,9 @@
 
 use crate::config::Job;
 use crate::daemon::Daemon;
-use crate::metrics::{JobLabels, LastResult, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
+use crate::metrics::{
+    JobLabels, LastResult, OPENMETRICS_CONTENT_TYPE, PROTOBUF_CONTENT_TYPE, TEXT_CONTENT_TYPE,
+};
 use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
@@ -68,7 +71,7 @@ struct App {
     /// one wave wait for a single encode instead of each encoding.
     /// Entries from before the last config (re)load ([`crate::metrics::Metrics::generation`])
     /// are not reused.
-    cache: tokio::sync::Mutex<HashMap<(bool, bool), Cached>>,
+    cache: tokio::sync::Mutex<HashMap<(Format, bool), Cached>>,
     /// When the next `/metrics` answer may start ([`METRICS_MIN_SPACING`]).
     next_answer: tokio::sync::Mutex<tokio::time::Instant>,
 }
@@ -111,13 +114,70 @@ async fn reload(State(app): State<Arc<App>>) -> Response {
     }
 }
 
-/// True when the `Accept` header asks for OpenMetrics.
-pub fn wants_openmetrics(headers: &HeaderMap) -> bool {
-    headers
+/// An exposition format of `/metrics`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// Length-delimited `io.prometheus.client.MetricFamily` messages (with native histograms).
+    Protobuf,
+    /// OpenMetrics 1.0 text.
+    OpenMetrics,
+    /// The Prometheus 0.0.4 text format.
+    Text,
+}
+
+impl Format {
+    /// The answer's `Content-Type`.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Protobuf => PROTOBUF_CONTENT_TYPE,
+            Format::OpenMetrics => OPENMETRICS_CONTENT_TYPE,
+            Format::Text => TEXT_CONTENT_TYPE,
+        }
+    }
+}
+
+/// The format the `Accept` header prefers: of the media ranges naming one of the three formats
+/// (the protobuf one only with `proto=io.prometheus.client.MetricFamily` and
+/// `encoding=delimited`), the one with the highest q-value above 0, the first listed on a tie;
+/// the 0.0.4 text format when none is named (`*/*`, no header).
+pub fn negotiate(headers: &HeaderMap) -> Format {
+    let mut best: Option<(f32, Format)> = None;
+    let items = headers
         .get_all(header::ACCEPT)
         .iter()
         .filter_map(|v| v.to_str().ok())
-        .any(|v| v.contains("application/openmetrics-text"))
+        .flat_map(|v| v.split(','));
+    for item in items {
+        let mut parts = item.split(';').map(str::trim);
+        let media = parts.next().unwrap_or("").to_ascii_lowercase();
+        let (mut q, mut proto, mut encoding) = (1.0_f32, "", "");
+        for p in parts {
+            let Some((k, v)) = p.split_once('=') else {
+                continue;
+            };
+            let v = v.trim().trim_matches('"');
+            match k.trim().to_ascii_lowercase().as_str() {
+                "q" => q = v.parse().unwrap_or(0.0),
+                "proto" => proto = v,
+                "encoding" => encoding = v,
+                _ => {}
+            }
+        }
+        let format = match media.as_str() {
+            "application/vnd.google.protobuf"
+                if proto == "io.prometheus.client.MetricFamily" && encoding == "delimited" =>
+            {
+                Format::Protobuf
+            }
+            "application/openmetrics-text" => Format::OpenMetrics,
+            "text/plain" => Format::Text,
+            _ => continue,
+        };
+        if q > 0.0 && best.is_none_or(|(b, _)| q > b) {
+            best = Some((q, format));
+        }
+    }
+    best.map_or(Format::Text, |(_, f)| f)
 }
 
 /// True when `Accept-Encoding` accepts gzip (`gzip` or `*`, with a q-value above 0).
@@ -150,30 +210,30 @@ fn gzip(body: &[u8]) -> std::io::Result<Vec<u8>> {
     e.finish()
 }
 
-/// The encoded body for (`openmetrics`, `gzipped`), from the cache when fresh.
-async fn encoded(app: &App, openmetrics: bool, gzipped: bool) -> Result<Bytes, String> {
+/// The encoded body for (`format`, `gzipped`), from the cache when fresh.
+async fn encoded(app: &App, format: Format, gzipped: bool) -> Result<Bytes, String> {
     let mut cache = app.cache.lock().await;
     let m = app.daemon.metrics();
     let generation = m.generation();
-    if let Some((at, g, body)) = cache.get(&(openmetrics, gzipped))
+    if let Some((at, g, body)) = cache.get(&(format, gzipped))
         && at.elapsed() < METRICS_CACHE_TTL
         && *g == generation
     {
         return Ok(body.clone());
     }
-    let text = if openmetrics {
-        m.encode_openmetrics()
-    } else {
-        m.encode_text()
-    }
-    .map_err(|e| format!("encoding metrics failed: {e}"))?;
+    let failed = |e: &dyn std::fmt::Display| format!("encoding metrics failed: {e}");
+    let plain = match format {
+        Format::Protobuf => m.encode_protobuf().map_err(|e| failed(&e))?,
+        Format::OpenMetrics => m.encode_openmetrics().map_err(|e| failed(&e))?.into_bytes(),
+        Format::Text => m.encode_text().map_err(|e| failed(&e))?.into_bytes(),
+    };
     let body = if gzipped {
-        Bytes::from(gzip(text.as_bytes()).map_err(|e| format!("compressing metrics failed: {e}"))?)
+        Bytes::from(gzip(&plain).map_err(|e| format!("compressing metrics failed: {e}"))?)
     } else {
-        Bytes::from(text)
+        Bytes::from(plain)
     };
     cache.insert(
-        (openmetrics, gzipped),
+        (format, gzipped),
         (Instant::now(), generation, body.clone()),
     );
     Ok(body)
@@ -188,19 +248,15 @@ async fn metrics(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
         }
         *next = now.max(*next) + METRICS_MIN_SPACING;
     }
-    let openmetrics = wants_openmetrics(&headers);
+    let format = negotiate(&headers);
     let gzipped = accepts_gzip(&headers);
-    let ct = if openmetrics {
-        OPENMETRICS_CONTENT_TYPE
-    } else {
-        TEXT_CONTENT_TYPE
-    };
-    match encoded(&app, openmetrics, gzipped).await {
+    let ct = format.content_type();
+    match encoded(&app, format, gzipped).await {
         Ok(b) if gzipped => (
             [
                 (header::CONTENT_TYPE, ct),
                 (header::CONTENT_ENCODING, "gzip"),
-                (header::VARY, "Accept-Encoding"),
+                (header::VARY, "Accept, Accept-Encoding"),
             ],
             b,
         )
@@ -208,7 +264,7 @@ async fn metrics(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
         Ok(b) => (
             [
                 (header::CONTENT_TYPE, ct),
-                (header::VARY, "Accept-Encoding"),
+                (header::VARY, "Accept, Accept-Encoding"),
             ],
             b,
         )
@@ -291,15 +347,54 @@ mod tests {
 
     #[test]
     fn accept_negotiation() {
-        let mut h = HeaderMap::new();
-        assert!(!wants_openmetrics(&h));
-        h.insert(
-            header::ACCEPT,
-            "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
-                .parse()
-                .unwrap(),
+        let with = |accept: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::ACCEPT, accept.parse().unwrap());
+            negotiate(&h)
+        };
+        assert_eq!(negotiate(&HeaderMap::new()), Format::Text);
+        assert_eq!(
+            with("application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"),
+            Format::OpenMetrics
         );
-        assert!(wants_openmetrics(&h));
+        // Prometheus' classic header, and the one Prometheus 2.42 sends with
+        // `--enable-feature=native-histograms` (captured from the Debian package's scrapes).
+        assert_eq!(
+            with(
+                "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+            ),
+            Format::OpenMetrics
+        );
+        assert_eq!(
+            with(
+                "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited,application/openmetrics-text;version=1.0.0;q=0.8,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+            ),
+            Format::Protobuf
+        );
+        // Protobuf only as delimited MetricFamily messages; the text format when asked first.
+        assert_eq!(
+            with(
+                "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=text,text/plain;q=0.5"
+            ),
+            Format::Text
+        );
+        assert_eq!(
+            with("application/vnd.google.protobuf;encoding=delimited"),
+            Format::Text
+        );
+        assert_eq!(
+            with("text/plain;version=0.0.4, application/openmetrics-text; q=0.9"),
+            Format::Text
+        );
+        assert_eq!(
+            with("application/openmetrics-text;q=0, text/plain;q=0.1"),
+            Format::Text
+        );
+        assert_eq!(with("*/*"), Format::Text);
+        assert_eq!(
+            with("Application/OpenMetrics-Text; Q=0.5"),
+            Format::OpenMetrics
+        );
     }
 
     #[test]

@@ -298,6 +298,8 @@ pub(super) struct RawBuckets {
     pub(super) decode_tokens_per_second: Option<S<Vec<f64>>>,
     pub(super) request_duration: Option<S<Vec<f64>>>,
     pub(super) time_to_headers: Option<S<Vec<f64>>>,
+    #[serde(default)]
+    pub(super) native: bool,
 }
 
 fn default_api() -> Api {

@@ -375,6 +375,9 @@ pub struct Buckets {
     pub request_duration: Vec<f64>,
     /// TTFB.
     pub time_to_headers: Vec<f64>,
+    /// Native histograms beside the classic buckets (`buckets.native`), sent to a scraper that
+    /// asks for the Prometheus protobuf format.
+    pub native: bool,
 }
 
 impl Default for Buckets {
@@ -399,6 +402,7 @@ impl Default for Buckets {
             time_to_headers: vec![
                 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0,
             ],
+            native: false,
         }
     }
 }

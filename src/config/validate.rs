@@ -850,6 +850,7 @@ impl Validator {
                 &rb.time_to_headers,
                 d.time_to_headers,
             ),
+            native: rb.native,
         }
     }
 

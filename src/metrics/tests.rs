@@ -533,3 +533,98 @@ fn a_job_exports_the_chosen_histograms_and_97_series_by_default() {
     let _bare = m.register_job(info(job()), Histograms::of([]));
     assert_eq!(series_by_family(&m).values().sum::<usize>(), 97 - 60);
 }
+
+/// The families of a protobuf exposition, decoded as a scraper decodes them.
+fn decode_protobuf(
+    body: &[u8],
+) -> Vec<prometheus_client::encoding::prometheus_protobuf::prometheus_data_model::MetricFamily> {
+    use prometheus_client::encoding::prometheus_protobuf::prometheus_data_model::MetricFamily;
+    use prost::Message as _;
+    let mut buf = body;
+    let mut out = Vec::new();
+    while !buf.is_empty() {
+        out.push(MetricFamily::decode_length_delimited(&mut buf).unwrap());
+    }
+    out
+}
+
+/// Issue 26 item 6: with `buckets.native`, the protobuf exposition carries each histogram's
+/// native buckets (schema 3) beside its classic ones; the text formats are unchanged; without it,
+/// the protobuf histograms are classic only.
+#[test]
+fn native_histograms_ride_the_protobuf_exposition_beside_the_classic_buckets() {
+    let native = Metrics::new(&Buckets {
+        native: true,
+        ..Buckets::default()
+    });
+    let classic = Metrics::new(&Buckets::default());
+    let at = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    for m in [&native, &classic] {
+        let s = m.register_job(info(job()), Histograms::default());
+        s.record(&success(), at);
+    }
+    assert_eq!(
+        native.encode_text().unwrap(),
+        classic.encode_text().unwrap()
+    );
+    assert_eq!(
+        native.encode_openmetrics().unwrap(),
+        classic.encode_openmetrics().unwrap()
+    );
+    let ttft = |m: &Metrics| {
+        let families = decode_protobuf(&m.encode_protobuf().unwrap());
+        let f = families
+            .into_iter()
+            .find(|f| f.name == "tokenprobe_time_to_first_token_seconds")
+            .unwrap();
+        assert_eq!(f.metric.len(), 1);
+        let labels: Vec<(String, String)> = f.metric[0]
+            .label
+            .iter()
+            .map(|l| (l.name.clone(), l.value.clone()))
+            .collect();
+        assert_eq!(
+            labels,
+            [("target", "local"), ("model", "m"), ("prompt", "hello")]
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        );
+        f.metric[0].histogram.clone().unwrap()
+    };
+    let h = ttft(&native);
+    assert_eq!((h.sample_count, h.sample_sum), (1, 0.2));
+    assert_eq!(h.bucket.len(), 17, "the 16 classic bounds and +Inf stay");
+    assert_eq!(h.schema, i32::from(NATIVE_SCHEMA));
+    assert!(h.zero_threshold > 0.0 && h.zero_count == 0);
+    // 0.2 s lies in bucket -18 of schema 3: (2^(-19/8), 2^(-18/8)] = (0.1931, 0.2102].
+    assert!(2f64.powf(-19.0 / 8.0) < 0.2 && 0.2 <= 2f64.powf(-18.0 / 8.0));
+    let span: Vec<(i32, u32)> = h
+        .positive_span
+        .iter()
+        .map(|s| (s.offset, s.length))
+        .collect();
+    assert_eq!((span, h.positive_delta.clone()), (vec![(-18, 1)], vec![1]));
+    assert!(h.negative_span.is_empty());
+
+    let c = ttft(&classic);
+    assert_eq!((c.sample_count, c.bucket.len()), (1, 17));
+    assert!(c.positive_span.is_empty() && c.zero_threshold == 0.0 && c.schema == 0);
+
+    // Every family of the text format is in the protobuf one, with the same series count.
+    let names: Vec<String> = decode_protobuf(&classic.encode_protobuf().unwrap())
+        .into_iter()
+        .filter(|f| !f.metric.is_empty())
+        .map(|f| f.name)
+        .collect();
+    let text = classic.encode_text().unwrap();
+    for line in text.lines().filter(|l| l.starts_with("# TYPE ")) {
+        let name = line.split(' ').nth(2).unwrap();
+        let name = match line.ends_with(" counter") {
+            true => format!("{name}_total"),
+            false => name.to_owned(),
+        };
+        assert!(
+            names.contains(&name) || !text.contains(&format!("\n{name}")),
+            "{name} missing from {names:?}"
+        );
+    }
+}

@@ -962,6 +962,17 @@ pub fn start_prometheus_config(
     scrape_configs: &str,
     rule_files: &[&Path],
 ) -> (ChildGuard, String) {
+    start_prometheus_with(dir, scrape_configs, rule_files, &[])
+}
+
+/// [`start_prometheus_config`] with extra command-line flags (e.g.
+/// `--enable-feature=native-histograms`).
+pub fn start_prometheus_with(
+    dir: &Path,
+    scrape_configs: &str,
+    rule_files: &[&Path],
+    flags: &[&str],
+) -> (ChildGuard, String) {
     let mut rules = String::new();
     if !rule_files.is_empty() {
         rules.push_str("rule_files:\n");
@@ -990,7 +1001,8 @@ pub fn start_prometheus_config(
         .arg(format!("--web.listen-address={prom_addr}"))
         // `bench --remote-write` writes to it (POST /api/v1/write).
         .arg("--web.enable-remote-write-receiver")
-        .arg("--log.level=warn");
+        .arg("--log.level=warn")
+        .args(flags);
     let mut guard = ChildGuard::spawn("prometheus", cmd, dir);
     let prom = format!("http://{prom_addr}");
     wait_for("prometheus /-/ready", Duration::from_secs(60), || {

@@ -202,3 +202,156 @@ fn real_prometheus_scrapes_and_queries_tokenprobe() {
     );
     prom_guard.assert_running();
 }
+
+/// Issue 26 item 6: with `buckets.native: true`, a Prometheus 2.42 run with
+/// `--enable-feature=native-histograms` asks for the protobuf format and stores each histogram
+/// as one native series: a default job is 41 series there instead of 97. The stored histogram is
+/// checked against the probes themselves: its count is the first probes of serve's own log, its
+/// sum their TTFTs' sum, and every bucket holds exactly the logged TTFTs between its bounds.
+#[test]
+fn a_native_histogram_scraper_stores_one_series_per_histogram_holding_each_probe() {
+    let _serial = serial();
+    let name = "a_native_histogram_scraper_stores_one_series_per_histogram_holding_each_probe";
+    if !require_deps(name, &["prometheus"]) {
+        return;
+    }
+    let _wd = Watchdog::new(name, Duration::from_secs(240));
+    let dir = tempfile::tempdir().unwrap();
+    // TTFTs spread over several native buckets (each about 9% wide at schema 3).
+    let (_sim, sim) = start_simulate(
+        dir.path(),
+        &[
+            "--ttft",
+            "60ms",
+            "--ttft-jitter",
+            "40ms",
+            "--itl",
+            "2ms",
+            "--output-tokens",
+            "4",
+        ],
+    );
+    let config = format!(
+        "defaults:\n  interval: 1s\nbuckets:\n  native: true\nprompts:\n  - name: hi\n    \
+         messages: [{{role: user, content: hi}}]\n    max_tokens: 4\ntargets:\n  - name: sim\n    \
+         base_url: {sim}\n    models: [m]\n    prompts: [hi]\n"
+    );
+    let mut tp = Tokenprobe::serve(dir.path(), &config);
+    let tp_addr = tp.url.trim_start_matches("http://").to_string();
+    let (mut prom_guard, prom) = start_prometheus_with(
+        dir.path(),
+        &format!("  - job_name: tokenprobe\n    static_configs:\n      - targets: ['{tp_addr}']\n"),
+        &[],
+        &["--enable-feature=native-histograms"],
+    );
+    let q = "tokenprobe_time_to_first_token_seconds{prompt=\"hi\"}";
+    let hist = wait_for(
+        "5 probes in the native TTFT histogram",
+        Duration::from_secs(90),
+        || {
+            prom_guard.assert_running();
+            tp.guard.assert_running();
+            let r = prom_query(&prom, q);
+            let h = r.first()?.get("histogram")?.get(1)?.clone();
+            let n: f64 = h["count"].as_str()?.parse().ok()?;
+            (n >= 5.0).then_some(h)
+        },
+    );
+    // Series of the job as Prometheus stores them: every histogram one series.
+    let stored = prom_query(&prom, "count({__name__=~\"tokenprobe_.+\", prompt=\"hi\"})");
+    let exposed = tp.metrics();
+    let classic = exposed
+        .0
+        .iter()
+        .filter(|s| s.label("prompt") == Some("hi"))
+        .count();
+    assert_eq!(classic, 97, "the default job's classic series");
+    assert_eq!(stored.first().map(value_of), Some(41.0), "{stored:?}");
+    let buckets = prom_query(&prom, "count({__name__=~\"tokenprobe_.+_bucket\"})");
+    assert!(buckets.is_empty(), "no classic bucket series: {buckets:?}");
+
+    // The stored histogram against serve's log of the same probes (one job, one probe at a time,
+    // so the first `count` successes of the log are the ones the scrape saw).
+    let count: usize = hist["count"].as_str().unwrap().parse().unwrap();
+    let ttfts: Vec<f64> = tp
+        .probe_logs()
+        .iter()
+        .filter(|l| l.get("outcome").and_then(|o| o.as_str()) == Some("success"))
+        .filter_map(|l| l.get("ttft_s").and_then(serde_json::Value::as_f64))
+        .collect();
+    assert!(
+        ttfts.len() >= count,
+        "{} logged, {count} stored",
+        ttfts.len()
+    );
+    let seen = &ttfts[..count];
+    let sum: f64 = hist["sum"].as_str().unwrap().parse().unwrap();
+    let logged: f64 = seen.iter().sum();
+    assert!(
+        (sum - logged).abs() <= 1e-9 * logged,
+        "sum {sum} vs logged {logged}"
+    );
+    let mut in_buckets = 0;
+    for b in hist["buckets"].as_array().unwrap() {
+        let f = |i: usize| -> f64 { b[i].as_str().unwrap().parse().unwrap() };
+        let (lower, upper, n) = (f(1), f(2), f(3));
+        assert_eq!(
+            b[0].as_u64(),
+            Some(0),
+            "positive buckets are open below: {b}"
+        );
+        assert!(upper / lower < 1.091, "schema 3 buckets: {b}");
+        let want = seen.iter().filter(|v| lower < **v && **v <= upper).count();
+        assert_eq!(n as usize, want, "bucket ({lower}, {upper}] of {seen:?}");
+        in_buckets += want;
+    }
+    assert_eq!(
+        in_buckets, count,
+        "every probe in one bucket: {seen:?} {hist}"
+    );
+    let distinct = hist["buckets"].as_array().unwrap().len();
+    assert!(
+        distinct >= 2,
+        "the jitter spreads TTFT over buckets: {hist}"
+    );
+
+    // Quantiles come from the native histogram alone.
+    let p50 = prom_query(&prom, &format!("histogram_quantile(0.5, {q})"));
+    let p50 = p50.first().map(value_of).unwrap_or(f64::NAN);
+    let (lo, hi) = seen
+        .iter()
+        .fold((f64::MAX, 0f64), |(a, b), v| (a.min(*v), b.max(*v)));
+    assert!(
+        p50 >= lo / 1.091 && p50 <= hi * 1.091,
+        "p50 {p50} vs TTFTs {seen:?}"
+    );
+    // The README's query for such a Prometheus (the shipped rules read `_bucket`), once the
+    // rate has two scrapes with probes between them.
+    let rate_q = "histogram_quantile(0.95, sum by (target, model) \
+                  (rate(tokenprobe_time_to_first_token_seconds[30s])))";
+    let p95 = wait_for(
+        "a p95 TTFT from the native histogram",
+        Duration::from_secs(30),
+        || {
+            prom_query(&prom, rate_q)
+                .first()
+                .map(value_of)
+                .filter(|v| v.is_finite())
+        },
+    );
+    let all = tp
+        .probe_logs()
+        .iter()
+        .filter_map(|l| l.get("ttft_s").and_then(serde_json::Value::as_f64))
+        .fold((f64::MAX, 0f64), |(a, b), v| (a.min(v), b.max(v)));
+    let (lo, hi) = (lo.min(all.0), hi.max(all.1));
+    assert!(
+        p95 >= lo / 1.091 && p95 <= hi * 1.091,
+        "p95 {p95} vs TTFTs in [{lo}, {hi}]"
+    );
+    eprintln!(
+        "native: {count} probes in {distinct} buckets, sum {sum}, p50 {p50}; \
+         41 series stored, 97 exposed as text"
+    );
+    prom_guard.assert_running();
+}
