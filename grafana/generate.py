@@ -30,9 +30,15 @@ _ids = iter(range(1, 1000))
 
 
 def quantile(q, hist, by="target, model", sel=SEL, window=RI):
-    """histogram_quantile over the buckets summed by `le` and the labels `by` ("" for none)."""
+    """histogram_quantile over the buckets summed by `le` and the labels `by` ("" for none), or,
+    where Prometheus keeps native histograms instead (tokenprobe's `buckets.native`, scraped with
+    native histograms on), over the native histogram summed by `by`."""
     labels = f"le, {by}" if by else "le"
-    return f"histogram_quantile({q}, sum by ({labels}) (rate({hist}_bucket{{{sel}}}[{window}])))"
+    classic = f"histogram_quantile({q}, sum by ({labels}) (rate({hist}_bucket{{{sel}}}[{window}])))"
+    grouping = f" by ({by})" if by else ""
+    native = f"histogram_quantile({q}, sum{grouping} (rate({hist}{{{sel}}}[{window}])))"
+    # Parenthesised: a caller may subtract from it, and `-` binds tighter than `or`.
+    return f"({classic} or {native})"
 
 
 def target(expr, legend, ref, fmt="time_series", instant=False):

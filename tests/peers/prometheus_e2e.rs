@@ -241,7 +241,7 @@ fn a_native_histogram_scraper_stores_one_series_per_histogram_holding_each_probe
     let (mut prom_guard, prom) = start_prometheus_with(
         dir.path(),
         &format!("  - job_name: tokenprobe\n    static_configs:\n      - targets: ['{tp_addr}']\n"),
-        &[],
+        &[&repo_root().join("deploy/prometheus/tokenprobe-rules.yml")],
         &["--enable-feature=native-histograms"],
     );
     let q = "tokenprobe_time_to_first_token_seconds{prompt=\"hi\"}";
@@ -349,9 +349,57 @@ fn a_native_histogram_scraper_stores_one_series_per_histogram_holding_each_probe
         p95 >= lo / 1.091 && p95 <= hi * 1.091,
         "p95 {p95} vs TTFTs in [{lo}, {hi}]"
     );
+    // The shipped rules answer from the native half of their `or`: the p95 rule, and the TTFT SLO
+    // ratio, 0 as every TTFT here is under 2 s (without the native half there would be no series).
+    let rule = |q: &str| {
+        wait_for(q, Duration::from_secs(30), || {
+            prom_query(&prom, q)
+                .first()
+                .map(value_of)
+                .filter(|v| v.is_finite())
+        })
+    };
+    let p95_rule = rule("target_model:tokenprobe_time_to_first_token_seconds:p95_5m");
+    assert!(
+        p95_rule >= lo / 1.091 && p95_rule <= hi * 1.091,
+        "p95 rule {p95_rule} vs TTFTs in [{lo}, {hi}]"
+    );
+    assert_eq!(
+        rule("target_model:tokenprobe_ttft_slo_bad:ratio_rate5m"),
+        0.0
+    );
+    // So do the dashboards' quantile panels, of the four families a default job exports.
+    let list = Command::new(venv_python())
+        .arg(repo_root().join("scripts/ci/deploy-check/dashboard-queries.py"))
+        .arg("--list")
+        .arg(repo_root().join("grafana/dashboards/tokenprobe-overview.json"))
+        .output()
+        .expect("dashboard-queries.py --list");
+    let exported = [
+        "tokenprobe_time_to_first_token_seconds",
+        "tokenprobe_time_per_output_token_seconds",
+        "tokenprobe_decode_tokens_per_second",
+        "tokenprobe_request_duration_seconds",
+    ];
+    let mut panels = 0;
+    for line in String::from_utf8_lossy(&list.stdout).lines() {
+        let Some(expr) = line.rsplit('\t').next() else {
+            continue;
+        };
+        let reads = |f: &&str| expr.contains(&format!("rate({f}_bucket{{"));
+        // The model server's series (vLLM, SGLang) are not scraped here.
+        let quantile = expr.starts_with("(histogram_quantile(") && !expr.contains("vllm:");
+        if !quantile || !exported.iter().any(reads) {
+            continue;
+        }
+        let v = prom_query(&prom, expr).first().map(value_of);
+        assert!(v.is_some_and(f64::is_finite), "{line}: {v:?}");
+        panels += 1;
+    }
+    assert!(panels >= 10, "{panels} quantile panels checked");
     eprintln!(
         "native: {count} probes in {distinct} buckets, sum {sum}, p50 {p50}; \
-         41 series stored, 97 exposed as text"
+         41 series stored, 97 exposed as text; {panels} dashboard quantile panels answered"
     );
     prom_guard.assert_running();
 }
