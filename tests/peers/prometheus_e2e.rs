@@ -291,29 +291,7 @@ fn a_native_histogram_scraper_stores_one_series_per_histogram_holding_each_probe
         (sum - logged).abs() <= 1e-9 * logged,
         "sum {sum} vs logged {logged}"
     );
-    let mut in_buckets = 0;
-    for b in hist["buckets"].as_array().unwrap() {
-        let f = |i: usize| -> f64 { b[i].as_str().unwrap().parse().unwrap() };
-        let (lower, upper, n) = (f(1), f(2), f(3));
-        assert_eq!(
-            b[0].as_u64(),
-            Some(0),
-            "positive buckets are open below: {b}"
-        );
-        assert!(upper / lower < 1.091, "schema 3 buckets: {b}");
-        let want = seen.iter().filter(|v| lower < **v && **v <= upper).count();
-        assert_eq!(n as usize, want, "bucket ({lower}, {upper}] of {seen:?}");
-        in_buckets += want;
-    }
-    assert_eq!(
-        in_buckets, count,
-        "every probe in one bucket: {seen:?} {hist}"
-    );
-    let distinct = hist["buckets"].as_array().unwrap().len();
-    assert!(
-        distinct >= 2,
-        "the jitter spreads TTFT over buckets: {hist}"
-    );
+    let distinct = check_native_buckets(&hist, seen);
 
     // Quantiles come from the native histogram alone.
     let p50 = prom_query(&prom, &format!("histogram_quantile(0.5, {q})"));
@@ -349,7 +327,7 @@ fn a_native_histogram_scraper_stores_one_series_per_histogram_holding_each_probe
         p95 >= lo / 1.091 && p95 <= hi * 1.091,
         "p95 {p95} vs TTFTs in [{lo}, {hi}]"
     );
-    // The shipped rules answer from the native half of their `or`: the p95 rule, and the TTFT SLO
+    // The shipped rules and the dashboards' quantile panels answer from the native half of their `or`: the p95 rule, and the TTFT SLO
     // ratio, 0 as every TTFT here is under 2 s (without the native half there would be no series).
     let rule = |q: &str| {
         wait_for(q, Duration::from_secs(30), || {
@@ -368,7 +346,48 @@ fn a_native_histogram_scraper_stores_one_series_per_histogram_holding_each_probe
         rule("target_model:tokenprobe_ttft_slo_bad:ratio_rate5m"),
         0.0
     );
-    // So do the dashboards' quantile panels, of the four families a default job exports.
+    let panels = dashboard_quantile_panels(&prom);
+    eprintln!(
+        "native: {count} probes in {distinct} buckets, sum {sum}, p50 {p50}; \
+         41 series stored, 97 exposed as text; {panels} dashboard quantile panels answered"
+    );
+    prom_guard.assert_running();
+}
+
+/// Checks a stored native histogram's buckets against the values it holds: schema 3 widths,
+/// each bucket counting exactly the values between its bounds, every value in one; returns the
+/// number of buckets.
+fn check_native_buckets(hist: &serde_json::Value, seen: &[f64]) -> usize {
+    let count = seen.len();
+    let mut in_buckets = 0;
+    for b in hist["buckets"].as_array().unwrap() {
+        let f = |i: usize| -> f64 { b[i].as_str().unwrap().parse().unwrap() };
+        let (lower, upper, n) = (f(1), f(2), f(3));
+        assert_eq!(
+            b[0].as_u64(),
+            Some(0),
+            "positive buckets are open below: {b}"
+        );
+        assert!(upper / lower < 1.091, "schema 3 buckets: {b}");
+        let want = seen.iter().filter(|v| lower < **v && **v <= upper).count();
+        assert_eq!(n as usize, want, "bucket ({lower}, {upper}] of {seen:?}");
+        in_buckets += want;
+    }
+    assert_eq!(
+        in_buckets, count,
+        "every probe in one bucket: {seen:?} {hist}"
+    );
+    let distinct = hist["buckets"].as_array().unwrap().len();
+    assert!(
+        distinct >= 2,
+        "the jitter spreads TTFT over buckets: {hist}"
+    );
+    distinct
+}
+
+/// Runs the dashboards' quantile panels of the four histogram families a default job exports
+/// against `prom`, asserting each answers a finite value; returns how many ran.
+fn dashboard_quantile_panels(prom: &str) -> usize {
     let list = Command::new(venv_python())
         .arg(repo_root().join("scripts/ci/deploy-check/dashboard-queries.py"))
         .arg("--list")
@@ -392,14 +411,10 @@ fn a_native_histogram_scraper_stores_one_series_per_histogram_holding_each_probe
         if !quantile || !exported.iter().any(reads) {
             continue;
         }
-        let v = prom_query(&prom, expr).first().map(value_of);
+        let v = prom_query(prom, expr).first().map(value_of);
         assert!(v.is_some_and(f64::is_finite), "{line}: {v:?}");
         panels += 1;
     }
     assert!(panels >= 10, "{panels} quantile panels checked");
-    eprintln!(
-        "native: {count} probes in {distinct} buckets, sum {sum}, p50 {p50}; \
-         41 series stored, 97 exposed as text; {panels} dashboard quantile panels answered"
-    );
-    prom_guard.assert_running();
+    panels
 }
