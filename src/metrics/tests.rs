@@ -628,3 +628,45 @@ fn native_histograms_ride_the_protobuf_exposition_beside_the_classic_buckets() {
         );
     }
 }
+
+/// A native histogram stays within [`NATIVE_MAX_BUCKETS`] whatever is observed (a hostile
+/// server's decode rates span any range): the resolution halves instead, and no observation is
+/// lost.
+#[test]
+fn a_native_histogram_keeps_its_bucket_bound_over_any_range() {
+    let m = Metrics::new(&Buckets {
+        native: true,
+        ..Buckets::default()
+    });
+    let s = m.register_job(info(job()), Histograms::default());
+    let mut r = success();
+    let n: u32 = 2_000;
+    for i in 0..n {
+        // 1 ns to 1e9 s, spread over 18 decades.
+        r.ttft_s = Some(10f64.powf(-9.0 + 18.0 * f64::from(i) / f64::from(n)));
+        s.record(&r, UNIX_EPOCH);
+    }
+    let f = decode_protobuf(&m.encode_protobuf().unwrap())
+        .into_iter()
+        .find(|f| f.name == "tokenprobe_time_to_first_token_seconds")
+        .unwrap();
+    let h = f.metric[0].histogram.clone().unwrap();
+    let buckets: u32 = h.positive_span.iter().map(|s| s.length).sum();
+    assert!(
+        buckets as usize <= NATIVE_MAX_BUCKETS,
+        "{buckets} buckets at schema {}",
+        h.schema
+    );
+    assert!(
+        h.schema < i32::from(NATIVE_SCHEMA),
+        "the resolution was halved"
+    );
+    let mut count: i64 = 0;
+    let mut total: i64 = 0;
+    for d in &h.positive_delta {
+        count += d;
+        total += count;
+    }
+    assert_eq!(u64::try_from(total).unwrap() + h.zero_count, h.sample_count);
+    assert_eq!(h.sample_count, u64::from(n));
+}
