@@ -3,9 +3,10 @@
 # that many models on `tokenprobe simulate` (16 tokens, 10 ms apart), each probed every
 # $INTERVAL, for $SECONDS_TO_RUN s; then prints the process's VmRSS, split into RssAnon (its own
 # heap and stacks) and RssFile (mapped pages of the binary and libraries, shared and
-# reclaimable), the series per job on /metrics, and the CPU the exporter used per probe (user +
-# system time over the run's second half, from /proc, divided by the probes it ran meanwhile; the
-# scrapes that count them included). Loopback only; stops itself.
+# reclaimable), the series per job on /metrics, and the CPU the exporter used per probe (the time
+# its threads ran over the run's second half, summed from /proc/PID/task/*/schedstat in
+# nanoseconds rather than from 10 ms ticks, divided by the probes it ran meanwhile; the scrapes
+# that count them included). Loopback only; stops itself.
 #
 #   scripts/bench/rss-jobs.sh                      # 1, 10, 100, 1000 jobs, every 5 s, 40 s each
 #   JOBS="20" INTERVAL=1s scripts/bench/rss-jobs.sh
@@ -30,8 +31,8 @@ for _ in $(seq 50); do grep -q "listening on" "$tmp/stub.out" && break; sleep 0.
 url="$(sed -n 's#^listening on \(http://.*\)#\1/v1#p' "$tmp/stub.out")"
 kib() { awk -v k="$1" '$1 == k":" {print $2}' "/proc/$tp/status"; }
 mib() { echo "$(($1 / 1024)).$(( ($1 % 1024) * 10 / 1024 ))"; }
-hz="$(getconf CLK_TCK)"
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# Nanoseconds every thread of PID has run (serve's threads live as long as it does).
+cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%d", s}'; }
 printf '%6s %10s %10s %10s %10s %8s %12s %14s\n' jobs probes VmRSS RssAnon RssFile series series/job "CPU/probe ms"
 for n in $JOBS; do
     models="$(seq -s, -f 'm%g' 0 $((n - 1)))"
@@ -46,14 +47,14 @@ for n in $JOBS; do
     tp=$!
     # CPU per probe over the run's second half (start-up, config and TLS roots, left out).
     sleep "$((run_for / 2))"
-    cpu0="$(ticks "$tp")"
+    cpu0="$(cpu_ns "$tp")"
     probes0="$(curl -fsS "http://127.0.0.1:$port/metrics" | awk '/^tokenprobe_probes_total/ {s+=$2} END {print s}')"
     sleep "$((run_for - run_for / 2))"
-    cpu="$(( $(ticks "$tp") - cpu0 ))"
+    cpu="$(( $(cpu_ns "$tp") - cpu0 ))"
     curl -fsS "http://127.0.0.1:$port/metrics" >"$tmp/m.txt"
     probes="$(awk '/^tokenprobe_probes_total/ {s+=$2} END {print s}' "$tmp/m.txt")"
     series="$(grep -c 'model="m' "$tmp/m.txt" || true)"
-    per_probe="$(awk -v t="$cpu" -v hz="$hz" -v p="$((probes - probes0))" 'BEGIN {printf "%.3f", (p > 0 ? t / hz / p * 1000 : 0)}')"
+    per_probe="$(awk -v t="$cpu" -v p="$((probes - probes0))" 'BEGIN {printf "%.3f", (p > 0 ? t / 1e6 / p : 0)}')"
     printf '%6s %10s %10s %10s %10s %8s %12s %14s\n' "$n" "$probes" "$(mib "$(kib VmRSS)") MiB" \
         "$(mib "$(kib RssAnon)") MiB" "$(mib "$(kib RssFile)") MiB" "$series" "$((series / n))" "$per_probe"
     kill "$tp"
