@@ -89,7 +89,7 @@ fn every_error_type_exists_at_zero_after_registration() {
 }
 
 #[test]
-fn location_labels_every_series_of_both_formats() {
+fn location_labels_every_series_of_every_format() {
     let m = Metrics::with_location(&Buckets::default(), Some("eu-west-1"));
     let _s = m.register_job(info(job()), Histograms::ALL);
     m.reload_result(true, std::time::SystemTime::now());
@@ -103,6 +103,15 @@ fn location_labels_every_series_of_both_formats() {
             assert!(l.contains("location=\"eu-west-1\""), "no location: {l}");
             assert_eq!(l.matches("location=").count(), 1, "{l}");
         }
+    }
+    // The protobuf format too: every series of every family, once.
+    let families = decode_protobuf(&m.encode_protobuf().unwrap());
+    let series: Vec<_> = families.iter().flat_map(|f| &f.metric).collect();
+    assert!(series.len() > 20, "{families:?}");
+    for s in series {
+        let loc: Vec<_> = s.label.iter().filter(|l| l.name == "location").collect();
+        assert_eq!(loc.len(), 1, "{s:?}");
+        assert_eq!(loc[0].value, "eu-west-1");
     }
     let plain = Metrics::new(&Buckets::default());
     let _s = plain.register_job(info(job()), Histograms::ALL);
