@@ -1579,12 +1579,25 @@ fn reuse_keeps_one_connection_per_worker_and_prewarm_opens_it_first() {
             .iter()
             .filter(|s| s["new_connection"].as_bool() == Some(true))
             .collect();
-        if prewarm {
-            assert!(opened.is_empty(), "prewarmed, yet opened: {opened:?}");
-        } else {
-            assert_eq!(opened.len(), W, "{samples:?}");
-            assert!(opened.iter().all(|s| s["first"].as_bool() == Some(true)));
-        }
+        // A worker's first request: pre-warmed, it takes the connection opened for it; without
+        // pre-warming, it opens one.
+        let firsts: Vec<&Value> = samples
+            .iter()
+            .filter(|s| s["first"].as_bool() == Some(true))
+            .collect();
+        assert_eq!(firsts.len(), W);
+        let first_opened = firsts
+            .iter()
+            .filter(|s| s["new_connection"].as_bool() == Some(true))
+            .count();
+        assert_eq!(first_opened, if prewarm { 0 } else { W }, "{firsts:?}");
+        // A later request can still open one when its worker's connection was not yet back in
+        // the client's pool: hyper's pool races a new connection against the checkout, and a
+        // clean CI run on a busy machine saw one such request in 80. It is marked, so the server
+        // saw at least those connections besides the workers' own; and reuse held for the rest
+        // (the race's losing connection, if it finished in the background, may serve a request
+        // of its own worker unmarked, so the server's count is a bound, not an equality).
+        let later_opened = opened.len() - first_opened;
         let records = logged(&log, W * 2);
         let mut conns: Vec<u64> = records
             .iter()
@@ -1592,11 +1605,11 @@ fn reuse_keeps_one_connection_per_worker_and_prewarm_opens_it_first() {
             .collect();
         conns.sort_unstable();
         conns.dedup();
-        assert_eq!(
-            conns.len(),
-            W,
-            "{} requests of {W} workers on {conns:?}",
-            W * 2
+        assert!(
+            conns.len() >= W + later_opened && conns.len() < W + W / 2,
+            "{} requests of {W} workers on {} connections, {later_opened} later ones marked new",
+            W * 2,
+            conns.len()
         );
         // Each request carries the kernel's receive instant of its own bytes: before the
         // simulator read them, and after the kernel received the request before it on the same
