@@ -315,6 +315,10 @@ fn merge_level(
         .iter()
         .filter_map(|l| l.cpu_wait_s)
         .reduce(|a, b| a + b);
+    out.cpu_timeslices = parts
+        .iter()
+        .filter_map(|l| l.cpu_timeslices)
+        .reduce(u64::saturating_add);
     let bound: Vec<String> = parts
         .iter()
         .enumerate()
@@ -638,14 +642,19 @@ mod tests {
     #[test]
     fn a_shard_the_client_could_not_measure_marks_the_merged_level() {
         let lv = |start: f64| vec![level(KEYS[0], (0..10).map(sample).collect(), start)];
-        let a = report(Some("0/2"), "r", lv(T0));
+        let mut a = report(Some("0/2"), "r", lv(T0));
+        a.models[0].levels[0].cpu_wait_s = Some(0.25);
+        a.models[0].levels[0].cpu_timeslices = Some(10_000);
         let mut b = report(Some("1/2"), "r", lv(T0 + 0.01));
         b.models[0].levels[0].client_bound = Some("starved".into());
         b.models[0].levels[0].cpu_wait_s = Some(1.5);
+        b.models[0].levels[0].cpu_timeslices = Some(150);
         let m = merge(&[("a.json".into(), a), ("b.json".into(), b)], &[]).unwrap();
         let l = &m.models[0].levels[0];
         assert_eq!(l.client_bound.as_deref(), Some("shard part 2: starved"));
-        assert_eq!(l.cpu_wait_s, Some(1.5));
+        // Each shard's process's own waits and slices, summed.
+        assert_eq!(l.cpu_wait_s, Some(1.75));
+        assert_eq!(l.cpu_timeslices, Some(10_150));
     }
 
     #[test]

@@ -93,6 +93,8 @@ pub struct LevelRun {
     /// How long this process's threads waited for a CPU during the level, summed over threads
     /// (Linux), s.
     pub cpu_wait_s: Option<f64>,
+    /// How many time slices its threads ran in during the level (Linux): each followed a wait.
+    pub cpu_timeslices: Option<u64>,
 }
 
 impl LevelRun {
@@ -112,6 +114,10 @@ impl LevelRun {
         self.loop_lag.extend(more.loop_lag);
         self.capped += more.capped;
         self.cpu_wait_s = match (self.cpu_wait_s, more.cpu_wait_s) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+        self.cpu_timeslices = match (self.cpu_timeslices, more.cpu_timeslices) {
             (Some(a), Some(b)) => Some(a + b),
             (a, b) => a.or(b),
         };
@@ -386,30 +392,50 @@ impl Ticker {
 struct LagMonitor {
     stop: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<Vec<f64>>,
-    cpu_wait_at_start: Option<f64>,
+    cpu_wait_at_start: Option<CpuWait>,
 }
 
-/// The run-queue wait of this process's threads so far, s: the second field of each
-/// `/proc/self/task/*/schedstat` (ns), summed. `None` off Linux or without schedstats. A thread
-/// that ended takes its share with it, so a level's difference is a lower bound.
-pub fn cpu_wait() -> Option<f64> {
+/// How long this process's threads have waited for a CPU, and in how many time slices they ran.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CpuWait {
+    /// The run-queue wait, summed over threads, s.
+    pub waited_s: f64,
+    /// The time slices run, summed over threads (each one ended a wait).
+    pub timeslices: u64,
+}
+
+impl CpuWait {
+    /// What happened between `start` and `self` (a thread that ended took its share with it, so
+    /// this is a lower bound, never negative).
+    fn since(self, start: CpuWait) -> CpuWait {
+        CpuWait {
+            waited_s: (self.waited_s - start.waited_s).max(0.0),
+            timeslices: self.timeslices.saturating_sub(start.timeslices),
+        }
+    }
+}
+
+/// This process's CPU wait so far: the second (run-queue wait, ns) and third (time slices) field
+/// of each `/proc/self/task/*/schedstat`, summed. `None` off Linux or without schedstats.
+pub fn cpu_wait() -> Option<CpuWait> {
     let tasks = std::fs::read_dir("/proc/self/task").ok()?;
-    let mut ns: u64 = 0;
+    let (mut ns, mut slices): (u64, u64) = (0, 0);
     let mut any = false;
     for t in tasks.flatten() {
         let Ok(text) = std::fs::read_to_string(t.path().join("schedstat")) else {
             continue;
         };
-        if let Some(w) = text
-            .split_whitespace()
-            .nth(1)
-            .and_then(|w| w.parse::<u64>().ok())
-        {
+        let mut fields = text.split_whitespace().skip(1).map(str::parse::<u64>);
+        if let (Some(Ok(w)), Some(Ok(n))) = (fields.next(), fields.next()) {
             ns = ns.saturating_add(w);
+            slices = slices.saturating_add(n);
             any = true;
         }
     }
-    any.then(|| ns as f64 / 1e9)
+    any.then(|| CpuWait {
+        waited_s: ns as f64 / 1e9,
+        timeslices: slices,
+    })
 }
 
 impl LagMonitor {
@@ -434,11 +460,11 @@ impl LagMonitor {
     }
 
     /// The loop lags sampled, and the CPU wait since the start.
-    async fn stop(self) -> (Vec<f64>, Option<f64>) {
+    async fn stop(self) -> (Vec<f64>, Option<CpuWait>) {
         let waited = self
             .cpu_wait_at_start
             .zip(cpu_wait())
-            .map(|(a, b)| (b - a).max(0.0));
+            .map(|(a, b)| b.since(a));
         self.stop.store(true, Ordering::Relaxed);
         (self.task.await.unwrap_or_default(), waited)
     }
@@ -709,7 +735,7 @@ impl Runner {
         self.probers = back;
         // The first prober calibrates: keep one even if every worker was lost.
         self.ensure_probers(1)?;
-        let (loop_lag, cpu_wait_s) = monitor.stop().await;
+        let (loop_lag, cpu) = monitor.stop().await;
         ticker.end().await;
         Ok(LevelRun {
             wall_s: samples.iter().map(|s| s.end_s).fold(0.0, f64::max),
@@ -718,7 +744,8 @@ impl Runner {
             loop_lag,
             capped: 0,
             started_unix_s,
-            cpu_wait_s,
+            cpu_wait_s: cpu.map(|c| c.waited_s),
+            cpu_timeslices: cpu.map(|c| c.timeslices),
         })
     }
 
@@ -824,7 +851,7 @@ impl Runner {
                 }
             }
         }
-        let (loop_lag, cpu_wait_s) = monitor.stop().await;
+        let (loop_lag, cpu) = monitor.stop().await;
         ticker.end().await;
         // Keep the probers the pool grew to, for the next level (every arrival has handed its
         // prober back by now).
@@ -839,7 +866,8 @@ impl Runner {
             loop_lag,
             capped: capped.load(Ordering::Relaxed),
             started_unix_s,
-            cpu_wait_s,
+            cpu_wait_s: cpu.map(|c| c.waited_s),
+            cpu_timeslices: cpu.map(|c| c.timeslices),
         })
     }
 }

@@ -582,6 +582,7 @@ pub(crate) mod tests {
             slo_met: None,
             slo_attainment: None,
             cpu_wait_s: None,
+            cpu_timeslices: None,
             client_bound: None,
             repeats: Vec::new(),
             lag_s: Some(s(0.0001)),

@@ -196,9 +196,18 @@ impl Repeat {
 
 /// A level is client-bound when the bench's threads spent more than this share of the level's
 /// wall time waiting for a CPU (summed over threads: 0.5 is half a thread waiting throughout)
-/// and the starvation reached its requests: their first tokens were read late or they left late
-/// (median read lag or send lag over [`CLIENT_STARVED_READ_LAG_S`], or no read lag known)...
+/// and the starvation reached its requests: each time a thread was ready to run it waited over
+/// [`CLIENT_WAIT_PER_TIMESLICE_S`] on average, or its first tokens were read late or they left
+/// late (median read lag or send lag over [`CLIENT_STARVED_READ_LAG_S`], or no read lag known)...
 pub const CLIENT_CPU_WAIT_SHARE: f64 = 0.5;
+
+/// ...the mean wait for a CPU per time slice that shows a starved process rather than a busy
+/// one. A busy bench on a loaded machine waits tens of microseconds each time (0.02 to 0.12 ms
+/// measured at 64 to 1,024 streams on 2 cores beside the simulator); one starved by busier
+/// processes waits milliseconds (13 ms at the lowest priority beside two busy loops), long
+/// enough for several events to arrive before it reads, so that one read returns them together
+/// under the kernel's stamp of the last: its read lag then looks short while its TTFT is late...
+pub const CLIENT_WAIT_PER_TIMESLICE_S: f64 = 0.001;
 
 /// ...the read lag (or send lag) that, with that CPU wait, shows the starvation reached the
 /// measurement. A send lag alone says nothing: it holds a new connection's set-up, which is the
@@ -210,20 +219,34 @@ pub const CLIENT_STARVED_READ_LAG_S: f64 = 0.002;
 pub const CLIENT_READ_LAG_P50_S: f64 = 0.005;
 
 impl LevelStats {
+    /// The mean wait for a CPU each time the bench's threads were ready to run, s (`None`
+    /// without schedstats or without a time slice).
+    pub fn cpu_wait_per_timeslice_s(&self) -> Option<f64> {
+        match (self.cpu_wait_s, self.cpu_timeslices) {
+            (Some(w), Some(n)) if n > 0 => Some(w / n as f64),
+            _ => None,
+        }
+    }
+
     /// Why the client could not measure this level, from its own figures: CPU starvation of the
     /// bench process, or first tokens read late (`None`: it could).
     pub fn client_bound_reason(&self) -> Option<String> {
         let mut why = Vec::new();
         let read_lag = self.read_lag_s.map(|r| r.p50);
         let send_lag = self.send_lag_s.map(|r| r.p50);
+        let per_slice = self.cpu_wait_per_timeslice_s();
         if let Some(w) = self.cpu_wait_s
             && self.wall_s > 0.0
             && w / self.wall_s > CLIENT_CPU_WAIT_SHARE
-            && (read_lag.is_none_or(|r| r > CLIENT_STARVED_READ_LAG_S)
+            && (per_slice.is_some_and(|p| p > CLIENT_WAIT_PER_TIMESLICE_S)
+                || read_lag.is_none_or(|r| r > CLIENT_STARVED_READ_LAG_S)
                 || send_lag.is_some_and(|s| s > CLIENT_STARVED_READ_LAG_S))
         {
+            let each = per_slice
+                .map(|p| format!(", {:.2} ms each time they were ready to run", p * 1e3))
+                .unwrap_or_default();
             why.push(format!(
-                "the bench's threads waited {:.2} s for a CPU in {:.2} s ({:.0}% > {:.0}%)",
+                "the bench's threads waited {:.2} s for a CPU in {:.2} s ({:.0}% > {:.0}%{each})",
                 w,
                 self.wall_s,
                 w / self.wall_s * 100.0,
@@ -361,6 +384,10 @@ pub struct LevelStats {
     /// (Linux's schedstat), s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_wait_s: Option<f64>,
+    /// How many time slices those threads ran in during the level, summed (schedstat's third
+    /// field): `cpu_wait_s / cpu_timeslices` is the mean wait each time one was ready to run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_timeslices: Option<u64>,
     /// Why the client could not measure this level (it was the bottleneck): its figures are not
     /// the server's. Absent when it could.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -573,6 +600,7 @@ impl LevelStats {
             slo_met,
             slo_attainment,
             cpu_wait_s: None,
+            cpu_timeslices: None,
             client_bound: None,
             repeats: Vec::new(),
             lag_s: Summary::of(samples.iter().filter(|s| !s.first).map(|s| s.lag_s)),
@@ -879,10 +907,12 @@ mod tests {
 
     /// A starved bench whose requests left late is client-bound even when its reads were on
     /// time (the kernel's receive stamps took the read delays out, the send stamps show the rest);
-    /// a late send without CPU starvation is a new connection's set-up, not the client's doing.
+    /// so is one whose threads waited milliseconds each time they were ready to run, whatever its
+    /// lags say; a late send without CPU starvation is a new connection's set-up, not the
+    /// client's doing.
     #[test]
     fn requests_that_left_late_from_a_starved_bench_are_client_bound() {
-        let level = |send_lag: f64, cpu_wait: f64| {
+        let level = |send_lag: f64, cpu_wait: f64, timeslices: u64| {
             let samples: Vec<Sample> = (0..10)
                 .map(|_| Sample {
                     read_lag_s: Some(0.0005),
@@ -902,19 +932,33 @@ mod tests {
                 0,
             );
             l.cpu_wait_s = Some(cpu_wait);
+            l.cpu_timeslices = Some(timeslices);
             l.client_bound_reason()
         };
-        let why = level(0.070, 1.6).expect("starved and sent late");
+        // 1.6 s in 64,000 slices: 0.025 ms each, a busy bench's waits.
+        let why = level(0.070, 1.6, 64_000).expect("starved and sent late");
         assert!(why.contains("waited 1.60 s for a CPU"), "{why}");
         assert_eq!(
-            level(0.0005, 1.6),
+            level(0.0005, 1.6, 64_000),
             None,
-            "starved, but on time at both ends"
+            "busy, and on time at both ends"
         );
         assert_eq!(
-            level(0.070, 0.1),
+            level(0.070, 0.1, 4_000),
             None,
             "late, but not starved: the network's set-up"
+        );
+        // 1.6 s in 160 slices: 10 ms each time, events pile up before each read, and the
+        // kernel's stamp of a read is its last packet's, so the read lag looks short.
+        let why = level(0.0005, 1.6, 160).expect("starved, each wait long");
+        assert!(
+            why.contains("10.00 ms each time they were ready to run"),
+            "{why}"
+        );
+        assert_eq!(
+            level(0.0005, 0.1, 10),
+            None,
+            "long waits, but a small share of the level"
         );
     }
 }
