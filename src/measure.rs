@@ -129,6 +129,12 @@ pub struct ProbeResult {
     /// Wire TTFT: from the request's last byte leaving to the first token's bytes arriving, both
     /// kernel instants (`ttft_s - send_lag_s`; successful probes with a send stamp only).
     pub wire_ttft_s: Option<f64>,
+    /// The first token's event and the event after it arrived at one instant: one read returned
+    /// both. Either the server sent them together (the instant is exact) or the client read late
+    /// and the kernel stamped the read with its last packet's arrival, so TTFT ends late by up to
+    /// the gap between them (docs/measurement.md, "Clock and instants").
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub first_token_shared_read: bool,
     /// The exporter itself could not make the request (it is out of file descriptors): not the
     /// target's failure (set by the prober, which sees the typed error).
     pub exporter_fault: bool,
@@ -162,6 +168,8 @@ pub struct Measurement {
     events: u64,
     /// First and last token-bearing event, and how many there were.
     first_token: Option<Instant>,
+    /// The instant of the first event after the first token's.
+    after_first_token: Option<Instant>,
     last_token: Option<Instant>,
     token_events: u64,
     /// Gaps between consecutive token-bearing events, bounded by [`MAX_CHUNK_GAPS`].
@@ -197,6 +205,7 @@ impl Measurement {
             status: None,
             events: 0,
             first_token: None,
+            after_first_token: None,
             last_token: None,
             token_events: 0,
             gaps: Vec::new(),
@@ -322,6 +331,9 @@ impl Measurement {
             return Step::Continue;
         }
         self.events += 1;
+        if self.first_token.is_some() && self.after_first_token.is_none() {
+            self.after_first_token = Some(t);
+        }
         if [m.usage_output, m.usage_input]
             .iter()
             .flatten()
@@ -476,6 +488,7 @@ impl Measurement {
             read_lag: None,
             send_lag_s: None,
             wire_ttft_s: None,
+            first_token_shared_read: first.is_some() && first == self.after_first_token,
             exporter_fault: false,
             stream: !self.whole,
             requested_input_tokens: None,
@@ -775,6 +788,50 @@ mod tests {
         assert_eq!((r.tpot_s, r.decode_tokens_per_s), (None, None));
         assert!(r.chunk_gaps_s.is_empty());
         assert_eq!(r.output_tokens, 3);
+    }
+
+    /// A first token that arrived at the instant of the event after it (one read returned both)
+    /// is marked; one read apart from the next is not; a keep-alive is no event; a stream whose
+    /// first token is its last event has nothing to share a read with.
+    #[test]
+    fn a_first_token_read_with_the_next_event_is_marked() {
+        let done = EventMeaning {
+            terminal: true,
+            finish: true,
+            ..EventMeaning::default()
+        };
+        let keepalive = EventMeaning {
+            keepalive: true,
+            ..EventMeaning::default()
+        };
+        let run = |events: &[(f64, &EventMeaning)]| {
+            let t0 = Instant::now();
+            let mut m = Measurement::new(t0);
+            for (t, e) in events {
+                m.event(at(t0, *t), e);
+            }
+            m.finish().first_token_shared_read
+        };
+        let (tok, role) = (token(true), EventMeaning::default());
+        assert!(run(&[(0.05, &tok), (0.05, &tok), (0.06, &done)]));
+        assert!(run(&[(0.01, &role), (0.05, &tok), (0.05, &done)]));
+        assert!(!run(&[
+            (0.05, &role),
+            (0.06, &tok),
+            (0.07, &tok),
+            (0.07, &done)
+        ]));
+        assert!(!run(&[
+            (0.05, &tok),
+            (0.05, &keepalive),
+            (0.06, &tok),
+            (0.06, &done)
+        ]));
+        let t0 = Instant::now();
+        let mut m = Measurement::new(t0);
+        m.event(at(t0, 0.05), &tok);
+        m.eof(at(t0, 0.05));
+        assert!(!m.finish().first_token_shared_read);
     }
 
     #[test]

@@ -7,7 +7,10 @@
 #   the server's wire TTFT  (the request's last bytes arriving -> the first token's write leaving,
 #                            both the server kernel's stamps: the log's `tx_s`),
 # and prints, per level, the error's p50 / p99 / largest, how many requests were more than 1 ms
-# off, and how late requests left after their start instant (send lag p50 / p99 / largest).
+# off, "shared" (of those more than 1 ms off, how many the bench marked
+# `first_token_shared_read`, over how many it marked in all: a first token read in one read with
+# the event after it, so the read's stamp is the later packet's), and how late requests left
+# after their start instant (send lag p50 / p99 / largest).
 # Runs RUNS times (default 3). Loopback only; each level is bounded by its request count.
 #
 #   scripts/bench/wire-stamps.sh                          # 1, 64, 256 streams, 3 runs
@@ -28,7 +31,7 @@ sim=""
 trap 'if [ -n "$sim" ]; then kill "$sim" 2>/dev/null || true; fi; rm -rf "$work"' EXIT
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 echo "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%4s %8s %9s %26s %6s %26s\n' run streams requests "wire error p50/p99/max ms" ">1ms" "send lag p50/p99/max ms"
+printf '%4s %8s %9s %26s %6s %9s %26s\n' run streams requests "wire error p50/p99/max ms" ">1ms" "shared" "send lag p50/p99/max ms"
 for run in $(seq "$RUNS"); do
     for level in ${LEVELS//,/ }; do
         log="$work/events-$run-$level.jsonl"
@@ -63,19 +66,24 @@ for line in open(log):
     if first is not None and first.get("tx_s") is not None:
         server[r["id"]] = first["tx_s"]
 samples = json.load(open(report))["models"][0]["levels"][0]["samples"]
-errs, lags = [], []
+errs, lags, shared_off, shared = [], [], 0, 0
 for s in samples:
     if s.get("send_lag_s") is not None:
         lags.append(s["send_lag_s"] * 1e3)
     if s.get("wire_ttft_s") is not None and s.get("request_id") in server:
-        errs.append((s["wire_ttft_s"] - server[s["request_id"]]) * 1e3)
+        err = (s["wire_ttft_s"] - server[s["request_id"]]) * 1e3
+        errs.append(err)
+        marked = bool(s.get("first_token_shared_read"))
+        shared += marked
+        shared_off += marked and abs(err) > 1
 def q(v, p):
     v = sorted(v)
     return v[min(len(v) - 1, int(p * len(v)))] if v else float("nan")
 def three(v):
     return f"{q(v, .5):+.4f} / {q(v, .99):+.4f} / {max(v, key=abs) if v else float('nan'):+.4f}"
 lagtxt = f"{q(lags, .5):.4f} / {q(lags, .99):.4f} / {max(lags) if lags else float('nan'):.4f}"
-print(f"{run:>4} {level:>8} {len(errs):>4}/{len(samples):<4} {three(errs):>26} {sum(abs(e) > 1 for e in errs):>6} {lagtxt:>26}")
+off = sum(abs(e) > 1 for e in errs)
+print(f"{run:>4} {level:>8} {len(errs):>4}/{len(samples):<4} {three(errs):>26} {off:>6} {f'{shared_off}/{shared}':>9} {lagtxt:>26}")
 PY
     done
 done

@@ -408,6 +408,7 @@ pub(crate) mod tests {
                     send_lag_s: None,
                     wire_ttft_s: None,
                     unstamped: false,
+                    first_token_shared_read: false,
                     server_predicted_per_token_ms: None,
                     requested_input_tokens: None,
                     requested_output_tokens: None,

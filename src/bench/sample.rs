@@ -75,6 +75,10 @@ pub struct Sample {
     /// Some read of the response carried no kernel stamp (its instant is the read's own).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unstamped: bool,
+    /// A success whose first token came in one read with the event after it: its TTFT may end
+    /// late by up to the gap between them (the read's stamp is its last packet's).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub first_token_shared_read: bool,
     /// llama.cpp's own `timings.predicted_per_token_ms`, when the server sent it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_predicted_per_token_ms: Option<f64>,
@@ -123,6 +127,7 @@ impl Sample {
             send_lag_s: r.send_lag_s,
             wire_ttft_s: r.wire_ttft_s,
             unstamped: r.read_lag.is_some_and(|l| l.unstamped_reads > 0),
+            first_token_shared_read: ok && r.first_token_shared_read,
             server_predicted_per_token_ms: r
                 .server_timings
                 .as_ref()

@@ -593,6 +593,7 @@ pub(crate) mod tests {
             send_lag_s: None,
             wire_ttft_s: None,
             unstamped: 0,
+            first_token_shared_read: 0,
             capped: 0,
             started_unix_s: None,
             start_offset_s: None,

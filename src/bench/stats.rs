@@ -427,6 +427,10 @@ pub struct LevelStats {
     /// Requests with a read the kernel did not stamp (their instants are the reads' own).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub unstamped: u64,
+    /// Successes whose first token came in one read with the event after it: the server sent
+    /// them together, or the client read late and their TTFT ends at the later packet.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub first_token_shared_read: u64,
     /// Open loop: requests whose send waited for a free in-flight slot (the cap was reached).
     #[serde(default)]
     pub capped: u64,
@@ -615,6 +619,8 @@ impl LevelStats {
             send_lag_s: Summary::of(samples.iter().filter_map(|s| s.send_lag_s)),
             wire_ttft_s: Summary::of(samples.iter().filter_map(|s| s.wire_ttft_s)),
             unstamped: samples.iter().filter(|s| s.unstamped).count() as u64,
+            first_token_shared_read: samples.iter().filter(|s| s.first_token_shared_read).count()
+                as u64,
             capped,
             started_unix_s: None,
             start_offset_s: None,
@@ -719,6 +725,7 @@ mod tests {
             send_lag_s: None,
             wire_ttft_s: None,
             unstamped: false,
+            first_token_shared_read: false,
             server_predicted_per_token_ms: None,
             requested_input_tokens: None,
             requested_output_tokens: None,
