@@ -545,17 +545,18 @@ impl Metrics {
     pub fn encode_protobuf(
         &self,
     ) -> Result<Vec<u8>, prometheus_client::encoding::prometheus_protobuf::EncodeError> {
+        use prometheus_client::encoding::prometheus_protobuf::prometheus_data_model::LabelPair;
         use prost::Message as _;
+        /// A series' labels as (name, value) pairs, compared in place (no copy per comparison).
+        fn pairs(l: &[LabelPair]) -> impl Iterator<Item = (&String, &String)> {
+            l.iter().map(|p| (&p.name, &p.value))
+        }
         let mut families =
             prometheus_client::encoding::prometheus_protobuf::encode(&self.registry)?;
         let mut out = Vec::with_capacity(32 * 1024);
         for f in &mut families {
-            f.metric.sort_by(|a, b| {
-                let key = |m: &prometheus_client::encoding::prometheus_protobuf::prometheus_data_model::Metric| {
-                    m.label.iter().map(|l| (l.name.clone(), l.value.clone())).collect::<Vec<_>>()
-                };
-                key(a).cmp(&key(b))
-            });
+            f.metric
+                .sort_by(|a, b| pairs(&a.label).cmp(pairs(&b.label)));
             f.encode_length_delimited(&mut out)?;
         }
         Ok(out)
