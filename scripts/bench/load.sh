@@ -19,7 +19,9 @@
 # printed as "client kernel-vs-user", with the count of requests that had an unstamped read.
 # Then, per request (matched by the `x-request-id` the bench sends, which the simulator logs), the
 # client's TTFT and wire TTFT against the server's wire TTFT (its kernel receive stamp of the
-# request to its kernel send stamp of the first token): p50, p99 and the largest.
+# request to its kernel send stamp of the first token): p50, p99 and the largest; then how many
+# first tokens came in one read with the next event (`first_token_shared_read`: their stamp is the
+# later packet's) and the wire error of the other requests.
 #
 # Not a CI test: it takes a few minutes and its numbers depend on what else the machine runs.
 # Bounded: each level sends for DURATION, every request has a 60 s deadline, the whole run 15 min.
@@ -172,11 +174,15 @@ for l in r["models"][0]["levels"]:
     # What the client's kernel stamps took out of its TTFT: first token read minus its arrival.
     # Per request against the server's wire TTFT: the client's TTFT (from its start instant) and
     # its wire TTFT (from its request's kernel send stamp).
-    per = [(s["ttft_s"] - wire_by_id[s["request_id"]], s.get("wire_ttft_s"), wire_by_id[s["request_id"]])
+    # A first token read in one read with the next event carries the later packet's stamp
+    # (`first_token_shared_read`): the wire error is also shown without those requests.
+    per = [(s["ttft_s"] - wire_by_id[s["request_id"]], s.get("wire_ttft_s"), wire_by_id[s["request_id"]],
+            bool(s.get("first_token_shared_read")))
            for s in samples if s.get("ttft_s") is not None and s.get("request_id") in wire_by_id]
     pe = [x[0] for x in per]
     pw = [x[1] - x[2] for x in per if x[1] is not None]
-    per_req.append((c, len(per), len(samples), pe, pw))
+    pu = [x[1] - x[2] for x in per if x[1] is not None and not x[3]]
+    per_req.append((c, len(per), len(samples), pe, pw, pu, sum(x[3] for x in per)))
     kv = l.get("read_lag_s") or {}
     kv50, kv99 = kv.get("p50", float("nan")), kv.get("p99", float("nan"))
     print(f"{c:>8} {tps:>10.0f} {ev:>9.0f} {t.get('p50', float('nan')) * 1e3:>9.1f} ms ({(t.get('p50', 0) - ttft) * 1e3:+.1f}) "
@@ -187,10 +193,11 @@ for l in r["models"][0]["levels"]:
     if lag < 0.002 and l["error_rate"] == 0 and (best is None or c > best[0]):
         best = (c, tps, loop, t.get("p50", 0) - ttft)
 print("per request against the server's kernel-stamped TTFT (matched by request id):")
-print(f"{'streams':>8} {'matched':>9} {'TTFT error p50 / p99 / max':>30} {'wire TTFT error p50 / p99 / max':>34}")
-for c, n, of, pe, pw in per_req:
+print(f"{'streams':>8} {'matched':>9} {'TTFT error p50 / p99 / max':>30} {'wire TTFT error p50 / p99 / max':>34} "
+      f"{'shared reads':>12} {'wire error, the others':>34}")
+for c, n, of, pe, pw, pu, shared in per_req:
     f = lambda v: " / ".join(f"{x * 1e3:.3f}" for x in (q(v, 0.5), q(v, 0.99), max(v, default=float("nan")))) + " ms"
-    print(f"{c:>8} {n:>4}/{of:<4} {f(pe):>30} {f(pw):>34}")
+    print(f"{c:>8} {n:>4}/{of:<4} {f(pe):>30} {f(pw):>34} {shared:>12} {f(pu):>34}")
 goal = "2,000 streams, 100,000 tokens/s, send lag p99 < 2 ms"
 if best:
     met = best[0] >= 2000 and best[1] >= 100000
