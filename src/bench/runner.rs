@@ -90,11 +90,9 @@ pub struct LevelRun {
     pub capped: u64,
     /// The level's start (its sends' time 0), wall clock, Unix seconds.
     pub started_unix_s: Option<f64>,
-    /// How long this process's threads waited for a CPU during the level, summed over threads
-    /// (Linux), s.
-    pub cpu_wait_s: Option<f64>,
-    /// How many time slices its threads ran in during the level (Linux): each followed a wait.
-    pub cpu_timeslices: Option<u64>,
+    /// How long this process's threads waited for a CPU during the level and in how many time
+    /// slices they ran, summed over threads (Linux).
+    pub cpu: Option<CpuWait>,
 }
 
 impl LevelRun {
@@ -113,12 +111,8 @@ impl LevelRun {
         self.wall_s += more.wall_s;
         self.loop_lag.extend(more.loop_lag);
         self.capped += more.capped;
-        self.cpu_wait_s = match (self.cpu_wait_s, more.cpu_wait_s) {
-            (Some(a), Some(b)) => Some(a + b),
-            (a, b) => a.or(b),
-        };
-        self.cpu_timeslices = match (self.cpu_timeslices, more.cpu_timeslices) {
-            (Some(a), Some(b)) => Some(a + b),
+        self.cpu = match (self.cpu, more.cpu) {
+            (Some(a), Some(b)) => Some(a.plus(b)),
             (a, b) => a.or(b),
         };
         self
@@ -411,6 +405,15 @@ impl CpuWait {
         CpuWait {
             waited_s: (self.waited_s - start.waited_s).max(0.0),
             timeslices: self.timeslices.saturating_sub(start.timeslices),
+        }
+    }
+
+    /// Two parts of one level together.
+    #[must_use]
+    pub fn plus(self, more: CpuWait) -> CpuWait {
+        CpuWait {
+            waited_s: self.waited_s + more.waited_s,
+            timeslices: self.timeslices.saturating_add(more.timeslices),
         }
     }
 }
@@ -744,8 +747,7 @@ impl Runner {
             loop_lag,
             capped: 0,
             started_unix_s,
-            cpu_wait_s: cpu.map(|c| c.waited_s),
-            cpu_timeslices: cpu.map(|c| c.timeslices),
+            cpu,
         })
     }
 
@@ -866,8 +868,7 @@ impl Runner {
             loop_lag,
             capped: capped.load(Ordering::Relaxed),
             started_unix_s,
-            cpu_wait_s: cpu.map(|c| c.waited_s),
-            cpu_timeslices: cpu.map(|c| c.timeslices),
+            cpu,
         })
     }
 }
@@ -1048,6 +1049,40 @@ mod tests {
             progress_message("m @ 2/s", (9, 8, 0), None, Some((3, 10))),
             "m @ 2/s: 3/10 s, 8 done, 1 in flight, 0 failed"
         );
+    }
+
+    #[test]
+    fn a_level_in_two_parts_sums_its_cpu_wait_and_shifts_the_second_part() {
+        let part = |wait: Option<(f64, u64)>| LevelRun {
+            wall_s: 2.0,
+            samples: vec![Sample {
+                sent_s: 0.5,
+                end_s: 1.5,
+                ..Sample::default()
+            }],
+            cpu: wait.map(|(waited_s, timeslices)| CpuWait {
+                waited_s,
+                timeslices,
+            }),
+            ..LevelRun::default()
+        };
+        let both = part(Some((0.25, 100))).then(part(Some((1.0, 20))));
+        assert_eq!(
+            both.cpu,
+            Some(CpuWait {
+                waited_s: 1.25,
+                timeslices: 120
+            })
+        );
+        assert_eq!(both.wall_s, 4.0);
+        assert_eq!(both.samples[1].sent_s, 2.5);
+        assert_eq!(both.samples[1].end_s, 3.5);
+        // A part that could not read its wait leaves the other's.
+        assert_eq!(
+            part(None).then(part(Some((1.0, 20)))).cpu,
+            part(Some((1.0, 20))).cpu
+        );
+        assert_eq!(part(None).then(part(None)).cpu, None);
     }
 
     #[test]

@@ -566,8 +566,8 @@ pub(super) fn fold_level(
         stats.set_cost(&run.samples, p);
     }
     stats.started_unix_s = run.started_unix_s;
-    stats.cpu_wait_s = run.cpu_wait_s;
-    stats.cpu_timeslices = run.cpu_timeslices;
+    stats.cpu_wait_s = run.cpu.map(|c| c.waited_s);
+    stats.cpu_timeslices = run.cpu.map(|c| c.timeslices);
     stats.client_bound = stats.client_bound_reason();
     stats.start_offset_s = late;
     stats.canary = run.canary;
