@@ -288,15 +288,16 @@ impl ReadStamps {
 
     /// Records a read of `n` bytes that just returned, with the kernel's wall-clock stamp of its
     /// bytes. The stamp is mapped to the monotonic clock by reading both clocks now
-    /// ([`clocks_now`]): the kernel instant is `now - (wall now - stamp)`.
+    /// ([`clocks_now`]): the kernel instant is `now - (wall now - stamp)`, and that `now` is the
+    /// read's own instant too (one pair of clock reads per stamped read, not three reads).
     fn record(&self, n: usize, wall: Option<SystemTime>) {
-        let user = Instant::now();
-        let kernel = wall
-            .and_then(|w| {
+        let (user, kernel) = match wall {
+            Some(w) => {
                 let (now, wall_now) = clocks_now();
-                to_instant_at(w, now, wall_now)
-            })
-            .map(|k| k.min(user));
+                (now, to_instant_at(w, now, wall_now).map(|k| k.min(now)))
+            }
+            None => (Instant::now(), None),
+        };
         if let Ok(mut s) = self.0.lock() {
             s.latest = Some(Stamp { kernel, user });
             s.bytes = s.bytes.saturating_add(n as u64);
