@@ -10,7 +10,9 @@
 # off, "shared" (of those more than 1 ms off, how many the bench marked
 # `first_token_shared_read`, over how many it marked in all: a first token read in one read with
 # the event after it, so the read's stamp is the later packet's), and how late requests left
-# after their start instant (send lag p50 / p99 / largest).
+# after their start instant (send lag p50 / p99 / largest); then, for up to five requests that
+# could not be compared, why (no wire TTFT on the client, or no send stamp in the server's log),
+# and for up to five more than 1 ms off without the mark, the client's and the server's stamps.
 # Runs RUNS times (default 3). Loopback only; each level is bounded by its request count.
 #
 #   scripts/bench/wire-stamps.sh                          # 1, 64, 256 streams, 3 runs
@@ -59,23 +61,36 @@ YML
         python3 - "$work/r.json" "$log" "$run" "$level" <<'PY'
 import json, sys
 report, log, run, level = sys.argv[1:]
-server = {}
+server, rec = {}, {}
 for line in open(log):
     r = json.loads(line)
     first = next((e for e in r["events"] if e["token"]), None)
     if first is not None and first.get("tx_s") is not None:
         server[r["id"]] = first["tx_s"]
+        rec[r["id"]] = (r, first)
 samples = json.load(open(report))["models"][0]["levels"][0]["samples"]
 errs, lags, shared_off, shared = [], [], 0, 0
+unmatched, unmarked = [], []
 for s in samples:
     if s.get("send_lag_s") is not None:
         lags.append(s["send_lag_s"] * 1e3)
-    if s.get("wire_ttft_s") is not None and s.get("request_id") in server:
+    if s.get("wire_ttft_s") is None or s.get("request_id") not in server:
+        why = "no client wire TTFT" if s.get("wire_ttft_s") is None else "no server send stamp"
+        unmatched.append(f"{s.get('request_id')}: {why} (error_type {s.get('error_type')}, send lag {s.get('send_lag_s')})")
+    else:
         err = (s["wire_ttft_s"] - server[s["request_id"]]) * 1e3
         errs.append(err)
         marked = bool(s.get("first_token_shared_read"))
         shared += marked
         shared_off += marked and abs(err) > 1
+        if abs(err) > 1 and not marked:
+            r, first = rec[s["request_id"]]
+            ms = lambda v: "null" if v is None else f"{v * 1e3:.3f}"
+            unmarked.append(
+                f"{s['request_id']}: {err:+.3f} ms; client: wire TTFT {ms(s['wire_ttft_s'])}, read lag"
+                f" {ms(s.get('read_lag_s'))}, send lag {ms(s.get('send_lag_s'))}, unstamped"
+                f" {bool(s.get('unstamped'))}; server: first token written {ms(first['t_s'])}, left"
+                f" {ms(first['tx_s'])} after arrival (ms), conn {r.get('conn')}")
 def q(v, p):
     v = sorted(v)
     return v[min(len(v) - 1, int(p * len(v)))] if v else float("nan")
@@ -84,6 +99,10 @@ def three(v):
 lagtxt = f"{q(lags, .5):.4f} / {q(lags, .99):.4f} / {max(lags) if lags else float('nan'):.4f}"
 off = sum(abs(e) > 1 for e in errs)
 print(f"{run:>4} {level:>8} {len(errs):>4}/{len(samples):<4} {three(errs):>26} {off:>6} {f'{shared_off}/{shared}':>9} {lagtxt:>26}")
+for u in unmatched[:5]:
+    print(f"     not compared: {u}")
+for u in unmarked[:5]:
+    print(f"     > 1 ms, unmarked: {u}")
 PY
     done
 done
