@@ -14,15 +14,27 @@
 # could not be compared, why (no wire TTFT on the client, or no send stamp in the server's log),
 # and for up to five more than 1 ms off without the mark, the client's and the server's stamps.
 # Runs RUNS times (default 3). Loopback only; each level is bounded by its request count.
+# CAPTURE=1 also captures the simulator's port with tcpdump (needs root, and Python's dpkt in
+# PYTHON) and prints a third truth per level: the client's error against the capture (a
+# capture's instant is the packet's as it is handed to the loopback device), with the capture's
+# figure in each line about a request more than 1 ms off; a capture that dropped packets is void.
 #
 #   scripts/bench/wire-stamps.sh                          # 1, 64, 256 streams, 3 runs
 #   LEVELS=256 REQUESTS=2048 RUNS=1 scripts/bench/wire-stamps.sh
+#   CAPTURE=1 PYTHON=/path/to/venv/bin/python LEVELS=256 scripts/bench/wire-stamps.sh
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$repo"
 LEVELS="${LEVELS:-1,64,256}"
 REQUESTS="${REQUESTS:-1024}"
 RUNS="${RUNS:-3}"
+CAPTURE="${CAPTURE:-0}"
+PYTHON="${PYTHON:-python3}"
+if [ "$CAPTURE" = 1 ]; then
+    command -v tcpdump >/dev/null 2>&1 || { echo "CAPTURE=1 needs tcpdump (apt-get install tcpdump)" >&2; exit 1; }
+    "$PYTHON" -c 'import dpkt' 2>/dev/null ||
+        { echo "CAPTURE=1 needs Python's dpkt in $PYTHON (pip install dpkt; PYTHON= names the interpreter)" >&2; exit 1; }
+fi
 bin="${TOKENPROBE_RELEASE_BIN:-}"
 if [ -z "$bin" ]; then
     cargo build --release --quiet
@@ -30,7 +42,8 @@ if [ -z "$bin" ]; then
 fi
 work="$(mktemp -d)"
 sim=""
-trap 'if [ -n "$sim" ]; then kill "$sim" 2>/dev/null || true; fi; rm -rf "$work"' EXIT
+cap=""
+trap 'for p in $sim $cap; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"' EXIT
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 echo "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%4s %8s %9s %26s %6s %9s %26s\n' run streams requests "wire error p50/p99/max ms" ">1ms" "shared" "send lag p50/p99/max ms"
@@ -53,14 +66,55 @@ prompts:
 targets:
   - {name: sim, base_url: "$url/v1", models: [sim], connection: reuse}
 YML
+        pcap=""
+        if [ "$CAPTURE" = 1 ]; then
+            pcap="$work/wire-$run-$level.pcap"
+            tcpdump -i lo -n -s 600 -B 131072 --time-stamp-precision nano -w "$pcap" \
+                "tcp port ${url##*:}" 2>"$work/tcpdump.err" &
+            cap=$!
+            for _ in $(seq 100); do
+                grep -q 'listening on' "$work/tcpdump.err" 2>/dev/null && break
+                sleep 0.05
+            done
+        fi
         n=$(( REQUESTS > level * 4 ? REQUESTS : level * 4 ))
         "$bin" bench --config.file "$work/c.yml" --concurrency "$level" --requests-per-level "$n" \
             --samples --accept-client-bound --no-history -o "$work/r.json" >/dev/null 2>"$work/bench.err" ||
             { echo "bench failed:"; cat "$work/bench.err"; exit 1; }
         kill "$sim"; wait "$sim" 2>/dev/null || true; sim=""
-        python3 - "$work/r.json" "$log" "$run" "$level" <<'PY'
-import json, sys
-report, log, run, level = sys.argv[1:]
+        if [ -n "$cap" ]; then
+            # tcpdump writes in blocks: give the last one its timeout before stopping it.
+            sleep 2; kill -INT "$cap"; wait "$cap" 2>/dev/null || true; cap=""
+        fi
+        "$PYTHON" - "$work/r.json" "$log" "$run" "$level" "$pcap" "$work/tcpdump.err" <<'PY'
+import json, re, sys
+report, log, run, level, pcap, caperr = sys.argv[1:]
+wire = {}
+if pcap:
+    import dpkt
+    m = re.search(r"(\d+) packets? dropped by kernel", open(caperr).read())
+    dropped = int(m.group(1)) if m else None
+    port = None
+    open_ = {}
+    with open(pcap, "rb") as f:
+        for ts, buf in dpkt.pcap.Reader(f):
+            tcp = getattr(dpkt.ethernet.Ethernet(buf).data, "data", None)
+            if not isinstance(tcp, dpkt.tcp.TCP) or not tcp.data:
+                continue
+            data = bytes(tcp.data)
+            if data.startswith(b"POST "):
+                port = tcp.dport
+            up = tcp.dport == port
+            client = tcp.sport if up else tcp.dport
+            if up and data.startswith(b"POST "):
+                rid = re.search(rb"(?i)\r\nx-request-id: *([^\r]+)\r\n", data)
+                open_[client] = [ts, rid.group(1).decode() if rid else None]
+            elif up and client in open_:
+                open_[client][0] = ts
+            elif not up and client in open_ and re.search(rb'"content":"[^"]', data):
+                last_up, rid = open_.pop(client)
+                if rid:
+                    wire[rid] = float(ts - last_up) * 1e3
 server, rec = {}, {}
 for line in open(log):
     r = json.loads(line)
@@ -86,11 +140,13 @@ for s in samples:
         if abs(err) > 1 and not marked:
             r, first = rec[s["request_id"]]
             ms = lambda v: "null" if v is None else f"{v * 1e3:.3f}"
+            capt = wire.get(s["request_id"])
             unmarked.append(
                 f"{s['request_id']}: {err:+.3f} ms; client: wire TTFT {ms(s['wire_ttft_s'])}, read lag"
                 f" {ms(s.get('read_lag_s'))}, send lag {ms(s.get('send_lag_s'))}, unstamped"
                 f" {bool(s.get('unstamped'))}; server: first token written {ms(first['t_s'])}, left"
-                f" {ms(first['tx_s'])} after arrival (ms), conn {r.get('conn')}")
+                f" {ms(first['tx_s'])} after arrival (ms), conn {r.get('conn')}"
+                + (f"; capture: {capt:.3f} ms" if capt is not None else ""))
 def q(v, p):
     v = sorted(v)
     return v[min(len(v) - 1, int(p * len(v)))] if v else float("nan")
@@ -103,6 +159,13 @@ for u in unmatched[:5]:
     print(f"     not compared: {u}")
 for u in unmarked[:5]:
     print(f"     > 1 ms, unmarked: {u}")
+if pcap:
+    cerr = [(s["wire_ttft_s"] * 1e3 - wire[s["request_id"]]) for s in samples
+            if s.get("wire_ttft_s") is not None and s.get("request_id") in wire]
+    serr = [(server[i] * 1e3 - w) for i, w in wire.items() if i in server]
+    void = "" if dropped == 0 else f"  VOID: the capture dropped {dropped} packets"
+    print(f"     capture: {len(cerr)}/{len(samples)} matched; client minus capture {three(cerr)} ms,"
+          f" > 1 ms off {sum(abs(e) > 1 for e in cerr)}; server minus capture {three(serr)} ms{void}")
 PY
     done
 done
