@@ -69,6 +69,7 @@ YML
         pcap=""
         if [ "$CAPTURE" = 1 ]; then
             pcap="$work/wire-$run-$level.pcap"
+            # The capture compare.py's `Capture` makes (its arguments), read by its parser below.
             tcpdump -i lo -n -s 600 -B 131072 --time-stamp-precision nano -w "$pcap" \
                 "tcp port ${url##*:}" 2>"$work/tcpdump.err" &
             cap=$!
@@ -86,35 +87,18 @@ YML
             # tcpdump writes in blocks: give the last one its timeout before stopping it.
             sleep 2; kill -INT "$cap"; wait "$cap" 2>/dev/null || true; cap=""
         fi
-        "$PYTHON" - "$work/r.json" "$log" "$run" "$level" "$pcap" "$work/tcpdump.err" <<'PY'
-import json, re, sys
-report, log, run, level, pcap, caperr = sys.argv[1:]
+        "$PYTHON" - "$work/r.json" "$log" "$run" "$level" "$pcap" "$work/tcpdump.err" "${url##*:}" \
+            "$repo/scripts/bench/compare" <<'PY'
+import json, sys
+report, log, run, level, pcap, caperr, port, compare_dir = sys.argv[1:]
 wire = {}
 if pcap:
-    import dpkt
-    m = re.search(r"(\d+) packets? dropped by kernel", open(caperr).read())
-    dropped = int(m.group(1)) if m else None
-    port = None
-    open_ = {}
-    with open(pcap, "rb") as f:
-        for ts, buf in dpkt.pcap.Reader(f):
-            tcp = getattr(dpkt.ethernet.Ethernet(buf).data, "data", None)
-            if not isinstance(tcp, dpkt.tcp.TCP) or not tcp.data:
-                continue
-            data = bytes(tcp.data)
-            if data.startswith(b"POST "):
-                port = tcp.dport
-            up = tcp.dport == port
-            client = tcp.sport if up else tcp.dport
-            if up and data.startswith(b"POST "):
-                rid = re.search(rb"(?i)\r\nx-request-id: *([^\r]+)\r\n", data)
-                open_[client] = [ts, rid.group(1).decode() if rid else None]
-            elif up and client in open_:
-                open_[client][0] = ts
-            elif not up and client in open_ and re.search(rb'"content":"[^"]', data):
-                last_up, rid = open_.pop(client)
-                if rid:
-                    wire[rid] = float(ts - last_up) * 1e3
+    # The capture is read as compare.py reads its own (one parser for both scripts).
+    sys.path.insert(0, compare_dir)
+    from compare import dropped_by_kernel, read_capture
+    dropped = dropped_by_kernel(open(caperr).read())
+    done, _ = read_capture(pcap, int(port))
+    wire = {rid: ttft * 1e3 for _, ttft, rid, _ in done if rid}
 server, rec = {}, {}
 for line in open(log):
     r = json.loads(line)

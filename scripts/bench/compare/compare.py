@@ -153,40 +153,53 @@ class Capture:
         self.proc.send_signal(signal.SIGINT)
         err = self.proc.stderr.read()
         self.proc.wait(timeout=30)
-        m = re.search(r"(\d+) packets? dropped by kernel", err)
-        self.dropped = int(m.group(1)) if m else None
+        self.dropped = dropped_by_kernel(err)
 
     def requests(self):
         """([(start s, wire TTFT s, x-request-id or None, response id or None)] in start order,
         connections opened)."""
-        import dpkt
-        done, open_, syns = [], {}, 0
-        with open(self.path, "rb") as f:
-            for ts, buf in dpkt.pcap.Reader(f):
-                ip = dpkt.ethernet.Ethernet(buf).data
-                tcp = getattr(ip, "data", None)
-                if not isinstance(tcp, dpkt.tcp.TCP):
-                    continue
-                up = tcp.dport == self.port
-                client = tcp.sport if up else tcp.dport
-                if up and tcp.flags & dpkt.tcp.TH_SYN and not tcp.flags & dpkt.tcp.TH_ACK:
-                    syns += 1
-                data = bytes(tcp.data)
-                if not data:
-                    continue
-                if up and data.startswith(b"POST "):
-                    m = REQUEST_ID.search(data)
-                    open_[client] = [ts, ts, m.group(1).decode() if m else None]
-                elif up and client in open_:
-                    open_[client][1] = ts
-                elif not up and client in open_ and TOKEN_SEGMENT.search(data):
-                    start, last_up, rid = open_.pop(client)
-                    m = RESPONSE_ID.search(data)
-                    # dpkt gives a nanosecond capture's instants as Decimal: exact differences.
-                    done.append((float(start), float(ts - last_up), rid,
-                                 m.group(1).decode() if m else None))
-        done.sort()
-        return done, syns
+        return read_capture(self.path, self.port)
+
+
+def dropped_by_kernel(tcpdump_stderr):
+    """The packets a capture lost, from what tcpdump printed as it stopped (None: not said)."""
+    m = re.search(r"(\d+) packets? dropped by kernel", tcpdump_stderr)
+    return int(m.group(1)) if m else None
+
+
+def read_capture(path, port):
+    """Per request in a capture of `port` (an HTTP/1.1 request starts with a client segment
+    beginning `POST `): ([(start s, wire TTFT s, x-request-id or None, response id or None)] in
+    start order, connections opened). The wire's TTFT runs from the request's last client segment
+    to the first server segment holding a token, on the capture's own clock."""
+    import dpkt
+    done, open_, syns = [], {}, 0
+    with open(path, "rb") as f:
+        for ts, buf in dpkt.pcap.Reader(f):
+            ip = dpkt.ethernet.Ethernet(buf).data
+            tcp = getattr(ip, "data", None)
+            if not isinstance(tcp, dpkt.tcp.TCP):
+                continue
+            up = tcp.dport == port
+            client = tcp.sport if up else tcp.dport
+            if up and tcp.flags & dpkt.tcp.TH_SYN and not tcp.flags & dpkt.tcp.TH_ACK:
+                syns += 1
+            data = bytes(tcp.data)
+            if not data:
+                continue
+            if up and data.startswith(b"POST "):
+                m = REQUEST_ID.search(data)
+                open_[client] = [ts, ts, m.group(1).decode() if m else None]
+            elif up and client in open_:
+                open_[client][1] = ts
+            elif not up and client in open_ and TOKEN_SEGMENT.search(data):
+                start, last_up, rid = open_.pop(client)
+                m = RESPONSE_ID.search(data)
+                # dpkt gives a nanosecond capture's instants as Decimal: exact differences.
+                done.append((float(start), float(ts - last_up), rid,
+                             m.group(1).decode() if m else None))
+    done.sort()
+    return done, syns
 
 
 def per_request_errors(res, wire):
