@@ -99,16 +99,19 @@ if pcap:
     dropped = dropped_by_kernel(open(caperr).read())
     done, _ = read_capture(pcap, int(port))
     wire = {rid: ttft * 1e3 for _, ttft, rid, _ in done if rid}
-server, rec = {}, {}
+# Per request id, the server's record and its first token event (with its send stamp).
+rec = {}
 for line in open(log):
     r = json.loads(line)
     first = next((e for e in r["events"] if e["token"]), None)
     if first is not None and first.get("tx_s") is not None:
-        server[r["id"]] = first["tx_s"]
         rec[r["id"]] = (r, first)
+server = {i: first["tx_s"] for i, (_, first) in rec.items()}
 samples = json.load(open(report))["models"][0]["levels"][0]["samples"]
 errs, lags, shared_off, shared = [], [], 0, 0
 unmatched, unmarked = [], []
+def ms(v):
+    return "null" if v is None else f"{v * 1e3:.3f}"
 for s in samples:
     if s.get("send_lag_s") is not None:
         lags.append(s["send_lag_s"] * 1e3)
@@ -123,7 +126,6 @@ for s in samples:
         shared_off += marked and abs(err) > 1
         if abs(err) > 1 and not marked:
             r, first = rec[s["request_id"]]
-            ms = lambda v: "null" if v is None else f"{v * 1e3:.3f}"
             capt = wire.get(s["request_id"])
             unmarked.append(
                 f"{s['request_id']}: {err:+.3f} ms; client: wire TTFT {ms(s['wire_ttft_s'])}, read lag"
