@@ -69,9 +69,12 @@ YML
         pcap=""
         if [ "$CAPTURE" = 1 ]; then
             pcap="$work/wire-$run-$level.pcap"
-            # The capture compare.py's `Capture` makes (its arguments), read by its parser below.
-            tcpdump -i lo -n -s 600 -B 131072 --time-stamp-precision nano -w "$pcap" \
-                "tcp port ${url##*:}" 2>"$work/tcpdump.err" &
+            # The capture compare.py's `Capture` makes (one command for both scripts), read by
+            # its parser below.
+            mapfile -t capture < <(PYTHONPATH="$repo/scripts/bench/compare" "$PYTHON" -c \
+                'import sys; from compare import tcpdump_command; print(*tcpdump_command(*sys.argv[1:]), sep="\n")' \
+                "${url##*:}" "$pcap")
+            "${capture[@]}" 2>"$work/tcpdump.err" &
             cap=$!
             for _ in $(seq 100); do
                 grep -q 'listening on' "$work/tcpdump.err" 2>/dev/null && break

@@ -123,6 +123,15 @@ REQUEST_ID = re.compile(rb"(?i)\r\nx-request-id: *([^\r]+)\r\n")
 RESPONSE_ID = re.compile(rb'"id":"([^"]+)"')
 
 
+def tcpdump_command(port, path):
+    """The capture of one level: the loopback interface, `port` only, nanosecond stamps, into
+    `path`. Headers and the start of each segment are enough (a request's head, one event);
+    packets are read in blocks (cheaper than one by one at 256 streams), so whoever stops it
+    waits for the last block's timeout first. `scripts/bench/wire-stamps.sh` runs the same."""
+    return ["tcpdump", "-i", "lo", "-n", "-s", "600", "-B", "131072",
+            "--time-stamp-precision", "nano", "-w", str(path), f"tcp port {port}"]
+
+
 class Capture:
     """tcpdump on the loopback interface, the simulator's port only: the wire's truth of one level.
 
@@ -137,11 +146,7 @@ class Capture:
     def __init__(self, port: int, path: Path):
         self.port, self.path = port, path
         self.proc = subprocess.Popen(
-            # Headers and the start of each segment are enough (a request's head, one event);
-            # packets are read in blocks (cheaper than one by one at 256 streams), so `stop`
-            # waits for the last block's timeout before it stops the capture.
-            ["tcpdump", "-i", "lo", "-n", "-s", "600", "-B", "131072",
-             "--time-stamp-precision", "nano", "-w", str(path), f"tcp port {port}"],
+            tcpdump_command(port, path),
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         line = self.proc.stderr.readline()
         if "listening on" not in line:
