@@ -69,17 +69,19 @@ YML
         pcap=""
         if [ "$CAPTURE" = 1 ]; then
             pcap="$work/wire-$run-$level.pcap"
-            # The capture compare.py's `Capture` makes (one command for both scripts), read by
+            # The capture compare.py's `Capture` makes (one command for both scripts; Python
+            # execs it, so $cap is tcpdump itself and any failure lands in tcpdump.err), read by
             # its parser below.
-            mapfile -t capture < <(PYTHONPATH="$repo/scripts/bench/compare" "$PYTHON" -c \
-                'import sys; from compare import tcpdump_command; print(*tcpdump_command(*sys.argv[1:]), sep="\n")' \
-                "${url##*:}" "$pcap")
-            "${capture[@]}" 2>"$work/tcpdump.err" &
+            PYTHONPATH="$repo/scripts/bench/compare" "$PYTHON" -c \
+                'import os, sys; from compare import tcpdump_command; c = tcpdump_command(*sys.argv[1:]); os.execvp(c[0], c)' \
+                "${url##*:}" "$pcap" 2>"$work/tcpdump.err" &
             cap=$!
             for _ in $(seq 100); do
                 grep -q 'listening on' "$work/tcpdump.err" 2>/dev/null && break
                 sleep 0.05
             done
+            grep -q 'listening on' "$work/tcpdump.err" ||
+                { echo "tcpdump did not start:"; cat "$work/tcpdump.err"; exit 1; }
         fi
         n=$(( REQUESTS > level * 4 ? REQUESTS : level * 4 ))
         "$bin" bench --config.file "$work/c.yml" --concurrency "$level" --requests-per-level "$n" \
