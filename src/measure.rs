@@ -414,7 +414,12 @@ impl Measurement {
         {
             // The body ended early after events although something failed already: `truncated`
             // applies too, and the precedence decides (ruling 17: a body that ends inside a
-            // malformed fragment is `truncated`, which comes before `malformed`).
+            // malformed fragment is `truncated`, which comes before `malformed`). Ruling 26: after
+            // a malformed event the failure instant stays that event's.
+            let at = match &self.failure {
+                Some(f) if f.kind == ErrorType::Malformed => f.at,
+                _ => at,
+            };
             self.fail(
                 ErrorType::Truncated,
                 at,
@@ -502,6 +507,8 @@ impl Measurement {
             r.failure_s = Some(since(f.at));
             return r;
         }
+        // A wait the head asked for belongs to a failed answer only (ruling 20).
+        r.retry_after_s = None;
         // Success: a proper end and at least one token, so `first`, `last` and `end` exist.
         let (Some(first), Some(last), Some(end)) = (first, last, end) else {
             return r;
@@ -633,6 +640,37 @@ mod tests {
         assert_eq!(r.ttfo_s, None);
         assert!(close(r.e2e_s, 0.5));
         assert_eq!(r.tpot_s, None, "N = 1 has no TPOT");
+    }
+
+    /// Ruling 26: a malformed event, then the close without a proper end: `truncated`, at the
+    /// malformed event's instant. Ruling 20: a wait is reported for failures only.
+    #[test]
+    fn malformed_then_close_keeps_the_malformed_instant() {
+        let t0 = Instant::now();
+        let mut m = Measurement::new(t0);
+        m.retry_after(Duration::from_secs(7));
+        m.event(at(t0, 0.2), &token(true));
+        m.fail(ErrorType::Malformed, at(t0, 0.4), "data is not valid JSON");
+        m.eof(at(t0, 0.6));
+        let r = m.finish();
+        assert_eq!(r.error_type, Some(ErrorType::Truncated));
+        assert!(close(r.failure_s, 0.4), "{:?}", r.failure_s);
+        assert_eq!(r.retry_after_s, Some(7.0));
+
+        let mut m = Measurement::new(t0);
+        m.retry_after(Duration::from_secs(7));
+        m.event(at(t0, 0.2), &token(true));
+        m.event(
+            at(t0, 0.3),
+            &EventMeaning {
+                terminal: true,
+                finish: true,
+                ..EventMeaning::default()
+            },
+        );
+        let r = m.finish();
+        assert!(r.success());
+        assert_eq!(r.retry_after_s, None);
     }
 
     #[test]

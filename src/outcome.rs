@@ -4,7 +4,7 @@
 //! (`transport::classify_transport`). docs/measurement.md, "Success, and the one error type of a
 //! failure", and "Anomaly flags". Everything here is synchronous and knows no HTTP library.
 
-use crate::protocol::StreamError;
+use crate::protocol::{StreamError, error_object};
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, SystemTime};
 
@@ -156,9 +156,10 @@ impl Flag {
 /// `server_error`. A type that says overloaded wins over `bad_request` and `server_error`, which
 /// come after `overloaded` in the order of error types.
 pub fn classify_error_object(e: &StreamError) -> ErrorType {
-    let kind = match e.code {
-        Some(code) => by_status(code, e),
-        None => e
+    let kind = match (e.code, &e.tgi_type) {
+        (Some(code), _) => by_status(code, e),
+        (None, Some(tgi)) => by_tgi_type(tgi),
+        (None, None) => e
             .names()
             .find_map(by_name)
             .unwrap_or(ErrorType::ServerError),
@@ -176,10 +177,20 @@ pub fn classify_error_object(e: &StreamError) -> ErrorType {
 fn by_status(code: u16, e: &StreamError) -> ErrorType {
     match code {
         401 | 403 => ErrorType::Auth,
+        402 => ErrorType::QuotaExceeded, // ruling 19
         429 if spent_budget(e) => ErrorType::QuotaExceeded,
         429 => ErrorType::RateLimited,
         529 => ErrorType::Overloaded,
         400..=499 => ErrorType::BadRequest,
+        _ => ErrorType::ServerError,
+    }
+}
+
+/// Ruling 27: Text Generation Inference's `error_type` beside a string `error`.
+fn by_tgi_type(name: &str) -> ErrorType {
+    match name.trim().to_ascii_lowercase().as_str() {
+        "validation" => ErrorType::BadRequest,
+        "overloaded" => ErrorType::Overloaded,
         _ => ErrorType::ServerError,
     }
 }
@@ -190,13 +201,12 @@ fn by_name(name: &str) -> Option<ErrorType> {
     Some(match n.as_str() {
         "authentication_error" | "permission_error" | "invalid_api_key" => ErrorType::Auth,
         "insufficient_quota" | "quota_exceeded" => ErrorType::QuotaExceeded,
-        "rate_limit_error" | "rate_limit_exceeded" => ErrorType::RateLimited,
-        _ if n.contains("overloaded") => ErrorType::Overloaded,
-        "invalid_request_error"
-        | "not_found_error"
-        | "context_length_exceeded"
-        | "model_not_found"
-        | "request_too_large" => ErrorType::BadRequest,
+        "rate_limit_error" | "rate_limit_exceeded" | "rate_limited" => ErrorType::RateLimited,
+        _ if n.contains("overloaded") || n.contains("capacity_exceeded") => ErrorType::Overloaded,
+        _ if n.starts_with("invalid_request") => ErrorType::BadRequest,
+        "not_found_error" | "context_length_exceeded" | "model_not_found" | "request_too_large" => {
+            ErrorType::BadRequest
+        }
         "api_error" | "server_error" | "internal_error" => ErrorType::ServerError,
         _ => return None,
     })
@@ -336,6 +346,7 @@ pub fn classify_head(head: &Head<'_>, err: &StreamError) -> Option<ErrorType> {
     Some(match s {
         300..=399 => ErrorType::BadRequest,
         401 | 403 => ErrorType::Auth,
+        402 => ErrorType::QuotaExceeded, // ruling 19
         429 if spent_budget(err) => ErrorType::QuotaExceeded,
         429 => ErrorType::RateLimited,
         529 => ErrorType::Overloaded,
@@ -364,7 +375,11 @@ fn is_sse_line(line: &str) -> bool {
 /// not (the body is then judged whole at its end, whatever follows), `None` while the bytes so far
 /// cannot tell. `ended`: the body has ended, so its last line is complete.
 pub fn starts_as_event_stream(prefix: &[u8], ended: bool) -> Option<bool> {
-    let prefix = prefix.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(prefix);
+    const BOM: &[u8] = b"\xEF\xBB\xBF";
+    if !ended && !prefix.is_empty() && prefix.len() < BOM.len() && BOM.starts_with(prefix) {
+        return None; // ruling 25: a byte-order mark still arriving
+    }
+    let prefix = prefix.strip_prefix(BOM).unwrap_or(prefix);
     let mut rest = prefix;
     loop {
         let (line, complete, next) = match memchr::memchr2(b'\n', b'\r', rest) {
@@ -411,9 +426,8 @@ pub fn judge_non_event_stream(body: &[u8]) -> Option<(ErrorType, String)> {
         .into_iter::<serde_json::Value>()
         .next();
     if let Some(Ok(v)) = first_value
-        && v.get("error").is_some_and(|e| !e.is_null())
+        && let Some(err) = error_object(&v)
     {
-        let err = StreamError::from_json(&v);
         return Some((
             classify_error_object(&err),
             format!(
@@ -871,6 +885,86 @@ mod tests {
         assert_eq!(start("data", true), Some(true));
         assert_eq!(start("\n: only keep-alives\n", true), Some(true));
         assert_eq!(start("", true), Some(true));
+        // Ruling 25: a byte-order mark still arriving decides nothing; whole, it is dropped.
+        let bytes = |b: &[u8], ended: bool| starts_as_event_stream(b, ended);
+        assert_eq!(bytes(b"\xEF", false), None);
+        assert_eq!(bytes(b"\xEF\xBB", false), None);
+        assert_eq!(bytes(b"\xEF\xBB\xBF", false), None);
+        assert_eq!(bytes(b"\xEF\xBB\xBFdata: {}\n", false), Some(true));
+        assert_eq!(bytes(b"\xEF\xBBx", false), Some(false));
+        assert_eq!(bytes(b"\xEF", true), Some(false));
+    }
+
+    /// Rulings 18, 19 and 27: the flat error object, HTTP 402, codes that are not HTTP statuses,
+    /// TGI's `error_type`, and the names ruling 27 adds to ruling 3's table.
+    #[test]
+    fn error_objects_of_rulings_18_19_and_27() {
+        let c = |json: &str| classify_error_object(&StreamError::from_payload(json));
+        let table = [
+            (
+                r#"{"object":"error","message":"x","type":"BadRequestError","code":400}"#,
+                ErrorType::BadRequest,
+            ),
+            (
+                r#"{"error":{"message":"Insufficient credits","code":402}}"#,
+                ErrorType::QuotaExceeded,
+            ),
+            (r#"{"error":{"code":"402"}}"#, ErrorType::QuotaExceeded),
+            // Not HTTP statuses: the type decides.
+            (
+                r#"{"object":"error","type":"invalid_request_message_order","code":"3230"}"#,
+                ErrorType::BadRequest,
+            ),
+            (
+                r#"{"object":"error","type":"rate_limited","code":1300}"#,
+                ErrorType::RateLimited,
+            ),
+            (r#"{"error":{"code":99999}}"#, ErrorType::ServerError),
+            (r#"{"error":{"code":42}}"#, ErrorType::ServerError),
+            (
+                r#"{"error":{"type":"service_tier_capacity_exceeded"}}"#,
+                ErrorType::Overloaded,
+            ),
+            (
+                r#"{"error":{"type":"invalid_request"}}"#,
+                ErrorType::BadRequest,
+            ),
+            // TGI: a string error and its error_type.
+            (
+                r#"{"error":"Input validation error","error_type":"validation"}"#,
+                ErrorType::BadRequest,
+            ),
+            (
+                r#"{"error":"Model is overloaded","error_type":"overloaded"}"#,
+                ErrorType::Overloaded,
+            ),
+            (
+                r#"{"error":"CUDA OOM","error_type":"generation"}"#,
+                ErrorType::ServerError,
+            ),
+            // A status code still comes first.
+            (
+                r#"{"error":"slow down","error_type":"validation","status":429}"#,
+                ErrorType::RateLimited,
+            ),
+        ];
+        for (json, want) in table {
+            assert_eq!(c(json), want, "{json}");
+        }
+        assert_eq!(
+            classify_response(&head(402, &[]), "{}"),
+            Some(ErrorType::QuotaExceeded)
+        );
+        assert_eq!(
+            classify_response(&head(402, &[]), r#"{"error":{"type":"overloaded_error"}}"#),
+            Some(ErrorType::QuotaExceeded)
+        );
+        // Ruling 18 for a 2xx body judged whole.
+        let body = r#"{"object":"error","message":"m","code":401}"#;
+        assert_eq!(
+            judge_non_event_stream(body.as_bytes()).map(|(k, _)| k),
+            Some(ErrorType::Auth)
+        );
     }
 
     #[test]

@@ -222,6 +222,10 @@ async fn request_and_read(
     if classify_head(&head, &StreamError::default()).is_some() {
         return read_error_body(resp, &head, spec, m, proxy).await;
     }
+    if let Some(wait) = head.retry_after(SystemTime::now()) {
+        // Ruling 20: recorded should this answer fail (a success reports no wait).
+        m.retry_after(wait);
+    }
     if head.header("content-type").is_none() {
         m.flag(Flag::NoContentType);
     }

@@ -4,7 +4,9 @@
 //! Source: Anthropic docs, "Messages streaming" (event flow, cumulative usage in `message_delta`,
 //! error events) and "Errors" (error types and their HTTP statuses).
 
-use super::{BodyParams, EventMeaning, Malformed, StreamError, json_object, non_empty_str};
+use super::{
+    BodyParams, EventMeaning, Malformed, StreamError, error_object, json_object, non_empty_str,
+};
 use crate::sse::SseEvent;
 use serde_json::{Map, Value, json};
 
@@ -21,6 +23,13 @@ pub(super) fn messages(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
         .or_else(|| v.get("type").and_then(Value::as_str))
         .unwrap_or_default();
     let mut m = EventMeaning::default();
+    if kind != "error"
+        && let Some(e) = error_object(&v)
+    {
+        // An error object holds for every protocol, whatever its event type.
+        m.error = Some(e);
+        return Ok(m);
+    }
     match kind {
         "message_start" => {
             if let Some(u) = v.get("message").and_then(|msg| msg.get("usage")) {

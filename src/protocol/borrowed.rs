@@ -5,9 +5,10 @@
 //! channels, `choices[*].text`, `finish_reason`, `usage`) with the same rules: a field of another
 //! type than the rule asks for counts as absent, a repeated key's last value wins, a choice or
 //! delta that is not an object is skipped. Strings without escapes are borrowed from the event's
-//! data. Whatever is rarer or richer (a top-level `error`, llama.cpp's `timings`, `tool_calls`,
-//! data that is not an object, `choices` that is not an array, an escaped key, invalid JSON) makes
-//! it give up, and the caller reads the event the `Value` way: one rule, one reading, this is only
+//! data. Whatever is rarer or richer (a top-level `error`, the flat error shape's `"object":
+//! "error"`, llama.cpp's `timings`, `tool_calls`, a `usage` inside a choice, a `finish_reason` that
+//! means failure, data that is not an object, `choices` that is not an array, an escaped key,
+//! invalid JSON) makes it give up, and the caller reads the event the `Value` way: one rule, one reading, this is only
 //! its fast path (a differential test holds the two to the same meaning).
 
 use serde::Deserializer as _;
@@ -77,6 +78,12 @@ impl<'de> Visitor<'de> for ChunkVisitor {
                 // Rarer and richer: the `Value` reading takes them.
                 "error" | "timings" => {
                     if !map.next_value::<IsNull>()?.0 {
+                        return Ok(None);
+                    }
+                }
+                // The flat error object (ruling 18).
+                "object" => {
+                    if map.next_value::<Text<'de>>()?.0.as_deref() == Some("error") {
                         return Ok(None);
                     }
                 }
@@ -174,7 +181,19 @@ impl<'de> Deserialize<'de> for MaybeChoice<'de> {
                     match key {
                         "delta" => c.delta = map.next_value::<MaybeDelta<'de>>()?.0,
                         "text" => c.text = map.next_value::<Text<'de>>()?.0,
-                        "finish_reason" => c.finish = map.next_value::<Text<'de>>()?.0.is_some(),
+                        "finish_reason" => {
+                            let reason = map.next_value::<Text<'de>>()?.0;
+                            if reason.as_deref().is_some_and(super::failure_finish) {
+                                return Err(give_up()); // ruling 23
+                            }
+                            c.finish = reason.is_some();
+                        }
+                        // A usage inside a choice (ruling 22).
+                        "usage" => {
+                            if !map.next_value::<IsNull>()?.0 {
+                                return Err(give_up());
+                            }
+                        }
                         _ => {
                             map.next_value::<IgnoredAny>()?;
                         }

@@ -74,6 +74,18 @@ impl Api {
                 ..EventMeaning::default()
             });
         }
+        if opens_html_page(&ev.data) {
+            // Ruling 24: a proxy's or CDN's error page inside the stream, on every protocol.
+            return Ok(EventMeaning {
+                error: Some(StreamError {
+                    message: Some(
+                        "an HTML page inside the stream (a proxy's or CDN's error page)".into(),
+                    ),
+                    ..StreamError::default()
+                }),
+                ..EventMeaning::default()
+            });
+        }
         match self {
             Api::OpenaiChat => openai::chat(ev),
             Api::OpenaiCompletions => openai::completions(ev),
@@ -91,15 +103,15 @@ impl Api {
     /// (`choices`, `output`, `content`) and without an error object.
     pub fn interpret_answer(self, body: &str) -> Result<EventMeaning, Malformed> {
         let v = json_object(body.trim_start_matches('\u{feff}'))?;
-        let mut m = match v.get("error") {
-            None | Some(Value::Null) => match self {
+        let mut m = match error_object(&v) {
+            None => match self {
                 Api::OpenaiChat => openai::chat_answer(&v)?,
                 Api::OpenaiCompletions => openai::completions_answer(&v)?,
                 Api::OpenaiResponses => openai::responses_answer(&v)?,
                 Api::AnthropicMessages => anthropic::answer(&v)?,
             },
-            Some(_) => EventMeaning {
-                error: Some(StreamError::from_json(&v)),
+            error => EventMeaning {
+                error,
                 ..EventMeaning::default()
             },
         };
@@ -239,23 +251,57 @@ pub struct StreamError {
     pub long_window: bool,
     /// The wait a `RetryInfo.retryDelay` asks for.
     pub retry_delay: Option<Duration>,
+    /// Text Generation Inference's `error_type` beside a string `error` (`validation`,
+    /// `overloaded`, `generation`, ...): the object's type (ruling 27).
+    pub tgi_type: Option<String>,
 }
 
 /// How much of a server's error message is kept (characters).
 pub const MAX_MESSAGE_CHARS: usize = 16 * 1024;
 
-/// A numeric code: a JSON number or a string of digits.
+/// The error object a JSON value is, on every protocol (docs/measurement.md, "In-stream errors"): a
+/// top-level `error` that is not null, or the flat shape of vLLM, SGLang and Mistral, a top-level
+/// `"object": "error"` with its `message`, `type` and `code` beside it (ruling 18).
+pub fn error_object(v: &Value) -> Option<StreamError> {
+    let nested = v.get("error").is_some_and(|e| !e.is_null());
+    let flat = v.get("object").and_then(Value::as_str) == Some("error");
+    (nested || flat).then(|| StreamError::from_json(v))
+}
+
+/// Ruling 23: a `finish_reason` that means the request failed (vLLM's `abort`, the `error` of
+/// OpenRouter and relays) is not a proper end.
+pub fn failure_finish(reason: &str) -> bool {
+    matches!(reason, "abort" | "error")
+}
+
+/// Ruling 24: data whose first non-blank characters open an HTML document (`<!DOCTYPE html`,
+/// `<html`, in any case).
+fn opens_html_page(data: &str) -> bool {
+    let start = data.trim_start().as_bytes();
+    [&b"<!doctype html"[..], b"<html"].iter().any(|tag| {
+        start
+            .get(..tag.len())
+            .is_some_and(|s| s.eq_ignore_ascii_case(tag))
+    })
+}
+
+/// A numeric code: a JSON number or a string of digits, counted only when it is an HTTP status
+/// (100-599; ruling 27: Mistral's 1300 or 3505 are not).
 fn numeric_code(v: Option<&Value>) -> Option<u16> {
-    match v? {
+    let code = match v? {
         Value::Number(n) => n.as_u64().and_then(|c| u16::try_from(c).ok()),
         Value::String(s) => s.trim().parse::<u16>().ok(),
         _ => None,
-    }
+    };
+    code.filter(|c| (100..=599).contains(c))
 }
 
+/// A code that is not an HTTP status, as text (a name such as `insufficient_quota`, or a number
+/// outside 100-599).
 fn text_code(v: Option<&Value>) -> Option<String> {
     match v? {
-        Value::String(s) if s.trim().parse::<u16>().is_err() => Some(s.clone()),
+        Value::String(s) if numeric_code(v).is_none() => Some(s.clone()),
+        Value::Number(n) if numeric_code(v).is_none() => Some(n.to_string()),
         _ => None,
     }
 }
@@ -329,6 +375,10 @@ impl StreamError {
                 return StreamError {
                     code: outer_code,
                     message: Some(truncate(s, MAX_MESSAGE_CHARS)),
+                    tgi_type: v
+                        .get("error_type")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
                     short_window,
                     long_window,
                     retry_delay,
@@ -352,6 +402,7 @@ impl StreamError {
             short_window,
             long_window,
             retry_delay,
+            tgi_type: None,
         }
     }
 
@@ -378,7 +429,7 @@ impl StreamError {
     /// A one-line human summary: `type code: message`.
     pub fn summary(&self) -> String {
         let mut parts = Vec::new();
-        if let Some(k) = &self.kind {
+        if let Some(k) = self.kind.as_ref().or(self.tgi_type.as_ref()) {
             parts.push(k.clone());
         }
         if let Some(c) = self.code {
@@ -468,6 +519,23 @@ fn usage_at(v: &Value, output_key: &str, input_key: &str) -> (Option<u64>, Optio
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Ruling 24: an HTML page inside the stream is an error on every protocol; text that only
+    /// mentions HTML is not.
+    #[test]
+    fn an_html_page_inside_the_stream_is_an_error() {
+        let page = SseEvent {
+            data: "\n  <!DOCTYPE HTML><html><title>502</title></html>".into(),
+            has_data: true,
+            ..SseEvent::default()
+        };
+        for api in <Api as clap::ValueEnum>::value_variants() {
+            assert!(api.interpret(&page).unwrap().error.is_some(), "{api}");
+        }
+        assert!(opens_html_page("<HTML lang=en>"));
+        assert!(!opens_html_page(r#"{"text":"<html>"}"#));
+        assert!(!opens_html_page("<htm"));
+    }
 
     #[test]
     fn error_payloads() {

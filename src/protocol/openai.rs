@@ -4,24 +4,20 @@
 //! Responses streaming events) and docs/measurement.md's token-bearing rules.
 
 use super::{
-    BodyParams, EventMeaning, Malformed, ServerTimings, StreamError, borrowed, json_object,
-    non_empty_str, usage_at,
+    BodyParams, EventMeaning, Malformed, ServerTimings, StreamError, borrowed, error_object,
+    failure_finish, json_object, non_empty_str, usage_at,
 };
 use crate::sse::SseEvent;
 use serde_json::{Map, Value, json};
 
-/// Events of a chat or completions stream that carry no JSON: `[DONE]`, empty data, other types.
+/// Events of a chat or completions stream that carry no JSON chunk: `event: error`, `[DONE]`,
+/// empty data. Ruling 27: on these protocols the SSE event name decides nothing else: the data does.
 fn preamble(ev: &SseEvent) -> Option<Result<EventMeaning, Malformed>> {
-    match ev.event.as_deref() {
-        None | Some("message") => {}
-        Some("error") => {
-            return Some(Ok(EventMeaning {
-                error: Some(StreamError::from_payload(&ev.data)),
-                ..EventMeaning::default()
-            }));
-        }
-        // Unknown event types are never token-bearing and never an error by themselves.
-        Some(_) => return Some(Ok(EventMeaning::default())),
+    if ev.event.as_deref() == Some("error") {
+        return Some(Ok(EventMeaning {
+            error: Some(StreamError::from_payload(&ev.data)),
+            ..EventMeaning::default()
+        }));
     }
     let data = ev.data.trim();
     if data == "[DONE]" {
@@ -34,14 +30,6 @@ fn preamble(ev: &SseEvent) -> Option<Result<EventMeaning, Malformed>> {
         return Some(Ok(EventMeaning::default()));
     }
     None
-}
-
-/// Top-level `error` in a data object (docs/measurement.md, In-stream errors).
-fn top_level_error(v: &Value) -> Option<StreamError> {
-    match v.get("error") {
-        None | Some(Value::Null) => None,
-        Some(_) => Some(StreamError::from_json(v)),
-    }
 }
 
 fn choices(v: &Value) -> Result<&[Value], Malformed> {
@@ -66,12 +54,38 @@ fn chunk(ev: &SseEvent) -> Result<Chunk, Malformed> {
     }
     let v = json_object(&ev.data)?;
     let mut m = EventMeaning {
-        error: top_level_error(&v),
+        error: error_object(&v),
         ..EventMeaning::default()
     };
-    (m.usage_output, m.usage_input) = usage_at(&v, "completion_tokens", "prompt_tokens");
+    // Ruling 22: without a top-level usage object, one inside a choice is the chunk's usage.
+    let usage_holder = if v.get("usage").is_some_and(Value::is_object) {
+        Some(&v)
+    } else {
+        choices(&v)?
+            .iter()
+            .find(|c| c.get("usage").is_some_and(Value::is_object))
+    };
+    if let Some(holder) = usage_holder {
+        (m.usage_output, m.usage_input) = usage_at(holder, "completion_tokens", "prompt_tokens");
+    }
     m.server_timings = v.get("timings").and_then(ServerTimings::from_json);
     Ok(Chunk::Json(v, m))
+}
+
+/// A choice's `finish_reason`: a proper end, or (ruling 23) a failure at this chunk.
+fn finish_reason(choice: &Value, m: &mut EventMeaning) {
+    match choice.get("finish_reason").and_then(Value::as_str) {
+        Some(reason) if failure_finish(reason) => {
+            m.error.get_or_insert_with(|| StreamError {
+                message: Some(format!(
+                    "finish_reason {reason:?}: the server ended the request as failed"
+                )),
+                ..StreamError::default()
+            });
+        }
+        Some(_) => m.finish = true,
+        None => {}
+    }
 }
 
 /// An event's meaning read the fast way ([`borrowed`]), each choice by `choice`; `None` when
@@ -149,9 +163,7 @@ fn chat_value(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
                 m.token |= any;
             }
         }
-        if choice.get("finish_reason").is_some_and(Value::is_string) {
-            m.finish = true;
-        }
+        finish_reason(choice, &mut m);
     }
     Ok(m)
 }
@@ -172,9 +184,7 @@ fn completions_value(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
     };
     for choice in choices(&v)? {
         visible(non_empty_str(choice, "text"), &mut m);
-        if choice.get("finish_reason").is_some_and(Value::is_string) {
-            m.finish = true;
-        }
+        finish_reason(choice, &mut m);
     }
     Ok(m)
 }
@@ -195,6 +205,13 @@ pub(super) fn responses(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
         .or(ev.event.as_deref())
         .unwrap_or_default();
     let mut m = EventMeaning::default();
+    if kind != "error"
+        && let Some(e) = error_object(&v)
+    {
+        // A chat-style error object holds for every protocol, whatever its event type (case 94).
+        m.error = Some(e);
+        return Ok(m);
+    }
     let delta = non_empty_str(&v, "delta");
     match kind {
         "response.output_text.delta" | "response.refusal.delta" => {
@@ -498,31 +515,6 @@ mod tests {
             }
             o
         };
-        let choice = |r: &mut crate::rng::Rng| {
-            if r.below(10) == 0 {
-                return pick(r, ANY).to_string();
-            }
-            let index = |_: &mut crate::rng::Rng| "0".to_string();
-            obj(
-                r,
-                &[
-                    ("delta", &delta),
-                    ("delta", &delta),
-                    ("text", &any),
-                    ("finish_reason", &any),
-                    ("index", &index),
-                    ("logprobs", &any),
-                ],
-            )
-        };
-        let choices = |r: &mut crate::rng::Rng| match r.below(8) {
-            0 => pick(r, ANY).to_string(),
-            _ => {
-                let n = r.below(3);
-                let items: Vec<String> = (0..n).map(|_| choice(r)).collect();
-                format!("[{}]", items.join(","))
-            }
-        };
         let usage = |r: &mut crate::rng::Rng| {
             if r.below(6) == 0 {
                 return pick(r, ANY).to_string();
@@ -536,6 +528,36 @@ mod tests {
                     ("total_tokens", &c),
                 ],
             )
+        };
+        let finish = |r: &mut crate::rng::Rng| match r.below(3) {
+            0 => pick(r, &[r#""stop""#, r#""abort""#, r#""error""#, r#""length""#]).to_string(),
+            _ => any(r),
+        };
+        let choice = |r: &mut crate::rng::Rng| {
+            if r.below(10) == 0 {
+                return pick(r, ANY).to_string();
+            }
+            let index = |_: &mut crate::rng::Rng| "0".to_string();
+            obj(
+                r,
+                &[
+                    ("delta", &delta),
+                    ("delta", &delta),
+                    ("text", &any),
+                    ("finish_reason", &finish),
+                    ("index", &index),
+                    ("logprobs", &any),
+                    ("usage", &usage),
+                ],
+            )
+        };
+        let choices = |r: &mut crate::rng::Rng| match r.below(8) {
+            0 => pick(r, ANY).to_string(),
+            _ => {
+                let n = r.below(3);
+                let items: Vec<String> = (0..n).map(|_| choice(r)).collect();
+                format!("[{}]", items.join(","))
+            }
         };
         let error = |r: &mut crate::rng::Rng| {
             pick(
@@ -552,6 +574,9 @@ mod tests {
             pick(r, &["null", r#"{"predicted_n":3,"predicted_ms":1.5}"#, "3"]).to_string()
         };
         let id = |_: &mut crate::rng::Rng| r#""chatcmpl-1""#.to_string();
+        let object = |r: &mut crate::rng::Rng| {
+            pick(r, &[r#""chat.completion.chunk""#, r#""error""#, "null"]).to_string()
+        };
         let mut top = obj(
             r,
             &[
@@ -563,6 +588,7 @@ mod tests {
                 ("timings", &timings),
                 ("id", &id),
                 ("model", &any),
+                ("object", &object),
             ],
         );
         match r.below(20) {
@@ -675,9 +701,94 @@ mod tests {
             chat(&e).unwrap().error.unwrap().message.as_deref(),
             Some("boom")
         );
+        // Ruling 27: an event name other than `error` decides nothing; the data does.
         let mut p = ev("not json");
         p.event = Some("ping".into());
-        assert_eq!(chat(&p).unwrap(), EventMeaning::default());
+        assert!(chat(&p).is_err());
+        let mut d = ev(r#"{"choices":[{"delta":{"content":"Hi"}}]}"#);
+        d.event = Some("delta".into());
+        assert!(chat(&d).unwrap().token);
+        let mut k = ev("");
+        k.event = Some("ping".into());
+        assert!(!chat(&k).unwrap().token);
+    }
+
+    /// Ruling 18: the flat error object of vLLM, SGLang and Mistral, on every OpenAI protocol.
+    #[test]
+    fn the_flat_error_object_is_an_error() {
+        let flat = r#"{"object":"error","message":"too long","type":"BadRequestError","param":null,"code":400}"#;
+        for m in [
+            chat(&ev(flat)),
+            completions(&ev(flat)),
+            responses(&ev(flat)),
+        ] {
+            let e = m.unwrap().error.unwrap();
+            assert_eq!(
+                (e.code, e.kind.as_deref()),
+                (Some(400), Some("BadRequestError"))
+            );
+            assert_eq!(e.message.as_deref(), Some("too long"));
+        }
+        // A chunk's own `object` is not an error.
+        let m =
+            chat_of(r#"{"object":"chat.completion.chunk","choices":[{"delta":{"content":"a"}}]}"#);
+        assert!(m.error.is_none() && m.token);
+    }
+
+    /// Case 94: a chat-style `{"error": ...}` frame on the Responses API, with no event type.
+    #[test]
+    fn a_chat_style_error_frame_is_an_error_on_responses() {
+        let e = responses(&ev(r#"{"error":{"message":"x","type":null,"code":"500"}}"#))
+            .unwrap()
+            .error
+            .unwrap();
+        assert_eq!(e.code, Some(500));
+        // `response.failed` keeps its nested error; a completed response's null error is none.
+        let m = responses(&ev(
+            r#"{"type":"response.completed","response":{"error":null,"usage":{"output_tokens":3}}}"#,
+        ))
+        .unwrap();
+        assert!(m.error.is_none() && m.terminal && m.usage_output == Some(3));
+    }
+
+    /// Ruling 22: a usage inside a choice counts when the chunk has no top-level usage object.
+    #[test]
+    fn usage_inside_a_choice() {
+        let m = chat_of(
+            r#"{"choices":[{"delta":{},"finish_reason":"stop","usage":{"prompt_tokens":19,"completion_tokens":13}}]}"#,
+        );
+        assert_eq!((m.usage_output, m.usage_input), (Some(13), Some(19)));
+        assert!(m.finish);
+        // The top-level one wins when both are there; a null top-level one is none.
+        let m = chat_of(
+            r#"{"usage":{"completion_tokens":2},"choices":[{"usage":{"completion_tokens":9}}]}"#,
+        );
+        assert_eq!(m.usage_output, Some(2));
+        let m = chat_of(r#"{"usage":null,"choices":[{"usage":{"completion_tokens":9}}]}"#);
+        assert_eq!(m.usage_output, Some(9));
+        let m = completions(&ev(
+            r#"{"choices":[{"text":"a","usage":{"completion_tokens":4}}]}"#,
+        ))
+        .unwrap();
+        assert_eq!(m.usage_output, Some(4));
+    }
+
+    /// Ruling 23: `abort` and `error` finish reasons are failures at their chunk, not proper ends.
+    #[test]
+    fn failure_finish_reasons() {
+        for reason in ["abort", "error"] {
+            let data = format!(r#"{{"choices":[{{"delta":{{}},"finish_reason":"{reason}"}}]}}"#);
+            let m = chat_of(&data);
+            assert!(!m.finish, "{reason}");
+            assert!(m.error.unwrap().message.unwrap().contains(reason));
+            let data = format!(r#"{{"choices":[{{"text":"","finish_reason":"{reason}"}}]}}"#);
+            assert!(completions(&ev(&data)).unwrap().error.is_some(), "{reason}");
+        }
+        for reason in ["stop", "length", "tool_calls", "content_filter"] {
+            let data = format!(r#"{{"choices":[{{"delta":{{}},"finish_reason":"{reason}"}}]}}"#);
+            let m = chat_of(&data);
+            assert!(m.finish && m.error.is_none(), "{reason}");
+        }
     }
 
     #[test]

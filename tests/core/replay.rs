@@ -1,5 +1,5 @@
-//! Replays every stream case in `tests/cases` (or `$TOKENPROBE_CASES_DIR`) against the real
-//! `tokenprobe probe` and checks every value of the case's `.expect.json`.
+//! Replays every stream case in `tests/cases` and `tests/own-cases` (or `$TOKENPROBE_CASES_DIR`
+//! alone) against the real `tokenprobe probe` and checks every value of the case's `.expect.json`.
 //!
 //! All cases run at once (wall time ~ the longest case, ~10 s); every mismatch of every case is
 //! reported, then the test fails. Probers are started one at a time (the next starts once the
@@ -198,6 +198,14 @@ fn replay_all_cases() {
     let dir = cases_dir();
     let mut files = expect_files(&dir)
         .unwrap_or_else(|e| panic!("cannot list cases in {}: {e}", dir.display()));
+    if std::env::var_os("TOKENPROBE_CASES_DIR").is_none() {
+        // The project's own cases, for rulings no shared case covers yet (tests/own-cases/README.md).
+        let own = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/own-cases");
+        files.extend(
+            expect_files(&own)
+                .unwrap_or_else(|e| panic!("cannot list cases in {}: {e}", own.display())),
+        );
+    }
     if let Ok(filter) = std::env::var("TOKENPROBE_CASE") {
         files.retain(|f| case_name(f).contains(&filter));
     }
