@@ -7,9 +7,9 @@
 //! server or the client) or the server treats the two kinds differently. The comparison is pure
 //! ([`compare`]); [`run`] sends the requests right after the level, at its concurrency.
 
+use super::BenchError;
 use super::runner::{Amount, Runner};
 use super::stats::{CrossCheck, LevelStats, Sample, Summary};
-use crate::transport::TransportError;
 
 /// Non-streaming requests per level when `--cross-check` is given without a number.
 pub const DEFAULT_REQUESTS: u64 = 5;
@@ -102,14 +102,14 @@ pub fn compare(
 /// counted in the level, not shown in the progress bar.
 ///
 /// # Errors
-/// [`TransportError`] if a prober cannot be built.
+/// As [`Runner::quietly`].
 pub async fn run(
     runner: &mut Runner,
     level: &LevelStats,
     samples: &[Sample],
     spec: &CrossCheckSpec,
     label: &str,
-) -> Result<CrossCheck, TransportError> {
+) -> Result<CrossCheck, BenchError> {
     let workers = concurrency_of(level, samples);
     let n = spec.requests.max(u64::from(workers));
     let was = runner.set_stream(false);

@@ -122,6 +122,16 @@ pub enum BenchError {
     /// The HTTP client could not be built from the target's settings.
     #[error(transparent)]
     Client(#[from] TransportError),
+    /// A level's sending broke: a worker panicked (a bug: the panic's message is printed
+    /// above), or an instant the clock cannot hold was asked for. The requests it had sent were
+    /// waited for; the run stops without a report rather than report a level short of them.
+    #[error("{level}: {reason}; the run stops without a report")]
+    Level {
+        /// The level (model and load).
+        level: String,
+        /// What broke.
+        reason: String,
+    },
     /// The baseline report could not be read.
     #[error("cannot use baseline {path}: {reason}")]
     Baseline {

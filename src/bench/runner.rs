@@ -15,6 +15,7 @@
 //! **loop lag** is how long a task that yields waits to run again, sampled every 10 ms: when the
 //! runtime is too busy, responses are read late and that shows there first.
 
+use super::BenchError;
 use super::stats::Sample;
 use crate::measure::ProbeResult;
 use crate::probe::{Calibration, ProbeSpec, Prober, TokenModels};
@@ -563,8 +564,8 @@ impl Runner {
     /// Unmeasured requests before a level, closed loop at `min(concurrency, n)` workers.
     ///
     /// # Errors
-    /// [`TransportError`] if a prober cannot be built.
-    pub async fn warmup(&mut self, concurrency: u32, n: u64) -> Result<(), TransportError> {
+    /// As [`Runner::closed`].
+    pub async fn warmup(&mut self, concurrency: u32, n: u64) -> Result<(), BenchError> {
         if n == 0 {
             return Ok(());
         }
@@ -578,13 +579,13 @@ impl Runner {
     /// `--cross-check`'s requests).
     ///
     /// # Errors
-    /// [`TransportError`] if a prober cannot be built.
+    /// As [`Runner::closed`].
     pub async fn quietly(
         &mut self,
         c: u32,
         amount: Amount,
         label: String,
-    ) -> Result<LevelRun, TransportError> {
+    ) -> Result<LevelRun, BenchError> {
         let saved = self.silence();
         let ramp = std::mem::take(&mut self.ramp);
         let load_ramp = self.load_ramp.take();
@@ -609,14 +610,14 @@ impl Runner {
     /// shown by the progress bar.
     ///
     /// # Errors
-    /// [`TransportError`] if a prober cannot be built.
+    /// As [`Runner::open`].
     pub async fn warm_open(
         &mut self,
         (rate, cap): (f64, u32),
         arrival: Arrival,
         seed: u64,
         d: Duration,
-    ) -> Result<(), TransportError> {
+    ) -> Result<(), BenchError> {
         let saved = self.silence();
         let r = self
             .open(
@@ -643,19 +644,21 @@ impl Runner {
     /// [`Runner::ramp`].
     ///
     /// # Errors
-    /// [`TransportError`] if a prober cannot be built.
+    /// [`BenchError::Client`] if a prober cannot be built; [`BenchError::Level`] if a worker
+    /// panicked, or the level's instants do not fit the clock (then nothing is sent).
     pub async fn closed(
         &mut self,
         c: u32,
         amount: Amount,
         label: String,
         progress_base: u64,
-    ) -> Result<LevelRun, TransportError> {
+    ) -> Result<LevelRun, BenchError> {
         self.ensure_probers(c as usize)?;
         let limit = match amount {
             Amount::Requests(n) => n,
             Amount::Duration(_) => u64::MAX,
         };
+        let level = label.clone();
         let ticker = self.progress.ticker(
             label,
             progress_base,
@@ -672,19 +675,34 @@ impl Runner {
         let monitor = LagMonitor::start();
         let start = Instant::now();
         let started_unix_s = unix_s(std::time::SystemTime::now());
+        // Every instant of the level, before any worker starts: one the clock cannot hold fails
+        // the level with nothing sent.
         let deadline = match amount {
-            Amount::Duration(d) => Some(start + d),
-            Amount::Requests(_) => None,
+            Amount::Duration(d) => start
+                .checked_add(d)
+                .map(Some)
+                .ok_or_else(|| format!("its duration, {} s,", d.as_secs_f64())),
+            Amount::Requests(_) => Ok(None),
         };
-        let mut handles = Vec::with_capacity(c as usize);
+        let first_sends = (0..c)
+            .map(|w| match self.load_ramp {
+                Some(r) => instant_after(start, r.reaches(f64::from(w) + 1.0, f64::from(c))),
+                None => start.checked_add(self.ramp.mul_f64(f64::from(w) / f64::from(c.max(1)))),
+            })
+            .collect::<Option<Vec<Instant>>>()
+            .ok_or_else(|| "its workers' ramp".to_owned());
+        let mut failed = None;
+        let (deadline, first_sends) = match deadline.and_then(|d| Ok((d, first_sends?))) {
+            Ok(both) => both,
+            Err(what) => {
+                failed = Some(format!("{what} ends past what the clock can hold"));
+                (None, Vec::new())
+            }
+        };
+        let mut handles = Vec::with_capacity(first_sends.len());
         // Each worker owns its prober for the level and hands it back at the end.
-        let workers: Vec<Prober> = self.probers.drain(..c as usize).collect();
-        for (w, mut prober) in workers.into_iter().enumerate() {
-            let first_send = start
-                + match self.load_ramp {
-                    Some(r) => Duration::from_secs_f64(r.reaches(w as f64 + 1.0, f64::from(c))),
-                    None => self.ramp.mul_f64(w as f64 / f64::from(c.max(1))),
-                };
+        let workers: Vec<Prober> = self.probers.drain(..first_sends.len()).collect();
+        for (mut prober, first_send) in workers.into_iter().zip(first_sends) {
             let (spec, tickets, progress) =
                 (self.spec.clone(), tickets.clone(), self.progress.clone());
             handles.push(tokio::spawn(async move {
@@ -728,8 +746,8 @@ impl Runner {
         let mut samples = Vec::new();
         let mut back = Vec::with_capacity(handles.len());
         for h in handles {
-            // A worker that panicked loses its prober: the next level builds another.
-            if let Ok((prober, mut v)) = h.await {
+            // A worker that panicked loses its prober and its samples: the level fails.
+            if let Some((prober, mut v)) = joined(h, &mut failed).await {
                 back.push(prober);
                 samples.append(&mut v);
             }
@@ -740,6 +758,9 @@ impl Runner {
         self.ensure_probers(1)?;
         let (loop_lag, cpu) = monitor.stop().await;
         ticker.end().await;
+        if let Some(reason) = failed {
+            return Err(BenchError::Level { level, reason });
+        }
         Ok(LevelRun {
             wall_s: samples.iter().map(|s| s.end_s).fold(0.0, f64::max),
             canary: None,
@@ -755,7 +776,9 @@ impl Runner {
     /// for a slot and are counted as capped).
     ///
     /// # Errors
-    /// [`TransportError`] if a prober cannot be built.
+    /// [`BenchError::Client`] if a prober cannot be built; [`BenchError::Level`] if an arrival's
+    /// instant does not fit the clock (a trace's: before anything is sent; others' when due) or
+    /// a task of the level panicked, once every request sent has ended.
     #[allow(clippy::too_many_arguments)]
     pub async fn open(
         &mut self,
@@ -766,7 +789,7 @@ impl Runner {
         amount: Amount,
         label: String,
         progress_base: u64,
-    ) -> Result<LevelRun, TransportError> {
+    ) -> Result<LevelRun, BenchError> {
         // Probers for the first arrivals up front; more are built on demand up to the cap.
         self.ensure_probers((cap as usize).min(FIRST_PROBERS))?;
         let pool = Arc::new(ProberPool {
@@ -775,6 +798,7 @@ impl Runner {
         });
         let slots = Arc::new(Semaphore::new(cap as usize));
         let capped = Arc::new(AtomicU64::new(0));
+        let level = label.clone();
         let ticker = self.progress.ticker(
             label,
             progress_base,
@@ -808,22 +832,36 @@ impl Runner {
             _ => None,
         };
         let indexed = trace.is_some();
-        let offsets: Box<dyn Iterator<Item = f64> + Send> = match trace {
-            Some(t) => Box::new(t.into_iter()),
-            None => ramped_offsets(rate, arrival, seed, load_ramp),
+        // A trace's instants are all checked before its first is sent (a trace's span is bounded
+        // at load, so this is the clock's own guard); generated ones as they come.
+        let mut failed = trace.as_ref().and_then(|t| {
+            let (i, off) = t
+                .iter()
+                .enumerate()
+                .find(|(_, off)| instant_after(start, **off).is_none())?;
+            Some(unschedulable(i, *off))
+        });
+        let offsets: Box<dyn Iterator<Item = f64> + Send> = match (trace, &failed) {
+            (_, Some(_)) => Box::new(std::iter::empty()),
+            (Some(t), None) => Box::new(t.into_iter()),
+            (None, None) => ramped_offsets(rate, arrival, seed, load_ramp),
         };
+        // Each arrival's task is handed over as it is spawned, so the requests sent are waited
+        // for whatever becomes of the dispatcher (a panic of its own included).
+        let (sent, mut arrivals) = tokio::sync::mpsc::unbounded_channel();
         let dispatcher = tokio::task::spawn_blocking(move || {
-            let mut handles = Vec::new();
             for (i, off) in offsets.enumerate() {
                 match amount {
                     Amount::Requests(n) if i as u64 >= n => break,
                     Amount::Duration(d) if off >= d.as_secs_f64() => break,
                     _ => {}
                 }
-                let intended = start + Duration::from_secs_f64(off);
+                let Some(intended) = instant_after(start, off) else {
+                    return Some(unschedulable(i, off));
+                };
                 loop {
                     if abandoned.load(Ordering::Acquire) {
-                        return handles;
+                        return None;
                     }
                     let now = Instant::now();
                     if intended <= now {
@@ -841,17 +879,17 @@ impl Runner {
                     intended,
                     index: indexed.then_some(i as u64),
                 };
-                handles.push(handle.spawn(req.run()));
+                // The receiver lives until the sender is dropped: this cannot fail.
+                let _ = sent.send(handle.spawn(req.run()));
             }
-            handles
+            None
         });
         let mut samples = Vec::new();
-        if let Ok(handles) = dispatcher.await {
-            for h in handles {
-                if let Ok(s) = h.await {
-                    samples.push(s);
-                }
-            }
+        while let Some(h) = arrivals.recv().await {
+            samples.extend(joined(h, &mut failed).await);
+        }
+        if let Some(Some(reason)) = joined(dispatcher, &mut failed).await {
+            failed.get_or_insert(reason);
         }
         let (loop_lag, cpu) = monitor.stop().await;
         ticker.end().await;
@@ -861,6 +899,9 @@ impl Runner {
             self.probers = std::mem::take(&mut *p);
         }
         self.ensure_probers(1)?;
+        if let Some(reason) = failed {
+            return Err(BenchError::Level { level, reason });
+        }
         Ok(LevelRun {
             wall_s: samples.iter().map(|s| s.end_s).fold(0.0, f64::max),
             canary: None,
@@ -870,6 +911,39 @@ impl Runner {
             started_unix_s,
             cpu,
         })
+    }
+}
+
+/// `start` plus `off` seconds, when the clock holds that instant: none for an offset that is
+/// negative, not a number, or past the clock's range (where `Instant + Duration` panics).
+fn instant_after(start: Instant, off: f64) -> Option<Instant> {
+    Duration::try_from_secs_f64(off)
+        .ok()
+        .and_then(|d| start.checked_add(d))
+}
+
+/// Why arrival `i`, due `off` seconds after its level's start, was not sent.
+fn unschedulable(i: usize, off: f64) -> String {
+    format!("arrival {i} is due {off:e} s after the level's start, past what the clock can hold")
+}
+
+/// A level's task's result; none when it panicked (or was cancelled), and why in `failed` (the
+/// first reason is kept). A panic's own message is printed by the panic hook where it happened,
+/// and not repeated.
+async fn joined<T>(task: tokio::task::JoinHandle<T>, failed: &mut Option<String>) -> Option<T> {
+    match task.await {
+        Ok(v) => Some(v),
+        Err(e) => {
+            failed.get_or_insert_with(|| {
+                if e.is_panic() {
+                    "a worker panicked (a bug: the panic's message and place are printed above)"
+                        .into()
+                } else {
+                    "a worker was cancelled".into()
+                }
+            });
+            None
+        }
     }
 }
 
@@ -1194,5 +1268,99 @@ mod tests {
         let a: Vec<f64> = arrival_offsets(5.0, Arrival::Poisson, 3).take(5).collect();
         let b: Vec<f64> = arrival_offsets(5.0, Arrival::Poisson, 3).take(5).collect();
         assert_eq!(a, b);
+    }
+
+    /// A runner for a trace prompt whose instants (seconds) are `at_s`, bypassing the parser's
+    /// bounds, aimed at a listener that counts nothing sent: the listener, to look at after.
+    fn trace_runner(at_s: &[f64]) -> (Runner, std::net::TcpListener) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = crate::config::Config::parse(&format!(
+            "prompts:\n  - name: p\n    trace: {{file: t.jsonl, format: mooncake}}\n\
+             targets:\n  - name: t\n    base_url: http://{}/v1\n    models: [m]\n",
+            listener.local_addr().unwrap()
+        ))
+        .unwrap();
+        let spec = ProbeSpec::from_job(&c.jobs[0]);
+        let crate::workload::Workload::Trace(t) = &spec.workload else {
+            panic!("a trace prompt");
+        };
+        let requests = at_s
+            .iter()
+            .map(|&at_s| crate::workload::trace::TraceRequest {
+                at_s,
+                input_tokens: 5,
+                output_tokens: 2,
+                hash_ids: Vec::new(),
+            })
+            .collect();
+        t.recording
+            .set(crate::workload::trace::Recording {
+                requests,
+                ..Default::default()
+            })
+            .unwrap();
+        listener.set_nonblocking(true).unwrap();
+        (
+            Runner::new(spec, Progress::new(0, false)).unwrap(),
+            listener,
+        )
+    }
+
+    /// Issue 39: an instant past the clock's range (a trace's 1e19 s, 1e300 s; a duration no
+    /// instant holds) fails its level before anything is sent, instead of panicking a worker
+    /// after the first request and reporting a level of nothing.
+    #[tokio::test]
+    async fn an_instant_past_the_clock_fails_the_level_with_nothing_sent() {
+        for far in [1e19, 1e300, f64::INFINITY] {
+            let (mut runner, listener) = trace_runner(&[0.0, far]);
+            let r = runner
+                .open(
+                    1.0,
+                    10,
+                    Arrival::Constant,
+                    0,
+                    Amount::Requests(2),
+                    "m @ 1/s".into(),
+                    0,
+                )
+                .await;
+            let Err(BenchError::Level { level, reason }) = r else {
+                panic!("{far}: {r:?}");
+            };
+            assert_eq!(level, "m @ 1/s");
+            assert!(
+                reason.starts_with("arrival 1 is due") && reason.contains("past what the clock"),
+                "{reason}"
+            );
+            assert_eq!(runner.progress.started.load(Ordering::Relaxed), 0, "{far}");
+            assert!(listener.accept().is_err(), "{far}: a connection was made");
+        }
+        let (mut runner, listener) = trace_runner(&[0.0]);
+        let r = runner
+            .closed(1, Amount::Duration(Duration::MAX), "m @ 1".into(), 0)
+            .await;
+        let Err(BenchError::Level { reason, .. }) = r else {
+            panic!("{r:?}");
+        };
+        assert!(reason.starts_with("its duration"), "{reason}");
+        assert_eq!(runner.progress.started.load(Ordering::Relaxed), 0);
+        assert!(listener.accept().is_err(), "a connection was made");
+    }
+
+    /// A task of a level that panicked is a reason the level fails, never a silent loss.
+    #[tokio::test]
+    async fn a_panicked_task_is_a_failure_of_its_level() {
+        let mut failed = None;
+        let ok = joined(tokio::spawn(async { 7 }), &mut failed).await;
+        assert_eq!((ok, &failed), (Some(7), &None));
+        let lost: Option<u32> =
+            joined(tokio::spawn(async { panic!("on purpose") }), &mut failed).await;
+        assert_eq!(lost, None);
+        assert!(
+            failed
+                .as_deref()
+                .is_some_and(|f| f.starts_with("a worker panicked")),
+            "{failed:?}"
+        );
     }
 }

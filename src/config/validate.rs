@@ -16,6 +16,7 @@ use crate::protocol::{Api, Message};
 use crate::workload::{
     Conversation, Dataset, DatasetFormat, Length, MAX_TOKENS, Synthetic, Trace, TraceFormat,
     Workload,
+    trace::{MAX_SPAN, MAX_TIME_SCALE},
 };
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -34,10 +35,6 @@ pub const MAX_INTERVAL: Duration = Duration::from_secs(7 * 86_400);
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(86_400);
 /// Most turns of a `conversation` prompt (each resends the whole history).
 pub const MAX_TURNS: u32 = 100;
-/// The largest `time_scale` of a trace (a replay 1,000 times slower than recorded).
-pub const MAX_TIME_SCALE: f64 = 1000.0;
-/// The latest start and the longest window of a trace (a year of it).
-pub const MAX_TRACE_WINDOW: Duration = Duration::from_secs(366 * 86_400);
 
 /// A file the config names, checked in `mod.rs` (reading files is no validator's business).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,8 +12,8 @@
 //! window (`start`, `duration`, in the trace's seconds) keeps part of a trace, its instants then
 //! counted from `start`, and the send instant is that times `time_scale` (0.5: twice as fast).
 //! Rows that asked for no output (BurstGPT keeps requests that failed when recorded, with 0
-//! response tokens) are skipped and counted. Timestamps must not go back; lengths must be whole,
-//! from 1 to [`MAX_TOKENS`].
+//! response tokens) are skipped and counted. Timestamps must not go back, nor be more than
+//! [`MAX_SPAN`] (a year) after the first; lengths must be whole, from 1 to [`MAX_TOKENS`].
 //!
 //! A request's prompt is built block by block ([`Trace::draw`]): a block's words are drawn from
 //! its id, so two requests whose leading ids are equal start with the same text and a server's
@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use super::MAX_TOKENS;
 
@@ -37,6 +38,12 @@ pub const MAX_REQUESTS: usize = 1_000_000;
 pub const MAX_FILE_BYTES: u64 = 32 << 20;
 /// The most hash ids one trace may hold in all (bounds its memory: 8 bytes each).
 pub const MAX_HASH_IDS: usize = 4_000_000;
+/// The longest trace, in its own time: a row more than this after the first is refused with
+/// its line. A window's `start` and `duration` are bounded by it too (a year of a trace).
+pub const MAX_SPAN: Duration = Duration::from_secs(366 * 86_400);
+/// The largest `time_scale` of a trace (a replay 1,000 times slower than recorded), so a replay
+/// lasts at most [`MAX_SPAN`] times this (about a thousand years: far from what a clock can add).
+pub const MAX_TIME_SCALE: f64 = 1000.0;
 /// Salt of the block texts' generator, so a block's text is never a request's own.
 const BLOCK_SALT: u64 = 0x424c_4f43_4b53;
 
@@ -189,7 +196,8 @@ struct Row {
     hash_ids: Vec<u64>,
 }
 
-/// Timestamps, turned into seconds after the first and checked for order.
+/// Timestamps, turned into seconds after the first and checked for order and for the trace's
+/// longest span ([`MAX_SPAN`]).
 #[derive(Default)]
 struct Stamps {
     first: Option<f64>,
@@ -200,6 +208,12 @@ impl Stamps {
     fn next(&mut self, line: u64, t: f64) -> Result<f64, String> {
         let first = *self.first.get_or_insert(t);
         let at = t - first;
+        if at > MAX_SPAN.as_secs_f64() {
+            let days = MAX_SPAN.as_secs() / 86_400;
+            return Err(format!(
+                "line {line}: its timestamp is more than {days} days after the first row's (a trace spans at most {days} days: cut the file)"
+            ));
+        }
         if at < self.last {
             return Err(format!(
                 "line {line}: its timestamp is {:.3} s before the line before it (a trace must be in time order)",

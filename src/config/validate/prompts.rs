@@ -212,18 +212,13 @@ impl Validator {
             );
         }
         let start = self
-            .duration_in(
-                &format!("{path}.start"),
-                &r.start,
-                Duration::ZERO,
-                MAX_TRACE_WINDOW,
-            )
+            .duration_in(&format!("{path}.start"), &r.start, Duration::ZERO, MAX_SPAN)
             .unwrap_or(Duration::ZERO);
         let duration = self.duration_in(
             &format!("{path}.duration"),
             &r.duration,
             Duration::from_millis(1),
-            MAX_TRACE_WINDOW,
+            MAX_SPAN,
         );
         let recording = Arc::new(std::sync::OnceLock::new());
         let model = r.model.as_ref().map(|m| m.value.clone());

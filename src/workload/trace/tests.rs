@@ -280,3 +280,44 @@ fn a_trace_too_long_is_refused_at_its_line() {
         "{e}"
     );
 }
+
+/// Issue 39: timestamps far apart (past the replay clock's range, or millions of years) are
+/// refused at load with their line, and the longest span itself is accepted.
+#[test]
+fn a_trace_spanning_more_than_a_year_is_refused_with_its_line() {
+    let past = "its timestamp is more than 366 days after the first row's";
+    let burst = |t: &str| {
+        format!(
+            "Timestamp,Model,Request tokens,Response tokens\n0,ChatGPT,10,5\n{t},ChatGPT,10,5\n"
+        )
+    };
+    for t in ["1e19", "1e300"] {
+        let e = parse(&burst(t), TraceFormat::Burstgpt, None).unwrap_err();
+        assert!(e.starts_with(&format!("line 3: {past}")), "{t}: {e}");
+    }
+    let line =
+        |ms: &str| format!(r#"{{"timestamp": {ms}, "input_length": 10, "output_length": 5}}"#);
+    for ms in ["1e22", "1e18"] {
+        let e = moon(&[&line("0"), &line(ms)]).unwrap_err();
+        assert!(e.starts_with(&format!("line 2: {past}")), "{ms}: {e}");
+    }
+    let azure = "TIMESTAMP,ContextTokens,GeneratedTokens\n\
+                 0001-01-01 00:00:00.0,10,5\n\
+                 9999-12-31 23:59:59.0,10,5\n";
+    let e = parse(azure, TraceFormat::Azure, None).unwrap_err();
+    assert!(e.starts_with(&format!("line 3: {past}")), "{e}");
+    // A row asking no output counts too: the span is the file's.
+    let e = parse(
+        &burst("1e19").replace(",5\n", ",0\n"),
+        TraceFormat::Burstgpt,
+        None,
+    )
+    .unwrap_err();
+    assert!(e.starts_with(&format!("line 3: {past}")), "{e}");
+    // 366 days to the millisecond is the longest trace; a millisecond more is refused.
+    let longest = moon(&[&line("0"), &line("31622400000")]).unwrap();
+    assert_eq!(longest.span_s, 31_622_400.0);
+    assert_eq!(MAX_SPAN.as_secs_f64(), 31_622_400.0);
+    let e = moon(&[&line("0"), &line("5"), &line("31622400001")]).unwrap_err();
+    assert!(e.starts_with(&format!("line 3: {past}")), "{e}");
+}

@@ -337,3 +337,50 @@ fn a_bad_trace_is_refused_with_its_line_before_anything_is_sent() {
     );
     assert_eq!(std::fs::read_to_string(&log).unwrap_or_default(), "");
 }
+
+/// Issue 39: a trace whose timestamps overflowed the replay's clock (a Mooncake line at 1e22 ms)
+/// is refused by `check-config` and by `bench` with its line, before anything is sent. Before,
+/// both took it: `bench` sent the first request, a worker panicked, and it exited 0 reporting
+/// 0 requests.
+#[test]
+fn a_trace_spanning_past_a_year_is_refused_before_anything_is_sent() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("events.jsonl");
+    let (_sim, url) = simulate(dir.path(), &["--event-log", log.to_str().unwrap()]);
+    let far = dir.path().join("far.jsonl");
+    std::fs::write(
+        &far,
+        "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 2}\n\
+         {\"timestamp\": 1e22, \"input_length\": 5, \"output_length\": 2}\n",
+    )
+    .unwrap();
+    let cfg = trace_config(
+        dir.path(),
+        &url,
+        &format!("file: {}, format: mooncake", far.display()),
+    );
+    let why = "far.jsonl: line 2: its timestamp is more than 366 days after the first row's";
+    let mut check = Command::new(tokenprobe_bin());
+    check.args(["check-config", "--config.file", cfg.to_str().unwrap()]);
+    let (st, out, err) = run_with_timeout(check, None, Duration::from_secs(30));
+    assert_eq!(st.code(), Some(2), "{out}{err}");
+    assert!(
+        format!("{out}{err}").contains(&format!("prompts[0].trace.file: trace {}", far.display()))
+            && format!("{out}{err}").contains(why),
+        "{out}{err}"
+    );
+    let history = dir.path().join("runs.sqlite3");
+    let (code, _, err) = bench(
+        &[
+            "--config.file",
+            cfg.to_str().unwrap(),
+            "--history",
+            history.to_str().unwrap(),
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains(why) && !err.contains("panicked"), "{err}");
+    assert_eq!(std::fs::read_to_string(&log).unwrap_or_default(), "");
+}
