@@ -185,15 +185,6 @@ fn take_waiters(key: &ReadKey) -> Vec<Waiter> {
     }
 }
 
-/// The bound for people: `64 KiB`, `8 MiB`.
-fn human(bytes: u64) -> String {
-    if bytes >= 1 << 20 {
-        format!("{} MiB", bytes >> 20)
-    } else {
-        format!("{} KiB", bytes >> 10)
-    }
-}
-
 /// The read itself, on its own thread: the kind of file first (no FIFO is opened), then at most
 /// `max + 1` bytes.
 fn read_now(path: &Path, what: &str, max: u64, pipes: bool) -> Result<Vec<u8>, FileError> {
@@ -222,7 +213,7 @@ fn read_now(path: &Path, what: &str, max: u64, pipes: bool) -> Result<Vec<u8>, F
         return Err(FileError::TooLarge {
             what: what.to_owned(),
             path: path.display().to_string(),
-            limit: human(max),
+            limit: crate::units::fmt_bytes(max),
         });
     }
     Ok(bytes)

@@ -8,6 +8,7 @@
 //! - [`measure`]: the measurement fold from timestamped events to a [`measure::ProbeResult`] (pure).
 //! - [`outcome`]: error types, flags and the classification rules (pure).
 //! - [`ratelimit`]: the quotas an answer's rate-limit headers state (pure).
+//! - [`plausible`]: what a number another server states must be to be data (pure).
 //! - [`probe`]: one streaming request, timestamped in the reading task (async I/O).
 //! - [`auth`]: API keys, where they come from, the header that carries them.
 //! - [`config`]: the YAML config, validated once.
@@ -53,6 +54,7 @@ pub mod metrics;
 pub mod otlp;
 pub mod outcome;
 pub mod output;
+pub mod plausible;
 pub mod probe;
 pub mod protocol;
 pub mod ratelimit;

@@ -294,6 +294,8 @@ pub struct Metrics {
     target_wait: Family<JobLabels, Counter<f64, AtomicU64>>,
     /// Limit, remaining, seconds to reset.
     ratelimit: [RateGauges; 3],
+    /// Values of those the headers stated that were not data, left out (a pair once).
+    ratelimit_invalid: Family<RateLimitLabels, Counter>,
     job_info: Family<JobInfo, Gauge>,
     reload_ok: Gauge,
     reload_ts: Gauge<f64, AtomicU64>,
@@ -351,6 +353,7 @@ impl Metrics {
             retry_after: Family::default(),
             target_wait: Family::default(),
             ratelimit: Default::default(),
+            ratelimit_invalid: Family::default(),
             job_info: Family::default(),
             reload_ok: Gauge::default(),
             reload_ts: Gauge::default(),
@@ -417,6 +420,11 @@ impl Metrics {
             "Time until that quota resets, as of the target's last answer stating it, by kind",
             Unit::Seconds,
             m.ratelimit[2].clone(),
+        );
+        r.register(
+            "ratelimit_invalid_values",
+            "Values the target's rate-limit headers stated that are not data, by kind, left out of the ratelimit gauges: a number not finite, negative or over 1e16 (the rule of server metrics), or a remaining above its limit (the pair left out, counted once)",
+            m.ratelimit_invalid.clone(),
         );
         r.register("job_info", "A job's settings that change what its numbers mean: api, connection (new = cold connection per probe, reuse = warm path), nonce (true = prompt-cache hits prevented), workload (messages, synthetic, dataset, conversation), stream (false = whole answers: no TTFT/TPOT observed); always 1", m.job_info.clone());
         r.register("config_last_reload_successful", "1 when the last config (re)load succeeded, 0 when the last attempt was refused (the previous config keeps running)", m.reload_ok.clone());
@@ -610,6 +618,7 @@ pub struct JobSeries {
     retry_after: Gauge<f64, AtomicU64>,
     target_wait: Counter<f64, AtomicU64>,
     ratelimit: [RateGauges; 3],
+    ratelimit_invalid: Family<RateLimitLabels, Counter>,
     /// `None` without `cold_start_time_to_first_token`.
     cold_ttft: Option<Hist>,
     last_success: Gauge,
@@ -773,6 +782,7 @@ impl JobSeries {
             retry_after,
             target_wait,
             ratelimit: m.ratelimit.clone(),
+            ratelimit_invalid: m.ratelimit_invalid.clone(),
             cold_ttft: has(F::ColdStartTimeToFirstToken).then(|| m.cold_ttft.clone()),
             last_success,
             last_timestamp,
@@ -867,11 +877,18 @@ impl JobSeries {
                         family.remove(&labels);
                     }));
                 }
+                // The kind's count of values left out exists (at 0) with its gauges.
+                let _ = handle(&mut st.removers, &self.ratelimit_invalid, labels.clone());
             }
             for (family, v) in self.ratelimit.iter().zip([q.limit, q.remaining, q.reset_s]) {
                 if let Some(v) = v {
                     family.get_or_create(&labels).set(v);
                 }
+            }
+            if !q.left_out.is_empty() {
+                self.ratelimit_invalid
+                    .get_or_create(&labels)
+                    .inc_by(q.left_out.len() as u64);
             }
         }
         match (r.error_type, r.retry_after_s) {

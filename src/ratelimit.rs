@@ -12,8 +12,10 @@
 //!   `RateLimit-Policy: "p";q=100;w=60` (and the earlier `RateLimit: limit=100, remaining=50, reset=30`).
 //!   Its quota unit is requests unless the policy's `qu` says otherwise (other units are not read).
 //!
-//! A value that is not a finite number at or above 0 is no value; a reset instant already past is
-//! 0 s.
+//! A value that is not a number is no value. A number that is not data by the rule server metrics
+//! have (`plausible::invalid`: not finite, negative, over 1e16) is left out and named in the
+//! reading's `left_out`, as is a `remaining` above its `limit` (one of the two is wrong and
+//! nothing says which, so both go); `-0` is 0; a reset instant already past is 0 s.
 
 use std::time::SystemTime;
 
@@ -62,7 +64,7 @@ impl Kind {
 }
 
 /// One quota as an answer stated it.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Reading {
     /// What it counts.
     pub kind: Kind,
@@ -72,11 +74,59 @@ pub struct Reading {
     pub remaining: Option<f64>,
     /// Seconds until it resets.
     pub reset_s: Option<f64>,
+    /// The values the headers stated that are not data, left out of the fields above, each
+    /// named with why (`limit 1e308: implausibly large`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub left_out: Vec<String>,
 }
 
 impl Reading {
+    /// A reading of `kind` stating nothing.
+    fn none(kind: Kind) -> Self {
+        Reading {
+            kind,
+            limit: None,
+            remaining: None,
+            reset_s: None,
+            left_out: Vec::new(),
+        }
+    }
+
     fn is_empty(&self) -> bool {
         self.limit.is_none() && self.remaining.is_none() && self.reset_s.is_none()
+    }
+
+    /// The reading with what is not data left out and named in `left_out`: a number the
+    /// plausibility rule refuses ([`crate::plausible::invalid`], the rule of server metrics),
+    /// then a `remaining` above its `limit` (both go: nothing says which is wrong). `-0` is 0.
+    fn checked(mut self) -> Self {
+        let fields = [
+            ("limit", &mut self.limit),
+            ("remaining", &mut self.remaining),
+            ("reset", &mut self.reset_s),
+        ];
+        for (name, field) in fields {
+            let Some(v) = *field else { continue };
+            match crate::plausible::invalid(v) {
+                Some(why) => {
+                    self.left_out.push(format!("{name} {v:?}: {why}"));
+                    *field = None;
+                }
+                // Adding +0 turns -0 into 0 and leaves every other number as it is.
+                None => *field = Some(v + 0.0),
+            }
+        }
+        if let (Some(limit), Some(remaining)) = (self.limit, self.remaining)
+            && remaining > limit
+        {
+            self.left_out.push(format!(
+                "remaining {} above its limit {}: both left out",
+                crate::units::trim_float(remaining),
+                crate::units::trim_float(limit)
+            ));
+            (self.limit, self.remaining) = (None, None);
+        }
+        self
     }
 }
 
@@ -97,36 +147,34 @@ pub fn read<'a>(headers: &[(&'a str, &'a str)], now: SystemTime) -> Vec<Reading>
             limit: get(&format!("x-ratelimit-limit-{k}")).and_then(number),
             remaining: get(&format!("x-ratelimit-remaining-{k}")).and_then(number),
             reset_s: get(&format!("x-ratelimit-reset-{k}")).and_then(go_duration),
+            left_out: Vec::new(),
         };
         let anthropic = Reading {
             kind,
             limit: get(&format!("anthropic-ratelimit-{k}-limit")).and_then(number),
             remaining: get(&format!("anthropic-ratelimit-{k}-remaining")).and_then(number),
             reset_s: get(&format!("anthropic-ratelimit-{k}-reset")).and_then(|v| instant(v, now)),
+            left_out: Vec::new(),
         };
         let ietf = if kind == Kind::Requests {
             ietf(&get)
         } else {
-            Reading {
-                kind,
-                limit: None,
-                remaining: None,
-                reset_s: None,
-            }
+            Reading::none(kind)
         };
         if let Some(r) = [openai, anthropic, ietf]
             .into_iter()
             .find(|r| !r.is_empty())
         {
-            out.push(r);
+            out.push(r.checked());
         }
     }
     out
 }
 
-/// A finite number at or above 0.
+/// A number as written (`60`, `1e308`, `-0`, `NaN`: whether it is data is
+/// [`Reading::checked`]'s).
 fn number(v: &str) -> Option<f64> {
-    v.parse::<f64>().ok().filter(|x| x.is_finite() && *x >= 0.0)
+    v.parse::<f64>().ok()
 }
 
 /// A Go duration as OpenAI writes resets (`1s`, `6m0s`, `1h2m3.5s`, `20ms`, `150us`), or plain
@@ -160,7 +208,7 @@ fn go_duration(v: &str) -> Option<f64> {
         total += n * scale;
         rest = &rest[unit_len..];
     }
-    total.is_finite().then_some(total)
+    Some(total)
 }
 
 /// Seconds from `now` to an RFC 3339 instant (0 when past).
@@ -179,6 +227,7 @@ fn ietf<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Reading {
         limit: get("ratelimit-limit").and_then(first_number),
         remaining: get("ratelimit-remaining").and_then(number),
         reset_s: get("ratelimit-reset").and_then(number),
+        left_out: Vec::new(),
     };
     if !r.is_empty() {
         return r;
@@ -234,6 +283,7 @@ mod tests {
             limit: Some(limit),
             remaining: Some(remaining),
             reset_s: Some(reset_s),
+            left_out: Vec::new(),
         }
     }
 
@@ -331,13 +381,147 @@ mod tests {
         ];
         assert_eq!(
             read(&h, at()),
-            [Reading {
-                kind: Kind::Tokens,
-                limit: None,
-                remaining: Some(12.0),
-                reset_s: None
-            }]
+            [
+                Reading {
+                    kind: Kind::Requests,
+                    limit: None,
+                    remaining: None,
+                    reset_s: None,
+                    left_out: vec![
+                        "limit -1.0: negative (no server signal is)".into(),
+                        "remaining NaN: not a finite number".into()
+                    ]
+                },
+                Reading {
+                    kind: Kind::Tokens,
+                    limit: None,
+                    remaining: Some(12.0),
+                    reset_s: None,
+                    left_out: Vec::new(),
+                }
+            ]
         );
+    }
+
+    /// The quota's values of `read(h)`'s one reading of `kind`.
+    fn values(h: &[(&str, &str)], kind: Kind) -> (Option<f64>, Option<f64>, Option<f64>) {
+        let r = read(h, at());
+        let q = r.iter().find(|q| q.kind == kind).expect("a reading");
+        (q.limit, q.remaining, q.reset_s)
+    }
+
+    /// What `read(h)`'s reading of `kind` left out.
+    fn left_out(h: &[(&str, &str)], kind: Kind) -> Vec<String> {
+        let r = read(h, at());
+        let q = r.iter().find(|q| q.kind == kind).expect("a reading");
+        q.left_out.clone()
+    }
+
+    /// Issue 39: limits of 1e308 and 1.8e19 (`u64::MAX`, a sentinel) are no quota; the
+    /// plausibility rule of server metrics leaves them out.
+    #[test]
+    fn an_implausible_limit_is_left_out() {
+        for limit in ["1e308", "18446744073709551615"] {
+            let h = [
+                ("x-ratelimit-limit-requests", limit),
+                ("x-ratelimit-remaining-requests", "59"),
+                ("x-ratelimit-reset-requests", "1s"),
+            ];
+            assert_eq!(
+                values(&h, Kind::Requests),
+                (None, Some(59.0), Some(1.0)),
+                "{limit}"
+            );
+        }
+        let h = [("x-ratelimit-limit-requests", "18446744073709551615")];
+        assert_eq!(
+            left_out(&h, Kind::Requests),
+            ["limit 1.8446744073709552e19: implausibly large"]
+        );
+        let h = [
+            ("anthropic-ratelimit-tokens-limit", "1e308"),
+            ("anthropic-ratelimit-tokens-remaining", "99000"),
+        ];
+        assert_eq!(values(&h, Kind::Tokens), (None, Some(99_000.0), None));
+    }
+
+    /// Issue 39: a reset 1e21 s away (in any spelling) is no reset.
+    #[test]
+    fn an_implausible_reset_is_left_out() {
+        for reset in ["1e21", "277777777777777777h"] {
+            let h = [
+                ("x-ratelimit-limit-requests", "60"),
+                ("x-ratelimit-reset-requests", reset),
+            ];
+            assert_eq!(
+                values(&h, Kind::Requests),
+                (Some(60.0), None, None),
+                "{reset}"
+            );
+        }
+        let h = [("ratelimit-limit", "100"), ("ratelimit-reset", "1e21")];
+        assert_eq!(values(&h, Kind::Requests), (Some(100.0), None, None));
+        assert_eq!(
+            left_out(&h, Kind::Requests),
+            ["reset 1e21: implausibly large"]
+        );
+        // A reset that is all there was, and not data: the reading says so, with no value.
+        let h = [("x-ratelimit-reset-tokens", "1e21")];
+        assert_eq!(values(&h, Kind::Tokens), (None, None, None));
+    }
+
+    /// Issue 39: `remaining` 200 above a `limit` of 100: one of the two is wrong, and nothing
+    /// says which, so the pair is left out (the reset stays).
+    #[test]
+    fn remaining_above_its_limit_leaves_out_the_pair() {
+        for remaining in ["200", "300"] {
+            let h = [
+                ("x-ratelimit-limit-requests", "100"),
+                ("x-ratelimit-remaining-requests", remaining),
+                ("x-ratelimit-reset-requests", "1s"),
+            ];
+            assert_eq!(
+                values(&h, Kind::Requests),
+                (None, None, Some(1.0)),
+                "{remaining}"
+            );
+        }
+        let h = [("ratelimit", "limit=100, remaining=300, reset=30")];
+        assert_eq!(values(&h, Kind::Requests), (None, None, Some(30.0)));
+        assert_eq!(
+            left_out(&h, Kind::Requests),
+            ["remaining 300 above its limit 100: both left out"]
+        );
+        // At the limit is within it.
+        let h = [
+            ("x-ratelimit-limit-requests", "100"),
+            ("x-ratelimit-remaining-requests", "100"),
+        ];
+        assert_eq!(values(&h, Kind::Requests), (Some(100.0), Some(100.0), None));
+    }
+
+    /// Issue 39: `-0` is 0, never a gauge at `-0.0`.
+    #[test]
+    fn negative_zero_is_zero() {
+        let h = [
+            ("x-ratelimit-limit-requests", "-0.0"),
+            ("x-ratelimit-remaining-requests", "-0"),
+            ("x-ratelimit-reset-requests", "-0"),
+        ];
+        let (l, r, t) = values(&h, Kind::Requests);
+        for v in [l, r, t] {
+            let v = v.expect("0 is a value");
+            assert!(v == 0.0 && v.is_sign_positive(), "{v:?}");
+        }
+        let h = [
+            ("ratelimit", "\"p\";r=-0;t=-0.0"),
+            ("ratelimit-policy", "\"p\";q=-0"),
+        ];
+        let (l, r, t) = values(&h, Kind::Requests);
+        for v in [l, r, t] {
+            let v = v.expect("0 is a value");
+            assert!(v == 0.0 && v.is_sign_positive(), "{v:?}");
+        }
     }
 
     #[test]

@@ -547,8 +547,19 @@ impl Drop for RunningGuard {
 }
 
 /// One log line per probe: `warn` for a failure (job, error_type, status, message), `debug` with
-/// every measured value for a success.
+/// every measured value for a success; and a `debug` line for each rate-limit value its answer
+/// stated that was left out as not data (`tokenprobe_ratelimit_invalid_values_total` counts them).
 pub fn log_result(job: &str, r: &ProbeResult) {
+    for q in &r.rate_limits {
+        for why in &q.left_out {
+            tracing::debug!(
+                job,
+                kind = q.kind.as_str(),
+                left_out = why.as_str(),
+                "rate-limit value left out"
+            );
+        }
+    }
     let st = r.server_timings.unwrap_or_default();
     match r.error_type {
         Some(e) => tracing::warn!(

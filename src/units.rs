@@ -1,5 +1,6 @@
 //! How numbers are written for people, in one place for every output: seconds (`212.3 ms`,
-//! `2.41 s`), costs (four significant digits) and plain numbers (`4`, `2.5`), and text cut to a length. Findings and
+//! `2.41 s`), costs (four significant digits), plain numbers (`4`, `2.5`), sizes (`64 KiB`,
+//! `1.5 MiB`), and text cut to a length. Findings and
 //! cross-checks write their sentences with these when a run is judged; the renderers write their
 //! tables with them.
 
@@ -35,6 +36,25 @@ pub fn trim_float(x: f64) -> String {
     }
 }
 
+/// A size in bytes, exactly, in the largest binary unit that writes it with at most two decimals:
+/// `64 KiB`, `1.5 MiB`, `16 MiB`, `1 GiB`, `100 B` (a size no unit writes exactly: in bytes).
+pub fn fmt_bytes(bytes: u64) -> String {
+    const UNITS: [(u32, &str); 4] = [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")];
+    for (shift, unit) in UNITS {
+        let size = 1u128 << shift;
+        let hundredths = u128::from(bytes) * 100;
+        if u128::from(bytes) >= size && hundredths % size == 0 {
+            let h = hundredths / size;
+            return match (h / 100, h % 100) {
+                (whole, 0) => format!("{whole} {unit}"),
+                (whole, f) if f % 10 == 0 => format!("{whole}.{} {unit}", f / 10),
+                (whole, f) => format!("{whole}.{f:02} {unit}"),
+            };
+        }
+    }
+    format!("{bytes} B")
+}
+
 /// `s` cut to `max_chars` characters, with `…` where it was cut.
 pub fn truncate(s: &str, max_chars: usize) -> String {
     match s.char_indices().nth(max_chars) {
@@ -46,6 +66,28 @@ pub fn truncate(s: &str, max_chars: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_are_written_exactly() {
+        for (bytes, want) in [
+            (0, "0 B"),
+            (100, "100 B"),
+            (1000, "1000 B"),
+            (1024, "1 KiB"),
+            (1536, "1.5 KiB"),
+            (1280, "1.25 KiB"),
+            (64 * 1024, "64 KiB"),
+            (16 << 20, "16 MiB"),
+            (3 << 19, "1.5 MiB"),
+            (1 << 30, "1 GiB"),
+            ((1 << 30) + 1, "1073741825 B"),
+            ((1 << 30) + (1 << 20), "1025 MiB"),
+            (5 << 40, "5 TiB"),
+            (u64::MAX, "18446744073709551615 B"),
+        ] {
+            assert_eq!(fmt_bytes(bytes), want, "{bytes}");
+        }
+    }
 
     #[test]
     fn truncate_is_char_safe() {

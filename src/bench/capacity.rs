@@ -24,6 +24,24 @@ pub fn unclear(
         .is_some_and(|[lo, hi]| lo < target && target <= hi)
 }
 
+/// Whether an answer is clear at 95% confidence: the attainment interval of the load it gives
+/// (`passed`) lies at or above `target`, and that of the load that failed above it (`failed`)
+/// below (an absent one leaves no doubt). When not, the levels were too short to tell the loads
+/// apart. The one rule of [`Capacity::clear`] and of a fixed sweep's answer.
+pub fn clear(passed: Option<[f64; 2]>, failed: Option<[f64; 2]>, target: f64) -> bool {
+    passed.is_none_or(|[lo, _]| lo >= target) && failed.is_none_or(|[_, hi]| hi < target)
+}
+
+/// What an answer that is not [`clear`] says of its doubt, after its sentence (nothing when it
+/// is clear): the one wording of every output, a capacity of none as much as a load.
+pub fn doubt(clear: bool) -> &'static str {
+    if clear {
+        ""
+    } else {
+        " (not clear at 95% confidence: an interval reaches across the target; longer levels would decide)"
+    }
+}
+
 /// How level `l` went against `target` SLO attainment: it passes with measured requests, at least
 /// `target` of them within every objective, and figures that are the server's (not
 /// client-bound); it cannot be judged without them. The one rule of the capacity search and of
@@ -107,11 +125,8 @@ impl CapacityPlan {
             l.and_then(|l| l.slo_attainment.as_ref())
                 .and_then(|a| a.interval)
         };
-        let target = self.search.attainment;
-        let clear = interval(at).is_none_or(|[lo, _]| lo >= target)
-            && interval(failed).is_none_or(|[_, hi]| hi < target);
         Capacity {
-            clear,
+            clear: clear(interval(at), interval(failed), self.search.attainment),
             concurrency: outcome.load.filter(|_| !self.search.open).map(|x| x as u32),
             rate: outcome.load.filter(|_| self.search.open),
             target_attainment: self.search.attainment,
@@ -340,15 +355,17 @@ impl Search {
 }
 
 /// The capacity in words: `up to 8 concurrent streams at 96.0% attainment [89.1%, 98.9%]`, or
-/// `none within the search` when no load passed.
+/// `none: no load tried met the target` when no load passed; either with its [`doubt`] when it
+/// is not clear.
 pub fn describe(c: &Capacity) -> String {
+    let unclear = doubt(c.clear);
     let load = match (c.concurrency, c.rate) {
         (Some(n), _) => format!(
             "up to {n} concurrent stream{}",
             if n == 1 { "" } else { "s" }
         ),
         (None, Some(r)) => format!("up to {} requests/s", show(r)),
-        (None, None) => return "none: no load tried met the target".into(),
+        (None, None) => return format!("none: no load tried met the target{unclear}"),
     };
     let att = match (c.attainment, c.attainment_interval) {
         (Some(a), Some([lo, hi])) => format!(
@@ -363,11 +380,6 @@ pub fn describe(c: &Capacity) -> String {
     let limit = match (&c.limited_by, c.failed_at) {
         (Some(l), Some(f)) => format!(", limited by {l} (failed at {})", show(f)),
         _ => String::new(),
-    };
-    let unclear = if c.clear {
-        ""
-    } else {
-        " (not clear at 95% confidence: an interval reaches across the target; longer levels would decide)"
     };
     format!("{load}{att}{limit}{unclear}")
 }
@@ -529,6 +541,22 @@ mod tests {
             "{}",
             describe(&c)
         );
+        // None passed: 75 of 80 failed at 5, but [86.2%, 97.3%] reaches across 95%; a capacity
+        // of none says its doubt as a load does.
+        let none = Outcome {
+            load: None,
+            failed_at: Some((5.0, "errors".into())),
+            stopped: "even 5 failed".into(),
+        };
+        let tried = [(5.0, Verdict::Fail("errors".into()))];
+        let c = plan.capacity(&none, &tried, &[level(5, 75, 80)]);
+        assert!(!c.clear && c.concurrency.is_none(), "{c:?}");
+        assert_eq!(
+            describe(&c),
+            "none: no load tried met the target (not clear at 95% confidence: an interval reaches across the target; longer levels would decide)"
+        );
+        let c = plan.capacity(&none, &tried, &[level(5, 60, 80)]);
+        assert_eq!(describe(&c), "none: no load tried met the target");
     }
 
     #[test]

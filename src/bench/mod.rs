@@ -535,7 +535,10 @@ pub fn read_report(path: &Path) -> Result<Report, String> {
         .metadata()
         .is_ok_and(|m| m.len() > MAX_REPORT_FILE_BYTES)
     {
-        return Err(format!("larger than {} MiB", MAX_REPORT_FILE_BYTES >> 20));
+        return Err(format!(
+            "larger than {}",
+            crate::units::fmt_bytes(MAX_REPORT_FILE_BYTES)
+        ));
     }
     let reader = std::io::BufReader::new(file.take(MAX_REPORT_FILE_BYTES));
     serde_json::from_reader(reader).map_err(|e| format!("not a tokenprobe bench JSON report ({e})"))

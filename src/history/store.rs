@@ -530,8 +530,8 @@ impl Store {
                 what: format!("no run {id}"),
             }),
             Some((false, _) | (_, None)) => Err(bad(format!(
-                "its report is larger than {} MiB",
-                crate::bench::MAX_REPORT_FILE_BYTES >> 20
+                "its report is larger than {}",
+                crate::units::fmt_bytes(crate::bench::MAX_REPORT_FILE_BYTES)
             ))),
             Some((true, Some(json))) => serde_json::from_str(&json)
                 .map_err(|e| bad(format!("not a tokenprobe bench report ({e})"))),

@@ -436,12 +436,14 @@ fn rate_limit_headroom_becomes_gauges_by_kind() {
             limit: Some(60.0),
             remaining: Some(59.0),
             reset_s: Some(1.0),
+            left_out: Vec::new(),
         },
         Reading {
             kind: Kind::Tokens,
             limit: None,
             remaining: Some(149_984.0),
             reset_s: None,
+            left_out: Vec::new(),
         },
     ];
     s.record(&r, SystemTime::now());
@@ -463,6 +465,52 @@ fn rate_limit_headroom_becomes_gauges_by_kind() {
             .any(|x| x.starts_with("tokenprobe_ratelimit_limit") && x.contains("tokens")),
         "a value never stated has no series"
     );
+    m.remove_job(&job());
+    assert!(!m.encode_text().unwrap().contains("tokenprobe_ratelimit_"));
+}
+
+/// Issue 39: what an answer's rate-limit headers state that is not a quota (a limit of 1e308 or
+/// 1.8e19, a reset 1e21 s away, `remaining` above its `limit`, `-0`) never reaches a gauge.
+#[test]
+fn implausible_rate_limits_are_not_exported() {
+    let m = Metrics::new(&Buckets::default());
+    let s = m.register_job(info(job()), Histograms::ALL);
+    let mut r = success();
+    r.rate_limits = crate::ratelimit::read(
+        &[
+            ("x-ratelimit-limit-requests", "1e308"),
+            ("x-ratelimit-remaining-requests", "-0"),
+            ("x-ratelimit-reset-requests", "1e21"),
+            ("x-ratelimit-limit-tokens", "100"),
+            ("x-ratelimit-remaining-tokens", "300"),
+            ("x-ratelimit-reset-tokens", "-0"),
+            (
+                "anthropic-ratelimit-input-tokens-limit",
+                "18446744073709551615",
+            ),
+        ],
+        SystemTime::now(),
+    );
+    s.record(&r, SystemTime::now());
+    let lines = job_lines(&m);
+    let gauges: Vec<&String> = lines
+        .iter()
+        .filter(|x| x.starts_with("tokenprobe_ratelimit_") && !x.contains("_total"))
+        .collect();
+    let l = r#"target="local",model="m",prompt="hello""#;
+    assert_eq!(
+        gauges,
+        [
+            &format!("tokenprobe_ratelimit_remaining{{{l},kind=\"requests\"}} 0.0"),
+            &format!("tokenprobe_ratelimit_reset_seconds{{{l},kind=\"tokens\"}} 0.0"),
+        ]
+    );
+    // What was left out is counted, by kind: the requests' limit and reset, the tokens' pair
+    // (once), the input tokens' limit.
+    for (kind, n) in [("input_tokens", 1), ("requests", 2), ("tokens", 1)] {
+        let want = format!("tokenprobe_ratelimit_invalid_values_total{{{l},kind=\"{kind}\"}} {n}");
+        assert!(lines.contains(&want), "{want} not in {lines:#?}");
+    }
     m.remove_job(&job());
     assert!(!m.encode_text().unwrap().contains("tokenprobe_ratelimit_"));
 }

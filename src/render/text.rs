@@ -179,14 +179,23 @@ pub fn render_answer(r: &Report, md: bool) -> String {
                         .map_or_else(String::new, |w| format!(", limited by {w}"))
                 )
             });
+        let interval = |l: Option<&LevelStats>| {
+            l.and_then(|l| l.slo_attainment.as_ref())
+                .and_then(|a| a.interval)
+        };
+        let doubt = crate::bench::capacity::doubt(crate::bench::capacity::clear(
+            interval(passed),
+            interval(first_fail),
+            target,
+        ));
         let _ = match passed.and_then(|l| l.slo_attainment.as_ref().map(|a| (l, a))) {
             Some((l, a)) => writeln!(
                 out,
-                "{bullet}{name}: up to {} of the levels run: {} there{fail}",
+                "{bullet}{name}: up to {} of the levels run: {} there{fail}{doubt}",
                 l.key.label(),
                 share(a)
             ),
-            None => writeln!(out, "{bullet}{name}: none of the levels run{fail}"),
+            None => writeln!(out, "{bullet}{name}: none of the levels run{fail}{doubt}"),
         };
     }
     if let Some(cr) = &r.capacity_ranking {

@@ -377,22 +377,6 @@ pub fn only_model(l: &mut LevelScrapes, model: &str) {
     l.after.iter_mut().for_each(keep);
 }
 
-/// Values beyond this are no server's figure (a gauge at 1e306 averaged GPU utilisation to 0%).
-pub const MAX_PLAUSIBLE: f64 = 1e16;
-
-/// Why a sample is not taken as data.
-fn invalid(v: f64) -> Option<&'static str> {
-    if !v.is_finite() {
-        Some("not a finite number")
-    } else if v < 0.0 {
-        Some("negative (no server signal is)")
-    } else if v > MAX_PLAUSIBLE {
-        Some("implausibly large")
-    } else {
-        None
-    }
-}
-
 /// Where a snapshot stands in its level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
@@ -498,13 +482,14 @@ impl LevelFold {
                 .retain(|x| x.label("model_name").is_none_or(|n| n == m));
         }
         let left_out = &mut self.invalid;
-        snap.samples.retain(|s| match invalid(s.value) {
-            Some(why) => {
-                *left_out.entry((s.name.clone(), why)).or_insert(0) += 1;
-                false
-            }
-            None => true,
-        });
+        snap.samples
+            .retain(|s| match crate::plausible::invalid(s.value) {
+                Some(why) => {
+                    *left_out.entry((s.name.clone(), why)).or_insert(0) += 1;
+                    false
+                }
+                None => true,
+            });
         for (si, sig) in self.signals.iter().enumerate() {
             for (ri, rule) in sig.rules.iter().enumerate() {
                 let key = rule.key_metric();

@@ -23,7 +23,7 @@ pub enum FetchError {
     #[error("the answer broke off: {0}")]
     Body(String),
     /// The body passed the bound.
-    #[error("larger than {} MiB", .0 / (1024 * 1024))]
+    #[error("larger than {}", crate::units::fmt_bytes(u64::try_from(*.0).unwrap_or(u64::MAX)))]
     TooLarge(usize),
 }
 
@@ -198,9 +198,17 @@ mod tests {
             "x".repeat(2048)
         );
         let url = answering(big.into_bytes()).await;
+        let e = fetcher().get(&url, &[], 1024).await.unwrap_err();
+        assert_eq!(e, FetchError::TooLarge(1024));
+        // The cap as it is, never rounded down to whole MiB ("larger than 0 MiB").
+        assert_eq!(e.to_string(), "larger than 1 KiB");
         assert_eq!(
-            fetcher().get(&url, &[], 1024).await.unwrap_err(),
-            FetchError::TooLarge(1024)
+            FetchError::TooLarge(64 * 1024).to_string(),
+            "larger than 64 KiB"
+        );
+        assert_eq!(
+            FetchError::TooLarge(16 << 20).to_string(),
+            "larger than 16 MiB"
         );
     }
 

@@ -131,13 +131,12 @@ fn mixed_targets_and_prices_get_their_columns_and_names() {
     assert!(line.contains(",0.0035,35,"), "{line}");
     // One target: no target column, plain names.
     let one = synthetic();
-    assert!(
-        !render_table(&one)
-            .lines()
-            .nth(1)
-            .unwrap_or("")
-            .contains("target")
-    );
+    let table = render_table(&one);
+    let head = table
+        .lines()
+        .find(|l| l.starts_with("│ model"))
+        .expect("the table's header");
+    assert!(!head.contains("target"), "{head}");
     assert_eq!(model_names(&one.models), ["alpha", "beta"]);
 }
 
@@ -239,4 +238,75 @@ fn json_round_trips() {
     }
     assert_eq!(back.selection, r.selection);
     assert_eq!(back.comparison, r.comparison);
+}
+
+/// One model whose only level, at concurrency 2, had 75 of 80 requests within the SLO: 93.8%,
+/// interval [86.2%, 97.3%], which reaches across 95%. With `search`, the capacity search's
+/// report of it (none passed, 2 failed).
+fn seventy_five_of_eighty(search: bool) -> Report {
+    use crate::bench::capacity::{CapacityPlan, Outcome, Search, Verdict};
+    let mut r = synthetic();
+    r.models.truncate(1);
+    r.capacity_ranking = None;
+    let m = &mut r.models[0];
+    m.levels.truncate(1);
+    m.levels[0].slo_attainment = Some(crate::bench::stats::Attainment {
+        met: 75,
+        counted: 80,
+        share: 75.0 / 80.0,
+        interval: crate::bench::confidence::wilson(75, 80),
+        missed: Default::default(),
+        failed: 5,
+    });
+    if search {
+        let plan = CapacityPlan {
+            search: Search {
+                attainment: 0.95,
+                start: 2.0,
+                max: 64.0,
+                tolerance: 0.0,
+                open: false,
+            },
+            cap: 1000,
+            budget: None,
+            extensions: 0,
+        };
+        let tried = [(2.0, Verdict::Fail("errors".into()))];
+        let outcome = Outcome {
+            load: None,
+            failed_at: Some((2.0, "errors".into())),
+            stopped: "even 2 failed".into(),
+        };
+        m.capacity = Some(plan.capacity(&outcome, &tried, &m.levels));
+    }
+    r
+}
+
+/// Issue 39: a capacity of none at 75 of 80 within the SLO (interval [86%, 97%]) said nothing of
+/// its doubt while the JSON said `clear: false`; every answer that is not clear says so, in the
+/// passing case's words.
+#[test]
+fn a_none_capacity_states_its_doubt() {
+    let doubt = " (not clear at 95% confidence: an interval reaches across the target; longer levels would decide)";
+    let r = seventy_five_of_eighty(true);
+    let json: serde_json::Value = serde_json::from_str(&render_json(&r)).unwrap();
+    let c = &json["models"][0]["capacity"];
+    assert_eq!(c["clear"], false, "{c:#}");
+    assert!(c.get("concurrency").is_none(), "{c:#}");
+    let t = render_answer(&r, false);
+    assert!(
+        t.contains(&format!(
+            "  alpha: none: no load tried met the target{doubt}; even 2 failed (1 levels, 20 requests, "
+        )),
+        "{t}"
+    );
+    assert!(render_markdown(&r).contains(&format!("target{doubt}; even 2 failed")));
+    // A fixed sweep's answer of none, by the same rule.
+    let t = render_answer(&seventy_five_of_eighty(false), false);
+    assert!(
+        t.contains(&format!(
+            "  alpha: none of the levels run; at 2, 93.8% [86.2%, 97.3%], limited by errors{doubt}\n"
+        )),
+        "{t}"
+    );
 }
