@@ -179,7 +179,8 @@ pub struct Interrupted {
 /// A run's identity: every shard of one run has the same id.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunInfo {
-    /// From `--run-id`, else computed alike on every shard from what defines the run.
+    /// From `--run-id`, else computed alike on every shard from what defines the run and its
+    /// `--start-at` (without `--start-at`, unique to the invocation).
     pub id: String,
     /// This report's shard, `i/N` (absent for a run of one process).
     #[serde(default, skip_serializing_if = "Option::is_none")]

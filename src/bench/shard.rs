@@ -148,8 +148,9 @@ impl StartPlan {
     }
 }
 
-/// A run id every shard computes alike from what defines the run (the same flags and config
-/// give the same id): 16 hex digits of FNV-1a over the parts, each ended by a 0 byte.
+/// A run id every shard computes alike from what defines the run (the same parts give the same
+/// id; a run without `--start-at` adds a part of its own invocation, so that no other run shares
+/// it): 16 hex digits of FNV-1a over the parts, each ended by a 0 byte.
 pub fn run_id(parts: &[&str]) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for p in parts {

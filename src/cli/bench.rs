@@ -176,8 +176,9 @@ pub struct BenchArgs {
     /// next level's warm-up, before the next level starts.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub level_gap: Duration,
-    /// The run id every shard's report carries (default: computed alike on every shard from the
-    /// config's target, prompt, models, levels, load and --start-at).
+    /// The run id every shard's report carries (default: with --start-at, computed alike on every
+    /// shard from the config's target, prompt, models, levels, load and --start-at; without it,
+    /// unique to this invocation).
     #[arg(long)]
     pub run_id: Option<String>,
     /// After each level, N non-streaming requests of the same workload at its concurrency (default 5), and their E2E p50 against the level's.
@@ -787,11 +788,14 @@ impl MergeArgs {
 }
 
 /// `--shard`, `--start-at` and the run id: this process's part of the run, the levels' shared
-/// start instants, and the id every shard of the run computes alike (from the target, prompts,
-/// models, levels, load and start; see [`crate::bench::shard`]).
+/// start instants, and the run's id: with `--start-at`, the one every shard of the run computes
+/// alike (from the target, prompts, models, levels, load and start; see
+/// [`crate::bench::shard`]); without it, the same parts and this invocation's
+/// [`invocation_nonce`], so two runs of one config never share an id.
 ///
 /// # Errors
-/// [`BenchError::Usage`] for `--start-at` without `--duration-per-level` or a bad `--run-id`.
+/// [`BenchError::Usage`] for `--start-at` without `--duration-per-level`, a bad `--run-id`, or
+/// shards that could not agree on their run (neither `--start-at` nor `--run-id`).
 fn sharding(
     a: &BenchArgs,
     amount: Amount,
@@ -819,6 +823,11 @@ fn sharding(
             return Err(BenchError::Usage("--run-id: 1 to 128 characters".into()));
         }
         Some(id) => id.clone(),
+        None if shard.count > 1 && a.start_at.is_none() => {
+            return Err(BenchError::Usage(format!(
+                "--shard {shard}: the shards of a run agree on its id through --start-at (the shared start that defines the run) or --run-id ID; give one of them"
+            )));
+        }
         None => crate::bench::shard::run_id(&[
             &job.target.name,
             &crate::redact::redact_url(&job.target.base_url),
@@ -834,11 +843,31 @@ fn sharding(
                 .join(","),
             &format!("{level_keys:?}"),
             &format!("{amount:?} {arrival:?} warmup {}", a.warmup),
-            &a.start_at.map(|t| t.to_rfc3339()).unwrap_or_default(),
+            &a.start_at.map_or_else(invocation_nonce, |t| t.to_rfc3339()),
             &shard.count.to_string(),
         ]),
     };
     Ok((shard, start, run_id))
+}
+
+/// What makes a run without `--start-at` its own: this invocation's wall-clock start (ns), its
+/// process id, a count of the runs planned in this process, and 64 bits the standard library
+/// seeds from the operating system's randomness.
+fn invocation_nonce() -> String {
+    use std::hash::{BuildHasher as _, Hasher as _};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static PLANNED: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let mut random = std::collections::hash_map::RandomState::new().build_hasher();
+    random.write_u128(nanos);
+    format!(
+        "{nanos} {} {} {:016x}",
+        std::process::id(),
+        PLANNED.fetch_add(1, Ordering::Relaxed),
+        random.finish()
+    )
 }
 
 impl BenchArgs {
