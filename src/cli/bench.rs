@@ -782,8 +782,7 @@ impl MergeArgs {
             &crate::bench::findings::Thresholds::default(),
         );
         let code = crate::render::deliver(&merged, &outputs, &criteria)?;
-        super::bench_history::record(store, &merged);
-        Ok(code)
+        Ok(super::bench_history::record(store, &merged, code))
     }
 }
 
@@ -896,8 +895,17 @@ impl BenchArgs {
         let finished = crate::bench::run(plan).await?;
         exports.finish().await;
         let code = crate::render::deliver(&finished.report, &outputs, &criteria)?;
-        super::bench_history::record(store, &finished.report);
-        let r = &finished.report;
+        let code = self.client_bound_exit(&finished.report, code);
+        Ok(super::bench_history::record(store, &finished.report, code))
+    }
+
+    /// `code`, or [`CLIENT_BOUND_EXIT`] (said on stderr) when a level the client could not
+    /// measure is not accepted.
+    fn client_bound_exit(
+        &self,
+        r: &crate::bench::report::Report,
+        code: std::process::ExitCode,
+    ) -> std::process::ExitCode {
         let bound: Vec<String> = r
             .models
             .iter()
@@ -909,13 +917,13 @@ impl BenchArgs {
             })
             .collect();
         if bound.is_empty() || self.accept_client_bound || r.interrupted.is_some() {
-            return Ok(code);
+            return code;
         }
         crate::output::print_stderr_line(&format!(
             "tokenprobe bench: the client could not measure {}: its figures are its own starvation's, not the server's (exit {CLIENT_BOUND_EXIT}; --accept-client-bound to accept them)",
             bound.join(", ")
         ));
-        Ok(std::process::ExitCode::from(CLIENT_BOUND_EXIT))
+        std::process::ExitCode::from(CLIENT_BOUND_EXIT)
     }
 
     /// The validated plan of this invocation.

@@ -30,12 +30,13 @@ impl StoreArgs {
         self.history.clone().or_else(default_path)
     }
 
-    /// The store this run will be recorded in, opened (made, migrated) before anything is sent,
-    /// so that a store that cannot take the run is known first; `None` with `--no-history` or
-    /// where the system names no data directory (said on stderr).
+    /// The store this run will be recorded in, opened (made, migrated, checked whole and for a
+    /// write) before anything is sent, so that a store that cannot take the run is known first;
+    /// `None` with `--no-history` or where the system names no data directory (said on stderr).
+    /// The default store's directory is made; the one `--history` names must exist.
     ///
     /// # Errors
-    /// [`BenchError::Usage`] for a store that cannot be opened.
+    /// [`BenchError::Usage`] for a store that cannot be opened or written.
     pub fn open_for_recording(&self) -> Result<Option<Store>, BenchError> {
         if self.no_history {
             return Ok(None);
@@ -46,24 +47,43 @@ impl StoreArgs {
             );
             return Ok(None);
         };
-        Store::open(&path).map(Some).map_err(|e| usage(&e))
+        if self.history.is_none() {
+            Store::make_directory(&path).map_err(|e| usage(&e))?;
+        }
+        let mut store = Store::open(&path).map_err(|e| usage(&e))?;
+        store.check_writable().map_err(|e| usage(&e))?;
+        Ok(Some(store))
     }
 }
 
-/// Records `report` in `store` and says so on stderr; a failed write is said, and the run's
-/// outputs and exit code stand.
-pub fn record(store: Option<Store>, report: &Report) {
+/// The exit status of a run that could not be recorded in its store (the write failed at its
+/// end, after the store was checked at its start), when the run has no other non-zero status.
+pub const NOT_RECORDED_EXIT: u8 = 5;
+
+/// Records `report` in `store` and says so on stderr. A failed write is said, the run's outputs
+/// stand, and its exit `code` becomes [`NOT_RECORDED_EXIT`] unless it is already non-zero (a
+/// regression, a client-bound level, a stop: the run's own verdict, beside which the line says
+/// it is not recorded).
+pub fn record(store: Option<Store>, report: &Report, code: ExitCode) -> ExitCode {
     let Some(mut store) = store else {
-        return;
+        return code;
     };
     match store.record(report.clone()) {
-        Ok(id) => crate::output::print_stderr_line(&format!(
-            "tokenprobe bench: recorded as run {id} in {} (--baseline {id}, or last; bench history)",
-            store.path().display()
-        )),
-        Err(e) => crate::output::print_stderr_line(&format!(
-            "tokenprobe bench: this run is not recorded: {e}"
-        )),
+        Ok(id) => {
+            crate::output::print_stderr_line(&format!(
+                "tokenprobe bench: recorded as run {id} in {} (--baseline {id}, or last; bench history)",
+                store.path().display()
+            ));
+            code
+        }
+        Err(e) => {
+            let exit = (code == ExitCode::SUCCESS).then_some(NOT_RECORDED_EXIT);
+            crate::output::print_stderr_line(&format!(
+                "tokenprobe bench: this run is not recorded: {e}{}",
+                exit.map_or_else(String::new, |c| format!(" (exit {c})"))
+            ));
+            exit.map_or(code, ExitCode::from)
+        }
     }
 }
 
