@@ -129,6 +129,11 @@ pub struct Report {
     /// The prompt's output cap.
     #[serde(default)]
     pub max_tokens: Option<u32>,
+    /// What the prompt sends, in words (its kind and lengths, a hash of its messages; see
+    /// [`super::baseline::describe`]): a baseline must have sent the same (absent in reports of
+    /// older versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<String>,
     /// How load was generated.
     pub mode: LoadMode,
     /// The goodput SLOs, as text.
@@ -492,6 +497,7 @@ pub(crate) mod tests {
             api: "openai-chat".into(),
             prompt: "hello".into(),
             max_tokens: Some(64),
+            workload: None,
             mode: LoadMode {
                 kind: "closed".into(),
                 arrival: None,

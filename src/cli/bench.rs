@@ -759,21 +759,26 @@ impl MergeArgs {
         let store = self.store.open_for_recording()?;
         let mut merged = crate::bench::merge::merge(&reports, &criteria.slos)
             .map_err(|e| BenchError::Usage(format!("bench merge: {e}")))?;
-        let pairs: Vec<(String, String)> = merged
-            .models
-            .iter()
-            .map(|m| {
-                let target = m.target.clone().unwrap_or_else(|| merged.target.clone());
-                (target, m.model.clone())
-            })
-            .collect();
-        let baseline = super::bench_history::baseline(
-            self.baseline.as_deref(),
-            &self.store,
-            &pairs,
-            &merged.prompt,
-            merged.mode.kind == "open",
-        )?;
+        let fit = crate::bench::baseline::Fit {
+            models: merged
+                .models
+                .iter()
+                .map(|m| {
+                    let target = m.target.clone().unwrap_or_else(|| merged.target.clone());
+                    (target, m.model.clone())
+                })
+                .collect(),
+            workload: crate::bench::baseline::WorkloadKey::of(&merged),
+            open_loop: merged.mode.kind == "open",
+            levels: Some(
+                merged
+                    .models
+                    .iter()
+                    .flat_map(|m| m.levels.iter().map(|l| l.key))
+                    .collect(),
+            ),
+        };
+        let baseline = super::bench_history::baseline(self.baseline.as_deref(), &self.store, &fit)?;
         crate::bench::judge(
             &mut merged,
             &criteria,
@@ -985,17 +990,6 @@ impl BenchArgs {
                 "several prompts are a sweep, not a selection: --baseline, --limit, --weight and --bench.file compare one prompt at a time".into(),
             ));
         }
-        let pairs: Vec<(String, String)> = models
-            .iter()
-            .map(|m| (m.target.name.clone(), m.model.clone()))
-            .collect();
-        let baseline = super::bench_history::baseline(
-            a.baseline.as_deref(),
-            &a.store,
-            &pairs,
-            &spec.prompt.name,
-            level_keys.iter().any(|k| k.rate.is_some()),
-        )?;
         let cross_check = cross_check(a, &spec)?;
         let mut criteria = criteria;
         fit_non_stream(&mut criteria, &spec)?;
@@ -1028,7 +1022,7 @@ impl BenchArgs {
             warmup_duration: a.warmup_duration,
             load_ramp: load_ramp(a)?,
         };
-        Ok(BenchPlan {
+        let mut plan = BenchPlan {
             sinks: Vec::new(),
             shape,
             criteria,
@@ -1046,7 +1040,7 @@ impl BenchArgs {
             samples: a.samples || shard.count > 1,
             progress: !a.no_progress && std::io::stderr().is_terminal(),
             judged,
-            baseline,
+            baseline: None,
             shard,
             start,
             run_id,
@@ -1055,7 +1049,10 @@ impl BenchArgs {
             command: std::env::args().collect(),
             capacity,
             repeat: a.repeat,
-        })
+        };
+        plan.baseline =
+            super::bench_history::baseline(a.baseline.as_deref(), &a.store, &plan.fit())?;
+        Ok(plan)
     }
 }
 

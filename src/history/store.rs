@@ -7,7 +7,7 @@
 //! was before (SQLite's rollback journal). Concurrent runs wait for each other's writes (a busy
 //! timeout), and a stored report is read only up to [`crate::bench::MAX_REPORT_FILE_BYTES`].
 
-use super::{Filter, HistoryError, RunRef};
+use super::{Filter, HistoryError};
 use crate::bench::report::Report;
 use rusqlite::{Connection, OptionalExtension as _, Transaction, TransactionBehavior, params};
 use serde::Serialize;
@@ -557,63 +557,48 @@ impl Store {
         rows.collect::<Result<_, _>>().map_err(self.err())
     }
 
-    /// The stored run `which` names, for a run of `models` (target, model) pairs with `prompt`:
-    /// `last` is the newest run, not interrupted, of the same load kind that ran one of them
-    /// with that prompt. Its id and report.
+    /// The stored runs `--baseline last` chooses among, newest first (at most `limit`): complete
+    /// (not stopped by a signal) runs of the same load kind that ran one of `models` (target,
+    /// model) with `prompt`. Which of them fits the run is [`crate::bench::baseline::Fit`]'s to
+    /// say, from their reports.
     ///
     /// # Errors
-    /// [`HistoryError::NotFound`] when no run matches, [`HistoryError::Report`] when its report
-    /// cannot be read back.
-    pub fn baseline(
+    /// [`HistoryError::Sqlite`] when the store cannot be read.
+    pub fn candidates(
         &self,
-        which: RunRef,
         models: &[(String, String)],
         prompt: &str,
         open_loop: bool,
-    ) -> Result<(i64, Report), HistoryError> {
-        let id = match which {
-            RunRef::Id(id) => id,
-            RunRef::Last => {
-                let mut newest: Option<(String, i64)> = None;
-                for (target, model) in models {
-                    let found = self
-                        .conn
-                        .query_row(
-                            "SELECT r.started_at, r.id FROM runs r WHERE r.interrupted = 0
-                               AND r.open_loop = ?1 AND EXISTS (SELECT 1 FROM models m
-                               WHERE m.run = r.id AND m.target = ?2 AND m.model = ?3 AND m.prompt = ?4)
-                             ORDER BY r.started_at DESC, r.id DESC LIMIT 1",
-                            params![open_loop, target, model, prompt],
-                            |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)),
-                        )
-                        .optional()
-                        .map_err(self.err())?;
-                    if found.is_some() && found > newest {
-                        newest = found;
-                    }
-                }
-                let Some((_, id)) = newest else {
-                    return Err(HistoryError::NotFound {
-                        path: self.path.clone(),
-                        what: format!(
-                            "no earlier complete {} run of prompt {prompt} with {} to compare with (--baseline last)",
-                            if open_loop {
-                                "open-loop"
-                            } else {
-                                "closed-loop"
-                            },
-                            models
-                                .iter()
-                                .map(|(t, m)| format!("{t}/{m}"))
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ),
-                    });
-                };
-                id
+        limit: usize,
+    ) -> Result<Vec<i64>, HistoryError> {
+        let mut found: Vec<(String, i64)> = Vec::new();
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT r.started_at, r.id FROM runs r WHERE r.interrupted = 0
+                   AND r.open_loop = ?1 AND EXISTS (SELECT 1 FROM models m
+                   WHERE m.run = r.id AND m.target = ?2 AND m.model = ?3 AND m.prompt = ?4)
+                 ORDER BY r.started_at DESC, r.id DESC LIMIT ?5",
+            )
+            .map_err(self.err())?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        for (target, model) in models {
+            let rows = stmt
+                .query_map(params![open_loop, target, model, prompt, limit], |r| {
+                    Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
+                })
+                .map_err(self.err())?;
+            for row in rows {
+                found.push(row.map_err(self.err())?);
             }
-        };
-        self.report(id).map(|r| (id, r))
+        }
+        found.sort_unstable_by(|a, b| b.cmp(a));
+        found.dedup();
+        Ok(found
+            .into_iter()
+            .map(|(_, id)| id)
+            .take(usize::try_from(limit).unwrap_or(usize::MAX))
+            .collect())
     }
 
     /// Run `id`'s report (without samples).

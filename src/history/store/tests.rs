@@ -103,14 +103,11 @@ fn listings_filter_by_model_target_prompt_and_date() {
 }
 
 #[test]
-fn last_is_the_newest_complete_run_of_the_same_pair_prompt_and_loop() {
+fn last_chooses_among_complete_runs_of_the_same_pair_prompt_and_loop_newest_first() {
     let d = dir();
     let mut s = Store::open(&d.path().join("runs.sqlite3")).unwrap();
     let pairs = [("local".to_owned(), "alpha".to_owned())];
-    assert!(matches!(
-        s.baseline(RunRef::Last, &pairs, "hello", false),
-        Err(HistoryError::NotFound { .. })
-    ));
+    assert!(s.candidates(&pairs, "hello", false, 10).unwrap().is_empty());
     let a = s.record(report("2026-11-01T00:00:00Z", 1.0)).unwrap();
     let b = s.record(report("2026-11-02T00:00:00Z", 1.0)).unwrap();
     let mut stopped = report("2026-11-03T00:00:00Z", 1.0);
@@ -121,22 +118,29 @@ fn last_is_the_newest_complete_run_of_the_same_pair_prompt_and_loop() {
     s.record(stopped).unwrap();
     let mut open = report("2026-11-04T00:00:00Z", 1.0);
     open.mode.kind = "open".into();
-    s.record(open).unwrap();
+    let o = s.record(open).unwrap();
     let mut other_prompt = report("2026-11-05T00:00:00Z", 1.0);
     other_prompt.prompt = "long".into();
     s.record(other_prompt).unwrap();
-    let (id, _) = s.baseline(RunRef::Last, &pairs, "hello", false).unwrap();
     assert_eq!(
-        id, b,
+        s.candidates(&pairs, "hello", false, 10).unwrap(),
+        [b, a],
         "not the interrupted, open-loop or other prompt's run"
     );
-    let (id, r) = s.baseline(RunRef::Id(a), &pairs, "ignored", true).unwrap();
-    assert_eq!((id, r.started_at.as_str()), (a, "2026-11-01T00:00:00Z"));
+    assert_eq!(s.candidates(&pairs, "hello", false, 1).unwrap(), [b]);
+    assert_eq!(s.candidates(&pairs, "hello", true, 10).unwrap(), [o]);
+    // Two of the run's models in one stored run: that run once.
+    let both = [
+        ("local".to_owned(), "alpha".to_owned()),
+        ("local".to_owned(), "beta".to_owned()),
+    ];
+    assert_eq!(s.candidates(&both, "hello", false, 10).unwrap(), [b, a]);
     let nobody = [("local".to_owned(), "gamma".to_owned())];
-    assert!(matches!(
-        s.baseline(RunRef::Last, &nobody, "hello", false),
-        Err(HistoryError::NotFound { .. })
-    ));
+    assert!(
+        s.candidates(&nobody, "hello", false, 10)
+            .unwrap()
+            .is_empty()
+    );
 }
 
 #[test]

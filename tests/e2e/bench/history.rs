@@ -447,3 +447,91 @@ fn a_store_without_room_refuses_the_run_or_fails_it_never_silently() {
         );
     }
 }
+
+/// Issue 39 item 5: `--baseline last` compares only runs of the same effective workload with a
+/// level in common. A `--max-tokens 8` run against a store of `--max-tokens 4` runs is refused
+/// before sending, naming the cap; so is `--baseline ID` of another workload, and a run with no
+/// level of the stored ones. Between same-workload runs, `last` passes over a newer run of
+/// another workload and says so.
+#[test]
+fn the_baseline_is_a_run_of_the_same_workload_with_a_level_in_common() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_sim, url, log) = logged_slots(dir.path(), ("8", "20ms", "2ms", "8"));
+    let cfg = sim_config(dir.path(), &url);
+    let store = dir.path().join("runs.sqlite3");
+    let (c, s) = (cfg.to_str().unwrap(), store.to_str().unwrap());
+    let sent = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "--config.file",
+            c,
+            "--concurrency",
+            "1,2",
+            "--requests-per-level",
+            "4",
+            "--history",
+            s,
+        ];
+        args.extend_from_slice(extra);
+        bench(&args, Duration::from_secs(60))
+    };
+    let (code, _, err) = run(&["--max-tokens", "4"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("recorded as run 1 in"), "{err}");
+
+    let before = sent();
+    let (code, _, err) = run(&["--max-tokens", "8", "--baseline", "last"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("none of the 1 newest complete closed-loop runs of prompt hello with sim/sim-a fits this run (--baseline last): run 1: another workload (max_tokens 8 here, 4 in the baseline)"),
+        "{err}"
+    );
+    let (code, _, err) = run(&["--max-tokens", "8", "--baseline", "1"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("--baseline 1: run 1 of")
+            && err.contains("max_tokens 8 here, 4 in the baseline"),
+        "{err}"
+    );
+    let (code, _, err) = bench(
+        &[
+            "--config.file",
+            c,
+            "--concurrency",
+            "16",
+            "--requests-per-level",
+            "4",
+            "--max-tokens",
+            "4",
+            "--history",
+            s,
+            "--baseline",
+            "last",
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("run 1: no (model, level) in common, nothing to compare (its levels 1, 2 of sim-a; this run's 16 of sim-a)"),
+        "{err}"
+    );
+    assert_eq!(sent(), before, "a refused baseline sent requests");
+
+    // A newer run of another cap, then one of the first's: compared with run 1, run 2 passed over.
+    let (code, _, err) = run(&["--max-tokens", "8"]);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, _, err) = run(&["--max-tokens", "4", "--baseline", "last"]);
+    assert!(matches!(code, Some(0 | 3)), "{err}");
+    assert!(
+        err.contains("baseline: run 1 of")
+            && err.contains(
+                "the newest that fits this run; passed over run 2: another workload (max_tokens 4 here, 8 in the baseline)"
+            ),
+        "{err}"
+    );
+}
