@@ -277,6 +277,44 @@ mod tests {
         );
     }
 
+    fn spec(prompt: &str) -> ProbeSpec {
+        let c = crate::config::Config::parse(&format!(
+            "prompts:\n  - name: p\n    {prompt}\ntargets:\n  - name: t\n    base_url: http://127.0.0.1:1/v1\n    models: [m]\n"
+        ))
+        .unwrap();
+        ProbeSpec::from_job(&c.jobs[0])
+    }
+
+    /// What a prompt sends, in words: its lengths, its messages by hash; not its seed, so runs
+    /// of one config with fresh filler each compare, and a changed length does not.
+    #[test]
+    fn a_prompt_is_described_by_what_it_sends_not_its_seed() {
+        let mixed = "synthetic:\n      input_tokens: {distribution: normal, mean: 1000, stddev: 200, min: 100, max: 4000}\n      output_tokens: {distribution: uniform, min: 64, max: 256}\n      shared_prefix_tokens: 64";
+        let s = spec(mixed);
+        assert_eq!(
+            describe(&s),
+            "synthetic: input normal 1000±200 in 100-4000 tokens, output uniform 64-256 tokens, shared prefix 64"
+        );
+        let mut fresh = s.clone();
+        fresh.workload = s.workload.with_seeds(99);
+        assert_eq!(describe(&fresh), describe(&s), "a fresh seed");
+        assert_eq!(
+            describe(&spec(&format!("{mixed}\n      seed: 7"))),
+            describe(&s)
+        );
+        assert_ne!(
+            describe(&spec(&mixed.replace("max: 256", "max: 128"))),
+            describe(&s)
+        );
+        let hi = describe(&spec("messages: [{role: user, content: hi}]"));
+        assert!(hi.starts_with("messages 1 (hash "), "{hi}");
+        assert_ne!(hi, describe(&spec("messages: [{role: user, content: yo}]")));
+        let nonce = describe(&spec(
+            "messages: [{role: user, content: hi}]\n    nonce: true",
+        ));
+        assert_eq!(nonce, format!("{hi}, nonce"));
+    }
+
     /// A baseline with no (model, level) of this run's: refused before sending, naming both
     /// sides' levels; when the levels are not known yet (a search), only the workload is checked.
     #[test]

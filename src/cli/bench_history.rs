@@ -206,7 +206,7 @@ fn last(s: &Store, fit: &Fit) -> Result<(i64, Report, Vec<String>), BenchError> 
     let more = passed.len().saturating_sub(SHOWN);
     passed.truncate(SHOWN);
     Err(BenchError::Usage(format!(
-        "run store {store}: none of the {} newest complete {kind} runs of prompt {prompt} with {models} fits this run (--baseline last): {}{}",
+        "run store {store}: no earlier complete {kind} run of prompt {prompt} with {models} fits this run (--baseline last; {} read, newest first): {}{}",
         ids.len(),
         passed.join("; "),
         if more > 0 {

@@ -299,7 +299,13 @@ impl Store {
         if found.len() == 1 && found[0] == "ok" {
             return Ok(());
         }
-        Err(damaged(found.join("; ")))
+        // Each problem on a line of its own, under a `*** in database main ***` heading.
+        let problems: Vec<&str> = found
+            .iter()
+            .flat_map(|f| f.lines())
+            .filter(|l| !l.starts_with("***") && !l.trim().is_empty())
+            .collect();
+        Err(damaged(problems.join("; ")))
     }
 
     /// Checks that a run can be recorded now, before anything is sent, and leaves the store as

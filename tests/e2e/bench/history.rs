@@ -488,7 +488,7 @@ fn the_baseline_is_a_run_of_the_same_workload_with_a_level_in_common() {
     let (code, _, err) = run(&["--max-tokens", "8", "--baseline", "last"]);
     assert_eq!(code, Some(2), "{err}");
     assert!(
-        err.contains("none of the 1 newest complete closed-loop runs of prompt hello with sim/sim-a fits this run (--baseline last): run 1: another workload (max_tokens 8 here, 4 in the baseline)"),
+        err.contains("no earlier complete closed-loop run of prompt hello with sim/sim-a fits this run (--baseline last; 1 read, newest first): run 1: another workload (max_tokens 8 here, 4 in the baseline)"),
         "{err}"
     );
     let (code, _, err) = run(&["--max-tokens", "8", "--baseline", "1"]);
