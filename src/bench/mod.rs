@@ -24,6 +24,7 @@
 //!
 //! [`ProbeResult`]: crate::measure::ProbeResult
 
+pub mod baseline;
 pub mod canary;
 pub mod capacity;
 pub mod confidence;
@@ -255,6 +256,45 @@ impl BenchPlan {
     /// Open loop (arrival rates) rather than closed loop (workers).
     pub fn open(&self) -> bool {
         self.levels.iter().any(|k| k.rate.is_some())
+    }
+
+    /// What a baseline must share with this plan's run: its workload as its report will record
+    /// it (by the same code [`run`] writes the report with), its models, and its levels (not
+    /// known before a capacity search runs).
+    pub fn fit(&self) -> baseline::Fit {
+        let open = self.open();
+        let head = self
+            .models
+            .first()
+            .map_or_else(|| self.job.target.clone(), |m| m.target.clone());
+        let mode = load_mode(
+            open,
+            self.arrival,
+            self.seed,
+            self.amount,
+            (self.warmup, &self.shape),
+        );
+        baseline::Fit {
+            models: self
+                .models
+                .iter()
+                .map(|m| (m.target.name.clone(), m.model.clone()))
+                .collect(),
+            workload: baseline::WorkloadKey {
+                api: head.api.to_string(),
+                prompt: self
+                    .prompts
+                    .iter()
+                    .map(|p| p.prompt.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(","),
+                workload: Some(baseline::describe_all(&self.prompts)),
+                max_tokens: self.spec.max_tokens,
+                load: baseline::load_words(&with_trace(mode, &self.spec)),
+            },
+            open_loop: open,
+            levels: self.capacity.is_none().then(|| self.levels.clone()),
+        }
     }
 }
 /// Highest open-loop arrival rate accepted, requests/s.
@@ -692,6 +732,7 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         api: head.api.to_string(),
         prompt: prompt_names.join(","),
         max_tokens: spec.max_tokens,
+        workload: Some(baseline::describe_all(&prompts)),
         mode: with_trace(
             LoadMode {
                 ramp_s: (!open && !ramp.is_zero()).then_some(ramp.as_secs_f64()),

@@ -129,6 +129,11 @@ pub struct Report {
     /// The prompt's output cap.
     #[serde(default)]
     pub max_tokens: Option<u32>,
+    /// What the prompt sends, in words (its kind and lengths, a hash of its messages; see
+    /// [`super::baseline::describe`]): a baseline must have sent the same (absent in reports of
+    /// older versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<String>,
     /// How load was generated.
     pub mode: LoadMode,
     /// The goodput SLOs, as text.
@@ -179,7 +184,8 @@ pub struct Interrupted {
 /// A run's identity: every shard of one run has the same id.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunInfo {
-    /// From `--run-id`, else computed alike on every shard from what defines the run.
+    /// From `--run-id`, else computed alike on every shard from what defines the run and its
+    /// `--start-at` (without `--start-at`, unique to the invocation).
     pub id: String,
     /// This report's shard, `i/N` (absent for a run of one process).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -491,6 +497,7 @@ pub(crate) mod tests {
             api: "openai-chat".into(),
             prompt: "hello".into(),
             max_tokens: Some(64),
+            workload: None,
             mode: LoadMode {
                 kind: "closed".into(),
                 arrival: None,

@@ -148,9 +148,16 @@ impl StartPlan {
     }
 }
 
-/// A run id every shard computes alike from what defines the run (the same flags and config
-/// give the same id): 16 hex digits of FNV-1a over the parts, each ended by a 0 byte.
+/// A run id every shard computes alike from what defines the run (the same parts give the same
+/// id; a run without `--start-at` adds a part of its own invocation, so that no other run shares
+/// it): 16 hex digits of FNV-1a over the parts, each ended by a 0 byte.
 pub fn run_id(parts: &[&str]) -> String {
+    fingerprint(parts)
+}
+
+/// 16 hex digits of FNV-1a over `parts`, each ended by a 0 byte (so that `["ab", "c"]` and
+/// `["a", "bc"]` differ): a run's id, a prompt's messages in its report.
+pub fn fingerprint(parts: &[&str]) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for p in parts {
         for b in p.bytes().chain([0]) {

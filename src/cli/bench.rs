@@ -176,8 +176,9 @@ pub struct BenchArgs {
     /// next level's warm-up, before the next level starts.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub level_gap: Duration,
-    /// The run id every shard's report carries (default: computed alike on every shard from the
-    /// config's target, prompt, models, levels, load and --start-at).
+    /// The run id every shard's report carries (default: with --start-at, computed alike on every
+    /// shard from the config's target, prompt, models, levels, load and --start-at; without it,
+    /// unique to this invocation).
     #[arg(long)]
     pub run_id: Option<String>,
     /// After each level, N non-streaming requests of the same workload at its concurrency (default 5), and their E2E p50 against the level's.
@@ -758,21 +759,26 @@ impl MergeArgs {
         let store = self.store.open_for_recording()?;
         let mut merged = crate::bench::merge::merge(&reports, &criteria.slos)
             .map_err(|e| BenchError::Usage(format!("bench merge: {e}")))?;
-        let pairs: Vec<(String, String)> = merged
-            .models
-            .iter()
-            .map(|m| {
-                let target = m.target.clone().unwrap_or_else(|| merged.target.clone());
-                (target, m.model.clone())
-            })
-            .collect();
-        let baseline = super::bench_history::baseline(
-            self.baseline.as_deref(),
-            &self.store,
-            &pairs,
-            &merged.prompt,
-            merged.mode.kind == "open",
-        )?;
+        let fit = crate::bench::baseline::Fit {
+            models: merged
+                .models
+                .iter()
+                .map(|m| {
+                    let target = m.target.clone().unwrap_or_else(|| merged.target.clone());
+                    (target, m.model.clone())
+                })
+                .collect(),
+            workload: crate::bench::baseline::WorkloadKey::of(&merged),
+            open_loop: merged.mode.kind == "open",
+            levels: Some(
+                merged
+                    .models
+                    .iter()
+                    .flat_map(|m| m.levels.iter().map(|l| l.key))
+                    .collect(),
+            ),
+        };
+        let baseline = super::bench_history::baseline(self.baseline.as_deref(), &self.store, &fit)?;
         crate::bench::judge(
             &mut merged,
             &criteria,
@@ -781,17 +787,19 @@ impl MergeArgs {
             &crate::bench::findings::Thresholds::default(),
         );
         let code = crate::render::deliver(&merged, &outputs, &criteria)?;
-        super::bench_history::record(store, &merged);
-        Ok(code)
+        Ok(super::bench_history::record(store, &merged, code))
     }
 }
 
 /// `--shard`, `--start-at` and the run id: this process's part of the run, the levels' shared
-/// start instants, and the id every shard of the run computes alike (from the target, prompts,
-/// models, levels, load and start; see [`crate::bench::shard`]).
+/// start instants, and the run's id: with `--start-at`, the one every shard of the run computes
+/// alike (from the target, prompts, models, levels, load and start; see
+/// [`crate::bench::shard`]); without it, the same parts and this invocation's
+/// [`invocation_nonce`], so two runs of one config never share an id.
 ///
 /// # Errors
-/// [`BenchError::Usage`] for `--start-at` without `--duration-per-level` or a bad `--run-id`.
+/// [`BenchError::Usage`] for `--start-at` without `--duration-per-level`, a bad `--run-id`, or
+/// shards that could not agree on their run (neither `--start-at` nor `--run-id`).
 fn sharding(
     a: &BenchArgs,
     amount: Amount,
@@ -819,6 +827,11 @@ fn sharding(
             return Err(BenchError::Usage("--run-id: 1 to 128 characters".into()));
         }
         Some(id) => id.clone(),
+        None if shard.count > 1 && a.start_at.is_none() => {
+            return Err(BenchError::Usage(format!(
+                "--shard {shard}: the shards of a run agree on its id through --start-at (the shared start that defines the run) or --run-id ID; give one of them"
+            )));
+        }
         None => crate::bench::shard::run_id(&[
             &job.target.name,
             &crate::redact::redact_url(&job.target.base_url),
@@ -834,11 +847,31 @@ fn sharding(
                 .join(","),
             &format!("{level_keys:?}"),
             &format!("{amount:?} {arrival:?} warmup {}", a.warmup),
-            &a.start_at.map(|t| t.to_rfc3339()).unwrap_or_default(),
+            &a.start_at.map_or_else(invocation_nonce, |t| t.to_rfc3339()),
             &shard.count.to_string(),
         ]),
     };
     Ok((shard, start, run_id))
+}
+
+/// What makes a run without `--start-at` its own: this invocation's wall-clock start (ns), its
+/// process id, a count of the runs planned in this process, and 64 bits the standard library
+/// seeds from the operating system's randomness.
+fn invocation_nonce() -> String {
+    use std::hash::{BuildHasher as _, Hasher as _};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static PLANNED: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let mut random = std::collections::hash_map::RandomState::new().build_hasher();
+    random.write_u128(nanos);
+    format!(
+        "{nanos} {} {} {:016x}",
+        std::process::id(),
+        PLANNED.fetch_add(1, Ordering::Relaxed),
+        random.finish()
+    )
 }
 
 impl BenchArgs {
@@ -867,8 +900,17 @@ impl BenchArgs {
         let finished = crate::bench::run(plan).await?;
         exports.finish().await;
         let code = crate::render::deliver(&finished.report, &outputs, &criteria)?;
-        super::bench_history::record(store, &finished.report);
-        let r = &finished.report;
+        let code = self.client_bound_exit(&finished.report, code);
+        Ok(super::bench_history::record(store, &finished.report, code))
+    }
+
+    /// `code`, or [`CLIENT_BOUND_EXIT`] (said on stderr) when a level the client could not
+    /// measure is not accepted.
+    fn client_bound_exit(
+        &self,
+        r: &crate::bench::report::Report,
+        code: std::process::ExitCode,
+    ) -> std::process::ExitCode {
         let bound: Vec<String> = r
             .models
             .iter()
@@ -880,13 +922,13 @@ impl BenchArgs {
             })
             .collect();
         if bound.is_empty() || self.accept_client_bound || r.interrupted.is_some() {
-            return Ok(code);
+            return code;
         }
         crate::output::print_stderr_line(&format!(
             "tokenprobe bench: the client could not measure {}: its figures are its own starvation's, not the server's (exit {CLIENT_BOUND_EXIT}; --accept-client-bound to accept them)",
             bound.join(", ")
         ));
-        Ok(std::process::ExitCode::from(CLIENT_BOUND_EXIT))
+        std::process::ExitCode::from(CLIENT_BOUND_EXIT)
     }
 
     /// The validated plan of this invocation.
@@ -948,17 +990,6 @@ impl BenchArgs {
                 "several prompts are a sweep, not a selection: --baseline, --limit, --weight and --bench.file compare one prompt at a time".into(),
             ));
         }
-        let pairs: Vec<(String, String)> = models
-            .iter()
-            .map(|m| (m.target.name.clone(), m.model.clone()))
-            .collect();
-        let baseline = super::bench_history::baseline(
-            a.baseline.as_deref(),
-            &a.store,
-            &pairs,
-            &spec.prompt.name,
-            level_keys.iter().any(|k| k.rate.is_some()),
-        )?;
         let cross_check = cross_check(a, &spec)?;
         let mut criteria = criteria;
         fit_non_stream(&mut criteria, &spec)?;
@@ -991,7 +1022,7 @@ impl BenchArgs {
             warmup_duration: a.warmup_duration,
             load_ramp: load_ramp(a)?,
         };
-        Ok(BenchPlan {
+        let mut plan = BenchPlan {
             sinks: Vec::new(),
             shape,
             criteria,
@@ -1009,7 +1040,7 @@ impl BenchArgs {
             samples: a.samples || shard.count > 1,
             progress: !a.no_progress && std::io::stderr().is_terminal(),
             judged,
-            baseline,
+            baseline: None,
             shard,
             start,
             run_id,
@@ -1018,7 +1049,10 @@ impl BenchArgs {
             command: std::env::args().collect(),
             capacity,
             repeat: a.repeat,
-        })
+        };
+        plan.baseline =
+            super::bench_history::baseline(a.baseline.as_deref(), &a.store, &plan.fit())?;
+        Ok(plan)
     }
 }
 

@@ -3,6 +3,7 @@
 //! history` (runs listed newest first, one model's trend in the terminal, as JSON or on a page).
 
 use crate::bench::BenchError;
+use crate::bench::baseline::Fit;
 use crate::bench::report::Report;
 use crate::history::{Filter, HistoryError, RunRef, Store, default_path, trend};
 use std::path::{Path, PathBuf};
@@ -30,12 +31,13 @@ impl StoreArgs {
         self.history.clone().or_else(default_path)
     }
 
-    /// The store this run will be recorded in, opened (made, migrated) before anything is sent,
-    /// so that a store that cannot take the run is known first; `None` with `--no-history` or
-    /// where the system names no data directory (said on stderr).
+    /// The store this run will be recorded in, opened (made, migrated, checked whole and for a
+    /// write) before anything is sent, so that a store that cannot take the run is known first;
+    /// `None` with `--no-history` or where the system names no data directory (said on stderr).
+    /// The default store's directory is made; the one `--history` names must exist.
     ///
     /// # Errors
-    /// [`BenchError::Usage`] for a store that cannot be opened.
+    /// [`BenchError::Usage`] for a store that cannot be opened or written.
     pub fn open_for_recording(&self) -> Result<Option<Store>, BenchError> {
         if self.no_history {
             return Ok(None);
@@ -46,46 +48,76 @@ impl StoreArgs {
             );
             return Ok(None);
         };
-        Store::open(&path).map(Some).map_err(|e| usage(&e))
+        if self.history.is_none() {
+            Store::make_directory(&path).map_err(|e| usage(&e))?;
+        }
+        let mut store = Store::open(&path).map_err(|e| usage(&e))?;
+        store.check_writable().map_err(|e| usage(&e))?;
+        Ok(Some(store))
     }
 }
 
-/// Records `report` in `store` and says so on stderr; a failed write is said, and the run's
-/// outputs and exit code stand.
-pub fn record(store: Option<Store>, report: &Report) {
+/// The exit status of a run that could not be recorded in its store (the write failed at its
+/// end, after the store was checked at its start), when the run has no other non-zero status.
+pub const NOT_RECORDED_EXIT: u8 = 5;
+
+/// Records `report` in `store` and says so on stderr. A failed write is said, the run's outputs
+/// stand, and its exit `code` becomes [`NOT_RECORDED_EXIT`] unless it is already non-zero (a
+/// regression, a client-bound level, a stop: the run's own verdict, beside which the line says
+/// it is not recorded).
+pub fn record(store: Option<Store>, report: &Report, code: ExitCode) -> ExitCode {
     let Some(mut store) = store else {
-        return;
+        return code;
     };
     match store.record(report.clone()) {
-        Ok(id) => crate::output::print_stderr_line(&format!(
-            "tokenprobe bench: recorded as run {id} in {} (--baseline {id}, or last; bench history)",
-            store.path().display()
-        )),
-        Err(e) => crate::output::print_stderr_line(&format!(
-            "tokenprobe bench: this run is not recorded: {e}"
-        )),
+        Ok(id) => {
+            crate::output::print_stderr_line(&format!(
+                "tokenprobe bench: recorded as run {id} in {} (--baseline {id}, or last; bench history)",
+                store.path().display()
+            ));
+            code
+        }
+        Err(e) => {
+            let exit = (code == ExitCode::SUCCESS).then_some(NOT_RECORDED_EXIT);
+            crate::output::print_stderr_line(&format!(
+                "tokenprobe bench: this run is not recorded: {e}{}",
+                exit.map_or_else(String::new, |c| format!(" (exit {c})"))
+            ));
+            exit.map_or(code, ExitCode::from)
+        }
     }
 }
 
-/// The baseline `--baseline` names: a JSON report's file, or a stored run (`last`, or its id,
-/// when no file has that name) of `store`; for `last`, the newest complete run of the same
-/// load kind that ran one of `pairs` (target, model) with `prompt`.
+/// The most stored runs `--baseline last` reads, newest first, for one that fits.
+pub const MAX_BASELINE_CANDIDATES: usize = 100;
+
+/// The baseline `--baseline` names, if it fits the run (`fit`: the same effective workload and
+/// a (model, level) in common): a JSON report's file, or a stored run (`last`, or its id, when no
+/// file has that name) of `store`. `last` is the newest complete run of the same load kind that
+/// ran one of the run's (target, model) pairs with its prompt and fits it; the newer ones passed
+/// over are said on stderr with why.
 ///
 /// # Errors
-/// [`BenchError`] when the file or the stored run cannot be read, or no stored run matches.
+/// [`BenchError`] when the file or the stored run cannot be read or does not fit (what differs
+/// is named), or no stored run fits.
 pub fn baseline(
     arg: Option<&Path>,
     store: &StoreArgs,
-    pairs: &[(String, String)],
-    prompt: &str,
-    open_loop: bool,
+    fit: &Fit,
 ) -> Result<Option<(Report, String)>, BenchError> {
     let Some(arg) = arg else {
         return Ok(None);
     };
     let stored = arg.to_str().and_then(RunRef::parse);
     let Some(which) = stored.filter(|_| !arg.exists()) else {
-        return crate::bench::load_baseline(arg).map(|r| Some((r, arg.display().to_string())));
+        let report = crate::bench::load_baseline(arg)?;
+        if let Some(why) = fit.misfit(&report) {
+            return Err(BenchError::Baseline {
+                path: arg.to_owned(),
+                reason: why,
+            });
+        }
+        return Ok(Some((report, arg.display().to_string())));
     };
     let Some(path) = store.path() else {
         return Err(BenchError::Usage(format!(
@@ -100,16 +132,89 @@ pub fn baseline(
             path.display()
         )));
     };
-    let (id, report) = s
-        .baseline(which, pairs, prompt, open_loop)
-        .map_err(|e| usage(&e))?;
+    let (id, report, passed) = match which {
+        RunRef::Id(id) => {
+            let report = s.report(id).map_err(|e| usage(&e))?;
+            if let Some(why) = fit.misfit(&report) {
+                return Err(BenchError::Usage(format!(
+                    "--baseline {id}: run {id} of {}: {why}",
+                    path.display()
+                )));
+            }
+            (id, report, Vec::new())
+        }
+        RunRef::Last => last(&s, fit)?,
+    };
+    let passed = if passed.is_empty() {
+        String::new()
+    } else {
+        format!(
+            ": the newest that fits this run; passed over {}",
+            passed.join("; ")
+        )
+    };
     crate::output::print_stderr_line(&format!(
-        "tokenprobe bench: baseline: run {id} of {}, started {}",
+        "tokenprobe bench: baseline: run {id} of {}, started {}{passed}",
         path.display(),
         report.started_at
     ));
     let name = format!("run {id} ({})", report.started_at);
     Ok(Some((report, name)))
+}
+
+/// `--baseline last`: the newest candidate of `s` that fits, with the newer ones passed over
+/// (`run N: why`).
+///
+/// # Errors
+/// [`BenchError::Usage`] when no candidate fits (the newest ones' reasons named) or the store
+/// cannot be read.
+fn last(s: &Store, fit: &Fit) -> Result<(i64, Report, Vec<String>), BenchError> {
+    let kind = if fit.open_loop {
+        "open-loop"
+    } else {
+        "closed-loop"
+    };
+    let models = fit
+        .models
+        .iter()
+        .map(|(t, m)| format!("{t}/{m}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let prompt = &fit.workload.prompt;
+    let ids = s
+        .candidates(&fit.models, prompt, fit.open_loop, MAX_BASELINE_CANDIDATES)
+        .map_err(|e| usage(&e))?;
+    let mut passed = Vec::new();
+    for &id in &ids {
+        let why = match s.report(id) {
+            Ok(report) => match fit.misfit(&report) {
+                None => return Ok((id, report, passed)),
+                Some(why) => why,
+            },
+            Err(e @ HistoryError::Report { .. }) => e.to_string(),
+            Err(e) => return Err(usage(&e)),
+        };
+        passed.push(format!("run {id}: {why}"));
+    }
+    let store = s.path().display();
+    if ids.is_empty() {
+        return Err(BenchError::Usage(format!(
+            "run store {store}: no earlier complete {kind} run of prompt {prompt} with {models} to compare with (--baseline last)"
+        )));
+    }
+    const SHOWN: usize = 3;
+    let more = passed.len().saturating_sub(SHOWN);
+    passed.truncate(SHOWN);
+    Err(BenchError::Usage(format!(
+        "run store {store}: no earlier complete {kind} run of prompt {prompt} with {models} fits this run (--baseline last; {} read, newest first): {}{}",
+        ids.len(),
+        passed.join("; "),
+        if more > 0 {
+            format!("; and {more} more")
+        } else {
+            String::new()
+        }
+    )))
 }
 
 /// How `bench history` prints.

@@ -68,14 +68,56 @@ pub enum HistoryError {
         /// The path.
         path: PathBuf,
     },
-    /// Its directory could not be made.
-    #[error("run store {path}: cannot make its directory: {source}")]
-    Directory {
+    /// Its directory could not be made (the default store's), or the file in it.
+    #[error("run store {path}: cannot make {what}: {source}")]
+    Make {
+        /// The store.
+        path: PathBuf,
+        /// `its directory` or `it`.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The directory `--history` names does not exist (only the default store's is made, so a
+    /// mistyped path makes nothing).
+    #[error("run store {path}: the directory {dir} does not exist")]
+    NoDirectory {
+        /// The store.
+        path: PathBuf,
+        /// Its directory.
+        dir: PathBuf,
+    },
+    /// The path cannot be looked at (a symbolic link loop, a regular file where a directory
+    /// should be, no permission).
+    #[error("run store {path}: {source}")]
+    Path {
         /// The store.
         path: PathBuf,
         /// Why.
         #[source]
         source: std::io::Error,
+    },
+    /// SQLite's `quick_check` found the file damaged: a run written into it, or read from it,
+    /// could be lost or wrong.
+    #[error(
+        "run store {path}: the file is damaged ({problems}); give another file with --history (sqlite3's .recover salvages what it can)"
+    )]
+    Damaged {
+        /// The store.
+        path: PathBuf,
+        /// The first problems `quick_check` found.
+        problems: String,
+    },
+    /// The store cannot take a run (read-only, locked by another process, no room for its
+    /// journal): found before anything is sent.
+    #[error("run store {path}: cannot record a run in it: {source}")]
+    NotWritable {
+        /// The store.
+        path: PathBuf,
+        /// SQLite's error.
+        #[source]
+        source: rusqlite::Error,
     },
     /// A stored report cannot be read back.
     #[error("run store {path}: run {id}: {reason}")]

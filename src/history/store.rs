@@ -7,7 +7,7 @@
 //! was before (SQLite's rollback journal). Concurrent runs wait for each other's writes (a busy
 //! timeout), and a stored report is read only up to [`crate::bench::MAX_REPORT_FILE_BYTES`].
 
-use super::{Filter, HistoryError, RunRef};
+use super::{Filter, HistoryError};
 use crate::bench::report::Report;
 use rusqlite::{Connection, OptionalExtension as _, Transaction, TransactionBehavior, params};
 use serde::Serialize;
@@ -170,33 +170,99 @@ pub fn utc(instant: &str) -> String {
 }
 
 impl Store {
-    /// Opens the store at `path`, making it (and its directory) when absent and migrating an
-    /// older schema.
+    /// Opens the store at `path`, making the file when absent (its directory must exist: see
+    /// [`Store::make_directory`]), migrating an older schema, and checking it whole (SQLite's
+    /// `quick_check`, which reads every page once). A new file that could not be made a store is
+    /// removed again.
     ///
     /// # Errors
-    /// [`HistoryError`] for a file that cannot be opened or made, a path that is not a regular
-    /// file, another application's database, a newer schema, or a failed migration.
+    /// [`HistoryError`] for a path that cannot be looked at or is not a regular file, a missing
+    /// directory, a file that cannot be opened or made, another application's database, a newer
+    /// schema, a failed migration, or a damaged file.
     pub fn open(path: &Path) -> Result<Self, HistoryError> {
-        match std::fs::metadata(path) {
-            Ok(m) if !m.is_file() => {
-                return Err(HistoryError::NotAFile {
-                    path: path.to_owned(),
-                });
+        let made = if Self::exists(path)? {
+            false
+        } else {
+            Self::make(path)?
+        };
+        Self::connect(path).inspect_err(|_| {
+            // Only the empty file this call made: a store another process filled meanwhile stays.
+            if made && std::fs::metadata(path).is_ok_and(|m| m.len() == 0) {
+                let _ = std::fs::remove_file(path);
             }
-            _ => {}
+        })
+    }
+
+    /// Makes the directory of the store at `path` (the default store's, in the user's data
+    /// directory; a store `--history` names must be in a directory that exists).
+    ///
+    /// # Errors
+    /// [`HistoryError::Make`] when it cannot be made.
+    pub fn make_directory(path: &Path) -> Result<(), HistoryError> {
+        match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            Some(dir) => std::fs::create_dir_all(dir).map_err(|source| HistoryError::Make {
+                path: path.to_owned(),
+                what: "its directory",
+                source,
+            }),
+            None => Ok(()),
         }
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| HistoryError::Directory {
+    }
+
+    /// Whether a regular file is at `path` (following links); absent is `false`.
+    ///
+    /// # Errors
+    /// [`HistoryError::NotAFile`] for something else than a regular file,
+    /// [`HistoryError::Path`] for a path that cannot be looked at (a link loop, a file where a
+    /// directory should be, no permission).
+    fn exists(path: &Path) -> Result<bool, HistoryError> {
+        match std::fs::metadata(path) {
+            Ok(m) if m.is_file() => Ok(true),
+            Ok(_) => Err(HistoryError::NotAFile {
+                path: path.to_owned(),
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(source) => Err(HistoryError::Path {
                 path: path.to_owned(),
                 source,
-            })?;
+            }),
         }
+    }
+
+    /// Makes the empty file of a new store; `false` when another process made it first.
+    fn make(path: &Path) -> Result<bool, HistoryError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+            && !dir.is_dir()
+        {
+            return Err(HistoryError::NoDirectory {
+                path: path.to_owned(),
+                dir: dir.to_owned(),
+            });
+        }
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path)
+        {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+            Err(source) => Err(HistoryError::Make {
+                path: path.to_owned(),
+                what: "it",
+                source,
+            }),
+        }
+    }
+
+    /// The connection, prepared and checked.
+    fn connect(path: &Path) -> Result<Self, HistoryError> {
         let conn = Connection::open(path).map_err(HistoryError::sqlite(path))?;
         let mut store = Self {
             conn,
             path: path.to_owned(),
         };
         store.prepare()?;
+        store.check()?;
         Ok(store)
     }
 
@@ -205,10 +271,65 @@ impl Store {
     /// # Errors
     /// As [`Store::open`].
     pub fn open_existing(path: &Path) -> Result<Option<Self>, HistoryError> {
-        if !path.exists() {
+        if !Self::exists(path)? {
             return Ok(None);
         }
         Self::open(path).map(Some)
+    }
+
+    /// SQLite's `quick_check`: every page read once, the b-trees' structure and the records'
+    /// shape checked (not the indexes' agreement with their tables, which `integrity_check`
+    /// adds at a higher cost).
+    ///
+    /// # Errors
+    /// [`HistoryError::Damaged`] with the first problems found.
+    fn check(&self) -> Result<(), HistoryError> {
+        let damaged = |problems: String| HistoryError::Damaged {
+            path: self.path.clone(),
+            problems,
+        };
+        let mut stmt = self
+            .conn
+            .prepare("PRAGMA quick_check(5)")
+            .map_err(|e| damaged(e.to_string()))?;
+        let found: Vec<String> = stmt
+            .query_map([], |r| r.get::<_, String>(0))
+            .and_then(|rows| rows.collect())
+            .map_err(|e| damaged(e.to_string()))?;
+        if found.len() == 1 && found[0] == "ok" {
+            return Ok(());
+        }
+        // Each problem on a line of its own, under a `*** in database main ***` heading.
+        let problems: Vec<&str> = found
+            .iter()
+            .flat_map(|f| f.lines())
+            .filter(|l| !l.starts_with("***") && !l.trim().is_empty())
+            .collect();
+        Err(damaged(problems.join("; ")))
+    }
+
+    /// Checks that a run can be recorded now, before anything is sent, and leaves the store as
+    /// it was: an exclusive transaction (waiting, as a write does, for another process's lock),
+    /// in which the schema version is written again (so the rollback journal is made and written
+    /// beside the file), then rolled back. It finds a read-only file or mount, a lock another
+    /// process keeps, and a disk without room for the journal; a disk with room for the
+    /// journal but not the run is found only when the run is recorded.
+    ///
+    /// # Errors
+    /// [`HistoryError::NotWritable`] with SQLite's error.
+    pub fn check_writable(&mut self) -> Result<(), HistoryError> {
+        let path = self.path.clone();
+        let fail = |source| HistoryError::NotWritable {
+            path: path.clone(),
+            source,
+        };
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Exclusive)
+            .map_err(fail)?;
+        tx.pragma_update(None, "user_version", SCHEMA)
+            .map_err(fail)?;
+        tx.rollback().map_err(fail)
     }
 
     /// The store's file.
@@ -442,63 +563,48 @@ impl Store {
         rows.collect::<Result<_, _>>().map_err(self.err())
     }
 
-    /// The stored run `which` names, for a run of `models` (target, model) pairs with `prompt`:
-    /// `last` is the newest run, not interrupted, of the same load kind that ran one of them
-    /// with that prompt. Its id and report.
+    /// The stored runs `--baseline last` chooses among, newest first (at most `limit`): complete
+    /// (not stopped by a signal) runs of the same load kind that ran one of `models` (target,
+    /// model) with `prompt`. Which of them fits the run is [`crate::bench::baseline::Fit`]'s to
+    /// say, from their reports.
     ///
     /// # Errors
-    /// [`HistoryError::NotFound`] when no run matches, [`HistoryError::Report`] when its report
-    /// cannot be read back.
-    pub fn baseline(
+    /// [`HistoryError::Sqlite`] when the store cannot be read.
+    pub fn candidates(
         &self,
-        which: RunRef,
         models: &[(String, String)],
         prompt: &str,
         open_loop: bool,
-    ) -> Result<(i64, Report), HistoryError> {
-        let id = match which {
-            RunRef::Id(id) => id,
-            RunRef::Last => {
-                let mut newest: Option<(String, i64)> = None;
-                for (target, model) in models {
-                    let found = self
-                        .conn
-                        .query_row(
-                            "SELECT r.started_at, r.id FROM runs r WHERE r.interrupted = 0
-                               AND r.open_loop = ?1 AND EXISTS (SELECT 1 FROM models m
-                               WHERE m.run = r.id AND m.target = ?2 AND m.model = ?3 AND m.prompt = ?4)
-                             ORDER BY r.started_at DESC, r.id DESC LIMIT 1",
-                            params![open_loop, target, model, prompt],
-                            |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)),
-                        )
-                        .optional()
-                        .map_err(self.err())?;
-                    if found.is_some() && found > newest {
-                        newest = found;
-                    }
-                }
-                let Some((_, id)) = newest else {
-                    return Err(HistoryError::NotFound {
-                        path: self.path.clone(),
-                        what: format!(
-                            "no earlier complete {} run of prompt {prompt} with {} to compare with (--baseline last)",
-                            if open_loop {
-                                "open-loop"
-                            } else {
-                                "closed-loop"
-                            },
-                            models
-                                .iter()
-                                .map(|(t, m)| format!("{t}/{m}"))
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ),
-                    });
-                };
-                id
+        limit: usize,
+    ) -> Result<Vec<i64>, HistoryError> {
+        let mut found: Vec<(String, i64)> = Vec::new();
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT r.started_at, r.id FROM runs r WHERE r.interrupted = 0
+                   AND r.open_loop = ?1 AND EXISTS (SELECT 1 FROM models m
+                   WHERE m.run = r.id AND m.target = ?2 AND m.model = ?3 AND m.prompt = ?4)
+                 ORDER BY r.started_at DESC, r.id DESC LIMIT ?5",
+            )
+            .map_err(self.err())?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        for (target, model) in models {
+            let rows = stmt
+                .query_map(params![open_loop, target, model, prompt, limit], |r| {
+                    Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
+                })
+                .map_err(self.err())?;
+            for row in rows {
+                found.push(row.map_err(self.err())?);
             }
-        };
-        self.report(id).map(|r| (id, r))
+        }
+        found.sort_unstable_by(|a, b| b.cmp(a));
+        found.dedup();
+        Ok(found
+            .into_iter()
+            .map(|(_, id)| id)
+            .take(usize::try_from(limit).unwrap_or(usize::MAX))
+            .collect())
     }
 
     /// Run `id`'s report (without samples).

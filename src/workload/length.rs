@@ -117,6 +117,28 @@ impl Length {
     }
 }
 
+/// `128`, `uniform 16-64`, `normal 100±10 in 1-200`, `lognormal 100±50 in 1-4096`.
+impl std::fmt::Display for Length {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Length::Fixed(n) => write!(f, "{n}"),
+            Length::Uniform { min, max } => write!(f, "uniform {min}-{max}"),
+            Length::Normal {
+                mean,
+                stddev,
+                min,
+                max,
+            } => write!(f, "normal {mean}±{stddev} in {min}-{max}"),
+            Length::Lognormal {
+                mean,
+                stddev,
+                min,
+                max,
+            } => write!(f, "lognormal {mean}±{stddev} in {min}-{max}"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -240,7 +240,7 @@ fn canaries_are_few_and_in_one_process() {
     let p = with(&["--canary", "0.5"]).expect("plan");
     let c = p.shape.canary.expect("canary");
     assert_eq!((c.rate, c.prompt.is_none()), (0.5, true));
-    let e = with(&["--canary", "1", "--shard", "0/2"]).expect_err("refused");
+    let e = with(&["--canary", "1", "--shard", "0/2", "--run-id", "r"]).expect_err("refused");
     assert!(e.to_string().contains("one process"), "{e}");
     for bad in ["0", "-1", "11", "inf", "x"] {
         assert!(parse_canary_rate(bad).is_err(), "{bad}");
@@ -264,7 +264,10 @@ fn until_clear_needs_slos_a_fixed_sweep_and_one_process() {
     );
     for (extra, says) in [
         (&[][..], "--slo"),
-        (&["--slo", "ttft=1s", "--shard", "0/2"], "one process"),
+        (
+            &["--slo", "ttft=1s", "--shard", "0/2", "--run-id", "r"],
+            "one process",
+        ),
         (
             &["--slo", "ttft=1s", "--find-capacity"],
             "--capacity-extend",
@@ -524,4 +527,42 @@ fn a_trace_prompt_plans_one_level_of_its_requests() {
             "{flag:?}: {e}"
         );
     }
+}
+
+/// Issue 39 item 3: two invocations of one config are two runs with two ids (their series,
+/// stored rows and request ids stay apart); the shards of one run agree on theirs without
+/// talking, through `--start-at`; shards without it or `--run-id` are refused.
+#[test]
+fn separate_runs_get_their_own_ids_and_shards_share_one() {
+    let base = ["--concurrency", "2", "--requests-per-level", "1"];
+    let id = |extra: &[&str]| plan_with(&base, extra).expect("plan").run_id;
+    let (a, b) = (id(&[]), id(&[]));
+    assert_ne!(a, b, "two runs of one config");
+    assert_eq!((a.len(), b.len()), (16, 16));
+    let sharded = [
+        "--concurrency",
+        "2",
+        "--duration-per-level",
+        "1s",
+        "--start-at",
+        "2026-12-01T12:00:00Z",
+    ];
+    let shard = |i: &str| plan_with(&sharded, &["--shard", i]).expect("plan").run_id;
+    assert_eq!(shard("0/2"), shard("1/2"), "the shards of one run");
+    let later = plan_with(
+        &["--concurrency", "2", "--duration-per-level", "1s"],
+        &["--start-at", "2026-12-01T13:00:00Z", "--shard", "0/2"],
+    )
+    .expect("plan")
+    .run_id;
+    assert_ne!(later, shard("0/2"), "another start is another run");
+    assert_eq!(id(&["--run-id", "nightly-7"]), "nightly-7");
+    let m = usage(plan_with(&base, &["--shard", "0/2"]));
+    assert!(m.contains("--start-at") && m.contains("--run-id"), "{m}");
+    assert_eq!(
+        plan_with(&base, &["--shard", "1/2", "--run-id", "r"])
+            .expect("plan")
+            .run_id,
+        "r"
+    );
 }

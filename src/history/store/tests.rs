@@ -19,8 +19,9 @@ fn report(started: &str, ttft_scale: f64) -> Report {
 #[test]
 fn a_run_is_recorded_listed_and_read_back_without_its_samples() {
     let d = dir();
-    // The directory is made.
+    // The default store's directory is made.
     let path = d.path().join("a/b/runs.sqlite3");
+    Store::make_directory(&path).unwrap();
     let mut s = Store::open(&path).unwrap();
     let mut r = report("2026-12-01T10:00:00+01:00", 1.0);
     r.models[0].levels[0].samples = Some(crate::bench::report::tests::samples(5, 0.1, 8, 0.01, 0));
@@ -102,14 +103,11 @@ fn listings_filter_by_model_target_prompt_and_date() {
 }
 
 #[test]
-fn last_is_the_newest_complete_run_of_the_same_pair_prompt_and_loop() {
+fn last_chooses_among_complete_runs_of_the_same_pair_prompt_and_loop_newest_first() {
     let d = dir();
     let mut s = Store::open(&d.path().join("runs.sqlite3")).unwrap();
     let pairs = [("local".to_owned(), "alpha".to_owned())];
-    assert!(matches!(
-        s.baseline(RunRef::Last, &pairs, "hello", false),
-        Err(HistoryError::NotFound { .. })
-    ));
+    assert!(s.candidates(&pairs, "hello", false, 10).unwrap().is_empty());
     let a = s.record(report("2026-11-01T00:00:00Z", 1.0)).unwrap();
     let b = s.record(report("2026-11-02T00:00:00Z", 1.0)).unwrap();
     let mut stopped = report("2026-11-03T00:00:00Z", 1.0);
@@ -120,22 +118,29 @@ fn last_is_the_newest_complete_run_of_the_same_pair_prompt_and_loop() {
     s.record(stopped).unwrap();
     let mut open = report("2026-11-04T00:00:00Z", 1.0);
     open.mode.kind = "open".into();
-    s.record(open).unwrap();
+    let o = s.record(open).unwrap();
     let mut other_prompt = report("2026-11-05T00:00:00Z", 1.0);
     other_prompt.prompt = "long".into();
     s.record(other_prompt).unwrap();
-    let (id, _) = s.baseline(RunRef::Last, &pairs, "hello", false).unwrap();
     assert_eq!(
-        id, b,
+        s.candidates(&pairs, "hello", false, 10).unwrap(),
+        [b, a],
         "not the interrupted, open-loop or other prompt's run"
     );
-    let (id, r) = s.baseline(RunRef::Id(a), &pairs, "ignored", true).unwrap();
-    assert_eq!((id, r.started_at.as_str()), (a, "2026-11-01T00:00:00Z"));
+    assert_eq!(s.candidates(&pairs, "hello", false, 1).unwrap(), [b]);
+    assert_eq!(s.candidates(&pairs, "hello", true, 10).unwrap(), [o]);
+    // Two of the run's models in one stored run: that run once.
+    let both = [
+        ("local".to_owned(), "alpha".to_owned()),
+        ("local".to_owned(), "beta".to_owned()),
+    ];
+    assert_eq!(s.candidates(&both, "hello", false, 10).unwrap(), [b, a]);
     let nobody = [("local".to_owned(), "gamma".to_owned())];
-    assert!(matches!(
-        s.baseline(RunRef::Last, &nobody, "hello", false),
-        Err(HistoryError::NotFound { .. })
-    ));
+    assert!(
+        s.candidates(&nobody, "hello", false, 10)
+            .unwrap()
+            .is_empty()
+    );
 }
 
 #[test]
@@ -283,4 +288,134 @@ fn a_schema_1_store_is_migrated_with_its_runs_indexed() {
     ));
     s.record(report("2026-10-03T00:00:00Z", 1.0)).unwrap();
     assert_eq!(s.model_runs("alpha", &Filter::default()).unwrap().len(), 2);
+}
+
+/// Issue 39 item 9: a store `--history` names in a directory that does not exist makes no
+/// directory; a path that cannot be looked at (a link loop, a file where a directory should be)
+/// is named, by a listing too, never taken for "no run yet".
+#[test]
+fn a_missing_directory_is_not_made_and_a_path_that_cannot_be_looked_at_is_named() {
+    let d = dir();
+    let nowhere = d.path().join("typo/runs.sqlite3");
+    let e = Store::open(&nowhere).unwrap_err();
+    assert!(matches!(e, HistoryError::NoDirectory { .. }), "{e}");
+    assert!(e.to_string().ends_with("typo does not exist"), "{e}");
+    assert!(!d.path().join("typo").exists(), "the directory was made");
+    assert!(Store::open_existing(&nowhere).unwrap().is_none());
+
+    let (a, b) = (d.path().join("a"), d.path().join("b"));
+    std::os::unix::fs::symlink(&b, &a).unwrap();
+    std::os::unix::fs::symlink(&a, &b).unwrap();
+    let notes = d.path().join("notes.txt");
+    std::fs::write(&notes, "x").unwrap();
+    for (p, says) in [
+        (a, "symbolic links"),
+        (notes.join("runs.sqlite3"), "Not a directory"),
+    ] {
+        for e in [
+            Store::open(&p).unwrap_err(),
+            Store::open_existing(&p).unwrap_err(),
+        ] {
+            assert!(matches!(e, HistoryError::Path { .. }), "{e}");
+            assert!(e.to_string().contains(says), "{e}");
+        }
+    }
+}
+
+/// A store whose `levels` table has a damaged page: refused when opened, by a listing and by a
+/// run alike, before a run is written into it or a baseline read from it.
+#[test]
+fn a_damaged_store_is_refused_at_open() {
+    let d = dir();
+    let path = d.path().join("runs.sqlite3");
+    let mut s = Store::open(&path).unwrap();
+    for day in 1..=3 {
+        s.record(report(&format!("2026-11-0{day}T00:00:00Z"), 1.0))
+            .unwrap();
+    }
+    let (root, page_size): (i64, i64) = s
+        .conn
+        .query_row(
+            "SELECT rootpage, (SELECT page_size FROM pragma_page_size) FROM sqlite_master WHERE name = 'levels'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    drop(s);
+    let before_damage = std::fs::read(&path).unwrap();
+    // The page's b-tree header: a leaf page claiming 65,535 cells.
+    let mut bytes = before_damage.clone();
+    let at = usize::try_from((root - 1) * page_size).unwrap();
+    bytes[at..at + 5].copy_from_slice(&[0x0d, 0, 0, 0xff, 0xff]);
+    std::fs::write(&path, &bytes).unwrap();
+    let e = Store::open(&path).unwrap_err();
+    assert!(matches!(e, HistoryError::Damaged { .. }), "{e}");
+    assert!(e.to_string().contains("the file is damaged ("), "{e}");
+    assert!(matches!(
+        Store::open_existing(&path),
+        Err(HistoryError::Damaged { .. })
+    ));
+    assert_eq!(std::fs::read(&path).unwrap(), bytes, "left as it was");
+
+    // Damage SQLite reads past (the runs stay readable) but `quick_check` reports: an index
+    // page's cell area overwritten. Named on one line, the check's heading left out.
+    let mut bytes = before_damage;
+    let index: i64 = Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .and_then(|c| {
+            c.query_row(
+                "SELECT rootpage FROM sqlite_master WHERE name = 'models_by_name'",
+                [],
+                |r| r.get(0),
+            )
+        })
+        .unwrap();
+    let end = usize::try_from(index * page_size).unwrap();
+    bytes[end - 40..end].fill(7);
+    std::fs::write(&path, &bytes).unwrap();
+    let e = Store::open(&path).unwrap_err().to_string();
+    assert!(
+        e.contains("the file is damaged (") && e.contains("on page"),
+        "{e}"
+    );
+    assert!(!e.contains('\n') && !e.contains("***"), "{e}");
+}
+
+/// Issue 39 item 4: a store that cannot take a write (another process's lock, a read-only file)
+/// is found by the check made before anything is sent; the check leaves the file as it was.
+#[test]
+fn a_store_that_cannot_take_a_write_is_found_before_the_run() {
+    let d = dir();
+    let path = d.path().join("runs.sqlite3");
+    let mut s = Store::open(&path).unwrap();
+    s.record(report("2026-11-01T00:00:00Z", 1.0)).unwrap();
+    let before = std::fs::read(&path).unwrap();
+    s.check_writable().unwrap();
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "no trace of the check"
+    );
+    assert!(!d.path().join("runs.sqlite3-journal").exists());
+
+    // Another connection in a read transaction keeps its shared lock: no write can commit.
+    let other = Connection::open(&path).unwrap();
+    other
+        .execute_batch("BEGIN; SELECT count(*) FROM runs;")
+        .unwrap();
+    s.conn.busy_timeout(Duration::from_millis(50)).unwrap();
+    let e = s.check_writable().unwrap_err();
+    assert!(matches!(e, HistoryError::NotWritable { .. }), "{e}");
+    assert!(e.to_string().contains("database is locked"), "{e}");
+    other.execute_batch("COMMIT").unwrap();
+    s.check_writable().unwrap();
+
+    // What SQLite opens read-only (as it does a file on a read-only mount).
+    let mut ro = Store {
+        conn: Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap(),
+        path: path.clone(),
+    };
+    let e = ro.check_writable().unwrap_err();
+    assert!(e.to_string().contains("readonly"), "{e}");
+    assert_eq!(std::fs::read(&path).unwrap(), before);
 }

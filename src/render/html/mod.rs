@@ -290,6 +290,9 @@ pub(super) fn run_info(o: &mut String, r: &Report) {
         ),
     ));
     let mut workload = format!("prompt {}", esc(&r.prompt));
+    if let Some(w) = &r.workload {
+        let _ = write!(workload, " ({})", esc(w));
+    }
     if let Some(m) = r.max_tokens {
         let _ = write!(workload, ", max_tokens {m}");
     }

@@ -56,6 +56,7 @@ fn runs_are_kept_trended_and_the_last_one_is_the_baseline() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store/runs.sqlite3");
     let s = store.to_str().unwrap();
+    std::fs::create_dir(dir.path().join("store")).unwrap();
 
     // No run yet: `--baseline last` is refused before anything is sent.
     let (_sim, fast) = simulate(dir.path(), &slots("8", "20ms", "2ms", "4"));
@@ -337,4 +338,200 @@ fn runs_ending_together_are_both_kept_and_a_stopped_run_is_never_last() {
     );
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("no earlier complete open-loop run"), "{err}");
+}
+
+/// `bench <args>` whose files may not grow past `max_file_bytes` (RLIMIT_FSIZE, with SIGXFSZ
+/// ignored so that the write fails as on a full disk instead of killing the process).
+fn bench_with_room(args: &[&str], max_file_bytes: u64) -> (Option<i32>, String, String) {
+    use std::os::unix::process::CommandExt as _;
+    let mut cmd = Command::new(tokenprobe_bin());
+    cmd.arg("bench").args(args);
+    // SAFETY: signal and setrlimit are async-signal-safe; nothing else runs before exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            let limit = libc::rlimit {
+                rlim_cur: max_file_bytes,
+                rlim_max: max_file_bytes,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let (st, out, err) = run_with_timeout(cmd, None, Duration::from_secs(60));
+    (st.code(), out, err)
+}
+
+/// Issue 39 items 4 and 9: a store that cannot take the run never ends in a silent exit 0. A
+/// file size limit stands for a full disk (no mount needed; the write fails with EFBIG where a
+/// full disk's fails with ENOSPC): a new store without room is refused before anything is sent
+/// and leaves no file; a store with room for the check's journal but not for the run's rows is
+/// sent to, then says the run is not recorded and exits 5, keeping its earlier run. A store in a
+/// directory that does not exist makes none, and `bench history` names a path it cannot look at.
+#[test]
+fn a_store_without_room_refuses_the_run_or_fails_it_never_silently() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_sim, url, log) = logged_slots(dir.path(), ("8", "20ms", "2ms", "4"));
+    let cfg = sim_config(dir.path(), &url);
+    let c = cfg.to_str().unwrap();
+    let args = |store: &Path| -> Vec<String> {
+        [
+            "--config.file",
+            c,
+            "--concurrency",
+            "1",
+            "--requests-per-level",
+            "2",
+            "--history",
+            store.to_str().unwrap(),
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let sent = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+
+    let new = dir.path().join("new.sqlite3");
+    let a = args(&new);
+    let (code, _, err) = bench_with_room(&a.iter().map(String::as_str).collect::<Vec<_>>(), 0);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("run store"), "{err}");
+    assert!(!new.exists(), "a refused new store left its file");
+    assert_eq!(sent(), 0, "sent before the store was refused");
+
+    let full = dir.path().join("full.sqlite3");
+    let a = args(&full);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let (code, _, err) = bench(&a, Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{err}");
+    let size = std::fs::metadata(&full).unwrap().len();
+    let before = sent();
+    let (code, _, err) = bench_with_room(&a, size);
+    assert!(sent() > before, "the run was not sent\n{err}");
+    assert!(
+        err.contains("this run is not recorded: run store") && err.contains("(exit 5)"),
+        "{err}"
+    );
+    assert_eq!(code, Some(5), "{err}");
+    let (code, out, err) = history(&["--history", full.to_str().unwrap(), "--format", "json"]);
+    assert_eq!(code, Some(0), "{err}");
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doc["runs"].as_array().unwrap().len(), 1);
+
+    let typo = dir.path().join("typo/runs.sqlite3");
+    let a = args(&typo);
+    let (code, _, err) = bench(
+        &a.iter().map(String::as_str).collect::<Vec<_>>(),
+        Duration::from_secs(30),
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("typo does not exist"), "{err}");
+    assert!(!dir.path().join("typo").exists());
+
+    let (a, b) = (dir.path().join("loop-a"), dir.path().join("loop-b"));
+    std::os::unix::fs::symlink(&b, &a).unwrap();
+    std::os::unix::fs::symlink(&a, &b).unwrap();
+    for p in [a, full.join("runs.sqlite3")] {
+        let (code, _, err) = history(&["--history", p.to_str().unwrap()]);
+        assert_eq!(code, Some(2), "{}: {err}", p.display());
+        assert!(!err.contains("no run is recorded yet"), "{err}");
+        assert!(
+            err.contains("symbolic links") || err.contains("Not a directory"),
+            "{err}"
+        );
+    }
+}
+
+/// Issue 39 item 5: `--baseline last` compares only runs of the same effective workload with a
+/// level in common. A `--max-tokens 8` run against a store of `--max-tokens 4` runs is refused
+/// before sending, naming the cap; so is `--baseline ID` of another workload, and a run with no
+/// level of the stored ones. Between same-workload runs, `last` passes over a newer run of
+/// another workload and says so.
+#[test]
+fn the_baseline_is_a_run_of_the_same_workload_with_a_level_in_common() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_sim, url, log) = logged_slots(dir.path(), ("8", "20ms", "2ms", "8"));
+    let cfg = sim_config(dir.path(), &url);
+    let store = dir.path().join("runs.sqlite3");
+    let (c, s) = (cfg.to_str().unwrap(), store.to_str().unwrap());
+    let sent = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "--config.file",
+            c,
+            "--concurrency",
+            "1,2",
+            "--requests-per-level",
+            "4",
+            "--history",
+            s,
+        ];
+        args.extend_from_slice(extra);
+        bench(&args, Duration::from_secs(60))
+    };
+    let (code, _, err) = run(&["--max-tokens", "4"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("recorded as run 1 in"), "{err}");
+
+    let before = sent();
+    let (code, _, err) = run(&["--max-tokens", "8", "--baseline", "last"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("no earlier complete closed-loop run of prompt hello with sim/sim-a fits this run (--baseline last; 1 read, newest first): run 1: another workload (max_tokens 8 here, 4 in the baseline)"),
+        "{err}"
+    );
+    let (code, _, err) = run(&["--max-tokens", "8", "--baseline", "1"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("--baseline 1: run 1 of")
+            && err.contains("max_tokens 8 here, 4 in the baseline"),
+        "{err}"
+    );
+    let (code, _, err) = bench(
+        &[
+            "--config.file",
+            c,
+            "--concurrency",
+            "16",
+            "--requests-per-level",
+            "4",
+            "--max-tokens",
+            "4",
+            "--history",
+            s,
+            "--baseline",
+            "last",
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("run 1: no (model, level) in common, nothing to compare (its levels 1, 2 of sim-a; this run's 16 of sim-a)"),
+        "{err}"
+    );
+    assert_eq!(sent(), before, "a refused baseline sent requests");
+
+    // A newer run of another cap, then one of the first's: compared with run 1, run 2 passed over.
+    let (code, _, err) = run(&["--max-tokens", "8"]);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, _, err) = run(&["--max-tokens", "4", "--baseline", "last"]);
+    assert!(matches!(code, Some(0 | 3)), "{err}");
+    assert!(
+        err.contains("baseline: run 1 of")
+            && err.contains(
+                "the newest that fits this run; passed over run 2: another workload (max_tokens 4 here, 8 in the baseline)"
+            ),
+        "{err}"
+    );
 }
