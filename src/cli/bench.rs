@@ -46,21 +46,27 @@ pub struct BenchArgs {
     /// What to do instead of a load test.
     #[command(subcommand)]
     pub action: Option<BenchAction>,
-    /// The YAML config file (the same one `serve` uses).
-    #[arg(long = "config.file", required = true)]
+    /// The YAML config file (the same one `serve` uses); or give the target as flags
+    /// (--base-url, --models, --api, the key, --prompt TEXT, ...).
+    #[arg(long = "config.file", required_unless_present = "base_url")]
     pub config_file: Option<PathBuf>,
+    /// The target and its prompt as flags, without --config.file.
+    #[command(flatten)]
+    pub target_flags: super::target_flags::TargetFlags,
     /// Target name in the config (default: the first target).
-    #[arg(long)]
+    #[arg(long, requires = "config_file")]
     pub target: Option<String>,
-    /// Models to compare, comma-separated (default: the target's models); `TARGET/MODEL` is a
-    /// model at another target of the config (the same prompt is sent to each).
-    #[arg(long, value_delimiter = ',')]
+    /// Models to compare, comma-separated (with --config.file default: the target's models;
+    /// `TARGET/MODEL` is a model at another target of the config; with --base-url required), the
+    /// same prompt sent to each.
+    #[arg(long, value_delimiter = ',', required_unless_present = "config_file")]
     pub models: Vec<String>,
-    /// Prompt names, comma-separated (default: the target's first prompt); several are swept
-    /// one after the other, each its own series per model (e.g. an input-length sweep).
-    #[arg(long, value_delimiter = ',')]
+    /// With --config.file: prompt names, comma-separated (default: the target's first prompt);
+    /// several are swept one after the other, each its own series per model (e.g. an
+    /// input-length sweep). With --base-url: the user message (default "Say hello in five words.").
+    #[arg(long)]
     pub prompt: Vec<String>,
-    /// Override the prompt's max_tokens.
+    /// Override the prompt's max_tokens (with --base-url: the output cap, default 64).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_tokens: Option<u32>,
     /// Concurrency levels, e.g. 1,5,10,20,50 (closed loop: workers; open loop: the in-flight cap).
@@ -206,9 +212,10 @@ pub struct BenchArgs {
     #[arg(long, requires = "find_capacity", value_parser = humantime::parse_duration)]
     pub capacity_budget: Option<Duration>,
     /// Run a level of the capacity search up to N more times at its amount while its attainment's
-    /// 95% interval reaches across the target (0: never).
-    #[arg(long, requires = "find_capacity", default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=100))]
-    pub capacity_extend: u32,
+    /// 95% interval reaches across the target (0: never; default 3, or, without a level length,
+    /// 11 more parts of 10 s each).
+    #[arg(long, requires = "find_capacity", value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub capacity_extend: Option<u32>,
     /// Run every level N times (one after the other, with the level's amount each time): the
     /// level's figures are those of all its requests, and each run's are kept to show the spread.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
@@ -218,7 +225,7 @@ pub struct BenchArgs {
     /// each where the fit of throughput against load bends or to confirm it, and leave out the
     /// planned levels once clearly past saturation (0: the levels as given). Not in sharded runs
     /// or with --start-at.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=32))]
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=32))]
     pub knee_levels: u32,
     /// A fixed sweep with --slo: run a level up to N more times at its amount while its SLO
     /// attainment's 95% interval holds 95% (the answer cannot say whether it passes), so each
@@ -327,9 +334,13 @@ fn level_amount(a: &BenchArgs, replay: Option<Amount>) -> Result<Amount, BenchEr
         (Some(all), ..) => all,
         (None, Some(n), _) => Amount::Requests(n),
         (None, None, Some(d)) => Amount::Duration(d),
+        // The capacity search runs each level as long as its decision needs, within a cap.
+        (None, None, None) if a.find_capacity => {
+            Amount::Duration(crate::bench::capacity::AUTO_PART)
+        }
         (None, None, None) => {
             return Err(BenchError::Usage(
-                "give --requests-per-level N or --duration-per-level D (a trace prompt needs neither: it sends its requests)".into(),
+                "give --requests-per-level N or --duration-per-level D (a trace prompt needs neither: it sends its requests; nor --find-capacity: it runs each level until its decision is clear)".into(),
             ));
         }
     };
@@ -582,7 +593,11 @@ fn capacity_plan(
         },
         cap: levels.first().map_or(1000, |k| k.concurrency),
         budget: a.capacity_budget,
-        extensions: a.capacity_extend,
+        extensions: a.capacity_extend.unwrap_or(if a.auto_length() {
+            crate::bench::capacity::AUTO_PARTS - 1
+        } else {
+            crate::bench::capacity::DEFAULT_EXTENSIONS
+        }),
     }))
 }
 
@@ -875,6 +890,76 @@ fn invocation_nonce() -> String {
 }
 
 impl BenchArgs {
+    /// `--find-capacity` chooses each level's length itself (no `--requests-per-level` or
+    /// `--duration-per-level`).
+    fn auto_length(&self) -> bool {
+        self.find_capacity && self.requests_per_level.is_none() && self.duration_per_level.is_none()
+    }
+
+    /// The config: `--config.file`'s, or the one target the flags describe (`--base-url`, its
+    /// `--models` and one prompt), checked by the same rules.
+    ///
+    /// # Errors
+    /// [`BenchError::Config`] for a config that cannot be loaded, [`BenchError::Usage`] for flags
+    /// that are not valid (each problem named by its flag).
+    fn config(&self) -> Result<Config, BenchError> {
+        let t = &self.target_flags;
+        if let Some(file) = &self.config_file {
+            if let Some(flag) = t.target_only_flag() {
+                return Err(BenchError::Usage(format!(
+                    "{flag} describes a target given as flags (--base-url); with --config.file set it in the config's target"
+                )));
+            }
+            return Config::load(file).map_err(|source| BenchError::Config {
+                path: file.clone(),
+                source,
+            });
+        }
+        let Some(base_url) = &t.base_url else {
+            return Err(BenchError::Usage(
+                "give --config.file FILE, or the target as flags: --base-url URL --models A,B"
+                    .into(),
+            ));
+        };
+        let mut models: Vec<String> = Vec::new();
+        for m in &self.models {
+            if models.contains(m) {
+                return Err(BenchError::Usage(format!("--models: {m:?} is given twice")));
+            }
+            models.push(m.clone());
+        }
+        let name = super::target_flags::target_name(base_url, "flags");
+        let prompt = match self.prompt.as_slice() {
+            [] => "Say hello in five words.".to_owned(),
+            [text] => text.clone(),
+            _ => {
+                return Err(BenchError::Usage(
+                    "--prompt is given twice: with --base-url it is the one user message sent (a sweep of prompts needs --config.file)".into(),
+                ));
+            }
+        };
+        let flags = t
+            .flag_target(
+                name,
+                base_url.clone(),
+                models,
+                prompt,
+                self.max_tokens.unwrap_or(64),
+            )
+            .map_err(BenchError::Usage)?;
+        Config::from_flags(&flags).map_err(|e| match e {
+            crate::config::ConfigError::Invalid(issues) => BenchError::Usage(format!(
+                "invalid flags: {}",
+                issues
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            )),
+            other => BenchError::Usage(other.to_string()),
+        })
+    }
+
     /// This process sends one shard of several (`--shard i/N` with N above 1): every shard must
     /// run the same levels, so what one process decides alone is refused.
     fn sharded(&self) -> bool {
@@ -941,15 +1026,24 @@ impl BenchArgs {
         if a.models.iter().any(|m| m.trim().is_empty()) {
             return Err(BenchError::Usage("--models: empty model name".into()));
         }
-        let config_file = a
-            .config_file
-            .clone()
-            .ok_or_else(|| BenchError::Usage("--config.file is required".into()))?;
-        let config = Config::load(&config_file).map_err(|source| BenchError::Config {
-            path: config_file.clone(),
-            source,
-        })?;
-        let (jobs, models) = choose_prompts(&config, a.target.as_deref(), &a.prompt, &a.models)?;
+        let config = self.config()?;
+        let prompt_names: Vec<String> = match &a.config_file {
+            Some(_) => a
+                .prompt
+                .iter()
+                .flat_map(|p| p.split(','))
+                .map(|n| n.trim().to_owned())
+                .collect(),
+            None => Vec::new(),
+        };
+        let (jobs, mut models) =
+            choose_prompts(&config, a.target.as_deref(), &prompt_names, &a.models)?;
+        if a.config_file.is_some() {
+            // Deadline flags apply on top of a configured target, as for `probe`.
+            for m in &mut models {
+                m.timeouts = a.target_flags.deadlines(m.timeouts);
+            }
+        }
         let prompts: Vec<ProbeSpec> = jobs
             .iter()
             .map(|j| {
@@ -1011,9 +1105,11 @@ impl BenchArgs {
             || !criteria.limits.is_empty()
             || !a.weights.is_empty()
             || a.bench_file.is_some();
-        let targets: Vec<&crate::config::Target> =
-            models.iter().map(|m| m.target.as_ref()).collect();
-        let server = a.server.plan(&targets)?;
+        let named: Vec<(&crate::config::Target, &str)> = models
+            .iter()
+            .map(|m| (m.target.as_ref(), m.model.as_str()))
+            .collect();
+        let server = a.server.plan(&named)?;
         check_until_clear(a, &criteria)?;
         let shape = LevelShape {
             knee_levels: a.knee_levels,

@@ -23,6 +23,7 @@ pub mod bench_servermetrics;
 pub mod check;
 pub mod probe;
 pub mod serve;
+pub mod target_flags;
 
 use crate::output::print_stderr_line;
 use clap::{Parser, Subcommand, ValueEnum};
