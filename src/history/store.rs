@@ -444,7 +444,8 @@ impl Store {
 
     /// The stored run `which` names, for a run of `models` (target, model) pairs with `prompt`:
     /// `last` is the newest run, not interrupted, of the same load kind that ran one of them
-    /// with that prompt. Its id and report.
+    /// with that prompt through at least one whole level (a model whose check failed, or whose
+    /// only level was stopped early, ran none). Its id and report.
     ///
     /// # Errors
     /// [`HistoryError::NotFound`] when no run matches, [`HistoryError::Report`] when its report
@@ -466,7 +467,8 @@ impl Store {
                         .query_row(
                             "SELECT r.started_at, r.id FROM runs r WHERE r.interrupted = 0
                                AND r.open_loop = ?1 AND EXISTS (SELECT 1 FROM models m
-                               WHERE m.run = r.id AND m.target = ?2 AND m.model = ?3 AND m.prompt = ?4)
+                               WHERE m.run = r.id AND m.target = ?2 AND m.model = ?3 AND m.prompt = ?4
+                               AND EXISTS (SELECT 1 FROM levels l WHERE l.run = m.run AND l.ord = m.ord))
                              ORDER BY r.started_at DESC, r.id DESC LIMIT 1",
                             params![open_loop, target, model, prompt],
                             |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)),
@@ -611,7 +613,9 @@ fn index(tx: &Transaction<'_>, id: i64, r: &Report) -> rusqlite::Result<()> {
             m.prompt.as_deref().unwrap_or(&r.prompt),
             capacity,
         ])?;
-        for l in &m.levels {
+        // A partial level (stopped before its amount) is never a level of the run's trend: it
+        // stays in the stored report, marked, and is not indexed.
+        for l in m.levels.iter().filter(|l| !l.partial) {
             level.execute(params![
                 id,
                 ord,
