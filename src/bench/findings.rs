@@ -475,6 +475,7 @@ mod tests {
             knee,
             capacity: None,
             stopped_early: None,
+            check: None,
         }
     }
 

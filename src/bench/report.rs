@@ -40,10 +40,15 @@ pub struct ModelReport {
     /// `--find-capacity`: the highest load within the SLOs at the target attainment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<super::capacity::Capacity>,
-    /// Why the sweep ended before its last planned level (clearly past saturation), and the
+    /// Why the sweep ended before its last planned level (clearly past saturation, or its load
+    /// stopped because its requests failed with an error more load cannot change), and the
     /// levels it left out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped_early: Option<String>,
+    /// The connectivity check before its first level (absent with `--no-check`, and in reports
+    /// of older versions): a series whose check failed has no level.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<super::health::Check>,
 }
 
 impl ModelReport {
@@ -170,13 +175,15 @@ pub struct Report {
     pub combined_from: Vec<String>,
 }
 
-/// How a run that was stopped early ended: the levels it finished are in the report; the one that
-/// was running is not (its requests were cut by the stop, not by the server).
+/// How a run that was stopped by a signal ended: the levels it finished are in the report, and
+/// the one that was running, marked partial with the requests that finished; a level the signal
+/// came before it sent anything is left out and named here.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Interrupted {
     /// `SIGINT` or `SIGTERM`.
     pub signal: String,
-    /// The level that was running (`model @ load`), left out; absent between levels.
+    /// The level that was running (`model @ load`), left out (it sent nothing, or had not ended
+    /// the wrap-up's time after the signal); absent when it was kept partial, and between levels.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub level_left_out: Option<String>,
 }
@@ -452,6 +459,7 @@ pub(crate) mod tests {
                 knee: None,
                 capacity: None,
                 stopped_early: None,
+                check: None,
                 prompt: None,
                 calibration: None,
             },
@@ -469,6 +477,7 @@ pub(crate) mod tests {
                 knee: None,
                 capacity: None,
                 stopped_early: None,
+                check: None,
                 prompt: None,
                 calibration: None,
             },

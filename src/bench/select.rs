@@ -605,6 +605,8 @@ pub(crate) mod tests {
             canary: None,
             server: None,
             notes: Vec::new(),
+            partial: false,
+            stopped: None,
         }
     }
 
@@ -619,6 +621,7 @@ pub(crate) mod tests {
             knee: None,
             capacity: None,
             stopped_early: None,
+            check: None,
             prompt: None,
             calibration: None,
         }

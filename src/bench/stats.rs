@@ -96,8 +96,8 @@ impl LevelLengths {
 
 /// A level's SLO attainment: the share of its requests that succeeded and met every objective.
 /// A failed request counts against it (it met nothing); every request sent before the level's
-/// end is awaited, so none is cut by the run's own end (a level a stop signal cut short is left
-/// out of the report whole).
+/// end is awaited, so none is cut by the run's own end (a level a stop signal or the early stop
+/// cut short is kept, `partial`, with the requests that finished).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Attainment {
     /// Requests that succeeded and met every objective.
@@ -475,6 +475,14 @@ pub struct LevelStats {
     /// What a reader of the level must know (a shard that had no worker at it, say).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// Stopped before its amount (a stop signal, or the early stop): its figures are those of
+    /// the requests that finished, and it is never ranked, compared, nor taken for a knee or a
+    /// capacity.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub partial: bool,
+    /// What stopped it and why, with its errors' first messages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<super::health::Stopped>,
 }
 
 /// The cost of a level at `price`: `(mean cost per request, cost per million output tokens)`
@@ -632,6 +640,8 @@ impl LevelStats {
             canary: None,
             server: None,
             notes: Vec::new(),
+            partial: false,
+            stopped: None,
         }
     }
 

@@ -4,7 +4,7 @@
 
 use crate::bench::criteria::{self, Criteria, CriteriaError, parse_ratio, parse_weights};
 use crate::bench::crosscheck::CrossCheckSpec;
-use crate::bench::runner::{Amount, Arrival};
+use crate::bench::runner::{Amount, Arrival, ProgressMode};
 use crate::bench::shard::{Shard, StartPlan};
 use crate::bench::{
     BenchError, BenchPlan, LevelShape, MAX_REQUESTS_PER_LEVEL, check_select_at, choose_prompts,
@@ -165,7 +165,8 @@ pub struct BenchArgs {
     /// Plot TTFT p95 and aggregate tokens/s against the load to FILE.svg.
     #[arg(long)]
     pub plot: Option<PathBuf>,
-    /// No progress bar (it is shown only when stderr is a terminal anyway).
+    /// No progress: neither the bar (when stderr is a terminal) nor the line every 5 s (when it
+    /// is not).
     #[arg(long)]
     pub no_progress: bool,
     /// Run shard INDEX of COUNT (0-based, e.g. `$(JOB_COMPLETION_INDEX)/4` in a Kubernetes Indexed
@@ -246,6 +247,20 @@ pub struct BenchArgs {
     /// figures): such a level stays marked in every output.
     #[arg(long)]
     pub accept_client_bound: bool,
+    /// Do not send the connectivity check: by default each model gets one unmeasured request
+    /// before any level, and a model whose request fails is not loaded (exit 7).
+    #[arg(long)]
+    pub no_check: bool,
+    /// A model whose connectivity check failed is left out and the others are loaded, without
+    /// exit 7 for it (exit 7 still when every model failed its check).
+    #[arg(long, conflicts_with = "no_check")]
+    pub keep_going: bool,
+    /// Stop a model's load after N requests in a row failed with an error more load cannot
+    /// change (auth, bad_request, quota_exceeded; connect once the server had answered), no
+    /// success between them: its level is kept, marked partial, its later levels are not run,
+    /// and the run exits 8 (0: never stop).
+    #[arg(long, default_value_t = crate::bench::health::STOP_AFTER_ERRORS)]
+    pub stop_after_errors: u32,
     /// Server metrics beside every level.
     #[command(flatten)]
     pub server: super::bench_servermetrics::ServerArgs,
@@ -802,6 +817,19 @@ impl MergeArgs {
             &crate::bench::findings::Thresholds::default(),
         );
         let code = crate::render::deliver(&merged, &outputs, &criteria)?;
+        // The shards ran the check and said so; a level of the run all errors is the run's.
+        let code = match merged
+            .interrupted
+            .is_none()
+            .then(|| crate::bench::health::unusable(&merged, true))
+            .flatten()
+        {
+            Some((exit, line)) => {
+                crate::output::print_stderr_line(&line);
+                std::process::ExitCode::from(exit)
+            }
+            None => code,
+        };
         Ok(super::bench_history::record(store, &merged, code))
     }
 }
@@ -985,17 +1013,28 @@ impl BenchArgs {
         let finished = crate::bench::run(plan).await?;
         exports.finish().await;
         let code = crate::render::deliver(&finished.report, &outputs, &criteria)?;
-        let code = self.client_bound_exit(&finished.report, code);
+        let code = self.exit(&finished.report, code);
         Ok(super::bench_history::record(store, &finished.report, code))
     }
 
-    /// `code`, or [`CLIENT_BOUND_EXIT`] (said on stderr) when a level the client could not
-    /// measure is not accepted.
-    fn client_bound_exit(
+    /// The run's exit: `code` (the report's: a regression, nothing compared), unless a failure
+    /// left a model or a level unmeasured ([`crate::bench::health::unusable`]), or a level the
+    /// client could not measure is not accepted ([`CLIENT_BOUND_EXIT`]); each said on stderr. A
+    /// run stopped by a signal keeps its code.
+    fn exit(
         &self,
         r: &crate::bench::report::Report,
         code: std::process::ExitCode,
     ) -> std::process::ExitCode {
+        if r.interrupted.is_some() {
+            return code;
+        }
+        // Failures that left a model or a level unmeasured come before a client-bound level
+        // or a regression.
+        if let Some((exit, line)) = crate::bench::health::unusable(r, self.keep_going) {
+            crate::output::print_stderr_line(&line);
+            return std::process::ExitCode::from(exit);
+        }
         let bound: Vec<String> = r
             .models
             .iter()
@@ -1006,7 +1045,7 @@ impl BenchArgs {
                     .map(move |l| format!("{} @ {}", m.name(), l.key.label()))
             })
             .collect();
-        if bound.is_empty() || self.accept_client_bound || r.interrupted.is_some() {
+        if bound.is_empty() || self.accept_client_bound {
             return code;
         }
         crate::output::print_stderr_line(&format!(
@@ -1134,7 +1173,18 @@ impl BenchArgs {
             ramp: a.ramp,
             prewarm: !a.no_prewarm,
             samples: a.samples || shard.count > 1,
-            progress: !a.no_progress && std::io::stderr().is_terminal(),
+            progress: if a.no_progress {
+                ProgressMode::Off
+            } else if std::io::stderr().is_terminal() {
+                ProgressMode::Bar
+            } else {
+                ProgressMode::Lines
+            },
+            health: crate::bench::health::HealthPlan {
+                check: !a.no_check,
+                keep_going: a.keep_going,
+                stop_after: a.stop_after_errors,
+            },
             judged,
             baseline: None,
             shard,

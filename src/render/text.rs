@@ -47,12 +47,19 @@ fn pct(v: f64) -> String {
 }
 
 /// The knee marker column.
-/// The knee column of level `i`: its knee (written `knee`), and `CLIENT-BOUND` when the client
-/// could not measure it, each as `show` writes it, joined by `, `.
+/// The knee column of level `i`: its knee (written `knee`), `CLIENT-BOUND` when the client
+/// could not measure it and `PARTIAL` when it was stopped before its amount, each as `show`
+/// writes it, joined by `, `.
 fn marks(m: &ModelReport, i: usize, l: &LevelStats, show: impl Fn(&str) -> String) -> String {
     let knee = (!knee_mark(m, i).is_empty()).then_some("knee");
     let bound = l.client_bound.is_some().then_some("CLIENT-BOUND");
-    let shown: Vec<String> = knee.into_iter().chain(bound).map(show).collect();
+    let partial = l.partial.then_some("PARTIAL");
+    let shown: Vec<String> = knee
+        .into_iter()
+        .chain(bound)
+        .chain(partial)
+        .map(show)
+        .collect();
     shown.join(", ")
 }
 
@@ -520,12 +527,99 @@ fn write_section(out: &mut String, heading: &str, lines: &[String]) {
 pub fn level_sections(r: &Report, bullet: &str) -> String {
     let names = model_names(&r.models);
     let mut out = String::new();
+    render_stopped(&mut out, r, &names, bullet);
     render_trace(&mut out, r, &names, bullet);
     render_behind_schedule(&mut out, r, &names, bullet);
     render_canaries(&mut out, r, &names, bullet);
     render_steady(&mut out, r, &names, bullet);
     render_per_second(&mut out, r, &names, bullet);
     out
+}
+
+/// The models not loaded (their connectivity check failed) and the levels stopped before their
+/// amount (partial): why, what finished, and the first messages of each error type.
+fn render_stopped(out: &mut String, r: &Report, names: &[String], bullet: &str) {
+    let mut lines = Vec::new();
+    for (m, name) in r.models.iter().zip(names) {
+        if let Some(c) = m.check.as_ref().filter(|c| !c.ok) {
+            lines.push(format!(
+                "{bullet}{name}: not loaded, its connectivity check failed: {}",
+                c.line()
+            ));
+        }
+        for l in &m.levels {
+            let Some(s) = &l.stopped else { continue };
+            let errors: Vec<String> = l.errors.iter().map(|(e, n)| format!("{e} {n}")).collect();
+            let errors = if errors.is_empty() {
+                String::new()
+            } else {
+                format!(", errors {}", errors.join(", "))
+            };
+            // Each message once: the reason may already hold the first.
+            let messages: Vec<String> = s
+                .messages
+                .iter()
+                .filter_map(|(e, m)| {
+                    let new: Vec<&str> = m
+                        .iter()
+                        .map(String::as_str)
+                        .filter(|m| !s.reason.contains(m))
+                        .collect();
+                    (!new.is_empty()).then(|| format!("{e}: {}", new.join(" | ")))
+                })
+                .collect();
+            let messages = if messages.is_empty() {
+                String::new()
+            } else {
+                format!("; first messages: {}", messages.join("; "))
+            };
+            lines.push(format!(
+                "{bullet}{name} @ {}: {}; {} of its requests finished{errors}{messages}",
+                l.key.label(),
+                s.reason,
+                l.requests,
+            ));
+        }
+    }
+    write_section(
+        out,
+        "Not measured in full (a partial level's figures are only its finished requests: never ranked, compared, nor taken for a knee or a capacity)",
+        &lines,
+    );
+}
+
+/// The sentence of a run stopped by a signal: what it keeps.
+pub fn interrupted_sentence(r: &Report) -> Option<String> {
+    let i = r.interrupted.as_ref()?;
+    let kept: Vec<String> = model_names(&r.models)
+        .iter()
+        .zip(&r.models)
+        .flat_map(|(name, m)| {
+            m.levels
+                .iter()
+                .filter(|l| {
+                    l.stopped
+                        .as_ref()
+                        .is_some_and(|s| s.by == crate::bench::health::StopCause::Signal)
+                })
+                .map(move |l| format!("{name} @ {}", l.key.label()))
+        })
+        .collect();
+    let kept = if kept.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " The level running ({}) is kept, marked partial, with the requests that finished.",
+            kept.join(", ")
+        )
+    };
+    let left = i.level_left_out.as_ref().map_or_else(String::new, |l| {
+        format!(" The level running ({l}) is left out.")
+    });
+    Some(format!(
+        "Stopped by {} before the end: only the finished levels are here.{kept}{left}",
+        i.signal
+    ))
 }
 
 /// A trace replay: what of the trace was sent at what pace, and how late each model's requests
@@ -658,15 +752,8 @@ fn render_knees(out: &mut String, r: &Report, names: &[String], bullet: &str) {
 fn render_notes(r: &Report, md: bool) -> String {
     let mut out = String::new();
     let bullet = if md { "- " } else { "  " };
-    if let Some(i) = &r.interrupted {
-        let left = i.level_left_out.as_ref().map_or_else(String::new, |l| {
-            format!(" The level running ({l}) is left out.")
-        });
-        let _ = writeln!(
-            out,
-            "\nStopped by {} before the end: only the finished levels are here.{left}",
-            i.signal
-        );
+    if let Some(sentence) = interrupted_sentence(r) {
+        let _ = writeln!(out, "\n{sentence}");
     }
     let names = model_names(&r.models);
     let mut errs = Vec::new();
@@ -1016,6 +1103,7 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
         "ramp_s",
         "knee",
         "client_bound",
+        "partial",
     ]
     .iter()
     .map(|s| (*s).to_owned())
@@ -1081,6 +1169,10 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
                 l.ramp_s.map(num).unwrap_or_default(),
                 (!knee_mark(m, i).is_empty()).to_string(),
                 l.client_bound.clone().unwrap_or_default(),
+                l.stopped
+                    .as_ref()
+                    .map(|s| s.reason.clone())
+                    .unwrap_or_default(),
             ];
             for s in [
                 &l.ttft_s,

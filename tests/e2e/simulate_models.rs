@@ -323,6 +323,8 @@ fn input_length_sweep_shows_the_configured_prefill() {
                 "--requests-per-level",
                 &PER_LENGTH.to_string(),
                 "--samples",
+                // The simulator's log holds the levels' requests only, in order.
+                "--no-check",
                 "-o",
                 json.to_str().unwrap(),
             ],

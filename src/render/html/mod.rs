@@ -208,15 +208,11 @@ pub fn page(report: &Report) -> Result<String, HtmlError> {
         esc(&title)
     );
     let _ = write!(o, "<h1>{}</h1>", esc(&title));
-    if let Some(i) = &r.interrupted {
-        let left = i.level_left_out.as_ref().map_or_else(String::new, |l| {
-            format!(" The level running ({l}) is left out.")
-        });
+    if let Some(sentence) = crate::render::text::interrupted_sentence(&r) {
         let _ = write!(
             o,
-            r#"<p class="warn" id="interrupted">Stopped by {} before the end: only the finished levels are here.{}</p>"#,
-            esc(&i.signal),
-            esc(&left)
+            r#"<p class="warn" id="interrupted">{}</p>"#,
+            esc(&sentence)
         );
     }
     run_info(&mut o, &r);
