@@ -27,6 +27,23 @@ pub fn fmt_secs(v: f64) -> String {
     }
 }
 
+/// A share or a change (a ratio) as a percentage with two decimals: `12.50%`, `0.00%`,
+/// `100.00%`, `-1.25%`. A value between 0 and 0.005% is `<0.01%` (`>-0.01%` below 0) and one
+/// between 99.995% and 100% is `>99.99%`: a rare event never reads as none, nor a near total as
+/// all, and no share is written to five places.
+pub fn fmt_pct(v: f64) -> String {
+    let p = v * 100.0;
+    if p > 0.0 && p < 0.005 {
+        "<0.01%".to_owned()
+    } else if p < 0.0 && p > -0.005 {
+        ">-0.01%".to_owned()
+    } else if (99.995..100.0).contains(&p) {
+        ">99.99%".to_owned()
+    } else {
+        format!("{p:.2}%")
+    }
+}
+
 /// `4` for 4.0, `2.5` for 2.5.
 pub fn trim_float(x: f64) -> String {
     if x.fract() == 0.0 && x.abs() < 1e15 {
@@ -86,6 +103,23 @@ mod tests {
             (u64::MAX, "18446744073709551615 B"),
         ] {
             assert_eq!(fmt_bytes(bytes), want, "{bytes}");
+        }
+    }
+
+    #[test]
+    fn shares_are_percentages_with_two_decimals() {
+        for (v, want) in [
+            (0.0, "0.00%"),
+            (0.125, "12.50%"),
+            (1.0, "100.00%"),
+            (0.0000253, "<0.01%"),
+            (0.00005, "0.01%"),
+            (0.99999, ">99.99%"),
+            (0.9999, "99.99%"),
+            (-0.0125, "-1.25%"),
+            (-0.0000253, ">-0.01%"),
+        ] {
+            assert_eq!(fmt_pct(v), want, "{v}");
         }
     }
 

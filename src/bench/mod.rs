@@ -24,6 +24,7 @@
 //!
 //! [`ProbeResult`]: crate::measure::ProbeResult
 
+pub mod answer;
 pub mod canary;
 pub mod capacity;
 pub mod confidence;
@@ -704,7 +705,8 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         knee_rule: criteria.knee,
         models: reports,
         selection: None,
-        capacity_ranking: None,
+        also_at: None,
+        slo_capacity: None,
         comparison: None,
         run: Some(report::RunInfo {
             id: run_id,
@@ -809,8 +811,9 @@ fn identify(spec: &mut ProbeSpec, prompts: &mut [ProbeSpec], run_id: &str, shard
 }
 
 /// Judges a run's sweeps (the one place a run and a merge of shards are judged): each model's
-/// knee, the selection when `judged`, the ranking by capacity within the SLOs, the findings by `thresholds`, the comparison with the
-/// baseline.
+/// knee, the answer when `judged` (the selection at its load, and the view at the highest load
+/// every model ran when that is another), each model's capacity within the SLOs, the findings by
+/// `thresholds`, the comparison with the baseline.
 pub fn judge(
     report: &mut Report,
     criteria: &Criteria,
@@ -821,8 +824,12 @@ pub fn judge(
     for m in &mut report.models {
         m.knee = select::find_knee(&m.levels, &criteria.knee);
     }
-    report.selection = judged.then(|| select::select(&report.models, criteria));
-    report.capacity_ranking = select::rank_capacity(&report.models, criteria);
+    let (selection, also_at) = judged
+        .then(|| answer::answer(&report.models, criteria))
+        .unzip();
+    report.selection = selection;
+    report.also_at = also_at.flatten();
+    report.slo_capacity = answer::slo_capacity(&report.models);
     report.findings = findings::findings(&report.models, thresholds);
     report.comparison =
         baseline.map(|(b, name)| select::compare(&report.models, &b.models, criteria, name));
