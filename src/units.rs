@@ -72,6 +72,19 @@ pub fn fmt_bytes(bytes: u64) -> String {
     format!("{bytes} B")
 }
 
+/// `s` cut to at most `max_bytes` bytes of UTF-8 (at a character boundary), with `…` after the
+/// cut; a text within the bound is kept whole.
+pub fn truncate_bytes(s: &str, max_bytes: usize) -> String {
+    if s.len() <= max_bytes {
+        return s.to_owned();
+    }
+    let mut end = max_bytes;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
 /// `s` cut to `max_chars` characters, with `…` where it was cut.
 pub fn truncate(s: &str, max_chars: usize) -> String {
     match s.char_indices().nth(max_chars) {
@@ -127,5 +140,12 @@ mod tests {
     fn truncate_is_char_safe() {
         assert_eq!(truncate("héllo", 2), "hé…");
         assert_eq!(truncate("hi", 5), "hi");
+        assert_eq!(
+            truncate_bytes("héllo", 2),
+            "h…",
+            "é is two bytes: not split"
+        );
+        assert_eq!(truncate_bytes("héllo", 3), "hé…");
+        assert_eq!(truncate_bytes("hello", 5), "hello");
     }
 }

@@ -4,7 +4,7 @@
 //! sorted values are interpolated linearly between the two closest ranks (numpy's default,
 //! Hyndman & Fan type 7), so p50 of `[1, 2, 3, 4]` is 2.5 and the p100 is the maximum.
 
-pub use super::sample::{ERROR_DETAIL_CHARS, Objective, Sample, Summary, quantile};
+pub use super::sample::{Objective, Sample, Summary, quantile};
 use crate::config::Price;
 use crate::outcome::ErrorType;
 use serde::{Deserialize, Serialize};

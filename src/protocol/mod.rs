@@ -240,7 +240,7 @@ pub struct StreamError {
     /// The non-numeric `status`, if any (e.g. Google's `RESOURCE_EXHAUSTED`).
     pub status_text: Option<String>,
     /// The server's message, up to [`MAX_MESSAGE_CHARS`] characters: kept long so that secrets
-    /// it echoes are redacted before the prober cuts it for display (`probe::MAX_DETAIL_CHARS`).
+    /// it echoes are redacted before the prober cuts it for display (`probe::MAX_DETAIL_BYTES`).
     pub message: Option<String>,
     /// The object says its quota is per second or per minute (a Google `QuotaFailure` whose
     /// `quotaId` says `PerMinute`/`PerSecond`, or a `RetryInfo`): a rate limit, not a spent budget
