@@ -95,6 +95,21 @@ pub(super) fn metric_unit(m: &str) -> Unit {
     }
 }
 
+/// The unit written after a value of `metric` shown as `u`: ` ms`, ` %`, or the metric's own
+/// (` tok/s`, ` req/s`, ` per Mtok`; nothing for a cost per request).
+pub(super) fn unit_after(metric: &str, u: Unit) -> String {
+    match u {
+        Unit::Ms => " ms".into(),
+        Unit::Pct => " %".into(),
+        Unit::Plain => metric
+            .parse::<crate::bench::criteria::Metric>()
+            .map(|m| m.unit())
+            .ok()
+            .filter(|u| !u.is_empty())
+            .map_or_else(String::new, |u| format!(" {u}")),
+    }
+}
+
 pub(super) fn shown(v: f64, u: Unit) -> String {
     match u {
         Unit::Ms => num(v * 1e3),
@@ -479,11 +494,7 @@ pub(super) fn answer(o: &mut String, r: &Report, text: &Report) {
                     esc(&g.metric),
                     span(Some(g.baseline), &format!("{p}/baseline"), u),
                     span(Some(g.current), &format!("{p}/current"), u),
-                    match u {
-                        Unit::Ms => " ms",
-                        Unit::Pct => " %",
-                        Unit::Plain => "",
-                    }
+                    unit_after(&g.metric, u)
                 );
             }
             o.push_str("</ul>");
@@ -1025,6 +1036,38 @@ pub(crate) mod tests {
         );
         assert!(!html.contains("0.00253"));
         check_numbers(&json_of(&r), &html);
+    }
+
+    /// Issue 40: the page's baseline lines gave a rate or a throughput without its unit
+    /// ("goodput 2.08 → 0"); every value now has one.
+    #[test]
+    fn baseline_lines_have_units() {
+        let html = page(&synthetic()).unwrap();
+        let start = html
+            .find("<h3>Baseline</h3>")
+            .expect("the baseline section");
+        let section = &html[start..];
+        let section = &section[..section.find("</ul>").unwrap()];
+        let items: Vec<&str> = section
+            .split("<li>")
+            .skip(1)
+            .map(|l| &l[..l.find("</li>").unwrap()])
+            .collect();
+        assert!(!items.is_empty());
+        for i in &items {
+            assert!(
+                [" ms", " %", " req/s", " tok/s"]
+                    .iter()
+                    .any(|u| i.ends_with(u)),
+                "{i}"
+            );
+        }
+        assert!(
+            items
+                .iter()
+                .any(|i| i.starts_with("alpha at 8: goodput ") && i.ends_with(" req/s")),
+            "{items:?}"
+        );
     }
 
     /// Issue 40: equal scores are a tie on the page too; when no model passes, the rejected
