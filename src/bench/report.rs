@@ -526,6 +526,7 @@ pub(crate) mod tests {
                     decode_tokens_per_s: (!failed).then_some(1.0 / itl),
                     output_tokens: if failed { 0 } else { tokens },
                     input_tokens: None,
+                    cached_input_tokens: None,
                     sent_s: 0.0,
                     end_s: 1.0,
                     lag_s: 0.0002 * (i % 3) as f64,

@@ -36,6 +36,10 @@ pub struct Sample {
     /// Input tokens the server reported (`usage`), successes only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_tokens: Option<u64>,
+    /// Of those, the tokens the server's prefix cache served, when its usage said; successes
+    /// only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_input_tokens: Option<u64>,
     /// When the request was sent, s after the level's start.
     pub sent_s: f64,
     /// When the request's probe returned, s after the level's start.
@@ -113,6 +117,7 @@ impl Sample {
             decode_tokens_per_s: r.decode_tokens_per_s,
             output_tokens: if ok { r.output_tokens } else { 0 },
             input_tokens: r.input_tokens.filter(|_| ok),
+            cached_input_tokens: r.cached_input_tokens.filter(|_| ok),
             sent_s,
             end_s,
             lag_s,

@@ -879,7 +879,8 @@ fn render_notes(r: &Report, md: bool) -> String {
     out
 }
 
-/// The calibrations, the requests off their input length, and a conversation's TTFT by turn.
+/// The calibrations, the requests off their input length, and a conversation's TTFT by turn
+/// beside each turn's input length and cached share.
 fn render_lengths(out: &mut String, r: &Report, bullet: &str) {
     let mut lines = Vec::new();
     for (i, m) in r.models.iter().enumerate() {
@@ -905,13 +906,41 @@ fn render_lengths(out: &mut String, r: &Report, bullet: &str) {
                     l.successes
                 ));
             }
-            if let (Some(a), Some(b)) = (&n.ttft_first_turn_s, &n.ttft_later_turns_s) {
+            if !n.turns.is_empty() {
+                // Each turn's TTFT beside the input it was sent with (a later turn resends the
+                // history) and the share of it the prefix cache served.
+                let turns: Vec<String> = n
+                    .turns
+                    .iter()
+                    .map(|t| {
+                        format!(
+                            "turn {} {}{}{}",
+                            t.turn,
+                            opt(&t.ttft_s, |s| s.p50, fmt_secs),
+                            t.input_tokens_mean
+                                .map_or_else(String::new, |i| format!(" at {i:.0} input tokens")),
+                            t.cached_share.map_or_else(String::new, |c| format!(
+                                ", {} cached",
+                                crate::units::fmt_pct(c)
+                            ))
+                        )
+                    })
+                    .collect();
+                let server = l
+                    .server
+                    .as_ref()
+                    .and_then(|s| s.mean("prompt_cache_hit_ratio"))
+                    .map_or_else(String::new, |h| {
+                        format!(
+                            "; the server's prefix-cache hits over the level {}",
+                            crate::units::fmt_pct(h)
+                        )
+                    });
                 lines.push(format!(
-                    "{bullet}{} @ {}: TTFT p50 first turn {}, later turns {}",
+                    "{bullet}{} @ {}: TTFT p50 by turn: {}{server}",
                     m.name(),
                     l.key.label(),
-                    fmt_secs(a.p50),
-                    fmt_secs(b.p50)
+                    turns.join("; ")
                 ));
             }
         }

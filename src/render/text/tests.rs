@@ -363,3 +363,50 @@ fn a_none_capacity_states_its_doubt() {
         "{t}"
     );
 }
+
+/// Issue 40: a session's later turns read as slower ("first turn 922.8 ms, later turns 1.37 s")
+/// while the cache's share was in the JSON only: each turn's TTFT is shown beside the input it
+/// was sent with and the share of it the cache served, and the server's hits when collected.
+#[test]
+fn each_turn_shows_its_input_and_cached_share() {
+    use crate::bench::stats::TurnStats;
+    let mut r = synthetic();
+    let s = |v: f64| {
+        r.models[0].levels[0].ttft_s.map(|mut s| {
+            s.p50 = v;
+            s
+        })
+    };
+    let turns = vec![
+        TurnStats {
+            turn: 1,
+            successes: 10,
+            ttft_s: s(0.9228),
+            input_tokens_mean: Some(38.0),
+            cached_share: Some(0.0),
+        },
+        TurnStats {
+            turn: 2,
+            successes: 10,
+            ttft_s: s(1.37),
+            input_tokens_mean: Some(412.4),
+            cached_share: Some(0.69),
+        },
+    ];
+    let l = &mut r.models[0].levels[0];
+    l.lengths.turns = turns;
+    let mut server = crate::servermetrics::level::ServerLevel::default();
+    server.signals.insert(
+        "prompt_cache_hit_ratio".into(),
+        crate::servermetrics::level::SignalStats {
+            mean: Some(0.6912),
+            ..Default::default()
+        },
+    );
+    l.server = Some(server);
+    let t = render_table(&r);
+    assert!(
+        t.contains("  alpha @ 2: TTFT p50 by turn: turn 1 922.8 ms at 38 input tokens, 0.00% cached; turn 2 1.37 s at 412 input tokens, 69.00% cached; the server's prefix-cache hits over the level 69.12%\n"),
+        "{t}"
+    );
+}
