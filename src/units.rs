@@ -44,6 +44,11 @@ pub fn fmt_pct(v: f64) -> String {
     }
 }
 
+/// A count and its noun, singular for one: `1 level`, `3 levels` (nouns that add an `s`).
+pub fn count(n: usize, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
+}
+
 /// `4` for 4.0, `2.5` for 2.5.
 pub fn trim_float(x: f64) -> String {
     if x.fract() == 0.0 && x.abs() < 1e15 {
@@ -134,6 +139,13 @@ mod tests {
         ] {
             assert_eq!(fmt_pct(v), want, "{v}");
         }
+    }
+
+    #[test]
+    fn counts_are_singular_for_one() {
+        assert_eq!(count(1, "level"), "1 level");
+        assert_eq!(count(0, "level"), "0 levels");
+        assert_eq!(count(6, "level"), "6 levels");
     }
 
     #[test]

@@ -636,11 +636,11 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
     let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let (load, part) = run_words(&spec, open, arrival, shard, &run_id);
     progress.println(&format!(
-        "tokenprobe bench: target {target_names} ({}), prompt {}, models {}, {} levels ({load}){part}",
+        "tokenprobe bench: target {target_names} ({}), prompt {}, models {}, {} ({load}){part}",
         urls,
         prompt_names.join(", "),
         names.join(", "),
-        level_keys.len(),
+        crate::units::count(level_keys.len(), "level"),
     ));
     let sender = Sender {
         sinks,

@@ -280,11 +280,6 @@ fn share_of(share: f64, interval: Option<[f64; 2]>) -> String {
     }
 }
 
-/// `N level` or `N levels`.
-fn levels_count(n: usize) -> String {
-    format!("{n} level{}", if n == 1 { "" } else { "s" })
-}
-
 /// One model's capacity within the SLOs, as a sentence: the search's, or a fixed sweep's highest
 /// level at the target and the first below it, then `limited` (why it failed there).
 fn capacity_line(
@@ -300,7 +295,7 @@ fn capacity_line(
             "SLO capacity {}; {} ({}, {} requests, {:.1} s){limited}",
             crate::bench::capacity::describe(s),
             s.stopped,
-            levels_count(s.levels_tried.len()),
+            crate::units::count(s.levels_tried.len(), "level"),
             s.requests,
             s.seconds
         );
