@@ -565,7 +565,8 @@ pub struct Criteria {
     /// Absolute tolerance of the error rate in the regression check.
     pub tolerance_error_rate: f64,
     /// The level (concurrency, or rate in open loop) at which models are selected; `None`: the
-    /// last level.
+    /// answer's own load ([`super::answer::answer_load`]), or to [`super::select::select`] each
+    /// model's last level.
     pub select_at: Option<f64>,
 }
 
