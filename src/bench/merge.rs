@@ -435,7 +435,8 @@ pub fn merge(
         started_at,
         models,
         selection: None,
-        capacity_ranking: None,
+        also_at: None,
+        slo_capacity: None,
         comparison: None,
         run: Some(RunInfo {
             id: first.run.as_ref().map(|r| r.id.clone()).unwrap_or_default(),

@@ -30,6 +30,7 @@
 //!
 //! [`ProbeResult`]: crate::measure::ProbeResult
 
+pub mod answer;
 pub mod baseline;
 pub mod canary;
 pub mod capacity;
@@ -682,11 +683,11 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
     let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let (load, part) = run_words(&spec, open, arrival, shard, &run_id);
     progress.println(&format!(
-        "tokenprobe bench: target {target_names} ({}), prompt {}, models {}, {} levels ({load}){part}",
+        "tokenprobe bench: target {target_names} ({}), prompt {}, models {}, {} ({load}){part}",
         urls,
         prompt_names.join(", "),
         names.join(", "),
-        level_keys.len(),
+        crate::units::count(level_keys.len(), "level"),
     ));
     let sender = Sender {
         sinks,
@@ -752,7 +753,8 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         knee_rule: criteria.knee,
         models: reports,
         selection: None,
-        capacity_ranking: None,
+        also_at: None,
+        slo_capacity: None,
         comparison: None,
         run: Some(report::RunInfo {
             id: run_id,
@@ -866,7 +868,8 @@ fn identify(spec: &mut ProbeSpec, prompts: &mut [ProbeSpec], run_id: &str, shard
 }
 
 /// Judges a run's sweeps (the one place a run and a merge of shards are judged): each model's
-/// knee, the selection when `judged`, the ranking by capacity within the SLOs, the findings by
+/// knee, the answer when `judged` (the selection at its load, and the view at the highest load
+/// every model ran when that is another), each model's capacity within the SLOs, the findings by
 /// `thresholds`, the comparison with the baseline. A partial level (this run's or the
 /// baseline's) is none of these: they read the whole levels only ([`health::whole_levels`]).
 pub fn judge(
@@ -892,14 +895,17 @@ pub fn judge(
     let whole = health::whole_levels(&report.models);
     // A run that measured no level (every check failed) has nothing to select from.
     let measured = whole.iter().any(|m| !m.levels.is_empty());
-    let selection = (judged && measured).then(|| select::select(&whole, criteria));
-    let capacity_ranking = select::rank_capacity(&whole, criteria);
+    let (selection, also_at) = (judged && measured)
+        .then(|| answer::answer(&whole, criteria))
+        .unzip();
+    let slo_capacity = answer::slo_capacity(&whole);
     let found = findings::findings(&whole, thresholds);
     let comparison = baseline
         .map(|(b, name)| select::compare(&whole, &health::whole_levels(&b.models), criteria, name));
     drop(whole);
     report.selection = selection;
-    report.capacity_ranking = capacity_ranking;
+    report.also_at = also_at.flatten();
+    report.slo_capacity = slo_capacity;
     report.findings = found;
     report.comparison = comparison;
 }
@@ -1060,7 +1066,8 @@ mod tests {
         assert_eq!((k.level, k.index), (knee.level, knee.index + 1));
         assert_eq!(got.models[0].levels[k.index].key, knee.level);
         assert_eq!(got.selection, want.selection);
-        assert_eq!(got.capacity_ranking, want.capacity_ranking);
+        assert_eq!(got.slo_capacity, want.slo_capacity);
+        assert_eq!(got.also_at, want.also_at);
         assert_eq!(got.findings, want.findings);
         // Against a baseline whose level 8 is partial (and far better): 8 is not in it.
         let mut base = plain.clone();

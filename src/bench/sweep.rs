@@ -601,10 +601,10 @@ impl Sender {
         report.sort_levels_by_load();
         let c = plan.capacity(outcome, tried, &report.levels);
         self.progress.println(&format!(
-            "  {name}: capacity {} ({}; {} levels, {} requests, {:.1} s)",
+            "  {name}: capacity {} ({}; {}, {} requests, {:.1} s)",
             capacity::describe(&c),
             c.stopped,
-            c.levels_tried.len(),
+            crate::units::count(c.levels_tried.len(), "level"),
             c.requests,
             c.seconds
         ));

@@ -136,7 +136,7 @@ pub struct BenchArgs {
     /// YAML with limits, weights, slo, knee, tolerance, select_at (flags add to or override it).
     #[arg(long = "bench.file")]
     pub bench_file: Option<PathBuf>,
-    /// The level (concurrency, or rate in open loop) at which models are judged (default: the last).
+    /// The level (concurrency, or rate in open loop) at which models are judged (default: with SLOs the highest load every model serves within them, else the highest load every model ran).
     #[arg(long)]
     pub select_at: Option<f64>,
     /// Knee: aggregate tokens/s grew by less than this (default 10%).

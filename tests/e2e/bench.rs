@@ -1014,7 +1014,7 @@ fn bench_against_llama_cpp_agrees_with_its_timings() {
         first_fail,
         "{c:#}"
     );
-    assert!(out.contains("Capacity within e2e<="), "{out}");
+    assert!(out.contains("capacity within e2e<="), "{out}");
 }
 
 /// Fails naming every key whose value differs between two lists of levels.

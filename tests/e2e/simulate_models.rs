@@ -238,7 +238,11 @@ fn target_model_pairs_a_cost_limit_and_a_length_note() {
         out.contains("NOTE the models' achieved lengths differ by more than 5%"),
         "{out}"
     );
-    let header = out.lines().nth(1).unwrap_or_default();
+    // The table's header, after the answer.
+    let header = out
+        .lines()
+        .find(|l| l.starts_with("│ model"))
+        .unwrap_or_default();
     assert!(
         header.contains("model") && header.contains("target"),
         "{out}"
