@@ -4,8 +4,11 @@
 //! failures give.
 //!
 //! - **The check**: one unmeasured request per (model, prompt series) before any level, through
-//!   the same prober as the load. A model whose check fails is not loaded ([`Check`] in its
-//!   report says why) and the run exits [`CHECK_FAILED_EXIT`] unless `--keep-going`.
+//!   the same prober as the load. A model whose check fails with an error that says the load
+//!   cannot work ([`blocks_load`]: the route, the key, the request, the quota, the protocol) is not
+//!   loaded ([`Check`] in its report says why) and the run exits [`CHECK_FAILED_EXIT`] unless
+//!   `--keep-going`; a failure of the moment (a 429, a 500, a deadline) is said and the model is
+//!   loaded.
 //! - **The early stop**: a [`Streak`] of requests failing with an error more load cannot change
 //!   ([`futile`]: `auth`, `bad_request`, `quota_exceeded`, and `connect` once the server was
 //!   reached) with no success between them stops the model's load after
@@ -67,7 +70,8 @@ impl Default for HealthPlan {
 /// A series' connectivity check: one unmeasured request before its first level.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Check {
-    /// The request succeeded.
+    /// The model may be loaded: the request succeeded, or failed with an error of the moment
+    /// (not [`blocks_load`]), said in `error_type` and `message`.
     pub ok: bool,
     /// Its `error_type`, when it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -87,7 +91,7 @@ impl Check {
     /// The check a probe result makes, `seconds` long.
     pub fn of(r: &ProbeResult, seconds: f64) -> Check {
         Check {
-            ok: r.success(),
+            ok: r.error_type.is_none_or(|e| !blocks_load(e)),
             error_type: r.error_type,
             http_status: r.http_status,
             message: r
@@ -102,12 +106,21 @@ impl Check {
     /// server's message` (the message's own `HTTP 401: ` prefix not repeated).
     pub fn line(&self) -> String {
         let took = crate::units::fmt_secs(self.seconds);
-        if self.ok {
+        if self.ok && self.error_type.is_none() {
             return match self.http_status {
                 Some(s) => format!("passed (HTTP {s}, {took})"),
                 None => format!("passed ({took})"),
             };
         }
+        let failure = self.failure();
+        if self.ok {
+            return format!("passed with a failure of the moment, the model is loaded: {failure}");
+        }
+        failure
+    }
+
+    /// The failure, `auth (HTTP 401): the server's message`.
+    fn failure(&self) -> String {
         let kind = self.error_type.map_or("failed", ErrorType::as_str);
         let message = self.message.as_deref().unwrap_or_default();
         match self.http_status {
@@ -121,6 +134,18 @@ impl Check {
             None => format!("{kind}: {message}"),
         }
     }
+}
+
+/// True when a check failing with `e` says the load cannot work: no route to the server
+/// (`proxy`, `connect`, `tls`, `timeout_connect`), a failure more load cannot change ([`futile`]),
+/// or answers that are not the protocol's (`malformed`: the wrong `--api`, say). A 429, a 5xx, a
+/// deadline or a cut stream are of the moment: the model is loaded and its levels measure them.
+pub fn blocks_load(e: ErrorType) -> bool {
+    futile(e, true)
+        || matches!(
+            e,
+            ErrorType::Proxy | ErrorType::Tls | ErrorType::TimeoutConnect | ErrorType::Malformed
+        )
 }
 
 /// True when more load cannot change a failure of type `e`: the key, the request or the quota is
@@ -532,6 +557,39 @@ mod tests {
             seconds: 0.2123,
         };
         assert_eq!(ok.line(), "passed (HTTP 200, 212.3 ms)");
+    }
+
+    /// A check blocks the load only on what says it cannot work (the route, the key, the
+    /// request, the quota, the protocol); a 429, a 5xx or a deadline is of the moment: said, and
+    /// the model is loaded (a simulator answering 5% 429s and 500s must not fail a run).
+    #[test]
+    fn a_failure_of_the_moment_does_not_block_the_load() {
+        let blocking = [
+            ErrorType::Proxy,
+            ErrorType::Connect,
+            ErrorType::Tls,
+            ErrorType::TimeoutConnect,
+            ErrorType::Auth,
+            ErrorType::QuotaExceeded,
+            ErrorType::BadRequest,
+            ErrorType::Malformed,
+        ];
+        for e in ErrorType::ALL {
+            assert_eq!(blocks_load(e), blocking.contains(&e), "{e}");
+        }
+        let mut r = crate::measure::Measurement::new(std::time::Instant::now());
+        r.headers(std::time::Instant::now(), 429);
+        r.fail(
+            ErrorType::RateLimited,
+            std::time::Instant::now(),
+            "HTTP 429: slow down",
+        );
+        let c = Check::of(&r.finish(), 0.01);
+        assert!(c.ok);
+        assert_eq!(
+            c.line(),
+            "passed with a failure of the moment, the model is loaded: rate_limited (HTTP 429): slow down"
+        );
     }
 
     fn level(c: u32, samples: &[Sample]) -> LevelStats {
