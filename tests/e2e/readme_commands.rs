@@ -231,6 +231,10 @@ fn substitute(cmd: &str, env: &Env) -> String {
     let mut c = cmd
         .replace("127.0.0.1:8080", &env.clean_sim)
         .replace("--listen 127.0.0.1:8000", "--listen 127.0.0.1:0")
+        .replace(
+            "http://127.0.0.1:8000",
+            &format!("http://{}", env.readme_sim),
+        )
         .replace("127.0.0.1:9464", "127.0.0.1:0")
         .replace("/tmp/sim.jsonl", &d.join("sim.jsonl").display().to_string())
         .replace(
@@ -342,6 +346,13 @@ fn every_readme_command_runs_or_is_listed_as_skipped() {
             // Started above; the bench below measures it.
         } else if c.starts_with("tokenprobe serve") {
             serve(&cmd);
+        } else if c.starts_with("tokenprobe bench --base-url") {
+            // Bench from flags alone: two models of the README's simulator, no config file.
+            let (code, out, err) = run(&cmd, Duration::from_secs(180));
+            assert_eq!(code, Some(0), "{cmd}\n{out}\n{err}");
+            for model in ["sim-a", "sim-b"] {
+                assert!(out.contains(&format!("│ {model} ")), "{cmd}\n{out}\n{err}");
+            }
         } else if c.starts_with("tokenprobe bench") {
             // 5 levels × 5 requests of ≈0.5 s, a stall fault costing its 2 s deadline: ~10 s.
             let (code, out, err) = run(&cmd, Duration::from_secs(180));
@@ -372,5 +383,5 @@ fn every_readme_command_runs_or_is_listed_as_skipped() {
         }
         ran.push(c.clone());
     }
-    assert_eq!(ran.len(), 8, "ran: {ran:#?}");
+    assert_eq!(ran.len(), 9, "ran: {ran:#?}");
 }
