@@ -420,6 +420,12 @@ pub(crate) mod tests {
                     requested_output_tokens: None,
                     turn: None,
                     request_id: None,
+                    cached_input_tokens: None,
+                    reasoning_tokens: None,
+                    served_model: None,
+                    system_fingerprint: None,
+                    response_id: None,
+                    server_request_id: None,
                 }
             })
             .collect()

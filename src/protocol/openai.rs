@@ -478,37 +478,90 @@ mod tests {
         completions(e, true)
     }
 
-    /// A random chat or completions chunk: the common shape, its odd variants (values of other
-    /// types, escapes, repeated keys, tool calls, errors, timings) and broken JSON.
-    fn random_chunk(r: &mut crate::rng::Rng) -> String {
-        /// A key and how to draw its value.
-        type Field<'a> = (&'a str, &'a dyn Fn(&mut crate::rng::Rng) -> String);
-        fn pick<'a>(r: &mut crate::rng::Rng, xs: &[&'a str]) -> &'a str {
-            xs[r.below(xs.len() as u64) as usize]
+    /// A key and how to draw its value.
+    type Field<'a> = (&'a str, &'a dyn Fn(&mut crate::rng::Rng) -> String);
+
+    fn pick<'a>(r: &mut crate::rng::Rng, xs: &[&'a str]) -> &'a str {
+        xs[r.below(xs.len() as u64) as usize]
+    }
+
+    /// Values of every JSON type, escapes included.
+    const ANY: &[&str] = &[
+        r#""hi""#,
+        r#""""#,
+        r#""a\"b""#,
+        r#""\u00e9t\u00e9""#,
+        "null",
+        "5",
+        "-3",
+        "2.5",
+        "true",
+        r#"[1,"x",{"a":[]}]"#,
+        r#"{"a":1,"b":{"c":null}}"#,
+        r#"" ""#,
+    ];
+
+    /// Counts, and values that are none.
+    const COUNT: &[&str] = &["7", "0", "-1", "1.5", "1e3", r#""9""#, "null", "{}", "[]"];
+
+    /// An object of a random number of the keys (repeats included), each value drawn.
+    fn obj(r: &mut crate::rng::Rng, keys: &[Field<'_>]) -> String {
+        let mut parts = Vec::new();
+        for _ in 0..r.below(keys.len() as u64 + 2) {
+            let (k, v) = &keys[r.below(keys.len() as u64) as usize];
+            parts.push(format!("\"{k}\":{}", v(r)));
         }
-        const ANY: &[&str] = &[
-            r#""hi""#,
-            r#""""#,
-            r#""a\"b""#,
-            r#""\u00e9t\u00e9""#,
-            "null",
-            "5",
-            "-3",
-            "2.5",
-            "true",
-            r#"[1,"x",{"a":[]}]"#,
-            r#"{"a":1,"b":{"c":null}}"#,
-            r#"" ""#,
-        ];
-        const COUNT: &[&str] = &["7", "0", "-1", "1.5", "1e3", r#""9""#, "null", "{}", "[]"];
-        let obj = |r: &mut crate::rng::Rng, keys: &[Field<'_>]| {
-            let mut parts = Vec::new();
-            for _ in 0..r.below(keys.len() as u64 + 2) {
-                let (k, v) = &keys[r.below(keys.len() as u64) as usize];
-                parts.push(format!("\"{k}\":{}", v(r)));
+        format!("{{{}}}", parts.join(","))
+    }
+
+    /// A random `usage`: counts and their details in every shape, DeepSeek's count, odd types.
+    fn random_usage(r: &mut crate::rng::Rng) -> String {
+        if r.below(6) == 0 {
+            return pick(r, ANY).to_string();
+        }
+        let c = |r: &mut crate::rng::Rng| pick(r, COUNT).to_string();
+        let details = |r: &mut crate::rng::Rng| {
+            if r.below(6) == 0 {
+                return pick(r, ANY).to_string();
             }
-            format!("{{{}}}", parts.join(","))
+            obj(
+                r,
+                &[
+                    ("cached_tokens", &c),
+                    ("reasoning_tokens", &c),
+                    ("audio_tokens", &c),
+                    ("cach\\u0065d_tokens", &c),
+                ],
+            )
         };
+        if r.below(3) == 0 {
+            // Every count at once, as vLLM and DeepSeek send them.
+            return format!(
+                r#"{{"prompt_tokens":{},"completion_tokens":{},"prompt_tokens_details":{{"cached_tokens":{}}},"completion_tokens_details":{{"reasoning_tokens":{}}},"prompt_cache_hit_tokens":{}}}"#,
+                c(r),
+                c(r),
+                c(r),
+                c(r),
+                c(r)
+            );
+        }
+        obj(
+            r,
+            &[
+                ("completion_tokens", &c),
+                ("prompt_tokens", &c),
+                ("total_tokens", &c),
+                ("prompt_tokens_details", &details),
+                ("completion_tokens_details", &details),
+                ("prompt_cache_hit_tokens", &c),
+            ],
+        )
+    }
+
+    /// A random chat or completions chunk: the common shape, its odd variants (values of other
+    /// types, escapes, repeated keys, tool calls, errors, timings, usage details, identities)
+    /// and broken JSON.
+    fn random_chunk(r: &mut crate::rng::Rng) -> String {
         let any = |r: &mut crate::rng::Rng| pick(r, ANY).to_string();
         let delta = |r: &mut crate::rng::Rng| {
             if r.below(8) == 0 {
@@ -547,48 +600,7 @@ mod tests {
             }
             o
         };
-        let usage = |r: &mut crate::rng::Rng| {
-            if r.below(6) == 0 {
-                return pick(r, ANY).to_string();
-            }
-            let c = |r: &mut crate::rng::Rng| pick(r, COUNT).to_string();
-            let details = |r: &mut crate::rng::Rng| {
-                if r.below(6) == 0 {
-                    return pick(r, ANY).to_string();
-                }
-                obj(
-                    r,
-                    &[
-                        ("cached_tokens", &c),
-                        ("reasoning_tokens", &c),
-                        ("audio_tokens", &c),
-                        ("cach\\u0065d_tokens", &c),
-                    ],
-                )
-            };
-            if r.below(3) == 0 {
-                // Every count at once, as vLLM and DeepSeek send them.
-                return format!(
-                    r#"{{"prompt_tokens":{},"completion_tokens":{},"prompt_tokens_details":{{"cached_tokens":{}}},"completion_tokens_details":{{"reasoning_tokens":{}}},"prompt_cache_hit_tokens":{}}}"#,
-                    c(r),
-                    c(r),
-                    c(r),
-                    c(r),
-                    c(r)
-                );
-            }
-            obj(
-                r,
-                &[
-                    ("completion_tokens", &c),
-                    ("prompt_tokens", &c),
-                    ("total_tokens", &c),
-                    ("prompt_tokens_details", &details),
-                    ("completion_tokens_details", &details),
-                    ("prompt_cache_hit_tokens", &c),
-                ],
-            )
-        };
+        let usage = random_usage;
         let finish = |r: &mut crate::rng::Rng| match r.below(3) {
             0 => pick(r, &[r#""stop""#, r#""abort""#, r#""error""#, r#""length""#]).to_string(),
             _ => any(r),
