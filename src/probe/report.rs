@@ -103,7 +103,8 @@ pub struct ReportContext {
     pub exact_output: crate::protocol::ExactOutput,
 }
 
-/// The input length counted (and asked for, with the difference), the output length asked for.
+/// The input length counted (and asked for, with the difference), what the prompt cache served
+/// of it, the output length asked for.
 fn lengths(s: &mut String, r: &ProbeResult) {
     match (r.input_tokens, r.requested_input_tokens) {
         (Some(i), Some(want)) => {
@@ -125,13 +126,25 @@ fn lengths(s: &mut String, r: &ProbeResult) {
         }
         (None, None) => {}
     }
+    if let Some(c) = r.cached_input_tokens {
+        let share = r
+            .input_tokens
+            .filter(|i| *i > 0)
+            .map_or_else(String::new, |i| {
+                format!(" ({:.1}%)", 100.0 * c as f64 / i as f64)
+            });
+        let _ = writeln!(
+            s,
+            "cached     {c} of the input tokens{share}, from the server's prompt cache"
+        );
+    }
     if let Some(want) = r.requested_output_tokens {
         let _ = writeln!(s, "requested  {want} output tokens");
     }
 }
 
-/// The counts of a successful probe: N (and where it came from, and what was asked), input
-/// tokens, TPOT (streaming only).
+/// The counts of a successful probe: N (and where it came from, and what was asked), its
+/// reasoning tokens, TPOT (streaming only); the input is [`lengths`]'s.
 fn output_lines(s: &mut String, r: &ProbeResult, exact: crate::protocol::ExactOutput) {
     let requested = r.requested_output_tokens.map_or_else(String::new, |n| {
         if exact == crate::protocol::ExactOutput::None {
@@ -161,21 +174,6 @@ fn output_lines(s: &mut String, r: &ProbeResult, exact: crate::protocol::ExactOu
             s,
             "output     {} tokens (from {source}){requested}{events}",
             r.output_tokens
-        );
-    }
-    if let Some(i) = r.input_tokens {
-        let _ = writeln!(s, "input      {i} tokens");
-    }
-    if let Some(c) = r.cached_input_tokens {
-        let share = r
-            .input_tokens
-            .filter(|i| *i > 0)
-            .map_or_else(String::new, |i| {
-                format!(" ({:.1}%)", 100.0 * c as f64 / i as f64)
-            });
-        let _ = writeln!(
-            s,
-            "cached     {c} of the input tokens{share}, from the server's prompt cache"
         );
     }
     if let Some(n) = r.reasoning_tokens {
@@ -463,6 +461,7 @@ mod tests {
         assert_eq!(v["response_id"], "chatcmpl-9");
         assert_eq!(v["request_id"], "req-7");
         let text = to_text(&r, &ReportContext::default());
+        assert_eq!(text.matches("\ninput ").count(), 1, "said once: {text}");
         for line in [
             "served     gpt-4o-2024-08-06, fingerprint fp_1\n",
             "ids        response chatcmpl-9, request req-7\n",
@@ -487,6 +486,36 @@ mod tests {
         let v = to_json(&r);
         assert!(v["served_model"].is_null() && v["request_id"].is_null());
         assert!(!to_text(&r, &ReportContext::default()).contains("served "));
+    }
+
+    /// The input length is one line: the count, with what was requested when it was (it was
+    /// said twice, once bare and once with the request).
+    #[test]
+    fn the_input_length_is_said_once() {
+        let t0 = Instant::now();
+        let mut m = Measurement::new(t0);
+        m.event(
+            t0 + Duration::from_millis(10),
+            &crate::protocol::EventMeaning {
+                token: true,
+                usage_input: Some(130),
+                usage_output: Some(1),
+                finish: true,
+                terminal: true,
+                ..Default::default()
+            },
+        );
+        let mut r = m.finish();
+        let text = to_text(&r, &ReportContext::default());
+        assert_eq!(text.matches("\ninput ").count(), 1, "{text}");
+        assert!(text.contains("\ninput      130 tokens\n"), "{text}");
+        r.requested_input_tokens = Some(128);
+        let text = to_text(&r, &ReportContext::default());
+        assert_eq!(text.matches("\ninput ").count(), 1, "{text}");
+        assert!(
+            text.contains("\ninput      130 tokens (128 requested, +2 = +1.6%)\n"),
+            "{text}"
+        );
     }
 
     #[test]
