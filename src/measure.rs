@@ -94,11 +94,26 @@ pub struct ProbeResult {
     pub output_tokens: u64,
     /// Where N came from.
     pub token_source: TokenSource,
-    /// Input tokens when the server reported them.
+    /// Input tokens when the server reported them: the whole input, cached tokens included
+    /// (Anthropic's three input counts added up; docs/measurement.md, "Cached and reasoning
+    /// tokens").
     pub input_tokens: Option<u64>,
-    /// Of those, the tokens its prefix cache served, when its usage said
-    /// (`prompt_tokens_details.cached_tokens`).
+    /// Of the input tokens, those the server's prompt cache served, when it said (successes only,
+    /// ruling 10).
     pub cached_input_tokens: Option<u64>,
+    /// Of the output tokens, the reasoning tokens, when the server said (successes only).
+    pub reasoning_tokens: Option<u64>,
+    /// The model that answered, as the answer names it (the first event that names one), cut
+    /// and cleaned by [`crate::protocol::identity_value`]; failures keep it too.
+    pub served_model: Option<String>,
+    /// OpenAI's `system_fingerprint` (the first event that has one).
+    pub system_fingerprint: Option<String>,
+    /// The answer's own id (OpenAI's chunk `id`, the Anthropic message's, the Responses
+    /// `response`'s; the first event that has one).
+    pub response_id: Option<String>,
+    /// The request id the server's answer head carries (`x-request-id`, `request-id`, ...:
+    /// [`crate::probe`] reads it), whatever the outcome.
+    pub server_request_id: Option<String>,
     /// TPOT: `(t_last - t_first) / (N - 1)`.
     pub tpot_s: Option<f64>,
     /// Decode tokens/s: `(N - 1) / (t_last - t_first)`.
@@ -181,7 +196,14 @@ pub struct Measurement {
     first_output: Option<Instant>,
     usage_output: Option<u64>,
     usage_input: Option<u64>,
-    usage_cached: Option<u64>,
+    usage_input_uncached: Option<u64>,
+    usage_cached_input: Option<u64>,
+    usage_cache_creation: Option<u64>,
+    usage_reasoning: Option<u64>,
+    served_model: Option<String>,
+    system_fingerprint: Option<String>,
+    response_id: Option<String>,
+    server_request_id: Option<String>,
     /// A finish reason was seen (a proper end, with or without the end marker).
     finish_reason: bool,
     terminal_at: Option<Instant>,
@@ -217,7 +239,14 @@ impl Measurement {
             first_output: None,
             usage_output: None,
             usage_input: None,
-            usage_cached: None,
+            usage_input_uncached: None,
+            usage_cached_input: None,
+            usage_cache_creation: None,
+            usage_reasoning: None,
+            served_model: None,
+            system_fingerprint: None,
+            response_id: None,
+            server_request_id: None,
             finish_reason: false,
             terminal_at: None,
             eof_at: None,
@@ -303,6 +332,18 @@ impl Measurement {
         self.rate_limits = readings;
     }
 
+    /// The request id the answer's head carried (already read by
+    /// [`crate::protocol::identity_value`]).
+    pub fn server_request_id(&mut self, id: Option<String>) {
+        self.server_request_id = id;
+    }
+
+    /// True once an event named the served model: the identity OpenAI chunks repeat need not
+    /// be read again ([`crate::protocol::Api::interpret_without_identity`]).
+    pub fn identity_known(&self) -> bool {
+        self.served_model.is_some()
+    }
+
     /// True once a token-bearing event has been seen (the idle deadline applies from then on).
     pub fn first_token_seen(&self) -> bool {
         self.token_events > 0
@@ -339,10 +380,17 @@ impl Measurement {
         if self.first_token.is_some() && self.after_first_token.is_none() {
             self.after_first_token = Some(t);
         }
-        if [m.usage_output, m.usage_input]
-            .iter()
-            .flatten()
-            .any(|n| *n > MAX_PLAUSIBLE_TOKENS)
+        if [
+            m.usage_output,
+            m.usage_input,
+            m.usage_input_uncached,
+            m.usage_cached_input,
+            m.usage_cache_creation,
+            m.usage_reasoning,
+        ]
+        .iter()
+        .flatten()
+        .any(|n| *n > MAX_PLAUSIBLE_TOKENS)
         {
             // A counter fed with 2^64 - 1 would wrap: such a usage object is not of the protocol's shape.
             self.fail(
@@ -351,6 +399,16 @@ impl Measurement {
                 "implausible usage token count (over 10^9)",
             );
             return Step::Continue;
+        }
+        // The answer's identity: the first value of each (an error event may carry one too).
+        for (kept, seen) in [
+            (&mut self.served_model, &m.served_model),
+            (&mut self.system_fingerprint, &m.system_fingerprint),
+            (&mut self.response_id, &m.response_id),
+        ] {
+            if kept.is_none() {
+                kept.clone_from(seen);
+            }
         }
         if let Some(e) = &m.error {
             let kind = classify_error_object(e);
@@ -381,11 +439,17 @@ impl Measurement {
         if m.usage_output.is_some() {
             self.usage_output = m.usage_output;
         }
-        if m.usage_input.is_some() {
-            self.usage_input = m.usage_input;
-        }
-        if m.usage_cached.is_some() {
-            self.usage_cached = m.usage_cached;
+        // Ruling 21, count by count: the last usage object that carries one wins.
+        for (kept, seen) in [
+            (&mut self.usage_input, m.usage_input),
+            (&mut self.usage_input_uncached, m.usage_input_uncached),
+            (&mut self.usage_cached_input, m.usage_cached_input),
+            (&mut self.usage_cache_creation, m.usage_cache_creation),
+            (&mut self.usage_reasoning, m.usage_reasoning),
+        ] {
+            if seen.is_some() {
+                *kept = seen;
+            }
         }
         if m.server_timings.is_some() {
             self.server_timings = m.server_timings;
@@ -396,6 +460,18 @@ impl Measurement {
             return Step::Stop;
         }
         Step::Continue
+    }
+
+    /// The whole input: the server's count (OpenAI's `prompt_tokens` counts cached tokens
+    /// already), or Anthropic's three counts added up (the last of each: they may come in
+    /// different events), an absent cache count adding nothing.
+    fn input_tokens(&self) -> Option<u64> {
+        self.usage_input.or_else(|| {
+            self.usage_input_uncached.map(|n| {
+                n.saturating_add(self.usage_cached_input.unwrap_or(0))
+                    .saturating_add(self.usage_cache_creation.unwrap_or(0))
+            })
+        })
     }
 
     /// The connection ended (EOF) at `t`.
@@ -486,8 +562,13 @@ impl Measurement {
             last_token_s: None,
             output_tokens,
             token_source,
-            input_tokens: self.usage_input,
-            cached_input_tokens: self.usage_cached,
+            input_tokens: self.input_tokens(),
+            cached_input_tokens: self.usage_cached_input,
+            reasoning_tokens: self.usage_reasoning,
+            served_model: self.served_model,
+            system_fingerprint: self.system_fingerprint,
+            response_id: self.response_id,
+            server_request_id: self.server_request_id,
             tpot_s: None,
             decode_tokens_per_s: None,
             chunk_gaps_s: Vec::new(),
@@ -514,6 +595,9 @@ impl Measurement {
             r.error_type = Some(f.kind);
             r.error_detail = Some(f.detail);
             r.failure_s = Some(since(f.at));
+            // Ruling 10: a failed probe reports no token counts.
+            r.cached_input_tokens = None;
+            r.reasoning_tokens = None;
             return r;
         }
         // A wait the head asked for belongs to a failed answer only (ruling 20).
@@ -881,6 +965,122 @@ mod tests {
         assert!(!m.finish().first_token_shared_read);
     }
 
+    /// Issue 42 item 1: the cached and reasoning counts follow ruling 21 count by count (the
+    /// last that says one wins; null erases nothing) and ruling 10 (a failure reports none);
+    /// issue 43 item 1: the first event that names the answer's identity gives it, and a failed
+    /// probe keeps it.
+    #[test]
+    fn usage_details_and_identity_of_a_stream() {
+        let t0 = Instant::now();
+        let named = |model: &str, id: &str| EventMeaning {
+            served_model: Some(model.into()),
+            response_id: Some(id.into()),
+            ..EventMeaning::default()
+        };
+        let run = |fail: bool| {
+            let mut m = Measurement::new(t0);
+            m.server_request_id(Some("req-1".into()));
+            assert!(!m.identity_known());
+            m.event(at(t0, 0.1), &named("m-2024", "chatcmpl-1"));
+            assert!(m.identity_known());
+            m.event(at(t0, 0.2), &token(true));
+            m.event(at(t0, 0.3), &named("other", "chatcmpl-2"));
+            m.event(
+                at(t0, 0.4),
+                &EventMeaning {
+                    usage_input: Some(600),
+                    usage_cached_input: Some(512),
+                    usage_reasoning: Some(1),
+                    usage_output: Some(2),
+                    ..EventMeaning::default()
+                },
+            );
+            // A repeated usage chunk without details erases nothing.
+            m.event(
+                at(t0, 0.5),
+                &EventMeaning {
+                    usage_input: Some(600),
+                    usage_output: Some(2),
+                    finish: true,
+                    ..EventMeaning::default()
+                },
+            );
+            if fail {
+                m.fail(ErrorType::ValidationFailed, at(t0, 0.6), "no");
+            }
+            m.eof(at(t0, 0.6));
+            m.finish()
+        };
+        let r = run(false);
+        assert!(r.success());
+        assert_eq!(
+            (r.input_tokens, r.cached_input_tokens, r.reasoning_tokens),
+            (Some(600), Some(512), Some(1))
+        );
+        assert_eq!(
+            (
+                r.served_model.as_deref(),
+                r.response_id.as_deref(),
+                r.server_request_id.as_deref()
+            ),
+            (Some("m-2024"), Some("chatcmpl-1"), Some("req-1")),
+            "the first event that named them"
+        );
+        let r = run(true);
+        assert_eq!(r.error_type, Some(ErrorType::ValidationFailed));
+        assert_eq!((r.cached_input_tokens, r.reasoning_tokens), (None, None));
+        assert_eq!(r.served_model.as_deref(), Some("m-2024"), "kept on failure");
+        assert_eq!(r.server_request_id.as_deref(), Some("req-1"));
+    }
+
+    /// Anthropic's input counts leave the cache out: the whole input is the uncached, read and
+    /// written counts added up, also when they come in different events (the last of each).
+    #[test]
+    fn anthropic_input_is_the_three_counts_added_up() {
+        let t0 = Instant::now();
+        let usage = |uncached, read, created, out| EventMeaning {
+            usage_input_uncached: uncached,
+            usage_cached_input: read,
+            usage_cache_creation: created,
+            usage_output: out,
+            ..EventMeaning::default()
+        };
+        let mut m = Measurement::new(t0);
+        m.event(
+            at(t0, 0.1),
+            &usage(Some(12), Some(2048), Some(100), Some(1)),
+        );
+        m.event(at(t0, 0.2), &token(true));
+        m.event(at(t0, 0.3), &usage(None, None, None, Some(40)));
+        m.event(
+            at(t0, 0.4),
+            &EventMeaning {
+                terminal: true,
+                finish: true,
+                ..EventMeaning::default()
+            },
+        );
+        let r = m.finish();
+        assert_eq!(
+            (r.input_tokens, r.cached_input_tokens, r.output_tokens),
+            (Some(2160), Some(2048), 40)
+        );
+        // Without cache counts the input is Anthropic's own count; the cached count is unknown.
+        let mut m = Measurement::new(t0);
+        m.event(at(t0, 0.1), &usage(Some(25), None, None, Some(1)));
+        m.event(at(t0, 0.2), &token(true));
+        m.event(
+            at(t0, 0.3),
+            &EventMeaning {
+                terminal: true,
+                finish: true,
+                ..EventMeaning::default()
+            },
+        );
+        let r = m.finish();
+        assert_eq!((r.input_tokens, r.cached_input_tokens), (Some(25), None));
+    }
+
     #[test]
     fn implausible_usage_is_malformed() {
         let t0 = Instant::now();
@@ -890,6 +1090,18 @@ mod tests {
             at(t0, 0.3),
             &EventMeaning {
                 usage_output: Some(u64::MAX),
+                terminal: true,
+                ..EventMeaning::default()
+            },
+        );
+        assert_eq!(m.finish().error_type, Some(ErrorType::Malformed));
+        // A detail count too.
+        let mut m = Measurement::new(t0);
+        m.event(at(t0, 0.2), &token(true));
+        m.event(
+            at(t0, 0.3),
+            &EventMeaning {
+                usage_cached_input: Some(u64::MAX),
                 terminal: true,
                 ..EventMeaning::default()
             },

@@ -283,6 +283,8 @@ pub struct Metrics {
     flags: Family<FlagLabels, Counter>,
     output_tokens: Family<JobLabels, Counter>,
     input_tokens: Family<JobLabels, Counter>,
+    cached_input_tokens: Family<JobLabels, Counter>,
+    reasoning_tokens: Family<JobLabels, Counter>,
     skipped: Family<SkipLabels, Counter>,
     last_success: Family<JobLabels, Gauge>,
     last_timestamp: Family<JobLabels, Gauge<f64, AtomicU64>>,
@@ -343,6 +345,8 @@ impl Metrics {
             flags: Family::default(),
             output_tokens: Family::default(),
             input_tokens: Family::default(),
+            cached_input_tokens: Family::default(),
+            reasoning_tokens: Family::default(),
             skipped: Family::default(),
             last_success: Family::default(),
             last_timestamp: Family::default(),
@@ -384,8 +388,18 @@ impl Metrics {
         );
         r.register(
             "input_tokens",
-            "Input tokens of successful probes, as reported by the server",
+            "Input tokens of successful probes, as reported by the server (the whole input, cached tokens included)",
             m.input_tokens.clone(),
+        );
+        r.register(
+            "cached_input_tokens",
+            "Of the input tokens of successful probes, those the server's prompt cache served, as its usage said (prompt_tokens_details.cached_tokens, Anthropic's cache_read_input_tokens, DeepSeek's prompt_cache_hit_tokens); only jobs whose answers say have these series",
+            m.cached_input_tokens.clone(),
+        );
+        r.register(
+            "reasoning_tokens",
+            "Of the output tokens of successful probes, the reasoning tokens, as the server's usage said (completion_tokens_details.reasoning_tokens, the Responses API's output_tokens_details); only jobs whose answers say have these series",
+            m.reasoning_tokens.clone(),
         );
         r.register("probes_skipped", "Scheduled probes that did not run, by reason (overlap: the previous probe was still running; rate_limited: the target's Retry-After had not passed; uncalibrated: the prompt's token length could not be calibrated)", m.skipped.clone());
         r.register(
@@ -603,6 +617,8 @@ pub struct JobSeries {
     probes: Counter,
     output_tokens: Counter,
     input_tokens: Counter,
+    /// The cached input and reasoning tokens: a job has their series once an answer says them.
+    usage_details: [Family<JobLabels, Counter>; 2],
     /// In the order of [`ErrorType::ALL`].
     errors: Vec<Counter>,
     /// In the order of [`Flag::ALL`].
@@ -640,6 +656,8 @@ struct SeriesState {
     rate_kinds: Vec<crate::ratelimit::Kind>,
     /// Whether the cold-start TTFT series exists.
     cold_seen: bool,
+    /// Whether the cached input and the reasoning tokens' series exist.
+    usage_details_seen: [bool; 2],
 }
 
 type Remover = Box<dyn FnOnce() + Send + Sync>;
@@ -773,6 +791,7 @@ impl JobSeries {
             probes,
             output_tokens,
             input_tokens,
+            usage_details: [m.cached_input_tokens.clone(), m.reasoning_tokens.clone()],
             errors,
             flags,
             skipped,
@@ -794,6 +813,7 @@ impl JobSeries {
                 removers: rm,
                 rate_kinds: Vec::new(),
                 cold_seen: false,
+                usage_details_seen: [false; 2],
             }),
         }
     }
@@ -945,6 +965,21 @@ impl JobSeries {
                 self.output_tokens.inc_by(r.output_tokens);
                 if let Some(i) = r.input_tokens {
                     self.input_tokens.inc_by(i);
+                }
+                for (i, n) in [r.cached_input_tokens, r.reasoning_tokens]
+                    .into_iter()
+                    .enumerate()
+                {
+                    let Some(n) = n else { continue };
+                    let family = &self.usage_details[i];
+                    if !st.usage_details_seen[i] {
+                        st.usage_details_seen[i] = true;
+                        let (family, labels) = (family.clone(), self.labels.clone());
+                        st.removers.push(Box::new(move || {
+                            family.remove(&labels);
+                        }));
+                    }
+                    family.get_or_create(&self.labels).inc_by(n);
                 }
                 self.last_success.set(1);
             }

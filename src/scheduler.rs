@@ -546,9 +546,12 @@ impl Drop for RunningGuard {
     }
 }
 
-/// One log line per probe: `warn` for a failure (job, error_type, status, message), `debug` with
-/// every measured value for a success; and a `debug` line for each rate-limit value its answer
-/// stated that was left out as not data (`tokenprobe_ratelimit_invalid_values_total` counts them).
+/// One log line per probe: `warn` for a failure (job, error_type, status, message, and what
+/// answered when the answer said: the served model, fingerprint, response id and request id
+/// header, so a failure can be found in the provider's logs), `debug` with every measured value
+/// for a success; and a `debug` line for each rate-limit value its answer stated that was left
+/// out as not data (`tokenprobe_ratelimit_invalid_values_total` counts them). What answered is
+/// cut and cleaned where it is read ([`crate::protocol::identity_value`]), and is never a label.
 pub fn log_result(job: &str, r: &ProbeResult) {
     for q in &r.rate_limits {
         for why in &q.left_out {
@@ -570,6 +573,10 @@ pub fn log_result(job: &str, r: &ProbeResult) {
             duration_s = r.failure_s,
             retry_after_s = r.retry_after_s,
             message = r.error_detail.as_deref().unwrap_or(""),
+            served_model = r.served_model.as_deref(),
+            system_fingerprint = r.system_fingerprint.as_deref(),
+            response_id = r.response_id.as_deref(),
+            request_id = r.server_request_id.as_deref(),
             "probe failed"
         ),
         None => tracing::debug!(
@@ -587,6 +594,9 @@ pub fn log_result(job: &str, r: &ProbeResult) {
                 (r.token_source != crate::measure::TokenSource::Unknown).then_some(r.output_tokens),
             token_events = r.token_events,
             input_tokens = r.input_tokens,
+            cached_input_tokens = r.cached_input_tokens,
+            reasoning_tokens = r.reasoning_tokens,
+            served_model = r.served_model.as_deref(),
             requested_input_tokens = r.requested_input_tokens,
             requested_output_tokens = r.requested_output_tokens,
             turn = r.turn,

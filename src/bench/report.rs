@@ -539,7 +539,6 @@ pub(crate) mod tests {
                     decode_tokens_per_s: (!failed).then_some(1.0 / itl),
                     output_tokens: if failed { 0 } else { tokens },
                     input_tokens: None,
-                    cached_input_tokens: None,
                     sent_s: 0.0,
                     end_s: 1.0,
                     lag_s: 0.0002 * (i % 3) as f64,
@@ -557,6 +556,12 @@ pub(crate) mod tests {
                     requested_output_tokens: None,
                     turn: None,
                     request_id: None,
+                    cached_input_tokens: None,
+                    reasoning_tokens: None,
+                    served_model: None,
+                    system_fingerprint: None,
+                    response_id: None,
+                    server_request_id: None,
                 }
             })
             .collect()

@@ -217,6 +217,7 @@ async fn request_and_read(
             .collect(),
     };
     m.rate_limits(crate::ratelimit::read(&head.headers, SystemTime::now()));
+    m.server_request_id(request_id(&head));
     // A non-2xx head (or a proxy's answer) decides the type (ruling 5); a 2xx body is read as a
     // stream and judged from its bytes, whatever its Content-Type says (ruling 1).
     if classify_head(&head, &StreamError::default()).is_some() {
@@ -249,6 +250,26 @@ async fn request_and_read(
         return read_answer(resp, inflater, spec, m, t_headers, arrivals).await;
     }
     read_stream(resp, inflater, spec, m, arrivals).await
+}
+
+/// The response headers that carry the provider's id of the request, in the order they are
+/// looked for: OpenAI's and most servers' (vLLM, SGLang, gateways) `x-request-id`, Anthropic's
+/// `request-id`, Azure's `x-ms-request-id` and its API Management's `apim-request-id`, AWS's
+/// `x-amzn-requestid`.
+pub const REQUEST_ID_HEADERS: [&str; 5] = [
+    "x-request-id",
+    "request-id",
+    "x-ms-request-id",
+    "apim-request-id",
+    "x-amzn-requestid",
+];
+
+/// The answer's request id: the first of [`REQUEST_ID_HEADERS`] the head carries, as
+/// [`crate::protocol::identity_value`] keeps it.
+fn request_id(head: &Head<'_>) -> Option<String> {
+    REQUEST_ID_HEADERS
+        .iter()
+        .find_map(|h| head.header(h).and_then(crate::protocol::identity_value))
 }
 
 /// Reads a 2xx body as an event stream, decoding and folding the events as they arrive, under
@@ -584,7 +605,13 @@ fn feed_events(
 }
 
 fn fold_event(ev: &crate::sse::SseEvent, api: Api, m: &mut Measurement, t: Instant) -> Step {
-    match api.interpret(ev) {
+    // The identity OpenAI chunks repeat is read until an event named the served model.
+    let meaning = if m.identity_known() {
+        api.interpret_without_identity(ev)
+    } else {
+        api.interpret(ev)
+    };
+    match meaning {
         Ok(meaning) => m.event(t, &meaning),
         Err(e) => {
             m.fail(ErrorType::Malformed, t, e.to_string());

@@ -19,6 +19,24 @@ fn length_cell(requested: Option<f64>, reached: Option<f64>) -> String {
     format!("{}→{}", f(requested), f(reached))
 }
 
+/// A table column: its header and a level's value, if it has one.
+type LevelColumn = (&'static str, fn(&LevelStats) -> Option<String>);
+
+/// The columns of what the answers' usage said beside the token counts, those some level has:
+/// the cached share of the input (`cached in`), the mean reasoning tokens (`reasoning`).
+fn usage_columns(r: &Report) -> Vec<LevelColumn> {
+    let cols: [LevelColumn; 2] = [
+        ("cached in", |l| l.lengths.cached_input_share.map(pct)),
+        ("reasoning", |l| {
+            l.lengths.reasoning_tokens_mean.map(|v| format!("{v:.0}"))
+        }),
+    ];
+    let levels = || r.models.iter().flat_map(|m| &m.levels);
+    cols.into_iter()
+        .filter(|(_, cell)| levels().any(|l| cell(l).is_some()))
+        .collect()
+}
+
 /// True when some level has a cost (some model has a price).
 fn has_costs(r: &Report) -> bool {
     r.models
@@ -450,6 +468,8 @@ pub fn render_table(r: &Report) -> String {
     if lengths {
         header.extend(["ISL req→got".into(), "OSL req→got".into()]);
     }
+    let usage = usage_columns(r);
+    header.extend(usage.iter().map(|(h, _)| (*h).to_owned()));
     let mut t = comfy_table::Table::new();
     t.load_style(comfy_table::presets::UTF8_FULL_CONDENSED)
         .set_header(&header);
@@ -473,6 +493,11 @@ pub fn render_table(r: &Report) -> String {
                     n.output_tokens_mean,
                 ));
             }
+            row.extend(
+                usage
+                    .iter()
+                    .map(|(_, cell)| cell(l).unwrap_or_else(|| "-".into())),
+            );
             t.add_row(row);
         }
     }

@@ -300,7 +300,7 @@ pub(super) fn server_table(o: &mut String, r: &Report) {
 
 /// The level values no other table shows: costs, requested and achieved lengths, the
 /// conversation's turns, the cross-check, when some level has them.
-const MORE_COLUMNS: [Column; 17] = [
+const MORE_COLUMNS: [Column; 19] = [
     ("cost_per_request", "cost per request", Unit::Plain, |l| {
         l.cost_per_request
     }),
@@ -336,6 +336,18 @@ const MORE_COLUMNS: [Column; 17] = [
         "input length off",
         Unit::Plain,
         |l| (l.lengths.input_length_off > 0).then_some(l.lengths.input_length_off as f64),
+    ),
+    (
+        "lengths/cached_input_share",
+        "cached share of input",
+        Unit::Pct,
+        |l| l.lengths.cached_input_share,
+    ),
+    (
+        "lengths/reasoning_tokens_mean",
+        "reasoning tokens (mean)",
+        Unit::Plain,
+        |l| l.lengths.reasoning_tokens_mean,
     ),
     (
         "lengths/ttft_first_turn_s/p50",

@@ -410,3 +410,34 @@ fn each_turn_shows_its_input_and_cached_share() {
         "{t}"
     );
 }
+
+/// Issue 42 item 1: the cached share of the input and the mean reasoning tokens get a column when
+/// some level has them (a `-` for a level without), and travel in the JSON.
+#[test]
+fn cached_share_and_reasoning_get_columns_when_some_level_has_them() {
+    let mut r = synthetic();
+    let table = render_table(&r);
+    assert!(
+        !table.contains("cached in") && !table.contains("reasoning"),
+        "{table}"
+    );
+    let l = &mut r.models[0].levels[0].lengths;
+    l.cached_input_share = Some(0.9375);
+    l.reasoning_tokens_mean = Some(41.6);
+    let table = render_table(&r);
+    let (header, _) = header_cells(&table);
+    assert!(
+        header.contains("cached in") && header.contains("reasoning"),
+        "{table}"
+    );
+    assert!(
+        table.contains("93.75%") && table.contains(" 42 "),
+        "{table}"
+    );
+    let back: Report = serde_json::from_str(&render_json(&r)).unwrap();
+    let l = &back.models[0].levels[0].lengths;
+    assert_eq!(
+        (l.cached_input_share, l.reasoning_tokens_mean),
+        (Some(0.9375), Some(41.6))
+    );
+}
