@@ -5,7 +5,9 @@
 //! - [`runner`]: the load generator (closed and open loop) and its own lag.
 //! - [`stats`]: per-request samples and exact per-level statistics.
 //! - [`criteria`]: metric names, limits, weights, SLOs and the `--bench.file` YAML.
-//! - [`select`]: the knee, selection (hard limits, weighted score) and baseline regressions.
+//! - [`select`]: the knee and selection (hard limits, weighted score).
+//! - [`gate`]: the comparison with a baseline run, each value's verdict (regression only when
+//!   beyond the tolerance and significant), on [`significance`]'s tests.
 //! - [`report`]: the typed report every renderer reads ([`crate::render`] writes it out).
 //! - [`shard`]: one run split across processes (`--shard i/N`, `--start-at`), the run id.
 //! - [`merge`]: `bench merge`, the shards' reports made into the whole run's.
@@ -18,7 +20,7 @@
 //! [`Report`]; the rendering half, [`crate::render`], prints and writes it.
 //!
 //! Exit codes: 0 done; 2 bad usage, config, bench file or baseline, or an output that cannot be
-//! written; 3 a metric regressed against `--baseline` beyond the tolerance; 4 a level the client
+//! written; 3 a metric regressed against `--baseline` (beyond the tolerance and significant); 4 a level the client
 //! could not measure (without `--accept-client-bound`); 130 stopped by a signal. `docs/bench.md`
 //! is the user guide and defines every number.
 //!
@@ -31,6 +33,7 @@ pub mod confidence;
 pub mod criteria;
 pub mod crosscheck;
 pub mod findings;
+pub mod gate;
 pub mod merge;
 pub mod report;
 pub mod runner;
@@ -38,6 +41,7 @@ pub mod sample;
 pub mod select;
 pub mod server_view;
 pub mod shard;
+pub mod significance;
 pub mod stats;
 pub mod steady;
 mod sweep;
@@ -866,7 +870,7 @@ pub fn judge(
     report.capacity_ranking = select::rank_capacity(&report.models, criteria);
     report.findings = findings::findings(&report.models, thresholds);
     report.comparison =
-        baseline.map(|(b, name)| select::compare(&report.models, &b.models, criteria, name));
+        baseline.map(|(b, name)| gate::compare(&report.models, &b.models, &b.slo, criteria, name));
 }
 
 /// The runner's (target, model) calibrated (once per run; `None` when the prompt needs none),
