@@ -322,11 +322,11 @@ pub struct Selection {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
-    /// Worse beyond the tolerance, and significantly so (after Holm's adjustment over every
-    /// value judged): the run exits 3.
+    /// Worse beyond the tolerance, and significantly so: its test of "worse by more than the
+    /// tolerance" passes after Holm's adjustment over every value judged. The run exits 3.
     Regression,
-    /// Worse beyond the tolerance, but the two runs' samples cannot tell it from noise at the
-    /// confidence asked: not a failure.
+    /// Worse beyond the tolerance, but the two runs' samples cannot say it is, at the confidence
+    /// asked: not a failure.
     Inconclusive,
     /// No worse than the tolerance allows (better, unchanged, or worse by less).
     WithinTolerance,
@@ -371,7 +371,7 @@ pub struct Regression {
     /// when not judged or when the values are too few to bound it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interval: Option<[f64; 2]>,
-    /// The one-sided p-value of the test that it got worse.
+    /// The one-sided p-value of the test that it got worse by more than the tolerance.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub p_value: Option<f64>,
     /// That p-value adjusted (Holm) over every value the comparison judged: significant when at
@@ -384,14 +384,6 @@ pub struct Regression {
     /// Why it was not judged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_judged: Option<String>,
-}
-
-impl Regression {
-    /// True when its change is significant in the worse direction (whether or not beyond the
-    /// tolerance).
-    pub fn significant(&self, confidence: f64) -> bool {
-        self.p_holm.is_some_and(|p| p <= 1.0 - confidence)
-    }
 }
 
 /// The comparison with a baseline run.

@@ -16,7 +16,7 @@
 //! - [`holm`]: Holm's step-down adjustment of many p-values, so that the chance of any false
 //!   alarm among all the values a comparison judges stays below `1 − confidence`.
 
-use super::confidence::wilson;
+use super::confidence::wilson_z;
 use serde::{Deserialize, Serialize};
 
 /// How many values a [`Distribution`] keeps at most.
@@ -237,14 +237,57 @@ pub fn fisher_greater(a: u64, na: u64, b: u64, nb: u64) -> f64 {
 /// Newcombe's hybrid score interval (his method 10, from the two Wilson intervals) of the
 /// difference of two shares, `a / na − b / nb`, at 95%; `None` when either has no count.
 pub fn difference_interval(a: u64, na: u64, b: u64, nb: u64) -> Option<[f64; 2]> {
-    let [l1, u1] = wilson(a, na)?;
-    let [l2, u2] = wilson(b, nb)?;
-    let (p1, p2) = (a as f64 / na as f64, b as f64 / nb as f64);
+    difference_interval_z(a, na, b, nb, Z95)
+}
+
+/// The standard normal quantile of 97.5%.
+const Z95: f64 = 1.959_963_984_540_054;
+
+/// [`difference_interval`] at the standard normal quantile `z` (each bound one-sided at
+/// `P(Z > z)`).
+fn difference_interval_z(a: u64, na: u64, b: u64, nb: u64, z: f64) -> Option<[f64; 2]> {
+    let [l1, u1] = wilson_z(a, na, z)?;
+    let [l2, u2] = wilson_z(b, nb, z)?;
+    let (p1, p2) = (a.min(na) as f64 / na as f64, b.min(nb) as f64 / nb as f64);
     let d = p1 - p2;
     Some([
         d - ((p1 - l1).powi(2) + (u2 - p2).powi(2)).sqrt(),
         d + ((u1 - p1).powi(2) + (p2 - l2).powi(2)).sqrt(),
     ])
+}
+
+/// The one-sided p-value that the share `a / na` exceeds `b / nb` by more than `margin`
+/// (`H0: p1 − p2 <= margin`), by inverting [`difference_interval`]: the `P(Z > z)` at which its
+/// lower bound reaches `margin` (when the difference is at most `margin`, one minus that at which
+/// its upper bound does). `None` when either has no count.
+pub fn difference_beyond_p(a: u64, na: u64, b: u64, nb: u64, margin: f64) -> Option<f64> {
+    let [d, _] = difference_interval_z(a, na, b, nb, 0.0)?;
+    let bound = |z: f64| {
+        difference_interval_z(a, na, b, nb, z)
+            .map_or(f64::NAN, |[lo, hi]| if d > margin { lo } else { hi })
+    };
+    // The bound moves away from d as z grows: find where it reaches the margin.
+    let (mut z0, mut z1) = (0.0, 40.0);
+    let reached = |z: f64| {
+        if d > margin {
+            bound(z) <= margin
+        } else {
+            bound(z) > margin
+        }
+    };
+    if !reached(z1) {
+        return Some(if d > margin { 0.0 } else { 1.0 });
+    }
+    for _ in 0..80 {
+        let m = 0.5 * (z0 + z1);
+        if reached(m) {
+            z1 = m;
+        } else {
+            z0 = m;
+        }
+    }
+    let tail = normal_upper(0.5 * (z0 + z1));
+    Some(if d > margin { tail } else { 1.0 - tail })
 }
 
 /// The pooled `q`-quantile of `a` and `b × r`, weighting each kept value by how many it stands
@@ -432,6 +475,25 @@ mod tests {
             "{lo} {hi}"
         );
         assert_eq!(difference_interval(1, 0, 1, 2), None);
+    }
+
+    /// The p-value of a difference beyond a margin inverts the interval: at the margin the
+    /// 95% interval's lower bound reaches, it is 2.5%; a difference that is not beyond the margin
+    /// is above a half.
+    #[test]
+    fn the_difference_beyond_a_margin_inverts_newcombes_interval() {
+        let [lo, _] = difference_interval(56, 70, 48, 80).unwrap();
+        let p = difference_beyond_p(56, 70, 48, 80, lo).unwrap();
+        assert!((p - 0.025).abs() < 1e-6, "{p}");
+        let p0 = difference_beyond_p(56, 70, 48, 80, 0.0).unwrap();
+        assert!(p0 < 0.025, "{p0}");
+        // 0.2 is the difference itself: a half; beyond it, above a half.
+        let p = difference_beyond_p(56, 70, 48, 80, 0.2).unwrap();
+        assert!((p - 0.5).abs() < 1e-6, "{p}");
+        assert!(difference_beyond_p(56, 70, 48, 80, 0.3).unwrap() > 0.5);
+        // No failures either side, margin one point: nothing to see.
+        assert!(difference_beyond_p(0, 100, 0, 100, 0.01).unwrap() > 0.5);
+        assert_eq!(difference_beyond_p(0, 0, 0, 100, 0.0), None);
     }
 
     #[test]

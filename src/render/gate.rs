@@ -61,9 +61,6 @@ fn p_values(g: &Regression) -> String {
 /// The verdict as the table shows it (reports of older versions judged by the tolerance alone).
 fn verdict(c: &Comparison, g: &Regression) -> String {
     match g.verdict {
-        Some(Verdict::WithinTolerance) if g.significant(c.confidence.unwrap_or(0.95)) => {
-            "within tolerance (a real change)".into()
-        }
         Some(v) => v.label().into(),
         None if c.regressions.iter().any(|r| same(r, g)) => "REGRESSION (tolerance alone)".into(),
         None => "within tolerance".into(),
@@ -109,7 +106,7 @@ pub fn render(c: &Comparison, md: bool) -> String {
         (Some(conf), Some(judged)) => {
             let _ = writeln!(
                 out,
-                "\nBaseline {} (tolerance {:.0}%, error rate +{:.2} pp; a regression must also be significant at {:.0}% family-wise confidence: one-sided tests, Holm over the {judged} values judged): {} compared, {}, {} inconclusive, {} within tolerance, {} not judged",
+                "\nBaseline {} (tolerance {:.0}%, error rate +{:.2} pp; a regression must be worse than that significantly, at {:.0}% family-wise confidence: one-sided tests, Holm over the {judged} values judged): {} compared, {}, {} inconclusive, {} within tolerance, {} not judged",
                 c.baseline,
                 c.tolerance * 100.0,
                 c.tolerance_error_rate * 100.0,
@@ -140,7 +137,7 @@ pub fn render(c: &Comparison, md: bool) -> String {
     for g in c.with(Verdict::Inconclusive) {
         let _ = writeln!(
             out,
-            "{bullet}inconclusive {}: worse beyond the tolerance, but not significant at {:.0}% (not a failure)",
+            "{bullet}inconclusive {}: worse beyond the tolerance, but not significantly so at {:.0}% over the values judged (not a failure)",
             sentence(g),
             conf * 100.0
         );

@@ -457,7 +457,7 @@ fn baseline_summary(o: &mut String, c: &crate::bench::report::Comparison) {
     let n = |v: Verdict| c.with(v).count();
     let gate = match (c.confidence, c.judged) {
         (Some(conf), Some(judged)) => format!(
-            "; a regression must also be significant at {}% family-wise confidence: one-sided tests, Holm's adjustment over the {judged} values judged",
+            "; a regression must be worse than that significantly, at {}% family-wise confidence: one-sided tests, Holm's adjustment over the {judged} values judged",
             num(conf * 100.0)
         ),
         _ => "; judged by the tolerance alone (an older report)".into(),
