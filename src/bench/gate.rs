@@ -605,6 +605,33 @@ mod tests {
         assert!(r.regressions.is_empty());
     }
 
+    /// A baseline file's damage is named, never a panic: a distribution out of order or
+    /// standing for more values than any run, counts that do not fit.
+    #[test]
+    fn a_damaged_baseline_is_not_judged() {
+        let mut old = vec![model("a", vec![measured(1, 100, 0.1, 0)])];
+        let d = old[0].levels[0].distributions.as_mut().unwrap();
+        d.ttft_s.as_mut().unwrap().values.reverse();
+        d.e2e_s.as_mut().unwrap().n = u64::MAX;
+        old[0].levels[0].successes = 1_000;
+        let cur = vec![model("a", vec![measured(1, 100, 0.13, 0)])];
+        let r = compare(&cur, &old, &[], &Criteria::default(), "o");
+        assert_eq!(
+            verdict(&r, "1", "ttft_p50").not_judged.as_deref(),
+            Some("the baseline's distribution of it is damaged: its values are not sorted")
+        );
+        assert!(
+            verdict(&r, "1", "e2e_p95")
+                .not_judged
+                .unwrap()
+                .contains("does not fit its n")
+        );
+        assert_eq!(
+            verdict(&r, "1", "error_rate").not_judged.as_deref(),
+            Some("no requests counted (or counts that do not fit)")
+        );
+    }
+
     /// Goodput is judged by the SLO attainment, and only when both runs had the same SLOs.
     #[test]
     fn goodput_is_judged_by_the_attainment_under_the_same_slos() {

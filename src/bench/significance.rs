@@ -22,6 +22,10 @@ use serde::{Deserialize, Serialize};
 /// How many values a [`Distribution`] keeps at most.
 pub const KEPT: usize = 512;
 
+/// The most values a distribution read from a file may stand for (a billion requests in one
+/// level): beyond it the counts are not a run's.
+pub const MAX_N: u64 = 1_000_000_000;
+
 /// A level's values of one per-request metric, sorted: every value when there are at most
 /// [`KEPT`], else the order statistics at the 0-based ranks `round(i (n − 1) / (KEPT − 1))`,
 /// `i = 0..KEPT` (the smallest and the largest included), each rounded to 6 significant digits.
@@ -63,11 +67,11 @@ impl Distribution {
     }
 
     /// Why a distribution read from a file cannot be used (`None`: it can): no value, more
-    /// values than `n`, one value standing for several, a value that is not finite, or values
-    /// out of order.
+    /// values than `n`, one value standing for several, more values than any run sends
+    /// ([`MAX_N`]), a value that is not finite, or values out of order.
     pub fn damaged(&self) -> Option<&'static str> {
         let len = self.values.len() as u64;
-        if len == 0 || len > self.n || (len < self.n && len < 2) {
+        if len == 0 || len > self.n || (len < self.n && len < 2) || self.n > MAX_N {
             Some("its number of values does not fit its n")
         } else if self.values.iter().any(|v| !v.is_finite()) {
             Some("a value is not a finite number")
@@ -612,6 +616,11 @@ mod tests {
         let bad = Distribution {
             n: 2,
             values: vec![1.0, 2.0, 3.0],
+        };
+        assert!(bad.damaged().is_some());
+        let bad = Distribution {
+            n: u64::MAX,
+            values: vec![1.0, 2.0],
         };
         assert!(bad.damaged().is_some());
         assert!(Distribution::of([f64::NAN]).is_none());
