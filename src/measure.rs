@@ -96,6 +96,9 @@ pub struct ProbeResult {
     pub token_source: TokenSource,
     /// Input tokens when the server reported them.
     pub input_tokens: Option<u64>,
+    /// Of those, the tokens its prefix cache served, when its usage said
+    /// (`prompt_tokens_details.cached_tokens`).
+    pub cached_input_tokens: Option<u64>,
     /// TPOT: `(t_last - t_first) / (N - 1)`.
     pub tpot_s: Option<f64>,
     /// Decode tokens/s: `(N - 1) / (t_last - t_first)`.
@@ -178,6 +181,7 @@ pub struct Measurement {
     first_output: Option<Instant>,
     usage_output: Option<u64>,
     usage_input: Option<u64>,
+    usage_cached: Option<u64>,
     /// A finish reason was seen (a proper end, with or without the end marker).
     finish_reason: bool,
     terminal_at: Option<Instant>,
@@ -213,6 +217,7 @@ impl Measurement {
             first_output: None,
             usage_output: None,
             usage_input: None,
+            usage_cached: None,
             finish_reason: false,
             terminal_at: None,
             eof_at: None,
@@ -379,6 +384,9 @@ impl Measurement {
         if m.usage_input.is_some() {
             self.usage_input = m.usage_input;
         }
+        if m.usage_cached.is_some() {
+            self.usage_cached = m.usage_cached;
+        }
         if m.server_timings.is_some() {
             self.server_timings = m.server_timings;
         }
@@ -479,6 +487,7 @@ impl Measurement {
             output_tokens,
             token_source,
             input_tokens: self.usage_input,
+            cached_input_tokens: self.usage_cached,
             tpot_s: None,
             decode_tokens_per_s: None,
             chunk_gaps_s: Vec::new(),

@@ -282,8 +282,9 @@ impl Head<'_> {
     }
 
     /// The wait a 429/503 asks for: `retry-after-ms` preferred, else `Retry-After` as seconds or an
-    /// HTTP date (relative to `now`). Capped at [`MAX_RETRY_AFTER`]; negative, NaN or unparsable
-    /// values are ignored.
+    /// HTTP date (relative to `now`), else LiteLLM's `llm_provider-retry-after` (the provider's
+    /// `Retry-After` passed on by the gateway), read the same way. Capped at
+    /// [`MAX_RETRY_AFTER`]; negative, NaN or unparsable values are ignored.
     pub fn retry_after(&self, now: SystemTime) -> Option<Duration> {
         let secs = |v: f64| {
             (v.is_finite() && v >= 0.0)
@@ -296,7 +297,10 @@ impl Head<'_> {
         {
             return Some(d);
         }
-        let v = self.header("retry-after")?.trim();
+        let v = self
+            .header("retry-after")
+            .or_else(|| self.header("llm_provider-retry-after"))?
+            .trim();
         if let Some(s) = decimal(v) {
             return Some(s.min(MAX_RETRY_AFTER));
         }
@@ -785,6 +789,22 @@ mod tests {
             head(429, &[("retry-after-ms", "1.5e30")]).retry_after(now),
             Some(MAX_RETRY_AFTER)
         );
+        // Issue 40: LiteLLM passes the provider's wait on as `llm_provider-retry-after`, read
+        // as `Retry-After` is, after `retry-after-ms` and `retry-after`.
+        let litellm = |h: &[(&'static str, &'static str)]| head(429, h).retry_after(now);
+        assert_eq!(
+            litellm(&[("llm_provider-retry-after", "7")]),
+            Some(Duration::from_secs(7))
+        );
+        assert_eq!(
+            litellm(&[("llm_provider-retry-after", "7"), ("retry-after", "3")]),
+            Some(Duration::from_secs(3))
+        );
+        assert_eq!(
+            litellm(&[("llm_provider-retry-after", "7"), ("retry-after-ms", "250")]),
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(litellm(&[("llm_provider-retry-after", "soon")]), None);
     }
 
     #[test]

@@ -27,6 +27,28 @@ pub fn fmt_secs(v: f64) -> String {
     }
 }
 
+/// A share or a change (a ratio) as a percentage with two decimals: `12.50%`, `0.00%`,
+/// `100.00%`, `-1.25%`. A value between 0 and 0.005% is `<0.01%` (`>-0.01%` below 0) and one
+/// between 99.995% and 100% is `>99.99%`: a rare event never reads as none, nor a near total as
+/// all, and no share is written to five places.
+pub fn fmt_pct(v: f64) -> String {
+    let p = v * 100.0;
+    if p > 0.0 && p < 0.005 {
+        "<0.01%".to_owned()
+    } else if p < 0.0 && p > -0.005 {
+        ">-0.01%".to_owned()
+    } else if (99.995..100.0).contains(&p) {
+        ">99.99%".to_owned()
+    } else {
+        format!("{p:.2}%")
+    }
+}
+
+/// A count and its noun, singular for one: `1 level`, `3 levels` (nouns that add an `s`).
+pub fn count(n: usize, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
+}
+
 /// `4` for 4.0, `2.5` for 2.5.
 pub fn trim_float(x: f64) -> String {
     if x.fract() == 0.0 && x.abs() < 1e15 {
@@ -53,6 +75,19 @@ pub fn fmt_bytes(bytes: u64) -> String {
         }
     }
     format!("{bytes} B")
+}
+
+/// `s` cut to at most `max_bytes` bytes of UTF-8 (at a character boundary), with `…` after the
+/// cut; a text within the bound is kept whole.
+pub fn truncate_bytes(s: &str, max_bytes: usize) -> String {
+    if s.len() <= max_bytes {
+        return s.to_owned();
+    }
+    let mut end = max_bytes;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
 }
 
 /// `s` cut to `max_chars` characters, with `…` where it was cut.
@@ -90,8 +125,39 @@ mod tests {
     }
 
     #[test]
+    fn shares_are_percentages_with_two_decimals() {
+        for (v, want) in [
+            (0.0, "0.00%"),
+            (0.125, "12.50%"),
+            (1.0, "100.00%"),
+            (0.0000253, "<0.01%"),
+            (0.00005, "0.01%"),
+            (0.99999, ">99.99%"),
+            (0.9999, "99.99%"),
+            (-0.0125, "-1.25%"),
+            (-0.0000253, ">-0.01%"),
+        ] {
+            assert_eq!(fmt_pct(v), want, "{v}");
+        }
+    }
+
+    #[test]
+    fn counts_are_singular_for_one() {
+        assert_eq!(count(1, "level"), "1 level");
+        assert_eq!(count(0, "level"), "0 levels");
+        assert_eq!(count(6, "level"), "6 levels");
+    }
+
+    #[test]
     fn truncate_is_char_safe() {
         assert_eq!(truncate("héllo", 2), "hé…");
         assert_eq!(truncate("hi", 5), "hi");
+        assert_eq!(
+            truncate_bytes("héllo", 2),
+            "h…",
+            "é is two bytes: not split"
+        );
+        assert_eq!(truncate_bytes("héllo", 3), "hé…");
+        assert_eq!(truncate_bytes("hello", 5), "hello");
     }
 }

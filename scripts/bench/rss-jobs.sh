@@ -32,7 +32,7 @@ url="$(sed -n 's#^listening on \(http://.*\)#\1/v1#p' "$tmp/stub.out")"
 kib() { awk -v k="$1" '$1 == k":" {print $2}' "/proc/$tp/status"; }
 mib() { echo "$(($1 / 1024)).$(( ($1 % 1024) * 10 / 1024 ))"; }
 # Nanoseconds every thread of PID has run (serve's threads live as long as it does).
-cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%d", s}'; }
+cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%.0f", s}'; }
 printf '%6s %10s %10s %10s %10s %8s %12s %14s\n' jobs probes VmRSS RssAnon RssFile series series/job "CPU/probe ms"
 for n in $JOBS; do
     models="$(seq -s, -f 'm%g' 0 $((n - 1)))"
@@ -48,11 +48,11 @@ for n in $JOBS; do
     # CPU per probe over the run's second half (start-up, config and TLS roots, left out).
     sleep "$((run_for / 2))"
     cpu0="$(cpu_ns "$tp")"
-    probes0="$(curl -fsS "http://127.0.0.1:$port/metrics" | awk '/^tokenprobe_probes_total/ {s+=$2} END {print s}')"
+    probes0="$(curl -fsS "http://127.0.0.1:$port/metrics" | awk '/^tokenprobe_probes_total/ {s+=$2} END {printf "%.0f", s}')"
     sleep "$((run_for - run_for / 2))"
     cpu="$(( $(cpu_ns "$tp") - cpu0 ))"
     curl -fsS "http://127.0.0.1:$port/metrics" >"$tmp/m.txt"
-    probes="$(awk '/^tokenprobe_probes_total/ {s+=$2} END {print s}' "$tmp/m.txt")"
+    probes="$(awk '/^tokenprobe_probes_total/ {s+=$2} END {printf "%.0f", s}' "$tmp/m.txt")"
     series="$(grep -c 'model="m' "$tmp/m.txt" || true)"
     per_probe="$(awk -v t="$cpu" -v p="$((probes - probes0))" 'BEGIN {printf "%.3f", (p > 0 ? t / 1e6 / p : 0)}')"
     printf '%6s %10s %10s %10s %10s %8s %12s %14s\n' "$n" "$probes" "$(mib "$(kib VmRSS)") MiB" \

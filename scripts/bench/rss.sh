@@ -38,8 +38,8 @@ port=$((20000 + RANDOM % 20000))
 "$bin" serve --config.file "$tmp/c.yml" --web.listen-address "127.0.0.1:$port" --log.level warn &
 tp=$!
 sleep "$run_for"
-probes="$(curl -fsS "http://127.0.0.1:$port/metrics" | awk '/^tokenprobe_probes_total/ {s+=$2} END {print s}')"
-errors="$(curl -fsS "http://127.0.0.1:$port/metrics" | awk '/^tokenprobe_probe_errors_total/ {s+=$2} END {print s}')"
+probes="$(curl -fsS "http://127.0.0.1:$port/metrics" | awk '/^tokenprobe_probes_total/ {s+=$2} END {printf "%.0f", s}')"
+errors="$(curl -fsS "http://127.0.0.1:$port/metrics" | awk '/^tokenprobe_probe_errors_total/ {s+=$2} END {printf "%.0f", s}')"
 rss="$(awk '/VmRSS/ {print $2}' /proc/$tp/status)"
 hwm="$(awk '/VmHWM/ {print $2}' /proc/$tp/status)"
 size="$(stat -c %s "$bin")"

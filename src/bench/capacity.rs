@@ -11,6 +11,14 @@ use super::stats::{LevelKey, LevelStats};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
+/// `--find-capacity` without a level length: each level runs in parts of this long...
+pub const AUTO_PART: Duration = Duration::from_secs(10);
+/// ...and runs on, part after part, while its decision is unclear, up to this many parts in all
+/// (two minutes a level).
+pub const AUTO_PARTS: u32 = 12;
+/// `--capacity-extend`'s default when a level length is given.
+pub const DEFAULT_EXTENSIONS: u32 = 3;
+
 /// True when `samples`' SLO attainment under `slos` cannot decide whether it reaches `target` at
 /// 95% confidence: its Wilson interval holds the target (reaches across it). The one rule for a
 /// capacity search's extensions and a fixed sweep's `--until-clear`.

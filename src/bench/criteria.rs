@@ -266,15 +266,27 @@ impl Metric {
         }
     }
 
-    /// A value of this metric for people: `212.3 ms`, `41.7 tok/s`, `0.50%`.
+    /// The unit written after a plain value of this metric: `tok/s`, `req/s`, `per Mtok`; empty
+    /// for times and the error rate (written by their own formats) and for a cost per request
+    /// (in the config's currency).
+    pub fn unit(&self) -> &'static str {
+        match self.base {
+            Base::Tps | Base::AggTps => "tok/s",
+            Base::Rps | Base::Goodput => "req/s",
+            Base::CostPerMtok => "per Mtok",
+            _ => "",
+        }
+    }
+
+    /// A value of this metric for people: `212.3 ms`, `41.7 tok/s`, `2.08 req/s`, `0.50%`.
     pub fn format(&self, v: f64) -> String {
         match self.base {
             b if b.is_time() => fmt_secs(v),
-            Base::ErrorRate => format!("{:.2}%", v * 100.0),
-            Base::Tps | Base::AggTps => format!("{v:.1} tok/s"),
+            Base::ErrorRate => crate::units::fmt_pct(v),
+            Base::Tps | Base::AggTps => format!("{v:.1} {}", self.unit()),
             Base::CostPerRequest => fmt_cost(v),
-            Base::CostPerMtok => format!("{} per Mtok", fmt_cost(v)),
-            _ => format!("{v:.2}/s"),
+            Base::CostPerMtok => format!("{} {}", fmt_cost(v), self.unit()),
+            _ => format!("{v:.2} {}", self.unit()),
         }
     }
 
@@ -557,7 +569,8 @@ pub struct Criteria {
     /// `1 − confidence` (default 0.95).
     pub confidence: f64,
     /// The level (concurrency, or rate in open loop) at which models are selected; `None`: the
-    /// last level.
+    /// answer's own load ([`super::answer::answer_load`]), or to [`super::select::select`] each
+    /// model's last level.
     pub select_at: Option<f64>,
 }
 

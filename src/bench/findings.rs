@@ -462,6 +462,7 @@ mod tests {
             requests_waiting: None,
             ceiling: None,
             estimate: None,
+            limited_by: None,
         });
         ModelReport {
             model: "m".into(),
@@ -475,6 +476,7 @@ mod tests {
             knee,
             capacity: None,
             stopped_early: None,
+            check: None,
         }
     }
 

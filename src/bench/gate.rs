@@ -50,10 +50,9 @@ pub const COMPARED: [&str; 13] = [
 ];
 
 /// Why a whole level is not judged against its baseline, or `None` when it can be: the client
-/// could not measure it (`client_bound`) in either run.
-///
-/// This is the one place a level is kept out of the gate: a level marked partial (stopped before
-/// its end) must be added here too.
+/// could not measure it (`client_bound`) in either run. (A partial level, stopped before its
+/// amount, never reaches the gate: [`super::judge`] compares the whole levels of both runs only,
+/// [`super::health::whole_levels`].)
 pub fn level_not_judged(l: &LevelStats, old: &LevelStats) -> Option<String> {
     if let Some(w) = &l.client_bound {
         return Some(format!("the client could not measure this level ({w})"));

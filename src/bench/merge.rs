@@ -64,11 +64,18 @@ fn identity(r: &Report) -> Vec<(&'static str, String)> {
         .iter()
         .map(|m| format!("{}/{}", m.target.as_deref().unwrap_or(""), m.model))
         .collect();
+    // Every model's (a shard whose load of a model stopped early has fewer of them).
     let levels: Vec<String> = r
         .models
-        .first()
-        .map(|m| m.levels.iter().map(|l| l.key.label()).collect())
-        .unwrap_or_default();
+        .iter()
+        .map(|m| {
+            m.levels
+                .iter()
+                .map(|l| l.key.label())
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .collect();
     let mode = &r.mode;
     vec![
         (
@@ -81,7 +88,7 @@ fn identity(r: &Report) -> Vec<(&'static str, String)> {
             format!("{} (max_tokens {:?})", r.prompt, r.max_tokens),
         ),
         ("models", models.join(",")),
-        ("levels", levels.join(",")),
+        ("levels", levels.join("; ")),
         (
             "load mode",
             format!(
@@ -341,6 +348,9 @@ fn merge_level(
             out.notes.push(n.clone());
         }
     }
+    // A shard's part stopped before its amount makes the whole level partial.
+    out.partial = parts.iter().any(|l| l.partial);
+    out.stopped = parts.iter().find_map(|l| l.stopped.clone());
     out.samples = Some(samples);
     out
 }
@@ -406,7 +416,10 @@ pub fn merge(
                 output_tokens_mean,
                 knee: None,
                 capacity: None,
-                stopped_early: None,
+                // A shard's load of the model stopped by its errors says so for the run.
+                stopped_early: reports
+                    .iter()
+                    .find_map(|(_, r)| r.models[mi].stopped_early.clone()),
                 ..m.clone()
             })
         })
@@ -422,7 +435,8 @@ pub fn merge(
         started_at,
         models,
         selection: None,
-        capacity_ranking: None,
+        also_at: None,
+        slo_capacity: None,
         comparison: None,
         run: Some(RunInfo {
             id: first.run.as_ref().map(|r| r.id.clone()).unwrap_or_default(),
@@ -483,6 +497,7 @@ mod tests {
             knee: None,
             capacity: None,
             stopped_early: None,
+            check: None,
         }];
         r.selection = None;
         r.comparison = None;
@@ -655,6 +670,53 @@ mod tests {
         // Each shard's process's own waits and slices, summed.
         assert_eq!(l.cpu_wait_s, Some(1.75));
         assert_eq!(l.cpu_timeslices, Some(10_150));
+    }
+
+    /// Issue 40: a shard whose part of a level was stopped (partial) makes the merged level
+    /// partial, with its reason; a shard whose load of a model stopped before a level the other
+    /// ran is not a shard of the same run (never an index out of bounds).
+    #[test]
+    fn a_shards_partial_level_marks_the_merged_level_and_a_missing_one_is_refused() {
+        let lv = |start: f64| vec![level(KEYS[0], (0..10).map(sample).collect(), start)];
+        let a = report(Some("0/2"), "r", lv(T0));
+        let mut b = report(Some("1/2"), "r", lv(T0 + 0.01));
+        let stopped = crate::bench::health::Stopped {
+            by: crate::bench::health::StopCause::Errors,
+            reason: "10 requests in a row failed with auth".into(),
+            unfinished: 0,
+            messages: Default::default(),
+        };
+        b.models[0].levels[0].partial = true;
+        b.models[0].levels[0].stopped = Some(stopped.clone());
+        b.models[0].stopped_early = Some("load stopped at 1".into());
+        let m = merge(&[("a.json".into(), a.clone()), ("b.json".into(), b)], &[]).unwrap();
+        let l = &m.models[0].levels[0];
+        assert!(l.partial);
+        assert_eq!(l.stopped.as_ref(), Some(&stopped));
+        assert_eq!(
+            m.models[0].stopped_early.as_deref(),
+            Some("load stopped at 1")
+        );
+        // Two models, the second stopped on one shard before the level the other ran.
+        let two = |r: &Report| {
+            let mut r = r.clone();
+            let mut second = r.models[0].clone();
+            second.model = "n".into();
+            for s in second
+                .levels
+                .iter_mut()
+                .flat_map(|l| l.samples.iter_mut().flatten())
+            {
+                s.request_id = s.request_id.as_ref().map(|id| format!("{id}-n"));
+            }
+            r.models.push(second);
+            r
+        };
+        let a2 = two(&a);
+        let mut b2 = two(&report(Some("1/2"), "r", lv(T0 + 0.01)));
+        b2.models[1].levels.clear();
+        let e = merge(&[("a.json".into(), a2), ("b.json".into(), b2)], &[]).unwrap_err();
+        assert!(e.to_string().contains("its levels is"), "{e}");
     }
 
     #[test]

@@ -14,18 +14,25 @@
 //! - [`crosscheck`]: `--cross-check`, streaming vs non-streaming E2E beside each level.
 //! - [`server_view`]: the LLM server's metrics beside every level; [`findings`]: what client and server numbers
 //!   mean together.
+//! - [`health`]: nothing sent in vain: the connectivity check, the early stop of a load whose
+//!   requests all fail with an error more load cannot change, partial levels, exits 7 and 8.
 //!
 //! This is the measuring half: it sends, folds and judges. [`run`] takes a [`BenchPlan`], a
 //! validated run built from the flags by [`crate::cli::bench`], and returns the judged
 //! [`Report`]; the rendering half, [`crate::render`], prints and writes it.
 //!
 //! Exit codes: 0 done; 2 bad usage, config, bench file or baseline, or an output that cannot be
-//! written; 3 a metric regressed against `--baseline` (beyond the tolerance and significant); 4 a level the client
-//! could not measure (without `--accept-client-bound`); 130 stopped by a signal. `docs/bench.md`
-//! is the user guide and defines every number.
+//! written; 3 a value regressed against `--baseline` (worse beyond the tolerance and significantly
+//! so: [`gate`]); 4 a level the client could not measure (without `--accept-client-bound`); 5 the
+//! run could not be recorded in the run store; 6 the comparison with `--baseline` compared or could
+//! judge nothing; 7 a model's connectivity check failed (no model loaded; with `--keep-going` only
+//! when every model failed it); 8 a level whose every request failed, or a load stopped early by
+//! its errors; 130 stopped by a signal (first of these when several apply: 130, 7, 8, 4, 3, 6, 5).
+//! `docs/bench.md` is the user guide and defines every number.
 //!
 //! [`ProbeResult`]: crate::measure::ProbeResult
 
+pub mod answer;
 pub mod baseline;
 pub mod canary;
 pub mod capacity;
@@ -34,6 +41,7 @@ pub mod criteria;
 pub mod crosscheck;
 pub mod findings;
 pub mod gate;
+pub mod health;
 pub mod merge;
 pub mod report;
 pub mod runner;
@@ -52,7 +60,7 @@ use crate::stop::StopSignals;
 use crate::transport::TransportError;
 use criteria::{Criteria, CriteriaError};
 use report::{LoadMode, ModelReport, Report};
-use runner::{Amount, Arrival, Progress, Runner};
+use runner::{Amount, Arrival, Progress, ProgressMode, Runner};
 use stats::{LevelKey, LevelStats};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -213,8 +221,11 @@ pub struct BenchPlan {
     pub prewarm: bool,
     /// Keep every request's sample in the report.
     pub samples: bool,
-    /// Show the progress bar (when stderr is a terminal).
-    pub progress: bool,
+    /// How progress inside a level is shown: a bar on a terminal, else a line every few seconds.
+    pub progress: ProgressMode,
+    /// The connectivity check and the early stop (`--no-check`, `--keep-going`,
+    /// `--stop-after-errors`).
+    pub health: health::HealthPlan,
     /// Models are judged (several models, limits, weights or a bench file).
     pub judged: bool,
     /// The baseline report and its name (its file, or its run in the run store).
@@ -634,6 +645,7 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         prewarm,
         samples,
         progress: show,
+        health,
         judged,
         baseline,
         shard,
@@ -655,14 +667,10 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         Amount::Requests(n) => Amount::Requests(shard.share(n)),
         d @ Amount::Duration(_) => d,
     };
-    let per_level_units = match amount {
-        Amount::Requests(n) => n,
-        Amount::Duration(d) => d.as_secs().max(1),
-    };
-    let total = per_level_units
-        * level_keys.len() as u64
-        * models.len() as u64
-        * prompts.len().max(1) as u64;
+    let (per_level_units, total) = progress_units(
+        amount,
+        level_keys.len() * models.len() * prompts.len().max(1),
+    );
     let prompt_names: Vec<&str> = prompts.iter().map(|p| p.prompt.name.as_str()).collect();
     let progress = Progress::new(total, show);
     // The report's target: every model's (the --target's unless pairs name others), in the
@@ -679,11 +687,11 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
     let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let (load, part) = run_words(&spec, open, arrival, shard, &run_id);
     progress.println(&format!(
-        "tokenprobe bench: target {target_names} ({}), prompt {}, models {}, {} levels ({load}){part}",
+        "tokenprobe bench: target {target_names} ({}), prompt {}, models {}, {} ({load}){part}",
         urls,
         prompt_names.join(", "),
         names.join(", "),
-        level_keys.len(),
+        crate::units::count(level_keys.len(), "level"),
     ));
     let sender = Sender {
         sinks,
@@ -706,16 +714,16 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         samples,
         progress: progress.clone(),
         running: std::sync::Mutex::new(None),
+        health,
+        stop: CancellationToken::new(),
+        signal: Arc::new(OnceLock::new()),
     };
     let mut server_side = server_view::ServerSide::start(&server_plan)?;
-    let (stop, first_signal) = (CancellationToken::new(), Arc::new(OnceLock::new()));
-    let stop_watch =
-        tokio::spawn(StopSignals::install().watch_naming(stop.clone(), first_signal.clone()));
+    let watch = StopSignals::install().watch_naming(sender.stop.clone(), sender.signal.clone());
+    let stop_watch = tokio::spawn(watch);
     let mut reports = Vec::new();
     let interrupted = sender
         .all_until(
-            &stop,
-            &first_signal,
             (&spec, &models, &names, &prompts),
             &mut server_side,
             &mut reports,
@@ -749,7 +757,8 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         knee_rule: criteria.knee,
         models: reports,
         selection: None,
-        capacity_ranking: None,
+        also_at: None,
+        slo_capacity: None,
         comparison: None,
         run: Some(report::RunInfo {
             id: run_id,
@@ -770,6 +779,15 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         &server_plan.thresholds,
     );
     Ok(Finished { report, stop_watch })
+}
+
+/// The progress units of one level (its requests, or its seconds) and of the run's `levels`.
+fn progress_units(amount: Amount, levels: usize) -> (u64, u64) {
+    let per_level = match amount {
+        Amount::Requests(n) => n,
+        Amount::Duration(d) => d.as_secs().max(1),
+    };
+    (per_level, per_level.saturating_mul(levels as u64))
 }
 
 /// A finished run: its judged report, and the watch of the stop signals, which stays on while
@@ -854,8 +872,10 @@ fn identify(spec: &mut ProbeSpec, prompts: &mut [ProbeSpec], run_id: &str, shard
 }
 
 /// Judges a run's sweeps (the one place a run and a merge of shards are judged): each model's
-/// knee, the selection when `judged`, the ranking by capacity within the SLOs, the findings by `thresholds`, the comparison with the
-/// baseline.
+/// knee, the answer when `judged` (the selection at its load, and the view at the highest load
+/// every model ran when that is another), each model's capacity within the SLOs, the findings by
+/// `thresholds`, the comparison with the baseline. A partial level (this run's or the
+/// baseline's) is none of these: they read the whole levels only ([`health::whole_levels`]).
 pub fn judge(
     report: &mut Report,
     criteria: &Criteria,
@@ -863,14 +883,42 @@ pub fn judge(
     baseline: Option<&(Report, String)>,
     thresholds: &findings::Thresholds,
 ) {
-    for m in &mut report.models {
-        m.knee = select::find_knee(&m.levels, &criteria.knee);
+    let knees: Vec<Option<report::Knee>> = health::whole_levels(&report.models)
+        .iter()
+        .zip(&report.models)
+        .map(|(w, m)| {
+            let mut k = select::find_knee(&w.levels, &criteria.knee)?;
+            // Its index among all the model's levels, partial ones included.
+            k.index = health::index_of_whole(&m.levels, k.index)?;
+            Some(k)
+        })
+        .collect();
+    for (m, k) in report.models.iter_mut().zip(knees) {
+        m.knee = k;
     }
-    report.selection = judged.then(|| select::select(&report.models, criteria));
-    report.capacity_ranking = select::rank_capacity(&report.models, criteria);
-    report.findings = findings::findings(&report.models, thresholds);
-    report.comparison =
-        baseline.map(|(b, name)| gate::compare(&report.models, &b.models, &b.slo, criteria, name));
+    let whole = health::whole_levels(&report.models);
+    // A run that measured no level (every check failed) has nothing to select from.
+    let measured = whole.iter().any(|m| !m.levels.is_empty());
+    let (selection, also_at) = (judged && measured)
+        .then(|| answer::answer(&whole, criteria))
+        .unzip();
+    let slo_capacity = answer::slo_capacity(&whole);
+    let found = findings::findings(&whole, thresholds);
+    let comparison = baseline.map(|(b, name)| {
+        gate::compare(
+            &whole,
+            &health::whole_levels(&b.models),
+            &b.slo,
+            criteria,
+            name,
+        )
+    });
+    drop(whole);
+    report.selection = selection;
+    report.also_at = also_at.flatten();
+    report.slo_capacity = slo_capacity;
+    report.findings = found;
+    report.comparison = comparison;
 }
 
 /// The runner's (target, model) calibrated (once per run; `None` when the prompt needs none),
@@ -996,6 +1044,63 @@ mod tests {
         assert_eq!(
             fewer_requests_than_workers(Amount::Requests(5), &open),
             None
+        );
+    }
+
+    /// Issue 40: a partial level (stopped before its amount) is never judged as a level: the
+    /// knee, the selection and the findings read the whole levels only (the knee's index still
+    /// names its level among all of them), and a baseline's partial level is not compared.
+    #[test]
+    fn partial_levels_are_not_judged_nor_compared() {
+        let plain = report::tests::synthetic();
+        let criteria = Criteria {
+            limits: vec!["error_rate<1%".parse().unwrap()],
+            slos: vec!["ttft=300ms".parse().unwrap()],
+            ..Criteria::default()
+        };
+        let th = findings::Thresholds::default();
+        let mut want = plain.clone();
+        judge(&mut want, &criteria, true, None, &th);
+        let knee = want.models[0].knee.clone().expect("alpha's knee");
+        // A partial level of alpha at 3, all errors, between its whole levels 2 and 4.
+        let mut stopped = plain.models[0].levels[0].clone();
+        stopped.key.concurrency = 3;
+        stopped.successes = 0;
+        stopped.error_rate = 1.0;
+        stopped.ttft_s = None;
+        stopped.output_tokens_per_s = 0.0;
+        stopped.partial = true;
+        let mut got = plain.clone();
+        got.models[0].levels.insert(1, stopped.clone());
+        judge(&mut got, &criteria, true, None, &th);
+        let k = got.models[0].knee.clone().expect("the same knee");
+        assert_eq!((k.level, k.index), (knee.level, knee.index + 1));
+        assert_eq!(got.models[0].levels[k.index].key, knee.level);
+        assert_eq!(got.selection, want.selection);
+        assert_eq!(got.slo_capacity, want.slo_capacity);
+        assert_eq!(got.also_at, want.also_at);
+        assert_eq!(got.findings, want.findings);
+        // Against a baseline whose level 8 is partial (and far better): 8 is not in it.
+        let mut base = plain.clone();
+        for l in &mut base.models[0].levels {
+            if l.key.concurrency == 8 {
+                l.partial = true;
+                l.ttft_s = l.ttft_s.map(|mut s| {
+                    s.p95 /= 100.0;
+                    s.p50 /= 100.0;
+                    s
+                });
+            }
+        }
+        let mut cur = plain.clone();
+        judge(&mut cur, &criteria, true, Some(&(base, "b".into())), &th);
+        let c = cur.comparison.unwrap();
+        assert!(c.not_in_baseline.contains(&"alpha @ 8".to_owned()), "{c:?}");
+        assert!(
+            c.regressions
+                .iter()
+                .all(|r| r.level != "8" || r.model != "alpha"),
+            "{c:?}"
         );
     }
 

@@ -40,10 +40,15 @@ pub struct ModelReport {
     /// `--find-capacity`: the highest load within the SLOs at the target attainment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<super::capacity::Capacity>,
-    /// Why the sweep ended before its last planned level (clearly past saturation), and the
+    /// Why the sweep ended before its last planned level (clearly past saturation, or its load
+    /// stopped because its requests failed with an error more load cannot change), and the
     /// levels it left out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped_early: Option<String>,
+    /// The connectivity check before its first level (absent with `--no-check`, and in reports
+    /// of older versions): a series whose check failed has no level.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<super::health::Check>,
 }
 
 impl ModelReport {
@@ -143,13 +148,17 @@ pub struct Report {
     pub knee_rule: KneeRule,
     /// One sweep per model.
     pub models: Vec<ModelReport>,
-    /// Limits and ranking, when judged.
+    /// The run's one answer, when judged: the limits and the ranking at one stated load
+    /// (`selection.load` says why that load).
     #[serde(default)]
     pub selection: Option<Selection>,
-    /// With SLOs and two models or more: the models ranked by their capacity within the SLOs,
-    /// and by score at the highest load every model passes.
+    /// The same limits and weights at the highest load every model ran, when the answer is
+    /// stated at another load: a view at that load, not a second answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub capacity_ranking: Option<CapacityRanking>,
+    pub also_at: Option<Selection>,
+    /// With SLOs: each model's capacity within them and what limited it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo_capacity: Option<SloCapacity>,
     /// Comparison with `--baseline`.
     #[serde(default)]
     pub comparison: Option<Comparison>,
@@ -170,13 +179,15 @@ pub struct Report {
     pub combined_from: Vec<String>,
 }
 
-/// How a run that was stopped early ended: the levels it finished are in the report; the one that
-/// was running is not (its requests were cut by the stop, not by the server).
+/// How a run that was stopped by a signal ended: the levels it finished are in the report, and
+/// the one that was running, marked partial with the requests that finished; a level the signal
+/// came before it sent anything is left out and named here.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Interrupted {
     /// `SIGINT` or `SIGTERM`.
     pub signal: String,
-    /// The level that was running (`model @ load`), left out; absent between levels.
+    /// The level that was running (`model @ load`), left out (it sent nothing, or had not ended
+    /// the wrap-up's time after the signal); absent when it was kept partial, and between levels.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub level_left_out: Option<String>,
 }
@@ -242,39 +253,135 @@ pub struct Knee {
     /// and the knee (concurrency, or rate).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimate: Option<f64>,
+    /// What limited throughput there (queueing, shared compute, errors), from the ceiling to
+    /// the knee.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limited_by: Option<Limiter>,
 }
 
-/// The models ranked by their capacity within the SLOs, then by score at a common load.
+/// Each model's capacity within the SLOs at the target attainment (the capacity search's, or a
+/// fixed sweep's highest level within them), with what limited it. Listed in the models' order:
+/// capacities are facts beside the answer, not a second ranking.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CapacityRanking {
+pub struct SloCapacity {
     /// The SLO attainment a load must reach (the capacity search's target, else 95%).
     pub target_attainment: f64,
-    /// Best first: the highest capacity; models with none within the sweep last.
-    pub by_capacity: Vec<AtCapacity>,
-    /// The selection (limits, weights) at the highest load every model ran within the SLOs;
-    /// absent when there is none.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub at_common_load: Option<Selection>,
+    /// One per model, in the models' order.
+    pub models: Vec<ModelCapacity>,
 }
 
 /// One model's capacity within the SLOs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AtCapacity {
-    /// 1 = the highest capacity.
-    pub rank: usize,
+pub struct ModelCapacity {
     /// The model, as shown.
     pub model: String,
-    /// The capacity: concurrency (closed loop) or requests/s (open loop); absent when no level
-    /// run was within the SLOs.
-    pub load: Option<f64>,
-    /// The SLO attainment there.
+    /// The highest level within the SLOs (absent: none of the levels run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level: Option<LevelKey>,
+    /// The SLO attainment there, and its 95% interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attainment: Option<f64>,
+    /// Its interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attainment_interval: Option<[f64; 2]>,
+    /// The level where the SLOs failed (the search's `failed_at`; in a fixed sweep the first
+    /// level run below the target).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_at: Option<LevelKey>,
+    /// The attainment there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_attainment: Option<f64>,
+    /// Its interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_interval: Option<[f64; 2]>,
+    /// What the failing level missed most: an objective (`ttft<=2.00 s`), or `errors`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missed: Option<String>,
+    /// Whether the two intervals decide the capacity at 95% confidence
+    /// ([`super::capacity::clear`]).
+    pub clear: bool,
+    /// What made the failing level miss, against the capacity's level (queueing, shared
+    /// compute, errors).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limited_by: Option<Limiter>,
+}
+
+/// What limited a model at a load: the server's queue, the compute its running requests share,
+/// or errors; read from the server's view when the levels have one, else from the client's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Limiter {
+    /// The cause.
+    pub cause: Cause,
+    /// Whose figures say so.
+    pub view: View,
+    /// Those figures, in words (from the level before to the level limited).
+    pub evidence: String,
+}
+
+/// What limited a load ([`Limiter`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cause {
+    /// Requests waited before the server started them.
+    Queueing,
+    /// The running requests shared the server's compute: latency grew without a queue.
+    SharedCompute,
+    /// The error rate rose.
+    Errors,
+    /// Latency grew, and neither view can tell which of the two above made it.
+    Unknown,
+}
+
+impl Cause {
+    /// In words: `queueing`, `shared compute`, `errors`, `latency (cause unknown)`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cause::Queueing => "queueing",
+            Cause::SharedCompute => "shared compute",
+            Cause::Errors => "errors",
+            Cause::Unknown => "latency (cause unknown)",
+        }
+    }
+}
+
+/// Whose figures a [`Limiter`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum View {
+    /// The server's own metrics (its queue, its running requests).
+    Server,
+    /// The client's figures alone (TTFT, TPOT, errors).
+    Client,
+}
+
+impl View {
+    /// `from the server's view`, `from the client's view`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            View::Server => "from the server's view",
+            View::Client => "from the client's view",
+        }
+    }
+}
+
+/// Why the answer is stated at its load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AnswerLoad {
+    /// Asked for (`--select-at`, or the bench file's `select_at`).
+    Asked,
+    /// The highest load every model ran within the SLOs at the target attainment.
+    WithinSlos,
+    /// The highest load every model ran (no SLOs, or no load every model ran within them).
+    HighestCommon,
+    /// Each model's last level: there is no load every model ran.
+    LastLevels,
 }
 
 /// A ranked model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Ranked {
-    /// 1 = best.
+    /// 1 = best; tied models (equal scores) share a rank, and the next rank skips theirs.
     pub rank: usize,
     /// The model.
     pub model: String,
@@ -296,13 +403,42 @@ pub struct Rejected {
     /// The highest level of its sweep at which it meets every limit (absent: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub passes_at: Option<String>,
+    /// Each limit it failed, with its distance to it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub misses: Vec<Miss>,
+    /// When no model passes every limit: its place by distance to the limits, 1 = closest
+    /// (fewest limits failed, then the smallest largest miss; ties share a place).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closest: Option<usize>,
+    /// When no model passes every limit: its weighted score among the models measured at the
+    /// load (what the score would say, not a pass).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score: Option<f64>,
+}
+
+/// A limit a model failed, and how far it is from it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Miss {
+    /// The limit, as text.
+    pub limit: String,
+    /// The model's value (absent: not measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<f64>,
+    /// The relative miss `|value / limit − 1|` (for a limit of 0, `|value|`); absent when not
+    /// measured, which is farther than any miss.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distance: Option<f64>,
 }
 
 /// The outcome of selection at one level.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Selection {
-    /// The level label selection used (`8`, or `4/s` in open loop).
+    /// The level label selection used (`8`, or `4/s` in open loop; `last` at each model's last
+    /// level).
     pub level: String,
+    /// Why that load (absent in reports of older versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<AnswerLoad>,
     /// The hard limits, as text.
     pub limits: Vec<String>,
     /// The weights, by metric.
@@ -445,7 +581,7 @@ pub(crate) mod tests {
     use super::*;
     use crate::bench::criteria::Criteria;
     use crate::bench::gate::compare;
-    use crate::bench::select::{find_knee, select};
+    use crate::bench::select::find_knee;
     use crate::bench::stats::{LevelKey, Sample};
 
     pub(crate) fn samples(
@@ -470,6 +606,7 @@ pub(crate) mod tests {
                     decode_tokens_per_s: (!failed).then_some(1.0 / itl),
                     output_tokens: if failed { 0 } else { tokens },
                     input_tokens: None,
+                    cached_input_tokens: None,
                     sent_s: 0.0,
                     end_s: 1.0,
                     lag_s: 0.0002 * (i % 3) as f64,
@@ -519,6 +656,7 @@ pub(crate) mod tests {
                 knee: None,
                 capacity: None,
                 stopped_early: None,
+                check: None,
                 prompt: None,
                 calibration: None,
             },
@@ -536,6 +674,7 @@ pub(crate) mod tests {
                 knee: None,
                 capacity: None,
                 stopped_early: None,
+                check: None,
                 prompt: None,
                 calibration: None,
             },
@@ -549,8 +688,8 @@ pub(crate) mod tests {
             slos: slos.clone(),
             ..Criteria::default()
         };
-        let selection = select(&models, &criteria);
-        let capacity_ranking = crate::bench::select::rank_capacity(&models, &criteria);
+        let (selection, also_at) = crate::bench::answer::answer(&models, &criteria);
+        let slo_capacity = crate::bench::answer::slo_capacity(&models);
         let mut baseline = models.clone();
         baseline[0].levels[2] = mk(8, 0.2, 4.8, 0);
         let slo_texts: Vec<String> = slos.iter().map(ToString::to_string).collect();
@@ -584,7 +723,8 @@ pub(crate) mod tests {
             knee_rule: rule,
             models,
             selection: Some(selection),
-            capacity_ranking,
+            also_at,
+            slo_capacity,
             comparison: Some(comparison),
             run: None,
             criteria: None,

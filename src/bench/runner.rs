@@ -16,8 +16,10 @@
 //! runtime is too busy, responses are read late and that shows there first.
 
 use super::BenchError;
+use super::health::Streak;
 use super::stats::Sample;
 use crate::measure::ProbeResult;
+use crate::outcome::ErrorType;
 use crate::probe::{Calibration, ProbeSpec, Prober, TokenModels};
 use crate::rng::Rng;
 use crate::transport::TransportError;
@@ -26,6 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
 
 /// How much a level sends.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -94,6 +97,8 @@ pub struct LevelRun {
     /// How long this process's threads waited for a CPU during the level and in how many time
     /// slices they ran, summed over threads (Linux).
     pub cpu: Option<CpuWait>,
+    /// Requests still in flight when a stopped level's grace ran out: cut, not in `samples`.
+    pub unfinished: u64,
 }
 
 impl LevelRun {
@@ -112,6 +117,7 @@ impl LevelRun {
         self.wall_s += more.wall_s;
         self.loop_lag.extend(more.loop_lag);
         self.capped += more.capped;
+        self.unfinished += more.unfinished;
         self.cpu = match (self.cpu, more.cpu) {
             (Some(a), Some(b)) => Some(a.plus(b)),
             (a, b) => a.or(b),
@@ -228,13 +234,31 @@ pub fn arrival_offsets(rate: f64, arrival: Arrival, seed: u64) -> impl Iterator<
     })
 }
 
-/// Shared progress counters and the bar (on stderr, only when it is a terminal).
+/// How progress inside a level is shown on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProgressMode {
+    /// A bar (stderr is a terminal).
+    Bar,
+    /// A line every [`PROGRESS_LINE_EVERY`] (stderr is not a terminal: a log, a CI job).
+    Lines,
+    /// Nothing (`--no-progress`).
+    Off,
+}
+
+/// How often a level's progress line is written when stderr is not a terminal.
+pub const PROGRESS_LINE_EVERY: Duration = Duration::from_secs(5);
+
+/// Shared progress counters and the bar (on stderr when it is a terminal), or the line every
+/// few seconds (when it is not).
 #[derive(Clone)]
 pub struct Progress {
     bar: Option<ProgressBar>,
+    lines: bool,
     started: Arc<AtomicU64>,
     done: Arc<AtomicU64>,
     failed: Arc<AtomicU64>,
+    /// Failures by type, in [`ErrorType::ALL`]'s order.
+    by_type: Arc<[AtomicU64; ErrorType::ALL.len()]>,
 }
 
 /// The bar's look: elapsed time, the bar, the message (the counts are in the message only).
@@ -270,21 +294,48 @@ fn progress_message(
     format!("{label}: {head}, {in_flight} in flight, {failed} failed")
 }
 
+/// The line written every [`PROGRESS_LINE_EVERY`] without a terminal: the bar's message, the
+/// failures by type, and the level's time so far.
+fn progress_line(message: &str, types: &[(ErrorType, u64)], elapsed: Duration) -> String {
+    let types: Vec<String> = types
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(e, n)| format!("{e} {n}"))
+        .collect();
+    let types = if types.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", types.join(", "))
+    };
+    format!("bench: {message}{types}, {} s", elapsed.as_secs())
+}
+
 impl Progress {
-    /// A progress display over `total` units (requests, or seconds in duration mode); hidden
-    /// when `show` is false.
-    pub fn new(total: u64, show: bool) -> Progress {
-        let bar = show.then(|| {
+    /// A progress display over `total` units (requests, or seconds in duration mode), shown as
+    /// `mode` says.
+    pub fn new(total: u64, mode: ProgressMode) -> Progress {
+        let bar = (mode == ProgressMode::Bar).then(|| {
             let b = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
             style_bar(&b);
             b
         });
         Progress {
             bar,
+            lines: mode == ProgressMode::Lines,
             started: Arc::new(AtomicU64::new(0)),
             done: Arc::new(AtomicU64::new(0)),
             failed: Arc::new(AtomicU64::new(0)),
+            by_type: Arc::new(std::array::from_fn(|_| AtomicU64::new(0))),
         }
+    }
+
+    /// The failures by type so far.
+    fn types(&self) -> Vec<(ErrorType, u64)> {
+        ErrorType::ALL
+            .iter()
+            .zip(self.by_type.iter())
+            .map(|(e, n)| (*e, n.load(Ordering::Relaxed)))
+            .collect()
     }
 
     fn sent(&self) {
@@ -295,6 +346,12 @@ impl Progress {
         self.done.fetch_add(1, Ordering::Relaxed);
         if !r.success() {
             self.failed.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(i) = r
+            .error_type
+            .and_then(|e| ErrorType::ALL.iter().position(|x| *x == e))
+        {
+            self.by_type[i].fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -325,7 +382,10 @@ impl Progress {
     ) -> Ticker {
         let stop = Arc::new(AtomicBool::new(false));
         let Some(bar) = self.bar.clone() else {
-            return Ticker { stop, task: None };
+            let task = self
+                .lines
+                .then(|| self.line_ticker(label, duration, requests, stop.clone()));
+            return Ticker { stop, task };
         };
         let (started, done, failed, s) = (
             self.started.clone(),
@@ -365,6 +425,51 @@ impl Progress {
             stop,
             task: Some(task),
         }
+    }
+}
+
+impl Progress {
+    /// Without a terminal: a line on stderr every [`PROGRESS_LINE_EVERY`] while the level runs.
+    fn line_ticker(
+        &self,
+        label: String,
+        duration: Option<Duration>,
+        requests: Option<u64>,
+        stop: Arc<AtomicBool>,
+    ) -> tokio::task::JoinHandle<()> {
+        let p = self.clone();
+        let (d0, f0) = (
+            p.done.load(Ordering::Relaxed),
+            p.failed.load(Ordering::Relaxed),
+        );
+        let s0 = p.started.load(Ordering::Relaxed);
+        let t0 = p.types();
+        let start = Instant::now();
+        tokio::spawn(async move {
+            let mut next = start + PROGRESS_LINE_EVERY;
+            while !stop.load(Ordering::Relaxed) {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                if Instant::now() < next || stop.load(Ordering::Relaxed) {
+                    continue;
+                }
+                next += PROGRESS_LINE_EVERY;
+                let d = p.done.load(Ordering::Relaxed) - d0;
+                let f = p.failed.load(Ordering::Relaxed) - f0;
+                let st = p.started.load(Ordering::Relaxed) - s0;
+                let clock = duration.map(|dur| (start.elapsed().min(dur).as_secs(), dur.as_secs()));
+                let types: Vec<(ErrorType, u64)> = p
+                    .types()
+                    .iter()
+                    .zip(&t0)
+                    .map(|((e, n), (_, n0))| (*e, n - n0))
+                    .collect();
+                crate::output::print_stderr_line(&progress_line(
+                    &progress_message(&label, (st, d, f), requests, clock),
+                    &types,
+                    start.elapsed(),
+                ));
+            }
+        })
     }
 }
 
@@ -482,6 +587,55 @@ fn secs(d: Duration) -> f64 {
 /// to the cap), and the ones pre-warmed.
 pub const FIRST_PROBERS: usize = 64;
 
+/// How long a stopped level waits for its requests in flight before it cuts them.
+pub const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// How a level's sending stops before its amount: the run's stop signal, or the series' early
+/// stop ([`Streak`]). Once `stop` is cancelled no request is sent; those in flight finish, or
+/// are cut after the runner's grace ([`STOP_GRACE`]) and counted as unfinished.
+#[derive(Debug, Clone, Default)]
+pub struct Halt {
+    /// Cancelled by the stop signal (it is a child of the run's token) or by the streak when it
+    /// trips.
+    pub stop: CancellationToken,
+    /// The series' early stop: every finished request is counted (none: never).
+    pub streak: Option<Arc<Mutex<Streak>>>,
+}
+
+impl Halt {
+    /// Counts a finished request; stops the sending when the streak trips.
+    fn record(&self, r: &ProbeResult) {
+        let Some(streak) = &self.streak else { return };
+        let tripped = streak
+            .lock()
+            .is_ok_and(|mut s| s.record(r.error_type, r.error_detail.as_deref()));
+        if tripped {
+            self.stop.cancel();
+        }
+    }
+
+    /// A task that cancels `cut` `grace` after the stop (aborted when the level ends first).
+    fn cutter(&self, grace: Duration) -> (CancellationToken, AbortOnDrop) {
+        let (stop, cut) = (self.stop.clone(), CancellationToken::new());
+        let c = cut.clone();
+        let task = tokio::spawn(async move {
+            stop.cancelled().await;
+            tokio::time::sleep(grace).await;
+            c.cancel();
+        });
+        (cut, AbortOnDrop(task))
+    }
+}
+
+/// Aborts its task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Runs levels for one probe spec, keeping its probers between levels.
 pub struct Runner {
     spec: Arc<ProbeSpec>,
@@ -494,6 +648,11 @@ pub struct Runner {
     /// `--ramp-up`: each level's load rises to its own this way (open loop: its arrival rate;
     /// closed loop: worker `w` starts when the load reaches `w + 1`, instead of `ramp`'s spread).
     pub load_ramp: Option<LoadRamp>,
+    /// What stops the sending before a level's amount (every run of the runner, warm-ups
+    /// included, counts towards the early stop).
+    pub halt: Halt,
+    /// How long a stopped level waits for its requests in flight ([`STOP_GRACE`]).
+    pub grace: Duration,
 }
 
 impl Runner {
@@ -509,6 +668,8 @@ impl Runner {
             progress,
             ramp: Duration::ZERO,
             load_ramp: None,
+            halt: Halt::default(),
+            grace: STOP_GRACE,
         })
     }
 
@@ -601,6 +762,7 @@ impl Runner {
     fn silence(&mut self) -> Progress {
         let quiet = Progress {
             bar: None,
+            lines: false,
             ..self.progress.clone()
         };
         std::mem::replace(&mut self.progress, quiet)
@@ -700,33 +862,51 @@ impl Runner {
             }
         };
         let mut handles = Vec::with_capacity(first_sends.len());
+        // A stop: no more sends; what is in flight after the grace is cut.
+        let (cut, _cutter) = self.halt.cutter(self.grace);
+        let unfinished = Arc::new(AtomicU64::new(0));
         // Each worker owns its prober for the level and hands it back at the end.
         let workers: Vec<Prober> = self.probers.drain(..first_sends.len()).collect();
         for (mut prober, first_send) in workers.into_iter().zip(first_sends) {
             let (spec, tickets, progress) =
                 (self.spec.clone(), tickets.clone(), self.progress.clone());
+            let (halt, cut, unfinished) = (self.halt.clone(), cut.clone(), unfinished.clone());
             handles.push(tokio::spawn(async move {
                 let mut out = Vec::new();
                 let mut intended = first_send;
                 let mut first = true;
-                tokio::time::sleep_until(first_send.into()).await;
+                let stop = halt.stop.clone();
+                tokio::select! {
+                    () = tokio::time::sleep_until(first_send.into()) => {}
+                    () = stop.cancelled() => {}
+                }
                 // Each worker keeps its own conversation (its turns in order, with think time).
                 let mut session = spec.session();
                 loop {
-                    if tickets.fetch_add(1, Ordering::Relaxed) >= limit {
+                    if stop.is_cancelled() || tickets.fetch_add(1, Ordering::Relaxed) >= limit {
                         break;
                     }
                     let (content, think) = session.next(&spec);
                     if !think.is_zero() {
                         intended += think;
-                        tokio::time::sleep_until(intended.into()).await;
+                        tokio::select! {
+                            () = tokio::time::sleep_until(intended.into()) => {}
+                            () = stop.cancelled() => break,
+                        }
                     }
                     let sent = Instant::now();
                     if deadline.is_some_and(|d| sent >= d) {
                         break;
                     }
                     progress.sent();
-                    let r = prober.run_content(&spec, &content).await;
+                    let r = tokio::select! {
+                        r = prober.run_content(&spec, &content) => r,
+                        () = cut.cancelled() => {
+                            unfinished.fetch_add(1, Ordering::Relaxed);
+                            break;
+                        }
+                    };
+                    halt.record(&r);
                     session.answered(&r);
                     let end = Instant::now();
                     progress.record(&r);
@@ -769,6 +949,7 @@ impl Runner {
             capped: 0,
             started_unix_s,
             cpu,
+            unfinished: unfinished.load(Ordering::Relaxed),
         })
     }
 
@@ -849,6 +1030,10 @@ impl Runner {
         // Each arrival's task is handed over as it is spawned, so the requests sent are waited
         // for whatever becomes of the dispatcher (a panic of its own included).
         let (sent, mut arrivals) = tokio::sync::mpsc::unbounded_channel();
+        // A stop: no more arrivals; what is in flight after the grace is cut.
+        let (cut, _cutter) = self.halt.cutter(self.grace);
+        let unfinished = Arc::new(AtomicU64::new(0));
+        let (halt, cut2, unfinished2) = (self.halt.clone(), cut.clone(), unfinished.clone());
         let dispatcher = tokio::task::spawn_blocking(move || {
             for (i, off) in offsets.enumerate() {
                 match amount {
@@ -860,7 +1045,7 @@ impl Runner {
                     return Some(unschedulable(i, off));
                 };
                 loop {
-                    if abandoned.load(Ordering::Acquire) {
+                    if abandoned.load(Ordering::Acquire) || halt.stop.is_cancelled() {
                         return None;
                     }
                     let now = Instant::now();
@@ -875,6 +1060,9 @@ impl Runner {
                     slots: slots.clone(),
                     capped: capped2.clone(),
                     progress: progress.clone(),
+                    halt: halt.clone(),
+                    cut: cut2.clone(),
+                    unfinished: unfinished2.clone(),
                     start,
                     intended,
                     index: indexed.then_some(i as u64),
@@ -886,7 +1074,7 @@ impl Runner {
         });
         let mut samples = Vec::new();
         while let Some(h) = arrivals.recv().await {
-            samples.extend(joined(h, &mut failed).await);
+            samples.extend(joined(h, &mut failed).await.flatten());
         }
         if let Some(Some(reason)) = joined(dispatcher, &mut failed).await {
             failed.get_or_insert(reason);
@@ -910,6 +1098,7 @@ impl Runner {
             capped: capped.load(Ordering::Relaxed),
             started_unix_s,
             cpu,
+            unfinished: unfinished.load(Ordering::Relaxed),
         })
     }
 }
@@ -997,6 +1186,9 @@ struct OpenRequest {
     slots: Arc<Semaphore>,
     capped: Arc<AtomicU64>,
     progress: Progress,
+    halt: Halt,
+    cut: CancellationToken,
+    unfinished: Arc<AtomicU64>,
     start: Instant,
     intended: Instant,
     /// A trace's request number: it sends that request's content.
@@ -1004,16 +1196,29 @@ struct OpenRequest {
 }
 
 impl OpenRequest {
-    async fn run(self) -> Sample {
+    /// The arrival's sample; none when the level was stopped before it was sent, or it was cut
+    /// in flight (counted as unfinished).
+    async fn run(self) -> Option<Sample> {
+        let stop = &self.halt.stop;
         let (permit, intended) = match self.slots.clone().try_acquire_owned() {
             Ok(p) => (Some(p), self.intended),
             Err(_) => {
                 self.capped.fetch_add(1, Ordering::Relaxed);
-                let p = self.slots.clone().acquire_owned().await.ok();
+                let p = tokio::select! {
+                    p = self.slots.clone().acquire_owned() => p.ok(),
+                    () = stop.cancelled() => return None,
+                };
                 (p, Instant::now().max(self.intended))
             }
         };
-        let mut prober = self.pool.take(&self.spec).await;
+        let mut prober = tokio::select! {
+            p = self.pool.take(&self.spec) => p,
+            () = stop.cancelled() => return None,
+        };
+        if stop.is_cancelled() {
+            self.pool.give_back(prober);
+            return None;
+        }
         let r = self.spec.as_ref();
         let content = match self.index {
             Some(i) => r.workload.draw(i, &r.tokens),
@@ -1021,10 +1226,18 @@ impl OpenRequest {
         };
         let sent = Instant::now();
         self.progress.sent();
-        let result = prober.run_content(r, &content).await;
+        let result = tokio::select! {
+            r = prober.run_content(r, &content) => r,
+            () = self.cut.cancelled() => {
+                self.unfinished.fetch_add(1, Ordering::Relaxed);
+                self.pool.give_back(prober);
+                return None;
+            }
+        };
         let end = Instant::now();
         self.pool.give_back(prober);
         drop(permit);
+        self.halt.record(&result);
         self.progress.record(&result);
         let mut sample = Sample::from_result(
             &result,
@@ -1035,7 +1248,7 @@ impl OpenRequest {
         );
         // From the arrival's own schedule, the cap's wait included.
         sample.behind_schedule_s = Some(secs(sent.saturating_duration_since(self.intended)));
-        sample
+        Some(sample)
     }
 }
 
@@ -1301,7 +1514,7 @@ mod tests {
             .unwrap();
         listener.set_nonblocking(true).unwrap();
         (
-            Runner::new(spec, Progress::new(0, false)).unwrap(),
+            Runner::new(spec, Progress::new(0, ProgressMode::Off)).unwrap(),
             listener,
         )
     }
@@ -1345,6 +1558,108 @@ mod tests {
         assert!(reason.starts_with("its duration"), "{reason}");
         assert_eq!(runner.progress.started.load(Ordering::Relaxed), 0);
         assert!(listener.accept().is_err(), "a connection was made");
+    }
+
+    /// A runner aimed at a server that accepts every connection and never answers: the
+    /// runner, and the connections it accepted so far.
+    fn hung_runner() -> (Runner, Arc<AtomicU64>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = crate::config::Config::parse(&format!(
+            "prompts:\n  - name: p\n    messages: [{{role: user, content: hi}}]\n\
+             targets:\n  - name: t\n    base_url: http://{}/v1\n    models: [m]\n",
+            listener.local_addr().unwrap()
+        ))
+        .unwrap();
+        let accepted = Arc::new(AtomicU64::new(0));
+        let n = accepted.clone();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for s in listener.incoming().flatten() {
+                n.fetch_add(1, Ordering::Relaxed);
+                held.push(s);
+            }
+        });
+        let spec = ProbeSpec::from_job(&c.jobs[0]);
+        let runner = Runner::new(spec, Progress::new(0, ProgressMode::Off)).unwrap();
+        (runner, accepted)
+    }
+
+    /// Issue 40: a level stopped while its requests hang (a gateway retrying them) waits for
+    /// them for the grace, then cuts them: the level returns what finished (nothing here) and
+    /// how many were cut, at once rather than at the requests' own deadlines; nothing more is
+    /// sent after the stop. Closed and open loop alike.
+    #[tokio::test]
+    async fn a_stopped_level_cuts_its_hung_requests_after_the_grace() {
+        let (mut runner, accepted) = hung_runner();
+        runner.grace = Duration::from_millis(200);
+        let stop = runner.halt.stop.clone();
+        let t = Instant::now();
+        let level = runner.closed(3, Amount::Requests(100), "m @ 3".into(), 0);
+        let signal = async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            stop.cancel();
+        };
+        let (run, ()) = tokio::join!(level, signal);
+        let run = run.unwrap();
+        let took = t.elapsed();
+        assert!(run.samples.is_empty(), "{:?}", run.samples);
+        assert_eq!(run.unfinished, 3);
+        assert!(
+            took >= Duration::from_millis(500) && took < Duration::from_secs(3),
+            "{took:?}"
+        );
+        assert_eq!(
+            accepted.load(Ordering::Relaxed),
+            3,
+            "nothing sent after the stop"
+        );
+        // Open loop: arrivals after the stop are not sent; those in flight are cut.
+        let (mut runner, accepted) = hung_runner();
+        runner.grace = Duration::from_millis(200);
+        let stop = runner.halt.stop.clone();
+        let level = runner.open(
+            20.0,
+            100,
+            Arrival::Constant,
+            0,
+            Amount::Requests(1000),
+            "m @ 20/s".into(),
+            0,
+        );
+        let signal = async {
+            tokio::time::sleep(Duration::from_millis(120)).await;
+            stop.cancel();
+        };
+        let (run, ()) = tokio::join!(level, signal);
+        let run = run.unwrap();
+        assert!(run.samples.is_empty());
+        let sent = accepted.load(Ordering::Relaxed);
+        assert!((1..=5).contains(&sent), "{sent} arrivals in 120 ms at 20/s");
+        assert_eq!(run.unfinished, sent);
+    }
+
+    /// The line written every few seconds without a terminal: the counts, the failures by type,
+    /// the time.
+    #[test]
+    fn a_progress_line_names_the_failures_by_type() {
+        let msg = progress_message("m @ 4", (40, 37, 12), Some(100), None);
+        let line = progress_line(
+            &msg,
+            &[
+                (ErrorType::Auth, 10),
+                (ErrorType::Connect, 0),
+                (ErrorType::ServerError, 2),
+            ],
+            Duration::from_millis(15_400),
+        );
+        assert_eq!(
+            line,
+            "bench: m @ 4: 37/100 done, 3 in flight, 12 failed (auth 10, server_error 2), 15 s"
+        );
+        assert_eq!(
+            progress_line(&msg, &[], Duration::from_secs(5)),
+            "bench: m @ 4: 37/100 done, 3 in flight, 12 failed, 5 s"
+        );
     }
 
     /// A task of a level that panicked is a reason the level fails, never a silent loss.

@@ -10,16 +10,13 @@ use crate::measure::ProbeResult;
 use crate::outcome::ErrorType;
 use serde::{Deserialize, Serialize};
 
-/// The longest failure reason a sample keeps, in characters (a level's memory stays bounded).
-pub const ERROR_DETAIL_CHARS: usize = 200;
-
 /// One measured request of a level, as the bench keeps it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Sample {
     /// `None` on success, else the one `error_type`.
     pub error_type: Option<ErrorType>,
-    /// A failure's reason as the probe gave it (secrets redacted), cut to
-    /// [`ERROR_DETAIL_CHARS`] characters.
+    /// A failure's reason as the probe gave it (secrets redacted), within
+    /// [`crate::probe::MAX_DETAIL_BYTES`] (a level's memory stays bounded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_detail: Option<String>,
     /// TTFT, s (successes only).
@@ -39,6 +36,10 @@ pub struct Sample {
     /// Input tokens the server reported (`usage`), successes only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_tokens: Option<u64>,
+    /// Of those, the tokens the server's prefix cache served, when its usage said; successes
+    /// only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_input_tokens: Option<u64>,
     /// When the request was sent, s after the level's start.
     pub sent_s: f64,
     /// When the request's probe returned, s after the level's start.
@@ -107,7 +108,7 @@ impl Sample {
             error_detail: r
                 .error_type
                 .and(r.error_detail.as_deref())
-                .map(|d| d.chars().take(ERROR_DETAIL_CHARS).collect()),
+                .map(|d| crate::units::truncate_bytes(d, crate::probe::MAX_DETAIL_BYTES)),
             ttft_s: r.ttft_s,
             ttfo_s: r.ttfo_s,
             tpot_s: r.tpot_s,
@@ -116,6 +117,7 @@ impl Sample {
             decode_tokens_per_s: r.decode_tokens_per_s,
             output_tokens: if ok { r.output_tokens } else { 0 },
             input_tokens: r.input_tokens.filter(|_| ok),
+            cached_input_tokens: r.cached_input_tokens.filter(|_| ok),
             sent_s,
             end_s,
             lag_s,

@@ -2,9 +2,7 @@
 //! score (the comparison with a baseline run is [`super::gate`]'s).
 
 use super::criteria::{Base, Criteria, KneeRule, Metric};
-use super::report::{
-    AtCapacity, CapacityRanking, Knee, ModelReport, Ranked, Rejected, Selection, model_names,
-};
+use super::report::{Knee, Miss, ModelReport, Ranked, Rejected, Selection, model_names};
 use super::stats::LevelStats;
 use std::collections::BTreeMap;
 
@@ -35,6 +33,7 @@ pub fn find_knee(levels: &[LevelStats], rule: &KneeRule) -> Option<Knee> {
         requests_waiting: queued,
         ceiling: Some(prev.key),
         estimate,
+        limited_by: super::answer::limiter(prev, cur),
     })
 }
 
@@ -224,73 +223,6 @@ pub fn highest_passing(m: &ModelReport, target: f64) -> Option<&LevelStats> {
         .max_by(|a, b| a.key.x().total_cmp(&b.key.x()))
 }
 
-/// Each model's capacity within the SLOs (the search's, else its highest passing level), the
-/// models ranked by it, and the ranking by score at the highest load every model passes (with
-/// the limits and weights of `c`). `None` without SLOs or with fewer than two models.
-pub fn rank_capacity(models: &[ModelReport], c: &Criteria) -> Option<CapacityRanking> {
-    if c.slos.is_empty() || models.len() < 2 {
-        return None;
-    }
-    let target = answer_attainment(models);
-    let names = model_names(models);
-    let mut by_capacity: Vec<AtCapacity> = models
-        .iter()
-        .zip(&names)
-        .map(|(m, name)| {
-            let (load, attainment) = match &m.capacity {
-                Some(cap) => (cap.concurrency.map(f64::from).or(cap.rate), cap.attainment),
-                None => highest_passing(m, target).map_or((None, None), |l| {
-                    (Some(l.key.x()), l.slo_attainment.as_ref().map(|a| a.share))
-                }),
-            };
-            AtCapacity {
-                rank: 0,
-                model: name.clone(),
-                load,
-                attainment,
-            }
-        })
-        .collect();
-    by_capacity.sort_by(|a, b| {
-        b.load
-            .unwrap_or(-1.0)
-            .total_cmp(&a.load.unwrap_or(-1.0))
-            .then_with(|| a.model.cmp(&b.model))
-    });
-    for (i, a) in by_capacity.iter_mut().enumerate() {
-        a.rank = i + 1;
-    }
-    // The loads every model ran and passed; the highest is the common load.
-    let common = models.first().and_then(|first| {
-        first
-            .levels
-            .iter()
-            .filter(|l| {
-                models.iter().all(|m| {
-                    m.levels
-                        .iter()
-                        .any(|o| o.key.same(&l.key) && passes_slo(o, target))
-                })
-            })
-            .map(|l| l.key.x())
-            .max_by(f64::total_cmp)
-    });
-    let at_common_load = common.map(|x| {
-        select(
-            models,
-            &Criteria {
-                select_at: Some(x),
-                ..c.clone()
-            },
-        )
-    });
-    Some(CapacityRanking {
-        target_attainment: target,
-        by_capacity,
-        at_common_load,
-    })
-}
-
 /// How far apart (max / min − 1) models' mean input or output lengths may be before a
 /// comparison says they differ.
 pub const LENGTH_TOLERANCE: f64 = 0.05;
@@ -363,55 +295,19 @@ fn passes_at(m: &ModelReport, c: &Criteria) -> Option<String> {
         .map(|l| l.key.label())
 }
 
-/// Applies the hard limits at the selection level, then ranks the remaining models by weighted
-/// score, best first (ties by name). A rejected model says at which level it still passes.
-pub fn select(models: &[ModelReport], c: &Criteria) -> Selection {
+/// Scores within this of each other are a tie: one rank.
+pub const SCORE_TIE: f64 = 1e-9;
+
+/// Each model's weighted score among `models` (their values at their levels normalized among
+/// them), in their order.
+fn scores(models: &[(&str, &LevelStats)], c: &Criteria) -> Vec<Ranked> {
     let weights = c.effective_weights();
-    let mut rejected = Vec::new();
-    let mut eligible: Vec<(&str, &LevelStats)> = Vec::new();
-    let mut label = c.select_at.map(crate::units::trim_float);
-    let names = model_names(models);
-    for (m, name) in models.iter().zip(&names) {
-        let Some(l) = level_at(m, c.select_at) else {
-            rejected.push(Rejected {
-                model: name.clone(),
-                reasons: vec![format!(
-                    "no level at {}",
-                    label.clone().unwrap_or_else(|| "the end".into())
-                )],
-                passes_at: passes_at(m, c),
-            });
-            continue;
-        };
-        label.get_or_insert_with(|| l.key.label());
-        let mut reasons: Vec<String> = c.limits.iter().filter_map(|lim| lim.violation(l)).collect();
-        if l.successes == 0 {
-            // Nothing to rank it by: every value of the level is missing.
-            reasons.insert(
-                0,
-                format!(
-                    "no request succeeded at {} ({} sent)",
-                    l.key.label(),
-                    l.requests
-                ),
-            );
-        }
-        if reasons.is_empty() {
-            eligible.push((name, l));
-        } else {
-            rejected.push(Rejected {
-                model: name.clone(),
-                reasons,
-                passes_at: passes_at(m, c),
-            });
-        }
-    }
     let columns: Vec<Vec<Option<f64>>> = weights
         .iter()
-        .map(|(m, _)| eligible.iter().map(|(_, l)| m.value(l)).collect())
+        .map(|(m, _)| models.iter().map(|(_, l)| m.value(l)).collect())
         .collect();
     let total_w: f64 = weights.iter().map(|(_, w)| w).sum();
-    let mut ranked: Vec<Ranked> = eligible
+    models
         .iter()
         .enumerate()
         .map(|(i, (model, _))| {
@@ -432,17 +328,166 @@ pub fn select(models: &[ModelReport], c: &Criteria) -> Selection {
                 normalized,
             }
         })
-        .collect();
+        .collect()
+}
+
+/// Competition ranks of items in order: 1 for the first, the same rank as the one before when
+/// `tied` with it, else its position (1, 1, 3).
+fn ranks<T>(items: &[T], tied: impl Fn(&T, &T) -> bool) -> Vec<usize> {
+    let mut out: Vec<usize> = Vec::with_capacity(items.len());
+    for (i, x) in items.iter().enumerate() {
+        let rank = match i.checked_sub(1) {
+            Some(p) if tied(&items[p], x) => out[p],
+            _ => i + 1,
+        };
+        out.push(rank);
+    }
+    out
+}
+
+/// How far `v` is from a limit of `limit`: the relative miss `|v / limit − 1|`, or `|v|` for a
+/// limit of 0.
+pub fn distance(v: f64, limit: f64) -> f64 {
+    if limit == 0.0 {
+        v.abs()
+    } else {
+        (v / limit - 1.0).abs()
+    }
+}
+
+/// The order of rejected models by distance to the limits: measured before unmeasured (no level,
+/// no success, or a failed limit without a value), then the fewest limits failed, then the
+/// smallest largest miss.
+fn distance_key(r: &Rejected, measured: bool) -> (bool, usize, f64) {
+    let largest = r
+        .misses
+        .iter()
+        .map(|m| m.distance.unwrap_or(f64::INFINITY))
+        .fold(0.0, f64::max);
+    (!measured || largest.is_infinite(), r.misses.len(), largest)
+}
+
+/// Applies the hard limits at the selection level, then ranks the remaining models by weighted
+/// score, best first; equal scores (within [`SCORE_TIE`]) share a rank (listed by name). A
+/// rejected model says each limit it failed with its distance to it ([`distance`]) and at which
+/// level it still passes; rejected models are listed closest first ([`distance_key`]). When no
+/// model passes, each rejected model also gets its place by that distance (`closest`, ties
+/// sharing one) and its weighted score among the models measured at the level.
+pub fn select(models: &[ModelReport], c: &Criteria) -> Selection {
+    let weights = c.effective_weights();
+    let mut rejected: Vec<(Rejected, Option<&LevelStats>)> = Vec::new();
+    let mut eligible: Vec<(&str, &LevelStats)> = Vec::new();
+    let mut label = c.select_at.map(crate::units::trim_float);
+    let names = model_names(models);
+    for (m, name) in models.iter().zip(&names) {
+        let Some(l) = level_at(m, c.select_at) else {
+            rejected.push((
+                Rejected {
+                    model: name.clone(),
+                    reasons: vec![format!(
+                        "no level at {}",
+                        label.clone().unwrap_or_else(|| "the end".into())
+                    )],
+                    passes_at: passes_at(m, c),
+                    misses: Vec::new(),
+                    closest: None,
+                    score: None,
+                },
+                None,
+            ));
+            continue;
+        };
+        label.get_or_insert_with(|| l.key.label());
+        let misses: Vec<Miss> = c
+            .limits
+            .iter()
+            .filter(|lim| lim.violation(l).is_some())
+            .map(|lim| {
+                let value = lim.metric.value(l);
+                Miss {
+                    limit: lim.to_string(),
+                    value,
+                    distance: value.map(|v| distance(v, lim.value)),
+                }
+            })
+            .collect();
+        // Each failed limit's reason says how far beyond it the value is.
+        let mut reasons: Vec<String> = c
+            .limits
+            .iter()
+            .filter_map(|lim| lim.violation(l))
+            .zip(&misses)
+            .map(|(why, miss)| match miss.distance {
+                Some(d) => format!("{why}, {} beyond", crate::units::fmt_pct(d)),
+                None => why,
+            })
+            .collect();
+        if l.successes == 0 {
+            // Nothing to rank it by: every value of the level is missing.
+            reasons.insert(
+                0,
+                format!(
+                    "no request succeeded at {} ({} sent)",
+                    l.key.label(),
+                    l.requests
+                ),
+            );
+        }
+        if reasons.is_empty() {
+            eligible.push((name, l));
+        } else {
+            rejected.push((
+                Rejected {
+                    model: name.clone(),
+                    reasons,
+                    passes_at: passes_at(m, c),
+                    misses,
+                    closest: None,
+                    score: None,
+                },
+                Some(l).filter(|l| l.successes > 0),
+            ));
+        }
+    }
+    let mut ranked = scores(&eligible, c);
     ranked.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.model.cmp(&b.model)));
-    for (i, r) in ranked.iter_mut().enumerate() {
-        r.rank = i + 1;
+    let tied = |a: &Ranked, b: &Ranked| (a.score - b.score).abs() <= SCORE_TIE;
+    let places = ranks(&ranked, tied);
+    for (r, rank) in ranked.iter_mut().zip(places) {
+        r.rank = rank;
+    }
+    rejected.sort_by(|(a, la), (b, lb)| {
+        let (ka, kb) = (distance_key(a, la.is_some()), distance_key(b, lb.is_some()));
+        ka.0.cmp(&kb.0)
+            .then(ka.1.cmp(&kb.1))
+            .then(ka.2.total_cmp(&kb.2))
+            .then(a.model.cmp(&b.model))
+    });
+    if ranked.is_empty() {
+        let keys: Vec<(bool, usize, f64)> = rejected
+            .iter()
+            .map(|(r, l)| distance_key(r, l.is_some()))
+            .collect();
+        let places = ranks(&keys, |a, b| {
+            a.0 == b.0 && a.1 == b.1 && (a.2 == b.2 || (a.2 - b.2).abs() <= SCORE_TIE)
+        });
+        let measured: Vec<(&str, &LevelStats)> = rejected
+            .iter()
+            .filter_map(|(r, l)| Some((r.model.as_str(), (*l)?)))
+            .collect();
+        let scored = scores(&measured, c);
+        for ((r, _), place) in rejected.iter_mut().zip(places) {
+            r.closest = Some(place);
+            r.score = scored.iter().find(|s| s.model == r.model).map(|s| s.score);
+        }
     }
     Selection {
         level: label.unwrap_or_default(),
+        load: None,
         limits: c.limits.iter().map(ToString::to_string).collect(),
         weights: weights.iter().map(|(m, w)| (m.to_string(), *w)).collect(),
         ranked,
-        rejected,
+        rejected: rejected.into_iter().map(|(r, _)| r).collect(),
         length_mismatch: length_mismatch(models),
     }
 }
@@ -518,6 +563,8 @@ pub(crate) mod tests {
             canary: None,
             server: None,
             notes: Vec::new(),
+            partial: false,
+            stopped: None,
         }
     }
 
@@ -532,6 +579,7 @@ pub(crate) mod tests {
             knee: None,
             capacity: None,
             stopped_early: None,
+            check: None,
             prompt: None,
             calibration: None,
         }
@@ -687,66 +735,6 @@ pub(crate) mod tests {
         assert!(find_knee(&flat, &KneeRule::default()).is_none());
     }
 
-    /// Issue 23 item 6: the ranking by capacity within the SLOs and by score at the highest
-    /// load every model serves within them.
-    #[test]
-    fn models_rank_by_capacity_and_at_the_common_load() {
-        let within = |mut l: LevelStats, share: f64| {
-            l.slo_attainment = Some(crate::bench::stats::Attainment {
-                met: (share * 100.0) as u64,
-                counted: 100,
-                share,
-                interval: None,
-                missed: BTreeMap::new(),
-                failed: 0,
-            });
-            l
-        };
-        // a: within the SLOs up to 8 (at 16 only 50%); b: up to 4; c: at none.
-        let a = model(
-            "a",
-            vec![
-                within(level(4, 200.0, 0.1, 0.0), 1.0),
-                within(level(8, 400.0, 0.1, 0.0), 0.97),
-                within(level(16, 410.0, 0.9, 0.0), 0.5),
-            ],
-        );
-        let b = model(
-            "b",
-            vec![
-                within(level(4, 300.0, 0.05, 0.0), 0.99),
-                within(level(8, 310.0, 0.4, 0.0), 0.6),
-            ],
-        );
-        let c = Criteria {
-            slos: vec!["ttft=200ms".parse().unwrap()],
-            ..Criteria::default()
-        };
-        assert!(rank_capacity(&[a.clone(), b.clone()], &Criteria::default()).is_none());
-        assert!(rank_capacity(std::slice::from_ref(&a), &c).is_none());
-        let r = rank_capacity(&[b.clone(), a.clone()], &c).unwrap();
-        let by: Vec<(&str, Option<f64>)> = r
-            .by_capacity
-            .iter()
-            .map(|x| (x.model.as_str(), x.load))
-            .collect();
-        assert_eq!(by, [("a", Some(8.0)), ("b", Some(4.0))]);
-        // At 4, the highest load both pass, b is faster (TTFT 50 ms against 100 ms).
-        let s = r.at_common_load.unwrap();
-        assert_eq!(s.level, "4");
-        assert_eq!(s.ranked[0].model, "b");
-        // A client-bound level is not a pass; no load passing for every model: no common load.
-        let mut a2 = a.clone();
-        a2.levels[0].client_bound = Some("starved".into());
-        let none = model("c", vec![within(level(4, 10.0, 2.0, 0.0), 0.1)]);
-        let r = rank_capacity(&[a2, b, none], &c).unwrap();
-        assert_eq!(
-            r.by_capacity.last().map(|x| (x.model.as_str(), x.load)),
-            Some(("c", None))
-        );
-        assert!(r.at_common_load.is_none());
-    }
-
     #[test]
     fn selection_rejects_and_ranks() {
         let models = vec![
@@ -881,7 +869,7 @@ pub(crate) mod tests {
             [
                 (
                     "dear",
-                    "cost_per_request = 0.02 (limit cost_per_request <= 0.01)"
+                    "cost_per_request = 0.02 (limit cost_per_request <= 0.01), 100.00% beyond"
                 ),
                 (
                     "unpriced",

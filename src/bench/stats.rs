@@ -4,7 +4,7 @@
 //! sorted values are interpolated linearly between the two closest ranks (numpy's default,
 //! Hyndman & Fan type 7), so p50 of `[1, 2, 3, 4]` is 2.5 and the p100 is the maximum.
 
-pub use super::sample::{ERROR_DETAIL_CHARS, Objective, Sample, Summary, quantile};
+pub use super::sample::{Objective, Sample, Summary, quantile};
 use crate::config::Price;
 use crate::outcome::ErrorType;
 use serde::{Deserialize, Serialize};
@@ -36,6 +36,62 @@ pub struct LevelLengths {
     /// Conversations: TTFT of later turns (the history resent), s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttft_later_turns_s: Option<Summary>,
+    /// Conversations: each turn's figures, turn 1 first (a later turn resends the history, so
+    /// its TTFT is read beside its input length and the share of it the cache served).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub turns: Vec<TurnStats>,
+}
+
+/// One conversation turn's figures over a level's successes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnStats {
+    /// The turn, from 1.
+    pub turn: u32,
+    /// Its successful requests.
+    pub successes: u64,
+    /// Their TTFT, s.
+    pub ttft_s: Option<Summary>,
+    /// Their mean input tokens (the history resent included), as the server counted them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_tokens_mean: Option<f64>,
+    /// The share of their input tokens the server's prefix cache served: Σ cached / Σ input over
+    /// the successes whose usage gave both (a cached count above its input is left out); absent
+    /// when none did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_share: Option<f64>,
+}
+
+impl TurnStats {
+    /// Each turn of `samples`' successes, turn 1 first (none without conversation turns).
+    pub fn of(samples: &[Sample]) -> Vec<TurnStats> {
+        let mut by_turn: BTreeMap<u32, Vec<&Sample>> = BTreeMap::new();
+        for s in samples.iter().filter(|s| s.success()) {
+            if let Some(t) = s.turn {
+                by_turn.entry(t).or_default().push(s);
+            }
+        }
+        by_turn
+            .into_iter()
+            .map(|(turn, ss)| {
+                let (cached, input) = ss
+                    .iter()
+                    .filter_map(|s| Some((s.cached_input_tokens?, s.input_tokens?)))
+                    .filter(|(c, i)| c <= i)
+                    .fold((0u64, 0u64), |(a, b), (c, i)| {
+                        (a.saturating_add(c), b.saturating_add(i))
+                    });
+                TurnStats {
+                    turn,
+                    successes: ss.len() as u64,
+                    ttft_s: Summary::of(ss.iter().filter_map(|s| s.ttft_s)),
+                    input_tokens_mean: mean(
+                        ss.iter().filter_map(|s| s.input_tokens).map(|v| v as f64),
+                    ),
+                    cached_share: (input > 0).then(|| cached as f64 / input as f64),
+                }
+            })
+            .collect()
+    }
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -85,6 +141,7 @@ impl LevelLengths {
                 .count() as u64,
             ttft_first_turn_s: turn_ttft(false),
             ttft_later_turns_s: turn_ttft(true),
+            turns: TurnStats::of(samples),
         }
     }
 
@@ -96,8 +153,8 @@ impl LevelLengths {
 
 /// A level's SLO attainment: the share of its requests that succeeded and met every objective.
 /// A failed request counts against it (it met nothing); every request sent before the level's
-/// end is awaited, so none is cut by the run's own end (a level a stop signal cut short is left
-/// out of the report whole).
+/// end is awaited, so none is cut by the run's own end (a level a stop signal or the early stop
+/// cut short is kept, `partial`, with the requests that finished).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Attainment {
     /// Requests that succeeded and met every objective.
@@ -481,6 +538,14 @@ pub struct LevelStats {
     /// What a reader of the level must know (a shard that had no worker at it, say).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// Stopped before its amount (a stop signal, or the early stop): its figures are those of
+    /// the requests that finished, and it is never ranked, compared, nor taken for a knee or a
+    /// capacity.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub partial: bool,
+    /// What stopped it and why, with its errors' first messages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<super::health::Stopped>,
 }
 
 /// The cost of a level at `price`: `(mean cost per request, cost per million output tokens)`
@@ -639,6 +704,8 @@ impl LevelStats {
             canary: None,
             server: None,
             notes: Vec::new(),
+            partial: false,
+            stopped: None,
         }
     }
 
@@ -721,6 +788,7 @@ mod tests {
             decode_tokens_per_s: ttft.map(|_| 100.0),
             output_tokens: n,
             input_tokens: None,
+            cached_input_tokens: None,
             sent_s: 0.0,
             end_s: 1.0,
             lag_s: 0.001,
@@ -774,6 +842,33 @@ mod tests {
         assert_eq!(l.ttft_first_turn_s.map(|s| s.p50), Some(0.1));
         assert_eq!(l.ttft_later_turns_s.map(|s| (s.n, s.p50)), Some((2, 0.05)));
         assert!(l.asked());
+        // Issue 40: each turn's TTFT beside the input it was sent with and the cached share.
+        let turns: Vec<(u32, u64, Option<f64>, Option<f64>)> = l
+            .turns
+            .iter()
+            .map(|t| (t.turn, t.successes, t.input_tokens_mean, t.cached_share))
+            .collect();
+        assert_eq!(
+            turns,
+            [(1, 1, Some(130.0), None), (2, 2, Some(520.0), None)]
+        );
+        let cached = |input: u64, cached: Option<u64>| {
+            let mut s = sample(Some(0.2), 4, None);
+            (s.turn, s.input_tokens, s.cached_input_tokens) = (Some(2), Some(input), cached);
+            s
+        };
+        let t = TurnStats::of(&[
+            cached(100, Some(60)),
+            cached(300, Some(240)),
+            cached(50, None),
+            cached(10, Some(11)),
+        ]);
+        assert_eq!(t.len(), 1);
+        assert_eq!(
+            t[0].cached_share,
+            Some(300.0 / 400.0),
+            "Σ cached / Σ input where both are known, a cached count above its input left out"
+        );
         let plain = LevelLengths::of(&[sample(Some(0.1), 3, None)]);
         assert!(!plain.asked() && plain.ttft_first_turn_s.is_none());
         assert_eq!(plain.output_tokens_mean, Some(3.0));

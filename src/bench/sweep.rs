@@ -36,16 +36,35 @@ pub(super) struct Sender {
     pub(super) progress: Progress,
     /// The level running now (`model @ load`), for the report of a stopped run.
     pub(super) running: std::sync::Mutex<Option<String>>,
+    /// The connectivity check and the early stop.
+    pub(super) health: health::HealthPlan,
+    /// The run's stop signal: each series' sending stops on a child of it.
+    pub(super) stop: CancellationToken,
+    /// The stop signal's name, once one came.
+    pub(super) signal: Arc<OnceLock<&'static str>>,
+}
+
+/// How long after a stop signal the sweep may take to end (the running level's grace, then its
+/// server view): past it, whatever still runs is dropped.
+pub(super) const WRAP_UP: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A series' name: the model's, with ` · prompt` in a prompt sweep.
+fn series_name(name: &str, prompt: &ProbeSpec, sweep: bool) -> String {
+    if sweep {
+        format!("{name} · {}", prompt.prompt.name)
+    } else {
+        name.to_owned()
+    }
 }
 
 impl Sender {
-    /// [`Sender::all`] until it is done or `stop` is cancelled by a stop signal (`signal` names
-    /// it): the sweep then ends at its next await, the finished levels stay in `reports`, the
-    /// running one is left out (its requests were cut by the stop), and the run is marked.
+    /// [`Sender::all`] until it is done or a stop signal cancels [`Sender::stop`] (named in
+    /// [`Sender::signal`]): the running level stops sending, waits for its requests in flight (at most
+    /// the runner's grace, then cuts them) and is kept, partial, with those that finished; the
+    /// sweep ends there. Whatever has not ended [`WRAP_UP`] after the signal is dropped, and the
+    /// level then running (or one that sent nothing) is left out and named.
     pub(super) async fn all_until(
         &self,
-        stop: &CancellationToken,
-        signal: &OnceLock<&'static str>,
         (spec, models, names, prompts): (&ProbeSpec, &[BenchModel], &[String], &[ProbeSpec]),
         server_side: &mut server_view::ServerSide,
         reports: &mut Vec<ModelReport>,
@@ -53,17 +72,80 @@ impl Sender {
         if let Some(w) = fewer_requests_than_workers(self.total, &self.levels) {
             self.progress.println(&w);
         }
-        tokio::select! {
-            done = self.all(spec, models, names, prompts, server_side, reports) => done.map(|()| None),
-            () = stop.cancelled() => Ok(Some(report::Interrupted {
-                signal: signal.get().copied().unwrap_or("a stop signal").to_owned(),
-                level_left_out: self.running.lock().ok().and_then(|l| l.clone()),
-            })),
+        let stop = &self.stop;
+        let done = {
+            let all = self.all(spec, models, names, prompts, server_side, reports);
+            tokio::pin!(all);
+            tokio::select! {
+                biased;
+                done = &mut all => Some(done),
+                () = stop.cancelled() => tokio::time::timeout(WRAP_UP, &mut all).await.ok(),
+            }
+        };
+        if let Some(done) = done {
+            done?;
         }
+        if !stop.is_cancelled() {
+            return Ok(None);
+        }
+        Ok(Some(report::Interrupted {
+            signal: self
+                .signal
+                .get()
+                .copied()
+                .unwrap_or("a stop signal")
+                .to_owned(),
+            level_left_out: self.running.lock().ok().and_then(|l| l.clone()),
+        }))
+    }
+
+    /// The connectivity check of every series (each model with each prompt, in order), before
+    /// any level: one unmeasured request each through a prober of its target, its outcome said
+    /// on stderr. `None` each with `--no-check`; fewer than the series when a stop signal came.
+    ///
+    /// # Errors
+    /// [`BenchError::Client`] when a prober cannot be built.
+    async fn checks(
+        &self,
+        models: &[BenchModel],
+        names: &[String],
+        prompts: &[ProbeSpec],
+    ) -> Result<Vec<Option<health::Check>>, BenchError> {
+        let n = models.len() * prompts.len();
+        if !self.health.check {
+            return Ok(vec![None; n]);
+        }
+        self.progress.println(
+            "tokenprobe bench: connectivity check, one unmeasured request per model before any level (--no-check skips it)",
+        );
+        let mut out = Vec::with_capacity(n);
+        for (bm, name) in models.iter().zip(names) {
+            for p in prompts {
+                let spec = bm.spec(p);
+                let mut prober = crate::probe::Prober::new(&spec)?;
+                let t = std::time::Instant::now();
+                let content = spec.workload.check_content(self.seed ^ 0xC4EC_u64);
+                let r = tokio::select! {
+                    r = prober.run_content(&spec, &content) => r,
+                    () = self.stop.cancelled() => return Ok(out),
+                };
+                let c = health::Check::of(&r, t.elapsed().as_secs_f64());
+                let shown = series_name(name, p, prompts.len() > 1);
+                let verdict = if c.ok { "" } else { "failed: " };
+                self.progress.println(&format!(
+                    "  {shown}: connectivity check {verdict}{}",
+                    c.line()
+                ));
+                out.push(Some(c));
+            }
+        }
+        Ok(out)
     }
 
     /// Every series of the run: each model (`names` as shown) with each prompt, in order; a
-    /// runner per target (its own client settings), calibrated per (target, model).
+    /// runner per target (its own client settings), calibrated per (target, model). The
+    /// connectivity checks come first: when one failed (without `--keep-going`) no series is
+    /// loaded; a series whose check failed never is.
     pub(super) async fn all(
         &self,
         spec: &ProbeSpec,
@@ -74,35 +156,56 @@ impl Sender {
         reports: &mut Vec<ModelReport>,
     ) -> Result<(), BenchError> {
         let sweep = prompts.len() > 1;
+        let checks = self.checks(models, names, prompts).await?;
+        if self.stop.is_cancelled() {
+            return Ok(());
+        }
+        let failed = |c: &Option<health::Check>| c.as_ref().is_some_and(|c| !c.ok);
+        let load = self.health.keep_going || !checks.iter().any(failed);
         let token_models = crate::probe::TokenModels::default();
         let mut done_units = 0;
         let mut runner: Option<(Runner, Arc<crate::config::Target>)> = None;
+        let mut checks = checks.into_iter();
         for (model_index, (bm, name)) in models.iter().zip(names).enumerate() {
             server_side.select(model_index, &bm.model);
-            let runner = match &mut runner {
-                Some((r, t)) if *t == bm.target => r,
-                slot => {
-                    let mut r = Runner::new(bm.spec(spec), self.progress.clone())?;
-                    r.ramp = self.ramp;
-                    r.load_ramp = self.shape.load_ramp;
-                    &mut slot.insert((r, bm.target.clone())).0
-                }
-            };
             for prompt_spec in prompts {
+                let check = checks.next().flatten();
+                let head = ModelReport {
+                    prompt: sweep.then(|| prompt_spec.prompt.name.clone()),
+                    check: check.clone(),
+                    ..self.series(bm)
+                };
+                if !load || failed(&check) {
+                    reports.push(head);
+                    continue;
+                }
+                let runner = match &mut runner {
+                    Some((r, t)) if *t == bm.target => r,
+                    slot => {
+                        let mut r = Runner::new(bm.spec(spec), self.progress.clone())?;
+                        r.ramp = self.ramp;
+                        r.load_ramp = self.shape.load_ramp;
+                        &mut slot.insert((r, bm.target.clone())).0
+                    }
+                };
                 runner.set_prompt(&bm.spec(prompt_spec));
                 runner.set_model(&bm.model);
-                let name = if sweep {
-                    format!("{name} · {}", prompt_spec.prompt.name)
-                } else {
-                    name.clone()
-                };
+                let name = series_name(name, prompt_spec, sweep);
                 let calibration = calibrate(runner, &token_models, reports, &name).await?;
                 let series = reports.len();
                 reports.push(ModelReport {
-                    prompt: sweep.then(|| prompt_spec.prompt.name.clone()),
                     calibration,
-                    ..self.series(bm)
+                    ..head
                 });
+                // The series' early stop: the server counts as reached once its check passed.
+                let reached = check.as_ref().is_some_and(|c| c.ok);
+                runner.halt = runner::Halt {
+                    stop: self.stop.child_token(),
+                    streak: Some(Arc::new(std::sync::Mutex::new(health::Streak::new(
+                        self.health.stop_after,
+                        reached,
+                    )))),
+                };
                 self.sweep(
                     runner,
                     server_side,
@@ -113,6 +216,9 @@ impl Sender {
                     &mut done_units,
                 )
                 .await?;
+                if self.stop.is_cancelled() {
+                    return Ok(());
+                }
             }
         }
         Ok(())
@@ -132,6 +238,7 @@ impl Sender {
             knee: None,
             capacity: None,
             stopped_early: None,
+            check: None,
         }
     }
 
@@ -295,6 +402,7 @@ impl Sender {
                 *running = Some(label.clone());
             }
             let slot = mi * self.levels.len() + li;
+            let began = std::time::Instant::now();
             let (mut run, late) = self
                 .level(
                     runner,
@@ -306,11 +414,14 @@ impl Sender {
                 )
                 .await?;
             *done_units += self.per_level_units;
+            let series_stop = runner.halt.stop.clone();
+            let halted = || series_stop.is_cancelled();
             // A level runs on while its decision is unclear (its attainment interval reaches
             // across the target), up to the capacity search's extensions or `--until-clear`.
             let mut extended = 0;
             while let Some((most, target)) = self.decision()
                 && extended < most
+                && !halted()
                 && capacity::unclear(&run.samples, &self.criteria.slos, target)
             {
                 extended += 1;
@@ -321,6 +432,9 @@ impl Sender {
             }
             let mut repeats = Vec::new();
             for r in 1..self.repeat {
+                if halted() {
+                    break;
+                }
                 if r == 1 {
                     repeats.push(stats::Repeat::of(&fold_run(key, &run, &self.criteria)));
                 }
@@ -330,40 +444,37 @@ impl Sender {
                 repeats.push(stats::Repeat::of(&fold_run(key, &more, &self.criteria)));
                 run = run.then(more);
             }
-            lengths.add(&run.samples);
+            let stop = halted().then(|| self.stop_cause(runner, &run, began));
+            if let Some((health::StopCause::Signal, _)) = &stop
+                && run.samples.is_empty()
+                && run.unfinished == 0
+            {
+                // Stopped before it sent anything: left out, and named as the level running.
+                return Ok(());
+            }
+            if stop.is_none() {
+                lengths.add(&run.samples);
+            }
+            let unfinished = run.unfinished;
             let mut stats = fold_level(*key, run, &self.criteria, price.as_ref(), late, true);
+            if let Some(stop) = &stop {
+                mark_stopped(runner, &mut stats, stop, unfinished);
+            }
             if self.shape.load_ramp.is_some() {
                 stats.per_second = steady::per_second(stats.samples.as_deref().unwrap_or_default());
             }
             stats.repeats = repeats;
-            if let Some(note) = added_note {
-                self.progress.println(&format!("  {label}: {note}"));
-                stats.notes.push(note);
-            }
-            if extended > 0 {
-                let note = format!(
-                    "run {extended} more time(s) at its amount: the attainment's interval reached across the target"
-                );
-                stats.notes.push(note);
-            }
-            if key.rate.is_none() && self.shard.workers(key.concurrency) == 0 {
-                // Said, so that a merge knows why this shard's part of the level is empty.
-                let note = format!(
-                    "shard {} had no worker at concurrency {} (the level's workers are on the shards before it): it sent nothing at this level",
-                    self.shard, key.concurrency
-                );
-                self.progress.println(&format!("  {label}: {note}"));
-                stats.notes.push(note);
-            }
+            self.note(&mut stats, &label, added_note, extended);
             stats.server = server_side
                 .end(mi, li, &stats, &label, &self.progress)
                 .await;
-            if let Some(cc) = &self.cross_check {
+            if let Some(cc) = self.cross_check.as_ref().filter(|_| stop.is_none()) {
                 let all = stats.samples.as_deref().unwrap_or_default();
                 let c = crosscheck::run(runner, &stats, all, cc, &label).await?;
                 stats.cross_check = Some(c);
             }
-            if let Some(r) = reports.get(mi) {
+            // A partial level's figures are not the level's: they go to the report only.
+            if let Some(r) = reports.get(mi).filter(|_| !stats.partial) {
                 for sink in &self.sinks {
                     sink.level_done(r, &stats);
                 }
@@ -372,7 +483,7 @@ impl Sender {
                 stats.samples = None;
             }
             self.progress.println(&level_line(&label, &stats));
-            if let Some(plan) = &self.search {
+            if let Some(plan) = self.search.as_ref().filter(|_| !stats.partial) {
                 tried.push((plan.load(key), plan.verdict(&stats)));
             }
             if let Some(r) = reports.get_mut(mi) {
@@ -382,11 +493,99 @@ impl Sender {
             if let Ok(mut running) = self.running.lock() {
                 *running = None;
             }
+            if let Some((by, reason)) = stop {
+                if by == health::StopCause::Errors {
+                    let why = self.load_stopped(key, (li, refining), &reason);
+                    self.progress.println(&format!("  {name}: {why}"));
+                    reports[mi].stopped_early = Some(why);
+                }
+                break;
+            }
         }
         if added > 0 {
             reports[mi].sort_levels_by_load();
         }
         Ok(())
+    }
+
+    /// The notes a level's reader must know: a level the knee added (`added`), one run on
+    /// `extended` more times while its decision was unclear, a shard without a worker at it.
+    fn note(&self, stats: &mut LevelStats, label: &str, added: Option<String>, extended: u32) {
+        if let Some(note) = added {
+            self.progress.println(&format!("  {label}: {note}"));
+            stats.notes.push(note);
+        }
+        if extended > 0 {
+            let note = format!(
+                "run {extended} more time(s) at its amount: the attainment's interval reached across the target"
+            );
+            stats.notes.push(note);
+        }
+        let key = stats.key;
+        if key.rate.is_none() && self.shard.workers(key.concurrency) == 0 {
+            // Said, so that a merge knows why this shard's part of the level is empty.
+            let note = format!(
+                "shard {} had no worker at concurrency {} (the level's workers are on the shards before it): it sent nothing at this level",
+                self.shard, key.concurrency
+            );
+            self.progress.println(&format!("  {label}: {note}"));
+            stats.notes.push(note);
+        }
+    }
+
+    /// Why a series' load stopped at `key` (level `li` of a fixed sweep's plan, unless
+    /// `refining` its added ones) by its errors' `reason`, and the planned levels it leaves out.
+    fn load_stopped(&self, key: &LevelKey, (li, refining): (usize, bool), reason: &str) -> String {
+        let left: Vec<String> = match (&self.search, refining) {
+            (None, false) => self.levels[li + 1..].iter().map(LevelKey::label).collect(),
+            _ => Vec::new(),
+        };
+        let later = if left.is_empty() {
+            "no later level is run".to_owned()
+        } else {
+            format!("its later levels ({}) are not run", left.join(", "))
+        };
+        format!("load stopped at {}: {reason}; {later}", key.label())
+    }
+
+    /// What stopped a level whose sending was halted, and why: the stop signal (how long into
+    /// the level, what finished and what was cut), or its series' early stop (the streak's
+    /// reason).
+    fn stop_cause(
+        &self,
+        runner: &Runner,
+        run: &runner::LevelRun,
+        began: std::time::Instant,
+    ) -> (health::StopCause, String) {
+        let streak = runner
+            .halt
+            .streak
+            .as_ref()
+            .and_then(|s| s.lock().ok().and_then(|s| s.reason()));
+        match streak {
+            Some(reason) if !self.stop.is_cancelled() => (health::StopCause::Errors, reason),
+            _ => {
+                let signal = self.signal.get().copied().unwrap_or("a stop signal");
+                // Requests cut in flight were waited for the runner's grace after the signal.
+                let (at, cut) = if run.unfinished > 0 {
+                    let grace = runner.grace.as_secs_f64();
+                    (
+                        (began.elapsed().as_secs_f64() - grace).max(0.0),
+                        format!(
+                            "; {} request(s) still in flight {} s later were cut",
+                            run.unfinished,
+                            crate::units::trim_float(grace)
+                        ),
+                    )
+                } else {
+                    (began.elapsed().as_secs_f64(), String::new())
+                };
+                (
+                    health::StopCause::Signal,
+                    format!("stopped by {signal} {at:.1} s into the level{cut}"),
+                )
+            }
+        }
     }
 
     /// The end of a model's capacity search: its capacity in the report, its levels in load
@@ -402,10 +601,10 @@ impl Sender {
         report.sort_levels_by_load();
         let c = plan.capacity(outcome, tried, &report.levels);
         self.progress.println(&format!(
-            "  {name}: capacity {} ({}; {} levels, {} requests, {:.1} s)",
+            "  {name}: capacity {} ({}; {}, {} requests, {:.1} s)",
             capacity::describe(&c),
             c.stopped,
-            c.levels_tried.len(),
+            crate::units::count(c.levels_tried.len(), "level"),
             c.requests,
             c.seconds
         ));
@@ -515,7 +714,10 @@ impl Sender {
             }
         }
         if let Some(p) = &self.start {
-            tokio::time::sleep(p.wait(slot, chrono::Utc::now())).await;
+            tokio::select! {
+                () = tokio::time::sleep(p.wait(slot, chrono::Utc::now())) => {}
+                () = runner.halt.stop.cancelled() => {}
+            }
         }
         let started = chrono::Utc::now();
         server_side.begin().await;
@@ -548,6 +750,21 @@ impl Sender {
         });
         Ok((run, late))
     }
+}
+
+/// Marks a level's statistics stopped (partial) as `stop` says, with its errors' first messages
+/// (the series' streak's when none of its requests finished: the warm-up tripped the stop).
+fn mark_stopped(
+    runner: &Runner,
+    stats: &mut LevelStats,
+    (by, reason): &(health::StopCause, String),
+    unfinished: u64,
+) {
+    let streak = runner.halt.streak.as_ref().and_then(|s| s.lock().ok());
+    let fallback = streak.map(|s| s.messages().clone()).unwrap_or_default();
+    let samples = stats.samples.take().unwrap_or_default();
+    stats.mark_stopped(*by, reason.clone(), unfinished, &samples, &fallback);
+    stats.samples = Some(samples);
 }
 
 /// A level's statistics from its run: the fold, the cost at `price`, when it started (and, with
@@ -598,7 +815,7 @@ pub(super) fn level_line(label: &str, l: &LevelStats) -> String {
             .map_or_else(|| "-".to_owned(), |s| crate::units::fmt_secs(g(s)))
     };
     format!(
-        "  {label}: {} requests, {:.2}% errors, TTFT p50 {} p95 {}, TPOT p50 {}, {:.1} tok/s, {:.2} req/s, lag p99 {}, loop lag p99 {}{}{}",
+        "  {label}: {} requests, {:.2}% errors, TTFT p50 {} p95 {}, TPOT p50 {}, {:.1} tok/s, {:.2} req/s, lag p99 {}, loop lag p99 {}{}{}{}",
         l.requests,
         l.error_rate * 100.0,
         f(&l.ttft_s, |s| s.p50),
@@ -617,5 +834,8 @@ pub(super) fn level_line(label: &str, l: &LevelStats) -> String {
             .map_or_else(String::new, |w| format!(
                 "; CLIENT-BOUND, not the server's figures: {w}"
             )),
+        l.stopped
+            .as_ref()
+            .map_or_else(String::new, |s| format!("; PARTIAL, {}", s.reason)),
     )
 }

@@ -4,7 +4,7 @@
 
 use crate::bench::criteria::{self, Criteria, CriteriaError, parse_ratio, parse_weights};
 use crate::bench::crosscheck::CrossCheckSpec;
-use crate::bench::runner::{Amount, Arrival};
+use crate::bench::runner::{Amount, Arrival, ProgressMode};
 use crate::bench::shard::{Shard, StartPlan};
 use crate::bench::{
     BenchError, BenchPlan, LevelShape, MAX_REQUESTS_PER_LEVEL, check_select_at, choose_prompts,
@@ -46,21 +46,27 @@ pub struct BenchArgs {
     /// What to do instead of a load test.
     #[command(subcommand)]
     pub action: Option<BenchAction>,
-    /// The YAML config file (the same one `serve` uses).
-    #[arg(long = "config.file", required = true)]
+    /// The YAML config file (the same one `serve` uses); or give the target as flags
+    /// (--base-url, --models, --api, the key, --prompt TEXT, ...).
+    #[arg(long = "config.file", required_unless_present = "base_url")]
     pub config_file: Option<PathBuf>,
+    /// The target and its prompt as flags, without --config.file.
+    #[command(flatten)]
+    pub target_flags: super::target_flags::TargetFlags,
     /// Target name in the config (default: the first target).
-    #[arg(long)]
+    #[arg(long, requires = "config_file")]
     pub target: Option<String>,
-    /// Models to compare, comma-separated (default: the target's models); `TARGET/MODEL` is a
-    /// model at another target of the config (the same prompt is sent to each).
-    #[arg(long, value_delimiter = ',')]
+    /// Models to compare, comma-separated (with --config.file default: the target's models;
+    /// `TARGET/MODEL` is a model at another target of the config; with --base-url required), the
+    /// same prompt sent to each.
+    #[arg(long, value_delimiter = ',', required_unless_present = "config_file")]
     pub models: Vec<String>,
-    /// Prompt names, comma-separated (default: the target's first prompt); several are swept
-    /// one after the other, each its own series per model (e.g. an input-length sweep).
-    #[arg(long, value_delimiter = ',')]
+    /// With --config.file: prompt names, comma-separated (default: the target's first prompt);
+    /// several are swept one after the other, each its own series per model (e.g. an
+    /// input-length sweep). With --base-url: the user message (default "Say hello in five words.").
+    #[arg(long)]
     pub prompt: Vec<String>,
-    /// Override the prompt's max_tokens.
+    /// Override the prompt's max_tokens (with --base-url: the output cap, default 64).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_tokens: Option<u32>,
     /// Concurrency levels, e.g. 1,5,10,20,50 (closed loop: workers; open loop: the in-flight cap).
@@ -130,7 +136,7 @@ pub struct BenchArgs {
     /// YAML with limits, weights, slo, knee, tolerance, select_at (flags add to or override it).
     #[arg(long = "bench.file")]
     pub bench_file: Option<PathBuf>,
-    /// The level (concurrency, or rate in open loop) at which models are judged (default: the last).
+    /// The level (concurrency, or rate in open loop) at which models are judged (default: with SLOs the highest load every model serves within them, else the highest load every model ran).
     #[arg(long)]
     pub select_at: Option<f64>,
     /// Knee: aggregate tokens/s grew by less than this (default 10%).
@@ -163,7 +169,8 @@ pub struct BenchArgs {
     /// Plot TTFT p95 and aggregate tokens/s against the load to FILE.svg.
     #[arg(long)]
     pub plot: Option<PathBuf>,
-    /// No progress bar (it is shown only when stderr is a terminal anyway).
+    /// No progress: neither the bar (when stderr is a terminal) nor the line every 5 s (when it
+    /// is not).
     #[arg(long)]
     pub no_progress: bool,
     /// Run shard INDEX of COUNT (0-based, e.g. `$(JOB_COMPLETION_INDEX)/4` in a Kubernetes Indexed
@@ -210,9 +217,10 @@ pub struct BenchArgs {
     #[arg(long, requires = "find_capacity", value_parser = humantime::parse_duration)]
     pub capacity_budget: Option<Duration>,
     /// Run a level of the capacity search up to N more times at its amount while its attainment's
-    /// 95% interval reaches across the target (0: never).
-    #[arg(long, requires = "find_capacity", default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=100))]
-    pub capacity_extend: u32,
+    /// 95% interval reaches across the target (0: never; default 3, or, without a level length,
+    /// 11 more parts of 10 s each).
+    #[arg(long, requires = "find_capacity", value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub capacity_extend: Option<u32>,
     /// Run every level N times (one after the other, with the level's amount each time): the
     /// level's figures are those of all its requests, and each run's are kept to show the spread.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
@@ -222,7 +230,7 @@ pub struct BenchArgs {
     /// each where the fit of throughput against load bends or to confirm it, and leave out the
     /// planned levels once clearly past saturation (0: the levels as given). Not in sharded runs
     /// or with --start-at.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=32))]
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=32))]
     pub knee_levels: u32,
     /// A fixed sweep with --slo: run a level up to N more times at its amount while its SLO
     /// attainment's 95% interval holds 95% (the answer cannot say whether it passes), so each
@@ -243,6 +251,20 @@ pub struct BenchArgs {
     /// figures): such a level stays marked in every output.
     #[arg(long)]
     pub accept_client_bound: bool,
+    /// Do not send the connectivity check: by default each model gets one unmeasured request
+    /// before any level, and a model whose request fails is not loaded (exit 7).
+    #[arg(long)]
+    pub no_check: bool,
+    /// A model whose connectivity check failed is left out and the others are loaded, without
+    /// exit 7 for it (exit 7 still when every model failed its check).
+    #[arg(long, conflicts_with = "no_check")]
+    pub keep_going: bool,
+    /// Stop a model's load after N requests in a row failed with an error more load cannot
+    /// change (auth, bad_request, quota_exceeded; connect once the server had answered), no
+    /// success between them: its level is kept, marked partial, its later levels are not run,
+    /// and the run exits 8 (0: never stop).
+    #[arg(long, default_value_t = crate::bench::health::STOP_AFTER_ERRORS)]
+    pub stop_after_errors: u32,
     /// Server metrics beside every level.
     #[command(flatten)]
     pub server: super::bench_servermetrics::ServerArgs,
@@ -331,9 +353,13 @@ fn level_amount(a: &BenchArgs, replay: Option<Amount>) -> Result<Amount, BenchEr
         (Some(all), ..) => all,
         (None, Some(n), _) => Amount::Requests(n),
         (None, None, Some(d)) => Amount::Duration(d),
+        // The capacity search runs each level as long as its decision needs, within a cap.
+        (None, None, None) if a.find_capacity => {
+            Amount::Duration(crate::bench::capacity::AUTO_PART)
+        }
         (None, None, None) => {
             return Err(BenchError::Usage(
-                "give --requests-per-level N or --duration-per-level D (a trace prompt needs neither: it sends its requests)".into(),
+                "give --requests-per-level N or --duration-per-level D (a trace prompt needs neither: it sends its requests; nor --find-capacity: it runs each level until its decision is clear)".into(),
             ));
         }
     };
@@ -586,7 +612,11 @@ fn capacity_plan(
         },
         cap: levels.first().map_or(1000, |k| k.concurrency),
         budget: a.capacity_budget,
-        extensions: a.capacity_extend,
+        extensions: a.capacity_extend.unwrap_or(if a.auto_length() {
+            crate::bench::capacity::AUTO_PARTS - 1
+        } else {
+            crate::bench::capacity::DEFAULT_EXTENSIONS
+        }),
     }))
 }
 
@@ -794,6 +824,19 @@ impl MergeArgs {
             &crate::bench::findings::Thresholds::default(),
         );
         let code = crate::render::deliver(&merged, &outputs, &criteria)?;
+        // The shards ran the check and said so; a level of the run all errors is the run's.
+        let code = match merged
+            .interrupted
+            .is_none()
+            .then(|| crate::bench::health::unusable(&merged, true))
+            .flatten()
+        {
+            Some((exit, line)) => {
+                crate::output::print_stderr_line(&line);
+                std::process::ExitCode::from(exit)
+            }
+            None => code,
+        };
         Ok(super::bench_history::record(store, &merged, code))
     }
 }
@@ -882,6 +925,76 @@ fn invocation_nonce() -> String {
 }
 
 impl BenchArgs {
+    /// `--find-capacity` chooses each level's length itself (no `--requests-per-level` or
+    /// `--duration-per-level`).
+    fn auto_length(&self) -> bool {
+        self.find_capacity && self.requests_per_level.is_none() && self.duration_per_level.is_none()
+    }
+
+    /// The config: `--config.file`'s, or the one target the flags describe (`--base-url`, its
+    /// `--models` and one prompt), checked by the same rules.
+    ///
+    /// # Errors
+    /// [`BenchError::Config`] for a config that cannot be loaded, [`BenchError::Usage`] for flags
+    /// that are not valid (each problem named by its flag).
+    fn config(&self) -> Result<Config, BenchError> {
+        let t = &self.target_flags;
+        if let Some(file) = &self.config_file {
+            if let Some(flag) = t.target_only_flag() {
+                return Err(BenchError::Usage(format!(
+                    "{flag} describes a target given as flags (--base-url); with --config.file set it in the config's target"
+                )));
+            }
+            return Config::load(file).map_err(|source| BenchError::Config {
+                path: file.clone(),
+                source,
+            });
+        }
+        let Some(base_url) = &t.base_url else {
+            return Err(BenchError::Usage(
+                "give --config.file FILE, or the target as flags: --base-url URL --models A,B"
+                    .into(),
+            ));
+        };
+        let mut models: Vec<String> = Vec::new();
+        for m in &self.models {
+            if models.contains(m) {
+                return Err(BenchError::Usage(format!("--models: {m:?} is given twice")));
+            }
+            models.push(m.clone());
+        }
+        let name = super::target_flags::target_name(base_url, "flags");
+        let prompt = match self.prompt.as_slice() {
+            [] => "Say hello in five words.".to_owned(),
+            [text] => text.clone(),
+            _ => {
+                return Err(BenchError::Usage(
+                    "--prompt is given twice: with --base-url it is the one user message sent (a sweep of prompts needs --config.file)".into(),
+                ));
+            }
+        };
+        let flags = t
+            .flag_target(
+                name,
+                base_url.clone(),
+                models,
+                prompt,
+                self.max_tokens.unwrap_or(64),
+            )
+            .map_err(BenchError::Usage)?;
+        Config::from_flags(&flags).map_err(|e| match e {
+            crate::config::ConfigError::Invalid(issues) => BenchError::Usage(format!(
+                "invalid flags: {}",
+                issues
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            )),
+            other => BenchError::Usage(other.to_string()),
+        })
+    }
+
     /// This process sends one shard of several (`--shard i/N` with N above 1): every shard must
     /// run the same levels, so what one process decides alone is refused.
     fn sharded(&self) -> bool {
@@ -907,17 +1020,28 @@ impl BenchArgs {
         let finished = crate::bench::run(plan).await?;
         exports.finish().await;
         let code = crate::render::deliver(&finished.report, &outputs, &criteria)?;
-        let code = self.client_bound_exit(&finished.report, code);
+        let code = self.exit(&finished.report, code);
         Ok(super::bench_history::record(store, &finished.report, code))
     }
 
-    /// `code`, or [`CLIENT_BOUND_EXIT`] (said on stderr) when a level the client could not
-    /// measure is not accepted.
-    fn client_bound_exit(
+    /// The run's exit: `code` (the report's: a regression, nothing compared), unless a failure
+    /// left a model or a level unmeasured ([`crate::bench::health::unusable`]), or a level the
+    /// client could not measure is not accepted ([`CLIENT_BOUND_EXIT`]); each said on stderr. A
+    /// run stopped by a signal keeps its code.
+    fn exit(
         &self,
         r: &crate::bench::report::Report,
         code: std::process::ExitCode,
     ) -> std::process::ExitCode {
+        if r.interrupted.is_some() {
+            return code;
+        }
+        // Failures that left a model or a level unmeasured come before a client-bound level
+        // or a regression.
+        if let Some((exit, line)) = crate::bench::health::unusable(r, self.keep_going) {
+            crate::output::print_stderr_line(&line);
+            return std::process::ExitCode::from(exit);
+        }
         let bound: Vec<String> = r
             .models
             .iter()
@@ -928,7 +1052,7 @@ impl BenchArgs {
                     .map(move |l| format!("{} @ {}", m.name(), l.key.label()))
             })
             .collect();
-        if bound.is_empty() || self.accept_client_bound || r.interrupted.is_some() {
+        if bound.is_empty() || self.accept_client_bound {
             return code;
         }
         crate::output::print_stderr_line(&format!(
@@ -948,15 +1072,24 @@ impl BenchArgs {
         if a.models.iter().any(|m| m.trim().is_empty()) {
             return Err(BenchError::Usage("--models: empty model name".into()));
         }
-        let config_file = a
-            .config_file
-            .clone()
-            .ok_or_else(|| BenchError::Usage("--config.file is required".into()))?;
-        let config = Config::load(&config_file).map_err(|source| BenchError::Config {
-            path: config_file.clone(),
-            source,
-        })?;
-        let (jobs, models) = choose_prompts(&config, a.target.as_deref(), &a.prompt, &a.models)?;
+        let config = self.config()?;
+        let prompt_names: Vec<String> = match &a.config_file {
+            Some(_) => a
+                .prompt
+                .iter()
+                .flat_map(|p| p.split(','))
+                .map(|n| n.trim().to_owned())
+                .collect(),
+            None => Vec::new(),
+        };
+        let (jobs, mut models) =
+            choose_prompts(&config, a.target.as_deref(), &prompt_names, &a.models)?;
+        if a.config_file.is_some() {
+            // Deadline flags apply on top of a configured target, as for `probe`.
+            for m in &mut models {
+                m.timeouts = a.target_flags.deadlines(m.timeouts);
+            }
+        }
         let prompts: Vec<ProbeSpec> = jobs
             .iter()
             .map(|j| {
@@ -1018,9 +1151,11 @@ impl BenchArgs {
             || !criteria.limits.is_empty()
             || !a.weights.is_empty()
             || a.bench_file.is_some();
-        let targets: Vec<&crate::config::Target> =
-            models.iter().map(|m| m.target.as_ref()).collect();
-        let server = a.server.plan(&targets)?;
+        let named: Vec<(&crate::config::Target, &str)> = models
+            .iter()
+            .map(|m| (m.target.as_ref(), m.model.as_str()))
+            .collect();
+        let server = a.server.plan(&named)?;
         check_until_clear(a, &criteria)?;
         let shape = LevelShape {
             knee_levels: a.knee_levels,
@@ -1045,7 +1180,18 @@ impl BenchArgs {
             ramp: a.ramp,
             prewarm: !a.no_prewarm,
             samples: a.samples || shard.count > 1,
-            progress: !a.no_progress && std::io::stderr().is_terminal(),
+            progress: if a.no_progress {
+                ProgressMode::Off
+            } else if std::io::stderr().is_terminal() {
+                ProgressMode::Bar
+            } else {
+                ProgressMode::Lines
+            },
+            health: crate::bench::health::HealthPlan {
+                check: !a.no_check,
+                keep_going: a.keep_going,
+                stop_after: a.stop_after_errors,
+            },
             judged,
             baseline: None,
             shard,

@@ -13,8 +13,8 @@ use std::time::Duration;
 /// The server-metrics flags of `tokenprobe bench`.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct ServerArgs {
-    /// Scrape this Prometheus/OpenMetrics endpoint around and during every level (repeatable; the target's key and auth header are sent when the endpoint is the target's host and port, as llama.cpp's /metrics wants). Adds to the target's server_metrics.
-    #[arg(long = "server-metrics", value_name = "URL")]
+    /// Scrape this Prometheus/OpenMetrics endpoint around and during every level (repeatable; the target's key and auth header are sent when the endpoint is the target's host and port, as llama.cpp's /metrics wants). Adds to the target's server_metrics. MODEL=URL scrapes it for that model only (the model's name as in --models): each model behind one gateway with its own server.
+    #[arg(long = "server-metrics", value_name = "[MODEL=]URL")]
     pub server_metrics: Vec<String>,
     /// Time between scrapes during a level, of --server-metrics and of the config's endpoints that set no interval (default 1s).
     #[arg(long, value_parser = humantime::parse_duration)]
@@ -43,14 +43,29 @@ fn http_url(flag: &str, u: &str) -> Result<(), BenchError> {
     }
 }
 
+/// A `--server-metrics` value: `URL` (every model's) or `MODEL=URL` (one model's), as
+/// (model, URL). A value that starts as a URL is one whole, whatever `=` its query holds.
+fn model_and_url(v: &str) -> (Option<&str>, &str) {
+    let lower = v.trim_start().to_ascii_lowercase();
+    if lower.starts_with("http://") || lower.starts_with("https://") {
+        return (None, v);
+    }
+    match v.split_once('=') {
+        Some((model, url)) if !model.trim().is_empty() => (Some(model.trim()), url),
+        _ => (None, v),
+    }
+}
+
 impl ServerArgs {
-    /// The server plan: for each model (by the target it is sent to, in `targets`' order) its
-    /// target's endpoints, then the flags' (which apply to every model, with that model's target's
-    /// key and auth style); the Prometheus source and the thresholds.
+    /// The server plan: for each model (by the target it is sent to and its name, in `models`'
+    /// order) its target's endpoints, then the flags' (`URL` for every model, `MODEL=URL` for the
+    /// model of that name or `TARGET/MODEL`, each with that model's target's key and auth style);
+    /// the Prometheus source and the thresholds.
     ///
     /// # Errors
-    /// [`BenchError::Usage`] for a URL, interval, query or threshold that is not valid.
-    pub fn plan(&self, targets: &[&Target]) -> Result<ServerPlan, BenchError> {
+    /// [`BenchError::Usage`] for a URL, interval, query or threshold that is not valid, or a
+    /// `MODEL=` that names none of the models.
+    pub fn plan(&self, models: &[(&Target, &str)]) -> Result<ServerPlan, BenchError> {
         let interval = self
             .server_metrics_interval
             .unwrap_or(crate::servermetrics::DEFAULT_INTERVAL);
@@ -59,12 +74,28 @@ impl ServerArgs {
                 "--server-metrics-interval must be between 50ms and 1h".into(),
             ));
         }
-        for u in &self.server_metrics {
-            http_url("--server-metrics", u)?;
-        }
-        let endpoints: Vec<Vec<Endpoint>> = targets
+        let flagged: Vec<(Option<&str>, &str)> = self
+            .server_metrics
             .iter()
-            .map(|target| {
+            .map(|v| model_and_url(v))
+            .collect();
+        for (model, u) in &flagged {
+            http_url("--server-metrics", u)?;
+            if let Some(m) = model
+                && !models
+                    .iter()
+                    .any(|(t, name)| name == m || format!("{}/{name}", t.name) == *m)
+            {
+                let names: Vec<&str> = models.iter().map(|(_, n)| *n).collect();
+                return Err(BenchError::Usage(format!(
+                    "--server-metrics {m}=...: no model {m:?} in this run (models: {})",
+                    names.join(", ")
+                )));
+            }
+        }
+        let endpoints: Vec<Vec<Endpoint>> = models
+            .iter()
+            .map(|&(target, name)| {
                 let mut endpoints = target.server_metrics.clone();
                 // The flag's interval for the config's endpoints that set none.
                 if self.server_metrics_interval.is_some() {
@@ -73,9 +104,12 @@ impl ServerArgs {
                         e.timeout = e.timeout.min(interval);
                     }
                 }
-                endpoints.extend(self.server_metrics.iter().map(|u| {
+                let own = |m: &Option<&str>| {
+                    m.is_none_or(|m| m == name || format!("{}/{name}", target.name) == m)
+                };
+                endpoints.extend(flagged.iter().filter(|(m, _)| own(m)).map(|&(_, u)| {
                     Endpoint {
-                        url: u.clone(),
+                        url: u.to_owned(),
                         interval,
                         interval_given: true,
                         timeout: DEFAULT_TIMEOUT.min(interval),
@@ -151,7 +185,7 @@ mod tests {
     }
 
     fn err(a: ServerArgs) -> String {
-        match a.plan(&[&target()]) {
+        match a.plan(&[(&target(), "m")]) {
             Err(BenchError::Usage(m)) => m,
             other => panic!("accepted: {other:?}"),
         }
@@ -171,7 +205,7 @@ mod tests {
             prometheus_wait: Duration::from_secs(1),
             finding_thresholds: vec!["memory_pressure=90%".into()],
         };
-        let p = a.plan(&[&target()]).expect("plan");
+        let p = a.plan(&[(&target(), "m")]).expect("plan");
         assert_eq!(p.endpoints.len(), 1, "one model");
         let endpoints = &p.endpoints[0];
         assert_eq!(endpoints.len(), 3, "the config's, then the flag's");
@@ -236,5 +270,51 @@ mod tests {
             ..base()
         });
         assert!(m.contains("between 50ms and 1h"), "{m}");
+    }
+
+    /// `MODEL=URL` scrapes that model's server only; `URL` every model's; a URL whose query holds
+    /// `=` stays whole; a `MODEL=` that is not in the run is refused.
+    #[test]
+    fn an_endpoint_may_belong_to_one_model() {
+        let t = target();
+        let a = ServerArgs {
+            server_metrics: vec![
+                "smollm2=http://127.0.0.1:8081/metrics".into(),
+                "t/gemma3=http://127.0.0.1:8082/metrics".into(),
+                "http://127.0.0.1:9100/metrics?x=1".into(),
+            ],
+            ..ServerArgs::default()
+        };
+        let p = a.plan(&[(&t, "smollm2"), (&t, "gemma3")]).expect("plan");
+        let urls = |i: usize| -> Vec<&str> {
+            p.endpoints[i]
+                .iter()
+                .map(|e| e.url.as_str())
+                .filter(|u| !u.contains(":2/"))
+                .collect()
+        };
+        assert_eq!(
+            urls(0),
+            [
+                "http://127.0.0.1:8081/metrics",
+                "http://127.0.0.1:9100/metrics?x=1"
+            ]
+        );
+        assert_eq!(
+            urls(1),
+            [
+                "http://127.0.0.1:8082/metrics",
+                "http://127.0.0.1:9100/metrics?x=1"
+            ]
+        );
+        let wrong = ServerArgs {
+            server_metrics: vec!["llama=http://127.0.0.1:8081/metrics".into()],
+            ..ServerArgs::default()
+        };
+        let e = match wrong.plan(&[(&t, "smollm2")]) {
+            Err(BenchError::Usage(m)) => m,
+            other => panic!("accepted: {other:?}"),
+        };
+        assert!(e.contains("no model \"llama\""), "{e}");
     }
 }

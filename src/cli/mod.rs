@@ -12,8 +12,10 @@
 //!
 //! `simulate`'s flags are [`crate::simulate::SimulateArgs`], beside the simulator they configure.
 //!
-//! Exit codes: 0 success; 1 a probe failed or could not be sized (`probe`, [`Refused`]); 2 bad usage or an invalid config; 3 a bench
-//! regressed against its baseline; 4 a bench level the client could not measure.
+//! Exit codes: 0 success; 1 a probe failed or could not be sized (`probe`, [`Refused`]); 2 bad
+//! usage or an invalid config; `bench`'s 3 to 8 (a regression, a level the client could not
+//! measure, a run not recorded, nothing compared, a failed connectivity check, a level of errors)
+//! are listed in [`crate::bench`].
 
 pub mod bench;
 pub mod bench_export;
@@ -23,6 +25,7 @@ pub mod bench_servermetrics;
 pub mod check;
 pub mod probe;
 pub mod serve;
+pub mod target_flags;
 
 use crate::output::print_stderr_line;
 use clap::{Parser, Subcommand, ValueEnum};

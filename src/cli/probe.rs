@@ -1,16 +1,15 @@
 //! `tokenprobe probe`: its flags, their conversion into a [`ProbeSpec`] (from the flags alone, or
 //! from a target of a config file with the flags on top), and the one probe with its report.
 
-use crate::config::{AuthStyle, Config, ConfigError, Timeouts};
+use super::target_flags::TargetFlags;
+use crate::config::{Config, ConfigError};
 use crate::output::{print_stderr_line, print_stdout};
 use crate::probe::report::{ReportContext, to_json, to_text};
 use crate::probe::{ProbeSpec, Prober};
-use crate::protocol::Api;
 use anyhow::{Context, Result};
 use clap::ValueEnum;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 /// `probe --format`.
 // clap shows a variant's doc comment as its help, which would change `--help`.
@@ -24,136 +23,30 @@ pub enum Format {
 /// Flags of `tokenprobe probe`.
 #[derive(clap::Args, Debug)]
 pub struct ProbeArgs {
-    /// Base URL, e.g. http://127.0.0.1:8080/v1 (the protocol's path is appended).
-    #[arg(
-        long,
-        required_unless_present = "config_file",
-        conflicts_with = "config_file"
-    )]
-    pub base_url: Option<String>,
+    /// The target and its prompt as flags (without --config.file).
+    #[command(flatten)]
+    pub target_flags: TargetFlags,
     /// Model name to ask for.
     #[arg(long, required_unless_present = "config_file")]
     pub model: Option<String>,
-    /// API protocol.
-    #[arg(long, value_enum, default_value = "openai-chat")]
-    pub api: Api,
-    /// Name of the environment variable holding the API key.
-    #[arg(long)]
-    pub api_key_env: Option<String>,
-    /// File holding the API key.
-    #[arg(long, conflicts_with = "api_key_env")]
-    pub api_key_file: Option<PathBuf>,
     /// The user message.
     #[arg(long, default_value = "Say hello in five words.")]
     pub prompt: String,
     /// Output cap (max_tokens, at least 1).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_tokens: u32,
-    /// Do not send stream_options.include_usage (for servers that reject it).
-    #[arg(long)]
-    pub no_usage: bool,
     /// Ask for the whole answer at once ("stream": false): E2E, output and input tokens only.
     #[arg(long)]
     pub no_stream: bool,
-    /// Ask for exactly --max-tokens (or --output-tokens) output tokens, as a target's
-    /// `exact_output`: ignore_eos (vLLM, SGLang, llama.cpp), min_tokens (vLLM), none.
-    #[arg(long, value_enum, default_value_t = ExactArg::None)]
-    pub exact_output: ExactArg,
-    /// Connection set-up deadline.
-    #[arg(long, value_parser = crate::config::parse_timeout)]
-    pub timeout_connect: Option<Duration>,
-    /// Deadline from sending to the first token.
-    #[arg(long, value_parser = crate::config::parse_timeout)]
-    pub timeout_first_token: Option<Duration>,
-    /// Deadline for silence after the first token.
-    #[arg(long, value_parser = crate::config::parse_timeout)]
-    pub timeout_idle: Option<Duration>,
-    /// Deadline for the whole request.
-    #[arg(long, value_parser = crate::config::parse_timeout)]
-    pub timeout_total: Option<Duration>,
-    /// Which header carries the key (default: x-api-key for anthropic-messages, else bearer).
-    #[arg(long, value_enum)]
-    pub auth: Option<AuthArg>,
-    // Header, query and proxy values are checked after parsing, by us: clap's own error for a
-    // bad value quotes it, and these may be secrets.
-    /// Extra request header NAME=VALUE (repeatable).
-    #[arg(long = "header")]
-    pub headers: Vec<String>,
-    /// Query parameter NAME=VALUE added to the URL (repeatable), e.g. api-version=2024-10-21.
-    #[arg(long = "query")]
-    pub query: Vec<String>,
-    /// Proxy URL, or "none" to ignore the environment's proxy variables.
-    #[arg(long)]
-    pub proxy: Option<String>,
-    /// Extra PEM CA certificates to trust.
-    #[arg(long)]
-    pub ca_file: Option<PathBuf>,
-    /// Accept any server certificate (dangerous).
-    #[arg(long)]
-    pub insecure_skip_verify: bool,
-    /// Prepend a random nonce to the prompt so a prompt cache cannot hide prefill time.
-    #[arg(long)]
-    pub nonce: bool,
-    /// Send filler text of this many input tokens (as the server counts them, chat template
-    /// included; calibrated first) instead of --prompt.
-    #[arg(long, conflicts_with_all = ["config_file", "dataset"], value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::workload::MAX_TOKENS)))]
-    pub input_tokens: Option<u32>,
-    /// Output length asked for: the output cap (overrides --max-tokens); the server may stop
-    /// earlier unless --exact-output asks for exactly this many.
-    #[arg(long, conflicts_with = "config_file", value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::workload::MAX_TOKENS)))]
-    pub output_tokens: Option<u32>,
-    /// Send a conversation of this dataset (ShareGPT JSON, or JSONL of message lists when the
-    /// name ends in .jsonl), chosen at random, instead of --prompt.
-    #[arg(long, conflicts_with = "config_file")]
-    pub dataset: Option<PathBuf>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
     /// Probe a target of this config file instead of --base-url (with --target).
-    #[arg(long = "config.file")]
+    #[arg(long = "config.file", required_unless_present = "base_url")]
     pub config_file: Option<PathBuf>,
     /// Target name in the config file (its first model and prompt, unless --model is given).
     #[arg(long, requires = "config_file")]
     pub target: Option<String>,
-}
-
-/// `probe --auth`: the header that carries the key.
-// clap shows a variant's doc comment as its help, which would change `--help`.
-#[allow(missing_docs)]
-#[derive(Copy, Clone, Debug, ValueEnum)]
-pub enum AuthArg {
-    Bearer,
-    XApiKey,
-    ApiKey,
-}
-
-/// `--exact-output`, spelled as a target's `exact_output:`.
-// clap shows a variant's doc comment as its help, which would change `--help`.
-#[allow(missing_docs)]
-#[derive(Copy, Clone, Debug, ValueEnum)]
-pub enum ExactArg {
-    None,
-    #[value(name = "ignore_eos")]
-    IgnoreEos,
-    #[value(name = "min_tokens")]
-    MinTokens,
-}
-
-fn parse_pair(s: &str) -> Result<(String, String), String> {
-    s.split_once('=')
-        .map(|(k, v)| (k.trim().to_owned(), v.to_owned()))
-        .filter(|(k, _)| !k.is_empty())
-        .ok_or_else(|| "expected NAME=VALUE (a value without '=' or without a name)".to_owned())
-}
-
-/// `base` with the `--timeout-*` flags that were given applied on top.
-fn deadlines(a: &ProbeArgs, base: Timeouts) -> Timeouts {
-    Timeouts {
-        connect: a.timeout_connect.unwrap_or(base.connect),
-        first_token: a.timeout_first_token.unwrap_or(base.first_token),
-        idle: a.timeout_idle.unwrap_or(base.idle),
-        total: a.timeout_total.unwrap_or(base.total),
-    }
 }
 
 /// The probe these flags ask for: from `--config.file`'s target, or from the flags alone.
@@ -162,57 +55,31 @@ fn deadlines(a: &ProbeArgs, base: Timeouts) -> Timeouts {
 /// An unusable flag value or config, said without quoting secret values.
 pub fn spec_from_args(a: &ProbeArgs) -> Result<ProbeSpec> {
     if let Some(cfg) = &a.config_file {
+        if let Some(flag) = a.target_flags.target_only_flag() {
+            anyhow::bail!(
+                "{flag} describes a target given as flags (--base-url); with --config.file set it in the config's target"
+            );
+        }
         let config = Config::load(cfg).map_err(|e| match e {
             e @ (ConfigError::Io { .. } | ConfigError::Syntax(_)) => anyhow::anyhow!("{e}"),
             e => anyhow::anyhow!("{}: {e}", cfg.display()),
         })?;
         return job_spec(&config, cfg, a.target.as_deref(), a.model.as_deref());
     }
-    let (Some(base_url), Some(model)) = (&a.base_url, &a.model) else {
+    let (Some(base_url), Some(model)) = (&a.target_flags.base_url, &a.model) else {
         anyhow::bail!("--base-url and --model are required without --config.file");
     };
-    let pairs = |flag: &str, given: &[String]| {
-        given
-            .iter()
-            .map(|p| parse_pair(p).map_err(|e| anyhow::anyhow!("{flag}: {e}")))
-            .collect::<Result<Vec<_>>>()
-    };
     // The flags are a one-target config: the config's rules check them, and only them.
-    let flags = crate::config::FlagTarget {
-        base_url: base_url.clone(),
-        api: a.api,
-        model: model.clone(),
-        api_key_env: a.api_key_env.clone(),
-        api_key_file: a.api_key_file.clone(),
-        auth: a.auth.map(|s| match s {
-            AuthArg::Bearer => AuthStyle::Bearer,
-            AuthArg::XApiKey => AuthStyle::XApiKey,
-            AuthArg::ApiKey => AuthStyle::ApiKey,
-        }),
-        headers: pairs("--header", &a.headers)?,
-        query: pairs("--query", &a.query)?,
-        proxy: a.proxy.clone(),
-        ca_file: a.ca_file.clone(),
-        insecure_skip_verify: a.insecure_skip_verify,
-        include_usage: !a.no_usage,
-        prompt: a.prompt.clone(),
-        max_tokens: a.max_tokens,
-        nonce: a.nonce,
-        input_tokens: a.input_tokens,
-        output_tokens: a.output_tokens,
-        dataset: a.dataset.clone(),
-        exact_output: match a.exact_output {
-            ExactArg::None => crate::protocol::ExactOutput::None,
-            ExactArg::IgnoreEos => crate::protocol::ExactOutput::IgnoreEos,
-            ExactArg::MinTokens => crate::protocol::ExactOutput::MinTokens,
-        },
-        timeouts: [
-            a.timeout_connect,
-            a.timeout_first_token,
-            a.timeout_idle,
-            a.timeout_total,
-        ],
-    };
+    let flags = a
+        .target_flags
+        .flag_target(
+            "probe".into(),
+            base_url.clone(),
+            vec![model.clone()],
+            a.prompt.clone(),
+            a.max_tokens,
+        )
+        .map_err(|e| anyhow::anyhow!(e))?;
     let config = Config::from_flags(&flags).map_err(|e| match e {
         ConfigError::Invalid(issues) => anyhow::anyhow!(
             "invalid flags: {}",
@@ -273,7 +140,7 @@ pub async fn run(a: ProbeArgs) -> Result<ExitCode> {
     }
     if a.config_file.is_some() {
         // Deadline flags still apply on top of a configured target.
-        spec.timeouts = deadlines(&a, spec.timeouts);
+        spec.timeouts = a.target_flags.deadlines(spec.timeouts);
     }
     if spec.target.tls.insecure_skip_verify {
         print_stderr_line(
@@ -346,7 +213,9 @@ pub async fn run(a: ProbeArgs) -> Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{AuthStyle, Timeouts};
     use clap::Parser;
+    use std::time::Duration;
 
     #[derive(Parser)]
     struct Cmd {

@@ -14,15 +14,17 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// What the `probe` command's flags say about one target, model and prompt.
+/// What the `probe` or `bench` command's flags say about one target, its models and one prompt.
 #[derive(Debug, Clone)]
 pub struct FlagTarget {
+    /// The target's name in outputs.
+    pub name: String,
     /// `--base-url`.
     pub base_url: String,
     /// `--api`.
     pub api: Api,
-    /// `--model`.
-    pub model: String,
+    /// `--model` (`probe`), `--models` (`bench`).
+    pub models: Vec<String>,
     /// `--api-key-env`: the name of the variable holding the key.
     pub api_key_env: Option<String>,
     /// `--api-key-file`.
@@ -60,8 +62,8 @@ pub struct FlagTarget {
     pub timeouts: [Option<Duration>; 4],
 }
 
-/// The name of the one target and prompt the flags describe.
-const NAME: &str = "probe";
+/// The name of the one prompt the flags describe.
+const NAME: &str = "flags";
 
 fn at<T>(value: T) -> S<T> {
     Spanned::new(value, Location::UNKNOWN, Location::UNKNOWN)
@@ -158,7 +160,7 @@ impl FlagTarget {
             defaults: None,
             prompts: vec![self.raw_prompt()],
             targets: vec![RawTarget {
-                name: at(NAME.to_owned()),
+                name: at(self.name.clone()),
                 base_url: at(self.base_url.clone()),
                 api: self.api,
                 // The config's own `${VAR}` expansion reads the variable.
@@ -167,7 +169,7 @@ impl FlagTarget {
                     .api_key_file
                     .as_ref()
                     .map(|p| at(p.display().to_string())),
-                models: at(vec![self.model.clone()]),
+                models: at(self.models.clone()),
                 prompts: None,
                 interval: None,
                 cron: None,
@@ -255,9 +257,10 @@ mod tests {
 
     fn flags() -> FlagTarget {
         FlagTarget {
+            name: "probe".into(),
             base_url: "http://127.0.0.1:8080/v1".into(),
             api: Api::OpenaiChat,
-            model: "m".into(),
+            models: vec!["m".into()],
             api_key_env: None,
             api_key_file: None,
             auth: None,
@@ -359,7 +362,7 @@ mod tests {
     fn the_config_rules_apply_and_name_the_flag() {
         let mut f = flags();
         f.base_url = "ftp://h/v1".into();
-        f.model = " ".into();
+        f.models = vec![" ".into()];
         f.headers = vec![("Accept-Encoding".into(), "gzip".into())];
         f.proxy = Some("socks5://u:p@h".into());
         let p = problems(&f);

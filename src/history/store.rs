@@ -565,8 +565,9 @@ impl Store {
 
     /// The stored runs `--baseline last` chooses among, newest first (at most `limit`): complete
     /// (not stopped by a signal) runs of the same load kind that ran one of `models` (target,
-    /// model) with `prompt`. Which of them fits the run is [`crate::bench::baseline::Fit`]'s to
-    /// say, from their reports.
+    /// model) with `prompt` through at least one whole level (a model whose check failed, or whose
+    /// only level was stopped early, ran none). Which of them fits the run is
+    /// [`crate::bench::baseline::Fit`]'s to say, from their reports.
     ///
     /// # Errors
     /// [`HistoryError::Sqlite`] when the store cannot be read.
@@ -583,7 +584,8 @@ impl Store {
             .prepare_cached(
                 "SELECT r.started_at, r.id FROM runs r WHERE r.interrupted = 0
                    AND r.open_loop = ?1 AND EXISTS (SELECT 1 FROM models m
-                   WHERE m.run = r.id AND m.target = ?2 AND m.model = ?3 AND m.prompt = ?4)
+                   WHERE m.run = r.id AND m.target = ?2 AND m.model = ?3 AND m.prompt = ?4
+                   AND EXISTS (SELECT 1 FROM levels l WHERE l.run = m.run AND l.ord = m.ord))
                  ORDER BY r.started_at DESC, r.id DESC LIMIT ?5",
             )
             .map_err(self.err())?;
@@ -717,7 +719,9 @@ fn index(tx: &Transaction<'_>, id: i64, r: &Report) -> rusqlite::Result<()> {
             m.prompt.as_deref().unwrap_or(&r.prompt),
             capacity,
         ])?;
-        for l in &m.levels {
+        // A partial level (stopped before its amount) is never a level of the run's trend: it
+        // stays in the stored report, marked, and is not indexed.
+        for l in m.levels.iter().filter(|l| !l.partial) {
             level.execute(params![
                 id,
                 ord,

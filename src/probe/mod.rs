@@ -23,7 +23,7 @@ use crate::measure::{Measurement, ProbeResult};
 use crate::outcome::ErrorType;
 use crate::redact::{Redactor, effective_proxy, redact_userinfo};
 use crate::transport::{ClientOptions, Transport, TransportError};
-use crate::units::truncate;
+use crate::units::truncate_bytes;
 use crate::workload::{RequestContent, TokenModel, Turns, Workload, input_length_off};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -79,8 +79,11 @@ impl Session {
     }
 }
 
-/// How much of a failure's detail (status, the server's message, ...) is shown (characters).
-pub const MAX_DETAIL_CHARS: usize = 640;
+/// How much of a failure's detail (status, the server's message, ...) is kept, in bytes: 1 KiB,
+/// so a gateway's long message keeps what it says at its end (LiteLLM's "current_rpm 5,
+/// rpm_limit 6"). The one bound of every output (bench keeps each failed sample's detail
+/// within it too).
+pub const MAX_DETAIL_BYTES: usize = 1024;
 
 /// Everything one probe needs: the validated target and prompt of a [`Job`] (a config's, or the
 /// `probe` command's flags made into one), the model, and what a command may override.
@@ -388,7 +391,7 @@ impl Prober {
         // whole, then cut for display, so no part of a secret survives at the cut.
         if let Some(d) = r.error_detail.as_mut() {
             let shown = spec.redactor(key.as_ref()).redact(d);
-            *d = truncate(&shown, MAX_DETAIL_CHARS);
+            *d = truncate_bytes(&shown, MAX_DETAIL_BYTES);
         }
         r
     }
@@ -433,6 +436,88 @@ mod tests {
     const _: () = assert!(CloneCheck::<ProbeSpec>::IS_CLONE);
     const _: () = assert!(!CloneCheck::<Prober>::IS_CLONE);
     const _: () = assert!(!CloneCheck::<Transport>::IS_CLONE);
+
+    /// One HTTP answer to the first request on a local port: the base URL.
+    fn answer_once(head: &'static str, body: String) -> String {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/v1", listener.local_addr().unwrap());
+        std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 65536];
+            let mut got = Vec::new();
+            // The request's head and its (small) body: read until the body's length arrived.
+            while let Ok(n) = s.read(&mut buf) {
+                got.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&got);
+                if let Some(i) = text.find("\r\n\r\n") {
+                    let len = text
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length: "))
+                        .and_then(|v| v.trim().parse::<usize>().ok())
+                        .unwrap_or(0);
+                    if got.len() >= i + 4 + len {
+                        break;
+                    }
+                }
+                if n == 0 {
+                    break;
+                }
+            }
+            let _ = write!(
+                s,
+                "{head}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        });
+        url
+    }
+
+    fn spec_at(url: &str) -> ProbeSpec {
+        let c = crate::config::Config::parse(&format!(
+            "prompts:\n  - name: p\n    messages: [{{role: user, content: hi}}]\ntargets:\n  - name: t\n    base_url: {url}\n    models: [m]\n"
+        ))
+        .unwrap();
+        ProbeSpec::from_job(&c.jobs[0])
+    }
+
+    /// Issue 40: LiteLLM's rate-limit message was cut at 200 characters (its "current_rpm 5,
+    /// rpm_limit 6" lost) and its `llm_provider-retry-after` not read: a message is kept whole up
+    /// to 1 KiB, in the probe and in bench's samples, and that header is the wait.
+    #[tokio::test]
+    async fn a_gateways_long_message_is_kept_and_its_wait_read() {
+        let message = format!(
+            "litellm.RateLimitError: {} Deployment over user-defined ratelimit. current_rpm 5, rpm_limit 6",
+            "x".repeat(700)
+        );
+        let body = serde_json::json!({"error": {"message": message, "type": "throttling_error", "code": "429"}})
+            .to_string();
+        let url = answer_once(
+            "HTTP/1.1 429 Too Many Requests\r\nllm_provider-retry-after: 7",
+            body,
+        );
+        let s = spec_at(&url);
+        let r = Prober::new(&s).unwrap().run(&s).await;
+        assert_eq!(r.error_type, Some(ErrorType::RateLimited), "{r:?}");
+        let d = r.error_detail.clone().unwrap();
+        assert!(d.ends_with("current_rpm 5, rpm_limit 6"), "{d}");
+        assert_eq!(r.retry_after_s, Some(7.0));
+        let sample = crate::bench::sample::Sample::from_result(&r, 0.0, 0.1, 0.0, false);
+        assert_eq!(sample.error_detail.as_deref(), Some(d.as_str()));
+        // Past 1 KiB: cut there, and said to be cut.
+        let url = answer_once(
+            "HTTP/1.1 500 Internal Server Error",
+            serde_json::json!({"error": {"message": "é".repeat(2000)}}).to_string(),
+        );
+        let s = spec_at(&url);
+        let d = Prober::new(&s).unwrap().run(&s).await.error_detail.unwrap();
+        assert!(
+            d.ends_with('…') && d.len() <= MAX_DETAIL_BYTES + '…'.len_utf8(),
+            "{}",
+            d.len()
+        );
+        assert!(d.len() > MAX_DETAIL_BYTES - 2, "{}", d.len());
+    }
 
     /// A tokenizer that is not one cannot count: the server calibrates instead (here a port with
     /// no server, so that fails too, and says both why), never a guess.

@@ -121,8 +121,8 @@ fn lengths(s: &mut String, r: &ProbeResult) {
     }
 }
 
-/// The counts of a successful probe: N (and where it came from, and what was asked), input
-/// tokens, TPOT (streaming only).
+/// The counts of a successful probe: N (and where it came from, and what was asked), TPOT
+/// (streaming only); the input tokens are [`lengths`]'.
 fn output_lines(s: &mut String, r: &ProbeResult, exact: crate::protocol::ExactOutput) {
     let requested = r.requested_output_tokens.map_or_else(String::new, |n| {
         if exact == crate::protocol::ExactOutput::None {
@@ -153,9 +153,6 @@ fn output_lines(s: &mut String, r: &ProbeResult, exact: crate::protocol::ExactOu
             "output     {} tokens (from {source}){requested}{events}",
             r.output_tokens
         );
-    }
-    if let Some(i) = r.input_tokens {
-        let _ = writeln!(s, "input      {i} tokens");
     }
     match (r.tpot_s, r.decode_tokens_per_s) {
         _ if !r.stream => {}
@@ -386,6 +383,8 @@ mod tests {
         );
         let text = to_text(&r, &ReportContext::default());
         assert!(text.contains("mode       non-streaming"), "{text}");
+        // Issue 40: the input length was printed twice.
+        assert_eq!(text.matches("input      5 tokens\n").count(), 1, "{text}");
         assert!(
             text.contains("output     64 tokens (from usage), 64 requested as the cap\n"),
             "without exact_output the length is a cap: {text}"

@@ -356,6 +356,13 @@ impl<'de> Deserialize<'de> for Usage {
                     match key {
                         "completion_tokens" => u.0 = map.next_value::<Count>()?.0,
                         "prompt_tokens" => u.1 = map.next_value::<Count>()?.0,
+                        // The cached tokens are read by the `Value` reading (one chunk a
+                        // request carries them).
+                        "prompt_tokens_details" => {
+                            if !map.next_value::<IsNull>()?.0 {
+                                return Err(give_up());
+                            }
+                        }
                         _ => {
                             map.next_value::<IgnoredAny>()?;
                         }

@@ -220,6 +220,9 @@ pub struct EventMeaning {
     pub usage_output: Option<u64>,
     /// Input tokens reported by the server, when this event carries usage.
     pub usage_input: Option<u64>,
+    /// Of those, the tokens the server's prefix cache served, when its usage says
+    /// (`prompt_tokens_details.cached_tokens`; Responses: `input_tokens_details`).
+    pub usage_cached: Option<u64>,
     /// An in-stream error.
     pub error: Option<StreamError>,
     /// llama.cpp's own `timings` object, when the server sent one.
@@ -240,7 +243,7 @@ pub struct StreamError {
     /// The non-numeric `status`, if any (e.g. Google's `RESOURCE_EXHAUSTED`).
     pub status_text: Option<String>,
     /// The server's message, up to [`MAX_MESSAGE_CHARS`] characters: kept long so that secrets
-    /// it echoes are redacted before the prober cuts it for display (`probe::MAX_DETAIL_CHARS`).
+    /// it echoes are redacted before the prober cuts it for display (`probe::MAX_DETAIL_BYTES`).
     pub message: Option<String>,
     /// The object says its quota is per second or per minute (a Google `QuotaFailure` whose
     /// `quotaId` says `PerMinute`/`PerSecond`, or a `RetryInfo`): a rate limit, not a spent budget
@@ -503,6 +506,12 @@ fn json_object(data: &str) -> Result<Value, Malformed> {
 /// A non-empty string at `v[key]`.
 fn non_empty_str<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
     v.get(key).and_then(Value::as_str).filter(|s| !s.is_empty())
+}
+
+/// The cached input tokens of the usage object at `v["usage"]`: `usage[details].cached_tokens`
+/// (`prompt_tokens_details` in chat and completions, `input_tokens_details` in Responses).
+fn cached_at(v: &Value, details: &str) -> Option<u64> {
+    v.get("usage")?.get(details)?.get("cached_tokens")?.as_u64()
 }
 
 /// Usage numbers at `v[key]` with the given field names; `(output, input)`.

@@ -4,8 +4,8 @@
 //! Responses streaming events) and docs/measurement.md's token-bearing rules.
 
 use super::{
-    BodyParams, EventMeaning, Malformed, ServerTimings, StreamError, borrowed, error_object,
-    failure_finish, json_object, non_empty_str, usage_at,
+    BodyParams, EventMeaning, Malformed, ServerTimings, StreamError, borrowed, cached_at,
+    error_object, failure_finish, json_object, non_empty_str, usage_at,
 };
 use crate::sse::SseEvent;
 use serde_json::{Map, Value, json};
@@ -67,6 +67,7 @@ fn chunk(ev: &SseEvent) -> Result<Chunk, Malformed> {
     };
     if let Some(holder) = usage_holder {
         (m.usage_output, m.usage_input) = usage_at(holder, "completion_tokens", "prompt_tokens");
+        m.usage_cached = cached_at(holder, "prompt_tokens_details");
     }
     m.server_timings = v.get("timings").and_then(ServerTimings::from_json);
     Ok(Chunk::Json(v, m))
@@ -231,6 +232,7 @@ pub(super) fn responses(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
             m.terminal = true;
             if let Some(resp) = v.get("response") {
                 (m.usage_output, m.usage_input) = usage_at(resp, "output_tokens", "input_tokens");
+                m.usage_cached = cached_at(resp, "input_tokens_details");
             }
         }
         "response.failed" => {
@@ -315,6 +317,7 @@ fn answer_choices(v: &Value) -> Result<&[Value], Malformed> {
 fn answer_common(v: &Value) -> EventMeaning {
     let mut m = EventMeaning::default();
     (m.usage_output, m.usage_input) = usage_at(v, "completion_tokens", "prompt_tokens");
+    m.usage_cached = cached_at(v, "prompt_tokens_details");
     m.server_timings = v.get("timings").and_then(ServerTimings::from_json);
     m
 }
@@ -389,6 +392,7 @@ pub(super) fn responses_answer(v: &Value) -> Result<EventMeaning, Malformed> {
         ));
     };
     (m.usage_output, m.usage_input) = usage_at(v, "output_tokens", "input_tokens");
+    m.usage_cached = cached_at(v, "input_tokens_details");
     m.finish = matches!(status, Some("completed" | "incomplete"));
     fn parts<'a>(item: &'a Value, key: &str) -> &'a [Value] {
         match item.get(key) {
@@ -446,37 +450,63 @@ mod tests {
         chat(&ev(data)).unwrap()
     }
 
+    /// A key and how to draw its value.
+    type Field<'a> = (&'a str, &'a dyn Fn(&mut crate::rng::Rng) -> String);
+    fn pick<'a>(r: &mut crate::rng::Rng, xs: &[&'a str]) -> &'a str {
+        xs[r.below(xs.len() as u64) as usize]
+    }
+    const ANY: &[&str] = &[
+        r#""hi""#,
+        r#""""#,
+        r#""a\"b""#,
+        r#""\u00e9t\u00e9""#,
+        "null",
+        "5",
+        "-3",
+        "2.5",
+        "true",
+        r#"[1,"x",{"a":[]}]"#,
+        r#"{"a":1,"b":{"c":null}}"#,
+        r#"" ""#,
+    ];
+    const COUNT: &[&str] = &["7", "0", "-1", "1.5", "1e3", r#""9""#, "null", "{}", "[]"];
+
+    /// An object of some of `keys` (drawn with repeats), each value drawn by its function.
+    fn obj(r: &mut crate::rng::Rng, keys: &[Field<'_>]) -> String {
+        let mut parts = Vec::new();
+        for _ in 0..r.below(keys.len() as u64 + 2) {
+            let (k, v) = &keys[r.below(keys.len() as u64) as usize];
+            parts.push(format!("\"{k}\":{}", v(r)));
+        }
+        format!("{{{}}}", parts.join(","))
+    }
+
+    /// A random `usage`: counts, the cached tokens' details (mostly `null`, vLLM's default, so
+    /// that the fast reading keeps its share), or a value of another type.
+    fn random_usage(r: &mut crate::rng::Rng) -> String {
+        if r.below(6) == 0 {
+            return pick(r, ANY).to_string();
+        }
+        let c = |r: &mut crate::rng::Rng| pick(r, COUNT).to_string();
+        let details = |r: &mut crate::rng::Rng| match r.below(4) {
+            0 => obj(r, &[("cached_tokens", &c), ("audio_tokens", &c)]),
+            1 => pick(r, ANY).to_string(),
+            _ => "null".to_owned(),
+        };
+        obj(
+            r,
+            &[
+                ("completion_tokens", &c),
+                ("prompt_tokens", &c),
+                ("total_tokens", &c),
+                ("prompt_tokens_details", &details),
+            ],
+        )
+    }
+
     /// A random chat or completions chunk: the common shape, its odd variants (values of other
     /// types, escapes, repeated keys, tool calls, errors, timings) and broken JSON.
     fn random_chunk(r: &mut crate::rng::Rng) -> String {
-        /// A key and how to draw its value.
-        type Field<'a> = (&'a str, &'a dyn Fn(&mut crate::rng::Rng) -> String);
-        fn pick<'a>(r: &mut crate::rng::Rng, xs: &[&'a str]) -> &'a str {
-            xs[r.below(xs.len() as u64) as usize]
-        }
-        const ANY: &[&str] = &[
-            r#""hi""#,
-            r#""""#,
-            r#""a\"b""#,
-            r#""\u00e9t\u00e9""#,
-            "null",
-            "5",
-            "-3",
-            "2.5",
-            "true",
-            r#"[1,"x",{"a":[]}]"#,
-            r#"{"a":1,"b":{"c":null}}"#,
-            r#"" ""#,
-        ];
-        const COUNT: &[&str] = &["7", "0", "-1", "1.5", "1e3", r#""9""#, "null", "{}", "[]"];
-        let obj = |r: &mut crate::rng::Rng, keys: &[Field<'_>]| {
-            let mut parts = Vec::new();
-            for _ in 0..r.below(keys.len() as u64 + 2) {
-                let (k, v) = &keys[r.below(keys.len() as u64) as usize];
-                parts.push(format!("\"{k}\":{}", v(r)));
-            }
-            format!("{{{}}}", parts.join(","))
-        };
         let any = |r: &mut crate::rng::Rng| pick(r, ANY).to_string();
         let delta = |r: &mut crate::rng::Rng| {
             if r.below(8) == 0 {
@@ -515,20 +545,7 @@ mod tests {
             }
             o
         };
-        let usage = |r: &mut crate::rng::Rng| {
-            if r.below(6) == 0 {
-                return pick(r, ANY).to_string();
-            }
-            let c = |r: &mut crate::rng::Rng| pick(r, COUNT).to_string();
-            obj(
-                r,
-                &[
-                    ("completion_tokens", &c),
-                    ("prompt_tokens", &c),
-                    ("total_tokens", &c),
-                ],
-            )
-        };
+        let usage = random_usage;
         let finish = |r: &mut crate::rng::Rng| match r.below(3) {
             0 => pick(r, &[r#""stop""#, r#""abort""#, r#""error""#, r#""length""#]).to_string(),
             _ => any(r),
@@ -681,6 +698,18 @@ mod tests {
         );
         assert_eq!((m.usage_output, m.usage_input), (Some(5), Some(24)));
         assert_eq!(m.server_timings.unwrap().predicted_n, Some(5));
+        // The tokens the prefix cache served, as OpenAI, vLLM and llama.cpp report them.
+        let m = chat_of(
+            r#"{"choices":[],"usage":{"prompt_tokens":24,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":16}}}"#,
+        );
+        assert_eq!(
+            (m.usage_output, m.usage_input, m.usage_cached),
+            (Some(5), Some(24), Some(16))
+        );
+        let m = chat_of(
+            r#"{"choices":[],"usage":{"prompt_tokens":24,"completion_tokens":5,"prompt_tokens_details":null}}"#,
+        );
+        assert_eq!((m.usage_input, m.usage_cached), (Some(24), None));
         assert!(chat(&ev("[DONE]")).unwrap().terminal);
         assert!(chat(&ev(" [DONE] ")).unwrap().terminal);
     }
@@ -812,6 +841,11 @@ mod tests {
         .unwrap();
         assert!(m.terminal && m.finish);
         assert_eq!((m.usage_output, m.usage_input), (Some(9), Some(3)));
+        let m = responses(&ev(
+            r#"{"type":"response.completed","response":{"usage":{"input_tokens":30,"output_tokens":9,"input_tokens_details":{"cached_tokens":16}}}}"#,
+        ))
+        .unwrap();
+        assert_eq!((m.usage_input, m.usage_cached), (Some(30), Some(16)));
         let m = responses(&ev(
             r#"{"type":"response.failed","response":{"error":{"code":"server_error","message":"x"}}}"#,
         ))

@@ -7,12 +7,12 @@
 //! targets, base URLs and start times joined, `combined_from` listing the inputs, every model
 //! (each keeps its target, so models of different targets show as `TARGET/MODEL`; the same
 //! target and model twice get their input's number, `MODEL #2`), the findings of all, and no baseline
-//! comparison (it belonged to one run). The selection is made again from the criteria given,
-//! or from the default weights without limits when several reports are combined without any.
+//! comparison (it belonged to one run). The answer (the selection at its load, and the view at
+//! another) is made again from the criteria given, or from the default weights without limits
+//! when several reports are combined without any; each model's capacity within the SLOs too.
 
 use crate::bench::criteria::Criteria;
 use crate::bench::report::Report;
-use crate::bench::select;
 
 /// Combines `(name, report)` pairs; `criteria` judges the combined models again.
 ///
@@ -92,8 +92,13 @@ pub fn combine(docs: Vec<(String, Report)>, criteria: Option<&Criteria>) -> Resu
     }
     let default = Criteria::default();
     let judge = criteria.or((n > 1).then_some(&default));
+    if n > 1 {
+        // Each model's capacity within the SLOs, named as the combination names it.
+        out.slo_capacity = crate::bench::answer::slo_capacity(&out.models);
+    }
     if let Some(c) = judge {
-        out.selection = Some(select::select(&out.models, c));
+        let (selection, also_at) = crate::bench::answer::answer(&out.models, c);
+        (out.selection, out.also_at) = (Some(selection), also_at);
         // What it was judged by now (the page draws its limits from this); the SLOs stay the
         // run's, as its goodput was counted by them.
         let mut rec = c.record();

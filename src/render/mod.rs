@@ -199,8 +199,8 @@ pub fn deliver(
     stopped_exit(report, code, &outputs.files)
 }
 
-/// The exit of a run: `code`, or for a stopped run its stderr line (what it kept, where, and what
-/// it left out) and [`INTERRUPTED_EXIT`].
+/// The exit of a run: `code`, or for a stopped run its stderr line (what it kept, the level
+/// it kept partial, where, and what it left out) and [`INTERRUPTED_EXIT`].
 fn stopped_exit(
     report: &Report,
     code: Result<ExitCode, BenchError>,
@@ -209,7 +209,32 @@ fn stopped_exit(
     let Some(i) = &report.interrupted else {
         return code;
     };
-    let finished: usize = report.models.iter().map(|m| m.levels.len()).sum();
+    let finished = report
+        .models
+        .iter()
+        .flat_map(|m| &m.levels)
+        .filter(|l| !l.partial)
+        .count();
+    let names = crate::bench::report::model_names(&report.models);
+    let partial: Vec<String> = report
+        .models
+        .iter()
+        .zip(&names)
+        .flat_map(|(m, name)| {
+            m.levels.iter().filter(|l| l.partial).map(move |l| {
+                format!(
+                    "{name} @ {}, {} request(s) finished",
+                    l.key.label(),
+                    l.requests
+                )
+            })
+        })
+        .collect();
+    let partial = if partial.is_empty() {
+        String::new()
+    } else {
+        format!(" and the partial level ({})", partial.join("; "))
+    };
     let left = i.level_left_out.as_ref().map_or_else(String::new, |l| {
         format!("; the level running ({l}) is left out")
     });
@@ -223,7 +248,7 @@ fn stopped_exit(
         format!(", written to {}", files.join(", "))
     };
     crate::output::print_stderr_line(&format!(
-        "tokenprobe bench: stopped by {}: {finished} finished level(s) reported{written}{left}",
+        "tokenprobe bench: stopped by {}: {finished} finished level(s){partial} reported{written}{left}",
         i.signal
     ));
     code?;

@@ -18,7 +18,7 @@ fn secs(v: f64) -> String {
     crate::units::fmt_secs(v)
 }
 
-const SERVER_HEADER: [&str; 11] = [
+const SERVER_HEADER: [&str; 13] = [
     "model",
     "load",
     "GPU % mean/max",
@@ -27,12 +27,14 @@ const SERVER_HEADER: [&str; 11] = [
     "host mem % max",
     "waiting mean/max",
     "running max",
+    "server prefill tok/s",
+    "prefix cache hits %",
     "server gen tok/s (client)",
     "TTFT p95 client/server",
     "scrapes (failed)",
 ];
 
-fn server_row(m: &ModelReport, l: &LevelStats, s: &ServerLevel) -> [String; 11] {
+fn server_row(m: &ModelReport, l: &LevelStats, s: &ServerLevel) -> [String; 13] {
     let get = |n: &str| s.signals.get(n);
     let pair = |n: &str, f: fn(f64) -> String| match get(n) {
         Some(x) => format!("{}/{}", cell(x.mean, f), cell(x.max, f)),
@@ -47,6 +49,10 @@ fn server_row(m: &ModelReport, l: &LevelStats, s: &ServerLevel) -> [String; 11] 
         cell(s.max("memory_used_ratio"), pct0),
         pair("requests_waiting", |v| format!("{v:.1}")),
         cell(s.max("requests_running"), |v| format!("{v:.0}")),
+        cell(s.mean("prompt_tokens_per_s"), |v| format!("{v:.1}")),
+        cell(s.mean("prompt_cache_hit_ratio"), |v| {
+            crate::units::fmt_pct(v).trim_end_matches('%').to_owned()
+        }),
         cell(s.mean("generation_tokens_per_s"), |v| {
             format!("{v:.1} ({:.1})", l.output_tokens_per_s)
         }),
@@ -58,11 +64,11 @@ fn server_row(m: &ModelReport, l: &LevelStats, s: &ServerLevel) -> [String; 11] 
     ]
 }
 
-/// The compact server block (GPU %, KV %, waiting, ...) and the findings: empty when no level
-/// has server metrics and there are no findings.
+/// The compact server block (GPU %, KV %, waiting, prefill tokens/s, prefix-cache hits, ...) and
+/// the findings: empty when no level has server metrics and there are no findings.
 pub fn render_server(r: &Report, md: bool) -> String {
     let mut out = String::new();
-    let rows: Vec<[String; 11]> = r
+    let rows: Vec<[String; 13]> = r
         .models
         .iter()
         .flat_map(|m| {
@@ -203,6 +209,15 @@ mod tests {
         s.signals.insert("cpu_utilization".into(), mm(0.61, 0.97));
         s.signals.insert("memory_used_ratio".into(), mm(0.5, 0.88));
         s.signals.insert(
+            "prompt_tokens_per_s".into(),
+            SignalStats {
+                mean: Some(1234.5),
+                ..SignalStats::default()
+            },
+        );
+        s.signals
+            .insert("prompt_cache_hit_ratio".into(), mm(0.69, 0.8));
+        s.signals.insert(
             "generation_tokens_per_s".into(),
             SignalStats {
                 mean: Some(250.0),
@@ -251,9 +266,19 @@ mod tests {
             row.contains("61/97") && row.contains(" 88 "),
             "host CPU and memory: {row}"
         );
+        // Issue 40: the prefill tokens/s and the prefix-cache hit share were in the JSON only.
+        let (header, cells) = (
+            t.lines().find(|l| l.contains("waiting mean/max")).unwrap(),
+            row.split('┆').map(str::trim).collect::<Vec<_>>(),
+        );
+        assert!(
+            header.contains("server prefill tok/s") && header.contains("prefix cache hits %"),
+            "{header}"
+        );
+        assert_eq!(&cells[8..10], ["1234.5", "69.00"], "{row}");
         let md = render_markdown(&r);
         assert!(
-            md.contains("| alpha | 4 | 42/90 | - | 61/97 | 88 |"),
+            md.contains("| alpha | 4 | 42/90 | - | 61/97 | 88 | 1.5/3.0 | - | 1234.5 | 69.00 |"),
             "{md}"
         );
         assert!(md.contains("- [queueing] alpha @ 4: m"), "{md}");

@@ -1,7 +1,7 @@
 //! A bench report as text (pure): the terminal table, Markdown (the comparison teams paste into
 //! docs), CSV (one row per model and level) and JSON (everything; the input of `--baseline`).
 
-use crate::bench::report::{ModelReport, Report, mixed_targets, model_names};
+use crate::bench::report::{ModelReport, Report, Selection, mixed_targets, model_names};
 use crate::bench::stats::{LevelStats, Summary};
 use crate::units::{fmt_cost, fmt_secs, trim_float};
 use std::fmt::Write as _;
@@ -43,16 +43,23 @@ fn ms(v: f64) -> String {
 }
 
 fn pct(v: f64) -> String {
-    format!("{:.2}%", v * 100.0)
+    crate::units::fmt_pct(v)
 }
 
 /// The knee marker column.
-/// The knee column of level `i`: its knee (written `knee`), and `CLIENT-BOUND` when the client
-/// could not measure it, each as `show` writes it, joined by `, `.
+/// The knee column of level `i`: its knee (written `knee`), `CLIENT-BOUND` when the client
+/// could not measure it and `PARTIAL` when it was stopped before its amount, each as `show`
+/// writes it, joined by `, `.
 fn marks(m: &ModelReport, i: usize, l: &LevelStats, show: impl Fn(&str) -> String) -> String {
     let knee = (!knee_mark(m, i).is_empty()).then_some("knee");
     let bound = l.client_bound.is_some().then_some("CLIENT-BOUND");
-    let shown: Vec<String> = knee.into_iter().chain(bound).map(show).collect();
+    let partial = l.partial.then_some("PARTIAL");
+    let shown: Vec<String> = knee
+        .into_iter()
+        .chain(bound)
+        .chain(partial)
+        .map(show)
+        .collect();
     shown.join(", ")
 }
 
@@ -112,149 +119,318 @@ fn table_row(m: &ModelReport, i: usize, l: &LevelStats) -> [String; 16] {
     ]
 }
 
-/// A share and its interval: `96.0% [89.1%, 98.9%]`.
-fn share(a: &crate::bench::stats::Attainment) -> String {
-    match a.interval {
-        Some([lo, hi]) => format!(
-            "{:.1}% [{:.1}%, {:.1}%]",
-            a.share * 100.0,
-            lo * 100.0,
-            hi * 100.0
-        ),
-        None => format!("{:.1}%", a.share * 100.0),
+/// A level's load in words: `4 concurrent streams`, `1 concurrent stream`, `2/s`.
+fn load_words(r: &Report, label: &str) -> String {
+    if r.mode.kind == "open" || label.ends_with("/s") {
+        label.to_owned()
+    } else if label == "1" {
+        "1 concurrent stream".to_owned()
+    } else {
+        format!("{label} concurrent streams")
     }
 }
 
-/// The answer, before everything else: each model's capacity within the SLOs (a
-/// `--find-capacity` run), or in a fixed sweep with SLOs the highest level where at least
-/// [`crate::bench::select::ANSWER_ATTAINMENT`] of the requests met every one; then, with two
-/// models or more, their ranking by capacity and by score at the highest load all pass. Empty
-/// without SLOs.
-pub fn render_answer(r: &Report, md: bool) -> String {
-    let mut out = String::new();
-    if r.slo.is_empty() {
-        return out;
+/// Where a selection is stated: `at 4 concurrent streams, the highest load every model serves
+/// within the SLOs`.
+pub fn stated_at(r: &Report, s: &Selection) -> String {
+    use crate::bench::report::AnswerLoad;
+    let at = load_words(r, &s.level);
+    match s.load {
+        Some(AnswerLoad::Asked) => format!("at {at}, as asked (select_at)"),
+        Some(AnswerLoad::WithinSlos) => {
+            format!("at {at}, the highest load every model serves within the SLOs")
+        }
+        Some(AnswerLoad::HighestCommon) => format!("at {at}, the highest load every model ran"),
+        Some(AnswerLoad::LastLevels) => {
+            "at each model's last level (no load every model ran)".to_owned()
+        }
+        None => format!("at {at}"),
     }
+}
+
+/// The limits and weights of a selection: `limits: ttft_p95 < 2.00 s; weights: ttft_p95=0.5`.
+pub fn criteria_words(s: &Selection) -> String {
+    let w: Vec<String> = s.weights.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    format!(
+        "limits: {}; weights: {}",
+        if s.limits.is_empty() {
+            "none".to_owned()
+        } else {
+            s.limits.join(", ")
+        },
+        w.join(", ")
+    )
+}
+
+/// A place in a list: `1.` (in Markdown `1\.`, which no renderer renumbers, so ties stay ties).
+fn place(n: usize, md: bool) -> String {
+    if md {
+        format!("{n}\\.")
+    } else {
+        format!("{n}.")
+    }
+}
+
+/// A ranked model's line: `1. fast score 1.000`, `1. a score 0.900, tied`.
+fn ranked_line(s: &Selection, k: &crate::bench::report::Ranked, md: bool) -> String {
+    let tied = s.ranked.iter().filter(|o| o.rank == k.rank).count() > 1;
+    format!(
+        "{} {} score {:.3}{}",
+        place(k.rank, md),
+        k.model,
+        k.score,
+        if tied { ", tied" } else { "" }
+    )
+}
+
+/// The run's one answer, before everything else: the ranking at its stated load (ties as
+/// ties; when no model passes, every model by its distance to the limits, with its weighted
+/// score), then each model's throughput knee beside its capacity within the SLOs, each with what
+/// limited it. Empty when the run was not judged and has no knee block.
+pub fn render_answer(r: &Report, md: bool) -> String {
+    let mut out = render_ranking(r, md);
+    out.push_str(&render_limits(r, md));
+    out
+}
+
+/// The ranking of the answer ([`render_answer`]'s first part).
+pub fn render_ranking(r: &Report, md: bool) -> String {
+    let mut out = String::new();
+    let Some(s) = &r.selection else { return out };
     let bullet = if md { "- " } else { "  " };
-    let names = model_names(&r.models);
-    let searched = r.models.iter().any(|m| m.capacity.is_some());
-    let target = crate::bench::select::answer_attainment(&r.models);
     let strong = if md { "**" } else { "" };
     let _ = writeln!(
         out,
-        "{strong}Capacity within {} at {}% SLO attainment{strong} (failed requests count against it):",
-        r.slo.join(", "),
-        crate::units::trim_float((target * 1000.0).round() / 10.0)
+        "{strong}Answer {}{strong} ({}):",
+        stated_at(r, s),
+        criteria_words(s)
     );
-    for (m, name) in r.models.iter().zip(&names) {
-        if let Some(c) = &m.capacity {
-            let _ = writeln!(
+    for k in &s.ranked {
+        let _ = writeln!(out, "{bullet}{}", ranked_line(s, k, md));
+    }
+    if s.ranked.is_empty() && !s.rejected.is_empty() {
+        let _ = writeln!(
+            out,
+            "{bullet}no model passes every limit; closest first (fewest limits failed, then the smallest relative miss |value / limit − 1|):"
+        );
+    }
+    for k in &s.rejected {
+        let _ = match k.closest {
+            Some(n) => writeln!(
                 out,
-                "{bullet}{name}: {}; {} ({} levels, {} requests, {:.1} s)",
-                crate::bench::capacity::describe(c),
-                c.stopped,
-                c.levels_tried.len(),
-                c.requests,
-                c.seconds
-            );
-            continue;
-        }
-        if searched {
-            let _ = writeln!(out, "{bullet}{name}: not searched");
-            continue;
-        }
-        let passed = crate::bench::select::highest_passing(m, target);
-        let first_fail = m
-            .levels
-            .iter()
-            .find(|l| l.slo_attainment.as_ref().is_some_and(|a| a.share < target));
-        let fail = first_fail
-            .and_then(|l| l.slo_attainment.as_ref().map(|a| (l, a)))
-            .map_or_else(String::new, |(l, a)| {
-                format!(
-                    "; at {}, {}{}",
-                    l.key.label(),
-                    share(a),
-                    a.limited_by()
-                        .map_or_else(String::new, |w| format!(", limited by {w}"))
-                )
-            });
-        let interval = |l: Option<&LevelStats>| {
-            l.and_then(|l| l.slo_attainment.as_ref())
-                .and_then(|a| a.interval)
-        };
-        let doubt = crate::bench::capacity::doubt(crate::bench::capacity::clear(
-            interval(passed),
-            interval(first_fail),
-            target,
-        ));
-        let _ = match passed.and_then(|l| l.slo_attainment.as_ref().map(|a| (l, a))) {
-            Some((l, a)) => writeln!(
-                out,
-                "{bullet}{name}: up to {} of the levels run: {} there{fail}{doubt}",
-                l.key.label(),
-                share(a)
+                "{bullet}{} {}: {}{}{}",
+                place(n, md),
+                k.model,
+                k.reasons.join("; "),
+                passes(k),
+                k.score.map_or_else(String::new, |v| format!(
+                    "; weighted score {v:.3} among the models measured there (not a pass)"
+                ))
             ),
-            None => writeln!(out, "{bullet}{name}: none of the levels run{fail}{doubt}"),
+            None => writeln!(
+                out,
+                "{bullet}rejected {}: {}{}",
+                k.model,
+                k.reasons.join("; "),
+                passes(k)
+            ),
         };
     }
-    if let Some(cr) = &r.capacity_ranking {
-        render_capacity_ranking(&mut out, cr, bullet);
+    let tokens = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"));
+    let names = model_names(&r.models);
+    let lengths: Vec<String> = r
+        .models
+        .iter()
+        .zip(&names)
+        .map(|(m, name)| {
+            format!(
+                "{name} {}/{}",
+                tokens(m.input_tokens_mean),
+                tokens(m.output_tokens_mean)
+            )
+        })
+        .collect();
+    let _ = writeln!(
+        out,
+        "{bullet}achieved lengths (mean input/output tokens of the successes): {}",
+        lengths.join(", ")
+    );
+    if let Some(w) = &s.length_mismatch {
+        let _ = writeln!(out, "{bullet}NOTE {w}");
     }
     out.push('\n');
     out
 }
 
-/// The ranking lines of the answer: by capacity, then by score at the common load.
-fn render_capacity_ranking(
-    out: &mut String,
-    cr: &crate::bench::report::CapacityRanking,
-    bullet: &str,
-) {
-    let by: Vec<String> = cr
-        .by_capacity
-        .iter()
-        .map(|a| {
-            let load = a
-                .load
-                .map_or_else(|| "none".to_owned(), crate::units::trim_float);
-            format!("{}. {} ({load})", a.rank, a.model)
-        })
-        .collect();
-    let _ = writeln!(out, "{bullet}ranked by capacity: {}", by.join(", "));
-    let _ = match &cr.at_common_load {
-        Some(s) => {
-            let ranked: Vec<String> = s
-                .ranked
-                .iter()
-                .map(|m| format!("{}. {} (score {:.3})", m.rank, m.model, m.score))
-                .collect();
-            let rejected: Vec<String> = s
-                .rejected
-                .iter()
-                .map(|m| format!("{} ({})", m.model, m.reasons.join(", ")))
-                .collect();
-            writeln!(
-                out,
-                "{bullet}ranked at {}, the highest load every model serves within the SLOs: {}{}",
-                s.level,
-                if ranked.is_empty() {
-                    "none".to_owned()
-                } else {
-                    ranked.join(", ")
-                },
-                if rejected.is_empty() {
-                    String::new()
-                } else {
-                    format!("; rejected by the limits: {}", rejected.join("; "))
-                }
-            )
-        }
-        None => writeln!(
-            out,
-            "{bullet}no load that every model ran is within the SLOs for all of them"
+/// `; why: queueing, from the client's view (…)`, or nothing.
+fn why(l: Option<&crate::bench::report::Limiter>) -> String {
+    l.map_or_else(String::new, |l| {
+        format!(
+            "; why: {}, {} ({})",
+            l.cause.as_str(),
+            l.view.as_str(),
+            l.evidence
+        )
+    })
+}
+
+/// A share and its interval (`96.0% [89.1%, 98.9%]`) from its parts.
+fn share_of(share: f64, interval: Option<[f64; 2]>) -> String {
+    match interval {
+        Some([lo, hi]) => format!(
+            "{:.1}% [{:.1}%, {:.1}%]",
+            share * 100.0,
+            lo * 100.0,
+            hi * 100.0
         ),
+        None => format!("{:.1}%", share * 100.0),
+    }
+}
+
+/// One model's capacity within the SLOs, as a sentence: the search's, or a fixed sweep's highest
+/// level at the target and the first below it, then `limited` (why it failed there).
+fn capacity_line(
+    r: &Report,
+    m: &ModelReport,
+    c: &crate::bench::report::ModelCapacity,
+    searched: bool,
+    limited: &str,
+) -> String {
+    let doubt = crate::bench::capacity::doubt(c.clear);
+    if let Some(s) = &m.capacity {
+        return format!(
+            "SLO capacity {}; {} ({}, {} requests, {:.1} s){limited}",
+            crate::bench::capacity::describe(s),
+            s.stopped,
+            crate::units::count(s.levels_tried.len(), "level"),
+            s.requests,
+            s.seconds
+        );
+    }
+    if searched {
+        return "not searched".to_owned();
+    }
+    let fail = match (&c.failed_at, c.failed_attainment) {
+        (Some(k), Some(a)) => format!(
+            "; at {}, {}{}",
+            k.label(),
+            share_of(a, c.failed_interval),
+            c.missed
+                .as_ref()
+                .map_or_else(String::new, |w| format!(", limited by {w}"))
+        ),
+        _ => String::new(),
     };
+    match (&c.level, c.attainment) {
+        (Some(k), Some(a)) => format!(
+            "SLO capacity up to {} of the levels run: {} there{fail}{doubt}{limited}",
+            load_words(r, &k.label()),
+            share_of(a, c.attainment_interval)
+        ),
+        _ => format!("SLO capacity none of the levels run{fail}{doubt}{limited}"),
+    }
+}
+
+/// Each model's throughput knee beside its capacity within the SLOs, each with what limited it
+/// ([`render_answer`]'s second part); the knee alone without SLOs.
+pub fn render_limits(r: &Report, md: bool) -> String {
+    let mut out = String::new();
+    let bullet = if md { "- " } else { "  " };
+    let strong = if md { "**" } else { "" };
+    let knee_rule = format!(
+        "aggregate tokens/s grows over {:.0}% less than the load while TTFT p95 grows > {:.0}% or the server's queue grows; the level before it is the capacity ceiling",
+        r.knee_rule.tps_growth * 100.0,
+        r.knee_rule.ttft_growth * 100.0
+    );
+    let _ = match &r.slo_capacity {
+        Some(c) => writeln!(
+            out,
+            "{strong}Throughput knee and capacity within {} at {}% SLO attainment{strong} (knee: {knee_rule}; capacity: failed requests count against it):",
+            r.slo.join(", "),
+            trim_float((c.target_attainment * 1000.0).round() / 10.0)
+        ),
+        None => writeln!(out, "{strong}Throughput knee{strong} ({knee_rule}):"),
+    };
+    let names = model_names(&r.models);
+    let searched = r.models.iter().any(|m| m.capacity.is_some());
+    for (i, (m, name)) in r.models.iter().zip(&names).enumerate() {
+        let _ = match &m.knee {
+            Some(k) => writeln!(
+                out,
+                "{bullet}{name}: knee at {}{} (agg tokens/s {:+.0}%, TTFT p95 {:+.0}%{}){}{}",
+                load_words(r, &k.level.label()),
+                k.ceiling
+                    .map_or_else(String::new, |c| format!(", capacity ceiling {}", c.label())),
+                k.agg_tps_growth * 100.0,
+                k.ttft_p95_growth * 100.0,
+                k.requests_waiting
+                    .map_or_else(String::new, |[a, b]| format!(
+                        ", server requests waiting {a:.1} → {b:.1}"
+                    )),
+                k.estimate.map_or_else(String::new, |e| format!(
+                    "; throughput against load bends at {}",
+                    trim_float((e * 100.0).round() / 100.0)
+                )),
+                why(k.limited_by.as_ref())
+            ),
+            None => writeln!(out, "{bullet}{name}: no knee within the sweep"),
+        };
+        if let Some(c) = r.slo_capacity.as_ref().and_then(|c| c.models.get(i)) {
+            // Between the same two levels as the knee's: its cause is said once.
+            let limited = match (&c.limited_by, &m.knee) {
+                (Some(l), Some(k)) if k.limited_by.as_ref() == Some(l) => {
+                    format!("; why: {}, as at the knee", l.cause.as_str())
+                }
+                (l, _) => why(l.as_ref()),
+            };
+            let _ = writeln!(
+                out,
+                "{bullet}{name}: {}",
+                capacity_line(r, m, c, searched, &limited)
+            );
+        }
+        if let Some(stopped) = &m.stopped_early {
+            let _ = writeln!(out, "{bullet}{name}: {stopped}");
+        }
+    }
+    out.push('\n');
+    out
+}
+
+/// The same criteria at another load than the answer's, labelled as that view: which models
+/// pass there, their scores, no ranks (a blank line first; empty without such a view).
+pub fn render_also(r: &Report, bullet: &str) -> String {
+    let mut out = String::new();
+    let Some(s) = &r.also_at else { return out };
+    let passing: Vec<&str> = s.ranked.iter().map(|k| k.model.as_str()).collect();
+    let all = s.ranked.len() + s.rejected.len();
+    let who = match passing.as_slice() {
+        [] => "where no model passes every limit".to_owned(),
+        p if p.len() == all => "where every model passes every limit".to_owned(),
+        [one] => format!("where only {one} passes every limit"),
+        p => format!("where only {} pass every limit", p.join(" and ")),
+    };
+    let _ = writeln!(
+        out,
+        "\nA view {}, {who} (not the answer; {}):",
+        stated_at(r, s),
+        criteria_words(s)
+    );
+    for k in &s.ranked {
+        let _ = writeln!(out, "{bullet}{} passes, score {:.3}", k.model, k.score);
+    }
+    for k in &s.rejected {
+        let _ = writeln!(
+            out,
+            "{bullet}{} fails: {}{}",
+            k.model,
+            k.reasons.join("; "),
+            k.score.map_or_else(String::new, |v| format!(
+                "; weighted score {v:.3} among the models measured there"
+            ))
+        );
+    }
+    out
 }
 
 /// The terminal table: one row per model and level, the knee marked, then the selection and
@@ -520,12 +696,99 @@ fn write_section(out: &mut String, heading: &str, lines: &[String]) {
 pub fn level_sections(r: &Report, bullet: &str) -> String {
     let names = model_names(&r.models);
     let mut out = String::new();
+    render_stopped(&mut out, r, &names, bullet);
     render_trace(&mut out, r, &names, bullet);
     render_behind_schedule(&mut out, r, &names, bullet);
     render_canaries(&mut out, r, &names, bullet);
     render_steady(&mut out, r, &names, bullet);
     render_per_second(&mut out, r, &names, bullet);
     out
+}
+
+/// The models not loaded (their connectivity check failed) and the levels stopped before their
+/// amount (partial): why, what finished, and the first messages of each error type.
+fn render_stopped(out: &mut String, r: &Report, names: &[String], bullet: &str) {
+    let mut lines = Vec::new();
+    for (m, name) in r.models.iter().zip(names) {
+        if let Some(c) = m.check.as_ref().filter(|c| !c.ok) {
+            lines.push(format!(
+                "{bullet}{name}: not loaded, its connectivity check failed: {}",
+                c.line()
+            ));
+        }
+        for l in &m.levels {
+            let Some(s) = &l.stopped else { continue };
+            let errors: Vec<String> = l.errors.iter().map(|(e, n)| format!("{e} {n}")).collect();
+            let errors = if errors.is_empty() {
+                String::new()
+            } else {
+                format!(", errors {}", errors.join(", "))
+            };
+            // Each message once: the reason may already hold the first.
+            let messages: Vec<String> = s
+                .messages
+                .iter()
+                .filter_map(|(e, m)| {
+                    let new: Vec<&str> = m
+                        .iter()
+                        .map(String::as_str)
+                        .filter(|m| !s.reason.contains(m))
+                        .collect();
+                    (!new.is_empty()).then(|| format!("{e}: {}", new.join(" | ")))
+                })
+                .collect();
+            let messages = if messages.is_empty() {
+                String::new()
+            } else {
+                format!("; first messages: {}", messages.join("; "))
+            };
+            lines.push(format!(
+                "{bullet}{name} @ {}: {}; {} of its requests finished{errors}{messages}",
+                l.key.label(),
+                s.reason,
+                l.requests,
+            ));
+        }
+    }
+    write_section(
+        out,
+        "Not measured in full (a partial level's figures are only its finished requests: never ranked, compared, nor taken for a knee or a capacity)",
+        &lines,
+    );
+}
+
+/// The sentence of a run stopped by a signal: what it keeps.
+pub fn interrupted_sentence(r: &Report) -> Option<String> {
+    let i = r.interrupted.as_ref()?;
+    let kept: Vec<String> = model_names(&r.models)
+        .iter()
+        .zip(&r.models)
+        .flat_map(|(name, m)| {
+            m.levels
+                .iter()
+                .filter(|l| {
+                    l.stopped
+                        .as_ref()
+                        .is_some_and(|s| s.by == crate::bench::health::StopCause::Signal)
+                })
+                .map(move |l| format!("{name} @ {}", l.key.label()))
+        })
+        .collect();
+    let kept = if kept.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " The level running ({}) is kept, marked partial, with the requests that finished.",
+            kept.join(", ")
+        )
+    };
+    let left = i.level_left_out.as_ref().map_or_else(String::new, |l| {
+        format!(" The level running ({l}) is left out.")
+    });
+    Some(format!(
+        "Stopped by {} before the end: only the finished levels are here.{kept}{left}",
+        i.signal
+    ))
 }
 
 /// A trace replay: what of the trace was sent at what pace, and how late each model's requests
@@ -619,54 +882,13 @@ fn render_behind_schedule(out: &mut String, r: &Report, names: &[String], bullet
     );
 }
 
-/// Each model's knee, its capacity ceiling and the fit's bend, and where a sweep stopped early.
-fn render_knees(out: &mut String, r: &Report, names: &[String], bullet: &str) {
-    let _ = writeln!(
-        out,
-        "\nKnee (aggregate tokens/s grows over {:.0}% less than the load while TTFT p95 grows > {:.0}% or the server's queue grows; the level before it is the capacity ceiling):",
-        r.knee_rule.tps_growth * 100.0,
-        r.knee_rule.ttft_growth * 100.0
-    );
-    for (m, name) in r.models.iter().zip(names) {
-        let _ = match &m.knee {
-            Some(k) => writeln!(
-                out,
-                "{bullet}{name}: at {}{} (agg tokens/s {:+.0}%, TTFT p95 {:+.0}%{}){}",
-                k.level.label(),
-                k.ceiling
-                    .map_or_else(String::new, |c| format!(", capacity ceiling {}", c.label())),
-                k.agg_tps_growth * 100.0,
-                k.ttft_p95_growth * 100.0,
-                k.requests_waiting
-                    .map_or_else(String::new, |[a, b]| format!(
-                        ", server requests waiting {a:.1} → {b:.1}"
-                    )),
-                k.estimate.map_or_else(String::new, |e| format!(
-                    "; throughput against load bends at {}",
-                    crate::units::trim_float((e * 100.0).round() / 100.0)
-                ))
-            ),
-            None => writeln!(out, "{bullet}{name}: none within the sweep"),
-        };
-        if let Some(why) = &m.stopped_early {
-            let _ = writeln!(out, "{bullet}{name}: {why}");
-        }
-    }
-}
-
-/// Error breakdown, knee, selection and regression notes (plain text or Markdown).
+/// Error breakdown, the other sections of each level, the view at another load and the
+/// regressions (plain text or Markdown).
 fn render_notes(r: &Report, md: bool) -> String {
     let mut out = String::new();
     let bullet = if md { "- " } else { "  " };
-    if let Some(i) = &r.interrupted {
-        let left = i.level_left_out.as_ref().map_or_else(String::new, |l| {
-            format!(" The level running ({l}) is left out.")
-        });
-        let _ = writeln!(
-            out,
-            "\nStopped by {} before the end: only the finished levels are here.{left}",
-            i.signal
-        );
+    if let Some(sentence) = interrupted_sentence(r) {
+        let _ = writeln!(out, "\n{sentence}");
     }
     let names = model_names(&r.models);
     let mut errs = Vec::new();
@@ -696,59 +918,11 @@ fn render_notes(r: &Report, md: bool) -> String {
             let _ = writeln!(out, "{e}");
         }
     }
-    render_knees(&mut out, r, &names, bullet);
     render_lengths(&mut out, r, bullet);
     render_short(&mut out, r, &names);
     out.push_str(&level_sections(r, bullet));
     render_repeats(&mut out, r, &names, bullet);
-    if let Some(s) = &r.selection {
-        let w: Vec<String> = s.weights.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        let _ = writeln!(
-            out,
-            "\nSelection at {} (limits: {}; weights: {}):",
-            s.level,
-            if s.limits.is_empty() {
-                "none".to_owned()
-            } else {
-                s.limits.join(", ")
-            },
-            w.join(", ")
-        );
-        for k in &s.ranked {
-            let lead = if md { "" } else { bullet };
-            let _ = writeln!(out, "{lead}{}. {} score {:.3}", k.rank, k.model, k.score);
-        }
-        for k in &s.rejected {
-            let _ = writeln!(
-                out,
-                "{bullet}rejected {}: {}{}",
-                k.model,
-                k.reasons.join("; "),
-                passes(k)
-            );
-        }
-        let tokens = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"));
-        let lengths: Vec<String> = r
-            .models
-            .iter()
-            .zip(&names)
-            .map(|(m, name)| {
-                format!(
-                    "{name} {}/{}",
-                    tokens(m.input_tokens_mean),
-                    tokens(m.output_tokens_mean)
-                )
-            })
-            .collect();
-        let _ = writeln!(
-            out,
-            "{bullet}achieved lengths (mean input/output tokens of the successes): {}",
-            lengths.join(", ")
-        );
-        if let Some(w) = &s.length_mismatch {
-            let _ = writeln!(out, "{bullet}NOTE {w}");
-        }
-    }
+    out.push_str(&render_also(r, bullet));
     if let Some(c) = &r.comparison {
         out.push_str(&super::gate::render(c, md));
     }
@@ -756,7 +930,8 @@ fn render_notes(r: &Report, md: bool) -> String {
     out
 }
 
-/// The calibrations, the requests off their input length, and a conversation's TTFT by turn.
+/// The calibrations, the requests off their input length, and a conversation's TTFT by turn
+/// beside each turn's input length and cached share.
 fn render_lengths(out: &mut String, r: &Report, bullet: &str) {
     let mut lines = Vec::new();
     for (i, m) in r.models.iter().enumerate() {
@@ -782,13 +957,41 @@ fn render_lengths(out: &mut String, r: &Report, bullet: &str) {
                     l.successes
                 ));
             }
-            if let (Some(a), Some(b)) = (&n.ttft_first_turn_s, &n.ttft_later_turns_s) {
+            if !n.turns.is_empty() {
+                // Each turn's TTFT beside the input it was sent with (a later turn resends the
+                // history) and the share of it the prefix cache served.
+                let turns: Vec<String> = n
+                    .turns
+                    .iter()
+                    .map(|t| {
+                        format!(
+                            "turn {} {}{}{}",
+                            t.turn,
+                            opt(&t.ttft_s, |s| s.p50, fmt_secs),
+                            t.input_tokens_mean
+                                .map_or_else(String::new, |i| format!(" at {i:.0} input tokens")),
+                            t.cached_share.map_or_else(String::new, |c| format!(
+                                ", {} cached",
+                                crate::units::fmt_pct(c)
+                            ))
+                        )
+                    })
+                    .collect();
+                let server = l
+                    .server
+                    .as_ref()
+                    .and_then(|s| s.mean("prompt_cache_hit_ratio"))
+                    .map_or_else(String::new, |h| {
+                        format!(
+                            "; the server's prefix-cache hits over the level {}",
+                            crate::units::fmt_pct(h)
+                        )
+                    });
                 lines.push(format!(
-                    "{bullet}{} @ {}: TTFT p50 first turn {}, later turns {}",
+                    "{bullet}{} @ {}: TTFT p50 by turn: {}{server}",
                     m.name(),
                     l.key.label(),
-                    fmt_secs(a.p50),
-                    fmt_secs(b.p50)
+                    turns.join("; ")
                 ));
             }
         }
@@ -986,6 +1189,7 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
         "ramp_s",
         "knee",
         "client_bound",
+        "partial",
     ]
     .iter()
     .map(|s| (*s).to_owned())
@@ -1051,6 +1255,10 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
                 l.ramp_s.map(num).unwrap_or_default(),
                 (!knee_mark(m, i).is_empty()).to_string(),
                 l.client_bound.clone().unwrap_or_default(),
+                l.stopped
+                    .as_ref()
+                    .map(|s| s.reason.clone())
+                    .unwrap_or_default(),
             ];
             for s in [
                 &l.ttft_s,

@@ -26,6 +26,10 @@ pub use filler::{CALIBRATION_WORDS, TokenModel, WORDS, input_length_off};
 pub use length::{Length, MAX_TOKENS};
 pub use trace::{Trace, TraceFormat};
 
+/// Filler words of a connectivity check's request (and its output cap, when the prompt sets
+/// none), for a generated workload.
+pub const CHECK_WORDS: usize = 16;
+
 use crate::protocol::Message;
 use crate::rng::Rng;
 use std::path::PathBuf;
@@ -153,6 +157,25 @@ impl Workload {
             self,
             Workload::Synthetic(_) | Workload::Conversation(_) | Workload::Trace(_)
         )
+    }
+
+    /// The content of a connectivity check (`bench`'s one unmeasured request before a series'
+    /// load): a `messages` prompt's own messages (every request of it is the same); for every
+    /// generated workload one user message of [`CHECK_WORDS`] filler words drawn from `seed`,
+    /// so the check draws none of the load's requests and warms no prefix the load sends.
+    pub fn check_content(&self, seed: u64) -> RequestContent {
+        let messages = match self {
+            Workload::Messages(m) => m.clone(),
+            _ => vec![user(filler::words(&mut Rng::new(seed), CHECK_WORDS))],
+        };
+        RequestContent {
+            messages,
+            max_tokens: (!matches!(self, Workload::Messages(_))).then_some(CHECK_WORDS as u32),
+            requested_input_tokens: None,
+            requested_output_tokens: None,
+            turn: None,
+            request_id: None,
+        }
     }
 
     /// The content of request number `seq` (for a conversation: the first turn of conversation
@@ -325,6 +348,24 @@ impl Turns {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_check_sends_a_messages_prompt_as_is_and_filler_for_a_generated_workload() {
+        use super::*;
+        let hello = vec![user("Say hello".into())];
+        let c = Workload::Messages(hello.clone()).check_content(1);
+        assert_eq!((c.messages, c.max_tokens), (hello, None));
+        let c = Workload::Synthetic(Synthetic {
+            input_tokens: Length::Fixed(100),
+            output_tokens: Length::Fixed(10),
+            shared_prefix_tokens: 50,
+            seed: Some(1),
+        })
+        .check_content(1);
+        assert_eq!(c.messages.len(), 1);
+        assert_eq!(c.messages[0].content.split(' ').count(), CHECK_WORDS);
+        assert_eq!(c.max_tokens, Some(CHECK_WORDS as u32));
+    }
+
     use super::*;
 
     fn synthetic(input: Length, prefix: u32) -> Workload {

@@ -22,6 +22,7 @@ use std::time::Duration;
 use common::e2e::start_simulate as simulate;
 
 mod gate;
+mod health;
 mod history;
 mod remote_write;
 mod trace_replay;
@@ -368,6 +369,8 @@ fn bursty_arrivals_reach_the_server_with_their_planned_spread() {
             "--warmup",
             "0",
             "--no-prewarm",
+            // The simulator's log holds the level's arrivals only.
+            "--no-check",
             "--samples",
             "-o",
             json.to_str().unwrap(),
@@ -552,6 +555,8 @@ fn a_linear_ramp_up_raises_the_rate_second_by_second() {
             "--warmup",
             "0",
             "--no-prewarm",
+            // The simulator's log holds the level's arrivals only.
+            "--no-check",
             "-o",
             json.to_str().unwrap(),
         ],
@@ -1016,7 +1021,7 @@ fn bench_against_llama_cpp_agrees_with_its_timings() {
         first_fail,
         "{c:#}"
     );
-    assert!(out.contains("Capacity within e2e<="), "{out}");
+    assert!(out.contains("capacity within e2e<="), "{out}");
 }
 
 /// Fails naming every key whose value differs between two lists of levels.
@@ -1450,9 +1455,9 @@ fn repeat_runs_each_level_again_and_keeps_each_runs_figures() {
         "{all} outside the runs' medians {medians:?}"
     );
     assert_eq!(
-        logged(&log, 24).len(),
-        24,
-        "the simulator answered every request once"
+        logged(&log, 25).len(),
+        25,
+        "the simulator answered every request once, and the connectivity check before them"
     );
     assert!(out.contains("sim-a @ 2 over 3 runs: TTFT p95 "), "{out}");
 }
@@ -1682,6 +1687,8 @@ fn a_silent_server_delays_prewarm_by_its_bound_only() {
             "--requests-per-level",
             "2",
             "--samples",
+            // The level's own requests meet the silence (the check would load nothing).
+            "--no-check",
             "-o",
             json.to_str().unwrap(),
         ],
@@ -1717,8 +1724,10 @@ fn bench_child(dir: &Path, name: &str, args: &[&str]) -> ChildGuard {
     ChildGuard::spawn(name, cmd, dir)
 }
 
-/// SIGINT during a level: every `-o` report is written with the finished levels, the running one
-/// is left out (and named), stderr says so, and the exit is 130.
+/// SIGINT during a level: every `-o` report is written with the finished levels and the running
+/// one, kept with the request it finished and marked partial (issue 40: before, it was left out,
+/// and a level stopped while it hung left nothing saying why); stderr says so, and the exit is
+/// 130.
 #[test]
 fn a_stopped_bench_keeps_the_levels_it_finished() {
     let _serial = serial();
@@ -1727,9 +1736,19 @@ fn a_stopped_bench_keeps_the_levels_it_finished() {
         Duration::from_secs(120),
     );
     let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("events.jsonl");
     let (_sim, url) = simulate(
         dir.path(),
-        &["--ttft", "30ms", "--itl", "5ms", "--output-tokens", "4"],
+        &[
+            "--ttft",
+            "30ms",
+            "--itl",
+            "5ms",
+            "--output-tokens",
+            "4",
+            "--event-log",
+            log.to_str().expect("path"),
+        ],
     );
     let cfg = sim_config(dir.path(), &url);
     let out = |name: &str| dir.path().join(name).to_str().expect("path").to_owned();
@@ -1756,11 +1775,14 @@ fn a_stopped_bench_keeps_the_levels_it_finished() {
             &html,
         ],
     );
-    // The first level's line, then the stop while the second runs (it would take a minute).
+    // The first level's line, then the second level's first request answered (the check, the
+    // first level's 3, and it: 5 in the simulator's log), then the stop while the second level
+    // waits for its next arrival (it would take a minute).
     wait_for("the first level's line", Duration::from_secs(60), || {
         child.assert_running();
         child.stderr().contains("sim-a @ 50/s: ").then_some(())
     });
+    logged(&log, 5);
     let (status, took) = child
         .signal_and_wait("-INT", Duration::from_secs(15))
         .unwrap_or_else(|| panic!("bench did not stop\n{}", child.logs()));
@@ -1769,30 +1791,49 @@ fn a_stopped_bench_keeps_the_levels_it_finished() {
     assert!(took < Duration::from_secs(10), "stopping took {took:?}");
     assert!(
         err.contains(&format!(
-            "tokenprobe bench: stopped by SIGINT: 1 finished level(s) reported, written to {json}, {md}, {csv}, {html}; the level running (sim-a @ 0.05/s) is left out"
+            "tokenprobe bench: stopped by SIGINT: 1 finished level(s) and the partial level (sim-a @ 0.05/s, 1 request(s) finished) reported, written to {json}, {md}, {csv}, {html}\n"
         )),
         "{err}"
     );
     let r = read_json(Path::new(&json));
     let l = levels(&r, 0);
-    assert_eq!(l.len(), 1, "only the finished level: {l:?}");
+    assert_eq!(l.len(), 2, "the finished level and the partial one: {l:?}");
     assert_eq!(l[0]["rate"].as_f64(), Some(50.0));
     assert_eq!(l[0]["requests"].as_u64(), Some(3), "{}", l[0]);
+    assert_eq!(l[0].get("partial"), None, "{}", l[0]);
+    assert_eq!(l[1]["rate"].as_f64(), Some(0.05));
+    assert_eq!(l[1]["requests"].as_u64(), Some(1), "{}", l[1]);
+    assert_eq!(l[1]["partial"], true, "{}", l[1]);
+    assert_eq!(l[1]["stopped"]["by"], "signal", "{}", l[1]);
+    assert!(
+        l[1]["stopped"]["reason"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("stopped by SIGINT ")),
+        "{}",
+        l[1]
+    );
     assert_eq!(r["interrupted"]["signal"], "SIGINT");
-    assert_eq!(r["interrupted"]["level_left_out"], "sim-a @ 0.05/s");
+    assert_eq!(r["interrupted"].get("level_left_out"), None, "{r:#}");
+    // The partial level is not judged as a level: no knee or finding reads it.
+    assert!(r["models"][0]["knee"].is_null(), "{r:#}");
     let csv_rows = std::fs::read_to_string(&csv).expect("csv");
     assert_eq!(
         csv_rows.lines().count(),
-        2,
-        "header and one level: {csv_rows}"
+        3,
+        "header and two levels: {csv_rows}"
     );
+    assert!(csv_rows.contains(",stopped by SIGINT "), "{csv_rows}");
     let md = std::fs::read_to_string(&md).expect("md");
     assert!(
-        md.contains("50/s") && md.contains("Stopped by SIGINT before the end"),
+        md.contains("50/s")
+            && md.contains("Stopped by SIGINT before the end")
+            && md.contains("The level running (sim-a @ 0.05/s) is kept, marked partial")
+            && md.contains("**PARTIAL**"),
         "{md}"
     );
     let page = std::fs::read_to_string(&html).expect("html");
     assert!(page.contains(r#"id="interrupted""#), "the page says so");
+    assert!(page.contains("PARTIAL"), "the page marks the level");
 }
 
 /// A second stop signal ends the process at once, even while the first stop is still writing
@@ -1982,9 +2023,9 @@ fn a_key_file_serves_every_worker_of_a_level() {
     assert_eq!(l["requests"].as_u64(), Some(64), "{l}");
     assert_eq!(l["error_rate"].as_f64(), Some(0.0), "{l}");
     assert_eq!(
-        logged(&log, 64).len(),
-        64,
-        "every request reached the server"
+        logged(&log, 65).len(),
+        65,
+        "every request reached the server, and the connectivity check before them"
     );
 }
 
@@ -2010,6 +2051,8 @@ fn failures_carry_their_first_reason() {
             "--requests-per-level",
             "4",
             "--samples",
+            // The level's own failures (the check would load nothing).
+            "--no-check",
             "-o",
             json.to_str().unwrap(),
         ],
@@ -2019,6 +2062,8 @@ fn failures_carry_their_first_reason() {
         out.contains("auth 4 (first: HTTP 401"),
         "code {code:?}\nstdout:\n{out}\nstderr:\n{err}"
     );
+    // Every request failed (fewer than the early stop's 10 in a row): never exit 0.
+    assert_eq!(code, Some(8), "stdout:\n{out}\nstderr:\n{err}");
     let r = read_json(&json);
     let l = &levels(&r, 0)[0];
     let why = l["error_examples"]["auth"].as_str().unwrap_or_default();

@@ -178,12 +178,33 @@ fn check_numbers(doc: &Value, html: &str) -> usize {
             .and_then(Value::as_f64)
             .unwrap_or_else(|| panic!("{ptr}: no number in the report"));
         assert_eq!(v.parse::<f64>().expect("data-v"), want, "{ptr}: data-v");
+        let factor = scale(doc, &ptr);
+        let scaled = want * factor;
+        // A percentage has two decimals, and a tiny one is a bound (`<0.01`, `>-0.01`).
+        let text = text.replace("&lt;", "<").replace("&gt;", ">");
+        if let Some(bound) = text.strip_prefix('<') {
+            assert!(
+                scaled > 0.0 && scaled < bound.parse::<f64>().unwrap(),
+                "{ptr}: {text}"
+            );
+            n += 1;
+            continue;
+        }
+        if let Some(bound) = text.strip_prefix('>') {
+            let b: f64 = bound.parse().unwrap();
+            assert!(
+                scaled > b && scaled.abs() < b.abs().max(100.0),
+                "{ptr}: {text}"
+            );
+            n += 1;
+            continue;
+        }
         let shown: f64 = text
             .parse()
             .unwrap_or_else(|_| panic!("{ptr}: {text:?} is not a number"));
-        let scaled = want * scale(doc, &ptr);
+        let rounding = if factor == 100.0 { 0.005 } else { 0.0 };
         assert!(
-            (shown - scaled).abs() <= 0.005 * scaled.abs() + 1e-9,
+            (shown - scaled).abs() <= 0.005 * scaled.abs() + rounding + 1e-9,
             "{ptr}: the page shows {text}, the report has {want}"
         );
         n += 1;

@@ -182,6 +182,49 @@ fn logs_with(serve: &ChildGuard, wanted: &[&str]) -> String {
     }
 }
 
+/// bench against the echo server: its connectivity check first (both models fail it, each
+/// message shown: exit 7), then the levels' failures (without the check: every request fails,
+/// exit 8): stderr header, table, JSON report, HTML page (with the command line).
+fn bench_outputs(p: &mut Problems, dir: &Path, cfg_s: &str, echo: &str) {
+    let report = dir.join("bench.json");
+    let bench = |extra: &[&str]| {
+        let mut args = vec![
+            "bench",
+            "--config.file",
+            cfg_s,
+            "--models",
+            "echo500,echo200",
+            "--concurrency",
+            "1",
+            "--requests-per-level",
+            "2",
+            "--no-progress",
+            "--output=bench.json",
+            "--output=bench.html",
+        ];
+        args.extend_from_slice(extra);
+        run(&args, dir)
+    };
+    let (code, out) = bench(&[]);
+    p.check(
+        code == 5 && out.contains("connectivity check failed"),
+        || format!("bench check: {out}"),
+    );
+    p.clean("bench check output", &out);
+    p.clean("bench check JSON report", &read(dir.join("bench.json")));
+    p.clean("bench check HTML page", &read(dir.join("bench.html")));
+    let (code, out) = bench(&["--no-check"]);
+    p.check(code == 6, || format!("bench: {out}"));
+    p.clean("bench HTML page", &read(dir.join("bench.html")));
+    let json = std::fs::read_to_string(&report).unwrap_or_default();
+    p.check(
+        json.contains(&format!("\"base_url\": \"http://{echo}/v1\"")),
+        || format!("bench report base_url: {json}"),
+    );
+    p.clean("bench output", &out);
+    p.clean("bench JSON report", &json);
+}
+
 #[test]
 fn no_secret_reaches_any_output() {
     let mut p = Problems::default();
@@ -220,34 +263,7 @@ fn no_secret_reaches_any_output() {
         }
     }
 
-    // bench: stderr header, table, JSON report, HTML page (with the command line).
-    let report = dir.path().join("bench.json");
-    let (code, out) = run(
-        &[
-            "bench",
-            "--config.file",
-            cfg_s,
-            "--models",
-            "echo500,echo200",
-            "--concurrency",
-            "1",
-            "--requests-per-level",
-            "2",
-            "--no-progress",
-            "--output=bench.json",
-            "--output=bench.html",
-        ],
-        dir.path(),
-    );
-    p.check(code == 0, || format!("bench: {out}"));
-    p.clean("bench HTML page", &read(dir.path().join("bench.html")));
-    let json = std::fs::read_to_string(&report).unwrap_or_default();
-    p.check(
-        json.contains(&format!("\"base_url\": \"http://{echo}/v1\"")),
-        || format!("bench report base_url: {json}"),
-    );
-    p.clean("bench output", &out);
-    p.clean("bench JSON report", &json);
+    bench_outputs(&mut p, dir.path(), cfg_s, &echo);
 
     // serve, logfmt then JSON logs: probes fail, then /metrics, /, and a reload of a broken file.
     for log_format in ["logfmt", "json"] {

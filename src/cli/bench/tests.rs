@@ -169,7 +169,9 @@ fn closed_loop_flags_become_levels_models_and_outputs() {
         ]
     );
     assert_eq!(p.job.target.name, "sim");
-    assert!(!p.progress, "no terminal in a test");
+    // No terminal in a test: a line every few seconds instead of the bar.
+    assert_eq!(p.progress, crate::bench::runner::ProgressMode::Lines);
+    assert_eq!(p.health, crate::bench::health::HealthPlan::default());
 }
 
 #[test]
@@ -565,4 +567,125 @@ fn separate_runs_get_their_own_ids_and_shards_share_one() {
             .run_id,
         "r"
     );
+}
+
+/// The plan of `tokenprobe bench <args>` with no config file.
+fn plan_flags(args: &[&str]) -> Result<BenchPlan, BenchError> {
+    let mut argv = vec!["bench"];
+    argv.extend_from_slice(args);
+    Cmd::try_parse_from(argv)
+        .map_err(|e| BenchError::Usage(e.to_string()))?
+        .bench
+        .plan()
+}
+
+/// `bench --base-url URL --models A,B` needs no config: the flags are one target (named after
+/// its host) with those models and one prompt, checked by the config's rules; a prompt text is
+/// one message, whatever commas it holds; each model may have its own server's metrics.
+#[test]
+fn bench_from_flags_alone() {
+    let p = plan_flags(&[
+        "--base-url",
+        "http://127.0.0.1:4000/v1",
+        "--models",
+        "smollm2,gemma3",
+        "--prompt",
+        "Say hello, then stop.",
+        "--max-tokens",
+        "16",
+        "--timeout-first-token",
+        "7s",
+        "--server-metrics",
+        "smollm2=http://127.0.0.1:8081/metrics",
+        "--server-metrics",
+        "gemma3=http://127.0.0.1:8082/metrics",
+        "--requests-per-level",
+        "4",
+    ])
+    .expect("plan");
+    let names: Vec<String> = p
+        .models
+        .iter()
+        .map(crate::bench::BenchModel::name)
+        .collect();
+    assert_eq!(names, ["127.0.0.1/smollm2", "127.0.0.1/gemma3"]);
+    assert_eq!(p.spec.max_tokens, Some(16));
+    let crate::workload::Workload::Messages(m) = &p.spec.prompt.workload else {
+        panic!("{:?}", p.spec.prompt.workload)
+    };
+    assert_eq!(m[0].content, "Say hello, then stop.");
+    assert!(
+        p.models
+            .iter()
+            .all(|m| m.timeouts.first_token == Duration::from_secs(7))
+    );
+    let urls: Vec<Vec<&str>> = p
+        .server
+        .endpoints
+        .iter()
+        .map(|e| e.iter().map(|e| e.url.as_str()).collect())
+        .collect();
+    assert_eq!(
+        urls,
+        [
+            ["http://127.0.0.1:8081/metrics"],
+            ["http://127.0.0.1:8082/metrics"]
+        ]
+    );
+    assert_eq!(p.shape.knee_levels, 0, "levels are added only when asked");
+    // Without --models, or with a config file beside, or a flag of its own with a config.
+    let m = usage(plan_flags(&[
+        "--base-url",
+        "http://h/v1",
+        "--requests-per-level",
+        "1",
+    ]));
+    assert!(m.contains("--models"), "{m}");
+    let m = usage(plan_flags(&[
+        "--base-url",
+        "http://h/v1",
+        "--models",
+        "a",
+        "--prompt",
+        "x",
+        "--prompt",
+        "y",
+        "--requests-per-level",
+        "1",
+    ]));
+    assert!(m.contains("--prompt is given twice"), "{m}");
+    let m = usage(plan(&["--header", "X-A=1", "--requests-per-level", "1"]));
+    assert!(
+        m.contains("--header describes a target given as flags"),
+        "{m}"
+    );
+    let m = usage(plan_flags(&[
+        "--base-url",
+        "ftp://h/v1",
+        "--models",
+        "a",
+        "--requests-per-level",
+        "1",
+    ]));
+    assert!(m.starts_with("invalid flags: --base-url"), "{m}");
+}
+
+/// `--find-capacity` without a level length runs each level in parts of 10 s, on while its
+/// decision is unclear, at most 12 parts; with a length given, 3 more runs at most.
+#[test]
+fn the_capacity_search_chooses_its_levels_length() {
+    let base = [
+        "--find-capacity",
+        "--slo",
+        "ttft=2s",
+        "--concurrency",
+        "1,8",
+    ];
+    let p = plan(&base).expect("plan");
+    assert_eq!(p.amount, Amount::Duration(Duration::from_secs(10)));
+    assert_eq!(p.capacity.as_ref().map(|c| c.extensions), Some(11));
+    let p = plan_with(&base, &["--requests-per-level", "20"]).expect("plan");
+    assert_eq!(p.capacity.as_ref().map(|c| c.extensions), Some(3));
+    let p = plan_with(&base, &["--capacity-extend", "5"]).expect("plan");
+    assert_eq!(p.capacity.as_ref().map(|c| c.extensions), Some(5));
 }

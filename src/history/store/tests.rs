@@ -419,3 +419,35 @@ fn a_store_that_cannot_take_a_write_is_found_before_the_run() {
     assert!(e.to_string().contains("readonly"), "{e}");
     assert_eq!(std::fs::read(&path).unwrap(), before);
 }
+
+/// Issue 40: a partial level (stopped before its amount) is kept in the stored report but is
+/// never a level of the trend, and `--baseline last` never picks a run in which the model ran no
+/// whole level (its check failed, or its only level was stopped).
+#[test]
+fn a_partial_level_is_not_indexed_and_last_needs_a_whole_level() {
+    let d = dir();
+    let mut s = Store::open(&d.path().join("runs.sqlite3")).unwrap();
+    let pairs = [("local".to_owned(), "alpha".to_owned())];
+    let whole = s.record(report("2026-11-01T00:00:00Z", 1.0)).unwrap();
+    // A later run: alpha's check failed (no level), beta ran.
+    let mut unchecked = report("2026-11-02T00:00:00Z", 1.0);
+    unchecked.models[0].levels.clear();
+    s.record(unchecked).unwrap();
+    // A later one still: alpha's only level was stopped, partial.
+    let mut stopped = report("2026-11-03T00:00:00Z", 1.0);
+    stopped.models[0].levels.truncate(1);
+    stopped.models[0].levels[0].partial = true;
+    let stopped = s.record(stopped).unwrap();
+    let ids = s.candidates(&pairs, "hello", false, 10).unwrap();
+    assert_eq!(ids, [whole], "only runs in which alpha ran a whole level");
+    let runs = s.model_runs("alpha", &Filter::default()).unwrap();
+    let partial = runs.iter().find(|r| r.run.id == stopped).unwrap();
+    assert!(partial.levels.is_empty(), "{:?}", partial.levels);
+    assert!(s.report(stopped).unwrap().models[0].levels[0].partial);
+    // Beta ran whole levels in every run: its last is the newest.
+    let beta = [("local".to_owned(), "beta".to_owned())];
+    assert_eq!(
+        s.candidates(&beta, "hello", false, 10).unwrap().first(),
+        Some(&stopped)
+    );
+}

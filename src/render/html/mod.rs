@@ -95,10 +95,26 @@ pub(super) fn metric_unit(m: &str) -> Unit {
     }
 }
 
+/// The unit written after a value of `metric` shown as `u`: ` ms`, ` %`, or the metric's own
+/// (` tok/s`, ` req/s`, ` per Mtok`; nothing for a cost per request).
+pub(super) fn unit_after(metric: &str, u: Unit) -> String {
+    match u {
+        Unit::Ms => " ms".into(),
+        Unit::Pct => " %".into(),
+        Unit::Plain => metric
+            .parse::<crate::bench::criteria::Metric>()
+            .map(|m| m.unit())
+            .ok()
+            .filter(|u| !u.is_empty())
+            .map_or_else(String::new, |u| format!(" {u}")),
+    }
+}
+
 pub(super) fn shown(v: f64, u: Unit) -> String {
     match u {
         Unit::Ms => num(v * 1e3),
-        Unit::Pct => num(v * 100.0),
+        // As every output writes a share: two decimals (never `0.00253`).
+        Unit::Pct => crate::units::fmt_pct(v).trim_end_matches('%').to_owned(),
         Unit::Plain => num(v),
     }
 }
@@ -121,7 +137,7 @@ pub(super) fn cell(tag: &str, v: Option<f64>, ptr: &str, u: Unit) -> String {
             r#"<{tag} data-k="{}" data-v="{}">{}</{tag}>"#,
             esc(ptr),
             raw(v),
-            shown(v, u)
+            esc(&shown(v, u))
         ),
         None => format!("<{tag}>-</{tag}>"),
     }
@@ -208,20 +224,16 @@ pub fn page(report: &Report) -> Result<String, HtmlError> {
         esc(&title)
     );
     let _ = write!(o, "<h1>{}</h1>", esc(&title));
-    if let Some(i) = &r.interrupted {
-        let left = i.level_left_out.as_ref().map_or_else(String::new, |l| {
-            format!(" The level running ({l}) is left out.")
-        });
+    if let Some(sentence) = crate::render::text::interrupted_sentence(&r) {
         let _ = write!(
             o,
-            r#"<p class="warn" id="interrupted">Stopped by {} before the end: only the finished levels are here.{}</p>"#,
-            esc(&i.signal),
-            esc(&left)
+            r#"<p class="warn" id="interrupted">{}</p>"#,
+            esc(&sentence)
         );
     }
     run_info(&mut o, &r);
     o.push_str(r#"<h2 id="answer">The answer</h2><div class="answer">"#);
-    answer(&mut o, &r);
+    answer(&mut o, &r, report);
     o.push_str("</div>");
     o.push_str(r#"<h2 id="plots">Plots</h2><div class="plots">"#);
     for (id, caption, c) in charts(&r) {
@@ -346,13 +358,13 @@ pub(super) fn run_info(o: &mut String, r: &Report) {
     o.push_str("</dl>");
 }
 
-/// Each model's capacity within the SLOs, the page's first answer (as the table states it).
-pub(super) fn capacity(o: &mut String, r: &Report) {
-    let capacity = crate::render::text::render_answer(r, false);
-    if let Some((head, lines)) = capacity.trim_end().split_once('\n') {
+/// A text block of the answer (a heading ending in `:`, one line each) as a heading and a list
+/// with `id`; nothing for an empty block.
+fn text_block(o: &mut String, text: &str, id: &str) {
+    if let Some((head, lines)) = text.trim().split_once('\n') {
         let _ = write!(
             o,
-            r#"<h3>Capacity</h3><p>{}</p><ul id="capacity">"#,
+            r#"<h3>{}</h3><ul id="{id}">"#,
             esc(head.trim_end_matches(':'))
         );
         for l in lines.lines() {
@@ -362,29 +374,21 @@ pub(super) fn capacity(o: &mut String, r: &Report) {
     }
 }
 
-/// The ranking with scores, the rejected models with the limit each failed, the knee per
-/// model, the findings and the regressions, in sentences.
-pub(super) fn answer(o: &mut String, r: &Report) {
-    capacity(o, r);
+/// The answer, first: the ranking at its stated load with scores (ties as ties; when no model
+/// passes, every model by its distance to the limits, with its score), the rejected models with
+/// each limit failed and how far, each model's knee beside its capacity within the SLOs, the view
+/// at another load, the knees, the findings and the regressions, in sentences. `text` is the
+/// report as the text outputs read it (the page's copy names its models for display).
+pub(super) fn answer(o: &mut String, r: &Report, text: &Report) {
     if let Some(s) = &r.selection {
         let _ = write!(
             o,
-            r#"<h3>Ranking at {}</h3><p class="note">limits: {}; weights: {}</p>"#,
-            esc(&s.level),
-            if s.limits.is_empty() {
-                "none".into()
-            } else {
-                esc(&s.limits.join(", "))
-            },
-            esc(&s
-                .weights
-                .iter()
-                .map(|(k, v)| format!("{k}={}", num(*v)))
-                .collect::<Vec<_>>()
-                .join(", "))
+            r#"<h3>Answer {}</h3><p class="note">{}</p>"#,
+            esc(&crate::render::text::stated_at(r, s)),
+            esc(&crate::render::text::criteria_words(s))
         );
         if s.ranked.is_empty() {
-            o.push_str("<p>No model passed every limit.</p>");
+            o.push_str("<p>No model passed every limit: closest first (fewest limits failed, then the smallest relative miss |value / limit − 1|).</p>");
         } else {
             let metrics: Vec<&String> = s.weights.keys().collect();
             o.push_str(r#"<div class="wrap"><table class="sortable" id="ranking"><thead><tr><th>rank</th><th>model</th><th>score</th>"#);
@@ -399,12 +403,14 @@ pub(super) fn answer(o: &mut String, r: &Report) {
             o.push_str("</tr></thead><tbody>");
             for (i, k) in s.ranked.iter().enumerate() {
                 let p = format!("/selection/ranked/{i}");
+                let tied = s.ranked.iter().filter(|x| x.rank == k.rank).count() > 1;
                 let _ = write!(
                     o,
-                    r#"<tr data-model="{}">{}<td class="t">{}</td>{}"#,
+                    r#"<tr data-model="{}">{}<td class="t">{}{}</td>{}"#,
                     esc(&k.model),
                     td(Some(k.rank as f64), &format!("{p}/rank"), Unit::Plain),
                     esc(&k.model),
+                    if tied { " (tied)" } else { "" },
                     td(Some(k.score), &format!("{p}/score"), Unit::Plain)
                 );
                 for m in &metrics {
@@ -427,13 +433,22 @@ pub(super) fn answer(o: &mut String, r: &Report) {
         }
         if !s.rejected.is_empty() {
             o.push_str(r#"<h3>Rejected</h3><ul class="rejected" id="rejected">"#);
-            for k in &s.rejected {
+            for (i, k) in s.rejected.iter().enumerate() {
                 let _ = write!(
                     o,
-                    "<li><b>{}</b> failed: {}{}</li>",
+                    "<li>{}<b>{}</b> failed: {}{}{}</li>",
+                    k.closest.map_or_else(String::new, |n| format!("{n}. ")),
                     esc(&k.model),
                     esc(&k.reasons.join("; ")),
-                    esc(&crate::render::text::passes(k))
+                    esc(&crate::render::text::passes(k)),
+                    k.score.map_or_else(String::new, |v| format!(
+                        "; weighted score {} among the models measured there (not a pass)",
+                        span(
+                            Some(v),
+                            &format!("/selection/rejected/{i}/score"),
+                            Unit::Plain
+                        )
+                    ))
                 );
             }
             o.push_str("</ul>");
@@ -441,8 +456,14 @@ pub(super) fn answer(o: &mut String, r: &Report) {
     } else {
         o.push_str(r#"<p class="note">Not judged (one model and no limits, weights or bench file): no ranking.</p>"#);
     }
+    text_block(
+        o,
+        &crate::render::text::render_limits(text, false),
+        "capacity",
+    );
+    text_block(o, &crate::render::text::render_also(text, ""), "also-at");
     knees(o, r);
-    level_sections(o, r);
+    level_sections(o, text);
     model_notes(o, r);
     findings(o, r);
     if let Some(c) = &r.comparison {
@@ -532,11 +553,7 @@ fn baseline_summary(o: &mut String, c: &crate::bench::report::Comparison) {
             esc(&g.metric),
             span(Some(g.baseline), &format!("{p}/baseline"), u),
             span(Some(g.current), &format!("{p}/current"), u),
-            match u {
-                Unit::Ms => " ms",
-                Unit::Pct => " %",
-                Unit::Plain => "",
-            },
+            unit_after(&g.metric, u),
             span(Some(g.change), &format!("{p}/change"), Unit::Pct),
             if points { "points" } else { "%" },
             span(g.p_value, &format!("{p}/p_value"), Unit::Plain),
@@ -839,10 +856,29 @@ pub(crate) mod tests {
                 .and_then(Value::as_f64)
                 .unwrap_or_else(|| panic!("{ptr}: not a number in the report"));
             assert_eq!(v.parse::<f64>().unwrap(), want, "{ptr}: data-v");
+            let scale = expected_scale(doc, ptr);
+            let scaled = want * scale;
+            // A percentage has two decimals, and a tiny one is a bound (`<0.01`).
+            let text = text.replace("&lt;", "<").replace("&gt;", ">");
+            if let Some(bound) = text.strip_prefix('<') {
+                assert!(
+                    scaled > 0.0 && scaled < bound.parse::<f64>().unwrap(),
+                    "{ptr}: {text}"
+                );
+                continue;
+            }
+            if let Some(bound) = text.strip_prefix('>') {
+                let b = bound.parse::<f64>().unwrap();
+                assert!(
+                    scaled > b && scaled.abs() < b.abs().max(100.0),
+                    "{ptr}: {text}"
+                );
+                continue;
+            }
             let shown: f64 = text.parse().unwrap_or_else(|_| panic!("{ptr}: {text:?}"));
-            let scaled = want * expected_scale(doc, ptr);
+            let rounding = if scale == 100.0 { 0.005 } else { 0.0 };
             assert!(
-                (shown - scaled).abs() <= 0.005 * scaled.abs() + 1e-9,
+                (shown - scaled).abs() <= 0.005 * scaled.abs() + rounding + 1e-9,
                 "{ptr}: shows {text}, the report has {want} (→ {scaled})"
             );
         }
@@ -1028,6 +1064,110 @@ pub(crate) mod tests {
             2 + 1 + 2,
             "TTFT: 2, tokens/s: 1, curve: 2"
         );
+    }
+
+    /// Issue 40: models of different targets were named `gw-smol/gw-smol/smollm2` in the
+    /// page's answer (the page's copy of the report, already named `target/model`, was named
+    /// again); and a knee's growth of 0.0000253 read "0.00253%".
+    #[test]
+    fn names_are_not_doubled_and_shares_have_two_decimals() {
+        let mut r = synthetic();
+        r.models[1].target = Some("other".into());
+        let c = crate::bench::criteria::Criteria {
+            slos: vec!["ttft=300ms".parse().unwrap()],
+            ..Default::default()
+        };
+        let (s, also) = crate::bench::answer::answer(&r.models, &c);
+        (r.selection, r.also_at) = (Some(s), also);
+        r.slo_capacity = crate::bench::answer::slo_capacity(&r.models);
+        if let Some(k) = r.models[0].knee.as_mut() {
+            k.agg_tps_growth = 0.0000253;
+        }
+        let html = page(&r).unwrap();
+        assert!(
+            html.contains("<li>other/beta: no knee within the sweep</li>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<li>local/alpha: knee at 8 concurrent streams"),
+            "the capacity block names each model once"
+        );
+        assert!(!html.contains("local/local/") && !html.contains("other/other/"));
+        assert!(
+            html.contains(
+                r#"data-k="/models/0/knee/agg_tps_growth" data-v="0.0000253">&lt;0.01</span>%"#
+            ),
+            "{}",
+            &html[html.find("agg_tps_growth").unwrap()..][..120]
+        );
+        assert!(!html.contains("0.00253"));
+        check_numbers(&json_of(&r), &html);
+    }
+
+    /// Issue 40: the page's baseline lines gave a rate or a throughput without its unit
+    /// ("goodput 2.08 → 0"); every value now has one.
+    #[test]
+    fn baseline_lines_have_units() {
+        let html = page(&synthetic()).unwrap();
+        let start = html
+            .find("<h3>Baseline</h3>")
+            .expect("the baseline section");
+        let section = &html[start..];
+        let section = &section[..section.find("</ul>").unwrap()];
+        let items: Vec<&str> = section
+            .split("<li>")
+            .skip(1)
+            .map(|l| &l[..l.find("</li>").unwrap()])
+            .collect();
+        assert!(!items.is_empty());
+        // Each line: the verdict, the value before and after with its unit, then in brackets
+        // the change, its interval and the p-values.
+        let values = |i: &str| i[..i.find(" (").unwrap()].to_owned();
+        for i in &items {
+            assert!(
+                [" ms", " %", " req/s", " tok/s"]
+                    .iter()
+                    .any(|u| values(i).ends_with(u)),
+                "{i}"
+            );
+        }
+        assert!(
+            items
+                .iter()
+                .any(|i| i.starts_with("REGRESSION alpha at 8: goodput ")
+                    && values(i).ends_with(" req/s")),
+            "{items:?}"
+        );
+    }
+
+    /// Issue 40: equal scores are a tie on the page too; when no model passes, the rejected
+    /// models come closest first with their distance and their weighted score.
+    #[test]
+    fn ties_and_the_closest_models_on_the_page() {
+        let mut r = synthetic();
+        let mut s = r.selection.clone().unwrap();
+        let mut twin = s.ranked[0].clone();
+        twin.model = "gamma".into();
+        s.ranked.push(twin);
+        r.selection = Some(s);
+        let html = page(&r).unwrap();
+        assert!(
+            html.contains(r#"<td class="t">alpha (tied)</td>"#),
+            "{html}"
+        );
+        assert!(html.contains(r#"<td class="t">gamma (tied)</td>"#));
+        let c = crate::bench::criteria::Criteria {
+            limits: vec!["ttft_p95<100ms".parse().unwrap()],
+            ..Default::default()
+        };
+        r.selection = Some(crate::bench::answer::answer(&r.models, &c).0);
+        let html = page(&r).unwrap();
+        assert!(html.contains("<p>No model passed every limit: closest first"));
+        assert!(
+            html.contains("<li>1. <b>beta</b> failed: ttft_p95 = 476.9 ms (limit ttft_p95 &lt; 100.0 ms), 376.87% beyond; passes every limit at no level run; weighted score <span data-k=\"/selection/rejected/0/score\" data-v=\"1.0\">1</span> among the models measured there (not a pass)</li><li>2. <b>alpha</b> failed"),
+            "{html}"
+        );
+        check_numbers(&json_of(&r), &html);
     }
 
     #[test]

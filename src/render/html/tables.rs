@@ -149,10 +149,10 @@ pub(super) fn main_table(o: &mut String, r: &Report) {
                 } else {
                     errs.join(", ")
                 },
-                if m.knee.as_ref().is_some_and(|k| k.index == li) {
-                    "◆ knee"
-                } else {
-                    ""
+                match (m.knee.as_ref().is_some_and(|k| k.index == li), l.partial) {
+                    (true, _) => "◆ knee",
+                    (false, true) => "PARTIAL",
+                    (false, false) => "",
                 }
             );
         }

@@ -18,31 +18,83 @@ fn a_client_bound_level_is_marked_beside_its_knee() {
     assert!(md.contains("| **CLIENT-BOUND** |"), "{md}");
 }
 
-/// The answer ranks by capacity, then at the common load, with the limits' rejections.
+/// Issue 40: one answer, first, at one stated load; ties as ties; no second ranking by capacity;
+/// the knee and the capacity side by side with what limited each; the view at another load
+/// labelled as that view, without ranks.
 #[test]
-fn the_answer_ranks_by_capacity_and_at_the_common_load() {
+fn one_answer_first_and_other_loads_labelled() {
     let mut r = synthetic();
-    let mut cr = r
-        .capacity_ranking
-        .clone()
-        .expect("a ranking with SLOs and two models");
-    cr.at_common_load = r.selection.clone();
-    r.capacity_ranking = Some(cr);
+    let t = render_table(&r);
+    assert!(
+        t.starts_with("Answer at 8 concurrent streams, the highest load every model ran (limits: error_rate < 1.00%; weights: "),
+        "{t}"
+    );
+    assert!(t.contains("\n  1. alpha score 1.000\n"), "{t}");
+    assert!(
+        !t.contains("ranked by capacity") && !t.contains("Selection at"),
+        "{t}"
+    );
+    assert_eq!(t.matches(". alpha score").count(), 1, "one ranking: {t}");
+    assert!(
+        t.contains("  alpha: knee at 8 concurrent streams, capacity ceiling 4 (agg tokens/s +4%, TTFT p95 +300%)"),
+        "{t}"
+    );
+    assert!(
+        t.contains("; why: queueing, from the client's view (from 4 to 8: TTFT p95 190.2 ms → 761.0 ms (+300%), TPOT p50 20.0 ms → 20.0 ms (+0%); TPOT held: requests waited before they started)"),
+        "{t}"
+    );
+    assert!(
+        t.contains("  alpha: SLO capacity up to 4 concurrent streams of the levels run: 100.0% [83.9%, 100.0%] there; at 8, 0.0% [0.0%, 16.1%], limited by ttft<=300.0 ms"),
+        "{t}"
+    );
+    assert!(t.contains("; why: queueing, as at the knee\n"), "{t}");
+    assert!(
+        t.contains("  beta: SLO capacity none of the levels run; at 2, 50.0% [29.9%, 70.1%], limited by ttft<=300.0 ms\n"),
+        "{t}"
+    );
+    // A tie: both rank 1, each said to be tied.
+    let mut s = r.selection.clone().unwrap();
+    let mut second = s.ranked[0].clone();
+    second.model = "gamma".into();
+    s.ranked.push(second);
+    r.selection = Some(s);
     let t = render_answer(&r, false);
     assert!(
-        t.contains("  ranked by capacity: 1. alpha (4), 2. beta (none)\n"),
+        t.contains("  1. alpha score 1.000, tied\n  1. gamma score 1.000, tied\n"),
+        "{t}"
+    );
+}
+
+/// When no model passes, the answer lists them closest first, with each limit's distance and the
+/// weighted score, said to be no pass; a view at another load names who passes there, unranked.
+#[test]
+fn no_pass_is_ordered_by_distance_and_another_load_is_a_view() {
+    let mut r = synthetic();
+    let c = Criteria {
+        limits: vec!["ttft_p95<100ms".parse().unwrap()],
+        select_at: Some(4.0),
+        ..Criteria::default()
+    };
+    let (s, also) = crate::bench::answer::answer(&r.models, &c);
+    (r.selection, r.also_at) = (Some(s), also);
+    let t = render_table(&r);
+    assert!(
+        t.starts_with("Answer at 4 concurrent streams, as asked (select_at) (limits: ttft_p95 < 100.0 ms; weights: "),
         "{t}"
     );
     assert!(
-        t.contains(
-            "  ranked at 8, the highest load every model serves within the SLOs: 1. alpha (score "
-        ),
+        t.contains("  no model passes every limit; closest first"),
         "{t}"
     );
     assert!(
-        t.contains("; rejected by the limits: beta (error_rate "),
+        t.contains("  1. alpha: ttft_p95 = 190.2 ms (limit ttft_p95 < 100.0 ms), 90.25% beyond; passes every limit at no level run; weighted score 1.000 among the models measured there (not a pass)\n  2. beta: ttft_p95 = 381.5 ms"),
         "{t}"
     );
+    assert!(
+        t.contains("\nA view at 8 concurrent streams, the highest load every model ran, where no model passes every limit (not the answer; "),
+        "{t}"
+    );
+    assert!(t.contains("  alpha fails: ttft_p95 = 761.0 ms"), "{t}");
 }
 
 #[test]
@@ -249,7 +301,6 @@ fn seventy_five_of_eighty(search: bool) -> Report {
     use crate::bench::capacity::{CapacityPlan, Outcome, Search, Verdict};
     let mut r = synthetic();
     r.models.truncate(1);
-    r.capacity_ranking = None;
     let m = &mut r.models[0];
     m.levels.truncate(1);
     m.levels[0].slo_attainment = Some(crate::bench::stats::Attainment {
@@ -281,6 +332,8 @@ fn seventy_five_of_eighty(search: bool) -> Report {
         };
         m.capacity = Some(plan.capacity(&outcome, &tried, &m.levels));
     }
+    (r.selection, r.also_at) = (None, None);
+    r.slo_capacity = crate::bench::answer::slo_capacity(&r.models);
     r
 }
 
@@ -298,7 +351,7 @@ fn a_none_capacity_states_its_doubt() {
     let t = render_answer(&r, false);
     assert!(
         t.contains(&format!(
-            "  alpha: none: no load tried met the target{doubt}; even 2 failed (1 levels, 20 requests, "
+            "  alpha: SLO capacity none: no load tried met the target{doubt}; even 2 failed (1 level, 20 requests, "
         )),
         "{t}"
     );
@@ -307,8 +360,55 @@ fn a_none_capacity_states_its_doubt() {
     let t = render_answer(&seventy_five_of_eighty(false), false);
     assert!(
         t.contains(&format!(
-            "  alpha: none of the levels run; at 2, 93.8% [86.2%, 97.3%], limited by errors{doubt}\n"
+            "  alpha: SLO capacity none of the levels run; at 2, 93.8% [86.2%, 97.3%], limited by errors{doubt}; why: errors, from the client's view (at 2: 5 of 80 requests failed)\n"
         )),
+        "{t}"
+    );
+}
+
+/// Issue 40: a session's later turns read as slower ("first turn 922.8 ms, later turns 1.37 s")
+/// while the cache's share was in the JSON only: each turn's TTFT is shown beside the input it
+/// was sent with and the share of it the cache served, and the server's hits when collected.
+#[test]
+fn each_turn_shows_its_input_and_cached_share() {
+    use crate::bench::stats::TurnStats;
+    let mut r = synthetic();
+    let s = |v: f64| {
+        r.models[0].levels[0].ttft_s.map(|mut s| {
+            s.p50 = v;
+            s
+        })
+    };
+    let turns = vec![
+        TurnStats {
+            turn: 1,
+            successes: 10,
+            ttft_s: s(0.9228),
+            input_tokens_mean: Some(38.0),
+            cached_share: Some(0.0),
+        },
+        TurnStats {
+            turn: 2,
+            successes: 10,
+            ttft_s: s(1.37),
+            input_tokens_mean: Some(412.4),
+            cached_share: Some(0.69),
+        },
+    ];
+    let l = &mut r.models[0].levels[0];
+    l.lengths.turns = turns;
+    let mut server = crate::servermetrics::level::ServerLevel::default();
+    server.signals.insert(
+        "prompt_cache_hit_ratio".into(),
+        crate::servermetrics::level::SignalStats {
+            mean: Some(0.6912),
+            ..Default::default()
+        },
+    );
+    l.server = Some(server);
+    let t = render_table(&r);
+    assert!(
+        t.contains("  alpha @ 2: TTFT p50 by turn: turn 1 922.8 ms at 38 input tokens, 0.00% cached; turn 2 1.37 s at 412 input tokens, 69.00% cached; the server's prefix-cache hits over the level 69.12%\n"),
         "{t}"
     );
 }
