@@ -5,7 +5,9 @@
 //! - [`runner`]: the load generator (closed and open loop) and its own lag.
 //! - [`stats`]: per-request samples and exact per-level statistics.
 //! - [`criteria`]: metric names, limits, weights, SLOs and the `--bench.file` YAML.
-//! - [`select`]: the knee, selection (hard limits, weighted score) and baseline regressions.
+//! - [`select`]: the knee and selection (hard limits, weighted score).
+//! - [`gate`]: the comparison with a baseline run, each value's verdict (regression only when
+//!   beyond the tolerance and significant), on [`significance`]'s tests.
 //! - [`report`]: the typed report every renderer reads ([`crate::render`] writes it out).
 //! - [`shard`]: one run split across processes (`--shard i/N`, `--start-at`), the run id.
 //! - [`merge`]: `bench merge`, the shards' reports made into the whole run's.
@@ -20,13 +22,13 @@
 //! [`Report`]; the rendering half, [`crate::render`], prints and writes it.
 //!
 //! Exit codes: 0 done; 2 bad usage, config, bench file or baseline, or an output that cannot be
-//! written; 3 a metric regressed against `--baseline` beyond the tolerance; 4 a level the client
-//! could not measure (without `--accept-client-bound`); 5 the run could not be recorded in the
-//! run store; 6 the comparison with `--baseline` compared nothing; 7 a model's connectivity check
-//! failed (no model loaded; with `--keep-going` only when every model failed it); 8 a level whose
-//! every request failed, or a load stopped early by its errors; 130 stopped by a signal (first of
-//! these when several apply: 130, 7, 8, 4, 3, 6, 5). `docs/bench.md` is the user guide and
-//! defines every number.
+//! written; 3 a value regressed against `--baseline` (worse beyond the tolerance and significantly
+//! so: [`gate`]); 4 a level the client could not measure (without `--accept-client-bound`); 5 the
+//! run could not be recorded in the run store; 6 the comparison with `--baseline` compared or could
+//! judge nothing; 7 a model's connectivity check failed (no model loaded; with `--keep-going` only
+//! when every model failed it); 8 a level whose every request failed, or a load stopped early by
+//! its errors; 130 stopped by a signal (first of these when several apply: 130, 7, 8, 4, 3, 6, 5).
+//! `docs/bench.md` is the user guide and defines every number.
 //!
 //! [`ProbeResult`]: crate::measure::ProbeResult
 
@@ -38,6 +40,7 @@ pub mod confidence;
 pub mod criteria;
 pub mod crosscheck;
 pub mod findings;
+pub mod gate;
 pub mod health;
 pub mod merge;
 pub mod report;
@@ -46,6 +49,7 @@ pub mod sample;
 pub mod select;
 pub mod server_view;
 pub mod shard;
+pub mod significance;
 pub mod stats;
 pub mod steady;
 mod sweep;
@@ -900,8 +904,15 @@ pub fn judge(
         .unzip();
     let slo_capacity = answer::slo_capacity(&whole);
     let found = findings::findings(&whole, thresholds);
-    let comparison = baseline
-        .map(|(b, name)| select::compare(&whole, &health::whole_levels(&b.models), criteria, name));
+    let comparison = baseline.map(|(b, name)| {
+        gate::compare(
+            &whole,
+            &health::whole_levels(&b.models),
+            &b.slo,
+            criteria,
+            name,
+        )
+    });
     drop(whole);
     report.selection = selection;
     report.also_at = also_at.flatten();

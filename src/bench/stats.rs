@@ -528,6 +528,12 @@ pub struct LevelStats {
     /// Lengths asked for and reached; TTFT by conversation turn.
     #[serde(default)]
     pub lengths: LevelLengths,
+    /// The per-request values of TTFT, TPOT, E2E and decode tokens/s, bounded (every value up to
+    /// 512, else 512 evenly spaced order statistics), kept without `--samples` so that a later
+    /// run's `--baseline` comparison can test itself against them (absent in reports of older
+    /// versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distributions: Option<super::significance::Distributions>,
     /// Every sample, with `--samples`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub samples: Option<Vec<Sample>>,
@@ -712,6 +718,7 @@ impl LevelStats {
             cost_per_request: None,
             cost_per_mtok: None,
             lengths: LevelLengths::of(samples),
+            distributions: Some(super::significance::Distributions::of(samples)),
             samples: None,
             cross_check: None,
             canary: None,

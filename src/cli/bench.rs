@@ -156,6 +156,10 @@ pub struct BenchArgs {
     /// Absolute tolerance of the error rate against the baseline (default 0.01 = 1 point).
     #[arg(long)]
     pub tolerance_error_rate: Option<String>,
+    /// Family-wise confidence of the baseline comparison: a value regresses only when its change
+    /// is significant at this confidence over every value compared (Holm), default 95%.
+    #[arg(long)]
+    pub confidence: Option<String>,
     /// Write the report to FILE.json, FILE.csv, FILE.md or FILE.html (by extension; repeatable).
     #[arg(long = "output", short = 'o')]
     pub outputs: Vec<PathBuf>,
@@ -721,6 +725,9 @@ pub fn criteria(a: &BenchArgs) -> Result<Criteria, CriteriaError> {
     }
     if let Some(t) = &a.tolerance_error_rate {
         c.tolerance_error_rate = parse_ratio(t)?;
+    }
+    if let Some(t) = &a.confidence {
+        c.confidence = crate::bench::criteria::parse_confidence(t)?;
     }
     if a.select_at.is_some() {
         c.select_at = a.select_at;

@@ -1,6 +1,7 @@
 //! The rendering half of `bench` (pure, apart from writing the files it is given): a judged
 //! [`Report`] becomes the terminal table, Markdown, CSV and JSON ([`text`]), the server's and the
-//! cross-checks' blocks ([`server_view`], [`crosscheck`]), the self-contained HTML page ([`html`]) and
+//! cross-checks' blocks ([`server_view`], [`crosscheck`]), the comparison with a baseline
+//! ([`gate`]), the self-contained HTML page ([`html`]) and
 //! the SVG plot ([`plot`]), both drawn by the one chart engine ([`chart`]); [`combine`] puts
 //! several runs' reports side by side for `bench report`; [`history`] renders the run store's listings and trends. Nothing here measures or judges: it
 //! reads the typed report [`crate::bench`] made, and numbers are written by [`crate::units`].
@@ -8,6 +9,7 @@
 pub mod chart;
 pub mod combine;
 pub mod crosscheck;
+pub mod gate;
 pub mod history;
 pub mod html;
 pub mod plot;
@@ -145,9 +147,10 @@ pub fn write_outputs(
     Ok(())
 }
 
-/// Prints a judged run's table, writes its files and plot, and gives its exit: 3 when it
-/// regressed against the baseline, [`NOTHING_COMPARED_EXIT`] (said on stderr) when the
-/// comparison with a baseline compared no value; for a run stopped by a signal, its stderr line
+/// Prints a judged run's table, writes its files and plot, and gives its exit: 3 when a value
+/// regressed against the baseline (beyond the tolerance and significant: the gate's verdict), and
+/// nothing else; [`NOTHING_COMPARED_EXIT`] (said on stderr) when the comparison with a baseline
+/// compared no value, or judged none (every value not judged, each reason named); for a run stopped by a signal, its stderr line
 /// (what it kept, where, and what it left out) and [`INTERRUPTED_EXIT`].
 ///
 /// # Errors
@@ -159,17 +162,39 @@ pub fn deliver(
 ) -> Result<ExitCode, BenchError> {
     crate::output::print_stdout(&text::render_table(report));
     let code = write_outputs(report, outputs, criteria).map(|()| {
-        match &report.comparison {
-            Some(c) if !c.regressions.is_empty() => ExitCode::from(3),
-            Some(c) if c.compared == 0 && report.interrupted.is_none() => {
-                crate::output::print_stderr_line(&format!(
-                    "tokenprobe bench: nothing was compared with the baseline {}: it has none of this run's (model, level) values, so no regression could be found (exit {NOTHING_COMPARED_EXIT})",
-                    c.baseline
-                ));
-                ExitCode::from(NOTHING_COMPARED_EXIT)
-            }
-            _ => ExitCode::SUCCESS,
+        let Some(c) = &report.comparison else {
+            return ExitCode::SUCCESS;
+        };
+        if !c.regressions.is_empty() {
+            return ExitCode::from(3);
         }
+        if report.interrupted.is_some() {
+            return ExitCode::SUCCESS;
+        }
+        if c.compared == 0 {
+            crate::output::print_stderr_line(&format!(
+                "tokenprobe bench: nothing was compared with the baseline {}: it has none of this run's (model, level) values, so no regression could be found (exit {NOTHING_COMPARED_EXIT})",
+                c.baseline
+            ));
+            return ExitCode::from(NOTHING_COMPARED_EXIT);
+        }
+        if c.judged == Some(0) {
+            let mut why: Vec<&str> = c
+                .values
+                .iter()
+                .filter_map(|v| v.not_judged.as_deref())
+                .collect();
+            why.sort_unstable();
+            why.dedup();
+            crate::output::print_stderr_line(&format!(
+                "tokenprobe bench: nothing could be judged against the baseline {}: {} values compared, none tested ({}), so no regression could be found (exit {NOTHING_COMPARED_EXIT})",
+                c.baseline,
+                c.compared,
+                why.join("; ")
+            ));
+            return ExitCode::from(NOTHING_COMPARED_EXIT);
+        }
+        ExitCode::SUCCESS
     });
     stopped_exit(report, code, &outputs.files)
 }
@@ -230,8 +255,8 @@ fn stopped_exit(
     Ok(ExitCode::from(INTERRUPTED_EXIT))
 }
 
-/// The exit status of a run compared with a baseline that had no value in common with it (a gate
-/// that compared nothing does not pass).
+/// The exit status of a run compared with a baseline that had no value in common with it, or
+/// none the gate could judge (a gate that decided nothing does not pass).
 pub const NOTHING_COMPARED_EXIT: u8 = 6;
 
 /// The exit status of a bench stopped by a signal (as a shell reports SIGINT: 128 + 2).
@@ -242,7 +267,8 @@ mod tests {
     use super::*;
 
     /// Issue 39 item 5: a comparison that compared nothing is not a pass; one that compared
-    /// values without a regression is, and a regression is 3.
+    /// values without a regression is, and a regression is 3. Issue 40: nor is one that judged
+    /// nothing.
     #[test]
     fn a_gate_that_compared_nothing_does_not_pass() {
         let mut r = crate::bench::report::tests::synthetic();
@@ -256,6 +282,11 @@ mod tests {
         let cmp = r.comparison.as_mut().unwrap();
         cmp.regressions.clear();
         assert_eq!(exit(&r), ExitCode::SUCCESS);
+        // Issue 40: values compared but none judged (each one's reason named) decide nothing.
+        let cmp = r.comparison.as_mut().unwrap();
+        let judged = cmp.judged.replace(0);
+        assert_eq!(exit(&r), ExitCode::from(NOTHING_COMPARED_EXIT));
+        r.comparison.as_mut().unwrap().judged = judged;
         let cmp = r.comparison.as_mut().unwrap();
         cmp.compared = 0;
         cmp.values.clear();

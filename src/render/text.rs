@@ -949,38 +949,7 @@ fn render_notes(r: &Report, md: bool) -> String {
     render_repeats(&mut out, r, &names, bullet);
     out.push_str(&render_also(r, bullet));
     if let Some(c) = &r.comparison {
-        let _ = writeln!(
-            out,
-            "\nBaseline {} (tolerance {:.0}%, error rate +{:.2} pp): {} values compared, {} regressions",
-            c.baseline,
-            c.tolerance * 100.0,
-            c.tolerance_error_rate * 100.0,
-            c.compared,
-            c.regressions.len()
-        );
-        for g in &c.regressions {
-            let change = if g.metric == "error_rate" {
-                format!("{:+.2} pp", g.change * 100.0)
-            } else {
-                format!("{:+.1}%", g.change * 100.0)
-            };
-            let _ = writeln!(
-                out,
-                "{bullet}REGRESSION {} @ {}: {} {} → {} ({change})",
-                g.model,
-                g.level,
-                g.metric,
-                fmt_value(&g.metric, g.baseline),
-                fmt_value(&g.metric, g.current)
-            );
-        }
-        if !c.not_in_baseline.is_empty() {
-            let _ = writeln!(
-                out,
-                "{bullet}not in the baseline: {}",
-                c.not_in_baseline.join(", ")
-            );
-        }
+        out.push_str(&super::gate::render(c, md));
     }
     out.push_str(&super::crosscheck::render_notes(r, md));
     out
@@ -1060,7 +1029,8 @@ fn render_lengths(out: &mut String, r: &Report, bullet: &str) {
     }
 }
 
-fn fmt_value(metric: &str, v: f64) -> String {
+/// A value of `metric` for people, with its unit.
+pub(super) fn fmt_value(metric: &str, v: f64) -> String {
     metric
         .parse::<crate::bench::criteria::Metric>()
         .map_or_else(|_| format!("{v}"), |m| m.format(v))

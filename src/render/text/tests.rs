@@ -152,7 +152,9 @@ fn mixed_targets_and_prices_get_their_columns_and_names() {
             .map(|c| c.trim().to_owned())
             .collect()
     };
-    let rows: Vec<Vec<String>> = t
+    // The levels' table (the comparison's, below it, has rows of its own).
+    let levels_table = t.split("\nBaseline ").next().unwrap_or_default();
+    let rows: Vec<Vec<String>> = levels_table
         .lines()
         .filter(|l| l.contains("alpha ┆"))
         .map(row_cells)
