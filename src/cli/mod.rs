@@ -27,8 +27,9 @@ pub mod probe;
 pub mod serve;
 pub mod target_flags;
 
+use crate::log::LogFormat;
 use crate::output::print_stderr_line;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -57,15 +58,6 @@ pub struct Cli {
     pub cmd: Cmd,
 }
 
-/// `--log.format`.
-// clap shows a variant's doc comment as its help, which would change `--help`.
-#[allow(missing_docs)]
-#[derive(Copy, Clone, Debug, ValueEnum)]
-pub enum LogFormat {
-    Logfmt,
-    Json,
-}
-
 /// The subcommands.
 #[derive(Subcommand, Debug)]
 pub enum Cmd {
@@ -90,19 +82,9 @@ fn parse_log_level(s: &str) -> Result<String, String> {
     Ok(s.to_owned())
 }
 
-fn init_logging(level: &str, format: LogFormat) {
-    crate::log::init(
-        level,
-        match format {
-            LogFormat::Json => crate::log::LogFormat::Json,
-            LogFormat::Logfmt => crate::log::LogFormat::Logfmt,
-        },
-    );
-}
-
 /// Runs a parsed command line; the process's exit code.
 pub fn run(cli: Cli) -> ExitCode {
-    init_logging(&cli.log_level, cli.log_format);
+    crate::log::init(&cli.log_level, cli.log_format);
     let cmd = match cli.cmd {
         Cmd::Serve(args) => return serve::run(args),
         other => other,

@@ -11,11 +11,11 @@ use clap::ValueEnum;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// `probe --format`.
+/// `probe --format`: how the probe's result is shown on stdout.
 // clap shows a variant's doc comment as its help, which would change `--help`.
 #[allow(missing_docs)]
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Format {
+pub enum ProbeFormat {
     Text,
     Json,
 }
@@ -39,8 +39,8 @@ pub struct ProbeArgs {
     #[arg(long)]
     pub no_stream: bool,
     /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Text)]
-    pub format: Format,
+    #[arg(long, value_enum, default_value_t = ProbeFormat::Text)]
+    pub format: ProbeFormat,
     /// Probe a target of this config file instead of --base-url (with --target).
     #[arg(long = "config.file", required_unless_present = "base_url")]
     pub config_file: Option<PathBuf>,
@@ -171,7 +171,7 @@ pub async fn run(a: ProbeArgs) -> Result<ExitCode> {
     // The report is made whole, then printed: JSON on stdout with the failure's line on stderr
     // (a pipe reads the JSON alone), or the text.
     let (out, failed) = match a.format {
-        Format::Json => {
+        ProbeFormat::Json => {
             let mut v = to_json(&result);
             if let (Some(o), Some(c)) = (v.as_object_mut(), &calibration) {
                 o.insert(
@@ -188,7 +188,7 @@ pub async fn run(a: ProbeArgs) -> Result<ExitCode> {
             });
             (format!("{v}\n"), failed)
         }
-        Format::Text => {
+        ProbeFormat::Text => {
             let context = ReportContext {
                 url: spec.url(),
                 model: spec.model.clone(),

@@ -6,7 +6,7 @@
 use super::ProbeSpec;
 use crate::config::{ConnectionMode, Expect, Timeouts};
 use crate::kstamp::{ReadLag, ReadStamps};
-use crate::measure::{Measurement, ProbeResult, Step};
+use crate::measure::{Flow, Measurement, ProbeResult};
 use crate::outcome::{
     ErrorType, Flag, Head, classify_head, error_chain, html_title, judge_non_answer,
     judge_non_event_stream, starts_as_event_stream,
@@ -321,7 +321,7 @@ async fn read_stream(
                 if !had_first && m.first_token_seen() {
                     arrivals.first_token(now, at);
                 }
-                if step == Step::Stop {
+                if step == Flow::Stop {
                     if spec.target.connection == ConnectionMode::Reuse && m.proper_end() {
                         drain_for_reuse(&mut resp, deadline).await;
                     }
@@ -563,32 +563,32 @@ fn feed_events(
     api: Api,
     m: &mut Measurement,
     t: Instant,
-) -> Step {
+) -> Flow {
     if bytes.is_empty() {
-        return Step::Continue;
+        return Flow::Continue;
     }
     match dec.feed(bytes) {
         Ok(events) => {
             for ev in events {
-                if fold_event(&ev, api, m, t) == Step::Stop {
-                    return Step::Stop;
+                if fold_event(&ev, api, m, t) == Flow::Stop {
+                    return Flow::Stop;
                 }
             }
-            Step::Continue
+            Flow::Continue
         }
         Err(e) => {
             m.fail(ErrorType::Malformed, t, e.to_string());
-            Step::Stop
+            Flow::Stop
         }
     }
 }
 
-fn fold_event(ev: &crate::sse::SseEvent, api: Api, m: &mut Measurement, t: Instant) -> Step {
+fn fold_event(ev: &crate::sse::SseEvent, api: Api, m: &mut Measurement, t: Instant) -> Flow {
     match api.interpret(ev) {
         Ok(meaning) => m.event(t, &meaning),
         Err(e) => {
             m.fail(ErrorType::Malformed, t, e.to_string());
-            Step::Continue
+            Flow::Continue
         }
     }
 }
@@ -607,7 +607,7 @@ fn body_end(
     if body.not_event_stream() || starts_as_event_stream(&body.head, true) == Some(false) {
         return;
     }
-    if feed_events(dec, rest, api, m, t) == Step::Continue {
+    if feed_events(dec, rest, api, m, t) == Flow::Continue {
         flush_final(dec, api, m, t);
     }
 }

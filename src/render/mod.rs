@@ -20,9 +20,9 @@ use crate::bench::report::Report;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-/// Output formats, by extension.
+/// An output file's format, by its extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
+pub enum FileFormat {
     /// The JSON report (what `bench report`, `--baseline` and merges read).
     Json,
     /// One row per model and level.
@@ -33,19 +33,19 @@ pub enum Format {
     Html,
 }
 
-impl Format {
+impl FileFormat {
     /// The format a path's extension names (`.json`, `.csv`, `.md`/`.markdown`, `.html`/`.htm`).
-    pub fn of(p: &Path) -> Option<Format> {
+    pub fn of(p: &Path) -> Option<FileFormat> {
         match p
             .extension()
             .and_then(|e| e.to_str())
             .map(str::to_ascii_lowercase)
             .as_deref()
         {
-            Some("json") => Some(Format::Json),
-            Some("csv") => Some(Format::Csv),
-            Some("md" | "markdown") => Some(Format::Markdown),
-            Some("html" | "htm") => Some(Format::Html),
+            Some("json") => Some(FileFormat::Json),
+            Some("csv") => Some(FileFormat::Csv),
+            Some("md" | "markdown") => Some(FileFormat::Markdown),
+            Some("html" | "htm") => Some(FileFormat::Html),
             _ => None,
         }
     }
@@ -55,7 +55,7 @@ impl Format {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Outputs {
     /// Report files and their formats.
-    pub files: Vec<(PathBuf, Format)>,
+    pub files: Vec<(PathBuf, FileFormat)>,
     /// The SVG plot's path.
     pub plot: Option<PathBuf>,
 }
@@ -69,7 +69,7 @@ impl Outputs {
     pub fn check(files: &[PathBuf], plot: Option<&Path>) -> Result<Outputs, BenchError> {
         let mut out = Vec::new();
         for o in files {
-            let Some(format) = Format::of(o) else {
+            let Some(format) = FileFormat::of(o) else {
                 return Err(BenchError::Usage(format!(
                     "--output {}: the extension must be .json, .csv, .md or .html",
                     o.display()
@@ -127,10 +127,10 @@ pub fn write_outputs(
             reason: e,
         };
         let text = match format {
-            Format::Json => text::render_json(report),
-            Format::Csv => text::render_csv(report).map_err(|e| failed(e.to_string()))?,
-            Format::Markdown => text::render_markdown(report),
-            Format::Html => html::page(report).map_err(|e| failed(e.to_string()))?,
+            FileFormat::Json => text::render_json(report),
+            FileFormat::Csv => text::render_csv(report).map_err(|e| failed(e.to_string()))?,
+            FileFormat::Markdown => text::render_markdown(report),
+            FileFormat::Html => html::page(report).map_err(|e| failed(e.to_string()))?,
         };
         write(o, &text)?;
     }
@@ -179,7 +179,7 @@ pub fn deliver(
 fn stopped_exit(
     report: &Report,
     code: Result<ExitCode, BenchError>,
-    outputs: &[(PathBuf, Format)],
+    outputs: &[(PathBuf, FileFormat)],
 ) -> Result<ExitCode, BenchError> {
     let Some(i) = &report.interrupted else {
         return code;
@@ -266,10 +266,13 @@ mod tests {
 
     #[test]
     fn output_formats_by_extension() {
-        assert_eq!(Format::of(Path::new("r.json")), Some(Format::Json));
-        assert_eq!(Format::of(Path::new("r.CSV")), Some(Format::Csv));
-        assert_eq!(Format::of(Path::new("r.md")), Some(Format::Markdown));
-        assert_eq!(Format::of(Path::new("r.HTML")), Some(Format::Html));
-        assert_eq!(Format::of(Path::new("r.txt")), None);
+        assert_eq!(FileFormat::of(Path::new("r.json")), Some(FileFormat::Json));
+        assert_eq!(FileFormat::of(Path::new("r.CSV")), Some(FileFormat::Csv));
+        assert_eq!(
+            FileFormat::of(Path::new("r.md")),
+            Some(FileFormat::Markdown)
+        );
+        assert_eq!(FileFormat::of(Path::new("r.HTML")), Some(FileFormat::Html));
+        assert_eq!(FileFormat::of(Path::new("r.txt")), None);
     }
 }
