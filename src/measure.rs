@@ -124,7 +124,7 @@ pub struct ProbeResult {
     pub phases: Option<Phases>,
     /// How much later than their kernel receive instant the response's bytes were read, when a
     /// response head came (set by the prober, which stamps the reads).
-    pub read_lag: Option<crate::kstamp::ReadLag>,
+    pub read_lag: Option<ReadLag>,
     /// Send lag: from the start instant to the kernel's transmit instant of the request's last
     /// byte, when the kernel stamped it (set by the prober, which stamps the writes). Part of
     /// every latency counted from the start instant; the wire's figures leave it out.
@@ -545,6 +545,21 @@ impl Measurement {
         }
         r
     }
+}
+
+/// How much later than the kernel received them a probe's bytes were read: the scheduling delay
+/// that kernel stamps ([`crate::kstamp`]) take out of its instants (reported per bench level as
+/// the kernel-vs-user difference). Plain data: the probe's reader fills it in.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, serde::Deserialize)]
+pub struct ReadLag {
+    /// At the first token-bearing event: how much earlier than the read its TTFT ends, seconds.
+    pub first_token_s: Option<f64>,
+    /// The largest over the probe's reads, seconds.
+    pub max_s: f64,
+    /// Reads of the response (head and body).
+    pub reads: u64,
+    /// Of them, reads the kernel did not stamp: their instant is the read's own.
+    pub unstamped_reads: u64,
 }
 
 #[cfg(test)]

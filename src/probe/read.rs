@@ -5,8 +5,8 @@
 
 use super::ProbeSpec;
 use crate::config::{ConnectionMode, Expect, Timeouts};
-use crate::kstamp::{ReadLag, ReadStamps};
-use crate::measure::{Flow, Measurement, ProbeResult};
+use crate::kstamp::ReadStamps;
+use crate::measure::{Flow, Measurement, ProbeResult, ReadLag};
 use crate::outcome::{
     ErrorType, Flag, Head, classify_head, error_chain, html_title, judge_non_answer,
     judge_non_event_stream, starts_as_event_stream,
