@@ -3,13 +3,13 @@
 
 use super::target_flags::TargetFlags;
 use crate::config::{Config, ConfigError};
+use crate::exit::Exit;
 use crate::output::{print_stderr_line, print_stdout};
 use crate::probe::report::{ReportContext, to_json, to_text};
 use crate::probe::{ProbeSpec, Prober};
 use anyhow::{Context, Result};
 use clap::ValueEnum;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 /// `probe --format`: how the probe's result is shown on stdout.
 // clap shows a variant's doc comment as its help, which would change `--help`.
@@ -133,7 +133,7 @@ fn job_spec(
 ///
 /// # Errors
 /// Bad flags or config (exit 2).
-pub async fn run(a: ProbeArgs) -> Result<ExitCode> {
+pub async fn run(a: ProbeArgs) -> Result<Exit> {
     let mut spec = spec_from_args(&a)?;
     if a.no_stream {
         spec.stream = false;
@@ -154,7 +154,7 @@ pub async fn run(a: ProbeArgs) -> Result<ExitCode> {
         if c.error.is_some() {
             // Never a prompt of a guessed length: the probe is not sent.
             return Err(super::Refused {
-                code: 1,
+                exit: Exit::Failed,
                 message: format!(
                     "calibration failed: {}; the probe is not sent at a guessed length",
                     c.summary()
@@ -204,9 +204,9 @@ pub async fn run(a: ProbeArgs) -> Result<ExitCode> {
         print_stderr_line(&line);
     }
     Ok(if result.success() {
-        ExitCode::SUCCESS
+        Exit::Done
     } else {
-        ExitCode::from(1)
+        Exit::Failed
     })
 }
 

@@ -18,7 +18,6 @@ use crate::bench::BenchError;
 use crate::bench::criteria::Criteria;
 use crate::bench::report::Report;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 /// An output file's format, by its extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,44 +144,24 @@ pub fn write_outputs(
     Ok(())
 }
 
-/// Prints a judged run's table, writes its files and plot, and gives its exit: 3 when it
-/// regressed against the baseline, [`NOTHING_COMPARED_EXIT`] (said on stderr) when the
-/// comparison with a baseline compared no value; for a run stopped by a signal, its stderr line
-/// (what it kept, where, and what it left out) and [`INTERRUPTED_EXIT`].
+/// Prints a judged run's table, writes its files and plot, and for a run stopped by a signal
+/// says on stderr what it kept, where, and what it left out (its exit is
+/// [`crate::bench::run_exit`]'s).
 ///
 /// # Errors
 /// [`BenchError::Output`] when a file cannot be written.
-pub fn deliver(
-    report: &Report,
-    outputs: &Outputs,
-    criteria: &Criteria,
-) -> Result<ExitCode, BenchError> {
+pub fn deliver(report: &Report, outputs: &Outputs, criteria: &Criteria) -> Result<(), BenchError> {
     crate::output::print_stdout(&text::render_table(report));
-    let code = write_outputs(report, outputs, criteria).map(|()| {
-        match &report.comparison {
-            Some(c) if !c.regressions.is_empty() => ExitCode::from(3),
-            Some(c) if c.compared == 0 && report.interrupted.is_none() => {
-                crate::output::print_stderr_line(&format!(
-                    "tokenprobe bench: nothing was compared with the baseline {}: it has none of this run's (model, level) values, so no regression could be found (exit {NOTHING_COMPARED_EXIT})",
-                    c.baseline
-                ));
-                ExitCode::from(NOTHING_COMPARED_EXIT)
-            }
-            _ => ExitCode::SUCCESS,
-        }
-    });
-    stopped_exit(report, code, &outputs.files)
+    let written = write_outputs(report, outputs, criteria);
+    say_stopped(report, &outputs.files);
+    written
 }
 
-/// The exit of a run: `code`, or for a stopped run its stderr line (what it kept, the level
-/// it kept partial, where, and what it left out) and [`INTERRUPTED_EXIT`].
-fn stopped_exit(
-    report: &Report,
-    code: Result<ExitCode, BenchError>,
-    outputs: &[(PathBuf, FileFormat)],
-) -> Result<ExitCode, BenchError> {
+/// For a stopped run, its stderr line: what it kept (the levels finished and the one kept
+/// partial), where, and what it left out.
+fn say_stopped(report: &Report, outputs: &[(PathBuf, FileFormat)]) {
     let Some(i) = &report.interrupted else {
-        return code;
+        return;
     };
     let finished = report
         .models
@@ -226,43 +205,11 @@ fn stopped_exit(
         "tokenprobe bench: stopped by {}: {finished} finished level(s){partial} reported{written}{left}",
         i.signal
     ));
-    code?;
-    Ok(ExitCode::from(INTERRUPTED_EXIT))
 }
-
-/// The exit status of a run compared with a baseline that had no value in common with it (a gate
-/// that compared nothing does not pass).
-pub const NOTHING_COMPARED_EXIT: u8 = 6;
-
-/// The exit status of a bench stopped by a signal (as a shell reports SIGINT: 128 + 2).
-pub const INTERRUPTED_EXIT: u8 = 130;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Issue 39 item 5: a comparison that compared nothing is not a pass; one that compared
-    /// values without a regression is, and a regression is 3.
-    #[test]
-    fn a_gate_that_compared_nothing_does_not_pass() {
-        let mut r = crate::bench::report::tests::synthetic();
-        let none = Outputs {
-            files: Vec::new(),
-            plot: None,
-        };
-        let c = Criteria::default();
-        let exit = |r: &Report| deliver(r, &none, &c).unwrap();
-        assert_eq!(exit(&r), ExitCode::from(3), "the synthetic run regressed");
-        let cmp = r.comparison.as_mut().unwrap();
-        cmp.regressions.clear();
-        assert_eq!(exit(&r), ExitCode::SUCCESS);
-        let cmp = r.comparison.as_mut().unwrap();
-        cmp.compared = 0;
-        cmp.values.clear();
-        assert_eq!(exit(&r), ExitCode::from(NOTHING_COMPARED_EXIT));
-        r.comparison = None;
-        assert_eq!(exit(&r), ExitCode::SUCCESS, "no baseline, no gate");
-    }
 
     #[test]
     fn output_formats_by_extension() {

@@ -382,3 +382,39 @@ fn the_architecture_imports_are_the_codes_and_form_no_cycle() {
     assert!(left.is_empty(), "modules in an import cycle: {left:?}");
 }
 
+/// docs/bench.md's exit codes are `tokenprobe::exit::Exit`'s, the one list: every code `bench`
+/// can exit with is named there in bold, and the order it says prevails is
+/// `Exit::PRECEDENCE`, rendered from it.
+#[test]
+fn the_bench_guide_lists_the_exits_the_code_has() {
+    use tokenprobe::exit::Exit;
+    let doc = read("docs/bench.md");
+    let start = doc
+        .find("\nExit codes: ")
+        .expect("docs/bench.md lists the exit codes");
+    let para = &doc[start..start + doc[start..].find("\n\n").expect("the paragraph ends")];
+    for e in Exit::ALL {
+        if e == Exit::Failed {
+            continue; // `probe`'s and a second signal's, not `bench`'s
+        }
+        assert!(
+            para.contains(&format!("**{}**", e.code())),
+            "docs/bench.md's exit codes lack {e:?} ({}):\n{para}",
+            e.code()
+        );
+    }
+    let codes: Vec<String> = Exit::PRECEDENCE
+        .iter()
+        .filter(|e| **e != Exit::Done)
+        .map(|e| e.code().to_string())
+        .collect();
+    let order = format!(
+        "When several apply: {}, then {}.",
+        codes[0],
+        codes[1..].join(", ")
+    );
+    assert!(
+        para.replace('\n', " ").contains(&order),
+        "docs/bench.md does not say the precedence as Exit::PRECEDENCE has it ({order}):\n{para}"
+    );
+}
