@@ -15,12 +15,14 @@ use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 
-/// The line format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The line format (`--log.format`).
+// clap shows a variant's doc comment as its help, which would change `--help`.
+#[allow(missing_docs)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
-    /// `key=value` pairs (logfmt).
+    // `key=value` pairs (logfmt).
     Logfmt,
-    /// One JSON object per line.
+    // One JSON object per line.
     Json,
 }
 

@@ -52,9 +52,9 @@ pub enum TokenSource {
     Unknown,
 }
 
-/// What the fold tells the reader after an event.
+/// What the fold tells the reader after an event: read on, or stop (a stream's control flow).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
+pub enum Flow {
     /// Keep reading.
     Continue,
     /// The stream is over for measurement purposes (terminal marker or in-stream error): stop.
@@ -130,7 +130,7 @@ pub struct ProbeResult {
     pub retry_after_s: Option<f64>,
     /// The quotas the answer's rate-limit headers stated (empty when it sent none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub rate_limits: Vec<crate::ratelimit::Reading>,
+    pub rate_limits: Vec<crate::ratelimit::QuotaState>,
     /// llama.cpp's own timings, when sent.
     pub server_timings: Option<ServerTimings>,
     /// Visible answer text (first 64 KiB).
@@ -139,7 +139,7 @@ pub struct ProbeResult {
     pub phases: Option<Phases>,
     /// How much later than their kernel receive instant the response's bytes were read, when a
     /// response head came (set by the prober, which stamps the reads).
-    pub read_lag: Option<crate::kstamp::ReadLag>,
+    pub read_lag: Option<ReadLag>,
     /// Send lag: from the start instant to the kernel's transmit instant of the request's last
     /// byte, when the kernel stamped it (set by the prober, which stamps the writes). Part of
     /// every latency counted from the start instant; the wire's figures leave it out.
@@ -211,7 +211,7 @@ pub struct Measurement {
     failure: Option<Failure>,
     flags: BTreeSet<Flag>,
     retry_after: Option<Duration>,
-    rate_limits: Vec<crate::ratelimit::Reading>,
+    rate_limits: Vec<crate::ratelimit::QuotaState>,
     server_timings: Option<ServerTimings>,
     text: String,
     /// The answer is not streamed: one whole body, no per-token instants.
@@ -328,7 +328,7 @@ impl Measurement {
     }
 
     /// The quotas the answer's head stated (its rate-limit headers).
-    pub fn rate_limits(&mut self, readings: Vec<crate::ratelimit::Reading>) {
+    pub fn rate_limits(&mut self, readings: Vec<crate::ratelimit::QuotaState>) {
         self.rate_limits = readings;
     }
 
@@ -371,10 +371,10 @@ impl Measurement {
     }
 
     /// Folds one complete event that arrived (its terminating blank line was read) at `t`.
-    pub fn event(&mut self, t: Instant, m: &EventMeaning) -> Step {
+    pub fn event(&mut self, t: Instant, m: &EventMeaning) -> Flow {
         if m.keepalive {
             // Empty or whitespace-only data: a keep-alive, like a comment (ruling 11).
-            return Step::Continue;
+            return Flow::Continue;
         }
         self.events += 1;
         if self.first_token.is_some() && self.after_first_token.is_none() {
@@ -398,7 +398,7 @@ impl Measurement {
                 t,
                 "implausible usage token count (over 10^9)",
             );
-            return Step::Continue;
+            return Flow::Continue;
         }
         // The answer's identity: the first value of each (an error event may carry one too).
         for (kept, seen) in [
@@ -416,7 +416,7 @@ impl Measurement {
                 self.retry_after = e.retry_delay;
             }
             self.fail(kind, t, format!("in-stream error: {}", e.summary()));
-            return Step::Stop;
+            return Flow::Stop;
         }
         if m.token {
             if let Some(prev) = self.last_token {
@@ -457,9 +457,9 @@ impl Measurement {
         self.finish_reason |= m.finish;
         if m.terminal {
             self.terminal_at = Some(t);
-            return Step::Stop;
+            return Flow::Stop;
         }
-        Step::Continue
+        Flow::Continue
     }
 
     /// The whole input: the server's count (OpenAI's `prompt_tokens` counts cached tokens
@@ -631,6 +631,21 @@ impl Measurement {
     }
 }
 
+/// How much later than the kernel received them a probe's bytes were read: the scheduling delay
+/// that kernel stamps ([`crate::kstamp`]) take out of its instants (reported per bench level as
+/// the kernel-vs-user difference). Plain data: the probe's reader fills it in.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, serde::Deserialize)]
+pub struct ReadLag {
+    /// At the first token-bearing event: how much earlier than the read its TTFT ends, seconds.
+    pub first_token_s: Option<f64>,
+    /// The largest over the probe's reads, seconds.
+    pub max_s: f64,
+    /// Reads of the response (head and body).
+    pub reads: u64,
+    /// Of them, reads the kernel did not stamp: their instant is the read's own.
+    pub unstamped_reads: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -658,7 +673,7 @@ mod tests {
         m.headers(at(t0, 0.09), 200);
         m.event(at(t0, 0.09), &EventMeaning::default());
         for s in [0.30, 0.33, 0.36] {
-            assert_eq!(m.event(at(t0, s), &token(true)), Step::Continue);
+            assert_eq!(m.event(at(t0, s), &token(true)), Flow::Continue);
         }
         m.event(
             at(t0, 0.39),
@@ -682,7 +697,7 @@ mod tests {
                 ..EventMeaning::default()
             },
         );
-        assert_eq!(stop, Step::Stop);
+        assert_eq!(stop, Flow::Stop);
         let r = m.finish();
         assert!(r.success());
         assert!(close(r.ttfb_s, 0.09));
@@ -804,7 +819,7 @@ mod tests {
             error: Some(crate::protocol::StreamError::default()),
             ..EventMeaning::default()
         };
-        assert_eq!(m.event(at(t0, 1.2), &err), Step::Stop);
+        assert_eq!(m.event(at(t0, 1.2), &err), Flow::Stop);
         let r = m.finish();
         assert_eq!(r.error_type, Some(ErrorType::ServerError));
         assert!(close(r.failure_s, 1.2));

@@ -21,14 +21,9 @@
 //! validated run built from the flags by [`crate::cli::bench`], and returns the judged
 //! [`Report`]; the rendering half, [`crate::render`], prints and writes it.
 //!
-//! Exit codes: 0 done; 2 bad usage, config, bench file or baseline, or an output that cannot be
-//! written; 3 a value regressed against `--baseline` (worse beyond the tolerance and significantly
-//! so: [`gate`]); 4 a level the client could not measure (without `--accept-client-bound`); 5 the
-//! run could not be recorded in the run store; 6 the comparison with `--baseline` compared or could
-//! judge nothing; 7 a model's connectivity check failed (no model loaded; with `--keep-going` only
-//! when every model failed it); 8 a level whose every request failed, or a load stopped early by
-//! its errors; 130 stopped by a signal (first of these when several apply: 130, 7, 8, 4, 3, 6, 5).
-//! `docs/bench.md` is the user guide and defines every number.
+//! Exit codes: [`crate::exit::Exit`] lists them and their precedence; [`run_exit`] decides a
+//! judged run's (3, a regression, is [`gate`]'s verdict: worse beyond the tolerance and
+//! significantly so). `docs/bench.md` is the user guide and defines every number.
 //!
 //! [`ProbeResult`]: crate::measure::ProbeResult
 
@@ -44,6 +39,7 @@ pub mod gate;
 pub mod health;
 pub mod merge;
 pub mod report;
+pub mod run_exit;
 pub mod runner;
 pub mod sample;
 pub mod select;

@@ -1051,7 +1051,7 @@ mod tests {
     #[test]
     fn read_lag_folds_the_first_token_differences() {
         let mut r = crate::measure::Measurement::new(std::time::Instant::now()).finish();
-        r.read_lag = Some(crate::kstamp::ReadLag {
+        r.read_lag = Some(crate::measure::ReadLag {
             first_token_s: Some(0.004),
             max_s: 0.009,
             reads: 5,

@@ -471,7 +471,7 @@ fn skip_help_names_every_reason_and_internal_errors_start_at_zero() {
 /// none has no such series; the last answer's values win; a removed job's go with it.
 #[test]
 fn rate_limit_headroom_becomes_gauges_by_kind() {
-    use crate::ratelimit::{Kind, Reading};
+    use crate::ratelimit::{Kind, QuotaState};
     let m = Metrics::new(&Buckets::default());
     let s = m.register_job(info(job()), Histograms::ALL);
     s.record(&success(), SystemTime::now());
@@ -481,14 +481,14 @@ fn rate_limit_headroom_becomes_gauges_by_kind() {
     );
     let mut r = success();
     r.rate_limits = vec![
-        Reading {
+        QuotaState {
             kind: Kind::Requests,
             limit: Some(60.0),
             remaining: Some(59.0),
             reset_s: Some(1.0),
             left_out: Vec::new(),
         },
-        Reading {
+        QuotaState {
             kind: Kind::Tokens,
             limit: None,
             remaining: Some(149_984.0),

@@ -5,8 +5,8 @@
 
 use super::ProbeSpec;
 use crate::config::{ConnectionMode, Expect, Timeouts};
-use crate::kstamp::{ReadLag, ReadStamps};
-use crate::measure::{Measurement, ProbeResult, Step};
+use crate::kstamp::ReadStamps;
+use crate::measure::{Flow, Measurement, ProbeResult, ReadLag};
 use crate::outcome::{
     ErrorType, Flag, Head, classify_head, error_chain, html_title, judge_non_answer,
     judge_non_event_stream, starts_as_event_stream,
@@ -342,7 +342,7 @@ async fn read_stream(
                 if !had_first && m.first_token_seen() {
                     arrivals.first_token(now, at);
                 }
-                if step == Step::Stop {
+                if step == Flow::Stop {
                     if spec.target.connection == ConnectionMode::Reuse && m.proper_end() {
                         drain_for_reuse(&mut resp, deadline).await;
                     }
@@ -584,27 +584,27 @@ fn feed_events(
     api: Api,
     m: &mut Measurement,
     t: Instant,
-) -> Step {
+) -> Flow {
     if bytes.is_empty() {
-        return Step::Continue;
+        return Flow::Continue;
     }
     match dec.feed(bytes) {
         Ok(events) => {
             for ev in events {
-                if fold_event(&ev, api, m, t) == Step::Stop {
-                    return Step::Stop;
+                if fold_event(&ev, api, m, t) == Flow::Stop {
+                    return Flow::Stop;
                 }
             }
-            Step::Continue
+            Flow::Continue
         }
         Err(e) => {
             m.fail(ErrorType::Malformed, t, e.to_string());
-            Step::Stop
+            Flow::Stop
         }
     }
 }
 
-fn fold_event(ev: &crate::sse::SseEvent, api: Api, m: &mut Measurement, t: Instant) -> Step {
+fn fold_event(ev: &crate::sse::SseEvent, api: Api, m: &mut Measurement, t: Instant) -> Flow {
     // The identity OpenAI chunks repeat is read until an event named the served model.
     let meaning = if m.identity_known() {
         api.interpret_without_identity(ev)
@@ -615,7 +615,7 @@ fn fold_event(ev: &crate::sse::SseEvent, api: Api, m: &mut Measurement, t: Insta
         Ok(meaning) => m.event(t, &meaning),
         Err(e) => {
             m.fail(ErrorType::Malformed, t, e.to_string());
-            Step::Continue
+            Flow::Continue
         }
     }
 }
@@ -634,7 +634,7 @@ fn body_end(
     if body.not_event_stream() || starts_as_event_stream(&body.head, true) == Some(false) {
         return;
     }
-    if feed_events(dec, rest, api, m, t) == Step::Continue {
+    if feed_events(dec, rest, api, m, t) == Flow::Continue {
         flush_final(dec, api, m, t);
     }
 }

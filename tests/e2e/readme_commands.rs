@@ -10,8 +10,8 @@
 //!
 //! Substitutions (all in [`substitute`]): ports → the simulators' or ephemeral ones; config files
 //! → copies in a temp dir with those ports; output and log files → the temp dir; bench's
-//! `--requests-per-level 100` → 5 (100 take a minute per level; the flags and files are what is
-//! checked here, bench's numbers are checked in tests/e2e/bench.rs).
+//! `--requests-per-level 100` and `40` → 5 (100 take a minute per level; the flags and files are
+//! what is checked here, bench's numbers are checked in tests/e2e/bench.rs).
 
 use crate::common;
 
@@ -242,7 +242,8 @@ fn substitute(cmd: &str, env: &Env) -> String {
             &tokenprobe_yml.display().to_string(),
         )
         .replace("config/bench.yml", &bench_yml.display().to_string())
-        .replace("--requests-per-level 100", "--requests-per-level 5");
+        .replace("--requests-per-level 100", "--requests-per-level 5")
+        .replace("--requests-per-level 40", "--requests-per-level 5");
     for out in ["run.md", "run.json", "run.html"] {
         c = c.replace(
             &format!("-o {out}"),

@@ -15,16 +15,14 @@
 //! has in the JSON; values no other table shows (costs, lengths, cross-checks) go to "More per
 //! level" when some level has them, server signals to their own table and charts.
 
-use super::chart::{self, Chart, HLine, Marker, Point, Ring, Series, XAxis, esc};
-use crate::bench::report::{ModelReport, Report};
-use crate::bench::stats::{LevelStats, Summary};
-use std::collections::BTreeMap;
+use super::chart::esc;
+use crate::bench::report::Report;
 use std::fmt::Write as _;
 
 mod plots;
 mod tables;
-use plots::*;
-use tables::*;
+use plots::charts;
+use tables::{baseline_table, load_table, main_table, more_table, percentile_table, server_table};
 
 /// Why a page could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -725,6 +723,7 @@ pub(super) fn findings(o: &mut String, r: &Report) {
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use super::plots::{level_labels, slot, thresholds};
     use super::*;
     use crate::bench::report::Finding;
     use crate::bench::report::tests::synthetic;

@@ -1,7 +1,12 @@
 //! The page's tables: the main table, percentiles, load, the server's view, other values and
 //! the baseline, every number carrying its JSON Pointer.
 
-use super::*;
+use super::plots::{load_label, server_signals, signal_display};
+use super::{Unit, metric_unit, raw, seg, span, td};
+use crate::bench::report::{ModelReport, Report};
+use crate::bench::stats::{LevelStats, Summary};
+use crate::render::chart::esc;
+use std::fmt::Write as _;
 
 /// The table's opening, with its headers.
 pub(super) fn table_head(o: &mut String, id: &str, caption: &str, heads: &[String]) {
