@@ -6,7 +6,10 @@
 //! `t_last`, `t_end`), the metrics of a successful probe, the outcome precedence and the flags.
 //! A non-streamed answer ([`Measurement::non_stream`], [`Measurement::answer`]) is folded as one
 //! event at the body's end: E2E, N and input tokens, never TTFT, TTFO, TPOT or gaps
-//! (docs/measurement.md, "Non-streaming requests").
+//! (docs/measurement.md, "Non-streaming requests"). What the prober knows beside the events (what
+//! the request asked for, the connection's phases, the kernel's send and read instants, what the
+//! caller saw around the probe) comes in as one [`RequestFacts`] at [`Measurement::finish_with`],
+//! so a result is whole where it is made and nothing completes it afterwards.
 
 use crate::outcome::{ErrorType, Flag, classify_error_object};
 use crate::protocol::{EventMeaning, ServerTimings};
@@ -59,6 +62,38 @@ pub enum Flow {
     Continue,
     /// The stream is over for measurement purposes (terminal marker or in-stream error): stop.
     Stop,
+}
+
+/// What the prober knows of one request beside its events, given to [`Measurement::finish_with`]
+/// so that the result is whole where it is made: what the request asked for, how its bytes went
+/// (the connection's set-up, the reads' and the send's kernel instants, a failure that was the
+/// exporter's own) and what the caller saw around it (`serve`'s target gate). Every field is
+/// optional or false: a fold given none of them ([`Measurement::finish`]) states none.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RequestFacts {
+    /// The `x-request-id` the request was sent with (`bench`).
+    pub request_id: Option<String>,
+    /// The input length the workload asked for (docs/measurement.md, "Input and output
+    /// lengths"); a success whose server counted an input off it is flagged `input_length_off`.
+    pub requested_input_tokens: Option<u64>,
+    /// The output length the workload asked for, or the cap asked for exactly.
+    pub requested_output_tokens: Option<u64>,
+    /// The conversation turn, from 1.
+    pub turn: Option<u32>,
+    /// The connection's set-up phases (a request that was sent).
+    pub phases: Option<Phases>,
+    /// How much later than their kernel instants the response's reads were made (kept when a
+    /// response head came).
+    pub read_lag: Option<ReadLag>,
+    /// The kernel's transmit instant of the request's last byte, between the start instant and
+    /// the response head: the send lag, and the wire TTFT of a success.
+    pub sent_at: Option<Instant>,
+    /// The exporter itself could not make the request (it is out of file descriptors).
+    pub exporter_fault: bool,
+    /// Another probe of the target was in flight at some point of this one (`concurrent_probe`).
+    pub overlapped: bool,
+    /// The target had had no probe for its `cold_after` before this one (`cold_start`).
+    pub cold: bool,
 }
 
 /// A failure candidate: its type, instant and a human detail.
@@ -135,13 +170,13 @@ pub struct ProbeResult {
     pub server_timings: Option<ServerTimings>,
     /// Visible answer text (first 64 KiB).
     pub text: String,
-    /// Connection set-up phases, when known (set by the prober, which times them).
+    /// Connection set-up phases, when known (a [`RequestFacts`] fact: the prober times them).
     pub phases: Option<Phases>,
     /// How much later than their kernel receive instant the response's bytes were read, when a
-    /// response head came (set by the prober, which stamps the reads).
+    /// response head came (a [`RequestFacts`] fact: the prober stamps the reads).
     pub read_lag: Option<ReadLag>,
     /// Send lag: from the start instant to the kernel's transmit instant of the request's last
-    /// byte, when the kernel stamped it (set by the prober, which stamps the writes). Part of
+    /// byte, when the kernel stamped it (from [`RequestFacts::sent_at`]). Part of
     /// every latency counted from the start instant; the wire's figures leave it out.
     pub send_lag_s: Option<f64>,
     /// Wire TTFT: from the request's last byte leaving to the first token's bytes arriving, both
@@ -154,18 +189,18 @@ pub struct ProbeResult {
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub first_token_shared_read: bool,
     /// The exporter itself could not make the request (it is out of file descriptors): not the
-    /// target's failure (set by the prober, which sees the typed error).
+    /// target's failure (a [`RequestFacts`] fact: the prober sees the typed error).
     pub exporter_fault: bool,
     /// The request streamed (`false`: the whole answer was asked for at once).
     pub stream: bool,
-    /// The input length the workload asked for (set by the prober; docs/measurement.md, "Input
-    /// and output lengths").
+    /// The input length the workload asked for (a [`RequestFacts`] fact; docs/measurement.md,
+    /// "Input and output lengths").
     pub requested_input_tokens: Option<u64>,
     /// The `x-request-id` the request was sent with (`bench`), if any.
     pub request_id: Option<String>,
-    /// The output length the workload asked for (set by the prober).
+    /// The output length the workload asked for (a [`RequestFacts`] fact).
     pub requested_output_tokens: Option<u64>,
-    /// The conversation turn, from 1 (set by the prober; `None` outside conversations).
+    /// The conversation turn, from 1 (a [`RequestFacts`] fact; `None` outside conversations).
     pub turn: Option<u32>,
 }
 
@@ -489,8 +524,24 @@ impl Measurement {
         &self.text
     }
 
-    /// Ends the fold and computes the result.
-    pub fn finish(mut self) -> ProbeResult {
+    /// Passes the failure's detail, if any, through `shown` (the prober hides its secrets in a
+    /// server's message and cuts it for display) before the result is made.
+    pub fn show_detail(&mut self, shown: impl FnOnce(&str) -> String) {
+        if let Some(f) = self.failure.as_mut() {
+            f.detail = shown(&f.detail);
+        }
+    }
+
+    /// Ends the fold of a probe known by its events alone: [`Self::finish_with`] no other fact.
+    pub fn finish(self) -> ProbeResult {
+        self.finish_with(RequestFacts::default())
+    }
+
+    /// Ends the fold and computes the whole result: the events' figures and the request's
+    /// `facts` (what it asked for, how its bytes went, what was around it), each figure that
+    /// derives from both (the wire TTFT, the `input_length_off`, `concurrent_probe` and
+    /// `cold_start` flags) computed here.
+    pub fn finish_with(mut self, facts: RequestFacts) -> ProbeResult {
         let end = self.terminal_at.or(self.eof_at);
         if let (Some(at), Some(_)) = (self.eof_at, &self.failure)
             && self.events > 0
@@ -549,7 +600,14 @@ impl Measurement {
         if burst {
             self.flags.insert(Flag::BurstDelivery);
         }
+        if facts.overlapped {
+            self.flags.insert(Flag::ConcurrentProbe);
+        }
+        if facts.cold {
+            self.flags.insert(Flag::ColdStart);
+        }
         let since = |t: Instant| secs(t.duration_since(self.t0));
+        let send_lag_s = facts.sent_at.map(since);
         let mut r = ProbeResult {
             error_type: None,
             error_detail: None,
@@ -579,17 +637,18 @@ impl Measurement {
             rate_limits: self.rate_limits,
             server_timings: self.server_timings,
             text: self.text,
-            phases: None,
-            read_lag: None,
-            send_lag_s: None,
+            phases: facts.phases,
+            // A read lag is of a response: none when no head came.
+            read_lag: facts.read_lag.filter(|_| self.status.is_some()),
+            send_lag_s,
             wire_ttft_s: None,
             first_token_shared_read: first.is_some() && first == self.after_first_token,
-            exporter_fault: false,
+            exporter_fault: facts.exporter_fault,
             stream: !self.whole,
-            requested_input_tokens: None,
-            request_id: None,
-            requested_output_tokens: None,
-            turn: None,
+            requested_input_tokens: facts.requested_input_tokens,
+            request_id: facts.request_id,
+            requested_output_tokens: facts.requested_output_tokens,
+            turn: facts.turn,
         };
         if let Some(f) = self.failure {
             r.error_type = Some(f.kind);
@@ -602,6 +661,11 @@ impl Measurement {
         }
         // A wait the head asked for belongs to a failed answer only (ruling 20).
         r.retry_after_s = None;
+        if let (Some(want), Some(got)) = (r.requested_input_tokens, r.input_tokens)
+            && crate::workload::input_length_off(want, got)
+        {
+            r.flags.insert(Flag::InputLengthOff);
+        }
         // Success: a proper end and at least one token, so `first`, `last` and `end` exist.
         let (Some(first), Some(last), Some(end)) = (first, last, end) else {
             return r;
@@ -612,6 +676,8 @@ impl Measurement {
             return r;
         }
         r.ttft_s = Some(since(first));
+        // The wire's TTFT leaves the send lag out: from the last byte sent to the first token's.
+        r.wire_ttft_s = send_lag_s.map(|lag| (since(first) - lag).max(0.0));
         r.ttfo_s = self.first_output.map(since);
         r.last_token_s = Some(since(last));
         let span = last.duration_since(first);
@@ -1245,5 +1311,104 @@ mod tests {
         });
         assert_eq!(r.error_type, Some(ErrorType::Overloaded));
         assert_eq!(r.ttft_s, None);
+    }
+
+    /// Issue 41 item 4: a result is whole where it is made. What the prober knows beside the
+    /// events (what the request asked for, the connection's phases, the reads' lag, the send's
+    /// kernel instant, the exporter's own fault, what the caller saw around the probe) comes in
+    /// at `finish_with`, and every figure that derives from both is computed there: the wire
+    /// TTFT, `input_length_off`, `concurrent_probe` and `cold_start`.
+    #[test]
+    fn the_requests_facts_make_the_result_whole() {
+        let t0 = Instant::now();
+        let lag = ReadLag {
+            first_token_s: Some(0.001),
+            max_s: 0.002,
+            reads: 4,
+            unstamped_reads: 0,
+        };
+        let phases = Phases {
+            reused: false,
+            resolve_s: None,
+            connect_s: Some(0.003),
+            tls_s: None,
+        };
+        let facts = RequestFacts {
+            request_id: Some("req-1".into()),
+            requested_input_tokens: Some(100),
+            requested_output_tokens: Some(2),
+            turn: Some(2),
+            phases: Some(phases),
+            read_lag: Some(lag),
+            sent_at: Some(at(t0, 0.01)),
+            exporter_fault: false,
+            overlapped: true,
+            cold: true,
+        };
+        let stream = |input: u64| {
+            let mut m = Measurement::new(t0);
+            m.headers(at(t0, 0.1), 200);
+            m.event(at(t0, 0.25), &token(true));
+            m.event(at(t0, 0.3), &token(true));
+            m.event(
+                at(t0, 0.31),
+                &EventMeaning {
+                    finish: true,
+                    terminal: true,
+                    usage_input: Some(input),
+                    ..EventMeaning::default()
+                },
+            );
+            m
+        };
+        let r = stream(130).finish_with(facts.clone());
+        assert!(r.success(), "{r:?}");
+        assert_eq!(r.request_id.as_deref(), Some("req-1"));
+        assert_eq!(
+            (r.requested_input_tokens, r.requested_output_tokens, r.turn),
+            (Some(100), Some(2), Some(2))
+        );
+        assert_eq!((r.phases, r.read_lag), (Some(phases), Some(lag)));
+        assert!(close(r.send_lag_s, 0.01), "{:?}", r.send_lag_s);
+        assert!(close(r.wire_ttft_s, 0.24), "{:?}", r.wire_ttft_s);
+        let flags = [Flag::ConcurrentProbe, Flag::ColdStart, Flag::InputLengthOff];
+        assert_eq!(r.flags, BTreeSet::from(flags));
+        // An input counted within 2% (or 4 tokens) of the requested one is not off.
+        let r = stream(103).finish_with(facts.clone());
+        assert!(!r.flags.contains(&Flag::InputLengthOff), "{:?}", r.flags);
+        // Without any fact the result states none.
+        let r = stream(130).finish();
+        assert_eq!((r.request_id, r.phases, r.send_lag_s), (None, None, None));
+        assert!(r.flags.is_empty(), "{:?}", r.flags);
+        // A failure before any head: no read lag, no wire TTFT, no length judged; the exporter's
+        // own fault and the flights' flags are kept.
+        let mut m = Measurement::new(t0);
+        m.fail(ErrorType::Connect, at(t0, 0.02), "refused");
+        let r = m.finish_with(RequestFacts {
+            exporter_fault: true,
+            sent_at: None,
+            ..facts
+        });
+        assert_eq!(r.error_type, Some(ErrorType::Connect));
+        assert!(r.exporter_fault);
+        assert_eq!(
+            (r.read_lag, r.send_lag_s, r.wire_ttft_s),
+            (None, None, None)
+        );
+        assert_eq!(
+            r.flags,
+            BTreeSet::from([Flag::ConcurrentProbe, Flag::ColdStart])
+        );
+    }
+
+    /// The prober's redaction of a failure's detail runs before the result is made.
+    #[test]
+    fn a_failures_detail_is_shown_as_the_prober_says() {
+        let t0 = Instant::now();
+        let mut m = Measurement::new(t0);
+        m.fail(ErrorType::BadRequest, at(t0, 0.1), "key sk-123 refused");
+        m.show_detail(|d| d.replace("sk-123", "<redacted>"));
+        let r = m.finish();
+        assert_eq!(r.error_detail.as_deref(), Some("key <redacted> refused"));
     }
 }

@@ -385,11 +385,6 @@ pub struct JobRecorder {
 }
 
 impl JobRecorder {
-    /// Records one probe's result, made now.
-    pub fn record(&self, r: &ProbeResult) {
-        self.observe(&Observation::from(r));
-    }
-
     /// Records one observation, made now.
     pub fn observe(&self, r: &Observation<'_>) {
         self.observe_at(r, super::exporter::now_ns());

@@ -6,7 +6,7 @@
 use super::ProbeSpec;
 use crate::config::{ConnectionMode, Expect, Timeouts};
 use crate::kstamp::ReadStamps;
-use crate::measure::{Flow, Measurement, ProbeResult, ReadLag};
+use crate::measure::{Flow, Measurement, ReadLag, RequestFacts};
 use crate::outcome::{
     ErrorType, Flag, Head, classify_head, error_chain, html_title, judge_non_answer,
     judge_non_event_stream, starts_as_event_stream,
@@ -135,25 +135,23 @@ impl<'a> Arrivals<'a> {
     }
 }
 
+/// Sends the request and reads its answer into the fold `m`, which it returns unfinished, with
+/// what the reads knew beside the events in `facts`: the reads' lag behind their kernel instants,
+/// the request's send instant, and whether a failure to send was the exporter's own.
 pub(super) async fn run_request(
     transport: &mut Transport,
     req: super::request::Request,
     spec: &ProbeSpec,
     m: Measurement,
     proxy: Option<&str>,
-) -> ProbeResult {
+    facts: &mut RequestFacts,
+) -> Measurement {
     let stamps = transport.stamps().clone();
     let mut arrivals = Arrivals::new(&stamps, m.t0());
-    let mut r = request_and_read(transport, req, spec, m, proxy, &mut arrivals).await;
-    if r.http_status.is_some() {
-        r.read_lag = Some(arrivals.lag);
-    }
-    if let Some(sent) = arrivals.sent {
-        let lag = (sent - arrivals.t0).as_secs_f64();
-        r.send_lag_s = Some(lag);
-        r.wire_ttft_s = r.ttft_s.map(|t| (t - lag).max(0.0));
-    }
-    r
+    let m = request_and_read(transport, req, spec, m, proxy, &mut arrivals, facts).await;
+    facts.read_lag = Some(arrivals.lag);
+    facts.sent_at = arrivals.sent;
+    m
 }
 
 async fn request_and_read(
@@ -163,14 +161,15 @@ async fn request_and_read(
     mut m: Measurement,
     proxy: Option<&str>,
     arrivals: &mut Arrivals<'_>,
-) -> ProbeResult {
+    facts: &mut RequestFacts,
+) -> Measurement {
     let t = &spec.timeouts;
     let (deadline, kind) = next_deadline(&m, t, None, spec.stream);
     // The deadline passed before the head (or the head came after it: timer and socket raced).
     let head_late = |mut m: Measurement| {
         let detail = format!("{} waiting for the response head", deadline_detail(kind, t));
         m.fail(kind, deadline, detail);
-        m.finish()
+        m
     };
     let resp = match timeout_at(deadline.into(), transport.send(req)).await {
         Err(_) => return head_late(m),
@@ -184,9 +183,8 @@ async fn request_and_read(
                 detail = format!("the server sent {sent} bytes but no response head: {detail}");
             }
             m.fail(kind, Instant::now(), detail);
-            let mut r = m.finish();
-            r.exporter_fault = crate::resources::is_fd_exhaustion(&e);
-            return r;
+            facts.exporter_fault = crate::resources::is_fd_exhaustion(&e);
+            return m;
         }
         Ok(Ok(r)) => r,
     };
@@ -240,7 +238,7 @@ async fn request_and_read(
                 t_headers,
                 format!("unsupported Content-Encoding {other:?}"),
             );
-            return m.finish();
+            return m;
         }
     };
     if !matches!(inflater, Inflater::Identity) {
@@ -281,7 +279,7 @@ async fn read_stream(
     spec: &ProbeSpec,
     mut m: Measurement,
     arrivals: &mut Arrivals<'_>,
-) -> ProbeResult {
+) -> Measurement {
     let (t, api) = (&spec.timeouts, spec.target.api);
     let mut dec = SseDecoder::new();
     let mut last_byte = Instant::now();
@@ -387,7 +385,7 @@ async fn read_stream(
     if let Some(exp) = &spec.prompt.expect {
         m.validate(|text, n| check_expect(exp, text, n));
     }
-    m.finish()
+    m
 }
 
 /// After the terminal event (the measurement is complete), how long and how many bytes the rest
@@ -422,7 +420,7 @@ async fn read_answer(
     mut m: Measurement,
     t_headers: Instant,
     arrivals: &mut Arrivals<'_>,
-) -> ProbeResult {
+) -> Measurement {
     let t = &spec.timeouts;
     let mut body: Vec<u8> = Vec::new();
     // The last body bytes' read (for the deadlines) and their arrival (`t_end`).
@@ -430,7 +428,7 @@ async fn read_answer(
     let mut last_arrival: Option<Instant> = None;
     let failed = |mut m: Measurement, kind, at, detail: String| {
         m.fail(kind, at, detail);
-        m.finish()
+        m
     };
     let t_end = loop {
         let (deadline, kind) = next_deadline(&m, t, last_byte, false);
@@ -497,7 +495,7 @@ async fn read_answer(
     if let Some(exp) = &spec.prompt.expect {
         m.validate(|text, n| check_expect(exp, text, n));
     }
-    m.finish()
+    m
 }
 
 /// The content check: why the answer fails it, if it does.
@@ -660,7 +658,7 @@ async fn read_error_body(
     spec: &ProbeSpec,
     mut m: Measurement,
     proxy: Option<&str>,
-) -> ProbeResult {
+) -> Measurement {
     let mut body = Vec::new();
     let (deadline, deadline_kind) = next_deadline(&m, &spec.timeouts, None, spec.stream);
     let mut end = Instant::now();
@@ -731,7 +729,7 @@ async fn read_error_body(
         ));
     }
     m.fail(kind, end, detail);
-    m.finish()
+    m
 }
 
 /// A `Location` as an absolute URL safe to show: resolved against the request URL (a relative

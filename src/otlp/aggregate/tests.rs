@@ -52,14 +52,20 @@ fn a_jobs_results_fill_the_genai_instruments_with_the_advised_buckets() {
         ),
         1_000,
     );
-    job.record(&ok(0.05, 0.3, &[0.01, 0.02], Some(12), 8));
-    job.record(&ok(0.04, 0.16, &[0.08], None, 4));
+    job.observe(&Observation::from(&ok(
+        0.05,
+        0.3,
+        &[0.01, 0.02],
+        Some(12),
+        8,
+    )));
+    job.observe(&Observation::from(&ok(0.04, 0.16, &[0.08], None, 4)));
     let failed = ProbeResult {
         error_type: Some(ErrorType::TimeoutFirstToken),
         failure_s: Some(30.0),
         ..base()
     };
-    job.record(&failed);
+    job.observe(&Observation::from(&failed));
     let ms = inst.metrics(9_000);
     let d = hist(&ms, "gen_ai.client.operation.duration");
     assert_eq!(d.aggregation_temporality, CUMULATIVE);
@@ -157,11 +163,11 @@ fn a_removed_job_leaves_no_series_and_records_nothing() {
         JobAttrs::new("openai-completions", "http://h/v1", "m", "t2", "p", None),
         0,
     );
-    a.record(&ok(0.1, 0.2, &[], None, 1));
-    b.record(&ok(0.1, 0.2, &[], None, 1));
+    a.observe(&Observation::from(&ok(0.1, 0.2, &[], None, 1)));
+    b.observe(&Observation::from(&ok(0.1, 0.2, &[], None, 1)));
     assert_eq!(inst.len(), 2);
     a.remove();
-    a.record(&ok(0.1, 0.2, &[], None, 1));
+    a.observe(&Observation::from(&ok(0.1, 0.2, &[], None, 1)));
     let ms = inst.metrics(1);
     let d = hist(&ms, "gen_ai.client.operation.duration");
     assert_eq!(d.data_points.len(), 1);
@@ -181,7 +187,7 @@ fn a_removed_job_leaves_no_series_and_records_nothing() {
         JobAttrs::new("openai-chat", "http://h/v1", "m", "t", "p", None),
         0,
     )
-    .record(&plain);
+    .observe(&Observation::from(&plain));
     let ms = inst.metrics(1);
     assert!(!ms.iter().any(|m| m.name.contains("chunk")));
     assert!(Instruments::new().metrics(1).is_empty());
