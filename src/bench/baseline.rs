@@ -65,7 +65,7 @@ impl WorkloadKey {
 /// how much of it is measured): closed or open loop, the arrivals and their burstiness, a
 /// ramp-up, a replayed trace's window.
 pub fn load_words(m: &LoadMode) -> String {
-    let mut w = format!("{} loop", m.kind);
+    let mut w = format!("{} loop", m.kind.as_str());
     if let Some(a) = &m.arrival {
         w.push_str(&format!(", {a} arrivals"));
     }
@@ -249,7 +249,7 @@ mod tests {
             Some("another workload (max_tokens 8 here, 4 in the baseline)")
         );
         other.api = "anthropic-messages".into();
-        other.mode.kind = "open".into();
+        other.mode.kind = crate::bench::report::LoadKind::Open;
         other.mode.arrival = Some("poisson".into());
         other.workload = Some("synthetic: input 128 tokens".into());
         let m = f8.misfit(&other).unwrap();

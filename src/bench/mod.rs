@@ -55,7 +55,7 @@ use crate::probe::ProbeSpec;
 use crate::stop::StopSignals;
 use crate::transport::TransportError;
 use criteria::{Criteria, CriteriaError};
-use report::{LoadMode, ModelReport, Report};
+use report::{LoadKind, LoadMode, ModelReport, Report};
 use runner::{Amount, Arrival, Progress, ProgressMode, Runner};
 use stats::{LevelKey, LevelStats};
 use std::path::{Path, PathBuf};
@@ -978,7 +978,7 @@ fn load_mode(
     (warmup, shape): (u64, &LevelShape),
 ) -> LoadMode {
     LoadMode {
-        kind: if open { "open" } else { "closed" }.into(),
+        kind: LoadKind::of(open),
         arrival: open.then(|| arrival.as_str().to_owned()),
         seed: (open && arrival.random()).then_some(seed),
         burstiness: arrival.burstiness().filter(|_| open),

@@ -67,11 +67,45 @@ impl ModelReport {
     }
 }
 
+/// Closed loop (a fixed number of streams) or open loop (an arrival rate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LoadKind {
+    /// `closed`: each level keeps a fixed number of requests in flight (its concurrency).
+    Closed,
+    /// `open`: each level's requests arrive at a rate, whether earlier ones ended or not.
+    Open,
+}
+
+impl LoadKind {
+    /// Open loop when `open`, else closed.
+    pub fn of(open: bool) -> LoadKind {
+        if open {
+            LoadKind::Open
+        } else {
+            LoadKind::Closed
+        }
+    }
+
+    /// True for open loop.
+    pub fn is_open(self) -> bool {
+        self == LoadKind::Open
+    }
+
+    /// `closed` or `open`, as the report writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LoadKind::Closed => "closed",
+            LoadKind::Open => "open",
+        }
+    }
+}
+
 /// How load was generated.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LoadMode {
-    /// `closed` (fixed concurrency) or `open` (arrival rate).
-    pub kind: String,
+    /// Closed or open loop.
+    pub kind: LoadKind,
     /// Open loop: `poisson`, `gamma` or `constant`.
     #[serde(default)]
     pub arrival: Option<String>,
@@ -711,7 +745,7 @@ pub(crate) mod tests {
             max_tokens: Some(64),
             workload: None,
             mode: LoadMode {
-                kind: "closed".into(),
+                kind: LoadKind::Closed,
                 arrival: None,
                 burstiness: None,
                 seed: None,

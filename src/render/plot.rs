@@ -8,7 +8,7 @@
 
 use super::chart::{self, Chart, HLine, Marker, Point, Ring, Series, XAxis};
 use crate::bench::criteria::{Base, Criteria};
-use crate::bench::report::Report;
+use crate::bench::report::{LoadKind, Report};
 use std::fmt::Write as _;
 
 /// Why a plot could not be drawn.
@@ -158,7 +158,7 @@ fn level_chart(
 /// Every panel of the plot: TTFT p95 and tokens/s with the knee and the thresholds, then the
 /// server's panels that have data (a llama.cpp server has a queue but no GPU signal).
 fn panels(r: &Report, names: &[String], labels: &[String], lines: &[RefLine]) -> Vec<PanelChart> {
-    let x_label = if r.mode.kind == "open" {
+    let x_label = if r.mode.kind.is_open() {
         "arrival rate (requests/s)"
     } else {
         "concurrency"
@@ -342,12 +342,12 @@ pub fn render_svg(r: &Report, lines: &[RefLine]) -> Result<String, PlotError> {
         };
         entries.push((Glyph::Line(c), l.label.clone()));
     }
-    let mode = match r.mode.kind.as_str() {
-        "open" => format!(
+    let mode = match r.mode.kind {
+        LoadKind::Open => format!(
             "open loop, {} arrivals",
             r.mode.arrival.as_deref().unwrap_or("poisson")
         ),
-        _ => "closed loop".to_owned(),
+        LoadKind::Closed => "closed loop".to_owned(),
     };
     let title = format!(
         "tokenprobe bench: {} ({}), prompt {}, {mode}; started {}",

@@ -1,7 +1,7 @@
 //! A bench report as text (pure): the terminal table, Markdown (the comparison teams paste into
 //! docs), CSV (one row per model and level) and JSON (everything; the input of `--baseline`).
 
-use crate::bench::report::{ModelReport, Report, Selection, mixed_targets, model_names};
+use crate::bench::report::{LoadKind, ModelReport, Report, Selection, mixed_targets, model_names};
 use crate::bench::stats::{LevelStats, Summary};
 use crate::units::{fmt_cost, fmt_secs, trim_float};
 use std::fmt::Write as _;
@@ -139,7 +139,7 @@ fn table_row(m: &ModelReport, i: usize, l: &LevelStats) -> [String; 16] {
 
 /// A level's load in words: `4 concurrent streams`, `1 concurrent stream`, `2/s`.
 fn load_words(r: &Report, label: &str) -> String {
-    if r.mode.kind == "open" || label.ends_with("/s") {
+    if r.mode.kind.is_open() || label.ends_with("/s") {
         label.to_owned()
     } else if label == "1" {
         "1 concurrent stream".to_owned()
@@ -1039,12 +1039,12 @@ pub(super) fn fmt_value(metric: &str, v: f64) -> String {
 /// The Markdown comparison table (times in ms), with the knee, selection and regressions.
 pub fn render_markdown(r: &Report) -> String {
     let mut out = String::new();
-    let mode = match r.mode.kind.as_str() {
-        "open" => format!(
+    let mode = match r.mode.kind {
+        LoadKind::Open => format!(
             "open loop, {} arrivals",
             r.mode.arrival.as_deref().unwrap_or("poisson")
         ),
-        _ => "closed loop".to_owned(),
+        LoadKind::Closed => "closed loop".to_owned(),
     };
     let per_level = match (r.mode.requests_per_level, r.mode.duration_per_level_s) {
         (Some(n), _) => format!("{n} requests per level"),
@@ -1066,7 +1066,7 @@ pub fn render_markdown(r: &Report) -> String {
         }
     );
     out.push_str(&render_answer(r, true));
-    let load = if r.mode.kind == "open" {
+    let load = if r.mode.kind.is_open() {
         "rate"
     } else {
         "concurrency"

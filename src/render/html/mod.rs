@@ -308,7 +308,7 @@ pub(super) fn run_info(o: &mut String, r: &Report) {
     }
     rows.push(("workload".into(), workload));
     let m = &r.mode;
-    let mut load = if m.kind == "open" {
+    let mut load = if m.kind.is_open() {
         format!(
             "open loop, {} arrivals",
             esc(m.arrival.as_deref().unwrap_or("poisson"))
@@ -1188,7 +1188,7 @@ pub(crate) mod tests {
     #[test]
     fn an_open_loop_report_is_labelled_by_rate() {
         let mut r = synthetic();
-        r.mode.kind = "open".into();
+        r.mode.kind = crate::bench::report::LoadKind::Open;
         r.mode.arrival = Some("constant".into());
         for m in &mut r.models {
             for l in &mut m.levels {

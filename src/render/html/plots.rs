@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 /// The x axis label of plots against the level.
 pub(super) fn load_label(r: &Report) -> &'static str {
-    if r.mode.kind == "open" {
+    if r.mode.kind.is_open() {
         "arrival rate (requests/s)"
     } else {
         "concurrency"
