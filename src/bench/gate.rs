@@ -341,7 +341,7 @@ pub fn compare(
                 let mut v = Regression {
                     model: name.clone(),
                     level: l.key.label(),
-                    metric: metric.to_string(),
+                    metric: *metric,
                     baseline: old,
                     current: cur,
                     change,
@@ -421,17 +421,17 @@ mod tests {
         )
     }
 
-    fn verdicts(r: &Comparison) -> Vec<(&str, &str, Option<Verdict>)> {
+    fn verdicts(r: &Comparison) -> Vec<(String, String, Option<Verdict>)> {
         r.values
             .iter()
-            .map(|v| (v.level.as_str(), v.metric.as_str(), v.verdict))
+            .map(|v| (v.level.to_string(), v.metric.to_string(), v.verdict))
             .collect()
     }
 
     fn verdict(r: &Comparison, level: &str, metric: &str) -> Regression {
         r.values
             .iter()
-            .find(|v| v.level == level && v.metric == metric)
+            .find(|v| v.level == level && v.metric.to_string() == metric)
             .unwrap_or_else(|| panic!("{level} {metric} not compared: {:?}", verdicts(r)))
             .clone()
     }
@@ -452,10 +452,14 @@ mod tests {
             vec![measured(1, 100, 0.13, 0), measured(4, 100, 0.1, 0)],
         )];
         let r = compare(&slower, &base, &[], &c, "old.json");
-        let regressed: Vec<(&str, &str)> = r
+        let regressed: Vec<(String, String)> = r
             .regressions
             .iter()
-            .map(|g| (g.level.as_str(), g.metric.as_str()))
+            .map(|g| (g.level.to_string(), g.metric.to_string()))
+            .collect();
+        let regressed: Vec<(&str, &str)> = regressed
+            .iter()
+            .map(|(l, m)| (l.as_str(), m.as_str()))
             .collect();
         assert_eq!(
             regressed,

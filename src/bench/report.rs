@@ -2,7 +2,7 @@
 //! ([`crate::render`] writes it as a table, Markdown, CSV, JSON and HTML). One model's sweep is a
 //! [`ModelReport`]; the run is a [`Report`].
 
-use super::criteria::{CriteriaRecord, KneeRule};
+use super::criteria::{CriteriaRecord, KneeRule, Metric};
 use super::stats::{LevelKey, LevelStats};
 use crate::config::Price;
 use serde::{Deserialize, Serialize};
@@ -422,9 +422,9 @@ pub struct Ranked {
     /// Weighted score in `[0, 1]`.
     pub score: f64,
     /// The weighted metrics' values.
-    pub values: BTreeMap<String, Option<f64>>,
+    pub values: BTreeMap<Metric, Option<f64>>,
     /// Their normalized values in `[0, 1]` (1 = best among the eligible models).
-    pub normalized: BTreeMap<String, f64>,
+    pub normalized: BTreeMap<Metric, f64>,
 }
 
 /// A model that failed a hard limit.
@@ -476,7 +476,7 @@ pub struct Selection {
     /// The hard limits, as text.
     pub limits: Vec<String>,
     /// The weights, by metric.
-    pub weights: BTreeMap<String, f64>,
+    pub weights: BTreeMap<Metric, f64>,
     /// Models that passed every limit, best first.
     pub ranked: Vec<Ranked>,
     /// Models that failed a limit.
@@ -524,7 +524,7 @@ pub struct Regression {
     /// The level's label.
     pub level: String,
     /// The metric.
-    pub metric: String,
+    pub metric: Metric,
     /// The baseline's value.
     pub baseline: f64,
     /// This run's value.

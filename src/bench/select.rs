@@ -317,8 +317,8 @@ fn scores(models: &[(&str, &LevelStats)], c: &Criteria) -> Vec<Ranked> {
             for ((metric, w), col) in weights.iter().zip(&columns) {
                 let n = normalize(metric, col[i], col);
                 sum += w * n;
-                values.insert(metric.to_string(), col[i]);
-                normalized.insert(metric.to_string(), n);
+                values.insert(*metric, col[i]);
+                normalized.insert(*metric, n);
             }
             Ranked {
                 rank: 0,
@@ -485,7 +485,7 @@ pub fn select(models: &[ModelReport], c: &Criteria) -> Selection {
         level: label.unwrap_or_default(),
         load: None,
         limits: c.limits.iter().map(ToString::to_string).collect(),
-        weights: weights.iter().map(|(m, w)| (m.to_string(), *w)).collect(),
+        weights: weights.iter().copied().collect(),
         ranked,
         rejected: rejected.into_iter().map(|(r, _)| r).collect(),
         length_mismatch: length_mismatch(models),

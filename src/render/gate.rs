@@ -3,7 +3,7 @@
 //! a table (baseline, current, change, its 95% interval, the p-values, the verdict, and why a
 //! value was not judged).
 
-use super::text::fmt_value as value;
+use crate::bench::criteria::{Base, Metric};
 use crate::bench::report::{Comparison, Regression, Verdict};
 use std::fmt::Write as _;
 
@@ -17,8 +17,8 @@ fn pct(x: f64, decimals: usize) -> String {
 }
 
 /// A change in the metric's terms: points for the error rate, else relative.
-fn change(metric: &str, x: f64) -> String {
-    if metric == "error_rate" {
+fn change(metric: Metric, x: f64) -> String {
+    if metric.base == Base::ErrorRate {
         format!("{} pp", pct(x, 2))
     } else {
         format!("{}%", pct(x, 1))
@@ -30,9 +30,9 @@ fn interval(g: &Regression) -> String {
     let Some([lo, hi]) = g.interval else {
         return String::new();
     };
-    match g.metric.as_str() {
-        "error_rate" => format!("{} to {} pp", pct(lo, 2), pct(hi, 2)),
-        "goodput" => format!("{} to {} pp (SLO attainment)", pct(lo, 1), pct(hi, 1)),
+    match g.metric.base {
+        Base::ErrorRate => format!("{} to {} pp", pct(lo, 2), pct(hi, 2)),
+        Base::Goodput => format!("{} to {} pp (SLO attainment)", pct(lo, 1), pct(hi, 1)),
         _ => format!("{}% to {}%", pct(lo, 1), pct(hi, 1)),
     }
 }
@@ -78,7 +78,7 @@ fn plural(n: usize, one: &str, many: &str) -> String {
 /// One value in a sentence: `sim-a @ 1: ttft_p50 100.2 ms → 130.5 ms (+30.2%, 95% interval
 /// +27.9% to +32.6%; p 1e-20, 2e-19 after Holm)`.
 fn sentence(g: &Regression) -> String {
-    let mut detail = change(&g.metric, g.change);
+    let mut detail = change(g.metric, g.change);
     let i = interval(g);
     if !i.is_empty() {
         let _ = write!(detail, ", 95% interval {i}");
@@ -92,8 +92,8 @@ fn sentence(g: &Regression) -> String {
         g.model,
         g.level,
         g.metric,
-        value(&g.metric, g.baseline),
-        value(&g.metric, g.current)
+        g.metric.format(g.baseline),
+        g.metric.format(g.current)
     )
 }
 
@@ -185,10 +185,10 @@ fn table(c: &Comparison, md: bool) -> String {
             [
                 g.model.clone(),
                 g.level.clone(),
-                g.metric.clone(),
-                value(&g.metric, g.baseline),
-                value(&g.metric, g.current),
-                change(&g.metric, g.change),
+                g.metric.to_string(),
+                g.metric.format(g.baseline),
+                g.metric.format(g.current),
+                change(g.metric, g.change),
                 interval(g),
                 match (g.p_value, g.p_holm) {
                     (Some(p), Some(h)) => format!("{} ({})", fmt_p(p), fmt_p(h)),
@@ -237,7 +237,7 @@ mod tests {
         Regression {
             model: "sim-a".into(),
             level: "1".into(),
-            metric: metric.into(),
+            metric: metric.parse().unwrap(),
             baseline: 0.1,
             current: 0.13,
             change: 0.3,
@@ -294,9 +294,10 @@ mod tests {
 
     #[test]
     fn changes_that_round_to_zero_have_no_minus() {
-        assert_eq!(change("ttft_p50", -1e-9), "+0.0%");
-        assert_eq!(change("ttft_p50", -0.0123), "-1.2%");
-        assert_eq!(change("error_rate", -0.00001), "+0.00 pp");
+        let m = |s: &str| s.parse::<Metric>().unwrap();
+        assert_eq!(change(m("ttft_p50"), -1e-9), "+0.0%");
+        assert_eq!(change(m("ttft_p50"), -0.0123), "-1.2%");
+        assert_eq!(change(m("error_rate"), -0.00001), "+0.00 pp");
     }
 
     #[test]

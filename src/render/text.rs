@@ -1029,13 +1029,6 @@ fn render_lengths(out: &mut String, r: &Report, bullet: &str) {
     }
 }
 
-/// A value of `metric` for people, with its unit.
-pub(super) fn fmt_value(metric: &str, v: f64) -> String {
-    metric
-        .parse::<crate::bench::criteria::Metric>()
-        .map_or_else(|_| format!("{v}"), |m| m.format(v))
-}
-
 /// The Markdown comparison table (times in ms), with the knee, selection and regressions.
 pub fn render_markdown(r: &Report) -> String {
     let mut out = String::new();

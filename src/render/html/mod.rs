@@ -16,6 +16,7 @@
 //! level" when some level has them, server signals to their own table and charts.
 
 use super::chart::esc;
+use crate::bench::criteria::{Base, Metric, Unit as MetricUnit};
 use crate::bench::report::Report;
 use std::fmt::Write as _;
 
@@ -81,30 +82,25 @@ pub(super) enum Unit {
     Plain,
 }
 
-/// A metric name (`ttft_p95`, `error_rate`, `agg_tps`)'s unit on the page.
-pub(super) fn metric_unit(m: &str) -> Unit {
-    let base = m.split('_').next().unwrap_or(m);
-    if m == "error_rate" {
-        Unit::Pct
-    } else if ["ttft", "ttfo", "tpot", "e2e", "lag"].contains(&base) {
-        Unit::Ms
-    } else {
-        Unit::Plain
+/// A metric's unit on the page: seconds in ms, shares in %, the rest as they are.
+pub(super) fn metric_unit(m: Metric) -> Unit {
+    match m.unit() {
+        MetricUnit::Seconds => Unit::Ms,
+        MetricUnit::Share => Unit::Pct,
+        _ => Unit::Plain,
     }
 }
 
 /// The unit written after a value of `metric` shown as `u`: ` ms`, ` %`, or the metric's own
 /// (` tok/s`, ` req/s`, ` per Mtok`; nothing for a cost per request).
-pub(super) fn unit_after(metric: &str, u: Unit) -> String {
+pub(super) fn unit_after(metric: Metric, u: Unit) -> String {
     match u {
         Unit::Ms => " ms".into(),
         Unit::Pct => " %".into(),
-        Unit::Plain => metric
-            .parse::<crate::bench::criteria::Metric>()
-            .map(|m| m.unit())
-            .ok()
-            .filter(|u| !u.is_empty())
-            .map_or_else(String::new, |u| format!(" {u}")),
+        Unit::Plain => match metric.unit().symbol() {
+            "" => String::new(),
+            s => format!(" {s}"),
+        },
     }
 }
 
@@ -388,15 +384,16 @@ pub(super) fn answer(o: &mut String, r: &Report, text: &Report) {
         if s.ranked.is_empty() {
             o.push_str("<p>No model passed every limit: closest first (fewest limits failed, then the smallest relative miss |value / limit − 1|).</p>");
         } else {
-            let metrics: Vec<&String> = s.weights.keys().collect();
+            let metrics: Vec<Metric> = s.weights.keys().copied().collect();
             o.push_str(r#"<div class="wrap"><table class="sortable" id="ranking"><thead><tr><th>rank</th><th>model</th><th>score</th>"#);
             for m in &metrics {
-                let u = match metric_unit(m) {
+                let u = match metric_unit(*m) {
                     Unit::Ms => " (ms)",
                     Unit::Pct => " (%)",
                     Unit::Plain => "",
                 };
-                let _ = write!(o, "<th>{}{u}</th><th>{} normalized</th>", esc(m), esc(m));
+                let m = esc(&m.to_string());
+                let _ = write!(o, "<th>{m}{u}</th><th>{m} normalized</th>");
             }
             o.push_str("</tr></thead><tbody>");
             for (i, k) in s.ranked.iter().enumerate() {
@@ -412,16 +409,13 @@ pub(super) fn answer(o: &mut String, r: &Report, text: &Report) {
                     td(Some(k.score), &format!("{p}/score"), Unit::Plain)
                 );
                 for m in &metrics {
-                    let value = k.values.get(*m).copied().flatten();
-                    o.push_str(&td(
-                        value,
-                        &format!("{p}/values/{}", seg(m)),
-                        metric_unit(m),
-                    ));
-                    let normalized = k.normalized.get(*m).copied();
+                    let value = k.values.get(m).copied().flatten();
+                    let key = seg(&m.to_string());
+                    o.push_str(&td(value, &format!("{p}/values/{key}"), metric_unit(*m)));
+                    let normalized = k.normalized.get(m).copied();
                     o.push_str(&td(
                         normalized,
-                        &format!("{p}/normalized/{}", seg(m)),
+                        &format!("{p}/normalized/{key}"),
                         Unit::Plain,
                     ));
                 }
@@ -520,9 +514,9 @@ fn baseline_summary(o: &mut String, c: &crate::bench::report::Comparison) {
     for (i, label) in listed {
         let g = &c.values[i];
         let p = format!("/comparison/values/{i}");
-        let u = metric_unit(&g.metric);
+        let u = metric_unit(g.metric);
         // The error rate changes in points; goodput's interval is its SLO attainments'.
-        let points = g.metric == "error_rate";
+        let points = g.metric.base == Base::ErrorRate;
         let interval = g.interval.map_or_else(String::new, |_| {
             format!(
                 ", 95% interval {} to {} {}",
@@ -536,9 +530,9 @@ fn baseline_summary(o: &mut String, c: &crate::bench::report::Comparison) {
                     &format!("{p}/interval/1"),
                     Unit::Pct
                 ),
-                match g.metric.as_str() {
-                    "error_rate" => "points",
-                    "goodput" => "points of SLO attainment",
+                match g.metric.base {
+                    Base::ErrorRate => "points",
+                    Base::Goodput => "points of SLO attainment",
                     _ => "%",
                 }
             )
@@ -548,10 +542,10 @@ fn baseline_summary(o: &mut String, c: &crate::bench::report::Comparison) {
             "<li>{label} {} at {}: {} {} → {}{} ({} {}{interval}; p {}, {} after Holm)</li>",
             esc(&g.model),
             esc(&g.level),
-            esc(&g.metric),
+            esc(&g.metric.to_string()),
             span(Some(g.baseline), &format!("{p}/baseline"), u),
             span(Some(g.current), &format!("{p}/current"), u),
-            unit_after(&g.metric, u),
+            unit_after(g.metric, u),
             span(Some(g.change), &format!("{p}/change"), Unit::Pct),
             if points { "points" } else { "%" },
             span(g.p_value, &format!("{p}/p_value"), Unit::Plain),

@@ -3,6 +3,7 @@
 //! and the server's signals, each a [`chart::Chart`].
 
 use super::{Unit, num};
+use crate::bench::criteria::{Base, Metric, Stat};
 use crate::bench::report::{ModelReport, Report};
 use crate::bench::stats::LevelStats;
 use crate::render::chart::{self, Chart, HLine, Marker, Point, Ring, Series, XAxis};
@@ -113,7 +114,7 @@ pub(super) fn hline(t: &(String, f64, String, bool)) -> HLine {
 }
 
 /// Baseline values of one metric per (model, level label), from `comparison.values`.
-pub(super) fn baseline_values(r: &Report, metric: &str) -> BTreeMap<(String, String), f64> {
+pub(super) fn baseline_values(r: &Report, metric: Metric) -> BTreeMap<(String, String), f64> {
     r.comparison
         .iter()
         .flat_map(|c| &c.values)
@@ -135,7 +136,7 @@ pub(super) fn pt(x: f64, y: f64, title: String) -> Point {
 pub(super) fn baseline_series(
     r: &Report,
     labels: &[String],
-    metric: &str,
+    metric: Metric,
     scale: f64,
 ) -> Vec<Series> {
     let b = baseline_values(r, metric);
@@ -246,7 +247,11 @@ pub(super) fn charts(r: &Report) -> Vec<(String, String, Chart)> {
             });
         }
     }
-    series.extend(baseline_series(r, &labels, "ttft_p95", 1e3));
+    let ttft_p95 = Metric {
+        base: Base::Ttft,
+        stat: Some(Stat::P95),
+    };
+    series.extend(baseline_series(r, &labels, ttft_p95, 1e3));
     out.push((
         "plot-ttft".into(),
         "TTFT p50 / p95 / p99 against the load".into(),
@@ -314,7 +319,11 @@ pub(super) fn tps_chart(
                 .collect(),
         })
         .collect();
-    series.extend(baseline_series(r, labels, "agg_tps", 1.0));
+    let agg_tps = Metric {
+        base: Base::AggTps,
+        stat: None,
+    };
+    series.extend(baseline_series(r, labels, agg_tps, 1.0));
     let (rings, ring_label) = knee_rings(r, labels, |l| Some(l.output_tokens_per_s));
     (
         "plot-tps".into(),

@@ -470,7 +470,7 @@ pub(super) fn baseline_table(o: &mut String, r: &Report) {
         &heads,
     );
     for (i, v) in c.values.iter().enumerate() {
-        let u = metric_unit(&v.metric);
+        let u = metric_unit(v.metric);
         let p = format!("/comparison/values/{i}");
         let verdict = match (v.verdict, &v.not_judged) {
             (Some(_), Some(why)) => format!("not judged: {why}"),
@@ -490,7 +490,7 @@ pub(super) fn baseline_table(o: &mut String, r: &Report) {
             r#"<tr><td class="t">{}</td><td class="t">{}</td><td class="t">{}</td>{}{}{}{}{}{}{}<td class="t">{}</td></tr>"#,
             esc(&v.model),
             esc(&v.level),
-            esc(&v.metric),
+            esc(&v.metric.to_string()),
             td(Some(v.baseline), &format!("{p}/baseline"), u),
             td(Some(v.current), &format!("{p}/current"), u),
             td(Some(v.change), &format!("{p}/change"), Unit::Pct),
