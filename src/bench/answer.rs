@@ -4,8 +4,8 @@
 
 use super::criteria::Criteria;
 use super::report::{
-    AnswerLoad, Cause, Limiter, ModelCapacity, ModelReport, Selection, SloCapacity, View,
-    model_names,
+    AnswerLoad, Cause, Limiter, ModelCapacity, ModelReport, SelectedLevel, Selection, SloCapacity,
+    View, model_names,
 };
 use super::select::{KNEE_WAITING_MIN, answer_attainment, highest_passing, passes_slo, select};
 use super::stats::LevelStats;
@@ -77,7 +77,7 @@ fn select_at(models: &[ModelReport], c: &Criteria, load: (Option<f64>, AnswerLoa
     );
     s.load = Some(load.1);
     if load.1 == AnswerLoad::LastLevels {
-        s.level = "last".into();
+        s.level = SelectedLevel::Last;
     }
     s
 }

@@ -116,7 +116,7 @@ fn finding(code: &str, m: &ModelReport, l: &LevelStats, message: String) -> Find
     Finding {
         code: code.to_owned(),
         model: m.model.clone(),
-        level: l.key.label(),
+        level: l.key.load(),
         message,
         run: None,
     }
@@ -483,7 +483,7 @@ mod tests {
     fn codes(m: &ModelReport, t: &Thresholds) -> Vec<(String, String)> {
         findings(std::slice::from_ref(m), t)
             .into_iter()
-            .map(|f| (f.code, f.level))
+            .map(|f| (f.code, f.level.to_string()))
             .collect()
     }
 

@@ -340,7 +340,7 @@ pub fn compare(
                 };
                 let mut v = Regression {
                     model: name.clone(),
-                    level: l.key.label(),
+                    level: l.key.load(),
                     metric: *metric,
                     baseline: old,
                     current: cur,
@@ -431,7 +431,7 @@ mod tests {
     fn verdict(r: &Comparison, level: &str, metric: &str) -> Regression {
         r.values
             .iter()
-            .find(|v| v.level == level && v.metric.to_string() == metric)
+            .find(|v| v.level.to_string() == level && v.metric.to_string() == metric)
             .unwrap_or_else(|| panic!("{level} {metric} not compared: {:?}", verdicts(r)))
             .clone()
     }

@@ -1095,7 +1095,7 @@ mod tests {
         assert!(
             c.regressions
                 .iter()
-                .all(|r| r.level != "8" || r.model != "alpha"),
+                .all(|r| r.level != stats::Load::Concurrency(8) || r.model != "alpha"),
             "{c:?}"
         );
     }

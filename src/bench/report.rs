@@ -3,7 +3,7 @@
 //! [`ModelReport`]; the run is a [`Report`].
 
 use super::criteria::{CriteriaRecord, KneeRule, Metric};
-use super::stats::{LevelKey, LevelStats};
+use super::stats::{LevelKey, LevelStats, Load};
 use crate::config::Price;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -436,7 +436,7 @@ pub struct Rejected {
     pub reasons: Vec<String>,
     /// The highest level of its sweep at which it meets every limit (absent: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub passes_at: Option<String>,
+    pub passes_at: Option<Load>,
     /// Each limit it failed, with its distance to it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub misses: Vec<Miss>,
@@ -464,12 +464,50 @@ pub struct Miss {
     pub distance: Option<f64>,
 }
 
+/// The level a selection is read at: one load, or each model's last level.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SelectedLevel {
+    /// Every model's level at this load.
+    At(Load),
+    /// Each model's last level (written `last`).
+    Last,
+}
+
+impl std::fmt::Display for SelectedLevel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SelectedLevel::At(l) => l.fmt(f),
+            SelectedLevel::Last => f.write_str("last"),
+        }
+    }
+}
+
+impl Serialize for SelectedLevel {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for SelectedLevel {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let label = std::borrow::Cow::<str>::deserialize(d)?;
+        match label.as_ref() {
+            // Older versions left it empty when no model had a level.
+            "last" | "" => Ok(SelectedLevel::Last),
+            l => l
+                .parse()
+                .map(SelectedLevel::At)
+                .map_err(serde::de::Error::custom),
+        }
+    }
+}
+
 /// The outcome of selection at one level.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Selection {
-    /// The level label selection used (`8`, or `4/s` in open loop; `last` at each model's last
+    /// The level selection used (`8`, or `4/s` in open loop; `last` at each model's last
     /// level).
-    pub level: String,
+    pub level: SelectedLevel,
     /// Why that load (absent in reports of older versions).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load: Option<AnswerLoad>,
@@ -521,8 +559,8 @@ impl Verdict {
 pub struct Regression {
     /// The model.
     pub model: String,
-    /// The level's label.
-    pub level: String,
+    /// The level.
+    pub level: Load,
     /// The metric.
     pub metric: Metric,
     /// The baseline's value.
@@ -601,8 +639,8 @@ pub struct Finding {
     pub code: String,
     /// The model.
     pub model: String,
-    /// The level's label (`8`, `4/s`).
-    pub level: String,
+    /// The level (`8`, `4/s`).
+    pub level: Load,
     /// What it means and what to do.
     pub message: String,
     /// In a combination of runs (`bench report a.json b.json`): the run it came from, `#2`.

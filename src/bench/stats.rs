@@ -343,6 +343,76 @@ impl LevelStats {
     }
 }
 
+/// A level's load as what the report judges names it (a finding's level, a value compared with
+/// the baseline, where a rejected model still passes): a concurrency, or in open loop an arrival
+/// rate. Written and read as its label, `8` or `4/s` ([`LevelKey::label`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Load {
+    /// Closed loop: the streams kept in flight.
+    Concurrency(u32),
+    /// Open loop: the arrival rate, requests/s.
+    Rate(f64),
+}
+
+impl Load {
+    /// The load `x` of a sweep in open loop (`open`) or closed loop: a rate, or a concurrency
+    /// (a rate too when `x` is no whole number of streams, as no closed-loop level is).
+    pub fn at(x: f64, open: bool) -> Load {
+        if !open && x.fract() == 0.0 && (0.0..=f64::from(u32::MAX)).contains(&x) {
+            Load::Concurrency(x as u32)
+        } else {
+            Load::Rate(x)
+        }
+    }
+
+    /// The x coordinate of plots: the concurrency, or the rate.
+    pub fn x(self) -> f64 {
+        match self {
+            Load::Concurrency(n) => f64::from(n),
+            Load::Rate(r) => r,
+        }
+    }
+}
+
+impl std::fmt::Display for Load {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Load::Concurrency(n) => write!(f, "{n}"),
+            Load::Rate(r) => write!(f, "{}/s", crate::units::trim_float(*r)),
+        }
+    }
+}
+
+impl std::str::FromStr for Load {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("{s:?} is no level (a concurrency such as 8, or a rate such as 4/s)");
+        match s.strip_suffix("/s") {
+            Some(r) => r
+                .parse::<f64>()
+                .ok()
+                .filter(|r| r.is_finite() && *r >= 0.0)
+                .map(Load::Rate)
+                .ok_or_else(bad),
+            None => s.parse().map(Load::Concurrency).map_err(|_| bad()),
+        }
+    }
+}
+
+impl Serialize for Load {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Load {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let label = std::borrow::Cow::<str>::deserialize(d)?;
+        label.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 /// Which load a level applied.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct LevelKey {
@@ -356,9 +426,14 @@ pub struct LevelKey {
 impl LevelKey {
     /// A short label: `8` (closed loop) or `4/s` (open loop).
     pub fn label(&self) -> String {
+        self.load().to_string()
+    }
+
+    /// The load it applied: its concurrency, or in open loop its rate.
+    pub fn load(&self) -> Load {
         match self.rate {
-            None => self.concurrency.to_string(),
-            Some(r) => format!("{}/s", crate::units::trim_float(r)),
+            None => Load::Concurrency(self.concurrency),
+            Some(r) => Load::Rate(r),
         }
     }
 
@@ -739,6 +814,31 @@ impl LevelStats {
 mod tests {
     use super::*;
     use crate::bench::criteria::NO_SLO;
+
+    /// A level is named by its label, read back to the same load; what is no label is refused.
+    #[test]
+    fn a_load_is_written_and_read_as_its_label() {
+        for (load, label) in [
+            (Load::Concurrency(8), "8"),
+            (Load::Rate(4.0), "4/s"),
+            (Load::Rate(1.0 / 3.0), "0.3333333333333333/s"),
+        ] {
+            assert_eq!(load.to_string(), label);
+            assert_eq!(label.parse::<Load>(), Ok(load));
+            let json = serde_json::to_string(&load).unwrap();
+            assert_eq!(serde_json::from_str::<Load>(&json).unwrap(), load);
+        }
+        for bad in ["", "last", "-1", "4/h", "-2/s", "inf/s", "8.5"] {
+            assert!(bad.parse::<Load>().is_err(), "{bad}");
+        }
+        let key = LevelKey {
+            concurrency: 64,
+            rate: Some(2.5),
+        };
+        assert_eq!((key.load(), key.label()), (Load::Rate(2.5), "2.5/s".into()));
+        assert_eq!(Load::at(3.0, false), Load::Concurrency(3));
+        assert_eq!(Load::at(3.0, true), Load::Rate(3.0));
+    }
 
     #[test]
     fn quantiles_interpolate_between_ranks() {

@@ -137,7 +137,7 @@ mod tests {
         Finding {
             code: code.into(),
             model: model.into(),
-            level: "8".into(),
+            level: crate::bench::stats::Load::Concurrency(8),
             message: "m".into(),
             run: None,
         }

@@ -184,7 +184,7 @@ fn table(c: &Comparison, md: bool) -> String {
             }
             [
                 g.model.clone(),
-                g.level.clone(),
+                g.level.to_string(),
                 g.metric.to_string(),
                 g.metric.format(g.baseline),
                 g.metric.format(g.current),
@@ -236,7 +236,7 @@ mod tests {
     fn value_of(metric: &str, verdict: Verdict) -> Regression {
         Regression {
             model: "sim-a".into(),
-            level: "1".into(),
+            level: crate::bench::stats::Load::Concurrency(1),
             metric: metric.parse().unwrap(),
             baseline: 0.1,
             current: 0.13,

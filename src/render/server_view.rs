@@ -239,7 +239,7 @@ mod tests {
         r.findings.push(Finding {
             code: "queueing".into(),
             model: "alpha".into(),
-            level: "4".into(),
+            level: crate::bench::stats::Load::Concurrency(4),
             message: "m".into(),
             run: None,
         });

@@ -2,7 +2,7 @@
 //! docs), CSV (one row per model and level) and JSON (everything; the input of `--baseline`).
 
 use crate::bench::report::{LoadKind, ModelReport, Report, Selection, mixed_targets, model_names};
-use crate::bench::stats::{LevelStats, Summary};
+use crate::bench::stats::{LevelStats, Load, Summary};
 use crate::units::{fmt_cost, fmt_secs, trim_float};
 use std::fmt::Write as _;
 
@@ -138,21 +138,24 @@ fn table_row(m: &ModelReport, i: usize, l: &LevelStats) -> [String; 16] {
 }
 
 /// A level's load in words: `4 concurrent streams`, `1 concurrent stream`, `2/s`.
-fn load_words(r: &Report, label: &str) -> String {
-    if r.mode.kind.is_open() || label.ends_with("/s") {
-        label.to_owned()
-    } else if label == "1" {
-        "1 concurrent stream".to_owned()
-    } else {
-        format!("{label} concurrent streams")
+fn load_words(load: Load) -> String {
+    match load {
+        Load::Concurrency(1) => "1 concurrent stream".to_owned(),
+        Load::Concurrency(n) => format!("{n} concurrent streams"),
+        Load::Rate(_) => load.to_string(),
     }
 }
 
 /// Where a selection is stated: `at 4 concurrent streams, the highest load every model serves
 /// within the SLOs`.
-pub fn stated_at(r: &Report, s: &Selection) -> String {
-    use crate::bench::report::AnswerLoad;
-    let at = load_words(r, &s.level);
+pub fn stated_at(s: &Selection) -> String {
+    use crate::bench::report::{AnswerLoad, SelectedLevel};
+    let at = match s.level {
+        SelectedLevel::At(load) => load_words(load),
+        SelectedLevel::Last => {
+            return "at each model's last level (no load every model ran)".into();
+        }
+    };
     match s.load {
         Some(AnswerLoad::Asked) => format!("at {at}, as asked (select_at)"),
         Some(AnswerLoad::WithinSlos) => {
@@ -220,7 +223,7 @@ pub fn render_ranking(r: &Report, md: bool) -> String {
     let _ = writeln!(
         out,
         "{strong}Answer {}{strong} ({}):",
-        stated_at(r, s),
+        stated_at(s),
         criteria_words(s)
     );
     for k in &s.ranked {
@@ -308,7 +311,6 @@ fn share_of(share: f64, interval: Option<[f64; 2]>) -> String {
 /// One model's capacity within the SLOs, as a sentence: the search's, or a fixed sweep's highest
 /// level at the target and the first below it, then `limited` (why it failed there).
 fn capacity_line(
-    r: &Report,
     m: &ModelReport,
     c: &crate::bench::report::ModelCapacity,
     searched: bool,
@@ -342,7 +344,7 @@ fn capacity_line(
     match (&c.level, c.attainment) {
         (Some(k), Some(a)) => format!(
             "SLO capacity up to {} of the levels run: {} there{fail}{doubt}{limited}",
-            load_words(r, &k.label()),
+            load_words(k.load()),
             share_of(a, c.attainment_interval)
         ),
         _ => format!("SLO capacity none of the levels run{fail}{doubt}{limited}"),
@@ -376,7 +378,7 @@ pub fn render_limits(r: &Report, md: bool) -> String {
             Some(k) => writeln!(
                 out,
                 "{bullet}{name}: knee at {}{} (agg tokens/s {:+.0}%, TTFT p95 {:+.0}%{}){}{}",
-                load_words(r, &k.level.label()),
+                load_words(k.level.load()),
                 k.ceiling
                     .map_or_else(String::new, |c| format!(", capacity ceiling {}", c.label())),
                 k.agg_tps_growth * 100.0,
@@ -404,7 +406,7 @@ pub fn render_limits(r: &Report, md: bool) -> String {
             let _ = writeln!(
                 out,
                 "{bullet}{name}: {}",
-                capacity_line(r, m, c, searched, &limited)
+                capacity_line(m, c, searched, &limited)
             );
         }
         if let Some(stopped) = &m.stopped_early {
@@ -431,7 +433,7 @@ pub fn render_also(r: &Report, bullet: &str) -> String {
     let _ = writeln!(
         out,
         "\nA view {}, {who} (not the answer; {}):",
-        stated_at(r, s),
+        stated_at(s),
         criteria_words(s)
     );
     for k in &s.ranked {

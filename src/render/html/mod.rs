@@ -378,7 +378,7 @@ pub(super) fn answer(o: &mut String, r: &Report, text: &Report) {
         let _ = write!(
             o,
             r#"<h3>Answer {}</h3><p class="note">{}</p>"#,
-            esc(&crate::render::text::stated_at(r, s)),
+            esc(&crate::render::text::stated_at(s)),
             esc(&crate::render::text::criteria_words(s))
         );
         if s.ranked.is_empty() {
@@ -541,7 +541,7 @@ fn baseline_summary(o: &mut String, c: &crate::bench::report::Comparison) {
             o,
             "<li>{label} {} at {}: {} {} → {}{} ({} {}{interval}; p {}, {} after Holm)</li>",
             esc(&g.model),
-            esc(&g.level),
+            esc(&g.level.to_string()),
             esc(&g.metric.to_string()),
             span(Some(g.baseline), &format!("{p}/baseline"), u),
             span(Some(g.current), &format!("{p}/current"), u),
@@ -679,7 +679,7 @@ pub(super) fn findings(o: &mut String, r: &Report) {
     for f in &r.findings {
         let level = match &f.run {
             Some(run) => format!("{} (run {run})", f.level),
-            None => f.level.clone(),
+            None => f.level.to_string(),
         };
         all.push((f.model.clone(), level, f.message.clone(), f.code.clone()));
     }
@@ -774,7 +774,7 @@ pub(crate) mod tests {
         r.findings = vec![Finding {
             code: "kv_cache_full".into(),
             model: "alpha".into(),
-            level: "8".into(),
+            level: crate::bench::stats::Load::Concurrency(8),
             message: "the KV cache was 95% full: requests queue".into(),
             run: None,
         }];

@@ -119,7 +119,7 @@ pub(super) fn baseline_values(r: &Report, metric: Metric) -> BTreeMap<(String, S
         .iter()
         .flat_map(|c| &c.values)
         .filter(|v| v.metric == metric)
-        .map(|v| ((v.model.clone(), v.level.clone()), v.baseline))
+        .map(|v| ((v.model.clone(), v.level.to_string()), v.baseline))
         .collect()
 }
 

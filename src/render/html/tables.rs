@@ -489,7 +489,7 @@ pub(super) fn baseline_table(o: &mut String, r: &Report) {
             o,
             r#"<tr><td class="t">{}</td><td class="t">{}</td><td class="t">{}</td>{}{}{}{}{}{}{}<td class="t">{}</td></tr>"#,
             esc(&v.model),
-            esc(&v.level),
+            esc(&v.level.to_string()),
             esc(&v.metric.to_string()),
             td(Some(v.baseline), &format!("{p}/baseline"), u),
             td(Some(v.current), &format!("{p}/current"), u),
