@@ -631,12 +631,89 @@ impl Comparison {
     }
 }
 
+/// What a finding is about ([`super::findings`] says when each fires); written as its code,
+/// `queueing`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FindingCode {
+    /// `client_bound`: the client could not measure the level.
+    ClientBound,
+    /// `gpu_underutilized`: the GPU was mostly idle at the knee.
+    GpuUnderutilized,
+    /// `memory_pressure`: GPU memory, the KV cache or host memory was nearly full.
+    MemoryPressure,
+    /// `queueing`: the server's queue grew while throughput did not.
+    Queueing,
+    /// `ttft_growth`: TTFT grew well past the lowest load's.
+    TtftGrowth,
+    /// `long_tail`: p95 far above p50.
+    LongTail,
+    /// `errors_past_knee`: requests failed past the knee.
+    ErrorsPastKnee,
+    /// `client_server_gap`: the client's and the server's figures differ.
+    ClientServerGap,
+    /// A code this version does not know (a report of another version), kept as written.
+    Other(String),
+}
+
+impl FindingCode {
+    const KNOWN: [FindingCode; 8] = [
+        FindingCode::ClientBound,
+        FindingCode::GpuUnderutilized,
+        FindingCode::MemoryPressure,
+        FindingCode::Queueing,
+        FindingCode::TtftGrowth,
+        FindingCode::LongTail,
+        FindingCode::ErrorsPastKnee,
+        FindingCode::ClientServerGap,
+    ];
+
+    /// The code as the report writes it.
+    pub fn as_str(&self) -> &str {
+        match self {
+            FindingCode::ClientBound => "client_bound",
+            FindingCode::GpuUnderutilized => "gpu_underutilized",
+            FindingCode::MemoryPressure => "memory_pressure",
+            FindingCode::Queueing => "queueing",
+            FindingCode::TtftGrowth => "ttft_growth",
+            FindingCode::LongTail => "long_tail",
+            FindingCode::ErrorsPastKnee => "errors_past_knee",
+            FindingCode::ClientServerGap => "client_server_gap",
+            FindingCode::Other(code) => code,
+        }
+    }
+
+    /// The code written `code`.
+    pub fn of(code: &str) -> FindingCode {
+        Self::KNOWN
+            .into_iter()
+            .find(|k| k.as_str() == code)
+            .unwrap_or_else(|| FindingCode::Other(code.to_owned()))
+    }
+}
+
+impl std::fmt::Display for FindingCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for FindingCode {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for FindingCode {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(FindingCode::of(&std::borrow::Cow::<str>::deserialize(d)?))
+    }
+}
+
 /// One finding.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Finding {
-    /// `gpu_underutilized`, `memory_pressure`, `queueing`, `ttft_growth`, `long_tail`,
-    /// `errors_past_knee`, `client_server_gap`.
-    pub code: String,
+    /// What it is about.
+    pub code: FindingCode,
     /// The model.
     pub model: String,
     /// The level (`8`, `4/s`).
@@ -704,6 +781,50 @@ pub(crate) mod tests {
                 }
             })
             .collect()
+    }
+
+    /// The report's typed leaves are written as the strings older versions wrote, and read
+    /// back from them (a finding's code this version does not know is kept as written).
+    #[test]
+    fn typed_leaves_are_written_and_read_as_the_strings_they_were() {
+        let mut r = synthetic();
+        r.findings = vec![Finding {
+            code: FindingCode::Queueing,
+            model: "alpha".into(),
+            level: Load::Concurrency(8),
+            message: "waits".into(),
+            run: None,
+        }];
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["mode"]["kind"], "closed");
+        assert_eq!(json["selection"]["level"], "8");
+        assert_eq!(json["selection"]["weights"]["ttft_p95"], 0.5);
+        assert_eq!(json["selection"]["ranked"][0]["values"]["tps_p50"], 50.0);
+        let first = &json["comparison"]["values"][0];
+        assert_eq!(
+            (&first["level"], &first["metric"]),
+            (&"2".into(), &"ttft_p50".into())
+        );
+        assert_eq!(json["findings"][0]["code"], "queueing");
+        assert_eq!(json["findings"][0]["level"], "8");
+        let mut older = json.clone();
+        older["mode"]["kind"] = "open".into();
+        older["selection"]["level"] = "last".into();
+        older["findings"][0]["code"] = "kv_cache_pressure".into();
+        older["findings"][0]["level"] = "2.5/s".into();
+        let back: Report = serde_json::from_value(older.clone()).unwrap();
+        assert_eq!(back.mode.kind, LoadKind::Open);
+        assert_eq!(back.selection.as_ref().unwrap().level, SelectedLevel::Last);
+        assert_eq!(
+            (&back.findings[0].code, back.findings[0].level),
+            (
+                &FindingCode::Other("kv_cache_pressure".into()),
+                Load::Rate(2.5)
+            )
+        );
+        assert_eq!(serde_json::to_value(&back).unwrap(), older);
+        older["findings"][0]["level"] = "fast".into();
+        assert!(serde_json::from_value::<Report>(older).is_err());
     }
 
     /// A synthetic two-model sweep with a knee, selection and a comparison.

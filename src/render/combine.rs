@@ -135,7 +135,7 @@ mod tests {
 
     fn finding(code: &str, model: &str) -> Finding {
         Finding {
-            code: code.into(),
+            code: crate::bench::report::FindingCode::of(code),
             model: model.into(),
             level: crate::bench::stats::Load::Concurrency(8),
             message: "m".into(),

@@ -237,7 +237,7 @@ mod tests {
         compare_with_client(&mut s, l);
         l.server = Some(s);
         r.findings.push(Finding {
-            code: "queueing".into(),
+            code: crate::bench::report::FindingCode::Queueing,
             model: "alpha".into(),
             level: crate::bench::stats::Load::Concurrency(4),
             message: "m".into(),

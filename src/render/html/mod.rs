@@ -681,7 +681,12 @@ pub(super) fn findings(o: &mut String, r: &Report) {
             Some(run) => format!("{} (run {run})", f.level),
             None => f.level.to_string(),
         };
-        all.push((f.model.clone(), level, f.message.clone(), f.code.clone()));
+        all.push((
+            f.model.clone(),
+            level,
+            f.message.clone(),
+            f.code.to_string(),
+        ));
     }
     for m in &r.models {
         for l in &m.levels {
@@ -772,7 +777,7 @@ pub(crate) mod tests {
             }
         }
         r.findings = vec![Finding {
-            code: "kv_cache_full".into(),
+            code: crate::bench::report::FindingCode::of("kv_cache_full"),
             model: "alpha".into(),
             level: crate::bench::stats::Load::Concurrency(8),
             message: "the KV cache was 95% full: requests queue".into(),
