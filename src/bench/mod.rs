@@ -292,7 +292,7 @@ impl BenchPlan {
                 .map(|m| (m.target.name.clone(), m.model.clone()))
                 .collect(),
             workload: baseline::WorkloadKey {
-                api: head.api.to_string(),
+                api: report::Apis::one(head.api),
                 prompt: self
                     .prompts
                     .iter()
@@ -737,7 +737,7 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         command: Some(crate::redact::command_line(&command, &redactor)),
         target: target_names,
         base_url: base_urls,
-        api: head.api.to_string(),
+        api: report::Apis::one(head.api),
         prompt: prompt_names.join(","),
         max_tokens: spec.max_tokens,
         workload: Some(baseline::describe_all(&prompts)),

@@ -5,6 +5,7 @@
 use super::criteria::{CriteriaRecord, KneeRule, Metric};
 use super::stats::{LevelKey, LevelStats, Load};
 use crate::config::Price;
+use crate::protocol::Api;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -144,6 +145,51 @@ pub struct LoadMode {
     pub prewarm: bool,
 }
 
+/// The API protocol of a run (its first model's target's), or of each run a combination was
+/// made from, once each in order; written as its name, joined by `, ` (`openai-chat`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Apis(pub Vec<Api>);
+
+impl Apis {
+    /// One protocol.
+    pub fn one(api: Api) -> Apis {
+        Apis(vec![api])
+    }
+}
+
+impl std::fmt::Display for Apis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, api) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            f.write_str(api.as_str())?;
+        }
+        Ok(())
+    }
+}
+
+impl Serialize for Apis {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Apis {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::IntoDeserializer;
+        let names = std::borrow::Cow::<str>::deserialize(d)?;
+        names
+            .split(", ")
+            .map(|name| {
+                Api::deserialize(name.into_deserializer())
+                    .map_err(|e: serde::de::value::Error| serde::de::Error::custom(e))
+            })
+            .collect::<Result<_, _>>()
+            .map(Apis)
+    }
+}
+
 /// A whole bench run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {
@@ -161,8 +207,8 @@ pub struct Report {
     pub target: String,
     /// Their base URLs, likewise.
     pub base_url: String,
-    /// Its protocol.
-    pub api: String,
+    /// Its protocol (a combination of runs: each of theirs).
+    pub api: Apis,
     /// The prompt's name.
     pub prompt: String,
     /// The prompt's output cap.
@@ -797,6 +843,7 @@ pub(crate) mod tests {
         }];
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(json["mode"]["kind"], "closed");
+        assert_eq!(json["api"], "openai-chat");
         assert_eq!(json["selection"]["level"], "8");
         assert_eq!(json["selection"]["weights"]["ttft_p95"], 0.5);
         assert_eq!(json["selection"]["ranked"][0]["values"]["tps_p50"], 50.0);
@@ -809,11 +856,16 @@ pub(crate) mod tests {
         assert_eq!(json["findings"][0]["level"], "8");
         let mut older = json.clone();
         older["mode"]["kind"] = "open".into();
+        older["api"] = "openai-chat, anthropic-messages".into();
         older["selection"]["level"] = "last".into();
         older["findings"][0]["code"] = "kv_cache_pressure".into();
         older["findings"][0]["level"] = "2.5/s".into();
         let back: Report = serde_json::from_value(older.clone()).unwrap();
         assert_eq!(back.mode.kind, LoadKind::Open);
+        assert_eq!(
+            back.api,
+            Apis(vec![Api::OpenaiChat, Api::AnthropicMessages])
+        );
         assert_eq!(back.selection.as_ref().unwrap().level, SelectedLevel::Last);
         assert_eq!(
             (&back.findings[0].code, back.findings[0].level),
@@ -899,7 +951,7 @@ pub(crate) mod tests {
             command: None,
             target: "local".into(),
             base_url: "http://127.0.0.1:8000/v1".into(),
-            api: "openai-chat".into(),
+            api: Apis::one(Api::OpenaiChat),
             prompt: "hello".into(),
             max_tokens: Some(64),
             workload: None,

@@ -79,7 +79,13 @@ pub fn combine(docs: Vec<(String, Report)>, criteria: Option<&Criteria>) -> Resu
         }
         out.target = joined(&|d| &d.target);
         out.base_url = joined(&|d| &d.base_url);
-        out.api = joined(&|d| &d.api);
+        let mut apis = Vec::new();
+        for api in all.iter().flat_map(|d| &d.api.0) {
+            if !apis.contains(api) {
+                apis.push(*api);
+            }
+        }
+        out.api = crate::bench::report::Apis(apis);
         out.prompt = joined(&|d| &d.prompt);
         out.started_at = joined(&|d| &d.started_at);
         out.combined_from = names;

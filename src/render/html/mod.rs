@@ -292,7 +292,7 @@ pub(super) fn run_info(o: &mut String, r: &Report) {
             "{} <code>{}</code> ({})",
             esc(&r.target),
             esc(&r.base_url),
-            esc(&r.api)
+            esc(&r.api.to_string())
         ),
     ));
     let mut workload = format!("prompt {}", esc(&r.prompt));
