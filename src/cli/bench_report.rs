@@ -83,7 +83,8 @@ pub fn run(a: &ReportArgs) -> Result<Exit, BenchError> {
     if a.no_samples {
         combine::drop_samples(&mut report);
     }
-    crate::render::write_outputs(&report, &outputs, &criteria.unwrap_or_default())?;
+    let shown = crate::render::Shown::of(&report);
+    crate::render::write_outputs(&shown, &outputs, &criteria.unwrap_or_default())?;
     Ok(Exit::Done)
 }
 

@@ -199,7 +199,8 @@ mod tests {
             .map(|f| (f.model.as_str(), f.run.as_deref().unwrap()))
             .collect();
         assert_eq!(f, [("alpha #1", "#1"), ("alpha #2", "#2")]);
-        let text = crate::render::server_view::render_server(&m, false);
+        let text =
+            crate::render::text::server_view::render(&m, crate::render::text::Style::Terminal);
         assert!(
             text.contains("[long_tail] alpha #2 @ 8 (run #2): m"),
             "{text}"

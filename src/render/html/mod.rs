@@ -18,6 +18,8 @@
 use super::chart::esc;
 use crate::bench::criteria::{Base, Metric, Unit as MetricUnit};
 use crate::bench::report::Report;
+use crate::render::Shown;
+use crate::render::text::{self, Style};
 use std::fmt::Write as _;
 
 mod plots;
@@ -186,14 +188,14 @@ document.documentElement.setAttribute('data-js','ok');
 ///
 /// # Errors
 /// [`HtmlError::NotAReport`] if the report does not serialize (it always does).
-pub fn page(report: &Report) -> Result<String, HtmlError> {
+pub fn page(shown: &Shown<'_>) -> Result<String, HtmlError> {
+    let report = shown.report;
     // The embedded report, as the JSON output writes it: every `data-k` points into it.
     let json = serde_json::to_string(report).map_err(|e| HtmlError::NotAReport(e.to_string()))?;
     let mut r = report.clone();
     // Models are named as every other rendering names them (`target/model` when targets differ).
-    let names = crate::bench::report::model_names(&r.models);
-    for (m, n) in r.models.iter_mut().zip(names) {
-        m.model = n;
+    for (m, n) in r.models.iter_mut().zip(&shown.names) {
+        m.model.clone_from(n);
     }
     let mut o = String::with_capacity(64 * 1024);
     // Every target of the run, in the order its models ran.
@@ -218,7 +220,7 @@ pub fn page(report: &Report) -> Result<String, HtmlError> {
         esc(&title)
     );
     let _ = write!(o, "<h1>{}</h1>", esc(&title));
-    if let Some(sentence) = crate::render::text::interrupted_sentence(&r) {
+    if let Some(sentence) = text::notes::interrupted_sentence(shown) {
         let _ = write!(
             o,
             r#"<p class="warn" id="interrupted">{}</p>"#,
@@ -227,7 +229,7 @@ pub fn page(report: &Report) -> Result<String, HtmlError> {
     }
     run_info(&mut o, &r);
     o.push_str(r#"<h2 id="answer">The answer</h2><div class="answer">"#);
-    answer(&mut o, &r, report);
+    answer(&mut o, &r, shown);
     o.push_str("</div>");
     o.push_str(r#"<h2 id="plots">Plots</h2><div class="plots">"#);
     for (id, caption, c) in charts(&r) {
@@ -371,15 +373,15 @@ fn text_block(o: &mut String, text: &str, id: &str) {
 /// The answer, first: the ranking at its stated load with scores (ties as ties; when no model
 /// passes, every model by its distance to the limits, with its score), the rejected models with
 /// each limit failed and how far, each model's knee beside its capacity within the SLOs, the view
-/// at another load, the knees, the findings and the regressions, in sentences. `text` is the
-/// report as the text outputs read it (the page's copy names its models for display).
-pub(super) fn answer(o: &mut String, r: &Report, text: &Report) {
+/// at another load, the knees, the findings and the regressions, in sentences. `shown` is the
+/// report as the text outputs read it (the page's copy `r` names its models for display).
+pub(super) fn answer(o: &mut String, r: &Report, shown: &Shown<'_>) {
     if let Some(s) = &r.selection {
         let _ = write!(
             o,
             r#"<h3>Answer {}</h3><p class="note">{}</p>"#,
-            esc(&crate::render::text::stated_at(s)),
-            esc(&crate::render::text::criteria_words(s))
+            esc(&text::answer::stated_at(s)),
+            esc(&text::answer::criteria_words(s))
         );
         if s.ranked.is_empty() {
             o.push_str("<p>No model passed every limit: closest first (fewest limits failed, then the smallest relative miss |value / limit − 1|).</p>");
@@ -432,7 +434,7 @@ pub(super) fn answer(o: &mut String, r: &Report, text: &Report) {
                     k.closest.map_or_else(String::new, |n| format!("{n}. ")),
                     esc(&k.model),
                     esc(&k.reasons.join("; ")),
-                    esc(&crate::render::text::passes(k)),
+                    esc(&text::answer::passes(k)),
                     k.score.map_or_else(String::new, |v| format!(
                         "; weighted score {} among the models measured there (not a pass)",
                         span(
@@ -448,14 +450,10 @@ pub(super) fn answer(o: &mut String, r: &Report, text: &Report) {
     } else {
         o.push_str(r#"<p class="note">Not judged (one model and no limits, weights or bench file): no ranking.</p>"#);
     }
-    text_block(
-        o,
-        &crate::render::text::render_limits(text, false),
-        "capacity",
-    );
-    text_block(o, &crate::render::text::render_also(text, ""), "also-at");
+    text_block(o, &text::answer::limits(shown, Style::Terminal), "capacity");
+    text_block(o, &text::answer::also(r, Style::Terminal), "also-at");
     knees(o, r);
-    level_sections(o, text);
+    level_sections(o, shown);
     model_notes(o, r);
     findings(o, r);
     if let Some(c) = &r.comparison {
@@ -600,8 +598,8 @@ fn knees(o: &mut String, r: &Report) {
 
 /// Behind schedule, canaries, steady state and per second (as the text outputs say them), each a
 /// heading and a list.
-pub(super) fn level_sections(o: &mut String, r: &Report) {
-    let text = crate::render::text::level_sections(r, "");
+pub(super) fn level_sections(o: &mut String, shown: &Shown<'_>) {
+    let text = text::notes::level_sections(shown, Style::Terminal);
     for block in text.split("\n\n").filter(|b| !b.trim().is_empty()) {
         let mut lines = block.trim().lines();
         let Some(head) = lines.next() else { continue };
@@ -895,7 +893,7 @@ pub(crate) mod tests {
     #[test]
     fn every_number_shown_is_the_reports() {
         let r = rich();
-        let html = page(&r).unwrap();
+        let html = page(&Shown::of(&r)).unwrap();
         let n = check_numbers(&json_of(&r), &html);
         // 2 models × 3 levels: 15 comparison columns, 7 × 8 statistics, the load table, the
         // server and other tables, the ranking, knees, the baseline.
@@ -917,7 +915,7 @@ pub(crate) mod tests {
     fn the_page_embeds_the_report_and_escapes_what_it_shows() {
         let mut r = rich();
         r.models[1].model = "</script><script>alert(1)</script>".into();
-        let html = page(&r).unwrap();
+        let html = page(&Shown::of(&r)).unwrap();
         assert_eq!(embedded(&html), json_of(&r));
         assert!(
             !html.contains("<script>alert(1)"),
@@ -928,7 +926,7 @@ pub(crate) mod tests {
 
     #[test]
     fn the_page_fetches_nothing() {
-        let html = page(&rich()).unwrap();
+        let html = page(&Shown::of(&rich())).unwrap();
         assert!(html.contains("Content-Security-Policy\" content=\"default-src 'none'"));
         for bad in [
             "src=", "href=", "url(", "@import", "<link", "<img", "<iframe",
@@ -956,7 +954,7 @@ pub(crate) mod tests {
             start_at: None,
             merged_from: Vec::new(),
         });
-        let html = page(&r).unwrap();
+        let html = page(&Shown::of(&r)).unwrap();
         assert!(html.contains("<dt>run</dt><dd>id <code>abc123</code>, shard 1/2</dd>"));
         let at = |s: &str| html.find(s).unwrap_or_else(|| panic!("no {s:?}"));
         assert!(at(r#"id="answer""#) < at(r#"id="plots""#));
@@ -983,7 +981,7 @@ pub(crate) mod tests {
             ratio: Some(1.0 / 0.6),
             finding: Some("non-streaming E2E 40% below streaming".into()),
         });
-        let html = page(&r).unwrap();
+        let html = page(&Shown::of(&r)).unwrap();
         assert!(html.contains("<b>beta</b> at 2: non-streaming E2E 40% below streaming"));
         assert!(html.contains(r#"data-k="/models/1/levels/0/cross_check/ratio""#));
         assert!(
@@ -998,7 +996,7 @@ pub(crate) mod tests {
 
     #[test]
     fn every_plot_is_there_with_labelled_axes() {
-        let html = page(&rich()).unwrap();
+        let html = page(&Shown::of(&rich())).unwrap();
         let ids = [
             "plot-ttft",
             "plot-tps",
@@ -1052,7 +1050,7 @@ pub(crate) mod tests {
                 ("ttft", 1500.0, false)
             ]
         );
-        let html = page(&r).unwrap();
+        let html = page(&Shown::of(&r)).unwrap();
         assert!(
             html.contains("limit ttft_p95 &lt; 500.0 ms")
                 && html.contains("SLO ttft&lt;=1.50 s (per request)")
@@ -1081,7 +1079,7 @@ pub(crate) mod tests {
         if let Some(k) = r.models[0].knee.as_mut() {
             k.agg_tps_growth = 0.0000253;
         }
-        let html = page(&r).unwrap();
+        let html = page(&Shown::of(&r)).unwrap();
         assert!(
             html.contains("<li>other/beta: no knee within the sweep</li>"),
             "{html}"
@@ -1106,7 +1104,7 @@ pub(crate) mod tests {
     /// ("goodput 2.08 → 0"); every value now has one.
     #[test]
     fn baseline_lines_have_units() {
-        let html = page(&synthetic()).unwrap();
+        let html = page(&Shown::of(&synthetic())).unwrap();
         let start = html
             .find("<h3>Baseline</h3>")
             .expect("the baseline section");
@@ -1148,7 +1146,7 @@ pub(crate) mod tests {
         twin.model = "gamma".into();
         s.ranked.push(twin);
         r.selection = Some(s);
-        let html = page(&r).unwrap();
+        let html = page(&Shown::of(&r)).unwrap();
         assert!(
             html.contains(r#"<td class="t">alpha (tied)</td>"#),
             "{html}"
@@ -1159,7 +1157,7 @@ pub(crate) mod tests {
             ..Default::default()
         };
         r.selection = Some(crate::bench::answer::answer(&r.models, &c).0);
-        let html = page(&r).unwrap();
+        let html = page(&Shown::of(&r)).unwrap();
         assert!(html.contains("<p>No model passed every limit: closest first"));
         assert!(
             html.contains("<li>1. <b>beta</b> failed: ttft_p95 = 476.9 ms (limit ttft_p95 &lt; 100.0 ms), 376.87% beyond; passes every limit at no level run; weighted score <span data-k=\"/selection/rejected/0/score\" data-v=\"1.0\">1</span> among the models measured there (not a pass)</li><li>2. <b>alpha</b> failed"),
@@ -1174,7 +1172,7 @@ pub(crate) mod tests {
         r.selection = None;
         r.comparison = None;
         r.command = None;
-        let html = page(&r).unwrap();
+        let html = page(&Shown::of(&r)).unwrap();
         assert!(html.contains("Not judged"));
         assert!(
             !html.contains("plot-scatter")
@@ -1197,7 +1195,7 @@ pub(crate) mod tests {
                 k.level = m.levels[k.index].key;
             }
         }
-        let html = page(&r).unwrap();
+        let html = page(&Shown::of(&r)).unwrap();
         assert!(html.contains("open loop, constant arrivals"));
         assert!(html.contains(">arrival rate (requests/s)</text>"));
         assert!(html.contains("<th>arrival rate (requests/s)</th>"));
@@ -1248,7 +1246,7 @@ pub(crate) mod tests {
             s.p50 = -5.0;
         }
         r.models[0].levels[0].output_tokens_per_s = 1e306;
-        let html = page(&r).unwrap();
+        let html = page(&Shown::of(&r)).unwrap();
         for bad in ["NaN", "inf", "Infinity"] {
             let in_charts = html
                 .split("<svg")

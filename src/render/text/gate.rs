@@ -3,6 +3,7 @@
 //! a table (baseline, current, change, its 95% interval, the p-values, the verdict, and why a
 //! value was not judged).
 
+use super::Style;
 use crate::bench::criteria::{Base, Metric};
 use crate::bench::report::{Comparison, Regression, Verdict};
 use std::fmt::Write as _;
@@ -97,10 +98,10 @@ fn sentence(g: &Regression) -> String {
     )
 }
 
-/// The comparison block of the terminal (`md` false) or Markdown output.
-pub fn render(c: &Comparison, md: bool) -> String {
+/// The comparison block of the terminal or Markdown output.
+pub fn render(c: &Comparison, style: Style) -> String {
     let mut out = String::new();
-    let bullet = if md { "- " } else { "  " };
+    let bullet = style.bullet();
     let n = |v: Verdict| c.with(v).count();
     match (c.confidence, c.judged) {
         (Some(conf), Some(judged)) => {
@@ -150,14 +151,14 @@ pub fn render(c: &Comparison, md: bool) -> String {
         );
     }
     if !c.values.is_empty() {
-        out.push_str(&table(c, md));
+        out.push_str(&table(c, style));
     }
     out
 }
 
 /// Every value compared, one row each, with the reasons values were not judged as numbered
 /// notes under it.
-fn table(c: &Comparison, md: bool) -> String {
+fn table(c: &Comparison, style: Style) -> String {
     let header = [
         "model",
         "level",
@@ -199,7 +200,7 @@ fn table(c: &Comparison, md: bool) -> String {
         })
         .collect();
     let mut out = String::new();
-    if md {
+    if style == Style::Markdown {
         out.push('\n');
         let _ = writeln!(out, "| {} |", header.join(" | "));
         let _ = writeln!(out, "|---|---:|---|---:|---:|---:|---:|---:|---|");
@@ -222,7 +223,7 @@ fn table(c: &Comparison, md: bool) -> String {
         }
         let _ = writeln!(out, "{t}");
     }
-    let bullet = if md { "- " } else { "  " };
+    let bullet = style.bullet();
     for (i, why) in reasons.iter().enumerate() {
         let _ = writeln!(out, "{bullet}[{}] not judged: {why}", i + 1);
     }
@@ -266,7 +267,7 @@ mod tests {
             not_in_baseline: Vec::new(),
             values: vec![r, value_of("agg_tps", Verdict::NotJudged)],
         };
-        let text = render(&c, false);
+        let text = render(&c, Style::Terminal);
         assert!(
             text.contains(
                 "2 values compared, 1 regression, 0 inconclusive, 0 within tolerance, 1 not judged"
@@ -285,7 +286,7 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("0.1 tok/s"), "{text}");
-        let md = render(&c, true);
+        let md = render(&c, Style::Markdown);
         assert!(
             md.contains("| sim-a | 1 | ttft_p50 | 100.0 ms | 130.0 ms | +30.0% | +25.0% to +35.0% | 1e-12 (2e-11) | REGRESSION |"),
             "{md}"
