@@ -160,11 +160,7 @@ fn level_chart(
 /// Every panel of the plot: TTFT p95 and tokens/s with the knee and the thresholds, then the
 /// server's panels that have data (a llama.cpp server has a queue but no GPU signal).
 fn panels(r: &Report, names: &[String], labels: &[String], lines: &[RefLine]) -> Vec<PanelChart> {
-    let x_label = if r.mode.kind.is_open() {
-        "arrival rate (requests/s)"
-    } else {
-        "concurrency"
-    };
+    let x_label = chart::load_axis(r.mode.kind);
     let on = |p: Panel| -> Vec<HLine> {
         lines
             .iter()

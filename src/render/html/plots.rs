@@ -6,17 +6,8 @@ use super::{Unit, num};
 use crate::bench::criteria::{Base, Metric, Stat};
 use crate::bench::report::{ModelReport, Report};
 use crate::bench::stats::LevelStats;
-use crate::render::chart::{self, Chart, HLine, Marker, Point, Ring, Series, XAxis};
+use crate::render::chart::{self, Chart, HLine, Marker, Point, Ring, Series, XAxis, load_axis};
 use std::collections::BTreeMap;
-
-/// The x axis label of plots against the level.
-pub(super) fn load_label(r: &Report) -> &'static str {
-    if r.mode.kind.is_open() {
-        "arrival rate (requests/s)"
-    } else {
-        "concurrency"
-    }
-}
 
 /// Every level any model ran, in load order (merged runs may differ in their levels).
 pub(super) fn level_labels(r: &Report) -> Vec<String> {
@@ -257,7 +248,7 @@ pub(super) fn charts(r: &Report) -> Vec<(String, String, Chart)> {
         "TTFT p50 / p95 / p99 against the load".into(),
         Chart {
             x: XAxis::Levels(labels.clone()),
-            x_label: load_label(r).into(),
+            x_label: load_axis(r.mode.kind).into(),
             y_label: "TTFT (ms)".into(),
             series,
             hlines: lines
@@ -330,7 +321,7 @@ pub(super) fn tps_chart(
         "Aggregate output tokens/s against the load".into(),
         Chart {
             x: XAxis::Levels(labels.to_vec()),
-            x_label: load_label(r).into(),
+            x_label: load_axis(r.mode.kind).into(),
             y_label: "aggregate output tokens/s".into(),
             series,
             hlines: lines
@@ -572,7 +563,7 @@ pub(super) fn server_charts(r: &Report, labels: &[String]) -> Vec<(String, Strin
             format!("Server: {label} against the load"),
             Chart {
                 x: XAxis::Levels(labels.to_vec()),
-                x_label: load_label(r).into(),
+                x_label: load_axis(r.mode.kind).into(),
                 y_label: label,
                 series,
                 hlines: Vec::new(),

@@ -1,11 +1,11 @@
 //! The page's tables: the main table, percentiles, load, the server's view, other values and
 //! the baseline, every number carrying its JSON Pointer.
 
-use super::plots::{load_label, server_signals, signal_display};
+use super::plots::{server_signals, signal_display};
 use super::{Unit, metric_unit, raw, seg, span, td};
 use crate::bench::report::{ModelReport, Report};
 use crate::bench::stats::{LevelStats, Summary};
-use crate::render::chart::esc;
+use crate::render::chart::{esc, load_axis};
 use std::fmt::Write as _;
 
 /// The table's opening, with its headers.
@@ -114,7 +114,7 @@ const MAIN_COLUMNS: [Column; 18] = [
 
 /// The comparison table: one row per model and level.
 pub(super) fn main_table(o: &mut String, r: &Report) {
-    let mut heads = strs(&["model", load_label(r)]);
+    let mut heads = strs(&["model", load_axis(r.mode.kind)]);
     heads.extend(MAIN_COLUMNS.iter().map(|c| c.1.to_owned()));
     heads.extend(strs(&["errors by type", "knee"]));
     table_head(
@@ -198,7 +198,7 @@ pub(super) fn percentile_table(o: &mut String, r: &Report) {
         ("p99", |s| s.p99),
         ("max", |s| s.max),
     ];
-    let mut heads = strs(&["model", load_label(r), "metric"]);
+    let mut heads = strs(&["model", load_axis(r.mode.kind), "metric"]);
     heads.extend(STATS.iter().map(|s| s.0.to_owned()));
     table_head(o, "percentiles-table", "Percentiles", &heads);
     for (mi, m) in r.models.iter().enumerate() {
@@ -238,7 +238,7 @@ pub(super) fn load_table(o: &mut String, r: &Report) {
             p(l.lag_s, |s| s.max)
         }),
     ];
-    let mut heads = strs(&["model", load_label(r)]);
+    let mut heads = strs(&["model", load_axis(r.mode.kind)]);
     heads.extend(COLUMNS.iter().map(|c| c.1.to_owned()));
     table_head(o, "load-table", "Load", &heads);
     for (mi, m) in r.models.iter().enumerate() {
@@ -260,7 +260,7 @@ pub(super) fn server_table(o: &mut String, r: &Report) {
     if sigs.is_empty() {
         return;
     }
-    let mut heads = strs(&["model", load_label(r)]);
+    let mut heads = strs(&["model", load_axis(r.mode.kind)]);
     for s in &sigs {
         let (label, _) = signal_display(s);
         heads.push(format!("{label} mean"));
@@ -426,7 +426,7 @@ pub(super) fn more_table(o: &mut String, r: &Report) {
     if cols.is_empty() {
         return;
     }
-    let mut heads = strs(&["model", load_label(r)]);
+    let mut heads = strs(&["model", load_axis(r.mode.kind)]);
     heads.extend(cols.iter().map(|c| c.1.to_owned()));
     table_head(o, "extras-table", "More per level", &heads);
     for (mi, m) in r.models.iter().enumerate() {
@@ -452,7 +452,7 @@ pub(super) fn baseline_table(o: &mut String, r: &Report) {
     }
     let heads = strs(&[
         "model",
-        load_label(r),
+        load_axis(r.mode.kind),
         "metric",
         "baseline",
         "current",
