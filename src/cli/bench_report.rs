@@ -3,9 +3,9 @@
 //! [`super::bench::BenchAction`]).
 
 use crate::bench::BenchError;
+use crate::bench::combine;
 use crate::bench::criteria::{Criteria, parse_weights};
 use crate::exit::Exit;
-use crate::render::combine;
 use std::path::PathBuf;
 
 /// Flags of `tokenprobe bench report`.

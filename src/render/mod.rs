@@ -1,12 +1,10 @@
 //! The rendering half of `bench` (pure, apart from writing the files it is given): a judged
 //! [`Report`], [`Shown`] once, becomes the terminal table, Markdown, CSV and JSON ([`text`]), the
 //! self-contained HTML page ([`html`]) and the SVG plot ([`plot`]), both drawn by the one chart
-//! engine ([`chart`]); [`combine`] puts several runs' reports side by side for `bench report`;
-//! [`history`] renders the run store's listings and trends. Nothing here measures or judges: it
+//! engine ([`chart`]); [`history`] renders the run store's listings and trends. Nothing here measures or judges: it
 //! reads the typed report [`crate::bench`] made, and numbers are written by [`crate::units`].
 
 pub mod chart;
-pub mod combine;
 pub mod history;
 pub mod html;
 pub mod plot;

@@ -253,7 +253,7 @@ mod tests {
         let plain = synthetic();
         assert_eq!(render(&plain, Style::Terminal), "");
         assert!(csv_header(&plain).is_empty());
-        let r = with_server();
+        let mut r = with_server();
         let t = table::render(&Shown::of(&r));
         assert!(
             t.contains("Server metrics:") && t.contains("Findings:"),
@@ -284,6 +284,10 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("- [queueing] alpha @ 4: m"), "{md}");
+        // A combination of runs names the run a finding came from.
+        r.findings[0].run = Some("#2".into());
+        let t = table::render(&Shown::of(&r));
+        assert!(t.contains("  [queueing] alpha @ 4 (run #2): m"), "{t}");
     }
 
     #[test]

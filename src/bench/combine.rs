@@ -1,6 +1,6 @@
 //! `bench report`'s combination (pure): several runs' JSON reports as one, their models side by
 //! side (each keeping its levels, knee and any field another part of the bench added), judged
-//! again when criteria are given. Not `bench merge` ([`crate::bench::merge`]), which makes the shards of
+//! again when criteria are given. Not `bench merge` ([`super::merge`]), which makes the shards of
 //! one run into that run.
 //!
 //! One report and no criteria: the report as it is. Several: the first report's run fields, the
@@ -11,8 +11,8 @@
 //! another) is made again from the criteria given, or from the default weights without limits
 //! when several reports are combined without any; each model's capacity within the SLOs too.
 
-use crate::bench::criteria::Criteria;
-use crate::bench::report::Report;
+use super::criteria::Criteria;
+use super::report::Report;
 
 /// Combines `(name, report)` pairs; `criteria` judges the combined models again.
 ///
@@ -85,7 +85,7 @@ pub fn combine(docs: Vec<(String, Report)>, criteria: Option<&Criteria>) -> Resu
                 apis.push(*api);
             }
         }
-        out.api = crate::bench::report::Apis(apis);
+        out.api = super::report::Apis(apis);
         out.prompt = joined(&|d| &d.prompt);
         out.started_at = joined(&|d| &d.started_at);
         out.combined_from = names;
@@ -100,10 +100,10 @@ pub fn combine(docs: Vec<(String, Report)>, criteria: Option<&Criteria>) -> Resu
     let judge = criteria.or((n > 1).then_some(&default));
     if n > 1 {
         // Each model's capacity within the SLOs, named as the combination names it.
-        out.slo_capacity = crate::bench::answer::slo_capacity(&out.models);
+        out.slo_capacity = super::answer::slo_capacity(&out.models);
     }
     if let Some(c) = judge {
-        let (selection, also_at) = crate::bench::answer::answer(&out.models, c);
+        let (selection, also_at) = super::answer::answer(&out.models, c);
         (out.selection, out.also_at) = (Some(selection), also_at);
         // What it was judged by now (the page draws its limits from this); the SLOs stay the
         // run's, as its goodput was counted by them.
@@ -199,12 +199,6 @@ mod tests {
             .map(|f| (f.model.as_str(), f.run.as_deref().unwrap()))
             .collect();
         assert_eq!(f, [("alpha #1", "#1"), ("alpha #2", "#2")]);
-        let text =
-            crate::render::text::server_view::render(&m, crate::render::text::Style::Terminal);
-        assert!(
-            text.contains("[long_tail] alpha #2 @ 8 (run #2): m"),
-            "{text}"
-        );
         let names: Vec<&str> = m.models.iter().map(|m| m.model.as_str()).collect();
         assert_eq!(names, ["alpha #1", "alpha #2"]);
     }
