@@ -295,7 +295,23 @@ pub const CLIENT_STARVED_READ_LAG_S: f64 = 0.002;
 /// the kernel received them (the reading task waited to run).
 pub const CLIENT_READ_LAG_P50_S: f64 = 0.005;
 
+/// How much longer TTFT p95 counted from the schedule must be than from the send for an
+/// open-loop level to have fallen behind its schedule: over this share of it...
+pub const BEHIND_SCHEDULE_SHARE: f64 = 0.05;
+/// ...and over this, s.
+pub const BEHIND_SCHEDULE_MIN_S: f64 = 0.001;
+
 impl LevelStats {
+    /// Open loop: the TTFT p95 from the schedule and from the send when requests left behind
+    /// their scheduled arrival enough to matter (the first longer than the second by over
+    /// [`BEHIND_SCHEDULE_SHARE`] and [`BEHIND_SCHEDULE_MIN_S`]): a user arriving on time waited
+    /// that too. `None` otherwise.
+    pub fn behind_schedule(&self) -> Option<(f64, f64)> {
+        let (sent, sched) = (self.ttft_s?.p95, self.ttft_from_schedule_s?.p95);
+        (sched - sent > BEHIND_SCHEDULE_MIN_S.max(BEHIND_SCHEDULE_SHARE * sent))
+            .then_some((sched, sent))
+    }
+
     /// The mean wait for a CPU each time the bench's threads were ready to run, s (`None`
     /// without schedstats or without a time slice).
     pub fn cpu_wait_per_timeslice_s(&self) -> Option<f64> {
@@ -814,6 +830,25 @@ impl LevelStats {
 mod tests {
     use super::*;
     use crate::bench::criteria::NO_SLO;
+
+    /// An open-loop level is behind its schedule when TTFT p95 from the schedule is longer than
+    /// from the send by over 5% and 1 ms; the rule is bench's, the page and the text say it.
+    #[test]
+    fn behind_schedule_is_over_five_percent_and_a_millisecond() {
+        let mut l = crate::bench::select::tests::level(1, 100.0, 0.1, 0.0);
+        let base = l.ttft_s.unwrap();
+        let p95 = |v: f64| Summary { p95: v, ..base };
+        assert_eq!(l.behind_schedule(), None, "closed loop: no schedule");
+        for (sched, behind) in [(0.104, false), (0.1051, true), (0.09, false)] {
+            l.ttft_from_schedule_s = Some(p95(sched));
+            assert_eq!(l.behind_schedule().is_some(), behind, "{sched}");
+        }
+        l.ttft_s = Some(p95(0.01));
+        l.ttft_from_schedule_s = Some(p95(0.0109));
+        assert_eq!(l.behind_schedule(), None, "0.9 ms is under a millisecond");
+        l.ttft_from_schedule_s = Some(p95(0.0111));
+        assert_eq!(l.behind_schedule(), Some((0.0111, 0.01)));
+    }
 
     /// A level is named by its label, read back to the same load; what is no label is refused.
     #[test]

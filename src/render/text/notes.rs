@@ -322,22 +322,20 @@ fn trace(out: &mut String, shown: &Shown<'_>, bullet: &str) {
     write_section(out, &heading, &lines);
 }
 
-/// Open-loop levels whose TTFT p95 counted from the schedule is longer than from the send (by
-/// over 1 ms and 5%): requests left behind their scheduled arrival, and a user arriving on time
-/// waited that too.
+/// Open-loop levels that fell behind their schedule ([`LevelStats::behind_schedule`]): requests
+/// left after their scheduled arrival, and a user arriving on time waited that too.
+///
+/// [`LevelStats::behind_schedule`]: crate::bench::stats::LevelStats::behind_schedule
 fn behind_schedule(out: &mut String, shown: &Shown<'_>, bullet: &str) {
     let mut lines = Vec::new();
     for (m, name) in shown.models() {
         for l in &m.levels {
-            let (Some(sent), Some(sched)) = (&l.ttft_s, &l.ttft_from_schedule_s) else {
-                continue;
-            };
-            if sched.p95 - sent.p95 > 0.001_f64.max(0.05 * sent.p95) {
+            if let Some((sched, sent)) = l.behind_schedule() {
                 lines.push(format!(
                     "{bullet}{name} @ {}: TTFT p95 {} from the schedule, {} from the send; E2E p95 {} from the schedule{}",
                     l.key.label(),
-                    fmt_secs(sched.p95),
-                    fmt_secs(sent.p95),
+                    fmt_secs(sched),
+                    fmt_secs(sent),
                     l.e2e_from_schedule_s
                         .map_or_else(|| "-".into(), |e| fmt_secs(e.p95)),
                     if l.capped > 0 {
