@@ -111,21 +111,21 @@ impl CapacityPlan {
         verdict(l, self.search.attainment)
     }
 
-    /// The report's capacity from the search's `outcome` over `levels` (those it ran among them).
+    /// The report's capacity from the search's `end` over `levels` (those it ran among them).
     pub fn capacity(
         &self,
-        outcome: &Outcome,
+        end: &SearchEnd,
         tried: &[(f64, Verdict)],
         levels: &[LevelStats],
     ) -> Capacity {
-        let at = outcome
+        let at = end
             .load
             .and_then(|x| levels.iter().find(|l| self.load(&l.key) == x));
         let ran: Vec<&LevelStats> = levels
             .iter()
             .filter(|l| tried.iter().any(|(x, _)| *x == self.load(&l.key)))
             .collect();
-        let failed = outcome
+        let failed = end
             .failed_at
             .as_ref()
             .and_then(|(x, _)| levels.iter().find(|l| self.load(&l.key) == *x));
@@ -135,17 +135,17 @@ impl CapacityPlan {
         };
         Capacity {
             clear: clear(interval(at), interval(failed), self.search.attainment),
-            concurrency: outcome.load.filter(|_| !self.search.open).map(|x| x as u32),
-            rate: outcome.load.filter(|_| self.search.open),
+            concurrency: end.load.filter(|_| !self.search.open).map(|x| x as u32),
+            rate: end.load.filter(|_| self.search.open),
             target_attainment: self.search.attainment,
             attainment: at.and_then(|l| l.slo_attainment.as_ref()).map(|a| a.share),
             attainment_interval: at
                 .and_then(|l| l.slo_attainment.as_ref())
                 .and_then(|a| a.interval),
-            limited_by: outcome.failed_at.as_ref().map(|f| f.1.clone()),
-            failed_at: outcome.failed_at.as_ref().map(|f| f.0),
+            limited_by: end.failed_at.as_ref().map(|f| f.1.clone()),
+            failed_at: end.failed_at.as_ref().map(|f| f.0),
             levels_tried: tried.iter().map(|t| t.0).collect(),
-            stopped: outcome.stopped.clone(),
+            stopped: end.stopped.clone(),
             requests: ran.iter().map(|l| l.requests).sum(),
             seconds: ran.iter().map(|l| l.wall_s).sum(),
         }
@@ -178,18 +178,18 @@ pub enum Verdict {
     Invalid(String),
 }
 
-/// The search's next step.
+/// What the search asks for next ([`Search::next`]).
 #[derive(Debug, Clone, PartialEq)]
-pub enum Step {
+pub enum Next {
     /// Run a level at this load.
     Run(f64),
     /// The search is over.
-    Done(Outcome),
+    Done(SearchEnd),
 }
 
 /// Where the search ended.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Outcome {
+pub struct SearchEnd {
     /// The highest load that passed (`None`: none did).
     pub load: Option<f64>,
     /// The lowest load that failed, and what limited it there.
@@ -247,12 +247,12 @@ impl Search {
     }
 
     /// The next step after `tried` (each load run so far, with its verdict, in order).
-    pub fn next(&self, tried: &[(f64, Verdict)]) -> Step {
+    pub fn next(&self, tried: &[(f64, Verdict)]) -> Next {
         if let Some((load, why)) = tried.iter().find_map(|(l, v)| match v {
             Verdict::Invalid(why) => Some((*l, why.clone())),
             _ => None,
         }) {
-            return Step::Done(Outcome {
+            return Next::Done(SearchEnd {
                 load: self.passed_below(tried, load),
                 failed_at: None,
                 stopped: format!(
@@ -278,14 +278,14 @@ impl Search {
             } else {
                 ""
             };
-            Step::Done(Outcome {
+            Next::Done(SearchEnd {
                 load,
                 failed_at: fail.clone(),
                 stopped: format!("{stopped}{suffix}"),
             })
         };
         match (lo, hi) {
-            (None, None) => Step::Run(self.round(self.start)),
+            (None, None) => Next::Run(self.round(self.start)),
             (Some(lo), None) => {
                 if lo >= self.max {
                     done(
@@ -293,7 +293,7 @@ impl Search {
                         format!("the upper bound {} passed", show(self.max)),
                     )
                 } else {
-                    Step::Run(self.round((lo * 2.0).min(self.max)))
+                    Next::Run(self.round((lo * 2.0).min(self.max)))
                 }
             }
             (None, Some(hi)) => {
@@ -305,7 +305,7 @@ impl Search {
                     if tried.iter().any(|(l, _)| *l == next) {
                         done(None, format!("even {} failed", show(next)))
                     } else {
-                        Step::Run(next)
+                        Next::Run(next)
                     }
                 }
             }
@@ -328,15 +328,15 @@ impl Search {
                     } else {
                         ((lo + hi) / 2.0).floor()
                     };
-                    Step::Run(self.round(mid))
+                    Next::Run(self.round(mid))
                 }
             }
         }
     }
 
-    /// The outcome when the search is stopped from outside (its time budget): the best found so
+    /// Where the search ends when it is stopped from outside (its time budget): the best found so
     /// far, `why` it stopped.
-    pub fn stopped(&self, tried: &[(f64, Verdict)], why: &str) -> Outcome {
+    pub fn stopped(&self, tried: &[(f64, Verdict)], why: &str) -> SearchEnd {
         let failed_at = tried
             .iter()
             .filter_map(|(l, v)| match v {
@@ -345,7 +345,7 @@ impl Search {
             })
             .min_by(|a, b| a.0.total_cmp(&b.0));
         let limit = failed_at.as_ref().map_or(f64::INFINITY, |f| f.0);
-        Outcome {
+        SearchEnd {
             load: self.passed_below(tried, limit),
             failed_at,
             stopped: why.to_owned(),
@@ -412,11 +412,11 @@ mod tests {
     }
 
     /// Runs the search against a server whose levels pass up to `capacity`.
-    fn run(s: &Search, passes: impl Fn(f64) -> bool) -> (Outcome, Vec<f64>) {
+    fn run(s: &Search, passes: impl Fn(f64) -> bool) -> (SearchEnd, Vec<f64>) {
         let mut tried = Vec::new();
         loop {
             match s.next(&tried) {
-                Step::Run(l) => {
+                Next::Run(l) => {
                     assert!(tried.iter().all(|(t, _)| *t != l), "{l} twice: {tried:?}");
                     let v = if passes(l) {
                         Verdict::Pass
@@ -425,7 +425,7 @@ mod tests {
                     };
                     tried.push((l, v));
                 }
-                Step::Done(o) => return (o, tried.into_iter().map(|t| t.0).collect()),
+                Next::Done(o) => return (o, tried.into_iter().map(|t| t.0).collect()),
             }
         }
     }
@@ -496,7 +496,7 @@ mod tests {
             (4.0, Verdict::Invalid("client_bound".into())),
         ];
         match s.next(&tried) {
-            Step::Done(o) => {
+            Next::Done(o) => {
                 assert_eq!(o.load, Some(2.0));
                 assert!(
                     o.stopped.contains("cannot be judged (client_bound)"),
@@ -530,19 +530,19 @@ mod tests {
             l
         };
         let tried = [(5.0, Verdict::Pass), (6.0, Verdict::Fail("ttft".into()))];
-        let outcome = Outcome {
+        let end = SearchEnd {
             load: Some(5.0),
             failed_at: Some((6.0, "ttft".into())),
             stopped: String::new(),
         };
         // 400 of 400 and 300 of 400: [99.0%, 100%] and [70.5%, 79.1%], both off 95%.
-        let c = plan.capacity(&outcome, &tried, &[level(5, 400, 400), level(6, 300, 400)]);
+        let c = plan.capacity(&end, &tried, &[level(5, 400, 400), level(6, 300, 400)]);
         assert!(
             c.clear && c.attainment == Some(1.0) && c.requests == 200,
             "{c:?}"
         );
         // 20 of 20 passes, but its interval [83.9%, 100%] reaches below 95%.
-        let c = plan.capacity(&outcome, &tried, &[level(5, 20, 20), level(6, 15, 20)]);
+        let c = plan.capacity(&end, &tried, &[level(5, 20, 20), level(6, 15, 20)]);
         assert!(!c.clear, "{c:?}");
         assert!(
             describe(&c).contains("not clear at 95% confidence"),
@@ -551,7 +551,7 @@ mod tests {
         );
         // None passed: 75 of 80 failed at 5, but [86.2%, 97.3%] reaches across 95%; a capacity
         // of none says its doubt as a load does.
-        let none = Outcome {
+        let none = SearchEnd {
             load: None,
             failed_at: Some((5.0, "errors".into())),
             stopped: "even 5 failed".into(),
@@ -576,7 +576,7 @@ mod tests {
             (4.0, Verdict::Pass),
         ];
         match s.next(&tried) {
-            Step::Done(o) => {
+            Next::Done(o) => {
                 assert_eq!(o.load, Some(1.0));
                 assert!(o.stopped.contains("passed again"), "{}", o.stopped);
             }

@@ -378,7 +378,7 @@ impl Sender {
                 Some(plan) => {
                     let over = plan.budget.filter(|b| began.elapsed() >= *b);
                     let step = match over {
-                        Some(b) => capacity::Step::Done(plan.search.stopped(
+                        Some(b) => capacity::Next::Done(plan.search.stopped(
                             &tried,
                             &format!(
                                 "its time budget ({}) was spent",
@@ -388,8 +388,8 @@ impl Sender {
                         None => plan.search.next(&tried),
                     };
                     match step {
-                        capacity::Step::Run(load) => plan.key(load),
-                        capacity::Step::Done(outcome) => {
+                        capacity::Next::Run(load) => plan.key(load),
+                        capacity::Next::Done(outcome) => {
                             self.found(plan, &outcome, &tried, name, &mut reports[mi]);
                             break;
                         }
@@ -593,7 +593,7 @@ impl Sender {
     fn found(
         &self,
         plan: &capacity::CapacityPlan,
-        outcome: &capacity::Outcome,
+        outcome: &capacity::SearchEnd,
         tried: &[(f64, capacity::Verdict)],
         name: &str,
         report: &mut ModelReport,
