@@ -4,7 +4,8 @@
 
 use crate::bench::criteria::{self, Criteria, CriteriaError, parse_ratio, parse_weights};
 use crate::bench::crosscheck::CrossCheckSpec;
-use crate::bench::runner::{Amount, Arrival, ProgressMode};
+use crate::bench::progress::ProgressMode;
+use crate::bench::runner::{Amount, Arrival};
 use crate::bench::shard::{Shard, StartPlan};
 use crate::bench::{
     BenchError, BenchPlan, LevelShape, MAX_REQUESTS_PER_LEVEL, check_select_at, choose_prompts,

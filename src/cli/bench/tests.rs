@@ -170,7 +170,7 @@ fn closed_loop_flags_become_levels_models_and_outputs() {
     );
     assert_eq!(p.job.target.name, "sim");
     // No terminal in a test: a line every few seconds instead of the bar.
-    assert_eq!(p.progress, crate::bench::runner::ProgressMode::Lines);
+    assert_eq!(p.progress, crate::bench::progress::ProgressMode::Lines);
     assert_eq!(p.health, crate::bench::health::HealthPlan::default());
 }
 
