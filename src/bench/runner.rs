@@ -535,8 +535,7 @@ impl Runner {
         let saved = self.silence();
         let r = self
             .open(
-                rate,
-                cap,
+                (rate, cap),
                 arrival,
                 seed,
                 Amount::Duration(d),
@@ -695,17 +694,15 @@ impl Runner {
     }
 
     /// One open-loop level: arrivals at `rate`/s, at most `cap` in flight (later arrivals wait
-    /// for a slot and are counted as capped).
+    /// for a slot and are counted as capped), `progress_base` units into the run.
     ///
     /// # Errors
     /// [`BenchError::Client`] if a prober cannot be built; [`BenchError::Level`] if an arrival's
     /// instant does not fit the clock (a trace's: before anything is sent; others' when due) or
     /// a task of the level panicked, once every request sent has ended.
-    #[allow(clippy::too_many_arguments)]
     pub async fn open(
         &mut self,
-        rate: f64,
-        cap: u32,
+        (rate, cap): (f64, u32),
         arrival: Arrival,
         seed: u64,
         amount: Amount,
@@ -1177,8 +1174,7 @@ mod tests {
             let (mut runner, listener) = trace_runner(&[0.0, far]);
             let r = runner
                 .open(
-                    1.0,
-                    10,
+                    (1.0, 10),
                     Arrival::Constant,
                     0,
                     Amount::Requests(2),
@@ -1267,8 +1263,7 @@ mod tests {
         runner.grace = Duration::from_millis(200);
         let stop = runner.halt.stop.clone();
         let level = runner.open(
-            20.0,
-            100,
+            (20.0, 100),
             Arrival::Constant,
             0,
             Amount::Requests(1000),

@@ -656,8 +656,7 @@ impl Sender {
                     .wrapping_add(li as u64);
                 runner
                     .open(
-                        shard.rate(rate),
-                        shard.cap(key.concurrency),
+                        (shard.rate(rate), shard.cap(key.concurrency)),
                         self.arrival,
                         shard.seed(level_seed),
                         self.amount,
