@@ -334,6 +334,62 @@ impl Search {
         }
     }
 
+    /// The most levels the search may run, whatever their verdicts: it doubles the load from
+    /// the start while levels pass (or halves it while they fail), then bisects between the last
+    /// pass and the first failure, each level halving the gap; a level that cannot be judged
+    /// ends it sooner.
+    pub fn most_levels(&self) -> usize {
+        // A bound on every loop below, should a load not grow or a gap not close.
+        const MOST: usize = 64;
+        let mut up = vec![self.round(self.start)];
+        while let Some(&lo) = up.last()
+            && lo < self.max
+            && up.len() < MOST
+        {
+            let next = self.round((lo * 2.0).min(self.max));
+            if next <= lo {
+                break;
+            }
+            up.push(next);
+        }
+        // All pass; or the first failure at up[i], then the bisection below it.
+        let mut most = up.len();
+        for i in 1..up.len() {
+            most = most.max(i + 1 + self.bisections(up[i - 1], up[i]));
+        }
+        // The start fails: halving while levels fail; a pass, then the bisection above it.
+        let floor = if self.open { self.start / 64.0 } else { 1.0 };
+        let mut down = vec![up[0]];
+        while let Some(&hi) = down.last()
+            && hi > floor
+            && (self.open || hi > 1.0)
+            && down.len() < MOST
+        {
+            let next = self.round(hi / 2.0);
+            if down.contains(&next) {
+                break;
+            }
+            down.push(next);
+            most = most.max(down.len() + self.bisections(next, hi));
+        }
+        most.max(down.len())
+    }
+
+    /// The most levels a bisection between a pass at `lo` and a failure at `hi` runs: each
+    /// leaves at most the upper part of the gap (closed loop: its larger half).
+    fn bisections(&self, mut lo: f64, hi: f64) -> usize {
+        let mut n = 0;
+        while !self.close_enough(lo, hi) && n < 64 {
+            lo = self.round(if self.open {
+                (lo * hi).sqrt()
+            } else {
+                ((lo + hi) / 2.0).floor()
+            });
+            n += 1;
+        }
+        n
+    }
+
     /// Where the search ends when it is stopped from outside (its time budget): the best found so
     /// far, `why` it stopped.
     pub fn stopped(&self, tried: &[(f64, Verdict)], why: &str) -> SearchEnd {
@@ -565,6 +621,58 @@ mod tests {
         );
         let c = plan.capacity(&none, &tried, &[level(5, 60, 80)]);
         assert_eq!(describe(&c), "none: no load tried met the target");
+    }
+
+    /// The most levels any verdicts make the search run, by trying every sequence of them.
+    fn longest(s: &Search, tried: &mut Vec<(f64, Verdict)>) -> usize {
+        match s.next(tried) {
+            Next::Done(_) => tried.len(),
+            Next::Run(l) => [Verdict::Pass, Verdict::Fail("ttft".into())]
+                .into_iter()
+                .map(|v| {
+                    tried.push((l, v));
+                    let n = longest(s, tried);
+                    tried.pop();
+                    n
+                })
+                .max()
+                .unwrap_or(0),
+        }
+    }
+
+    /// The bound the start line and the progress give is the search's own longest path, closed
+    /// and open loop, from bounds that start and end on a power of two or between them.
+    #[test]
+    fn the_most_levels_are_the_longest_search() {
+        for start in [1.0, 2.0, 3.0, 5.0] {
+            for max in 2..=40 {
+                let s = Search {
+                    start,
+                    ..closed(f64::from(max))
+                };
+                if s.start >= s.max {
+                    continue;
+                }
+                assert_eq!(s.most_levels(), longest(&s, &mut Vec::new()), "{s:?}");
+            }
+        }
+        for (start, max, tolerance) in [
+            (1.0, 8.0, 0.05),
+            (0.5, 100.0, 0.1),
+            (3.0, 10.0, 0.2),
+            (1.0, 1000.0, 0.05),
+        ] {
+            let s = Search {
+                attainment: 0.95,
+                start,
+                max,
+                tolerance,
+                open: true,
+            };
+            assert_eq!(s.most_levels(), longest(&s, &mut Vec::new()), "{s:?}");
+        }
+        // 1 to 256 streams: 9 doublings, then 7 bisections below 256.
+        assert_eq!(closed(256.0).most_levels(), 16);
     }
 
     #[test]

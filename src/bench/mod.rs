@@ -44,6 +44,7 @@ pub mod progress;
 pub mod report;
 pub mod runner;
 pub mod sample;
+pub mod schedule;
 pub mod select;
 pub mod server_view;
 pub mod shard;
