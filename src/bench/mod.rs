@@ -39,6 +39,7 @@ pub mod criteria;
 pub mod crosscheck;
 pub mod findings;
 pub mod health;
+mod level;
 pub mod merge;
 pub mod progress;
 pub mod report;
@@ -54,36 +55,17 @@ mod sweep;
 
 use crate::config::{Config, ConfigError, Job, Target, Timeouts};
 use crate::probe::ProbeSpec;
-use crate::stop::StopSignals;
 use crate::transport::TransportError;
 use criteria::{Criteria, CriteriaError};
+use level::{LevelStep, LoadPlan, Stop};
 use progress::{Progress, ProgressMode};
 use report::{LoadMode, ModelReport, Report};
-use runner::{Amount, Arrival, Runner};
+use runner::{Amount, Arrival};
+use schedule::Schedule;
 use stats::{LevelKey, LevelStats};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
-use sweep::Sender;
-use tokio_util::sync::CancellationToken;
-
-/// A closed-loop level with more workers than requests never has all of them in flight: the
-/// warning that says so (the level is labelled with its workers, but measures fewer).
-fn fewer_requests_than_workers(amount: Amount, levels: &[LevelKey]) -> Option<String> {
-    let Amount::Requests(n) = amount else {
-        return None;
-    };
-    let short: Vec<String> = levels
-        .iter()
-        .filter(|k| k.rate.is_none() && u64::from(k.concurrency) > n)
-        .map(LevelKey::label)
-        .collect();
-    (!short.is_empty()).then(|| {
-        format!(
-            "tokenprobe: WARNING: concurrency {} above --requests-per-level {n}: such a level never has more than {n} requests in flight; give at least as many requests as workers (or --duration-per-level)",
-            short.join(", ")
-        )
-    })
-}
+use std::sync::Arc;
+use sweep::{Sent, Sweep};
 
 /// One model of a comparison: the model name sent and the target it is sent to (with that
 /// target's deadlines), so one run compares models behind one gateway and the same model at two
@@ -631,9 +613,9 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
     let BenchPlan {
         sinks,
         criteria,
-        job,
-        mut spec,
-        mut prompts,
+        job: _,
+        spec: _,
+        prompts,
         models,
         levels: level_keys,
         arrival,
@@ -657,81 +639,71 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         repeat,
         shape,
     } = plan;
-    let open = level_keys.iter().any(|k| k.rate.is_some());
-    identify(&mut spec, &mut prompts, &run_id, shard);
-    // The run's total per level: each level's share of this shard is its own (a closed loop's
-    // follows the shard's workers, so the shards send the total between them).
-    let per_level_total = amount;
-    let amount = match amount {
-        Amount::Requests(n) => Amount::Requests(shard.share(n)),
-        d @ Amount::Duration(_) => d,
-    };
-    let (per_level_units, total) = progress_units(
-        amount,
-        level_keys.len() * models.len() * prompts.len().max(1),
+    let mut sent = Sent::new(prompts, models)?;
+    sent.identify(&run_id, shard);
+    let schedule = schedule_of(
+        capacity,
+        level_keys,
+        &shape,
+        (shard, start.is_some()),
+        &criteria,
     );
-    let prompt_names: Vec<&str> = prompts.iter().map(|p| p.prompt.name.as_str()).collect();
-    let progress = Progress::new(total, show);
-    // The report's target: every model's (the --target's unless pairs name others), in the
-    // order of the models, each once.
-    let head = models
-        .first()
-        .map_or_else(|| job.target.clone(), |m| m.target.clone());
-    let mixed = models.iter().any(|m| m.target != head);
-    let (target_names, base_urls, urls) = targets_of(&head, &models);
-    let names: Vec<String> = models
-        .iter()
-        .map(|m| if mixed { m.name() } else { m.model.clone() })
-        .collect();
-    let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    let (load, part) = run_words(&spec, open, arrival, shard, &run_id);
-    progress.println(&format!(
-        "tokenprobe bench: target {target_names} ({}), prompt {}, models {}, {} ({load}){part}",
-        urls,
-        prompt_names.join(", "),
-        names.join(", "),
-        crate::units::count(level_keys.len(), "level"),
-    ));
-    let sender = Sender {
-        sinks,
-        shard,
-        start,
-        amount,
-        total: per_level_total,
+    let open = schedule.open();
+    let load = LoadPlan {
         arrival,
         seed,
+        amount,
         warmup,
+        warmup_duration: shape.warmup_duration,
         ramp,
+        load_ramp: shape.load_ramp,
         prewarm,
-        levels: level_keys.clone(),
-        search: capacity,
+        canary: shape.canary.clone(),
         repeat,
-        shape: shape.clone(),
-        per_level_units,
-        criteria: criteria.clone(),
         cross_check,
         samples,
-        progress: progress.clone(),
-        running: std::sync::Mutex::new(None),
-        health,
-        stop: CancellationToken::new(),
-        signal: Arc::new(OnceLock::new()),
     };
-    let mut server_side = server_view::ServerSide::start(&server_plan)?;
-    let watch = StopSignals::install().watch_naming(sender.stop.clone(), sender.signal.clone());
-    let stop_watch = tokio::spawn(watch);
-    let mut reports = Vec::new();
-    let interrupted = sender
-        .all_until(
-            (&spec, &models, &names, &prompts),
-            &mut server_side,
-            &mut reports,
-        )
-        .await?;
-    if interrupted.is_none() {
-        server_side.finish(&mut reports, &progress).await;
-    }
-    progress.finish();
+    let share = load.share(shard);
+    let levels = schedule.most_levels() * sent.series();
+    let progress = Progress::new(load.units(shard).saturating_mul(levels as u64), show);
+    let spec = sent.spec().clone();
+    let models = sent.models().to_vec();
+    let prompt_names: Vec<String> = sent
+        .prompts()
+        .iter()
+        .map(|p| p.prompt.name.clone())
+        .collect();
+    let workload = baseline::describe_all(sent.prompts());
+    let head = sent.head().clone();
+    let (target_names, base_urls, urls) = targets_of(&head, &models);
+    let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let (load_words, part) = run_words(&spec, open, arrival, shard, &run_id);
+    let start_line = format!(
+        "tokenprobe bench: target {target_names} ({}), prompt {}, models {}, {} ({load_words}){part}",
+        urls,
+        prompt_names.join(", "),
+        sent.names().join(", "),
+        schedule.words(),
+    );
+    let stop = Stop::default();
+    let step = LevelStep::new(
+        load,
+        (shard, start),
+        (criteria.clone(), schedule.extension()),
+        sinks,
+        progress.clone(),
+        stop.clone(),
+    );
+    let thresholds = server_plan.thresholds;
+    let sweep = Sweep::new(
+        sent,
+        schedule,
+        step,
+        (health, server_plan),
+        (progress, stop),
+        start_line,
+    );
+    let swept = sweep.run().await?;
     let redactor = command_redactor(&spec, &models).await;
     let mut report = Report {
         tool: "tokenprobe".into(),
@@ -743,18 +715,18 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         api: head.api.to_string(),
         prompt: prompt_names.join(","),
         max_tokens: spec.max_tokens,
-        workload: Some(baseline::describe_all(&prompts)),
+        workload: Some(workload),
         mode: with_trace(
             LoadMode {
                 ramp_s: (!open && !ramp.is_zero()).then_some(ramp.as_secs_f64()),
                 prewarm,
-                ..load_mode(open, arrival, seed, amount, (warmup, &shape))
+                ..load_mode(open, arrival, seed, share, (warmup, &shape))
             },
             &spec,
         ),
         slo: criteria.slos.iter().map(ToString::to_string).collect(),
         knee_rule: criteria.knee,
-        models: reports,
+        models: swept.models,
         selection: None,
         also_at: None,
         slo_capacity: None,
@@ -762,12 +734,12 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         run: Some(report::RunInfo {
             id: run_id,
             shard: (shard.count > 1).then(|| shard.to_string()),
-            start_at: sender.start.map(|p| p.start_at.to_rfc3339()),
+            start_at: start.map(|p| p.start_at.to_rfc3339()),
             merged_from: Vec::new(),
         }),
         criteria: Some(criteria.record()),
         findings: Vec::new(),
-        interrupted,
+        interrupted: swept.interrupted,
         combined_from: Vec::new(),
     };
     judge(
@@ -775,18 +747,37 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         &criteria,
         judged,
         baseline.as_ref(),
-        &server_plan.thresholds,
+        &thresholds,
     );
+    let stop_watch = swept.stop_watch;
     Ok(Finished { report, stop_watch })
 }
 
-/// The progress units of one level (its requests, or its seconds) and of the run's `levels`.
-fn progress_units(amount: Amount, levels: usize) -> (u64, u64) {
-    let per_level = match amount {
-        Amount::Requests(n) => n,
-        Amount::Duration(d) => d.as_secs().max(1),
-    };
-    (per_level, per_level.saturating_mul(levels as u64))
+/// How each series chooses its levels: the capacity search's, or the levels as given with the
+/// knee's added ones (none where every shard must run the same levels).
+fn schedule_of(
+    capacity: Option<capacity::CapacityPlan>,
+    levels: Vec<LevelKey>,
+    shape: &LevelShape,
+    (shard, shared_start): (shard::Shard, bool),
+    criteria: &Criteria,
+) -> Box<dyn Schedule> {
+    match capacity {
+        Some(search) => Box::new(schedule::CapacitySearch::new(search)),
+        None => {
+            let knee_levels = if shard.count <= 1 && !shared_start {
+                shape.knee_levels
+            } else {
+                0
+            };
+            Box::new(schedule::FixedSweep::new(
+                levels,
+                knee_levels,
+                shape.until_clear,
+                criteria.knee,
+            ))
+        }
+    }
 }
 
 /// A finished run: its judged report, and the watch of the stop signals, which stays on while
@@ -861,15 +852,6 @@ fn targets_of(head: &Arc<Target>, models: &[BenchModel]) -> (String, String, Str
     )
 }
 
-/// Every request of the run carries its identity, `x-request-id: tp-<run>-<shard>-<n>` (one
-/// counter for every spec of the run).
-fn identify(spec: &mut ProbeSpec, prompts: &mut [ProbeSpec], run_id: &str, shard: shard::Shard) {
-    let ids = crate::probe::RequestIds::new(&format!("tp-{run_id}-{}", shard.index));
-    for s in std::iter::once(spec).chain(prompts.iter_mut()) {
-        s.request_ids = Some(ids.clone());
-    }
-}
-
 /// Judges a run's sweeps (the one place a run and a merge of shards are judged): each model's
 /// knee, the answer when `judged` (the selection at its load, and the view at the highest load
 /// every model ran when that is another), each model's capacity within the SLOs, the findings by
@@ -911,35 +893,6 @@ pub fn judge(
     report.slo_capacity = slo_capacity;
     report.findings = found;
     report.comparison = comparison;
-}
-
-/// The runner's (target, model) calibrated (once per run; `None` when the prompt needs none),
-/// said on stderr where it was made, not again for the model's later prompts.
-async fn calibrate(
-    runner: &mut Runner,
-    models: &crate::probe::TokenModels,
-    earlier: &[ModelReport],
-    name: &str,
-) -> Result<Option<crate::probe::Calibration>, BenchError> {
-    let Some(c) = runner.calibrate(models).await else {
-        return Ok(None);
-    };
-    let model = &runner.spec().model;
-    if c.error.is_some() {
-        return Err(BenchError::Calibration {
-            series: name.to_owned(),
-            reason: c.summary(),
-        });
-    }
-    if !earlier
-        .iter()
-        .any(|r| &r.model == model && r.calibration.as_ref() == Some(&c))
-    {
-        runner
-            .progress
-            .println(&format!("  {name}: calibrated with {}", c.summary()));
-    }
-    Ok(Some(c))
 }
 
 /// What the command line is shown without: every secret of every target the run sent to.
@@ -1013,31 +966,6 @@ fn load_mode(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_level_with_more_workers_than_requests_is_named() {
-        let keys = levels(&[1, 10, 20], &[]).unwrap();
-        let w = fewer_requests_than_workers(Amount::Requests(10), &keys).unwrap();
-        assert!(
-            w.contains("concurrency 20 above --requests-per-level 10"),
-            "{w}"
-        );
-        assert!(
-            !w.contains("10,"),
-            "10 workers with 10 requests are all in flight: {w}"
-        );
-        assert_eq!(
-            fewer_requests_than_workers(Amount::Requests(20), &keys),
-            None
-        );
-        let d = Amount::Duration(std::time::Duration::from_secs(5));
-        assert_eq!(fewer_requests_than_workers(d, &keys), None);
-        let open = levels(&[], &[50.0]).unwrap();
-        assert_eq!(
-            fewer_requests_than_workers(Amount::Requests(5), &open),
-            None
-        );
-    }
 
     /// Issue 40: a partial level (stopped before its amount) is never judged as a level: the
     /// knee, the selection and the findings read the whole levels only (the knee's index still
