@@ -2,7 +2,13 @@
 //! the same measurement code as `serve` ([`crate::probe::Prober::run`] → [`ProbeResult`]), so a
 //! benchmark number and a dashboard number mean the same thing.
 //!
-//! - [`runner`]: the load generator (closed and open loop) and its own lag.
+//! - [`plan`]: the validated run ([`BenchPlan`]), which builds the sweep and the report it fills.
+//! - [`schedule`]: what a series runs next, one interface with an implementation per way of
+//!   choosing levels (a fixed sweep and the knee's added levels, the capacity search, a trace's
+//!   replay); the sweep (`sweep`) runs each series' levels as its schedule says, each through
+//!   the level step (`level`: warm-up, canaries, extensions, repeats, server view, cross-check).
+//! - [`runner`]: the load generator (closed and open loop) and its own lag; [`progress`]: what
+//!   is shown while it sends.
 //! - [`stats`]: per-request samples and exact per-level statistics.
 //! - [`criteria`]: metric names, limits, weights, SLOs and the `--bench.file` YAML.
 //! - [`select`]: the knee, selection (hard limits, weighted score) and baseline regressions.
@@ -41,6 +47,7 @@ pub mod findings;
 pub mod health;
 mod level;
 pub mod merge;
+pub mod plan;
 pub mod progress;
 pub mod report;
 pub mod runner;
@@ -53,19 +60,16 @@ pub mod stats;
 pub mod steady;
 mod sweep;
 
+pub use plan::BenchPlan;
+
 use crate::config::{Config, ConfigError, Job, Target, Timeouts};
 use crate::probe::ProbeSpec;
 use crate::transport::TransportError;
 use criteria::{Criteria, CriteriaError};
-use level::{LevelStep, LoadPlan, Stop};
-use progress::{Progress, ProgressMode};
-use report::{LoadMode, ModelReport, Report};
-use runner::{Amount, Arrival};
-use schedule::Schedule;
+use report::{ModelReport, Report};
 use stats::{LevelKey, LevelStats};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use sweep::{Sent, Sweep};
 
 /// One model of a comparison: the model name sent and the target it is sent to (with that
 /// target's deadlines), so one run compares models behind one gateway and the same model at two
@@ -169,130 +173,6 @@ pub trait LevelSink: Send + Sync + std::fmt::Debug {
     fn level_done(&self, model: &ModelReport, level: &LevelStats);
 }
 
-/// A validated bench run: everything that can be wrong with the invocation was checked when this
-/// was built ([`crate::cli::bench`]), before any request is sent.
-#[derive(Debug, Clone)]
-pub struct BenchPlan {
-    /// Where each finished level also goes (`--remote-write`, OTLP), set by the caller.
-    pub sinks: Vec<std::sync::Arc<dyn LevelSink>>,
-    /// Limits, weights, SLOs, knee rule, tolerances, selection level.
-    pub criteria: Criteria,
-    /// The job whose target and prompt are probed (its model is replaced per model).
-    pub job: Job,
-    /// The probe of one request (`max_tokens` already overridden).
-    pub spec: ProbeSpec,
-    /// Models (each with its target), in order.
-    pub models: Vec<BenchModel>,
-    /// Every prompt swept (`--prompt a,b`), the first being `spec`'s; each is its own series
-    /// per model.
-    pub prompts: Vec<ProbeSpec>,
-    /// The levels (concurrency, or rate with its in-flight cap), within the fd limit.
-    pub levels: Vec<LevelKey>,
-    /// Open loop: the arrival process.
-    pub arrival: Arrival,
-    /// Open loop: the seed of the arrivals.
-    pub seed: u64,
-    /// Requests or sending time per level.
-    pub amount: Amount,
-    /// Unmeasured requests before each level.
-    pub warmup: u64,
-    /// Closed loop: the workers' first sends are spread over this.
-    pub ramp: std::time::Duration,
-    /// `connection: reuse` targets: open every worker's connection before each level.
-    pub prewarm: bool,
-    /// Keep every request's sample in the report.
-    pub samples: bool,
-    /// How progress inside a level is shown: a bar on a terminal, else a line every few seconds.
-    pub progress: ProgressMode,
-    /// The connectivity check and the early stop (`--no-check`, `--keep-going`,
-    /// `--stop-after-errors`).
-    pub health: health::HealthPlan,
-    /// Models are judged (several models, limits, weights or a bench file).
-    pub judged: bool,
-    /// The baseline report and its name (its file, or its run in the run store).
-    pub baseline: Option<(Report, String)>,
-    /// Server metrics, the Prometheus source and the finding thresholds.
-    pub server: server_view::ServerPlan,
-    /// This process's shard of the run (0/1 when it is the whole run).
-    pub shard: shard::Shard,
-    /// `--start-at`: the shared start instants of the levels.
-    pub start: Option<shard::StartPlan>,
-    /// The run id (every shard of a run computes the same).
-    pub run_id: String,
-    /// `--cross-check`: non-streaming requests beside each level.
-    pub cross_check: Option<crosscheck::CrossCheckSpec>,
-    /// The command line, as given (recorded in the report with its secrets redacted).
-    pub command: Vec<String>,
-    /// `--find-capacity`: each model's levels come from the search.
-    pub capacity: Option<capacity::CapacityPlan>,
-    /// `--repeat N`: every level is run this many times (1: once).
-    pub repeat: u32,
-    /// How each level is shaped beyond its load and amount.
-    pub shape: LevelShape,
-}
-
-/// How each level is shaped beyond its load and amount: the knee's added levels, canaries, a
-/// length its decision needs, a warm-up by duration, a rising arrival rate.
-#[derive(Debug, Clone, Default)]
-pub struct LevelShape {
-    /// `--knee-levels N`: at most this many levels added per sweep between the capacity ceiling
-    /// and the knee (0: the levels as given).
-    pub knee_levels: u32,
-    /// `--canary RATE`: single probes beside every level's load.
-    pub canary: Option<canary::CanaryPlan>,
-    /// `--until-clear N`: a fixed sweep's levels run on while their SLO attainment is unclear.
-    pub until_clear: u32,
-    /// `--warmup-duration`: unmeasured requests at each level's own load for this long first.
-    pub warmup_duration: Option<std::time::Duration>,
-    /// `--ramp-up`: each level's load (arrival rate or workers) rises to its own this way.
-    pub load_ramp: Option<runner::LoadRamp>,
-}
-
-impl BenchPlan {
-    /// Open loop (arrival rates) rather than closed loop (workers).
-    pub fn open(&self) -> bool {
-        self.levels.iter().any(|k| k.rate.is_some())
-    }
-
-    /// What a baseline must share with this plan's run: its workload as its report will record
-    /// it (by the same code [`run`] writes the report with), its models, and its levels (not
-    /// known before a capacity search runs).
-    pub fn fit(&self) -> baseline::Fit {
-        let open = self.open();
-        let head = self
-            .models
-            .first()
-            .map_or_else(|| self.job.target.clone(), |m| m.target.clone());
-        let mode = load_mode(
-            open,
-            self.arrival,
-            self.seed,
-            self.amount,
-            (self.warmup, &self.shape),
-        );
-        baseline::Fit {
-            models: self
-                .models
-                .iter()
-                .map(|m| (m.target.name.clone(), m.model.clone()))
-                .collect(),
-            workload: baseline::WorkloadKey {
-                api: head.api.to_string(),
-                prompt: self
-                    .prompts
-                    .iter()
-                    .map(|p| p.prompt.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(","),
-                workload: Some(baseline::describe_all(&self.prompts)),
-                max_tokens: self.spec.max_tokens,
-                load: baseline::load_words(&with_trace(mode, &self.spec)),
-            },
-            open_loop: open,
-            levels: self.capacity.is_none().then(|| self.levels.clone()),
-        }
-    }
-}
 /// Highest open-loop arrival rate accepted, requests/s.
 pub const MAX_RATE: f64 = 100_000.0;
 /// Most requests one level may schedule (bounds time and memory of the arrival plan).
@@ -602,182 +482,21 @@ pub fn load_report(path: &Path) -> Result<Report, BenchError> {
     })
 }
 
-/// Runs a validated bench: every model at every level, then the judged report ([`crate::render`]
-/// writes it).
-/// A shard (`--shard i/N`) sends its share of every level; with `--start-at` every level starts at
-/// its shared instant (see [`shard`]).
+/// Runs a validated bench: every series on the levels its schedule chooses, then the judged
+/// report ([`crate::render`] writes it). A shard (`--shard i/N`) sends its share of every level;
+/// with `--start-at` every level starts at its shared instant (see [`shard`]).
 ///
 /// # Errors
-/// [`BenchError`] when the prober cannot be built or a prompt cannot be calibrated.
+/// [`BenchError`] when the prober cannot be built, a prompt cannot be calibrated or a level's
+/// sending broke.
 pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
-    let BenchPlan {
-        sinks,
-        criteria,
-        job: _,
-        spec: _,
-        prompts,
-        models,
-        levels: level_keys,
-        arrival,
-        seed,
-        amount,
-        warmup,
-        ramp,
-        prewarm,
-        samples,
-        progress: show,
-        health,
-        judged,
-        baseline,
-        shard,
-        start,
-        run_id,
-        cross_check,
-        server: server_plan,
-        command,
-        capacity,
-        repeat,
-        shape,
-    } = plan;
-    let mut sent = Sent::new(prompts, models)?;
-    sent.identify(&run_id, shard);
-    let schedule = schedule_of(
-        capacity,
-        level_keys,
-        &shape,
-        (shard, start.is_some()),
-        &criteria,
-    );
-    let open = schedule.open();
-    let load = LoadPlan {
-        arrival,
-        seed,
-        amount,
-        warmup,
-        warmup_duration: shape.warmup_duration,
-        ramp,
-        load_ramp: shape.load_ramp,
-        prewarm,
-        canary: shape.canary.clone(),
-        repeat,
-        cross_check,
-        samples,
-    };
-    let share = load.share(shard);
-    let levels = schedule.most_levels() * sent.series();
-    let progress = Progress::new(load.units(shard).saturating_mul(levels as u64), show);
-    let spec = sent.spec().clone();
-    let models = sent.models().to_vec();
-    let prompt_names: Vec<String> = sent
-        .prompts()
-        .iter()
-        .map(|p| p.prompt.name.clone())
-        .collect();
-    let workload = baseline::describe_all(sent.prompts());
-    let head = sent.head().clone();
-    let (target_names, base_urls, urls) = targets_of(&head, &models);
-    let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    let (load_words, part) = run_words(&spec, open, arrival, shard, &run_id);
-    let start_line = format!(
-        "tokenprobe bench: target {target_names} ({}), prompt {}, models {}, {} ({load_words}){part}",
-        urls,
-        prompt_names.join(", "),
-        sent.names().join(", "),
-        schedule.words(),
-    );
-    let stop = Stop::default();
-    let step = LevelStep::new(
-        load,
-        (shard, start),
-        (criteria.clone(), schedule.extension()),
-        sinks,
-        progress.clone(),
-        stop.clone(),
-    );
-    let thresholds = server_plan.thresholds;
-    let sweep = Sweep::new(
-        sent,
-        schedule,
-        step,
-        (health, server_plan),
-        (progress, stop),
-        start_line,
-    );
+    let (sweep, draft) = plan.build();
     let swept = sweep.run().await?;
-    let redactor = command_redactor(&spec, &models).await;
-    let mut report = Report {
-        tool: "tokenprobe".into(),
-        version: env!("CARGO_PKG_VERSION").into(),
-        started_at,
-        command: Some(crate::redact::command_line(&command, &redactor)),
-        target: target_names,
-        base_url: base_urls,
-        api: head.api.to_string(),
-        prompt: prompt_names.join(","),
-        max_tokens: spec.max_tokens,
-        workload: Some(workload),
-        mode: with_trace(
-            LoadMode {
-                ramp_s: (!open && !ramp.is_zero()).then_some(ramp.as_secs_f64()),
-                prewarm,
-                ..load_mode(open, arrival, seed, share, (warmup, &shape))
-            },
-            &spec,
-        ),
-        slo: criteria.slos.iter().map(ToString::to_string).collect(),
-        knee_rule: criteria.knee,
-        models: swept.models,
-        selection: None,
-        also_at: None,
-        slo_capacity: None,
-        comparison: None,
-        run: Some(report::RunInfo {
-            id: run_id,
-            shard: (shard.count > 1).then(|| shard.to_string()),
-            start_at: start.map(|p| p.start_at.to_rfc3339()),
-            merged_from: Vec::new(),
-        }),
-        criteria: Some(criteria.record()),
-        findings: Vec::new(),
-        interrupted: swept.interrupted,
-        combined_from: Vec::new(),
-    };
-    judge(
-        &mut report,
-        &criteria,
-        judged,
-        baseline.as_ref(),
-        &thresholds,
-    );
-    let stop_watch = swept.stop_watch;
-    Ok(Finished { report, stop_watch })
-}
-
-/// How each series chooses its levels: the capacity search's, or the levels as given with the
-/// knee's added ones (none where every shard must run the same levels).
-fn schedule_of(
-    capacity: Option<capacity::CapacityPlan>,
-    levels: Vec<LevelKey>,
-    shape: &LevelShape,
-    (shard, shared_start): (shard::Shard, bool),
-    criteria: &Criteria,
-) -> Box<dyn Schedule> {
-    match capacity {
-        Some(search) => Box::new(schedule::CapacitySearch::new(search)),
-        None => {
-            let knee_levels = if shard.count <= 1 && !shared_start {
-                shape.knee_levels
-            } else {
-                0
-            };
-            Box::new(schedule::FixedSweep::new(
-                levels,
-                knee_levels,
-                shape.until_clear,
-                criteria.knee,
-            ))
-        }
-    }
+    let report = draft.finish(swept.models, swept.interrupted).await;
+    Ok(Finished {
+        report,
+        stop_watch: swept.stop_watch,
+    })
 }
 
 /// A finished run: its judged report, and the watch of the stop signals, which stays on while
@@ -794,62 +513,6 @@ impl Drop for Finished {
     fn drop(&mut self) {
         self.stop_watch.abort();
     }
-}
-
-/// The start line's words for the load (closed loop, or open loop and its arrivals) and, for a
-/// shard, which part of which run it is.
-fn run_words(
-    spec: &ProbeSpec,
-    open: bool,
-    arrival: Arrival,
-    shard: shard::Shard,
-    run_id: &str,
-) -> (String, String) {
-    let load = if let crate::workload::Workload::Trace(t) = &spec.workload {
-        let r = t.replayed();
-        format!(
-            "open loop, a {} trace replayed: {} requests over {} s",
-            r.format.as_str(),
-            r.requests,
-            crate::units::trim_float((r.replay_span_s * 1000.0).round() / 1000.0)
-        )
-    } else if open {
-        format!("open loop, {} arrivals", arrival.as_str())
-    } else {
-        "closed loop".into()
-    };
-    let part = if shard.count > 1 {
-        format!(", shard {shard} of run {run_id}")
-    } else {
-        String::new()
-    };
-    (load, part)
-}
-
-/// Every target of a run (`head`'s first, then each model's, each once): their names, base URLs
-/// and endpoint URLs (redacted), each list joined by `, `.
-fn targets_of(head: &Arc<Target>, models: &[BenchModel]) -> (String, String, String) {
-    let mut targets: Vec<&Target> = Vec::new();
-    for t in std::iter::once(head).chain(models.iter().map(|m| &m.target)) {
-        if !targets.iter().any(|x| x.name == t.name) {
-            targets.push(t);
-        }
-    }
-    let joined = |f: &dyn Fn(&Target) -> String| {
-        let mut v: Vec<String> = Vec::new();
-        for t in &targets {
-            let x = f(t);
-            if !v.contains(&x) {
-                v.push(x);
-            }
-        }
-        v.join(", ")
-    };
-    (
-        joined(&|t| t.name.clone()),
-        joined(&|t| crate::redact::redact_url(&t.base_url)),
-        joined(&|t| crate::redact::redact_url(&t.url())),
-    )
 }
 
 /// Judges a run's sweeps (the one place a run and a merge of shards are judged): each model's
@@ -893,74 +556,6 @@ pub fn judge(
     report.slo_capacity = slo_capacity;
     report.findings = found;
     report.comparison = comparison;
-}
-
-/// What the command line is shown without: every secret of every target the run sent to.
-async fn command_redactor(spec: &ProbeSpec, models: &[BenchModel]) -> crate::redact::Redactor {
-    let mut redactor = crate::redact::Redactor::new();
-    for s in std::iter::once(spec.clone()).chain(models.iter().map(|m| m.spec(spec))) {
-        let key = s.target.load_key().await.ok().flatten();
-        redactor.merge(&s.redactor(key.as_ref()));
-    }
-    redactor
-}
-
-/// How the load was generated, as the report states it.
-/// A trace prompt's mode: its arrivals are the trace's (no seed), and what was replayed.
-fn with_trace(mode: LoadMode, spec: &ProbeSpec) -> LoadMode {
-    match &spec.workload {
-        crate::workload::Workload::Trace(t) => LoadMode {
-            arrival: Some("trace".into()),
-            seed: None,
-            trace: Some(t.replayed()),
-            ..mode
-        },
-        _ => mode,
-    }
-}
-
-fn load_mode(
-    open: bool,
-    arrival: Arrival,
-    seed: u64,
-    amount: Amount,
-    (warmup, shape): (u64, &LevelShape),
-) -> LoadMode {
-    LoadMode {
-        kind: if open { "open" } else { "closed" }.into(),
-        arrival: open.then(|| arrival.as_str().to_owned()),
-        seed: (open && arrival.random()).then_some(seed),
-        burstiness: arrival.burstiness().filter(|_| open),
-        requests_per_level: match amount {
-            Amount::Requests(n) => Some(n),
-            Amount::Duration(_) => None,
-        },
-        duration_per_level_s: match amount {
-            Amount::Duration(d) => Some(d.as_secs_f64()),
-            Amount::Requests(_) => None,
-        },
-        warmup,
-        warmup_s: shape.warmup_duration.map(|d| d.as_secs_f64()),
-        ramp_up: shape.load_ramp.map(|r| {
-            format!(
-                "{} from {} over {} s",
-                if r.exponential {
-                    "exponential"
-                } else {
-                    "linear"
-                },
-                if open {
-                    format!("{}/s", crate::units::trim_float(r.from))
-                } else {
-                    format!("{} workers", crate::units::trim_float(r.from))
-                },
-                crate::units::trim_float(r.over)
-            )
-        }),
-        trace: None,
-        ramp_s: None,
-        prewarm: false,
-    }
 }
 
 #[cfg(test)]
