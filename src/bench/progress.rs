@@ -203,7 +203,7 @@ impl Progress {
     /// Keeps the display current while a level runs, until [`Ticker::end`]: `base` units done
     /// before it; a level of `duration` is shown by its clock (the bar's position too), else by
     /// its finished requests of `requests` (never the sent ones). On a terminal the bar is
-    /// redrawn every [`TICK`]; without one a line is written every [`PROGRESS_LINE_EVERY`].
+    /// redrawn five times a second; without one a line is written every [`PROGRESS_LINE_EVERY`].
     pub fn ticker(
         &self,
         label: String,
