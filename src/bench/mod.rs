@@ -2,7 +2,8 @@
 //! the same measurement code as `serve` ([`crate::probe::Prober::run`] → [`ProbeResult`]), so a
 //! benchmark number and a dashboard number mean the same thing.
 //!
-//! - [`plan`]: the validated run ([`BenchPlan`]), which builds the sweep and the report it fills.
+//! - [`plan`]: the validated run ([`plan::BenchPlan`]), which builds the sweep and the report it
+//!   fills; [`plan::run`] runs them.
 //! - [`schedule`]: what a series runs next, one interface with an implementation per way of
 //!   choosing levels (a fixed sweep and the knee's added levels, the capacity search, a trace's
 //!   replay); the sweep (`sweep`) runs each series' levels as its schedule says, each through
@@ -21,9 +22,9 @@
 //! - [`health`]: nothing sent in vain: the connectivity check, the early stop of a load whose
 //!   requests all fail with an error more load cannot change, partial levels, exits 7 and 8.
 //!
-//! This is the measuring half: it sends, folds and judges. [`run`] takes a [`BenchPlan`], a
-//! validated run built from the flags by [`crate::cli::bench`], and returns the judged
-//! [`Report`]; the rendering half, [`crate::render`], prints and writes it.
+//! This is the measuring half: it sends, folds and judges. [`plan::run`] takes a
+//! [`plan::BenchPlan`], a validated run built from the flags by [`crate::cli::bench`], and returns
+//! the judged [`Report`]; the rendering half, [`crate::render`], prints and writes it.
 //!
 //! Exit codes: 0 done; 2 bad usage, config, bench file or baseline, or an output that cannot be
 //! written; 3 a metric regressed against `--baseline` beyond the tolerance; 4 a level the client
@@ -59,8 +60,6 @@ pub mod shard;
 pub mod stats;
 pub mod steady;
 mod sweep;
-
-pub use plan::BenchPlan;
 
 use crate::config::{Config, ConfigError, Job, Target, Timeouts};
 use crate::probe::ProbeSpec;
@@ -480,39 +479,6 @@ pub fn load_report(path: &Path) -> Result<Report, BenchError> {
         path: path.to_owned(),
         reason,
     })
-}
-
-/// Runs a validated bench: every series on the levels its schedule chooses, then the judged
-/// report ([`crate::render`] writes it). A shard (`--shard i/N`) sends its share of every level;
-/// with `--start-at` every level starts at its shared instant (see [`shard`]).
-///
-/// # Errors
-/// [`BenchError`] when the prober cannot be built, a prompt cannot be calibrated or a level's
-/// sending broke.
-pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
-    let (sweep, draft) = plan.build();
-    let swept = sweep.run().await?;
-    let report = draft.finish(swept.models, swept.interrupted).await;
-    Ok(Finished {
-        report,
-        stop_watch: swept.stop_watch,
-    })
-}
-
-/// A finished run: its judged report, and the watch of the stop signals, which stays on while
-/// the report is printed and written (a second signal then still exits at once, say while a
-/// file's writer waits for a reader) and ends when this is dropped.
-#[derive(Debug)]
-pub struct Finished {
-    /// The judged report.
-    pub report: Report,
-    stop_watch: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Finished {
-    fn drop(&mut self) {
-        self.stop_watch.abort();
-    }
 }
 
 /// Judges a run's sweeps (the one place a run and a merge of shards are judged): each model's

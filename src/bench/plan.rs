@@ -3,7 +3,8 @@
 //! ([`Judging`]), this process's part of the run ([`RunPart`]) and what watches it ([`Watch`]).
 //! Everything that can be wrong with an invocation was checked when these were made
 //! ([`crate::cli::bench`]), before any request is sent. The plan keeps its parts to itself: it
-//! hands out what is read of it, and builds the run's sweep and the report that sweep fills.
+//! hands out what is read of it, and [`run`] has it build the run's sweep and the report that
+//! sweep fills, runs the one and finishes the other.
 
 pub use super::level::LoadPlan;
 pub use super::sweep::Sent;
@@ -19,7 +20,7 @@ use super::schedule::Schedule;
 use super::server_view::ServerPlan;
 use super::shard::{Shard, StartPlan};
 use super::sweep::Sweep;
-use super::{BenchModel, LevelSink, baseline};
+use super::{BenchError, BenchModel, LevelSink, baseline};
 use crate::config::Target;
 use crate::probe::ProbeSpec;
 use std::sync::Arc;
@@ -193,7 +194,7 @@ impl BenchPlan {
     /// The run this plan makes: its sweep (every series, on the levels the schedule chooses,
     /// each sent by one level step, the progress counting the most levels each may run), and
     /// the report the sweep's series fill, judged.
-    pub(super) fn build(self) -> (Sweep, ReportDraft) {
+    fn build(self) -> (Sweep, ReportDraft) {
         let open = self.open();
         let progress = Progress::new(self.progress_units(), self.watch.progress);
         let stop = Stop::default();
@@ -292,10 +293,43 @@ impl BenchPlan {
     }
 }
 
+/// Runs `plan`: every series on the levels its schedule chooses, then the judged report
+/// ([`crate::render`] writes it). A shard (`--shard i/N`) sends its share of every level; with
+/// `--start-at` every level starts at its shared instant (see [`super::shard`]).
+///
+/// # Errors
+/// [`BenchError`] when the prober cannot be built, a prompt cannot be calibrated or a level's
+/// sending broke.
+pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
+    let (sweep, draft) = plan.build();
+    let swept = sweep.run().await?;
+    let report = draft.finish(swept.models, swept.interrupted).await;
+    Ok(Finished {
+        report,
+        stop_watch: swept.stop_watch,
+    })
+}
+
+/// A finished run: its judged report, and the watch of the stop signals, which stays on while
+/// the report is printed and written (a second signal then still exits at once, say while a
+/// file's writer waits for a reader) and ends when this is dropped.
+#[derive(Debug)]
+pub struct Finished {
+    /// The judged report.
+    pub report: Report,
+    stop_watch: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Finished {
+    fn drop(&mut self) {
+        self.stop_watch.abort();
+    }
+}
+
 /// A run's report before its series are measured: what the plan says of the run (its targets,
 /// workload, load and criteria), the command line to record, and how the run is judged.
 #[derive(Debug)]
-pub(super) struct ReportDraft {
+struct ReportDraft {
     report: Report,
     command: Vec<String>,
     /// What the command line is shown without: every secret of what was sent to whom.
@@ -307,11 +341,7 @@ pub(super) struct ReportDraft {
 impl ReportDraft {
     /// The run's judged report, with its series' `models` and, when a stop signal came, what it
     /// `interrupted`.
-    pub(super) async fn finish(
-        self,
-        models: Vec<ModelReport>,
-        interrupted: Option<Interrupted>,
-    ) -> Report {
+    async fn finish(self, models: Vec<ModelReport>, interrupted: Option<Interrupted>) -> Report {
         let redactor = command_redactor(self.sent.spec(), self.sent.models()).await;
         let mut report = Report {
             command: Some(crate::redact::command_line(&self.command, &redactor)),

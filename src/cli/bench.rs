@@ -4,15 +4,15 @@
 
 use crate::bench::criteria::{self, Criteria, CriteriaError, parse_ratio, parse_weights};
 use crate::bench::crosscheck::CrossCheckSpec;
-use crate::bench::plan::{Judging, LoadPlan, RunPart, Sent, Watch};
+use crate::bench::plan::{BenchPlan, Judging, LoadPlan, RunPart, Sent, Watch};
 use crate::bench::progress::ProgressMode;
 use crate::bench::runner::{Amount, Arrival};
 use crate::bench::schedule::{CapacitySearch, FixedSweep, Replay, Schedule};
 use crate::bench::shard::{Shard, StartPlan};
 use crate::bench::stats::LevelKey;
 use crate::bench::{
-    BenchError, BenchPlan, MAX_REQUESTS_PER_LEVEL, check_select_at, choose_prompts, fd_limit,
-    fit_fd_limit, levels, load_report,
+    BenchError, MAX_REQUESTS_PER_LEVEL, check_select_at, choose_prompts, fd_limit, fit_fd_limit,
+    levels, load_report,
 };
 use crate::config::Config;
 use crate::probe::ProbeSpec;
@@ -1056,7 +1056,7 @@ impl BenchArgs {
             self.store.open_for_recording()?
         };
         let criteria = plan.criteria().clone();
-        let finished = crate::bench::run(plan).await?;
+        let finished = crate::bench::plan::run(plan).await?;
         exports.finish().await;
         let code = crate::render::deliver(&finished.report, &outputs, &criteria)?;
         let code = self.exit(&finished.report, code);

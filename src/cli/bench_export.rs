@@ -2,7 +2,8 @@
 //! converted into a validated [`RemoteWriteSpec`], the OTLP export the `OTEL_*` variables ask for,
 //! and both started beside a run and finished after it ([`Exports`]).
 
-use crate::bench::{BenchError, BenchPlan};
+use crate::bench::BenchError;
+use crate::bench::plan::BenchPlan;
 use crate::remotewrite::{RemoteWrite, RemoteWriteSpec};
 use crate::transport::TlsOptions;
 use std::path::PathBuf;
