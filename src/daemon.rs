@@ -10,7 +10,7 @@
 
 use crate::config::{Buckets, Config, ConfigError, Job};
 use crate::metrics::Metrics;
-use crate::scheduler::{Applied, Scheduler};
+use crate::scheduler::{Applied, Scheduler, Sinks};
 use crate::transport::TransportError;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
@@ -60,8 +60,9 @@ pub struct Daemon {
 impl Daemon {
     /// Loads `path` and starts every job on `probing` (the probing runtime, apart from the one
     /// serving the web endpoints, so scrapes cannot delay a probe's timestamps). `location` (the
-    /// `--location` flag) wins over the config's `location:`. With `otlp`, every job's probes
-    /// also record into those instruments (`serve`'s OTLP export).
+    /// `--location` flag) wins over the config's `location:`. Every job's probes record into the
+    /// registry and, with `otlp`, into those instruments (`serve`'s OTLP export): the scheduler's
+    /// result sinks, made here once.
     ///
     /// # Errors
     /// [`DaemonError::Config`], [`DaemonError::Client`] or [`DaemonError::Location`].
@@ -78,7 +79,13 @@ impl Daemon {
         let location_flag = location;
         let location = location_flag.clone().or_else(|| config.location.clone());
         let metrics = Arc::new(Metrics::with_location(&config.buckets, location.as_deref()));
-        let scheduler = Scheduler::start(&config.jobs, metrics.clone(), probing, otlp)?;
+        // Every exporter a result goes to, built once: reloads keep them.
+        let mut sinks: Sinks = vec![metrics.clone()];
+        if let Some(instruments) = otlp {
+            let otlp = crate::otlp::serve::ServeSink::new(instruments, location.as_deref());
+            sinks.push(Arc::new(otlp));
+        }
+        let scheduler = Scheduler::start(&config.jobs, sinks, probing)?;
         metrics.reload_result(true, SystemTime::now());
         Ok(Arc::new(Daemon {
             path: path.to_owned(),

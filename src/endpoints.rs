@@ -71,7 +71,7 @@ struct App {
     /// one wave wait for a single encode instead of each encoding.
     /// Entries from before the last config (re)load ([`crate::metrics::Metrics::generation`])
     /// are not reused.
-    cache: tokio::sync::Mutex<HashMap<(Format, bool), Cached>>,
+    cache: tokio::sync::Mutex<HashMap<(ExpositionFormat, bool), Cached>>,
     /// When the next `/metrics` answer may start ([`METRICS_MIN_SPACING`]).
     next_answer: tokio::sync::Mutex<tokio::time::Instant>,
 }
@@ -116,7 +116,7 @@ async fn reload(State(app): State<Arc<App>>) -> Response {
 
 /// An exposition format of `/metrics`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Format {
+pub enum ExpositionFormat {
     /// Length-delimited `io.prometheus.client.MetricFamily` messages (with native histograms).
     Protobuf,
     /// OpenMetrics 1.0 text.
@@ -125,13 +125,13 @@ pub enum Format {
     Text,
 }
 
-impl Format {
+impl ExpositionFormat {
     /// The answer's `Content-Type`.
     pub fn content_type(self) -> &'static str {
         match self {
-            Format::Protobuf => PROTOBUF_CONTENT_TYPE,
-            Format::OpenMetrics => OPENMETRICS_CONTENT_TYPE,
-            Format::Text => TEXT_CONTENT_TYPE,
+            ExpositionFormat::Protobuf => PROTOBUF_CONTENT_TYPE,
+            ExpositionFormat::OpenMetrics => OPENMETRICS_CONTENT_TYPE,
+            ExpositionFormat::Text => TEXT_CONTENT_TYPE,
         }
     }
 }
@@ -140,8 +140,8 @@ impl Format {
 /// (the protobuf one only with `proto=io.prometheus.client.MetricFamily` and
 /// `encoding=delimited`), the one with the highest q-value above 0, the first listed on a tie;
 /// the 0.0.4 text format when none is named (`*/*`, no header).
-pub fn negotiate(headers: &HeaderMap) -> Format {
-    let mut best: Option<(f32, Format)> = None;
+pub fn negotiate(headers: &HeaderMap) -> ExpositionFormat {
+    let mut best: Option<(f32, ExpositionFormat)> = None;
     let items = headers
         .get_all(header::ACCEPT)
         .iter()
@@ -167,17 +167,17 @@ pub fn negotiate(headers: &HeaderMap) -> Format {
             "application/vnd.google.protobuf"
                 if proto == "io.prometheus.client.MetricFamily" && encoding == "delimited" =>
             {
-                Format::Protobuf
+                ExpositionFormat::Protobuf
             }
-            "application/openmetrics-text" => Format::OpenMetrics,
-            "text/plain" => Format::Text,
+            "application/openmetrics-text" => ExpositionFormat::OpenMetrics,
+            "text/plain" => ExpositionFormat::Text,
             _ => continue,
         };
         if q > 0.0 && best.is_none_or(|(b, _)| q > b) {
             best = Some((q, format));
         }
     }
-    best.map_or(Format::Text, |(_, f)| f)
+    best.map_or(ExpositionFormat::Text, |(_, f)| f)
 }
 
 /// True when `Accept-Encoding` accepts gzip (`gzip` or `*`, with a q-value above 0).
@@ -211,7 +211,7 @@ fn gzip(body: &[u8]) -> std::io::Result<Vec<u8>> {
 }
 
 /// The encoded body for (`format`, `gzipped`), from the cache when fresh.
-async fn encoded(app: &App, format: Format, gzipped: bool) -> Result<Bytes, String> {
+async fn encoded(app: &App, format: ExpositionFormat, gzipped: bool) -> Result<Bytes, String> {
     let mut cache = app.cache.lock().await;
     let m = app.daemon.metrics();
     let generation = m.generation();
@@ -223,9 +223,11 @@ async fn encoded(app: &App, format: Format, gzipped: bool) -> Result<Bytes, Stri
     }
     let failed = |e: &dyn std::fmt::Display| format!("encoding metrics failed: {e}");
     let plain = match format {
-        Format::Protobuf => m.encode_protobuf().map_err(|e| failed(&e))?,
-        Format::OpenMetrics => m.encode_openmetrics().map_err(|e| failed(&e))?.into_bytes(),
-        Format::Text => m.encode_text().map_err(|e| failed(&e))?.into_bytes(),
+        ExpositionFormat::Protobuf => m.encode_protobuf().map_err(|e| failed(&e))?,
+        ExpositionFormat::OpenMetrics => {
+            m.encode_openmetrics().map_err(|e| failed(&e))?.into_bytes()
+        }
+        ExpositionFormat::Text => m.encode_text().map_err(|e| failed(&e))?.into_bytes(),
     };
     let body = if gzipped {
         Bytes::from(gzip(&plain).map_err(|e| format!("compressing metrics failed: {e}"))?)
@@ -352,10 +354,10 @@ mod tests {
             h.insert(header::ACCEPT, accept.parse().unwrap());
             negotiate(&h)
         };
-        assert_eq!(negotiate(&HeaderMap::new()), Format::Text);
+        assert_eq!(negotiate(&HeaderMap::new()), ExpositionFormat::Text);
         assert_eq!(
             with("application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"),
-            Format::OpenMetrics
+            ExpositionFormat::OpenMetrics
         );
         // Prometheus' classic header, and the one Prometheus 2.42 sends with
         // `--enable-feature=native-histograms` (captured from the Debian package's scrapes).
@@ -363,37 +365,37 @@ mod tests {
             with(
                 "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
             ),
-            Format::OpenMetrics
+            ExpositionFormat::OpenMetrics
         );
         assert_eq!(
             with(
                 "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited,application/openmetrics-text;version=1.0.0;q=0.8,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
             ),
-            Format::Protobuf
+            ExpositionFormat::Protobuf
         );
         // Protobuf only as delimited MetricFamily messages; the text format when asked first.
         assert_eq!(
             with(
                 "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=text,text/plain;q=0.5"
             ),
-            Format::Text
+            ExpositionFormat::Text
         );
         assert_eq!(
             with("application/vnd.google.protobuf;encoding=delimited"),
-            Format::Text
+            ExpositionFormat::Text
         );
         assert_eq!(
             with("text/plain;version=0.0.4, application/openmetrics-text; q=0.9"),
-            Format::Text
+            ExpositionFormat::Text
         );
         assert_eq!(
             with("application/openmetrics-text;q=0, text/plain;q=0.1"),
-            Format::Text
+            ExpositionFormat::Text
         );
-        assert_eq!(with("*/*"), Format::Text);
+        assert_eq!(with("*/*"), ExpositionFormat::Text);
         assert_eq!(
             with("Application/OpenMetrics-Text; Q=0.5"),
-            Format::OpenMetrics
+            ExpositionFormat::OpenMetrics
         );
     }
 

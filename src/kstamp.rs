@@ -305,21 +305,6 @@ impl ReadStamps {
     }
 }
 
-/// How much later than the kernel received them a probe's bytes were read: the scheduling delay
-/// that kernel stamps take out of its instants (reported per bench level as the kernel-vs-user
-/// difference).
-#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
-pub struct ReadLag {
-    /// At the first token-bearing event: how much earlier than the read its TTFT ends, seconds.
-    pub first_token_s: Option<f64>,
-    /// The largest over the probe's reads, seconds.
-    pub max_s: f64,
-    /// Reads of the response (head and body).
-    pub reads: u64,
-    /// Of them, reads the kernel did not stamp: their instant is the read's own.
-    pub unstamped_reads: u64,
-}
-
 /// The most bytes one stamped read asks for.
 const MAX_STAMPED_READ: usize = 64 * 1024;
 

@@ -45,6 +45,7 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod endpoints;
+pub mod exit;
 pub mod files;
 pub mod history;
 pub mod kstamp;

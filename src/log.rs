@@ -15,12 +15,14 @@ use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 
-/// The line format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The line format (`--log.format`).
+// clap shows a variant's doc comment as its help, which would change `--help`.
+#[allow(missing_docs)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
-    /// `key=value` pairs (logfmt).
+    // `key=value` pairs (logfmt).
     Logfmt,
-    /// One JSON object per line.
+    // One JSON object per line.
     Json,
 }
 
@@ -277,6 +279,44 @@ mod tests {
             line.contains(",\"level\":\"warn\",\"msg\":\"probe failed\",\"job\":"),
             "{line}"
         );
+    }
+
+    /// Issue 43 item 1: the scheduler's failed-probe line names what answered (its served model,
+    /// fingerprint, response id and request id header), on one line whatever the server sent:
+    /// the strings are cut and cleaned where they are read.
+    #[test]
+    fn a_failed_probes_line_names_what_answered() {
+        let hostile = format!("evil\nts=x level=info msg=forged {}", "m".repeat(10_000));
+        let mut m = crate::measure::Measurement::new(std::time::Instant::now());
+        m.server_request_id(crate::protocol::identity_value("req-42"));
+        m.event(
+            std::time::Instant::now(),
+            &crate::protocol::EventMeaning {
+                served_model: crate::protocol::identity_value(&hostile),
+                system_fingerprint: Some("fp_1".into()),
+                response_id: Some("chatcmpl-7".into()),
+                ..crate::protocol::EventMeaning::default()
+            },
+        );
+        m.fail(
+            crate::outcome::ErrorType::ServerError,
+            std::time::Instant::now(),
+            "HTTP 500",
+        );
+        let r = m.finish();
+        let out = capture(LogFormat::Logfmt, || {
+            crate::scheduler::log_result("t/m/p", &r)
+        });
+        assert_eq!(out.lines().count(), 1, "{out}");
+        assert!(
+            out.contains(" system_fingerprint=fp_1 response_id=chatcmpl-7 request_id=req-42"),
+            "{out}"
+        );
+        assert!(
+            out.contains(" served_model=\"evil\u{fffd}ts=x level=info msg=forged mmm"),
+            "{out}"
+        );
+        assert!(out.len() < 1_000, "bounded: {} bytes", out.len());
     }
 
     #[test]

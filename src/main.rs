@@ -1,8 +1,7 @@
 //! The `tokenprobe` binary: parses the command line and runs it ([`tokenprobe::cli`] holds every
 //! subcommand: `serve`, `probe`, `check-config`, `simulate` and `bench`).
 //!
-//! Exit codes: [`tokenprobe::cli`] lists them (0 success; 1 a probe failed; 2 bad usage or an
-//! invalid config; 3 to 8 `bench`'s decisions).
+//! Exit codes: [`tokenprobe::exit::Exit`] lists them all.
 
 use clap::Parser as _;
 use std::process::ExitCode;

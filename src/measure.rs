@@ -6,7 +6,10 @@
 //! `t_last`, `t_end`), the metrics of a successful probe, the outcome precedence and the flags.
 //! A non-streamed answer ([`Measurement::non_stream`], [`Measurement::answer`]) is folded as one
 //! event at the body's end: E2E, N and input tokens, never TTFT, TTFO, TPOT or gaps
-//! (docs/measurement.md, "Non-streaming requests").
+//! (docs/measurement.md, "Non-streaming requests"). What the prober knows beside the events (what
+//! the request asked for, the connection's phases, the kernel's send and read instants, what the
+//! caller saw around the probe) comes in as one [`RequestFacts`] at [`Measurement::finish_with`],
+//! so a result is whole where it is made and nothing completes it afterwards.
 
 use crate::outcome::{ErrorType, Flag, classify_error_object};
 use crate::protocol::{EventMeaning, ServerTimings};
@@ -52,13 +55,45 @@ pub enum TokenSource {
     Unknown,
 }
 
-/// What the fold tells the reader after an event.
+/// What the fold tells the reader after an event: read on, or stop (a stream's control flow).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
+pub enum Flow {
     /// Keep reading.
     Continue,
     /// The stream is over for measurement purposes (terminal marker or in-stream error): stop.
     Stop,
+}
+
+/// What the prober knows of one request beside its events, given to [`Measurement::finish_with`]
+/// so that the result is whole where it is made: what the request asked for, how its bytes went
+/// (the connection's set-up, the reads' and the send's kernel instants, a failure that was the
+/// exporter's own) and what the caller saw around it (`serve`'s target gate). Every field is
+/// optional or false: a fold given none of them ([`Measurement::finish`]) states none.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RequestFacts {
+    /// The `x-request-id` the request was sent with (`bench`).
+    pub request_id: Option<String>,
+    /// The input length the workload asked for (docs/measurement.md, "Input and output
+    /// lengths"); a success whose server counted an input off it is flagged `input_length_off`.
+    pub requested_input_tokens: Option<u64>,
+    /// The output length the workload asked for, or the cap asked for exactly.
+    pub requested_output_tokens: Option<u64>,
+    /// The conversation turn, from 1.
+    pub turn: Option<u32>,
+    /// The connection's set-up phases (a request that was sent).
+    pub phases: Option<Phases>,
+    /// How much later than their kernel instants the response's reads were made (kept when a
+    /// response head came).
+    pub read_lag: Option<ReadLag>,
+    /// The kernel's transmit instant of the request's last byte, between the start instant and
+    /// the response head: the send lag, and the wire TTFT of a success.
+    pub sent_at: Option<Instant>,
+    /// The exporter itself could not make the request (it is out of file descriptors).
+    pub exporter_fault: bool,
+    /// Another probe of the target was in flight at some point of this one (`concurrent_probe`).
+    pub overlapped: bool,
+    /// The target had had no probe for its `cold_after` before this one (`cold_start`).
+    pub cold: bool,
 }
 
 /// A failure candidate: its type, instant and a human detail.
@@ -94,11 +129,26 @@ pub struct ProbeResult {
     pub output_tokens: u64,
     /// Where N came from.
     pub token_source: TokenSource,
-    /// Input tokens when the server reported them.
+    /// Input tokens when the server reported them: the whole input, cached tokens included
+    /// (Anthropic's three input counts added up; docs/measurement.md, "Cached and reasoning
+    /// tokens").
     pub input_tokens: Option<u64>,
-    /// Of those, the tokens its prefix cache served, when its usage said
-    /// (`prompt_tokens_details.cached_tokens`).
+    /// Of the input tokens, those the server's prompt cache served, when it said (successes only,
+    /// ruling 10).
     pub cached_input_tokens: Option<u64>,
+    /// Of the output tokens, the reasoning tokens, when the server said (successes only).
+    pub reasoning_tokens: Option<u64>,
+    /// The model that answered, as the answer names it (the first event that names one), cut
+    /// and cleaned by [`crate::protocol::identity_value`]; failures keep it too.
+    pub served_model: Option<String>,
+    /// OpenAI's `system_fingerprint` (the first event that has one).
+    pub system_fingerprint: Option<String>,
+    /// The answer's own id (OpenAI's chunk `id`, the Anthropic message's, the Responses
+    /// `response`'s; the first event that has one).
+    pub response_id: Option<String>,
+    /// The request id the server's answer head carries (`x-request-id`, `request-id`, ...:
+    /// [`crate::probe`] reads it), whatever the outcome.
+    pub server_request_id: Option<String>,
     /// TPOT: `(t_last - t_first) / (N - 1)`.
     pub tpot_s: Option<f64>,
     /// Decode tokens/s: `(N - 1) / (t_last - t_first)`.
@@ -115,18 +165,18 @@ pub struct ProbeResult {
     pub retry_after_s: Option<f64>,
     /// The quotas the answer's rate-limit headers stated (empty when it sent none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub rate_limits: Vec<crate::ratelimit::Reading>,
+    pub rate_limits: Vec<crate::ratelimit::QuotaState>,
     /// llama.cpp's own timings, when sent.
     pub server_timings: Option<ServerTimings>,
     /// Visible answer text (first 64 KiB).
     pub text: String,
-    /// Connection set-up phases, when known (set by the prober, which times them).
+    /// Connection set-up phases, when known (a [`RequestFacts`] fact: the prober times them).
     pub phases: Option<Phases>,
     /// How much later than their kernel receive instant the response's bytes were read, when a
-    /// response head came (set by the prober, which stamps the reads).
-    pub read_lag: Option<crate::kstamp::ReadLag>,
+    /// response head came (a [`RequestFacts`] fact: the prober stamps the reads).
+    pub read_lag: Option<ReadLag>,
     /// Send lag: from the start instant to the kernel's transmit instant of the request's last
-    /// byte, when the kernel stamped it (set by the prober, which stamps the writes). Part of
+    /// byte, when the kernel stamped it (from [`RequestFacts::sent_at`]). Part of
     /// every latency counted from the start instant; the wire's figures leave it out.
     pub send_lag_s: Option<f64>,
     /// Wire TTFT: from the request's last byte leaving to the first token's bytes arriving, both
@@ -139,18 +189,18 @@ pub struct ProbeResult {
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub first_token_shared_read: bool,
     /// The exporter itself could not make the request (it is out of file descriptors): not the
-    /// target's failure (set by the prober, which sees the typed error).
+    /// target's failure (a [`RequestFacts`] fact: the prober sees the typed error).
     pub exporter_fault: bool,
     /// The request streamed (`false`: the whole answer was asked for at once).
     pub stream: bool,
-    /// The input length the workload asked for (set by the prober; docs/measurement.md, "Input
-    /// and output lengths").
+    /// The input length the workload asked for (a [`RequestFacts`] fact; docs/measurement.md,
+    /// "Input and output lengths").
     pub requested_input_tokens: Option<u64>,
     /// The `x-request-id` the request was sent with (`bench`), if any.
     pub request_id: Option<String>,
-    /// The output length the workload asked for (set by the prober).
+    /// The output length the workload asked for (a [`RequestFacts`] fact).
     pub requested_output_tokens: Option<u64>,
-    /// The conversation turn, from 1 (set by the prober; `None` outside conversations).
+    /// The conversation turn, from 1 (a [`RequestFacts`] fact; `None` outside conversations).
     pub turn: Option<u32>,
 }
 
@@ -181,7 +231,14 @@ pub struct Measurement {
     first_output: Option<Instant>,
     usage_output: Option<u64>,
     usage_input: Option<u64>,
-    usage_cached: Option<u64>,
+    usage_input_uncached: Option<u64>,
+    usage_cached_input: Option<u64>,
+    usage_cache_creation: Option<u64>,
+    usage_reasoning: Option<u64>,
+    served_model: Option<String>,
+    system_fingerprint: Option<String>,
+    response_id: Option<String>,
+    server_request_id: Option<String>,
     /// A finish reason was seen (a proper end, with or without the end marker).
     finish_reason: bool,
     terminal_at: Option<Instant>,
@@ -189,7 +246,7 @@ pub struct Measurement {
     failure: Option<Failure>,
     flags: BTreeSet<Flag>,
     retry_after: Option<Duration>,
-    rate_limits: Vec<crate::ratelimit::Reading>,
+    rate_limits: Vec<crate::ratelimit::QuotaState>,
     server_timings: Option<ServerTimings>,
     text: String,
     /// The answer is not streamed: one whole body, no per-token instants.
@@ -217,7 +274,14 @@ impl Measurement {
             first_output: None,
             usage_output: None,
             usage_input: None,
-            usage_cached: None,
+            usage_input_uncached: None,
+            usage_cached_input: None,
+            usage_cache_creation: None,
+            usage_reasoning: None,
+            served_model: None,
+            system_fingerprint: None,
+            response_id: None,
+            server_request_id: None,
             finish_reason: false,
             terminal_at: None,
             eof_at: None,
@@ -299,8 +363,20 @@ impl Measurement {
     }
 
     /// The quotas the answer's head stated (its rate-limit headers).
-    pub fn rate_limits(&mut self, readings: Vec<crate::ratelimit::Reading>) {
+    pub fn rate_limits(&mut self, readings: Vec<crate::ratelimit::QuotaState>) {
         self.rate_limits = readings;
+    }
+
+    /// The request id the answer's head carried (already read by
+    /// [`crate::protocol::identity_value`]).
+    pub fn server_request_id(&mut self, id: Option<String>) {
+        self.server_request_id = id;
+    }
+
+    /// True once an event named the served model: the identity OpenAI chunks repeat need not
+    /// be read again ([`crate::protocol::Api::interpret_without_identity`]).
+    pub fn identity_known(&self) -> bool {
+        self.served_model.is_some()
     }
 
     /// True once a token-bearing event has been seen (the idle deadline applies from then on).
@@ -330,19 +406,26 @@ impl Measurement {
     }
 
     /// Folds one complete event that arrived (its terminating blank line was read) at `t`.
-    pub fn event(&mut self, t: Instant, m: &EventMeaning) -> Step {
+    pub fn event(&mut self, t: Instant, m: &EventMeaning) -> Flow {
         if m.keepalive {
             // Empty or whitespace-only data: a keep-alive, like a comment (ruling 11).
-            return Step::Continue;
+            return Flow::Continue;
         }
         self.events += 1;
         if self.first_token.is_some() && self.after_first_token.is_none() {
             self.after_first_token = Some(t);
         }
-        if [m.usage_output, m.usage_input]
-            .iter()
-            .flatten()
-            .any(|n| *n > MAX_PLAUSIBLE_TOKENS)
+        if [
+            m.usage_output,
+            m.usage_input,
+            m.usage_input_uncached,
+            m.usage_cached_input,
+            m.usage_cache_creation,
+            m.usage_reasoning,
+        ]
+        .iter()
+        .flatten()
+        .any(|n| *n > MAX_PLAUSIBLE_TOKENS)
         {
             // A counter fed with 2^64 - 1 would wrap: such a usage object is not of the protocol's shape.
             self.fail(
@@ -350,7 +433,17 @@ impl Measurement {
                 t,
                 "implausible usage token count (over 10^9)",
             );
-            return Step::Continue;
+            return Flow::Continue;
+        }
+        // The answer's identity: the first value of each (an error event may carry one too).
+        for (kept, seen) in [
+            (&mut self.served_model, &m.served_model),
+            (&mut self.system_fingerprint, &m.system_fingerprint),
+            (&mut self.response_id, &m.response_id),
+        ] {
+            if kept.is_none() {
+                kept.clone_from(seen);
+            }
         }
         if let Some(e) = &m.error {
             let kind = classify_error_object(e);
@@ -358,7 +451,7 @@ impl Measurement {
                 self.retry_after = e.retry_delay;
             }
             self.fail(kind, t, format!("in-stream error: {}", e.summary()));
-            return Step::Stop;
+            return Flow::Stop;
         }
         if m.token {
             if let Some(prev) = self.last_token {
@@ -381,11 +474,17 @@ impl Measurement {
         if m.usage_output.is_some() {
             self.usage_output = m.usage_output;
         }
-        if m.usage_input.is_some() {
-            self.usage_input = m.usage_input;
-        }
-        if m.usage_cached.is_some() {
-            self.usage_cached = m.usage_cached;
+        // Ruling 21, count by count: the last usage object that carries one wins.
+        for (kept, seen) in [
+            (&mut self.usage_input, m.usage_input),
+            (&mut self.usage_input_uncached, m.usage_input_uncached),
+            (&mut self.usage_cached_input, m.usage_cached_input),
+            (&mut self.usage_cache_creation, m.usage_cache_creation),
+            (&mut self.usage_reasoning, m.usage_reasoning),
+        ] {
+            if seen.is_some() {
+                *kept = seen;
+            }
         }
         if m.server_timings.is_some() {
             self.server_timings = m.server_timings;
@@ -393,9 +492,21 @@ impl Measurement {
         self.finish_reason |= m.finish;
         if m.terminal {
             self.terminal_at = Some(t);
-            return Step::Stop;
+            return Flow::Stop;
         }
-        Step::Continue
+        Flow::Continue
+    }
+
+    /// The whole input: the server's count (OpenAI's `prompt_tokens` counts cached tokens
+    /// already), or Anthropic's three counts added up (the last of each: they may come in
+    /// different events), an absent cache count adding nothing.
+    fn input_tokens(&self) -> Option<u64> {
+        self.usage_input.or_else(|| {
+            self.usage_input_uncached.map(|n| {
+                n.saturating_add(self.usage_cached_input.unwrap_or(0))
+                    .saturating_add(self.usage_cache_creation.unwrap_or(0))
+            })
+        })
     }
 
     /// The connection ended (EOF) at `t`.
@@ -413,8 +524,24 @@ impl Measurement {
         &self.text
     }
 
-    /// Ends the fold and computes the result.
-    pub fn finish(mut self) -> ProbeResult {
+    /// Passes the failure's detail, if any, through `shown` (the prober hides its secrets in a
+    /// server's message and cuts it for display) before the result is made.
+    pub fn show_detail(&mut self, shown: impl FnOnce(&str) -> String) {
+        if let Some(f) = self.failure.as_mut() {
+            f.detail = shown(&f.detail);
+        }
+    }
+
+    /// Ends the fold of a probe known by its events alone: [`Self::finish_with`] no other fact.
+    pub fn finish(self) -> ProbeResult {
+        self.finish_with(RequestFacts::default())
+    }
+
+    /// Ends the fold and computes the whole result: the events' figures and the request's
+    /// `facts` (what it asked for, how its bytes went, what was around it), each figure that
+    /// derives from both (the wire TTFT, the `input_length_off`, `concurrent_probe` and
+    /// `cold_start` flags) computed here.
+    pub fn finish_with(mut self, facts: RequestFacts) -> ProbeResult {
         let end = self.terminal_at.or(self.eof_at);
         if let (Some(at), Some(_)) = (self.eof_at, &self.failure)
             && self.events > 0
@@ -473,7 +600,14 @@ impl Measurement {
         if burst {
             self.flags.insert(Flag::BurstDelivery);
         }
+        if facts.overlapped {
+            self.flags.insert(Flag::ConcurrentProbe);
+        }
+        if facts.cold {
+            self.flags.insert(Flag::ColdStart);
+        }
         let since = |t: Instant| secs(t.duration_since(self.t0));
+        let send_lag_s = facts.sent_at.map(since);
         let mut r = ProbeResult {
             error_type: None,
             error_detail: None,
@@ -486,8 +620,13 @@ impl Measurement {
             last_token_s: None,
             output_tokens,
             token_source,
-            input_tokens: self.usage_input,
-            cached_input_tokens: self.usage_cached,
+            input_tokens: self.input_tokens(),
+            cached_input_tokens: self.usage_cached_input,
+            reasoning_tokens: self.usage_reasoning,
+            served_model: self.served_model,
+            system_fingerprint: self.system_fingerprint,
+            response_id: self.response_id,
+            server_request_id: self.server_request_id,
             tpot_s: None,
             decode_tokens_per_s: None,
             chunk_gaps_s: Vec::new(),
@@ -498,26 +637,35 @@ impl Measurement {
             rate_limits: self.rate_limits,
             server_timings: self.server_timings,
             text: self.text,
-            phases: None,
-            read_lag: None,
-            send_lag_s: None,
+            phases: facts.phases,
+            // A read lag is of a response: none when no head came.
+            read_lag: facts.read_lag.filter(|_| self.status.is_some()),
+            send_lag_s,
             wire_ttft_s: None,
             first_token_shared_read: first.is_some() && first == self.after_first_token,
-            exporter_fault: false,
+            exporter_fault: facts.exporter_fault,
             stream: !self.whole,
-            requested_input_tokens: None,
-            request_id: None,
-            requested_output_tokens: None,
-            turn: None,
+            requested_input_tokens: facts.requested_input_tokens,
+            request_id: facts.request_id,
+            requested_output_tokens: facts.requested_output_tokens,
+            turn: facts.turn,
         };
         if let Some(f) = self.failure {
             r.error_type = Some(f.kind);
             r.error_detail = Some(f.detail);
             r.failure_s = Some(since(f.at));
+            // Ruling 10: a failed probe reports no token counts.
+            r.cached_input_tokens = None;
+            r.reasoning_tokens = None;
             return r;
         }
         // A wait the head asked for belongs to a failed answer only (ruling 20).
         r.retry_after_s = None;
+        if let (Some(want), Some(got)) = (r.requested_input_tokens, r.input_tokens)
+            && crate::workload::input_length_off(want, got)
+        {
+            r.flags.insert(Flag::InputLengthOff);
+        }
         // Success: a proper end and at least one token, so `first`, `last` and `end` exist.
         let (Some(first), Some(last), Some(end)) = (first, last, end) else {
             return r;
@@ -528,6 +676,8 @@ impl Measurement {
             return r;
         }
         r.ttft_s = Some(since(first));
+        // The wire's TTFT leaves the send lag out: from the last byte sent to the first token's.
+        r.wire_ttft_s = send_lag_s.map(|lag| (since(first) - lag).max(0.0));
         r.ttfo_s = self.first_output.map(since);
         r.last_token_s = Some(since(last));
         let span = last.duration_since(first);
@@ -545,6 +695,21 @@ impl Measurement {
         }
         r
     }
+}
+
+/// How much later than the kernel received them a probe's bytes were read: the scheduling delay
+/// that kernel stamps ([`crate::kstamp`]) take out of its instants (reported per bench level as
+/// the kernel-vs-user difference). Plain data: the probe's reader fills it in.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, serde::Deserialize)]
+pub struct ReadLag {
+    /// At the first token-bearing event: how much earlier than the read its TTFT ends, seconds.
+    pub first_token_s: Option<f64>,
+    /// The largest over the probe's reads, seconds.
+    pub max_s: f64,
+    /// Reads of the response (head and body).
+    pub reads: u64,
+    /// Of them, reads the kernel did not stamp: their instant is the read's own.
+    pub unstamped_reads: u64,
 }
 
 #[cfg(test)]
@@ -574,7 +739,7 @@ mod tests {
         m.headers(at(t0, 0.09), 200);
         m.event(at(t0, 0.09), &EventMeaning::default());
         for s in [0.30, 0.33, 0.36] {
-            assert_eq!(m.event(at(t0, s), &token(true)), Step::Continue);
+            assert_eq!(m.event(at(t0, s), &token(true)), Flow::Continue);
         }
         m.event(
             at(t0, 0.39),
@@ -598,7 +763,7 @@ mod tests {
                 ..EventMeaning::default()
             },
         );
-        assert_eq!(stop, Step::Stop);
+        assert_eq!(stop, Flow::Stop);
         let r = m.finish();
         assert!(r.success());
         assert!(close(r.ttfb_s, 0.09));
@@ -720,7 +885,7 @@ mod tests {
             error: Some(crate::protocol::StreamError::default()),
             ..EventMeaning::default()
         };
-        assert_eq!(m.event(at(t0, 1.2), &err), Step::Stop);
+        assert_eq!(m.event(at(t0, 1.2), &err), Flow::Stop);
         let r = m.finish();
         assert_eq!(r.error_type, Some(ErrorType::ServerError));
         assert!(close(r.failure_s, 1.2));
@@ -881,6 +1046,122 @@ mod tests {
         assert!(!m.finish().first_token_shared_read);
     }
 
+    /// Issue 42 item 1: the cached and reasoning counts follow ruling 21 count by count (the
+    /// last that says one wins; null erases nothing) and ruling 10 (a failure reports none);
+    /// issue 43 item 1: the first event that names the answer's identity gives it, and a failed
+    /// probe keeps it.
+    #[test]
+    fn usage_details_and_identity_of_a_stream() {
+        let t0 = Instant::now();
+        let named = |model: &str, id: &str| EventMeaning {
+            served_model: Some(model.into()),
+            response_id: Some(id.into()),
+            ..EventMeaning::default()
+        };
+        let run = |fail: bool| {
+            let mut m = Measurement::new(t0);
+            m.server_request_id(Some("req-1".into()));
+            assert!(!m.identity_known());
+            m.event(at(t0, 0.1), &named("m-2024", "chatcmpl-1"));
+            assert!(m.identity_known());
+            m.event(at(t0, 0.2), &token(true));
+            m.event(at(t0, 0.3), &named("other", "chatcmpl-2"));
+            m.event(
+                at(t0, 0.4),
+                &EventMeaning {
+                    usage_input: Some(600),
+                    usage_cached_input: Some(512),
+                    usage_reasoning: Some(1),
+                    usage_output: Some(2),
+                    ..EventMeaning::default()
+                },
+            );
+            // A repeated usage chunk without details erases nothing.
+            m.event(
+                at(t0, 0.5),
+                &EventMeaning {
+                    usage_input: Some(600),
+                    usage_output: Some(2),
+                    finish: true,
+                    ..EventMeaning::default()
+                },
+            );
+            if fail {
+                m.fail(ErrorType::ValidationFailed, at(t0, 0.6), "no");
+            }
+            m.eof(at(t0, 0.6));
+            m.finish()
+        };
+        let r = run(false);
+        assert!(r.success());
+        assert_eq!(
+            (r.input_tokens, r.cached_input_tokens, r.reasoning_tokens),
+            (Some(600), Some(512), Some(1))
+        );
+        assert_eq!(
+            (
+                r.served_model.as_deref(),
+                r.response_id.as_deref(),
+                r.server_request_id.as_deref()
+            ),
+            (Some("m-2024"), Some("chatcmpl-1"), Some("req-1")),
+            "the first event that named them"
+        );
+        let r = run(true);
+        assert_eq!(r.error_type, Some(ErrorType::ValidationFailed));
+        assert_eq!((r.cached_input_tokens, r.reasoning_tokens), (None, None));
+        assert_eq!(r.served_model.as_deref(), Some("m-2024"), "kept on failure");
+        assert_eq!(r.server_request_id.as_deref(), Some("req-1"));
+    }
+
+    /// Anthropic's input counts leave the cache out: the whole input is the uncached, read and
+    /// written counts added up, also when they come in different events (the last of each).
+    #[test]
+    fn anthropic_input_is_the_three_counts_added_up() {
+        let t0 = Instant::now();
+        let usage = |uncached, read, created, out| EventMeaning {
+            usage_input_uncached: uncached,
+            usage_cached_input: read,
+            usage_cache_creation: created,
+            usage_output: out,
+            ..EventMeaning::default()
+        };
+        let mut m = Measurement::new(t0);
+        m.event(
+            at(t0, 0.1),
+            &usage(Some(12), Some(2048), Some(100), Some(1)),
+        );
+        m.event(at(t0, 0.2), &token(true));
+        m.event(at(t0, 0.3), &usage(None, None, None, Some(40)));
+        m.event(
+            at(t0, 0.4),
+            &EventMeaning {
+                terminal: true,
+                finish: true,
+                ..EventMeaning::default()
+            },
+        );
+        let r = m.finish();
+        assert_eq!(
+            (r.input_tokens, r.cached_input_tokens, r.output_tokens),
+            (Some(2160), Some(2048), 40)
+        );
+        // Without cache counts the input is Anthropic's own count; the cached count is unknown.
+        let mut m = Measurement::new(t0);
+        m.event(at(t0, 0.1), &usage(Some(25), None, None, Some(1)));
+        m.event(at(t0, 0.2), &token(true));
+        m.event(
+            at(t0, 0.3),
+            &EventMeaning {
+                terminal: true,
+                finish: true,
+                ..EventMeaning::default()
+            },
+        );
+        let r = m.finish();
+        assert_eq!((r.input_tokens, r.cached_input_tokens), (Some(25), None));
+    }
+
     #[test]
     fn implausible_usage_is_malformed() {
         let t0 = Instant::now();
@@ -890,6 +1171,18 @@ mod tests {
             at(t0, 0.3),
             &EventMeaning {
                 usage_output: Some(u64::MAX),
+                terminal: true,
+                ..EventMeaning::default()
+            },
+        );
+        assert_eq!(m.finish().error_type, Some(ErrorType::Malformed));
+        // A detail count too.
+        let mut m = Measurement::new(t0);
+        m.event(at(t0, 0.2), &token(true));
+        m.event(
+            at(t0, 0.3),
+            &EventMeaning {
+                usage_cached_input: Some(u64::MAX),
                 terminal: true,
                 ..EventMeaning::default()
             },
@@ -1018,5 +1311,104 @@ mod tests {
         });
         assert_eq!(r.error_type, Some(ErrorType::Overloaded));
         assert_eq!(r.ttft_s, None);
+    }
+
+    /// Issue 41 item 4: a result is whole where it is made. What the prober knows beside the
+    /// events (what the request asked for, the connection's phases, the reads' lag, the send's
+    /// kernel instant, the exporter's own fault, what the caller saw around the probe) comes in
+    /// at `finish_with`, and every figure that derives from both is computed there: the wire
+    /// TTFT, `input_length_off`, `concurrent_probe` and `cold_start`.
+    #[test]
+    fn the_requests_facts_make_the_result_whole() {
+        let t0 = Instant::now();
+        let lag = ReadLag {
+            first_token_s: Some(0.001),
+            max_s: 0.002,
+            reads: 4,
+            unstamped_reads: 0,
+        };
+        let phases = Phases {
+            reused: false,
+            resolve_s: None,
+            connect_s: Some(0.003),
+            tls_s: None,
+        };
+        let facts = RequestFacts {
+            request_id: Some("req-1".into()),
+            requested_input_tokens: Some(100),
+            requested_output_tokens: Some(2),
+            turn: Some(2),
+            phases: Some(phases),
+            read_lag: Some(lag),
+            sent_at: Some(at(t0, 0.01)),
+            exporter_fault: false,
+            overlapped: true,
+            cold: true,
+        };
+        let stream = |input: u64| {
+            let mut m = Measurement::new(t0);
+            m.headers(at(t0, 0.1), 200);
+            m.event(at(t0, 0.25), &token(true));
+            m.event(at(t0, 0.3), &token(true));
+            m.event(
+                at(t0, 0.31),
+                &EventMeaning {
+                    finish: true,
+                    terminal: true,
+                    usage_input: Some(input),
+                    ..EventMeaning::default()
+                },
+            );
+            m
+        };
+        let r = stream(130).finish_with(facts.clone());
+        assert!(r.success(), "{r:?}");
+        assert_eq!(r.request_id.as_deref(), Some("req-1"));
+        assert_eq!(
+            (r.requested_input_tokens, r.requested_output_tokens, r.turn),
+            (Some(100), Some(2), Some(2))
+        );
+        assert_eq!((r.phases, r.read_lag), (Some(phases), Some(lag)));
+        assert!(close(r.send_lag_s, 0.01), "{:?}", r.send_lag_s);
+        assert!(close(r.wire_ttft_s, 0.24), "{:?}", r.wire_ttft_s);
+        let flags = [Flag::ConcurrentProbe, Flag::ColdStart, Flag::InputLengthOff];
+        assert_eq!(r.flags, BTreeSet::from(flags));
+        // An input counted within 2% (or 4 tokens) of the requested one is not off.
+        let r = stream(103).finish_with(facts.clone());
+        assert!(!r.flags.contains(&Flag::InputLengthOff), "{:?}", r.flags);
+        // Without any fact the result states none.
+        let r = stream(130).finish();
+        assert_eq!((r.request_id, r.phases, r.send_lag_s), (None, None, None));
+        assert!(r.flags.is_empty(), "{:?}", r.flags);
+        // A failure before any head: no read lag, no wire TTFT, no length judged; the exporter's
+        // own fault and the flights' flags are kept.
+        let mut m = Measurement::new(t0);
+        m.fail(ErrorType::Connect, at(t0, 0.02), "refused");
+        let r = m.finish_with(RequestFacts {
+            exporter_fault: true,
+            sent_at: None,
+            ..facts
+        });
+        assert_eq!(r.error_type, Some(ErrorType::Connect));
+        assert!(r.exporter_fault);
+        assert_eq!(
+            (r.read_lag, r.send_lag_s, r.wire_ttft_s),
+            (None, None, None)
+        );
+        assert_eq!(
+            r.flags,
+            BTreeSet::from([Flag::ConcurrentProbe, Flag::ColdStart])
+        );
+    }
+
+    /// The prober's redaction of a failure's detail runs before the result is made.
+    #[test]
+    fn a_failures_detail_is_shown_as_the_prober_says() {
+        let t0 = Instant::now();
+        let mut m = Measurement::new(t0);
+        m.fail(ErrorType::BadRequest, at(t0, 0.1), "key sk-123 refused");
+        m.show_detail(|d| d.replace("sk-123", "<redacted>"));
+        let r = m.finish();
+        assert_eq!(r.error_detail.as_deref(), Some("key <redacted> refused"));
     }
 }

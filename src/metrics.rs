@@ -9,11 +9,13 @@
 //!
 //! A job's series are one [`JobSeries`]: created together by [`Metrics::register_job`], removed
 //! together by [`Metrics::remove_job`], and written only through [`JobSeries::record`] and
-//! [`JobSeries::skipped`], which do nothing once the job is removed.
+//! [`JobSeries::skipped`], which do nothing once the job is removed. `serve`'s scheduler reaches
+//! them as one of its result sinks ([`ResultSink`]): a job's side of the registry is its series.
 
 use crate::config::{Buckets, HistogramFamily, Histograms, Job};
 use crate::measure::ProbeResult;
 use crate::outcome::{ErrorType, Flag};
+use crate::scheduler::{InternalReason, JobSink, ResultSink, SkipReason};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::{Family, MetricConstructor};
@@ -169,26 +171,6 @@ struct ExportLabels {
     result: &'static str,
 }
 
-/// The exporter's own failures that are not the target's: a probe that hit one is not counted as
-/// a probe of the target (`tokenprobe_internal_errors_total`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InternalReason {
-    /// The process (or system) ran out of file descriptors (`EMFILE`/`ENFILE`).
-    FdExhausted,
-}
-
-impl InternalReason {
-    /// Every reason (series are pre-created at 0).
-    pub const ALL: [InternalReason; 1] = [InternalReason::FdExhausted];
-
-    /// The label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            InternalReason::FdExhausted => "fd_exhausted",
-        }
-    }
-}
-
 /// A job's most recent probe, as shown on `/`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LastResult {
@@ -203,36 +185,6 @@ pub struct LastResult {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
     version: &'static str,
-}
-
-/// Why a scheduled probe did not run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SkipReason {
-    /// The job's previous probe was still running at the tick.
-    Overlap,
-    /// The target asked to wait (`Retry-After`), and the wait had not passed.
-    RateLimited,
-    /// The prompt is built to a token length and its calibration failed: nothing is sent at a
-    /// guessed length (the next tick calibrates again).
-    Uncalibrated,
-}
-
-impl SkipReason {
-    /// Every reason (series are pre-created at 0).
-    pub const ALL: [SkipReason; 3] = [
-        SkipReason::Overlap,
-        SkipReason::RateLimited,
-        SkipReason::Uncalibrated,
-    ];
-
-    /// The label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SkipReason::Overlap => "overlap",
-            SkipReason::RateLimited => "rate_limited",
-            SkipReason::Uncalibrated => "uncalibrated",
-        }
-    }
 }
 
 /// Builds histograms with a fixed bucket layout, and native buckets beside them when `native`.
@@ -283,6 +235,8 @@ pub struct Metrics {
     flags: Family<FlagLabels, Counter>,
     output_tokens: Family<JobLabels, Counter>,
     input_tokens: Family<JobLabels, Counter>,
+    cached_input_tokens: Family<JobLabels, Counter>,
+    reasoning_tokens: Family<JobLabels, Counter>,
     skipped: Family<SkipLabels, Counter>,
     last_success: Family<JobLabels, Gauge>,
     last_timestamp: Family<JobLabels, Gauge<f64, AtomicU64>>,
@@ -306,11 +260,14 @@ pub struct Metrics {
     location: Option<String>,
     /// The loaded jobs' series, by labels (for `/`'s last results, and so a job that a reload
     /// changed keeps its series).
-    active: RwLock<HashMap<JobLabels, Arc<JobSeries>>>,
+    active: Arc<Active>,
     /// Bumped by every config (re)load attempt, so cached expositions from before it are not
     /// served after it.
     generation: AtomicU64,
 }
+
+/// The loaded jobs' series, by labels.
+type Active = RwLock<HashMap<JobLabels, Arc<JobSeries>>>;
 
 /// Phase names of `tokenprobe_connection_phase_seconds`, as blackbox_exporter names them.
 pub const PHASES: [&str; 3] = ["resolve", "connect", "tls"];
@@ -343,6 +300,8 @@ impl Metrics {
             flags: Family::default(),
             output_tokens: Family::default(),
             input_tokens: Family::default(),
+            cached_input_tokens: Family::default(),
+            reasoning_tokens: Family::default(),
             skipped: Family::default(),
             last_success: Family::default(),
             last_timestamp: Family::default(),
@@ -360,7 +319,7 @@ impl Metrics {
             internal: Family::default(),
             otlp_exports: Family::default(),
             location: location.map(str::to_owned),
-            active: RwLock::default(),
+            active: Arc::default(),
             generation: AtomicU64::new(0),
             registry: Registry::default(),
         };
@@ -384,8 +343,18 @@ impl Metrics {
         );
         r.register(
             "input_tokens",
-            "Input tokens of successful probes, as reported by the server",
+            "Input tokens of successful probes, as reported by the server (the whole input, cached tokens included)",
             m.input_tokens.clone(),
+        );
+        r.register(
+            "cached_input_tokens",
+            "Of the input tokens of successful probes, those the server's prompt cache served, as its usage said (prompt_tokens_details.cached_tokens, Anthropic's cache_read_input_tokens, DeepSeek's prompt_cache_hit_tokens); only jobs whose answers say have these series",
+            m.cached_input_tokens.clone(),
+        );
+        r.register(
+            "reasoning_tokens",
+            "Of the output tokens of successful probes, the reasoning tokens, as the server's usage said (completion_tokens_details.reasoning_tokens, the Responses API's output_tokens_details); only jobs whose answers say have these series",
+            m.reasoning_tokens.clone(),
         );
         r.register("probes_skipped", "Scheduled probes that did not run, by reason (overlap: the previous probe was still running; rate_limited: the target's Retry-After had not passed; uncalibrated: the prompt's token length could not be calibrated)", m.skipped.clone());
         r.register(
@@ -473,14 +442,7 @@ impl Metrics {
     /// Removes every series of a job (when a reload drops it). Its [`JobSeries`], still held by a
     /// probe in flight, records nothing from then on.
     pub fn remove_job(&self, job: &JobLabels) {
-        let removed = self
-            .active
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(job);
-        if let Some(s) = removed {
-            s.remove();
-        }
+        remove_job(&self.active, job);
     }
 
     /// Records the outcome of a config (re)load attempt at wall time `at`.
@@ -516,11 +478,7 @@ impl Metrics {
 
     /// Counts one of the exporter's own failures.
     pub fn internal_error(&self, reason: InternalReason) {
-        self.internal
-            .get_or_create(&InternalLabels {
-                reason: reason.as_str(),
-            })
-            .inc();
+        count_internal(&self.internal, reason);
     }
 
     /// A job's most recent probe, `None` before the first or for an unknown job.
@@ -603,6 +561,8 @@ pub struct JobSeries {
     probes: Counter,
     output_tokens: Counter,
     input_tokens: Counter,
+    /// The cached input and reasoning tokens: a job has their series once an answer says them.
+    usage_details: [Family<JobLabels, Counter>; 2],
     /// In the order of [`ErrorType::ALL`].
     errors: Vec<Counter>,
     /// In the order of [`Flag::ALL`].
@@ -640,6 +600,8 @@ struct SeriesState {
     rate_kinds: Vec<crate::ratelimit::Kind>,
     /// Whether the cold-start TTFT series exists.
     cold_seen: bool,
+    /// Whether the cached input and the reasoning tokens' series exist.
+    usage_details_seen: [bool; 2],
 }
 
 type Remover = Box<dyn FnOnce() + Send + Sync>;
@@ -773,6 +735,7 @@ impl JobSeries {
             probes,
             output_tokens,
             input_tokens,
+            usage_details: [m.cached_input_tokens.clone(), m.reasoning_tokens.clone()],
             errors,
             flags,
             skipped,
@@ -794,6 +757,7 @@ impl JobSeries {
                 removers: rm,
                 rate_kinds: Vec::new(),
                 cold_seen: false,
+                usage_details_seen: [false; 2],
             }),
         }
     }
@@ -946,6 +910,21 @@ impl JobSeries {
                 if let Some(i) = r.input_tokens {
                     self.input_tokens.inc_by(i);
                 }
+                for (i, n) in [r.cached_input_tokens, r.reasoning_tokens]
+                    .into_iter()
+                    .enumerate()
+                {
+                    let Some(n) = n else { continue };
+                    let family = &self.usage_details[i];
+                    if !st.usage_details_seen[i] {
+                        st.usage_details_seen[i] = true;
+                        let (family, labels) = (family.clone(), self.labels.clone());
+                        st.removers.push(Box::new(move || {
+                            family.remove(&labels);
+                        }));
+                    }
+                    family.get_or_create(&self.labels).inc_by(n);
+                }
                 self.last_success.set(1);
             }
         }
@@ -966,6 +945,72 @@ impl JobSeries {
             && let Some(c) = nth(&SkipReason::ALL, &reason, &self.skipped)
         {
             c.inc();
+        }
+    }
+}
+
+/// Counts one of the exporter's own failures.
+fn count_internal(family: &Family<InternalLabels, Counter>, reason: InternalReason) {
+    family
+        .get_or_create(&InternalLabels {
+            reason: reason.as_str(),
+        })
+        .inc();
+}
+
+/// Removes the series of the job of `labels` from `active` and from their families.
+fn remove_job(active: &Active, labels: &JobLabels) {
+    let removed = active
+        .write()
+        .unwrap_or_else(PoisonError::into_inner)
+        .remove(labels);
+    if let Some(s) = removed {
+        s.remove();
+    }
+}
+
+/// The registry is one of `serve`'s result sinks: a job's side of it is its series.
+impl ResultSink for Metrics {
+    fn start(&self, job: &Job) -> Box<dyn JobSink> {
+        Box::new(JobSide {
+            series: self.register_job(JobInfo::of(job), job.histograms),
+            active: self.active.clone(),
+            internal: self.internal.clone(),
+        })
+    }
+}
+
+/// A job's side of the registry: its series, and where they are removed from when it stops.
+struct JobSide {
+    series: Arc<JobSeries>,
+    active: Arc<Active>,
+    internal: Family<InternalLabels, Counter>,
+}
+
+impl JobSink for JobSide {
+    fn record(&self, r: &ProbeResult, finished: SystemTime) {
+        self.series.record(r, finished);
+    }
+
+    fn skipped(&self, reason: SkipReason) {
+        self.series.skipped(reason);
+    }
+
+    fn waited(&self, d: Duration) {
+        self.series.waited(d);
+    }
+
+    /// Counted as the exporter's own (`tokenprobe_internal_errors_total`), in no series of the
+    /// job.
+    fn internal_error(&self, reason: InternalReason) {
+        count_internal(&self.internal, reason);
+    }
+
+    /// Its series stay for the job that replaces it (the same labels: [`Metrics::register_job`]
+    /// gave it the same series); else they are deleted.
+    fn stop(&self, replaced: bool) {
+        if !replaced {
+            remove_job(&self.active, self.series.labels());
         }
     }
 }

@@ -1,5 +1,5 @@
 //! Rate-limit headroom from an answer's headers (pure: header pairs and the wall clock in,
-//! readings out). What a provider says about the caller's quota: its limit, what is left of it,
+//! [`QuotaState`]s out). What a provider says about the caller's quota: its limit, what is left of it,
 //! and how long until it resets, by kind (requests, tokens; input and output tokens where the
 //! vendor splits them). Three spellings are read:
 //!
@@ -65,7 +65,7 @@ impl Kind {
 
 /// One quota as an answer stated it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct Reading {
+pub struct QuotaState {
     /// What it counts.
     pub kind: Kind,
     /// The quota per window.
@@ -80,10 +80,10 @@ pub struct Reading {
     pub left_out: Vec<String>,
 }
 
-impl Reading {
+impl QuotaState {
     /// A reading of `kind` stating nothing.
     fn none(kind: Kind) -> Self {
-        Reading {
+        QuotaState {
             kind,
             limit: None,
             remaining: None,
@@ -132,7 +132,7 @@ impl Reading {
 
 /// The quotas an answer's headers state (names lower-case), at most one reading per kind; `now`
 /// is the wall clock when the head came (Anthropic's reset is an instant).
-pub fn read<'a>(headers: &[(&'a str, &'a str)], now: SystemTime) -> Vec<Reading> {
+pub fn read<'a>(headers: &[(&'a str, &'a str)], now: SystemTime) -> Vec<QuotaState> {
     let get = |name: &str| {
         headers
             .iter()
@@ -142,14 +142,14 @@ pub fn read<'a>(headers: &[(&'a str, &'a str)], now: SystemTime) -> Vec<Reading>
     let mut out = Vec::new();
     for kind in Kind::ALL {
         let k = kind.header_part();
-        let openai = Reading {
+        let openai = QuotaState {
             kind,
             limit: get(&format!("x-ratelimit-limit-{k}")).and_then(number),
             remaining: get(&format!("x-ratelimit-remaining-{k}")).and_then(number),
             reset_s: get(&format!("x-ratelimit-reset-{k}")).and_then(go_duration),
             left_out: Vec::new(),
         };
-        let anthropic = Reading {
+        let anthropic = QuotaState {
             kind,
             limit: get(&format!("anthropic-ratelimit-{k}-limit")).and_then(number),
             remaining: get(&format!("anthropic-ratelimit-{k}-remaining")).and_then(number),
@@ -159,7 +159,7 @@ pub fn read<'a>(headers: &[(&'a str, &'a str)], now: SystemTime) -> Vec<Reading>
         let ietf = if kind == Kind::Requests {
             ietf(&get)
         } else {
-            Reading::none(kind)
+            QuotaState::none(kind)
         };
         if let Some(r) = [openai, anthropic, ietf]
             .into_iter()
@@ -172,7 +172,7 @@ pub fn read<'a>(headers: &[(&'a str, &'a str)], now: SystemTime) -> Vec<Reading>
 }
 
 /// A number as written (`60`, `1e308`, `-0`, `NaN`: whether it is data is
-/// [`Reading::checked`]'s).
+/// [`QuotaState::checked`]'s).
 fn number(v: &str) -> Option<f64> {
     v.parse::<f64>().ok()
 }
@@ -221,8 +221,8 @@ fn instant(v: &str, now: SystemTime) -> Option<f64> {
 
 /// The IETF draft's headers: the separate fields, else the structured `RateLimit` (with
 /// `RateLimit-Policy`'s quota), else the earlier combined `RateLimit: limit=…, remaining=…`.
-fn ietf<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Reading {
-    let mut r = Reading {
+fn ietf<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> QuotaState {
+    let mut r = QuotaState {
         kind: Kind::Requests,
         limit: get("ratelimit-limit").and_then(first_number),
         remaining: get("ratelimit-remaining").and_then(number),
@@ -277,8 +277,8 @@ mod tests {
         SystemTime::UNIX_EPOCH + Duration::from_secs(1_735_689_600)
     }
 
-    fn reading(kind: Kind, limit: f64, remaining: f64, reset_s: f64) -> Reading {
-        Reading {
+    fn reading(kind: Kind, limit: f64, remaining: f64, reset_s: f64) -> QuotaState {
+        QuotaState {
             kind,
             limit: Some(limit),
             remaining: Some(remaining),
@@ -382,7 +382,7 @@ mod tests {
         assert_eq!(
             read(&h, at()),
             [
-                Reading {
+                QuotaState {
                     kind: Kind::Requests,
                     limit: None,
                     remaining: None,
@@ -392,7 +392,7 @@ mod tests {
                         "remaining NaN: not a finite number".into()
                     ]
                 },
-                Reading {
+                QuotaState {
                     kind: Kind::Tokens,
                     limit: None,
                     remaining: Some(12.0),

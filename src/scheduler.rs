@@ -6,19 +6,134 @@
 //! that finds the job's previous probe still running is skipped and counted
 //! (`tokenprobe_probes_skipped_total{reason="overlap"}`); a target that answered 429 or overloaded
 //! with a `Retry-After` is not probed until that wait has passed (`reason="rate_limited"`).
+//!
+//! What a job observes goes to every [`ResultSink`] the daemon built (the Prometheus registry, the
+//! OTLP instruments): each job gets its side of each sink as it starts ([`JobSink`]), and its
+//! results, skips and waits go to all of them by one call. A target's probes across its jobs
+//! share one gate (`TargetGate`): their flight (overlap, cold start, `max_in_flight`) and the pause
+//! the target asked for.
 
 use crate::config::{Job, Schedule};
 use crate::measure::ProbeResult;
-use crate::metrics::{InternalReason, JobInfo, JobLabels, JobSeries, Metrics, SkipReason};
-use crate::probe::{ProbeSpec, Prober, TokenModels};
+use crate::probe::{Flight, ProbeSpec, Prober, TokenModels};
 use crate::transport::TransportError;
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+
+/// Where `serve` sends what its jobs observe. Each exporter is one sink (the Prometheus
+/// registry, the OTLP instruments: the next exporter is one more implementation); the daemon
+/// builds them once and the scheduler keeps them across reloads.
+pub trait ResultSink: Send + Sync {
+    /// A job starts (new, or changed by a reload): the sink's side of it, which the job's
+    /// probes record into.
+    fn start(&self, job: &Job) -> Box<dyn JobSink>;
+}
+
+/// One job's side of a [`ResultSink`].
+pub trait JobSink: Send + Sync {
+    /// One probe's result (whole: [`crate::measure::Measurement::finish_with`]), finished at
+    /// wall time `finished`.
+    fn record(&self, r: &ProbeResult, finished: SystemTime);
+    /// A scheduled probe that did not run.
+    fn skipped(&self, _reason: SkipReason) {}
+    /// A probe waited `d` for its target's `max_in_flight` before it was sent.
+    fn waited(&self, _d: Duration) {}
+    /// A probe the exporter itself could not make: not the target's failure, not a probe of it.
+    fn internal_error(&self, _reason: InternalReason) {}
+    /// The job stopped (a reload removed or changed it); `replaced`: a job of the same target,
+    /// model and prompt starts in its place.
+    fn stop(&self, replaced: bool);
+}
+
+/// Why a scheduled probe did not run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SkipReason {
+    /// The job's previous probe was still running at the tick.
+    Overlap,
+    /// The target asked to wait (`Retry-After`), and the wait had not passed.
+    RateLimited,
+    /// The prompt is built to a token length and its calibration failed: nothing is sent at a
+    /// guessed length (the next tick calibrates again).
+    Uncalibrated,
+}
+
+impl SkipReason {
+    /// Every reason (series are pre-created at 0).
+    pub const ALL: [SkipReason; 3] = [
+        SkipReason::Overlap,
+        SkipReason::RateLimited,
+        SkipReason::Uncalibrated,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkipReason::Overlap => "overlap",
+            SkipReason::RateLimited => "rate_limited",
+            SkipReason::Uncalibrated => "uncalibrated",
+        }
+    }
+}
+
+/// The exporter's own failures that are not the target's: a probe that hit one is not counted as
+/// a probe of the target (`tokenprobe_internal_errors_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InternalReason {
+    /// The process (or system) ran out of file descriptors (`EMFILE`/`ENFILE`).
+    FdExhausted,
+}
+
+impl InternalReason {
+    /// Every reason (series are pre-created at 0).
+    pub const ALL: [InternalReason; 1] = [InternalReason::FdExhausted];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InternalReason::FdExhausted => "fd_exhausted",
+        }
+    }
+}
+
+/// A job's side of every sink: each fact of the job goes to all of them by one call.
+struct JobSinks(Vec<Box<dyn JobSink>>);
+
+impl JobSink for JobSinks {
+    fn record(&self, r: &ProbeResult, finished: SystemTime) {
+        for s in &self.0 {
+            s.record(r, finished);
+        }
+    }
+
+    fn skipped(&self, reason: SkipReason) {
+        for s in &self.0 {
+            s.skipped(reason);
+        }
+    }
+
+    fn waited(&self, d: Duration) {
+        for s in &self.0 {
+            s.waited(d);
+        }
+    }
+
+    fn internal_error(&self, reason: InternalReason) {
+        for s in &self.0 {
+            s.internal_error(reason);
+        }
+    }
+
+    fn stop(&self, replaced: bool) {
+        for s in &self.0 {
+            s.stop(replaced);
+        }
+    }
+}
 
 /// The longest start offset given to a job.
 const MAX_OFFSET: Duration = Duration::from_secs(10);
@@ -32,12 +147,9 @@ pub fn offset(name: &str, period: Duration) -> Duration {
     span.mul_f64(frac)
 }
 
-/// Per-target pause requested by `Retry-After`.
-type Pauses = Arc<Mutex<HashMap<String, Instant>>>;
-
-/// The probes of one target in flight, across its jobs: whether one ran while another was in
-/// flight (flag `concurrent_probe`), whether the target had been idle for its `cold_after` (flag
-/// `cold_start`), and the target's `max_in_flight`.
+/// One target's state across its jobs: its probes in flight (whether one ran while another was in
+/// flight, flag `concurrent_probe`; whether the target had been idle for its `cold_after`, flag
+/// `cold_start`; the target's `max_in_flight`) and the pause its answers asked for.
 #[derive(Debug)]
 struct TargetGate {
     in_flight: AtomicUsize,
@@ -50,7 +162,10 @@ struct TargetGate {
     /// `cold_after`, as configured.
     cold_after: Option<Duration>,
     /// When the target's last probe ended (none yet: not known to be idle).
-    last_end: std::sync::Mutex<Option<Instant>>,
+    last_end: Mutex<Option<Instant>>,
+    /// Until when the target asked not to be probed (`Retry-After`); passed on to the gate that
+    /// replaces this one when a reload changes the target's limits.
+    pause: Arc<Mutex<Option<Instant>>>,
 }
 
 /// A probe of a target in flight: what [`TargetGate::begin`] saw; leaving the flight (dropping
@@ -63,10 +178,14 @@ struct InFlight {
     cold: bool,
 }
 
-impl InFlight {
+impl Flight for InFlight {
     /// Whether another probe of the target was in flight at some point of this one so far.
     fn overlapped(&self) -> bool {
         self.others_in_flight || self.gate.begun.load(Ordering::SeqCst) > self.number
+    }
+
+    fn cold(&self) -> bool {
+        self.cold
     }
 }
 
@@ -78,21 +197,47 @@ impl Drop for InFlight {
 }
 
 impl TargetGate {
-    fn new(max: Option<u32>, cold_after: Option<Duration>) -> Self {
+    fn new(
+        max: Option<u32>,
+        cold_after: Option<Duration>,
+        pause: Arc<Mutex<Option<Instant>>>,
+    ) -> Self {
         TargetGate {
             in_flight: AtomicUsize::new(0),
             begun: AtomicU64::new(0),
             max,
             permits: max.map(|n| Arc::new(tokio::sync::Semaphore::new(n as usize))),
             cold_after,
-            last_end: std::sync::Mutex::new(None),
+            last_end: Mutex::new(None),
+            pause,
         }
     }
 
     fn last_end(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
-        self.last_end
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.last_end.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn pause(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
+        self.pause.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The target asked, at `now`, to wait `wait_s` seconds (at most an hour) before it is probed
+    /// again.
+    fn pause_for(&self, now: Instant, wait_s: f64) {
+        *self.pause() = Some(now + Duration::from_secs_f64(wait_s.clamp(0.0, 3600.0)));
+    }
+
+    /// Whether the wait the target asked for has not passed at `now`.
+    fn paused(&self, now: Instant) -> bool {
+        let mut pause = self.pause();
+        match *pause {
+            Some(until) if now < until => true,
+            Some(_) => {
+                *pause = None;
+                false
+            }
+            None => false,
+        }
     }
 
     /// A probe begins at `now`: cold when no other is in flight and the last one of the target
@@ -114,8 +259,20 @@ impl TargetGate {
     }
 }
 
-/// Each target's gate, by name; kept across reloads while its `max_in_flight` stays.
-type Gates = HashMap<String, Arc<TargetGate>>;
+/// A target, as the key of its gate: its name in the config (unique per config, and kept across
+/// reloads), never a metric's label.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct TargetName(String);
+
+impl TargetName {
+    fn of(job: &Job) -> Self {
+        TargetName(job.target.name.clone())
+    }
+}
+
+/// Each target's gate; kept across reloads while its `max_in_flight` and `cold_after` stay (a new
+/// gate takes over the old one's pause).
+type Targets = HashMap<TargetName, Arc<TargetGate>>;
 
 /// A job as the key of the running set: equal keys mean nothing about the job changed. Equality
 /// is the config types' own (`Eq` on [`Job`], every setting compared, hidden values included),
@@ -123,34 +280,32 @@ type Gates = HashMap<String, Arc<TargetGate>>;
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct JobKey(Job);
 
+/// A job's target, model and prompt names: its labels, unique per config.
+fn names(j: &Job) -> (&str, &str, &str) {
+    (&j.target.name, &j.model, &j.prompt.name)
+}
+
 impl Hash for JobKey {
     fn hash<H: Hasher>(&self, h: &mut H) {
-        let j = &self.0;
-        (&j.target.name, &j.model, &j.prompt.name).hash(h);
+        names(&self.0).hash(h);
     }
 }
 
-struct Running {
-    series: Arc<JobSeries>,
-    cancel: CancellationToken,
-    /// Its OTLP instruments' side, when `serve` exports OTLP.
-    otlp: Option<crate::otlp::JobRecorder>,
-}
+/// Where `serve` sends what its jobs observe, built once by the daemon.
+pub type Sinks = Vec<Arc<dyn ResultSink>>;
 
 /// The running jobs. Dropping it does not stop them; call [`Scheduler::shutdown`].
 pub struct Scheduler {
-    metrics: Arc<Metrics>,
+    sinks: Sinks,
     runtime: tokio::runtime::Handle,
     cancel: CancellationToken,
     ticks: TaskTracker,
     probes: TaskTracker,
-    pauses: Pauses,
-    jobs: HashMap<JobKey, Running>,
+    /// Each running job's context, which its ticks and probes share.
+    jobs: HashMap<JobKey, Arc<JobContext>>,
     /// Calibrations of the (target, model)s whose prompts are built to a token length.
     token_models: Arc<TokenModels>,
-    gates: Gates,
-    /// The OTLP instruments every job also records into (`OTEL_METRICS_EXPORTER=otlp`).
-    otlp: Option<Arc<crate::otlp::Instruments>>,
+    targets: Targets,
 }
 
 impl std::fmt::Debug for Scheduler {
@@ -174,27 +329,25 @@ pub struct Applied {
 
 impl Scheduler {
     /// Starts one task per job on `runtime` (the probing runtime: every tick and probe of every
-    /// job, later ones after a reload too, runs there, whichever runtime calls [`Scheduler::apply`]).
+    /// job, later ones after a reload too, runs there, whichever runtime calls [`Scheduler::apply`]);
+    /// every job records into each of `sinks`.
     ///
     /// # Errors
     /// [`TransportError`] when an HTTP client cannot be built.
     pub fn start(
         jobs: &[Job],
-        metrics: Arc<Metrics>,
+        sinks: Sinks,
         runtime: tokio::runtime::Handle,
-        otlp: Option<Arc<crate::otlp::Instruments>>,
     ) -> Result<Self, TransportError> {
         let mut s = Scheduler {
-            otlp,
-            metrics,
+            sinks,
             runtime,
             cancel: CancellationToken::new(),
             ticks: TaskTracker::new(),
             probes: TaskTracker::new(),
-            pauses: Arc::default(),
             jobs: HashMap::new(),
             token_models: Arc::default(),
-            gates: HashMap::new(),
+            targets: HashMap::new(),
         };
         s.apply(jobs)?;
         Ok(s)
@@ -222,78 +375,55 @@ impl Scheduler {
             }
         }
         let mut applied = Applied::default();
-        let new_labels: std::collections::HashSet<JobLabels> =
-            jobs.iter().map(JobLabels::of).collect();
-        self.jobs.retain(|key, r| {
+        let configured: std::collections::HashSet<(&str, &str, &str)> =
+            jobs.iter().map(names).collect();
+        self.jobs.retain(|key, job| {
             if wanted.contains_key(key) {
                 return true;
             }
-            r.cancel.cancel();
+            job.cancel.cancel();
             applied.stopped += 1;
-            if let Some(o) = &r.otlp {
-                o.remove();
-            }
-            if !new_labels.contains(r.series.labels()) {
-                self.metrics.remove_job(r.series.labels());
-            }
+            job.sinks.stop(configured.contains(&names(&key.0)));
             false
         });
         applied.kept = self.jobs.len();
         self.gate_targets(jobs);
         for (key, job, spec, prober) in fresh {
-            let series = self.metrics.register_job(JobInfo::of(job), job.histograms);
+            let sinks = JobSinks(self.sinks.iter().map(|s| s.start(job)).collect());
             if spec.target.tls.insecure_skip_verify {
                 tracing::warn!(job = %job.name(), "insecure_skip_verify is set: server certificates are NOT verified");
             }
             if let Some(p) = spec.proxy() {
                 tracing::info!(job = %job.name(), proxy = %p, "requests go through a proxy");
             }
-            let cancel = self.cancel.child_token();
-            let otlp = self.otlp.as_ref().map(|i| {
-                let attrs = crate::otlp::JobAttrs::new(
-                    spec.target.api.as_str(),
-                    &spec.target.base_url,
-                    &job.model,
-                    &job.target.name,
-                    &job.prompt.name,
-                    self.metrics.location(),
-                );
-                i.job(attrs, crate::otlp::exporter::now_ns())
+            let context = Arc::new(JobContext {
+                name: job.name(),
+                spec: Arc::new(spec),
+                prober: tokio::sync::Mutex::new(prober),
+                sinks,
+                target: self.targets[&TargetName::of(job)].clone(),
+                token_models: self.token_models.clone(),
+                running: AtomicBool::new(false),
+                calibrated: AtomicBool::new(false),
+                cancel: self.cancel.child_token(),
             });
             let runner = JobRunner {
-                otlp: otlp.clone(),
-                series: series.clone(),
-                name: job.name(),
-                prober: Arc::new(tokio::sync::Mutex::new(prober)),
-                spec: Arc::new(spec),
-                metrics: self.metrics.clone(),
-                running: Arc::new(AtomicBool::new(false)),
-                pauses: self.pauses.clone(),
+                context: context.clone(),
                 probes: self.probes.clone(),
                 runtime: self.runtime.clone(),
-                token_models: self.token_models.clone(),
-                calibrated: Arc::default(),
-                gate: self.gates[&job.target.name].clone(),
             };
             let schedule = job.schedule.clone();
-            let c = cancel.clone();
             self.ticks
-                .spawn_on(async move { runner.run(schedule, c).await }, &self.runtime);
-            self.jobs.insert(
-                key,
-                Running {
-                    series,
-                    cancel,
-                    otlp,
-                },
-            );
+                .spawn_on(async move { runner.run(schedule).await }, &self.runtime);
+            self.jobs.insert(key, context);
             applied.started += 1;
         }
         Ok(applied)
     }
 
-    /// One gate per target of `jobs` (a target whose `max_in_flight` changed gets a new one; the
-    /// probes in flight keep the old), and a warning for each target whose jobs can overlap.
+    /// One gate per target of `jobs` (a target whose `max_in_flight` or `cold_after` changed gets
+    /// a new one, which takes over the old one's pause; the probes in flight keep the old), and a
+    /// warning for each target whose jobs can overlap.
     fn gate_targets(&mut self, jobs: &[Job]) {
         let mut per_target: HashMap<&str, (usize, Option<u32>, Option<Duration>)> = HashMap::new();
         for j in jobs {
@@ -304,15 +434,18 @@ impl Scheduler {
             ));
             e.0 += 1;
         }
-        self.gates.retain(|name, g| {
-            per_target
-                .get(name.as_str())
-                .is_some_and(|(_, m, c)| *m == g.max && *c == g.cold_after)
-        });
+        self.targets
+            .retain(|name, _| per_target.contains_key(name.0.as_str()));
         for (name, (n, max, cold_after)) in per_target {
-            self.gates
-                .entry(name.to_owned())
-                .or_insert_with(|| Arc::new(TargetGate::new(max, cold_after)));
+            let key = TargetName(name.to_owned());
+            match self.targets.get(&key) {
+                Some(g) if g.max == max && g.cold_after == cold_after => {}
+                old => {
+                    let pause = old.map(|g| g.pause.clone()).unwrap_or_default();
+                    let gate = Arc::new(TargetGate::new(max, cold_after, pause));
+                    self.targets.insert(key, gate);
+                }
+            }
             if n > 1 && max != Some(1) {
                 tracing::warn!(
                     target = name,
@@ -361,39 +494,46 @@ impl Scheduler {
     }
 }
 
-struct JobRunner {
-    /// The job's series, which its probes record into.
-    series: Arc<JobSeries>,
-    /// The job's OTLP instruments, which its probes also record into.
-    otlp: Option<crate::otlp::JobRecorder>,
+/// What a job's ticks and probes share, made once as the job starts: a tick's probe takes one
+/// `Arc` of it.
+struct JobContext {
+    /// `target/model/prompt`, for the log.
     name: String,
     spec: Arc<ProbeSpec>,
     /// The job's prober, taken by its one probe in flight (the `running` flag skips a tick
     /// before it would wait for the lock).
-    prober: Arc<tokio::sync::Mutex<Prober>>,
-    metrics: Arc<Metrics>,
-    running: Arc<AtomicBool>,
-    pauses: Pauses,
+    prober: tokio::sync::Mutex<Prober>,
+    /// The job's side of every sink.
+    sinks: JobSinks,
+    /// Its target's probes in flight, and the target's pause.
+    target: Arc<TargetGate>,
+    token_models: Arc<TokenModels>,
+    /// A probe of the job is in flight.
+    running: AtomicBool,
+    /// The job's calibration was logged (once per job).
+    calibrated: AtomicBool,
+    /// Cancelled when the job stops.
+    cancel: CancellationToken,
+}
+
+struct JobRunner {
+    context: Arc<JobContext>,
     probes: TaskTracker,
     runtime: tokio::runtime::Handle,
-    token_models: Arc<TokenModels>,
-    /// The job's calibration was logged (once per job).
-    calibrated: Arc<AtomicBool>,
-    /// Its target's probes in flight.
-    gate: Arc<TargetGate>,
 }
 
 impl JobRunner {
-    async fn run(self, schedule: Schedule, cancel: CancellationToken) {
+    async fn run(self, schedule: Schedule) {
+        let (name, cancel) = (&self.context.name, &self.context.cancel);
         match schedule {
             Schedule::Interval(period) => {
-                let start = tokio::time::Instant::now() + offset(&self.name, period);
+                let start = tokio::time::Instant::now() + offset(name, period);
                 let mut iv = tokio::time::interval_at(start, period);
                 iv.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
                 loop {
                     tokio::select! {
                         _ = cancel.cancelled() => return,
-                        _ = iv.tick() => self.fire(&cancel),
+                        _ = iv.tick() => self.fire(),
                     }
                 }
             }
@@ -402,153 +542,126 @@ impl JobRunner {
                 let next = match cron.find_next_occurrence(&now, false) {
                     Ok(n) => n,
                     Err(e) => {
-                        tracing::error!(job = %self.name, error = %e, "cron schedule has no next run; job stopped");
+                        tracing::error!(job = %name, error = %e, "cron schedule has no next run; job stopped");
                         return;
                     }
                 };
                 let wait = (next - now).to_std().unwrap_or(Duration::ZERO);
                 tokio::select! {
                     _ = cancel.cancelled() => return,
-                    _ = tokio::time::sleep(wait) => self.fire(&cancel),
+                    _ = tokio::time::sleep(wait) => self.fire(),
                 }
             },
         }
     }
 
-    fn paused(&self) -> bool {
-        let Ok(mut p) = self.pauses.lock() else {
-            return false;
-        };
-        let target = &self.series.labels().target;
-        match p.get(target) {
-            Some(until) if Instant::now() < *until => true,
-            Some(_) => {
-                p.remove(target);
-                false
-            }
-            None => false,
-        }
-    }
-
-    /// One tick: a probe, or for a conversation prompt its turns, one after the other with the
-    /// think time between them (a stop between turns ends the conversation there).
-    fn fire(&self, cancel: &CancellationToken) {
-        if self.paused() {
-            self.series.skipped(SkipReason::RateLimited);
+    /// One tick: a probe (or a conversation's turns) on its own task, unless the target asked
+    /// to wait or the job's previous probe still runs.
+    fn fire(&self) {
+        let job = &self.context;
+        if job.target.paused(Instant::now()) {
+            job.sinks.skipped(SkipReason::RateLimited);
             return;
         }
-        if self.running.swap(true, Ordering::AcqRel) {
-            self.series.skipped(SkipReason::Overlap);
-            tracing::debug!(job = %self.name, "previous probe still running; tick skipped");
+        if job.running.swap(true, Ordering::AcqRel) {
+            job.sinks.skipped(SkipReason::Overlap);
+            tracing::debug!(job = %job.name, "previous probe still running; tick skipped");
             return;
         }
-        let (calibrated, gate) = (self.calibrated.clone(), self.gate.clone());
-        let otlp = self.otlp.clone();
-        let (prober, spec, metrics, series, running, pauses, name, models, cancel) = (
-            self.prober.clone(),
-            self.spec.clone(),
-            self.metrics.clone(),
-            self.series.clone(),
-            self.running.clone(),
-            self.pauses.clone(),
-            self.name.clone(),
-            self.token_models.clone(),
-            cancel.clone(),
-        );
-        self.probes.spawn_on(async move {
-            // Cleared on drop, so even a panicking probe cannot block its job's later ticks.
-            let _running = RunningGuard(running);
-            let mut prober = prober.lock().await;
-            let spec = match models.get(&mut prober, &spec).await {
-                Some(c) => {
-                    if c.error.is_some() {
-                        // Never a prompt of a guessed length: this tick is skipped.
-                        tracing::warn!(job = %name, requests = c.requests, seconds = c.seconds, calibration = %c.summary(), "calibration failed: no probe at a guessed length; tried again at the next tick");
-                        series.skipped(SkipReason::Uncalibrated);
-                        return;
-                    }
-                    if !calibrated.swap(true, Ordering::AcqRel) {
-                        tracing::info!(job = %name, requests = c.requests, seconds = c.seconds, calibration = %c.summary(), "calibrated the input length");
-                    }
-                    let mut s = (*spec).clone();
-                    s.tokens = c.model();
-                    Arc::new(s)
-                }
-                None => spec,
-            };
-            let mut session = spec.session();
-            loop {
-                let (content, wait) = session.next(&spec);
-                if !wait.is_zero() {
-                    tokio::select! {
-                        () = cancel.cancelled() => return,
-                        () = tokio::time::sleep(wait) => {}
-                    }
-                }
-                // The target's limit: the wait is before `t0`, so it is in no TTFT; it is counted.
-                let _permit = match &gate.permits {
-                    Some(permits) => {
-                        let from = Instant::now();
-                        let permit = tokio::select! {
-                            () = cancel.cancelled() => return,
-                            p = permits.clone().acquire_owned() => p.ok(),
-                        };
-                        series.waited(from.elapsed());
-                        permit
-                    }
-                    None => None,
-                };
-                let flight = gate.begin(Instant::now());
-                let mut r = prober.run_content(&spec, &content).await;
-                if flight.overlapped() {
-                    r.flags.insert(crate::outcome::Flag::ConcurrentProbe);
-                }
-                if flight.cold {
-                    r.flags.insert(crate::outcome::Flag::ColdStart);
-                }
-                drop(flight);
-                if r.exporter_fault {
-                    // Our own fd exhaustion says nothing about the target: not a probe of it.
-                    metrics.internal_error(InternalReason::FdExhausted);
-                    tracing::error!(
-                        job = %name,
-                        reason = InternalReason::FdExhausted.as_str(),
-                        message = r.error_detail.as_deref().unwrap_or(""),
-                        "the exporter ran out of file descriptors: probe not sent, not counted against the target"
-                    );
-                    return;
-                }
-                series.record(&r, SystemTime::now());
-                if let Some(o) = &otlp {
-                    o.record(&r);
-                }
-                if let Some(wait) = r.retry_after_s.filter(|w| *w > 0.0)
-                    && let Ok(mut p) = pauses.lock()
-                {
-                    let until = Instant::now() + Duration::from_secs_f64(wait.clamp(0.0, 3600.0));
-                    p.insert(series.labels().target.clone(), until);
-                }
-                log_result(&name, &r);
-                session.answered(&r);
-                if session.at_start() || cancel.is_cancelled() {
-                    return;
-                }
-            }
-        }, &self.runtime);
+        self.probes
+            .spawn_on(self.context.clone().probe(), &self.runtime);
     }
 }
 
-struct RunningGuard(Arc<AtomicBool>);
+impl JobContext {
+    /// A probe, or for a conversation prompt its turns, one after the other with the think time
+    /// between them (a stop between turns ends the conversation there).
+    async fn probe(self: Arc<Self>) {
+        // Cleared on drop, so even a panicking probe cannot block its job's later ticks.
+        let _running = RunningGuard(&self.running);
+        let cancel = &self.cancel;
+        let mut prober = self.prober.lock().await;
+        let spec = match self.token_models.get(&mut prober, &self.spec).await {
+            Some(c) => {
+                if c.error.is_some() {
+                    // Never a prompt of a guessed length: this tick is skipped.
+                    tracing::warn!(job = %self.name, requests = c.requests, seconds = c.seconds, calibration = %c.summary(), "calibration failed: no probe at a guessed length; tried again at the next tick");
+                    self.sinks.skipped(SkipReason::Uncalibrated);
+                    return;
+                }
+                if !self.calibrated.swap(true, Ordering::AcqRel) {
+                    tracing::info!(job = %self.name, requests = c.requests, seconds = c.seconds, calibration = %c.summary(), "calibrated the input length");
+                }
+                let mut s = (*self.spec).clone();
+                s.tokens = c.model();
+                Arc::new(s)
+            }
+            None => self.spec.clone(),
+        };
+        let mut session = spec.session();
+        loop {
+            let (content, wait) = session.next(&spec);
+            if !wait.is_zero() {
+                tokio::select! {
+                    () = cancel.cancelled() => return,
+                    () = tokio::time::sleep(wait) => {}
+                }
+            }
+            // The target's limit: the wait is before `t0`, so it is in no TTFT; it is counted.
+            let _permit = match &self.target.permits {
+                Some(permits) => {
+                    let from = Instant::now();
+                    let permit = tokio::select! {
+                        () = cancel.cancelled() => return,
+                        p = permits.clone().acquire_owned() => p.ok(),
+                    };
+                    self.sinks.waited(from.elapsed());
+                    permit
+                }
+                None => None,
+            };
+            let flight = self.target.begin(Instant::now());
+            let r = prober.run_in_flight(&spec, &content, Some(&flight)).await;
+            drop(flight);
+            let finished = SystemTime::now();
+            if r.exporter_fault {
+                // Our own fd exhaustion says nothing about the target: not a probe of it.
+                self.sinks.internal_error(InternalReason::FdExhausted);
+                tracing::error!(
+                    job = %self.name,
+                    reason = InternalReason::FdExhausted.as_str(),
+                    message = r.error_detail.as_deref().unwrap_or(""),
+                    "the exporter ran out of file descriptors: probe not sent, not counted against the target"
+                );
+                return;
+            }
+            self.sinks.record(&r, finished);
+            if let Some(wait) = r.retry_after_s.filter(|w| *w > 0.0) {
+                self.target.pause_for(Instant::now(), wait);
+            }
+            log_result(&self.name, &r);
+            session.answered(&r);
+            if session.at_start() || cancel.is_cancelled() {
+                return;
+            }
+        }
+    }
+}
 
-impl Drop for RunningGuard {
+struct RunningGuard<'a>(&'a AtomicBool);
+
+impl Drop for RunningGuard<'_> {
     fn drop(&mut self) {
         self.0.store(false, Ordering::Release);
     }
 }
 
-/// One log line per probe: `warn` for a failure (job, error_type, status, message), `debug` with
-/// every measured value for a success; and a `debug` line for each rate-limit value its answer
-/// stated that was left out as not data (`tokenprobe_ratelimit_invalid_values_total` counts them).
+/// One log line per probe: `warn` for a failure (job, error_type, status, message, and what
+/// answered when the answer said: the served model, fingerprint, response id and request id
+/// header, so a failure can be found in the provider's logs), `debug` with every measured value
+/// for a success; and a `debug` line for each rate-limit value its answer stated that was left
+/// out as not data (`tokenprobe_ratelimit_invalid_values_total` counts them). What answered is
+/// cut and cleaned where it is read ([`crate::protocol::identity_value`]), and is never a label.
 pub fn log_result(job: &str, r: &ProbeResult) {
     for q in &r.rate_limits {
         for why in &q.left_out {
@@ -570,6 +683,10 @@ pub fn log_result(job: &str, r: &ProbeResult) {
             duration_s = r.failure_s,
             retry_after_s = r.retry_after_s,
             message = r.error_detail.as_deref().unwrap_or(""),
+            served_model = r.served_model.as_deref(),
+            system_fingerprint = r.system_fingerprint.as_deref(),
+            response_id = r.response_id.as_deref(),
+            request_id = r.server_request_id.as_deref(),
             "probe failed"
         ),
         None => tracing::debug!(
@@ -587,6 +704,9 @@ pub fn log_result(job: &str, r: &ProbeResult) {
                 (r.token_source != crate::measure::TokenSource::Unknown).then_some(r.output_tokens),
             token_events = r.token_events,
             input_tokens = r.input_tokens,
+            cached_input_tokens = r.cached_input_tokens,
+            reasoning_tokens = r.reasoning_tokens,
+            served_model = r.served_model.as_deref(),
             requested_input_tokens = r.requested_input_tokens,
             requested_output_tokens = r.requested_output_tokens,
             turn = r.turn,
@@ -602,10 +722,11 @@ pub fn log_result(job: &str, r: &ProbeResult) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::Metrics;
 
     #[test]
     fn a_probe_overlapped_when_another_was_in_flight_at_any_point() {
-        let g = Arc::new(TargetGate::new(None, None));
+        let g = Arc::new(TargetGate::new(None, None, Arc::default()));
         let now = Instant::now();
         // Alone: not overlapped.
         let a = g.begin(now);
@@ -634,7 +755,7 @@ mod tests {
     #[test]
     fn a_probe_after_the_targets_cold_after_is_cold() {
         let after = Duration::from_secs(60);
-        let g = Arc::new(TargetGate::new(None, Some(after)));
+        let g = Arc::new(TargetGate::new(None, Some(after), Arc::default()));
         let t = Instant::now();
         let first = g.begin(t);
         assert!(
@@ -650,7 +771,7 @@ mod tests {
         assert!(cold.cold, "a minute idle");
         // Another probe beginning while that one runs is not cold: the target is busy.
         assert!(!g.begin(ended + after + after).cold);
-        let never = Arc::new(TargetGate::new(None, None));
+        let never = Arc::new(TargetGate::new(None, None, Arc::default()));
         drop(never.begin(t));
         assert!(!never.begin(t + Duration::from_secs(86_400)).cold);
     }
@@ -674,9 +795,8 @@ mod tests {
         let metrics = Arc::new(Metrics::new(&crate::config::Buckets::default()));
         let mut s = Scheduler::start(
             &h1,
-            metrics.clone(),
+            vec![metrics.clone()],
             tokio::runtime::Handle::current(),
-            None,
         )
         .unwrap();
         let kept = Applied {
@@ -699,6 +819,128 @@ mod tests {
                 .count(),
             1,
             "{text}"
+        );
+        s.shutdown(Duration::ZERO).await;
+    }
+
+    /// What a sink was told, one line per call.
+    #[derive(Default)]
+    struct Told(Mutex<Vec<String>>);
+
+    impl Told {
+        fn push(&self, line: String) {
+            self.0.lock().unwrap().push(line);
+        }
+
+        fn lines(&self) -> Vec<String> {
+            self.0.lock().unwrap().clone()
+        }
+    }
+
+    /// A third exporter: one implementation of the sink, nothing else.
+    struct Recording(Arc<Told>);
+
+    struct RecordingJob(String, Arc<Told>);
+
+    impl ResultSink for Recording {
+        fn start(&self, job: &Job) -> Box<dyn JobSink> {
+            self.0.push(format!("start {}", job.name()));
+            Box::new(RecordingJob(job.name(), self.0.clone()))
+        }
+    }
+
+    impl JobSink for RecordingJob {
+        fn record(&self, r: &ProbeResult, _: SystemTime) {
+            let e = r.error_type.map_or("success", |e| e.as_str());
+            self.1.push(format!("record {} {e}", self.0));
+        }
+
+        fn stop(&self, replaced: bool) {
+            self.1.push(format!("stop {} replaced={replaced}", self.0));
+        }
+    }
+
+    fn jobs(model: &str, max_in_flight: u32, interval: &str) -> Vec<Job> {
+        let text = format!(
+            "prompts:\n  - name: p\n    messages: [{{role: user, content: hi}}]\ntargets:\n  - name: a\n    base_url: http://127.0.0.1:1/v1\n    proxy: none\n    models: [{model}]\n    interval: {interval}\n    max_in_flight: {max_in_flight}\n"
+        );
+        crate::config::Config::parse(&text).unwrap().jobs
+    }
+
+    /// Issue 41 item 4: every result of a job goes to each sink the scheduler was given (the
+    /// next exporter is one implementation of [`ResultSink`]); a job a reload changes is stopped
+    /// as replaced (its labels stay), one it removes as not.
+    #[tokio::test]
+    async fn each_result_goes_to_every_sink() {
+        let told = [Arc::new(Told::default()), Arc::new(Told::default())];
+        let sinks: Sinks = told
+            .iter()
+            .map(|t| Arc::new(Recording(t.clone())) as Arc<dyn ResultSink>)
+            .collect();
+        let mut s = Scheduler::start(
+            &jobs("m", 1, "100ms"),
+            sinks,
+            tokio::runtime::Handle::current(),
+        )
+        .unwrap();
+        let end = Instant::now() + Duration::from_secs(10);
+        while told.iter().any(|t| t.lines().len() < 2) && Instant::now() < end {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // The same settings but the limit: the job is replaced under its labels.
+        s.apply(&jobs("m", 2, "1h")).unwrap();
+        s.apply(&jobs("other", 2, "1h")).unwrap();
+        s.shutdown(Duration::from_secs(5)).await;
+        for t in &told {
+            let lines = t.lines();
+            assert_eq!(
+                lines[..2],
+                ["start a/m/p", "record a/m/p connect"],
+                "{lines:?}"
+            );
+            let rest: Vec<&String> = lines.iter().filter(|l| !l.starts_with("record")).collect();
+            assert_eq!(
+                rest,
+                [
+                    "start a/m/p",
+                    "stop a/m/p replaced=true",
+                    "start a/m/p",
+                    "stop a/m/p replaced=false",
+                    "start a/other/p",
+                ],
+                "{lines:?}"
+            );
+        }
+    }
+
+    /// The pause a target asked for lives with its gate, keyed by the target: a reload that
+    /// changes the target's limit makes a new gate that keeps the pause; a target a reload
+    /// removes takes its gate and pause with it.
+    #[tokio::test]
+    async fn a_targets_pause_lives_with_its_gate() {
+        let mut s = Scheduler::start(
+            &jobs("m", 1, "1h"),
+            Vec::new(),
+            tokio::runtime::Handle::current(),
+        )
+        .unwrap();
+        let a = TargetName("a".into());
+        let now = Instant::now();
+        let first = s.targets[&a].clone();
+        first.pause_for(now, 60.0);
+        assert!(first.paused(now + Duration::from_secs(59)));
+        assert!(!first.paused(now + Duration::from_secs(61)));
+        first.pause_for(now, 60.0);
+        s.apply(&jobs("m", 2, "1h")).unwrap();
+        let second = s.targets[&a].clone();
+        assert!(!Arc::ptr_eq(&first, &second) && second.max == Some(2));
+        assert!(second.paused(now + Duration::from_secs(30)), "kept");
+        let text = "prompts:\n  - name: p\n    messages: [{role: user, content: hi}]\ntargets:\n  - name: b\n    base_url: http://127.0.0.1:1/v1\n    models: [m]\n    interval: 1h\n";
+        s.apply(&crate::config::Config::parse(text).unwrap().jobs)
+            .unwrap();
+        assert_eq!(
+            s.targets.keys().collect::<Vec<_>>(),
+            [&TargetName("b".into())]
         );
         s.shutdown(Duration::ZERO).await;
     }

@@ -57,11 +57,11 @@ pub mod profile;
 pub mod quota;
 mod timer;
 
+use crate::exit::Exit;
 use anyhow::{Context, Result, bail};
 use plan::Timing;
 use std::io::Write as _;
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
@@ -293,7 +293,7 @@ async fn bind(listen: &str) -> Result<TcpListener> {
 ///
 /// # Errors
 /// Invalid flags, an address that cannot be bound, or an event log that cannot be created.
-pub async fn run(args: SimulateArgs) -> Result<ExitCode> {
+pub async fn run(args: SimulateArgs) -> Result<Exit> {
     args.validate()?;
     // Before the address is printed: a client that reads it may stop us at once.
     let stop = crate::stop::StopSignals::install();
@@ -356,7 +356,7 @@ pub async fn run(args: SimulateArgs) -> Result<ExitCode> {
     if let Some(l) = &shared.log {
         l.close();
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Done)
 }
 
 async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {

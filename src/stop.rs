@@ -79,7 +79,7 @@ impl StopSignals {
             let _ = tokio::signal::ctrl_c().await;
         }
         tracing::warn!("second stop signal: exiting now");
-        std::process::exit(1);
+        std::process::exit(crate::exit::Exit::Failed.code().into());
     }
 }
 

@@ -71,7 +71,7 @@ fn the_exporters_own_fd_exhaustion_is_not_the_targets_failure() {
     };
 
     let scheduler =
-        Scheduler::start(&config.jobs, metrics.clone(), rt.handle().clone(), None).unwrap();
+        Scheduler::start(&config.jobs, vec![metrics.clone()], rt.handle().clone()).unwrap();
     // Three ticks that found the fd table full.
     let full = poll(&|t| sample(t, internal).is_some_and(|n| n >= 3.0));
     drop(filler);

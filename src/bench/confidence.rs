@@ -54,15 +54,21 @@ pub fn quantile_ranks(n: u64, q: f64) -> Option<(u64, u64)> {
 
 /// The Wilson score interval (95%) of a share `k` of `n`; `None` for `n = 0`.
 pub fn wilson(k: u64, n: u64) -> Option<[f64; 2]> {
+    wilson_z(k, n, Z)
+}
+
+/// The Wilson score interval of a share `k` of `n` at the standard normal quantile `z` (1.96 for
+/// 95%, two-sided); `None` for `n = 0`.
+pub fn wilson_z(k: u64, n: u64, z: f64) -> Option<[f64; 2]> {
     if n == 0 {
         return None;
     }
     let n_all = n;
     let p = k.min(n) as f64 / n as f64;
     let n = n as f64;
-    let z2 = Z * Z;
+    let z2 = z * z;
     let centre = (p + z2 / (2.0 * n)) / (1.0 + z2 / n);
-    let half = Z / (1.0 + z2 / n) * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt();
+    let half = z / (1.0 + z2 / n) * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt();
     // At the ends the interval reaches 0 or 1 exactly (the formula's rounding falls short).
     let lo = if k == 0 {
         0.0

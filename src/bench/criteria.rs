@@ -564,6 +564,10 @@ pub struct Criteria {
     pub tolerance: f64,
     /// Absolute tolerance of the error rate in the regression check.
     pub tolerance_error_rate: f64,
+    /// The family-wise confidence of the regression check: the chance that a comparison of two
+    /// runs of one server calls any of its values a significant change stays below
+    /// `1 − confidence` (default 0.95).
+    pub confidence: f64,
     /// The level (concurrency, or rate in open loop) at which models are selected; `None`: the
     /// answer's own load ([`super::answer::answer_load`]), or to [`super::select::select`] each
     /// model's last level.
@@ -579,6 +583,7 @@ impl Default for Criteria {
             knee: KneeRule::default(),
             tolerance: 0.10,
             tolerance_error_rate: 0.01,
+            confidence: DEFAULT_CONFIDENCE,
             select_at: None,
         }
     }
@@ -601,6 +606,31 @@ pub struct CriteriaRecord {
     pub tolerance: f64,
     /// Absolute tolerance of the error rate in the regression check.
     pub tolerance_error_rate: f64,
+    /// The family-wise confidence of the regression check (0.95 in reports of older versions).
+    #[serde(default = "default_confidence")]
+    pub confidence: f64,
+}
+
+/// The regression check's family-wise confidence unless told otherwise.
+pub const DEFAULT_CONFIDENCE: f64 = 0.95;
+
+fn default_confidence() -> f64 {
+    DEFAULT_CONFIDENCE
+}
+
+/// A confidence from `95%` or `0.95`: at least 50%, below 100%.
+///
+/// # Errors
+/// [`CriteriaError::Invalid`] for anything else.
+pub fn parse_confidence(s: &str) -> Result<f64, CriteriaError> {
+    let c = parse_ratio(s)?;
+    if (0.5..1.0).contains(&c) {
+        Ok(c)
+    } else {
+        Err(invalid(format!(
+            "confidence {s:?} must be at least 50% and below 100% (e.g. 95%)"
+        )))
+    }
 }
 
 impl Criteria {
@@ -626,6 +656,7 @@ impl Criteria {
             select_at: self.select_at,
             tolerance: self.tolerance,
             tolerance_error_rate: self.tolerance_error_rate,
+            confidence: self.confidence,
         }
     }
 
@@ -649,6 +680,7 @@ impl Criteria {
             knee,
             tolerance: r.tolerance,
             tolerance_error_rate: r.tolerance_error_rate,
+            confidence: parse_confidence(&r.confidence.to_string())?,
             select_at: r.select_at,
         })
     }
@@ -700,6 +732,7 @@ struct BenchFile {
     knee: Option<KneeFile>,
     tolerance: Option<Scalar>,
     tolerance_error_rate: Option<Scalar>,
+    confidence: Option<Scalar>,
     select_at: Option<f64>,
 }
 
@@ -743,6 +776,9 @@ impl Criteria {
         }
         if let Some(t) = &f.tolerance_error_rate {
             keep(parse_ratio(&t.text()).map(|t| c.tolerance_error_rate = t));
+        }
+        if let Some(t) = &f.confidence {
+            keep(parse_confidence(&t.text()).map(|t| c.confidence = t));
         }
         c.select_at = f.select_at;
         if problems.is_empty() {
@@ -789,6 +825,7 @@ mod tests {
             select_at: Some(8.0),
             tolerance: 0.05,
             tolerance_error_rate: 0.02,
+            confidence: 0.99,
             ..Criteria::default()
         };
         c.limits[0].value = 1.0 / 3.0;

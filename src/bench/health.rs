@@ -4,18 +4,22 @@
 //! failures give.
 //!
 //! - **The check**: one unmeasured request per (model, prompt series) before any level, through
-//!   the same prober as the load. A model whose check fails is not loaded ([`Check`] in its
-//!   report says why) and the run exits [`CHECK_FAILED_EXIT`] unless `--keep-going`.
+//!   the same prober as the load. A model whose check fails with an error that says the load
+//!   cannot work ([`blocks_load`]: the route, the key, the request, the quota, the protocol) is not
+//!   loaded ([`Check`] in its report says why) and the run exits [`Exit::CheckFailed`] unless
+//!   `--keep-going`; a failure of the moment (a 429, a 500, a deadline) is said and the model is
+//!   loaded.
 //! - **The early stop**: a [`Streak`] of requests failing with an error more load cannot change
 //!   ([`futile`]: `auth`, `bad_request`, `quota_exceeded`, and `connect` once the server was
 //!   reached) with no success between them stops the model's load after
 //!   [`STOP_AFTER_ERRORS`] of them (`--stop-after-errors`); its level is kept, partial, and its
 //!   later levels are not run.
-//! - **The exit** ([`unusable`]): a failed check, a level where every request failed, or a load
-//!   stopped early never exits 0.
+//! - **The exit** ([`unusable`], weighed with a run's other exits in [`super::run_exit`]): a
+//!   failed check, a level where every request failed, or a load stopped early never exits 0.
 
 use super::report::{ModelReport, Report};
 use super::stats::{LevelStats, Sample};
+use crate::exit::Exit;
 use crate::measure::ProbeResult;
 use crate::outcome::ErrorType;
 use serde::{Deserialize, Serialize};
@@ -25,14 +29,6 @@ use std::collections::BTreeMap;
 /// Default of `--stop-after-errors`: the load of a model stops after this many requests in a
 /// row failed with an error more load cannot change.
 pub const STOP_AFTER_ERRORS: u32 = 10;
-
-/// The exit of a run whose connectivity check failed for a model (without `--keep-going`, or for
-/// every model).
-pub const CHECK_FAILED_EXIT: u8 = 7;
-
-/// The exit of a run with a level where every request failed, or a model's load stopped early
-/// because its requests failed with an error more load cannot change.
-pub const ALL_ERRORS_EXIT: u8 = 8;
 
 /// The most distinct first messages kept per error type of a stopped level.
 pub const MESSAGES_PER_TYPE: usize = 3;
@@ -47,7 +43,7 @@ pub struct HealthPlan {
     /// Send the connectivity check before the first level.
     pub check: bool,
     /// A model whose check failed is left out and the others run, without exiting
-    /// [`CHECK_FAILED_EXIT`] for it.
+    /// [`Exit::CheckFailed`] for it.
     pub keep_going: bool,
     /// Stop a model's load after this many requests in a row failed with an error more load
     /// cannot change (0: never).
@@ -67,7 +63,8 @@ impl Default for HealthPlan {
 /// A series' connectivity check: one unmeasured request before its first level.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Check {
-    /// The request succeeded.
+    /// The model may be loaded: the request succeeded, or failed with an error of the moment
+    /// (not [`blocks_load`]), said in `error_type` and `message`.
     pub ok: bool,
     /// Its `error_type`, when it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -87,7 +84,7 @@ impl Check {
     /// The check a probe result makes, `seconds` long.
     pub fn of(r: &ProbeResult, seconds: f64) -> Check {
         Check {
-            ok: r.success(),
+            ok: r.error_type.is_none_or(|e| !blocks_load(e)),
             error_type: r.error_type,
             http_status: r.http_status,
             message: r
@@ -102,12 +99,21 @@ impl Check {
     /// server's message` (the message's own `HTTP 401: ` prefix not repeated).
     pub fn line(&self) -> String {
         let took = crate::units::fmt_secs(self.seconds);
-        if self.ok {
+        if self.ok && self.error_type.is_none() {
             return match self.http_status {
                 Some(s) => format!("passed (HTTP {s}, {took})"),
                 None => format!("passed ({took})"),
             };
         }
+        let failure = self.failure();
+        if self.ok {
+            return format!("passed with a failure of the moment, the model is loaded: {failure}");
+        }
+        failure
+    }
+
+    /// The failure, `auth (HTTP 401): the server's message`.
+    fn failure(&self) -> String {
         let kind = self.error_type.map_or("failed", ErrorType::as_str);
         let message = self.message.as_deref().unwrap_or_default();
         match self.http_status {
@@ -121,6 +127,18 @@ impl Check {
             None => format!("{kind}: {message}"),
         }
     }
+}
+
+/// True when a check failing with `e` says the load cannot work: no route to the server
+/// (`proxy`, `connect`, `tls`, `timeout_connect`), a failure more load cannot change ([`futile`]),
+/// or answers that are not the protocol's (`malformed`: the wrong `--api`, say). A 429, a 5xx, a
+/// deadline or a cut stream are of the moment: the model is loaded and its levels measure them.
+pub fn blocks_load(e: ErrorType) -> bool {
+    futile(e, true)
+        || matches!(
+            e,
+            ErrorType::Proxy | ErrorType::Tls | ErrorType::TimeoutConnect | ErrorType::Malformed
+        )
 }
 
 /// True when more load cannot change a failure of type `e`: the key, the request or the quota is
@@ -351,11 +369,11 @@ pub fn index_of_whole(levels: &[LevelStats], i: usize) -> Option<usize> {
         .map(|(j, _)| j)
 }
 
-/// Why a run must not exit 0 for its failures, and its exit: [`CHECK_FAILED_EXIT`] when a
+/// Why a run must not exit 0 for its failures, and its exit: [`Exit::CheckFailed`] when a
 /// model's check failed (unless `keep_going` and another model passed), else
-/// [`ALL_ERRORS_EXIT`] when a level's requests all failed or a model's load was stopped by its
+/// [`Exit::AllErrors`] when a level's requests all failed or a model's load was stopped by its
 /// errors. `None` when neither.
-pub fn unusable(report: &Report, keep_going: bool) -> Option<(u8, String)> {
+pub fn unusable(report: &Report, keep_going: bool) -> Option<(Exit, String)> {
     let names = super::report::model_names(&report.models);
     let failed: Vec<String> = report
         .models
@@ -381,10 +399,11 @@ pub fn unusable(report: &Report, keep_going: bool) -> Option<(u8, String)> {
             "no model was loaded"
         };
         return Some((
-            CHECK_FAILED_EXIT,
+            Exit::CheckFailed,
             format!(
-                "tokenprobe bench: the connectivity check failed for {}: {others}; exit {CHECK_FAILED_EXIT} (--no-check skips the check)",
-                failed.join(", ")
+                "tokenprobe bench: the connectivity check failed for {}: {others}; exit {} (--no-check skips the check)",
+                failed.join(", "),
+                Exit::CheckFailed.code()
             ),
         ));
     }
@@ -414,10 +433,11 @@ pub fn unusable(report: &Report, keep_going: bool) -> Option<(u8, String)> {
     }
     (!why.is_empty()).then(|| {
         (
-            ALL_ERRORS_EXIT,
+            Exit::AllErrors,
             format!(
-                "tokenprobe bench: not measured: {}; exit {ALL_ERRORS_EXIT}",
-                why.join(", ")
+                "tokenprobe bench: not measured: {}; exit {}",
+                why.join(", "),
+                Exit::AllErrors.code()
             ),
         )
     })
@@ -534,6 +554,39 @@ mod tests {
         assert_eq!(ok.line(), "passed (HTTP 200, 212.3 ms)");
     }
 
+    /// A check blocks the load only on what says it cannot work (the route, the key, the
+    /// request, the quota, the protocol); a 429, a 5xx or a deadline is of the moment: said, and
+    /// the model is loaded (a simulator answering 5% 429s and 500s must not fail a run).
+    #[test]
+    fn a_failure_of_the_moment_does_not_block_the_load() {
+        let blocking = [
+            ErrorType::Proxy,
+            ErrorType::Connect,
+            ErrorType::Tls,
+            ErrorType::TimeoutConnect,
+            ErrorType::Auth,
+            ErrorType::QuotaExceeded,
+            ErrorType::BadRequest,
+            ErrorType::Malformed,
+        ];
+        for e in ErrorType::ALL {
+            assert_eq!(blocks_load(e), blocking.contains(&e), "{e}");
+        }
+        let mut r = crate::measure::Measurement::new(std::time::Instant::now());
+        r.headers(std::time::Instant::now(), 429);
+        r.fail(
+            ErrorType::RateLimited,
+            std::time::Instant::now(),
+            "HTTP 429: slow down",
+        );
+        let c = Check::of(&r.finish(), 0.01);
+        assert!(c.ok);
+        assert_eq!(
+            c.line(),
+            "passed with a failure of the moment, the model is loaded: rate_limited (HTTP 429): slow down"
+        );
+    }
+
     fn level(c: u32, samples: &[Sample]) -> LevelStats {
         LevelStats::from_samples(
             LevelKey {
@@ -612,7 +665,7 @@ mod tests {
         });
         r.models[1].levels.clear();
         let (code, line) = unusable(&r, false).unwrap();
-        assert_eq!(code, CHECK_FAILED_EXIT);
+        assert_eq!(code, Exit::CheckFailed);
         assert!(
             line.contains("check failed for beta (auth, HTTP 401): no model was loaded"),
             "{line}"
@@ -620,12 +673,12 @@ mod tests {
         assert_eq!(unusable(&r, true), None);
         // Every model's check failed: nothing ran, whatever --keep-going says.
         r.models[0].check = r.models[1].check.clone();
-        assert_eq!(unusable(&r, true).unwrap().0, CHECK_FAILED_EXIT);
+        assert_eq!(unusable(&r, true).unwrap().0, Exit::CheckFailed);
         // A level whose every request failed.
         let failed = level(4, &[fail(ErrorType::ServerError, "HTTP 500", 0.0)]);
         let r = report_of(vec![vec![ok(), failed]]);
         let (code, line) = unusable(&r, false).unwrap();
-        assert_eq!(code, ALL_ERRORS_EXIT);
+        assert_eq!(code, Exit::AllErrors);
         assert!(
             line.contains("not measured: alpha @ 4 (all 1 requests failed, server_error 1)"),
             "{line}"
@@ -647,7 +700,7 @@ mod tests {
             &BTreeMap::new(),
         );
         let r = report_of(vec![vec![stopped.clone()]]);
-        assert_eq!(unusable(&r, true).unwrap().0, ALL_ERRORS_EXIT);
+        assert_eq!(unusable(&r, true).unwrap().0, Exit::AllErrors);
         // A level a signal stopped is the signal's (130), not this.
         stopped.stopped.as_mut().unwrap().by = StopCause::Signal;
         assert_eq!(unusable(&report_of(vec![vec![stopped]]), false), None);

@@ -12,7 +12,9 @@
 //!   is shown while it sends.
 //! - [`stats`]: per-request samples and exact per-level statistics.
 //! - [`criteria`]: metric names, limits, weights, SLOs and the `--bench.file` YAML.
-//! - [`select`]: the knee, selection (hard limits, weighted score) and baseline regressions.
+//! - [`select`]: the knee and selection (hard limits, weighted score).
+//! - [`gate`]: the comparison with a baseline run, each value's verdict (regression only when
+//!   beyond the tolerance and significant), on [`significance`]'s tests.
 //! - [`report`]: the typed report every renderer reads ([`crate::render`] writes it out).
 //! - [`shard`]: one run split across processes (`--shard i/N`, `--start-at`), the run id.
 //! - [`merge`]: `bench merge`, the shards' reports made into the whole run's.
@@ -26,14 +28,9 @@
 //! [`plan::BenchPlan`], a validated run built from the flags by [`crate::cli::bench`], and returns
 //! the judged [`Report`]; the rendering half, [`crate::render`], prints and writes it.
 //!
-//! Exit codes: 0 done; 2 bad usage, config, bench file or baseline, or an output that cannot be
-//! written; 3 a metric regressed against `--baseline` beyond the tolerance; 4 a level the client
-//! could not measure (without `--accept-client-bound`); 5 the run could not be recorded in the
-//! run store; 6 the comparison with `--baseline` compared nothing; 7 a model's connectivity check
-//! failed (no model loaded; with `--keep-going` only when every model failed it); 8 a level whose
-//! every request failed, or a load stopped early by its errors; 130 stopped by a signal (first of
-//! these when several apply: 130, 7, 8, 4, 3, 6, 5). `docs/bench.md` is the user guide and
-//! defines every number.
+//! Exit codes: [`crate::exit::Exit`] lists them and their precedence; [`run_exit`] decides a
+//! judged run's (3, a regression, is [`gate`]'s verdict: worse beyond the tolerance and
+//! significantly so). `docs/bench.md` is the user guide and defines every number.
 //!
 //! [`ProbeResult`]: crate::measure::ProbeResult
 
@@ -45,18 +42,21 @@ pub mod confidence;
 pub mod criteria;
 pub mod crosscheck;
 pub mod findings;
+pub mod gate;
 pub mod health;
 mod level;
 pub mod merge;
 pub mod plan;
 pub mod progress;
 pub mod report;
+pub mod run_exit;
 pub mod runner;
 pub mod sample;
 pub mod schedule;
 pub mod select;
 pub mod server_view;
 pub mod shard;
+pub mod significance;
 pub mod stats;
 pub mod steady;
 mod sweep;
@@ -514,8 +514,15 @@ pub fn judge(
         .unzip();
     let slo_capacity = answer::slo_capacity(&whole);
     let found = findings::findings(&whole, thresholds);
-    let comparison = baseline
-        .map(|(b, name)| select::compare(&whole, &health::whole_levels(&b.models), criteria, name));
+    let comparison = baseline.map(|(b, name)| {
+        gate::compare(
+            &whole,
+            &health::whole_levels(&b.models),
+            &b.slo,
+            criteria,
+            name,
+        )
+    });
     drop(whole);
     report.selection = selection;
     report.also_at = also_at.flatten();

@@ -454,8 +454,35 @@ pub struct Selection {
     pub length_mismatch: Option<String>,
 }
 
-/// One value compared with the baseline (in `regressions`: one that got worse beyond the
-/// tolerance).
+/// What the gate made of one value compared with the baseline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Worse beyond the tolerance, and significantly so: its test of "worse by more than the
+    /// tolerance" passes after Holm's adjustment over every value judged. The run exits 3.
+    Regression,
+    /// Worse beyond the tolerance, but the two runs' samples cannot say it is, at the confidence
+    /// asked: not a failure.
+    Inconclusive,
+    /// No worse than the tolerance allows (better, unchanged, or worse by less).
+    WithinTolerance,
+    /// Not tested (`not_judged` says why): never a failure.
+    NotJudged,
+}
+
+impl Verdict {
+    /// How outputs name it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Verdict::Regression => "REGRESSION",
+            Verdict::Inconclusive => "inconclusive",
+            Verdict::WithinTolerance => "within tolerance",
+            Verdict::NotJudged => "not judged",
+        }
+    }
+}
+
+/// One value compared with the baseline (in `regressions`: one the gate found regressed).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Regression {
     /// The model.
@@ -470,6 +497,29 @@ pub struct Regression {
     pub current: f64,
     /// Relative change, `current / baseline − 1` (for `error_rate`: the absolute difference).
     pub change: f64,
+    /// The gate's verdict (absent in reports of older versions, which judged by the tolerance
+    /// alone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<Verdict>,
+    /// The 95% interval of the change, in `change`'s terms (relative; for `error_rate`
+    /// absolute), except for `goodput`: the interval of the difference of the two SLO
+    /// attainments it is judged by (absolute). Not adjusted for the many values compared; absent
+    /// when not judged or when the values are too few to bound it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<[f64; 2]>,
+    /// The one-sided p-value of the test that it got worse by more than the tolerance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p_value: Option<f64>,
+    /// That p-value adjusted (Holm) over every value the comparison judged: significant when at
+    /// most `1 − confidence`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p_holm: Option<f64>,
+    /// The test that judged it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test: Option<String>,
+    /// Why it was not judged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_judged: Option<String>,
 }
 
 /// The comparison with a baseline run.
@@ -481,16 +531,32 @@ pub struct Comparison {
     pub tolerance: f64,
     /// Absolute tolerance of the error rate.
     pub tolerance_error_rate: f64,
+    /// The family-wise confidence of the verdicts (absent in reports of older versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<f64>,
     /// (model, level, metric) values compared.
     pub compared: u64,
-    /// Metrics worse beyond the tolerance.
+    /// Of which judged (tested): the family Holm's adjustment is over (absent in reports of
+    /// older versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judged: Option<u64>,
+    /// Values whose verdict is a regression (older versions: worse beyond the tolerance).
     pub regressions: Vec<Regression>,
     /// (model, level) pairs of this run that the baseline does not have.
     pub not_in_baseline: Vec<String>,
-    /// Every value compared, regressed or not, with the baseline's beside it (for the HTML
-    /// page; absent in older reports).
+    /// Every value compared, with the baseline's beside it and its verdict (absent in older
+    /// reports).
     #[serde(default)]
     pub values: Vec<Regression>,
+}
+
+impl Comparison {
+    /// The values with `verdict`.
+    pub fn with(&self, verdict: Verdict) -> impl Iterator<Item = &Regression> {
+        self.values
+            .iter()
+            .filter(move |v| v.verdict == Some(verdict))
+    }
 }
 
 /// One finding.
@@ -514,7 +580,8 @@ pub struct Finding {
 pub(crate) mod tests {
     use super::*;
     use crate::bench::criteria::Criteria;
-    use crate::bench::select::{compare, find_knee};
+    use crate::bench::gate::compare;
+    use crate::bench::select::find_knee;
     use crate::bench::stats::{LevelKey, Sample};
 
     pub(crate) fn samples(
@@ -539,7 +606,6 @@ pub(crate) mod tests {
                     decode_tokens_per_s: (!failed).then_some(1.0 / itl),
                     output_tokens: if failed { 0 } else { tokens },
                     input_tokens: None,
-                    cached_input_tokens: None,
                     sent_s: 0.0,
                     end_s: 1.0,
                     lag_s: 0.0002 * (i % 3) as f64,
@@ -557,6 +623,12 @@ pub(crate) mod tests {
                     requested_output_tokens: None,
                     turn: None,
                     request_id: None,
+                    cached_input_tokens: None,
+                    reasoning_tokens: None,
+                    served_model: None,
+                    system_fingerprint: None,
+                    response_id: None,
+                    server_request_id: None,
                 }
             })
             .collect()
@@ -625,7 +697,8 @@ pub(crate) mod tests {
         let slo_capacity = crate::bench::answer::slo_capacity(&models);
         let mut baseline = models.clone();
         baseline[0].levels[2] = mk(8, 0.2, 4.8, 0);
-        let comparison = compare(&models, &baseline, &criteria, "old.json");
+        let slo_texts: Vec<String> = slos.iter().map(ToString::to_string).collect();
+        let comparison = compare(&models, &baseline, &slo_texts, &criteria, "old.json");
         Report {
             tool: "tokenprobe".into(),
             version: "0.1.0".into(),

@@ -36,10 +36,6 @@ pub struct Sample {
     /// Input tokens the server reported (`usage`), successes only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_tokens: Option<u64>,
-    /// Of those, the tokens the server's prefix cache served, when its usage said; successes
-    /// only.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cached_input_tokens: Option<u64>,
     /// When the request was sent, s after the level's start.
     pub sent_s: f64,
     /// When the request's probe returned, s after the level's start.
@@ -96,6 +92,26 @@ pub struct Sample {
     /// `bench merge` checks, and the key to the server's own log or a capture.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_id: Option<String>,
+    /// Of the input tokens, those the server's prompt cache served, when its usage said
+    /// (successes only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_input_tokens: Option<u64>,
+    /// Of the output tokens, the reasoning tokens, when its usage said (successes only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u64>,
+    /// The model that answered, as the answer named it (failures too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served_model: Option<String>,
+    /// The answer's `system_fingerprint`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_fingerprint: Option<String>,
+    /// The answer's own id (a chunk's `id`, the Anthropic message's, the Responses response's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_id: Option<String>,
+    /// The request id header of the answer (`x-request-id`, `request-id`, ...), which a server
+    /// may set to the one it was sent with or to its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_request_id: Option<String>,
 }
 
 impl Sample {
@@ -117,7 +133,6 @@ impl Sample {
             decode_tokens_per_s: r.decode_tokens_per_s,
             output_tokens: if ok { r.output_tokens } else { 0 },
             input_tokens: r.input_tokens.filter(|_| ok),
-            cached_input_tokens: r.cached_input_tokens.filter(|_| ok),
             sent_s,
             end_s,
             lag_s,
@@ -138,6 +153,12 @@ impl Sample {
             requested_output_tokens: r.requested_output_tokens,
             turn: r.turn,
             request_id: r.request_id.clone(),
+            cached_input_tokens: r.cached_input_tokens.filter(|_| ok),
+            reasoning_tokens: r.reasoning_tokens.filter(|_| ok),
+            served_model: r.served_model.clone(),
+            system_fingerprint: r.system_fingerprint.clone(),
+            response_id: r.response_id.clone(),
+            server_request_id: r.server_request_id.clone(),
         }
     }
 

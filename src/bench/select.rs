@@ -1,10 +1,8 @@
-//! Judging results (pure): the knee of a sweep, selection by hard limits and a weighted score,
-//! and regressions against a baseline run.
+//! Judging results (pure): the knee of a sweep, and selection by hard limits and a weighted
+//! score (the comparison with a baseline run is [`super::gate`]'s).
 
 use super::criteria::{Base, Criteria, KneeRule, Metric};
-use super::report::{
-    Comparison, Knee, Miss, ModelReport, Ranked, Regression, Rejected, Selection, model_names,
-};
+use super::report::{Knee, Miss, ModelReport, Ranked, Rejected, Selection, model_names};
 use super::stats::LevelStats;
 use std::collections::BTreeMap;
 
@@ -494,93 +492,6 @@ pub fn select(models: &[ModelReport], c: &Criteria) -> Selection {
     }
 }
 
-/// The metrics compared with a baseline (costs only where both runs have a price).
-pub const COMPARED: [&str; 12] = [
-    "ttft_p50",
-    "ttft_p95",
-    "tpot_p50",
-    "tpot_p95",
-    "e2e_p95",
-    "tps_p50",
-    "agg_tps",
-    "rps",
-    "goodput",
-    "error_rate",
-    "cost_per_request",
-    "cost_per_mtok",
-];
-
-/// Compares every (model, level) of `current` that `baseline` also has: a lower-is-better metric
-/// regressed when `current > baseline × (1 + tolerance)`, a higher-is-better one when
-/// `current < baseline × (1 − tolerance)`, the error rate when it rose by more than
-/// `tolerance_error_rate` (absolute). Metrics missing on either side are not compared.
-pub fn compare(
-    current: &[ModelReport],
-    baseline: &[ModelReport],
-    c: &Criteria,
-    baseline_name: &str,
-) -> Comparison {
-    let metrics: Vec<Metric> = COMPARED.iter().filter_map(|m| m.parse().ok()).collect();
-    let mut out = Comparison {
-        baseline: baseline_name.to_owned(),
-        tolerance: c.tolerance,
-        tolerance_error_rate: c.tolerance_error_rate,
-        compared: 0,
-        regressions: Vec::new(),
-        not_in_baseline: Vec::new(),
-        values: Vec::new(),
-    };
-    let names = model_names(current);
-    for (m, name) in current.iter().zip(&names) {
-        for l in &m.levels {
-            // A baseline entry of an older version names no target: the model alone matches.
-            let Some(b) = baseline
-                .iter()
-                .filter(|bm| {
-                    bm.model == m.model
-                        && (bm.target.is_none() || m.target.is_none() || bm.target == m.target)
-                })
-                .flat_map(|bm| bm.levels.iter())
-                .find(|bl| bl.key.same(&l.key))
-            else {
-                out.not_in_baseline
-                    .push(format!("{name} @ {}", l.key.label()));
-                continue;
-            };
-            for metric in &metrics {
-                let (Some(cur), Some(old)) = (metric.value(l), metric.value(b)) else {
-                    continue;
-                };
-                out.compared += 1;
-                let (worse, change) = if metric.base == Base::ErrorRate {
-                    (cur - old > c.tolerance_error_rate, cur - old)
-                } else {
-                    let change = if old != 0.0 { cur / old - 1.0 } else { 0.0 };
-                    let worse = if metric.base.lower_is_better() {
-                        cur > old * (1.0 + c.tolerance)
-                    } else {
-                        cur < old * (1.0 - c.tolerance)
-                    };
-                    (worse, change)
-                };
-                let value = Regression {
-                    model: name.clone(),
-                    level: l.key.label(),
-                    metric: metric.to_string(),
-                    baseline: old,
-                    current: cur,
-                    change,
-                };
-                if worse {
-                    out.regressions.push(value.clone());
-                }
-                out.values.push(value);
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -646,6 +557,7 @@ pub(crate) mod tests {
             cost_per_request: None,
             cost_per_mtok: None,
             lengths: Default::default(),
+            distributions: None,
             samples: None,
             cross_check: None,
             canary: None,
@@ -989,42 +901,5 @@ pub(crate) mod tests {
         };
         let s = select(&models, &c);
         assert_eq!(s.rejected[0].reasons, vec!["no level at 16".to_owned()]);
-    }
-
-    #[test]
-    fn regressions_beyond_tolerance() {
-        let base = vec![model("a", vec![level(8, 400.0, 0.5, 0.0)])];
-        let same = vec![model("a", vec![level(8, 380.0, 0.54, 0.005)])];
-        let c = Criteria::default();
-        let r = compare(&same, &base, &c, "old.json");
-        assert!(r.regressions.is_empty(), "{:?}", r.regressions);
-        assert_eq!(r.compared, 9); // goodput absent on both sides
-        let worse = vec![model(
-            "a",
-            vec![level(8, 300.0, 0.6, 0.03), level(16, 1.0, 1.0, 0.0)],
-        )];
-        let r = compare(&worse, &base, &c, "old.json");
-        let names: Vec<&str> = r.regressions.iter().map(|r| r.metric.as_str()).collect();
-        assert_eq!(
-            names,
-            vec!["ttft_p50", "ttft_p95", "agg_tps", "error_rate"],
-            "{r:?}"
-        );
-        assert_eq!(r.not_in_baseline, vec!["a @ 16".to_owned()]);
-        // Costs are compared where both runs have them: 12% dearer regresses.
-        let priced = |c: f64| {
-            let mut l = level(8, 400.0, 0.5, 0.0);
-            (l.cost_per_request, l.cost_per_mtok) = (Some(c), Some(c * 1e4));
-            vec![model("a", vec![l])]
-        };
-        let r = compare(&priced(0.0112), &priced(0.01), &c, "old.json");
-        assert_eq!(r.compared, 11);
-        let names: Vec<&str> = r.regressions.iter().map(|r| r.metric.as_str()).collect();
-        assert_eq!(names, ["cost_per_request", "cost_per_mtok"]);
-        assert!(
-            compare(&priced(0.0105), &priced(0.01), &c, "o")
-                .regressions
-                .is_empty()
-        );
     }
 }

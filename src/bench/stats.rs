@@ -30,6 +30,13 @@ pub struct LevelLengths {
     /// Successes whose counted input length was off the requested one.
     #[serde(default)]
     pub input_length_off: u64,
+    /// The cached share of the input tokens: the cached input tokens over the input tokens, both
+    /// summed over the successes whose usage said both (what the server's prompt cache served).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_input_share: Option<f64>,
+    /// Mean reasoning tokens of the successes whose usage said how many.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens_mean: Option<f64>,
     /// Conversations: TTFT of first turns, s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttft_first_turn_s: Option<Summary>,
@@ -98,6 +105,17 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
+/// Σ cached input tokens / Σ input tokens over the samples that reported both (`None` without
+/// one, or without input tokens).
+fn cached_share<'a>(samples: impl Iterator<Item = &'a Sample>) -> Option<f64> {
+    let (cached, input) = samples
+        .filter_map(|s| s.cached_input_tokens.zip(s.input_tokens))
+        .fold((0u64, 0u64), |(c, i), (sc, si)| {
+            (c.saturating_add(sc), i.saturating_add(si))
+        });
+    (input > 0).then(|| cached as f64 / input as f64)
+}
+
 fn mean(v: impl Iterator<Item = f64>) -> Option<f64> {
     let (n, sum) = v.fold((0u64, 0.0), |(n, s), x| (n + 1, s + x));
     (n > 0).then(|| sum / n as f64)
@@ -139,6 +157,8 @@ impl LevelLengths {
                     )
                 })
                 .count() as u64,
+            cached_input_share: cached_share(ok()),
+            reasoning_tokens_mean: mean(ok().filter_map(|s| s.reasoning_tokens).map(|v| v as f64)),
             ttft_first_turn_s: turn_ttft(false),
             ttft_later_turns_s: turn_ttft(true),
             turns: TurnStats::of(samples),
@@ -508,6 +528,12 @@ pub struct LevelStats {
     /// Lengths asked for and reached; TTFT by conversation turn.
     #[serde(default)]
     pub lengths: LevelLengths,
+    /// The per-request values of TTFT, TPOT, E2E and decode tokens/s, bounded (every value up to
+    /// 512, else 512 evenly spaced order statistics), kept without `--samples` so that a later
+    /// run's `--baseline` comparison can test itself against them (absent in reports of older
+    /// versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distributions: Option<super::significance::Distributions>,
     /// Every sample, with `--samples`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub samples: Option<Vec<Sample>>,
@@ -692,6 +718,7 @@ impl LevelStats {
             cost_per_request: None,
             cost_per_mtok: None,
             lengths: LevelLengths::of(samples),
+            distributions: Some(super::significance::Distributions::of(samples)),
             samples: None,
             cross_check: None,
             canary: None,
@@ -781,7 +808,6 @@ mod tests {
             decode_tokens_per_s: ttft.map(|_| 100.0),
             output_tokens: n,
             input_tokens: None,
-            cached_input_tokens: None,
             sent_s: 0.0,
             end_s: 1.0,
             lag_s: 0.001,
@@ -799,6 +825,12 @@ mod tests {
             requested_output_tokens: None,
             turn: None,
             request_id: None,
+            cached_input_tokens: None,
+            reasoning_tokens: None,
+            served_model: None,
+            system_fingerprint: None,
+            response_id: None,
+            server_request_id: None,
         }
     }
 
@@ -865,6 +897,55 @@ mod tests {
         let plain = LevelLengths::of(&[sample(Some(0.1), 3, None)]);
         assert!(!plain.asked() && plain.ttft_first_turn_s.is_none());
         assert_eq!(plain.output_tokens_mean, Some(3.0));
+    }
+
+    /// Issue 42 item 1: the cached share of the input is token-weighted over the successes whose
+    /// usage said both counts; the reasoning mean is over those that said it; a failure counts
+    /// in neither (its sample keeps no count, ruling 10) but keeps what answered.
+    #[test]
+    fn cached_share_and_reasoning_of_a_level() {
+        let with = |input: u64, cached: Option<u64>, reasoning: Option<u64>| {
+            let mut s = sample(Some(0.1), 10, None);
+            s.input_tokens = Some(input);
+            s.cached_input_tokens = cached;
+            s.reasoning_tokens = reasoning;
+            s
+        };
+        let mut failed = sample(None, 0, Some(ErrorType::TimeoutIdle));
+        failed.input_tokens = Some(10_000);
+        failed.cached_input_tokens = Some(10_000);
+        let l = LevelLengths::of(&[
+            with(1000, Some(900), Some(4)),
+            with(3000, Some(0), None),
+            with(5000, None, Some(8)),
+            failed,
+        ]);
+        assert_eq!(l.cached_input_share, Some(0.225), "900 of 4000");
+        assert_eq!(l.reasoning_tokens_mean, Some(6.0));
+        let none = LevelLengths::of(&[with(10, None, None)]);
+        assert_eq!(
+            (none.cached_input_share, none.reasoning_tokens_mean),
+            (None, None)
+        );
+        // From a probe result: a failure's counts are gone, its identity kept.
+        let mut m = crate::measure::Measurement::new(std::time::Instant::now());
+        m.server_request_id(Some("req-1".into()));
+        m.event(
+            std::time::Instant::now(),
+            &crate::protocol::EventMeaning {
+                served_model: Some("m".into()),
+                usage_input: Some(10),
+                usage_cached_input: Some(8),
+                ..Default::default()
+            },
+        );
+        let s = Sample::from_result(&m.finish(), 0.0, 1.0, 0.0, false);
+        assert!(!s.success());
+        assert_eq!((s.input_tokens, s.cached_input_tokens), (None, None));
+        assert_eq!(
+            (s.served_model.as_deref(), s.server_request_id.as_deref()),
+            (Some("m"), Some("req-1"))
+        );
     }
 
     #[test]
@@ -970,7 +1051,7 @@ mod tests {
     #[test]
     fn read_lag_folds_the_first_token_differences() {
         let mut r = crate::measure::Measurement::new(std::time::Instant::now()).finish();
-        r.read_lag = Some(crate::kstamp::ReadLag {
+        r.read_lag = Some(crate::measure::ReadLag {
             first_token_s: Some(0.004),
             max_s: 0.009,
             reads: 5,

@@ -6,6 +6,7 @@ use crate::bench::criteria::{self, Criteria, CriteriaError, parse_ratio, parse_w
 use crate::bench::crosscheck::CrossCheckSpec;
 use crate::bench::plan::{BenchPlan, Judging, LoadPlan, RunPart, Sent, Watch};
 use crate::bench::progress::ProgressMode;
+use crate::bench::run_exit::ExitRules;
 use crate::bench::runner::{Amount, Arrival};
 use crate::bench::schedule::{CapacitySearch, FixedSweep, Replay, Schedule};
 use crate::bench::shard::{Shard, StartPlan};
@@ -15,6 +16,7 @@ use crate::bench::{
     levels, load_report,
 };
 use crate::config::Config;
+use crate::exit::Exit;
 use crate::probe::ProbeSpec;
 use crate::render::Outputs;
 use std::io::IsTerminal as _;
@@ -160,6 +162,10 @@ pub struct BenchArgs {
     /// Absolute tolerance of the error rate against the baseline (default 0.01 = 1 point).
     #[arg(long)]
     pub tolerance_error_rate: Option<String>,
+    /// Family-wise confidence of the baseline comparison: a value regresses only when its change
+    /// is significant at this confidence over every value compared (Holm), default 95%.
+    #[arg(long)]
+    pub confidence: Option<String>,
     /// Write the report to FILE.json, FILE.csv, FILE.md or FILE.html (by extension; repeatable).
     #[arg(long = "output", short = 'o')]
     pub outputs: Vec<PathBuf>,
@@ -526,10 +532,6 @@ fn arrival(a: &BenchArgs) -> Result<Arrival, BenchError> {
     }
 }
 
-/// The exit status of a run with a level the client could not measure (without
-/// `--accept-client-bound`).
-pub const CLIENT_BOUND_EXIT: u8 = 4;
-
 /// The search of `--find-capacity` from the flags, checked: SLOs to search within, bounds that
 /// make a search, one process (no shards or shared start instants).
 ///
@@ -767,6 +769,9 @@ pub fn criteria(a: &BenchArgs) -> Result<Criteria, CriteriaError> {
     if let Some(t) = &a.tolerance_error_rate {
         c.tolerance_error_rate = parse_ratio(t)?;
     }
+    if let Some(t) = &a.confidence {
+        c.confidence = crate::bench::criteria::parse_confidence(t)?;
+    }
     if a.select_at.is_some() {
         c.select_at = a.select_at;
     }
@@ -816,7 +821,7 @@ impl MergeArgs {
     /// # Errors
     /// [`BenchError`] for an unreadable report, shards that are not one run's, or an output
     /// that cannot be written.
-    pub fn run(&self) -> Result<std::process::ExitCode, BenchError> {
+    pub fn run(&self) -> Result<Exit, BenchError> {
         let outputs = Outputs::check(&self.outputs, self.plot.as_deref())?;
         let mut reports = Vec::new();
         for p in &self.reports {
@@ -861,22 +866,29 @@ impl MergeArgs {
             baseline.as_ref(),
             &crate::bench::findings::Thresholds::default(),
         );
-        let code = crate::render::deliver(&merged, &outputs, &criteria)?;
-        // The shards ran the check and said so; a level of the run all errors is the run's.
-        let code = match merged
-            .interrupted
-            .is_none()
-            .then(|| crate::bench::health::unusable(&merged, true))
-            .flatten()
-        {
-            Some((exit, line)) => {
-                crate::output::print_stderr_line(&line);
-                std::process::ExitCode::from(exit)
-            }
-            None => code,
+        crate::render::deliver(&merged, &outputs, &criteria)?;
+        // The shards ran the check and judged their own client-bound levels, each saying so
+        // (and exiting 4); a level of the run all errors is the run's.
+        let rules = ExitRules {
+            keep_going: true,
+            accept_client_bound: true,
         };
-        Ok(super::bench_history::record(store, &merged, code))
+        Ok(finish(store, &merged, rules))
     }
+}
+
+/// A delivered run's exit: its report's ([`crate::bench::run_exit`], its line said on stderr),
+/// then the run recorded in `store` ([`Exit::NotRecorded`] when that fails).
+fn finish(
+    store: Option<crate::history::Store>,
+    report: &crate::bench::report::Report,
+    rules: ExitRules,
+) -> Exit {
+    let (exit, line) = crate::bench::run_exit::of(report, rules);
+    if let Some(line) = line {
+        crate::output::print_stderr_line(&line);
+    }
+    super::bench_history::record(store, report, exit)
 }
 
 /// `--shard`, `--start-at` and the run id: this process's part of the run, the levels' shared
@@ -1045,7 +1057,7 @@ impl BenchArgs {
     /// # Errors
     /// [`BenchError`] for a bad invocation, a prober that cannot be built, a prompt that cannot
     /// be calibrated or an output that cannot be written.
-    pub async fn run(&self) -> Result<std::process::ExitCode, BenchError> {
+    pub async fn run(&self) -> Result<Exit, BenchError> {
         let outputs = Outputs::check(&self.outputs, self.plot.as_deref())?;
         let mut plan = self.plan()?;
         let exports = super::bench_export::Exports::start(&self.export, &mut plan)?;
@@ -1058,47 +1070,12 @@ impl BenchArgs {
         let criteria = plan.criteria().clone();
         let finished = crate::bench::plan::run(plan).await?;
         exports.finish().await;
-        let code = crate::render::deliver(&finished.report, &outputs, &criteria)?;
-        let code = self.exit(&finished.report, code);
-        Ok(super::bench_history::record(store, &finished.report, code))
-    }
-
-    /// The run's exit: `code` (the report's: a regression, nothing compared), unless a failure
-    /// left a model or a level unmeasured ([`crate::bench::health::unusable`]), or a level the
-    /// client could not measure is not accepted ([`CLIENT_BOUND_EXIT`]); each said on stderr. A
-    /// run stopped by a signal keeps its code.
-    fn exit(
-        &self,
-        r: &crate::bench::report::Report,
-        code: std::process::ExitCode,
-    ) -> std::process::ExitCode {
-        if r.interrupted.is_some() {
-            return code;
-        }
-        // Failures that left a model or a level unmeasured come before a client-bound level
-        // or a regression.
-        if let Some((exit, line)) = crate::bench::health::unusable(r, self.keep_going) {
-            crate::output::print_stderr_line(&line);
-            return std::process::ExitCode::from(exit);
-        }
-        let bound: Vec<String> = r
-            .models
-            .iter()
-            .flat_map(|m| {
-                m.levels
-                    .iter()
-                    .filter(|l| l.client_bound.is_some())
-                    .map(move |l| format!("{} @ {}", m.name(), l.key.label()))
-            })
-            .collect();
-        if bound.is_empty() || self.accept_client_bound {
-            return code;
-        }
-        crate::output::print_stderr_line(&format!(
-            "tokenprobe bench: the client could not measure {}: its figures are its own starvation's, not the server's (exit {CLIENT_BOUND_EXIT}; --accept-client-bound to accept them)",
-            bound.join(", ")
-        ));
-        std::process::ExitCode::from(CLIENT_BOUND_EXIT)
+        crate::render::deliver(&finished.report, &outputs, &criteria)?;
+        let rules = ExitRules {
+            keep_going: self.keep_going,
+            accept_client_bound: self.accept_client_bound,
+        };
+        Ok(finish(store, &finished.report, rules))
     }
 
     /// The validated plan of this invocation.

@@ -5,9 +5,9 @@
 use crate::bench::BenchError;
 use crate::bench::baseline::Fit;
 use crate::bench::report::Report;
+use crate::exit::Exit;
 use crate::history::{Filter, HistoryError, RunRef, Store, default_path, trend};
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 /// The run store's flags (of `bench`, `bench merge` and `bench history`).
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -57,17 +57,12 @@ impl StoreArgs {
     }
 }
 
-/// The exit status of a run that could not be recorded in its store (the write failed at its
-/// end, after the store was checked at its start), when the run has no other non-zero status.
-pub const NOT_RECORDED_EXIT: u8 = 5;
-
 /// Records `report` in `store` and says so on stderr. A failed write is said, the run's outputs
-/// stand, and its exit `code` becomes [`NOT_RECORDED_EXIT`] unless it is already non-zero (a
-/// regression, a client-bound level, a stop: the run's own verdict, beside which the line says
-/// it is not recorded).
-pub fn record(store: Option<Store>, report: &Report, code: ExitCode) -> ExitCode {
+/// stand, and its `exit` becomes [`Exit::NotRecorded`] unless another prevails (the run's own
+/// verdict, beside which the line says it is not recorded).
+pub fn record(store: Option<Store>, report: &Report, exit: Exit) -> Exit {
     let Some(mut store) = store else {
-        return code;
+        return exit;
     };
     match store.record(report.clone()) {
         Ok(id) => {
@@ -75,15 +70,19 @@ pub fn record(store: Option<Store>, report: &Report, code: ExitCode) -> ExitCode
                 "tokenprobe bench: recorded as run {id} in {} (--baseline {id}, or last; bench history)",
                 store.path().display()
             ));
-            code
+            exit
         }
         Err(e) => {
-            let exit = (code == ExitCode::SUCCESS).then_some(NOT_RECORDED_EXIT);
+            let exit = exit.with(Exit::NotRecorded);
             crate::output::print_stderr_line(&format!(
                 "tokenprobe bench: this run is not recorded: {e}{}",
-                exit.map_or_else(String::new, |c| format!(" (exit {c})"))
+                if exit == Exit::NotRecorded {
+                    format!(" (exit {})", exit.code())
+                } else {
+                    String::new()
+                }
             ));
-            exit.map_or(code, ExitCode::from)
+            exit
         }
     }
 }
@@ -276,7 +275,7 @@ fn parse_instant(v: &str) -> Result<String, String> {
 ///
 /// # Errors
 /// [`BenchError`] for a store that cannot be read or a page that cannot be written.
-pub fn run(a: &HistoryArgs) -> Result<ExitCode, BenchError> {
+pub fn run(a: &HistoryArgs) -> Result<Exit, BenchError> {
     if let Some(o) = &a.output
         && o.extension().and_then(|e| e.to_str()) != Some("html")
     {
@@ -340,5 +339,5 @@ pub fn run(a: &HistoryArgs) -> Result<ExitCode, BenchError> {
             reason: e.to_string(),
         })?;
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Done)
 }

@@ -4,9 +4,9 @@
 
 use crate::bench::BenchError;
 use crate::bench::criteria::{Criteria, parse_weights};
+use crate::exit::Exit;
 use crate::render::combine;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 /// Flags of `tokenprobe bench report`.
 #[derive(clap::Args, Debug, Clone)]
@@ -70,7 +70,7 @@ impl ReportArgs {
 ///
 /// # Errors
 /// [`BenchError`] for a bad flag, input or output.
-pub fn run(a: &ReportArgs) -> Result<ExitCode, BenchError> {
+pub fn run(a: &ReportArgs) -> Result<Exit, BenchError> {
     let outputs = crate::render::Outputs::check(&a.outputs, None)?;
     let criteria = a.criteria()?;
     let mut docs = Vec::new();
@@ -84,7 +84,7 @@ pub fn run(a: &ReportArgs) -> Result<ExitCode, BenchError> {
         combine::drop_samples(&mut report);
     }
     crate::render::write_outputs(&report, &outputs, &criteria.unwrap_or_default())?;
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Done)
 }
 
 #[cfg(test)]

@@ -1,16 +1,16 @@
 //! `tokenprobe check-config`: validate a config file as `serve` would load it.
 
 use crate::config::{Config, ConfigError};
+use crate::exit::Exit;
 use crate::output::{print_stderr_line, print_stdout};
 use crate::probe::{ProbeSpec, Prober};
 use anyhow::Result;
-use std::process::ExitCode;
 
 /// Validates the config at `path`: exit 0 with its jobs when valid, 2 with every problem when not.
 ///
 /// # Errors
 /// None today (problems are printed and give exit 2); the signature matches the other commands.
-pub fn run(path: &std::path::Path) -> Result<ExitCode> {
+pub fn run(path: &std::path::Path) -> Result<Exit> {
     match Config::load(path) {
         Ok(c) => {
             // What `serve` does next with a valid config: build each job's client.
@@ -31,7 +31,7 @@ pub fn run(path: &std::path::Path) -> Result<ExitCode> {
                     if unusable.len() == 1 { "" } else { "s" },
                     unusable.join("\n")
                 ));
-                return Ok(ExitCode::from(2));
+                return Ok(Exit::Usage);
             }
             print_stdout(&format!(
                 "{}: valid, {} jobs\n",
@@ -46,16 +46,16 @@ pub fn run(path: &std::path::Path) -> Result<ExitCode> {
                     j.schedule
                 ));
             }
-            Ok(ExitCode::SUCCESS)
+            Ok(Exit::Done)
         }
         // These name the file themselves.
         Err(e @ (ConfigError::Io { .. } | ConfigError::Syntax(_))) => {
             print_stderr_line(&e.to_string());
-            Ok(ExitCode::from(2))
+            Ok(Exit::Usage)
         }
         Err(e) => {
             print_stderr_line(&format!("{}: {e}", path.display()));
-            Ok(ExitCode::from(2))
+            Ok(Exit::Usage)
         }
     }
 }

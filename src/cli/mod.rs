@@ -12,10 +12,8 @@
 //!
 //! `simulate`'s flags are [`crate::simulate::SimulateArgs`], beside the simulator they configure.
 //!
-//! Exit codes: 0 success; 1 a probe failed or could not be sized (`probe`, [`Refused`]); 2 bad
-//! usage or an invalid config; `bench`'s 3 to 8 (a regression, a level the client could not
-//! measure, a run not recorded, nothing compared, a failed connectivity check, a level of errors)
-//! are listed in [`crate::bench`].
+//! Every command returns its [`Exit`], made the process's exit status once, in [`run`]:
+//! [`crate::exit`] lists them all.
 
 pub mod bench;
 pub mod bench_export;
@@ -27,8 +25,10 @@ pub mod probe;
 pub mod serve;
 pub mod target_flags;
 
+use crate::exit::Exit;
+use crate::log::LogFormat;
 use crate::output::print_stderr_line;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -57,15 +57,6 @@ pub struct Cli {
     pub cmd: Cmd,
 }
 
-/// `--log.format`.
-// clap shows a variant's doc comment as its help, which would change `--help`.
-#[allow(missing_docs)]
-#[derive(Copy, Clone, Debug, ValueEnum)]
-pub enum LogFormat {
-    Logfmt,
-    Json,
-}
-
 /// The subcommands.
 #[derive(Subcommand, Debug)]
 pub enum Cmd {
@@ -90,21 +81,11 @@ fn parse_log_level(s: &str) -> Result<String, String> {
     Ok(s.to_owned())
 }
 
-fn init_logging(level: &str, format: LogFormat) {
-    crate::log::init(
-        level,
-        match format {
-            LogFormat::Json => crate::log::LogFormat::Json,
-            LogFormat::Logfmt => crate::log::LogFormat::Logfmt,
-        },
-    );
-}
-
 /// Runs a parsed command line; the process's exit code.
 pub fn run(cli: Cli) -> ExitCode {
-    init_logging(&cli.log_level, cli.log_format);
+    crate::log::init(&cli.log_level, cli.log_format);
     let cmd = match cli.cmd {
-        Cmd::Serve(args) => return serve::run(args),
+        Cmd::Serve(args) => return serve::run(args).into(),
         other => other,
     };
     // One probe runs on one thread: its connection task and its reader then hand each body frame
@@ -117,12 +98,12 @@ pub fn run(cli: Cli) -> ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             print_stderr_line(&format!("tokenprobe: cannot start the runtime: {e}"));
-            return ExitCode::from(2);
+            return Exit::Usage.into();
         }
     };
     let result = rt.block_on(async {
         match cmd {
-            Cmd::Serve(_) => Ok(ExitCode::from(2)), // handled above, on its own runtimes
+            Cmd::Serve(_) => Ok(Exit::Usage), // handled above, on its own runtimes
             Cmd::Probe(args) => probe::run(args).await,
             Cmd::CheckConfig { config_file } => check::run(&config_file),
             Cmd::Simulate(args) => crate::simulate::run(args).await,
@@ -135,24 +116,24 @@ pub fn run(cli: Cli) -> ExitCode {
         }
     });
     match result {
-        Ok(code) => code,
+        Ok(exit) => exit.into(),
         Err(e) => {
             print_stderr_line(&format!("tokenprobe: {e:#}"));
-            match e.downcast_ref::<Refused>() {
-                Some(r) => ExitCode::from(r.code),
-                None => ExitCode::from(2),
-            }
+            e.downcast_ref::<Refused>()
+                .map_or(Exit::Usage, |r| r.exit)
+                .into()
         }
     }
 }
 
-/// A command that ran and refused to go on, with its exit code (not 2, which is bad usage): the
-/// probe's calibration failing (1) is one. Its message is printed like every error's.
+/// A command that ran and refused to go on, with its exit (not [`Exit::Usage`], bad usage): the
+/// probe's calibration failing ([`Exit::Failed`]) is one. Its message is printed like every
+/// error's.
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
 pub struct Refused {
-    /// The process's exit code.
-    pub code: u8,
+    /// The process's exit.
+    pub exit: Exit,
     /// Why, in words.
     pub message: String,
 }

@@ -3,19 +3,19 @@
 
 use super::target_flags::TargetFlags;
 use crate::config::{Config, ConfigError};
+use crate::exit::Exit;
 use crate::output::{print_stderr_line, print_stdout};
 use crate::probe::report::{ReportContext, to_json, to_text};
 use crate::probe::{ProbeSpec, Prober};
 use anyhow::{Context, Result};
 use clap::ValueEnum;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
-/// `probe --format`.
+/// `probe --format`: how the probe's result is shown on stdout.
 // clap shows a variant's doc comment as its help, which would change `--help`.
 #[allow(missing_docs)]
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Format {
+pub enum ProbeFormat {
     Text,
     Json,
 }
@@ -39,8 +39,8 @@ pub struct ProbeArgs {
     #[arg(long)]
     pub no_stream: bool,
     /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Text)]
-    pub format: Format,
+    #[arg(long, value_enum, default_value_t = ProbeFormat::Text)]
+    pub format: ProbeFormat,
     /// Probe a target of this config file instead of --base-url (with --target).
     #[arg(long = "config.file", required_unless_present = "base_url")]
     pub config_file: Option<PathBuf>,
@@ -133,7 +133,7 @@ fn job_spec(
 ///
 /// # Errors
 /// Bad flags or config (exit 2).
-pub async fn run(a: ProbeArgs) -> Result<ExitCode> {
+pub async fn run(a: ProbeArgs) -> Result<Exit> {
     let mut spec = spec_from_args(&a)?;
     if a.no_stream {
         spec.stream = false;
@@ -154,7 +154,7 @@ pub async fn run(a: ProbeArgs) -> Result<ExitCode> {
         if c.error.is_some() {
             // Never a prompt of a guessed length: the probe is not sent.
             return Err(super::Refused {
-                code: 1,
+                exit: Exit::Failed,
                 message: format!(
                     "calibration failed: {}; the probe is not sent at a guessed length",
                     c.summary()
@@ -171,7 +171,7 @@ pub async fn run(a: ProbeArgs) -> Result<ExitCode> {
     // The report is made whole, then printed: JSON on stdout with the failure's line on stderr
     // (a pipe reads the JSON alone), or the text.
     let (out, failed) = match a.format {
-        Format::Json => {
+        ProbeFormat::Json => {
             let mut v = to_json(&result);
             if let (Some(o), Some(c)) = (v.as_object_mut(), &calibration) {
                 o.insert(
@@ -188,7 +188,7 @@ pub async fn run(a: ProbeArgs) -> Result<ExitCode> {
             });
             (format!("{v}\n"), failed)
         }
-        Format::Text => {
+        ProbeFormat::Text => {
             let context = ReportContext {
                 url: spec.url(),
                 model: spec.model.clone(),
@@ -204,9 +204,9 @@ pub async fn run(a: ProbeArgs) -> Result<ExitCode> {
         print_stderr_line(&line);
     }
     Ok(if result.success() {
-        ExitCode::SUCCESS
+        Exit::Done
     } else {
-        ExitCode::from(1)
+        Exit::Failed
     })
 }
 

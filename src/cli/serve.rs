@@ -3,11 +3,11 @@
 
 use crate::daemon::Daemon;
 use crate::endpoints::router;
+use crate::exit::Exit;
 use crate::stop::StopSignals;
 use crate::web::{Limits, WebConfig};
 use anyhow::{Context, Result};
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,7 +35,7 @@ pub struct ServeArgs {
 /// `serve` runs on two runtimes: probes on their own (every core), everything else (the web
 /// endpoints, bcrypt, reloads, signals) on one worker thread at a lower CPU priority, so no scrape
 /// or login can delay a probe's timestamps (issue 9, item 5).
-pub fn run(args: ServeArgs) -> ExitCode {
+pub fn run(args: ServeArgs) -> Exit {
     let ServeArgs {
         config_file,
         listen,
@@ -59,7 +59,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
         (Ok(p), Ok(w)) => (p, w),
         (Err(e), _) | (_, Err(e)) => {
             eprintln!("tokenprobe: cannot start the runtime: {e}");
-            return ExitCode::from(2);
+            return Exit::Usage;
         }
     };
     let handle = probing.handle().clone();
@@ -82,7 +82,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("tokenprobe: {e:#}");
-            ExitCode::from(2)
+            Exit::Usage
         }
     }
 }
@@ -95,7 +95,7 @@ async fn serve(
     location: Option<String>,
     probing: tokio::runtime::Handle,
     nofile: Option<u64>,
-) -> Result<ExitCode> {
+) -> Result<Exit> {
     // Signal handlers first: a SIGTERM or SIGHUP that arrives while the first probes start must
     // not meet the default action (which ends the process at once).
     let stop_signals = StopSignals::install();
@@ -175,7 +175,7 @@ async fn serve(
             if !stop.is_cancelled() {
                 // The web server only ends by itself on an error (an unusable certificate).
                 r.context("HTTP server")?.context("HTTP server")?;
-                return Ok(ExitCode::SUCCESS);
+                return Ok(Exit::Done);
             }
             web_ended = Some(r);
         }
@@ -200,7 +200,7 @@ async fn serve(
     if let Ok(Ok(Err(e))) = web_done {
         tracing::warn!(error = %e, "HTTP server");
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Done)
 }
 
 /// SIGHUP reloads the config, as Prometheus and its exporters do.

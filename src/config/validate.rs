@@ -4,20 +4,15 @@
 //! (`api_key_file`, `ca_file`) are only recorded here, and checked in `mod.rs`.
 
 use super::raw::{
-    RawBuckets, RawConfig, RawConversation, RawDataset, RawDefaults, RawLength, RawPrice,
-    RawPrompt, RawServerMetrics, RawServerMetricsEntry, RawSynthetic, RawTarget, RawTimeouts,
-    RawTrace, S,
+    RawBuckets, RawConfig, RawDefaults, RawPrice, RawServerMetrics, RawServerMetricsEntry,
+    RawTarget, RawTimeouts, S,
 };
 use super::types::{
-    AuthStyle, Buckets, Config, ConfigError, Expect, Histograms, Issue, Job, KeySource, Price,
-    Prompt, ProxySetting, Schedule, Secret, Target, Timeouts, TlsOptions,
+    AuthStyle, Buckets, Config, ConfigError, Histograms, Issue, Job, KeySource, Price, Prompt,
+    ProxySetting, Schedule, Secret, Target, Timeouts, TlsOptions,
 };
 use crate::protocol::{Api, Message};
-use crate::workload::{
-    Conversation, Dataset, DatasetFormat, Length, MAX_TOKENS, Synthetic, Trace, TraceFormat,
-    Workload,
-    trace::{MAX_SPAN, MAX_TIME_SCALE},
-};
+use crate::workload::{DatasetFormat, TraceFormat};
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;

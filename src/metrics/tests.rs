@@ -212,6 +212,56 @@ fn a_whole_answer_observes_e2e_and_no_per_token_histogram() {
         )));
 }
 
+/// Issue 42 item 1: the cached input and reasoning tokens of successes are counted per job,
+/// whose series exist once an answer says them (a server that never does costs no series); an
+/// answer that does not say adds nothing, a failure's are not counted; a removed job's go.
+#[test]
+fn cached_and_reasoning_tokens_are_counted_per_job() {
+    let m = Metrics::new(&Buckets::default());
+    let s = m.register_job(info(job()), Histograms::ALL);
+    let l = "target=\"local\",model=\"m\",prompt=\"hello\"";
+    s.record(&success(), SystemTime::now());
+    let text = m.encode_text().unwrap();
+    assert!(
+        !text.contains("tokenprobe_cached_input_tokens_total{")
+            && !text.contains("tokenprobe_reasoning_tokens_total{"),
+        "{text}"
+    );
+    let said = |cached, reasoning| ProbeResult {
+        input_tokens: Some(600),
+        cached_input_tokens: cached,
+        reasoning_tokens: reasoning,
+        ..success()
+    };
+    s.record(&said(Some(512), Some(30)), SystemTime::now());
+    s.record(&said(None, Some(2)), SystemTime::now());
+    s.record(&said(Some(64), None), SystemTime::now());
+    let mut failed = Measurement::new(Instant::now());
+    failed.event(
+        Instant::now(),
+        &EventMeaning {
+            usage_cached_input: Some(1000),
+            ..EventMeaning::default()
+        },
+    );
+    s.record(&failed.finish(), SystemTime::now());
+    let text = m.encode_text().unwrap();
+    for (family, n) in [
+        ("input_tokens_total", 1800),
+        ("cached_input_tokens_total", 576),
+        ("reasoning_tokens_total", 32),
+    ] {
+        let want = format!("tokenprobe_{family}{{{l}}} {n}");
+        assert!(text.contains(&want), "{want}\n{text}");
+    }
+    m.remove_job(&job());
+    let text = m.encode_text().unwrap();
+    assert!(
+        !text.contains("tokenprobe_cached_input_tokens_total{"),
+        "{text}"
+    );
+}
+
 fn success() -> ProbeResult {
     let t0 = Instant::now();
     let mut meas = Measurement::new(t0);
@@ -421,7 +471,7 @@ fn skip_help_names_every_reason_and_internal_errors_start_at_zero() {
 /// none has no such series; the last answer's values win; a removed job's go with it.
 #[test]
 fn rate_limit_headroom_becomes_gauges_by_kind() {
-    use crate::ratelimit::{Kind, Reading};
+    use crate::ratelimit::{Kind, QuotaState};
     let m = Metrics::new(&Buckets::default());
     let s = m.register_job(info(job()), Histograms::ALL);
     s.record(&success(), SystemTime::now());
@@ -431,14 +481,14 @@ fn rate_limit_headroom_becomes_gauges_by_kind() {
     );
     let mut r = success();
     r.rate_limits = vec![
-        Reading {
+        QuotaState {
             kind: Kind::Requests,
             limit: Some(60.0),
             remaining: Some(59.0),
             reset_s: Some(1.0),
             left_out: Vec::new(),
         },
-        Reading {
+        QuotaState {
             kind: Kind::Tokens,
             limit: None,
             remaining: Some(149_984.0),

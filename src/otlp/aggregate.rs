@@ -10,17 +10,22 @@
 //! | `gen_ai.client.operation.time_to_first_chunk` | s | TTFT (the first chunk carrying a token) | successful streams |
 //! | `gen_ai.client.operation.time_per_output_chunk` | s | each gap between content chunks after the first | successful streams |
 //! | `gen_ai.client.token.usage` | {token} | input tokens (when known) and output tokens, by `gen_ai.token.type` | successes |
+//! | `gen_ai.usage.cache_read.input_tokens` | {token} | of the input tokens, those the prompt cache served, when the answer said | successes |
+//! | `gen_ai.usage.reasoning.output_tokens` | {token} | of the output tokens, the reasoning tokens, when the answer said | successes |
 //! | `tokenprobe.time_to_first_output_token` | s | TTFO | successes |
 //! | `tokenprobe.time_per_output_token` | s | TPOT | successes |
 //! | `tokenprobe.probes` | {probe} | probes, with `error.type` for failures (tokenprobe's `error_type`) | every probe |
 //!
 //! Every series carries the job's attributes: `gen_ai.operation.name`, `gen_ai.provider.name`,
 //! `gen_ai.request.model`, `server.address`, `server.port`, and tokenprobe's own
-//! `tokenprobe.target` and `tokenprobe.prompt` (and `tokenprobe.location` when set).
+//! `tokenprobe.target` and `tokenprobe.prompt` (and `tokenprobe.location` when set). What answered
+//! is no attribute of a series (a new value per answer would be a new series): each point of
+//! `gen_ai.client.operation.duration` carries one exemplar, its latest probe, with that probe's
+//! `gen_ai.response.model` and `gen_ai.response.id` when the answer named them.
 
 use super::proto::{
-    CUMULATIVE, Data, Histogram, HistogramDataPoint, KeyValue, Metric, NumberDataPoint, Sum, kv,
-    kv_int,
+    CUMULATIVE, Data, Exemplar, Histogram, HistogramDataPoint, KeyValue, Metric, NumberDataPoint,
+    Sum, kv, kv_int,
 };
 use crate::measure::ProbeResult;
 use std::collections::BTreeMap;
@@ -62,16 +67,20 @@ enum Instrument {
     TimeToFirstChunk,
     TimePerOutputChunk,
     TokenUsage,
+    CacheRead,
+    Reasoning,
     Ttfo,
     Tpot,
 }
 
 impl Instrument {
-    const ALL: [Instrument; 6] = [
+    const ALL: [Instrument; 8] = [
         Instrument::Duration,
         Instrument::TimeToFirstChunk,
         Instrument::TimePerOutputChunk,
         Instrument::TokenUsage,
+        Instrument::CacheRead,
+        Instrument::Reasoning,
         Instrument::Ttfo,
         Instrument::Tpot,
     ];
@@ -100,6 +109,18 @@ impl Instrument {
             Instrument::TokenUsage => (
                 "gen_ai.client.token.usage",
                 "Input and output tokens of successful probes.",
+                "{token}",
+                &TOKEN_BUCKETS,
+            ),
+            Instrument::CacheRead => (
+                "gen_ai.usage.cache_read.input_tokens",
+                "Input tokens the server's prompt cache served, of successful probes whose answer said.",
+                "{token}",
+                &TOKEN_BUCKETS,
+            ),
+            Instrument::Reasoning => (
+                "gen_ai.usage.reasoning.output_tokens",
+                "Reasoning tokens of the output, of successful probes whose answer said.",
                 "{token}",
                 &TOKEN_BUCKETS,
             ),
@@ -141,6 +162,14 @@ pub struct Observation<'a> {
     pub ttfo_s: Option<f64>,
     /// TPOT.
     pub tpot_s: Option<f64>,
+    /// Of the input tokens, the cached ones, when the answer said.
+    pub cached_input_tokens: Option<u64>,
+    /// Of the output tokens, the reasoning ones, when the answer said.
+    pub reasoning_tokens: Option<u64>,
+    /// The model that answered (`gen_ai.response.model`).
+    pub response_model: Option<&'a str>,
+    /// The answer's id (`gen_ai.response.id`).
+    pub response_id: Option<&'a str>,
 }
 
 impl<'a> From<&'a ProbeResult> for Observation<'a> {
@@ -155,6 +184,10 @@ impl<'a> From<&'a ProbeResult> for Observation<'a> {
             output_tokens: r.output_tokens,
             ttfo_s: r.ttfo_s,
             tpot_s: r.tpot_s,
+            cached_input_tokens: r.cached_input_tokens,
+            reasoning_tokens: r.reasoning_tokens,
+            response_model: r.served_model.as_deref(),
+            response_id: r.response_id.as_deref(),
         }
     }
 }
@@ -215,6 +248,8 @@ struct Hist {
     sum: f64,
     min: f64,
     max: f64,
+    /// The latest observation that carries attributes of its own, as an exemplar.
+    exemplar: Option<Exemplar>,
 }
 
 impl Hist {
@@ -226,6 +261,7 @@ impl Hist {
             sum: 0.0,
             min: f64::INFINITY,
             max: f64::NEG_INFINITY,
+            exemplar: None,
         }
     }
 
@@ -264,17 +300,41 @@ impl JobState {
             .observe(v);
     }
 
-    /// The recording rules of the module's table.
-    fn record(&mut self, r: &Observation<'_>) {
+    /// The duration, with the probe's identity as the point's exemplar when the answer named
+    /// it (a value that is no number is not observed, and so is no exemplar).
+    fn duration(&mut self, extra: Extra, v: f64, r: &Observation<'_>, at_ns: u64) {
+        let h = self
+            .hists
+            .entry((Instrument::Duration, extra))
+            .or_insert_with(|| Hist::new(Instrument::Duration.def().3));
+        h.observe(v);
+        let filtered_attributes: Vec<KeyValue> = [
+            ("gen_ai.response.model", r.response_model),
+            ("gen_ai.response.id", r.response_id),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| kv(k, v)))
+        .collect();
+        if !filtered_attributes.is_empty() && v.is_finite() {
+            h.exemplar = Some(Exemplar {
+                filtered_attributes,
+                time_unix_nano: at_ns,
+                as_double: Some(v),
+            });
+        }
+    }
+
+    /// The recording rules of the module's table; `at_ns` is when the observation was made.
+    fn record(&mut self, r: &Observation<'_>, at_ns: u64) {
         *self.probes.entry(r.error).or_insert(0) += 1;
         if let Some(e) = r.error {
             if let Some(d) = r.failure_s {
-                self.observe(Instrument::Duration, Some(("error.type", e)), d);
+                self.duration(Some(("error.type", e)), d, r, at_ns);
             }
             return;
         }
         if let Some(d) = r.e2e_s {
-            self.observe(Instrument::Duration, None, d);
+            self.duration(None, d, r, at_ns);
         }
         if let Some(t) = r.ttft_s {
             self.observe(Instrument::TimeToFirstChunk, None, t);
@@ -294,6 +354,12 @@ impl JobState {
             Some(("gen_ai.token.type", "output")),
             r.output_tokens as f64,
         );
+        if let Some(n) = r.cached_input_tokens {
+            self.observe(Instrument::CacheRead, None, n as f64);
+        }
+        if let Some(n) = r.reasoning_tokens {
+            self.observe(Instrument::Reasoning, None, n as f64);
+        }
         if let Some(t) = r.ttfo_s {
             self.observe(Instrument::Ttfo, None, t);
         }
@@ -319,20 +385,20 @@ pub struct JobRecorder {
 }
 
 impl JobRecorder {
-    /// Records one probe's result.
-    pub fn record(&self, r: &ProbeResult) {
-        self.observe(&Observation::from(r));
+    /// Records one observation, made now.
+    pub fn observe(&self, r: &Observation<'_>) {
+        self.observe_at(r, super::exporter::now_ns());
     }
 
-    /// Records one observation.
-    pub fn observe(&self, r: &Observation<'_>) {
+    /// Records one observation made at `at_ns` (ns since the Unix epoch).
+    pub fn observe_at(&self, r: &Observation<'_>, at_ns: u64) {
         let mut jobs = self
             .instruments
             .jobs
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         if let Some(j) = jobs.get_mut(&self.id) {
-            j.record(r);
+            j.record(r, at_ns);
         }
     }
 
@@ -410,6 +476,7 @@ impl Instruments {
                         explicit_bounds: bounds.to_vec(),
                         min: (h.count > 0).then_some(h.min),
                         max: (h.count > 0).then_some(h.max),
+                        exemplars: h.exemplar.iter().cloned().collect(),
                     });
                 }
             }

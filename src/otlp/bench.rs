@@ -24,6 +24,10 @@ pub fn observation(s: &Sample) -> Observation<'_> {
         output_tokens: s.output_tokens,
         ttfo_s: s.ttfo_s,
         tpot_s: s.tpot_s,
+        cached_input_tokens: s.cached_input_tokens,
+        reasoning_tokens: s.reasoning_tokens,
+        response_model: s.served_model.as_deref(),
+        response_id: s.response_id.as_deref(),
     }
 }
 

@@ -51,8 +51,12 @@ const MAX_ANSWER: usize = 64 * 1024;
 
 /// Now, in ns since the Unix epoch.
 pub fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
+    unix_ns(SystemTime::now())
+}
+
+/// `at` in ns since the Unix epoch (0 before it).
+pub fn unix_ns(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 

@@ -5,6 +5,8 @@
 //! - [`proto`]: the OTLP messages sent (prost, the official schema's field numbers).
 //! - [`aggregate`]: probe results folded into cumulative histograms per job (pure).
 //! - [`bench`]: a bench level's samples into the same instruments, as the level ends.
+//! - [`serve`]: the instruments as one of `serve`'s result sinks, each job's probe results into
+//!   them as they finish.
 //! - [`exporter`]: the periodic POST (I/O); `serve` runs it on the web runtime, never the
 //!   probes'.
 //!
@@ -14,6 +16,7 @@ pub mod aggregate;
 pub mod bench;
 pub mod exporter;
 pub mod proto;
+pub mod serve;
 
 pub use aggregate::{Instruments, JobAttrs, JobRecorder};
 

@@ -160,6 +160,23 @@ pub struct HistogramDataPoint {
     /// The largest value.
     #[prost(double, optional, tag = "12")]
     pub max: Option<f64>,
+    /// Single measurements with what the aggregate leaves out (the last one of the point).
+    #[prost(message, repeated, tag = "8")]
+    pub exemplars: Vec<Exemplar>,
+}
+
+/// `Exemplar`: one measurement with attributes the point's series does not have.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Exemplar {
+    /// The measurement's own attributes.
+    #[prost(message, repeated, tag = "7")]
+    pub filtered_attributes: Vec<KeyValue>,
+    /// When it was measured.
+    #[prost(fixed64, tag = "2")]
+    pub time_unix_nano: u64,
+    /// Its value (the `as_double` of the `value` oneof: always encoded, 0 included).
+    #[prost(double, optional, tag = "3")]
+    pub as_double: Option<f64>,
 }
 
 /// `KeyValue`.

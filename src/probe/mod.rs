@@ -19,12 +19,12 @@ pub use calibrate::{Calibration, TokenModels, calibrate};
 pub use read::{MAX_ANSWER_BYTES, MAX_BODY_BYTES, check_expect};
 
 use crate::config::{Job, Prompt, ProxySetting, Target, Timeouts};
-use crate::measure::{Measurement, ProbeResult};
+use crate::measure::{Measurement, ProbeResult, RequestFacts};
 use crate::outcome::ErrorType;
 use crate::redact::{Redactor, effective_proxy, redact_userinfo};
 use crate::transport::{ClientOptions, Transport, TransportError};
 use crate::units::truncate_bytes;
-use crate::workload::{RequestContent, TokenModel, Turns, Workload, input_length_off};
+use crate::workload::{RequestContent, TokenModel, Turns, Workload};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -287,6 +287,18 @@ impl Prober {
     /// lengths and the turn, and the `input_length_off` flag when the server counted an input
     /// length off the requested one.
     pub async fn run_content(&mut self, spec: &ProbeSpec, content: &RequestContent) -> ProbeResult {
+        self.run_in_flight(spec, content, None).await
+    }
+
+    /// [`Self::run_content`] of a probe whose caller gates its target's probes: what `flight`
+    /// sees around it as it ends (another probe of the target in flight, a cold target) is among
+    /// the result's facts.
+    pub async fn run_in_flight(
+        &mut self,
+        spec: &ProbeSpec,
+        content: &RequestContent,
+        flight: Option<&dyn Flight>,
+    ) -> ProbeResult {
         let mut content = std::borrow::Cow::Borrowed(content);
         if let Some(cap) = spec.max_tokens.filter(|c| Some(*c) != content.max_tokens) {
             let c = content.to_mut();
@@ -298,22 +310,7 @@ impl Prober {
         if let Some(ids) = &spec.request_ids {
             content.to_mut().request_id = Some(ids.take());
         }
-        let mut r = self.send(spec, &content).await;
-        r.request_id.clone_from(&content.request_id);
-        r.requested_input_tokens = content.requested_input_tokens.map(u64::from);
-        // The workload's requested length, else the cap asked for exactly (`exact_output`).
-        r.requested_output_tokens = content
-            .requested_output_tokens
-            .map(u64::from)
-            .or(r.requested_output_tokens);
-        r.turn = content.turn;
-        if let (Some(want), Some(got)) = (r.requested_input_tokens, r.input_tokens)
-            && r.success()
-            && input_length_off(want, got)
-        {
-            r.flags.insert(crate::outcome::Flag::InputLengthOff);
-        }
-        r
+        self.send(spec, &content, flight).await
     }
 
     /// Opens this prober's connection ahead of a bench level with one unmeasured `GET /models`
@@ -337,37 +334,53 @@ impl Prober {
         }
     }
 
-    /// One request of `content`, as is (calibration sends its own content this way).
-    async fn send(&mut self, spec: &ProbeSpec, content: &RequestContent) -> ProbeResult {
-        if content.messages.is_empty() {
+    /// One request of `content`, as is (calibration sends its own content this way): its result
+    /// made whole by [`Measurement::finish_with`] from the fold and the request's facts.
+    async fn send(
+        &mut self,
+        spec: &ProbeSpec,
+        content: &RequestContent,
+        flight: Option<&dyn Flight>,
+    ) -> ProbeResult {
+        let mut facts = RequestFacts {
+            request_id: content.request_id.clone(),
+            requested_input_tokens: content.requested_input_tokens.map(u64::from),
+            // The workload's requested length, else the cap asked for exactly (`exact_output`).
+            requested_output_tokens: content
+                .requested_output_tokens
+                .map(u64::from)
+                .or(spec.requested_output_tokens()),
+            turn: content.turn,
+            ..RequestFacts::default()
+        };
+        // What the caller saw around the probe, asked as it ends.
+        let finish = |m: Measurement, mut facts: RequestFacts| {
+            if let Some(f) = flight {
+                facts.overlapped = f.overlapped();
+                facts.cold = f.cold();
+            }
+            m.finish_with(facts)
+        };
+        let failed = |kind: ErrorType, detail: String| {
             let mut m = Measurement::new(Instant::now());
-            m.fail(
-                ErrorType::BadRequest,
-                m.t0(),
-                "the prompt has nothing to send (a dataset that was not read)",
-            );
-            return m.finish();
+            m.fail(kind, m.t0(), detail);
+            m
+        };
+        if content.messages.is_empty() {
+            let detail = "the prompt has nothing to send (a dataset that was not read)";
+            return finish(failed(ErrorType::BadRequest, detail.into()), facts);
         }
         let url = spec.url();
         let proxy = spec.proxy();
         let key = match spec.target.load_key().await {
             Ok(k) => k,
-            Err(msg) => {
-                let mut m = Measurement::new(Instant::now());
-                m.fail(ErrorType::Auth, m.t0(), msg);
-                return m.finish();
-            }
+            Err(msg) => return finish(failed(ErrorType::Auth, msg), facts),
         };
         let req = match request::build(spec, content, &url, key.as_ref()) {
             Ok(r) => r,
             Err(e) => {
-                let mut m = Measurement::new(Instant::now());
-                m.fail(
-                    ErrorType::BadRequest,
-                    m.t0(),
-                    format!("cannot build the request: {e}"),
-                );
-                return m.finish();
+                let detail = format!("cannot build the request: {e}");
+                return finish(failed(ErrorType::BadRequest, detail), facts);
             }
         };
         if spec.target.connection == crate::transport::ConnectionMode::Reuse {
@@ -384,17 +397,27 @@ impl Prober {
         if !spec.stream {
             m.non_stream();
         }
-        let mut r = read::run_request(&mut self.transport, req, spec, m, proxy.as_deref()).await;
-        r.phases = Some(self.transport.phases());
-        r.requested_output_tokens = spec.requested_output_tokens();
+        let transport = &mut self.transport;
+        let mut m = read::run_request(transport, req, spec, m, proxy.as_deref(), &mut facts).await;
+        facts.phases = Some(transport.phases());
         // A server may echo the request in its error message: never pass a secret on. Redacted
         // whole, then cut for display, so no part of a secret survives at the cut.
-        if let Some(d) = r.error_detail.as_mut() {
+        m.show_detail(|d| {
             let shown = spec.redactor(key.as_ref()).redact(d);
-            *d = truncate_bytes(&shown, MAX_DETAIL_BYTES);
-        }
-        r
+            truncate_bytes(&shown, MAX_DETAIL_BYTES)
+        });
+        finish(m, facts)
     }
+}
+
+/// What a caller that gates a target's probes sees around one of them (`serve`'s target gate),
+/// asked as the probe ends: facts of its result ([`RequestFacts::overlapped`],
+/// [`RequestFacts::cold`]).
+pub trait Flight: Sync {
+    /// Another probe of the target was in flight at some point of this one.
+    fn overlapped(&self) -> bool;
+    /// The target had had no probe for its `cold_after` before this one.
+    fn cold(&self) -> bool;
 }
 
 #[cfg(test)]

@@ -5,8 +5,8 @@
 
 use super::ProbeSpec;
 use crate::config::{ConnectionMode, Expect, Timeouts};
-use crate::kstamp::{ReadLag, ReadStamps};
-use crate::measure::{Measurement, ProbeResult, Step};
+use crate::kstamp::ReadStamps;
+use crate::measure::{Flow, Measurement, ReadLag, RequestFacts};
 use crate::outcome::{
     ErrorType, Flag, Head, classify_head, error_chain, html_title, judge_non_answer,
     judge_non_event_stream, starts_as_event_stream,
@@ -135,25 +135,23 @@ impl<'a> Arrivals<'a> {
     }
 }
 
+/// Sends the request and reads its answer into the fold `m`, which it returns unfinished, with
+/// what the reads knew beside the events in `facts`: the reads' lag behind their kernel instants,
+/// the request's send instant, and whether a failure to send was the exporter's own.
 pub(super) async fn run_request(
     transport: &mut Transport,
     req: super::request::Request,
     spec: &ProbeSpec,
     m: Measurement,
     proxy: Option<&str>,
-) -> ProbeResult {
+    facts: &mut RequestFacts,
+) -> Measurement {
     let stamps = transport.stamps().clone();
     let mut arrivals = Arrivals::new(&stamps, m.t0());
-    let mut r = request_and_read(transport, req, spec, m, proxy, &mut arrivals).await;
-    if r.http_status.is_some() {
-        r.read_lag = Some(arrivals.lag);
-    }
-    if let Some(sent) = arrivals.sent {
-        let lag = (sent - arrivals.t0).as_secs_f64();
-        r.send_lag_s = Some(lag);
-        r.wire_ttft_s = r.ttft_s.map(|t| (t - lag).max(0.0));
-    }
-    r
+    let m = request_and_read(transport, req, spec, m, proxy, &mut arrivals, facts).await;
+    facts.read_lag = Some(arrivals.lag);
+    facts.sent_at = arrivals.sent;
+    m
 }
 
 async fn request_and_read(
@@ -163,14 +161,15 @@ async fn request_and_read(
     mut m: Measurement,
     proxy: Option<&str>,
     arrivals: &mut Arrivals<'_>,
-) -> ProbeResult {
+    facts: &mut RequestFacts,
+) -> Measurement {
     let t = &spec.timeouts;
     let (deadline, kind) = next_deadline(&m, t, None, spec.stream);
     // The deadline passed before the head (or the head came after it: timer and socket raced).
     let head_late = |mut m: Measurement| {
         let detail = format!("{} waiting for the response head", deadline_detail(kind, t));
         m.fail(kind, deadline, detail);
-        m.finish()
+        m
     };
     let resp = match timeout_at(deadline.into(), transport.send(req)).await {
         Err(_) => return head_late(m),
@@ -184,9 +183,8 @@ async fn request_and_read(
                 detail = format!("the server sent {sent} bytes but no response head: {detail}");
             }
             m.fail(kind, Instant::now(), detail);
-            let mut r = m.finish();
-            r.exporter_fault = crate::resources::is_fd_exhaustion(&e);
-            return r;
+            facts.exporter_fault = crate::resources::is_fd_exhaustion(&e);
+            return m;
         }
         Ok(Ok(r)) => r,
     };
@@ -217,6 +215,7 @@ async fn request_and_read(
             .collect(),
     };
     m.rate_limits(crate::ratelimit::read(&head.headers, SystemTime::now()));
+    m.server_request_id(request_id(&head));
     // A non-2xx head (or a proxy's answer) decides the type (ruling 5); a 2xx body is read as a
     // stream and judged from its bytes, whatever its Content-Type says (ruling 1).
     if classify_head(&head, &StreamError::default()).is_some() {
@@ -239,7 +238,7 @@ async fn request_and_read(
                 t_headers,
                 format!("unsupported Content-Encoding {other:?}"),
             );
-            return m.finish();
+            return m;
         }
     };
     if !matches!(inflater, Inflater::Identity) {
@@ -251,6 +250,26 @@ async fn request_and_read(
     read_stream(resp, inflater, spec, m, arrivals).await
 }
 
+/// The response headers that carry the provider's id of the request, in the order they are
+/// looked for: OpenAI's and most servers' (vLLM, SGLang, gateways) `x-request-id`, Anthropic's
+/// `request-id`, Azure's `x-ms-request-id` and its API Management's `apim-request-id`, AWS's
+/// `x-amzn-requestid`.
+pub const REQUEST_ID_HEADERS: [&str; 5] = [
+    "x-request-id",
+    "request-id",
+    "x-ms-request-id",
+    "apim-request-id",
+    "x-amzn-requestid",
+];
+
+/// The answer's request id: the first of [`REQUEST_ID_HEADERS`] the head carries, as
+/// [`crate::protocol::identity_value`] keeps it.
+fn request_id(head: &Head<'_>) -> Option<String> {
+    REQUEST_ID_HEADERS
+        .iter()
+        .find_map(|h| head.header(h).and_then(crate::protocol::identity_value))
+}
+
 /// Reads a 2xx body as an event stream, decoding and folding the events as they arrive, under
 /// the deadlines. The deadlines run on the reads' own instants (the timers' clock); the events are
 /// stamped with their bytes' arrival ([`Arrivals`]).
@@ -260,7 +279,7 @@ async fn read_stream(
     spec: &ProbeSpec,
     mut m: Measurement,
     arrivals: &mut Arrivals<'_>,
-) -> ProbeResult {
+) -> Measurement {
     let (t, api) = (&spec.timeouts, spec.target.api);
     let mut dec = SseDecoder::new();
     let mut last_byte = Instant::now();
@@ -321,7 +340,7 @@ async fn read_stream(
                 if !had_first && m.first_token_seen() {
                     arrivals.first_token(now, at);
                 }
-                if step == Step::Stop {
+                if step == Flow::Stop {
                     if spec.target.connection == ConnectionMode::Reuse && m.proper_end() {
                         drain_for_reuse(&mut resp, deadline).await;
                     }
@@ -366,7 +385,7 @@ async fn read_stream(
     if let Some(exp) = &spec.prompt.expect {
         m.validate(|text, n| check_expect(exp, text, n));
     }
-    m.finish()
+    m
 }
 
 /// After the terminal event (the measurement is complete), how long and how many bytes the rest
@@ -401,7 +420,7 @@ async fn read_answer(
     mut m: Measurement,
     t_headers: Instant,
     arrivals: &mut Arrivals<'_>,
-) -> ProbeResult {
+) -> Measurement {
     let t = &spec.timeouts;
     let mut body: Vec<u8> = Vec::new();
     // The last body bytes' read (for the deadlines) and their arrival (`t_end`).
@@ -409,7 +428,7 @@ async fn read_answer(
     let mut last_arrival: Option<Instant> = None;
     let failed = |mut m: Measurement, kind, at, detail: String| {
         m.fail(kind, at, detail);
-        m.finish()
+        m
     };
     let t_end = loop {
         let (deadline, kind) = next_deadline(&m, t, last_byte, false);
@@ -476,7 +495,7 @@ async fn read_answer(
     if let Some(exp) = &spec.prompt.expect {
         m.validate(|text, n| check_expect(exp, text, n));
     }
-    m.finish()
+    m
 }
 
 /// The content check: why the answer fails it, if it does.
@@ -563,32 +582,38 @@ fn feed_events(
     api: Api,
     m: &mut Measurement,
     t: Instant,
-) -> Step {
+) -> Flow {
     if bytes.is_empty() {
-        return Step::Continue;
+        return Flow::Continue;
     }
     match dec.feed(bytes) {
         Ok(events) => {
             for ev in events {
-                if fold_event(&ev, api, m, t) == Step::Stop {
-                    return Step::Stop;
+                if fold_event(&ev, api, m, t) == Flow::Stop {
+                    return Flow::Stop;
                 }
             }
-            Step::Continue
+            Flow::Continue
         }
         Err(e) => {
             m.fail(ErrorType::Malformed, t, e.to_string());
-            Step::Stop
+            Flow::Stop
         }
     }
 }
 
-fn fold_event(ev: &crate::sse::SseEvent, api: Api, m: &mut Measurement, t: Instant) -> Step {
-    match api.interpret(ev) {
+fn fold_event(ev: &crate::sse::SseEvent, api: Api, m: &mut Measurement, t: Instant) -> Flow {
+    // The identity OpenAI chunks repeat is read until an event named the served model.
+    let meaning = if m.identity_known() {
+        api.interpret_without_identity(ev)
+    } else {
+        api.interpret(ev)
+    };
+    match meaning {
         Ok(meaning) => m.event(t, &meaning),
         Err(e) => {
             m.fail(ErrorType::Malformed, t, e.to_string());
-            Step::Continue
+            Flow::Continue
         }
     }
 }
@@ -607,7 +632,7 @@ fn body_end(
     if body.not_event_stream() || starts_as_event_stream(&body.head, true) == Some(false) {
         return;
     }
-    if feed_events(dec, rest, api, m, t) == Step::Continue {
+    if feed_events(dec, rest, api, m, t) == Flow::Continue {
         flush_final(dec, api, m, t);
     }
 }
@@ -633,7 +658,7 @@ async fn read_error_body(
     spec: &ProbeSpec,
     mut m: Measurement,
     proxy: Option<&str>,
-) -> ProbeResult {
+) -> Measurement {
     let mut body = Vec::new();
     let (deadline, deadline_kind) = next_deadline(&m, &spec.timeouts, None, spec.stream);
     let mut end = Instant::now();
@@ -704,7 +729,7 @@ async fn read_error_body(
         ));
     }
     m.fail(kind, end, detail);
-    m.finish()
+    m
 }
 
 /// A `Location` as an absolute URL safe to show: resolved against the request URL (a relative

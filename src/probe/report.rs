@@ -8,12 +8,15 @@ use std::fmt::Write as _;
 
 /// The JSON object printed by `probe --format json`: exactly the keys `outcome`, `error_type`,
 /// `ttfb_s`, `ttft_s`, `ttfo_s`, `e2e_s`, `output_tokens`, `token_source`, `input_tokens`, `tpot_s`,
-/// `decode_tokens_per_s`, `chunk_gaps_s`, `chunk_gaps_dropped`, `flags`, `retry_after_s`; absent
-/// values are `null`; a probe whose workload asks for lengths (or is a conversation's turn) adds
-/// `requested_input_tokens`, `requested_output_tokens` and `turn`. `chunk_gaps_s` holds at most the first `measure::MAX_CHUNK_GAPS` gaps;
-/// `chunk_gaps_dropped` counts the rest.
+/// `decode_tokens_per_s`, `chunk_gaps_s`, `chunk_gaps_dropped`, `flags`, `retry_after_s` (the
+/// stream cases' keys), then `cached_input_tokens`, `reasoning_tokens` (what the answer's usage
+/// said of them) and what answered: `served_model`, `system_fingerprint`, `response_id`,
+/// `request_id` (the answer's request id header); absent values are `null`; a probe whose
+/// workload asks for lengths (or is a conversation's turn) adds `requested_input_tokens`,
+/// `requested_output_tokens` and `turn`. `chunk_gaps_s` holds at most the first
+/// `measure::MAX_CHUNK_GAPS` gaps; `chunk_gaps_dropped` counts the rest.
 /// For a failed probe, `e2e_s` is the duration to the failure instant (docs/measurement.md), and the
-/// token counts are `null`: N is defined for successful probes only. A non-streamed answer has
+/// token counts are `null`: N is defined for successful probes only; what answered is kept. A non-streamed answer has
 /// `null` TTFT, TTFO, TPOT and decode rate, and `output_tokens` `null` with `token_source`
 /// `unknown` when it carried no usage.
 pub fn to_json(r: &ProbeResult) -> Value {
@@ -35,6 +38,12 @@ pub fn to_json(r: &ProbeResult) -> Value {
         "chunk_gaps_dropped": r.chunk_gaps_dropped,
         "flags": r.flags.iter().map(|f| f.as_str()).collect::<Vec<_>>(),
         "retry_after_s": r.retry_after_s,
+        "cached_input_tokens": if ok { r.cached_input_tokens } else { None },
+        "reasoning_tokens": if ok { r.reasoning_tokens } else { None },
+        "served_model": r.served_model,
+        "system_fingerprint": r.system_fingerprint,
+        "response_id": r.response_id,
+        "request_id": r.server_request_id,
     });
     // A workload that asks for lengths, or a conversation turn, adds what it asked for.
     if let Some(o) = v.as_object_mut()
@@ -94,7 +103,8 @@ pub struct ReportContext {
     pub exact_output: crate::protocol::ExactOutput,
 }
 
-/// The input length counted (and asked for, with the difference), the output length asked for.
+/// The input length counted (and asked for, with the difference), what the prompt cache served
+/// of it, the output length asked for.
 fn lengths(s: &mut String, r: &ProbeResult) {
     match (r.input_tokens, r.requested_input_tokens) {
         (Some(i), Some(want)) => {
@@ -116,13 +126,25 @@ fn lengths(s: &mut String, r: &ProbeResult) {
         }
         (None, None) => {}
     }
+    if let Some(c) = r.cached_input_tokens {
+        let share = r
+            .input_tokens
+            .filter(|i| *i > 0)
+            .map_or_else(String::new, |i| {
+                format!(" ({:.1}%)", 100.0 * c as f64 / i as f64)
+            });
+        let _ = writeln!(
+            s,
+            "cached     {c} of the input tokens{share}, from the server's prompt cache"
+        );
+    }
     if let Some(want) = r.requested_output_tokens {
         let _ = writeln!(s, "requested  {want} output tokens");
     }
 }
 
-/// The counts of a successful probe: N (and where it came from, and what was asked), TPOT
-/// (streaming only); the input tokens are [`lengths`]'.
+/// The counts of a successful probe: N (and where it came from, and what was asked), its
+/// reasoning tokens, TPOT (streaming only); the input is [`lengths`]'s.
 fn output_lines(s: &mut String, r: &ProbeResult, exact: crate::protocol::ExactOutput) {
     let requested = r.requested_output_tokens.map_or_else(String::new, |n| {
         if exact == crate::protocol::ExactOutput::None {
@@ -154,6 +176,9 @@ fn output_lines(s: &mut String, r: &ProbeResult, exact: crate::protocol::ExactOu
             r.output_tokens
         );
     }
+    if let Some(n) = r.reasoning_tokens {
+        let _ = writeln!(s, "reasoning  {n} of the output tokens");
+    }
     match (r.tpot_s, r.decode_tokens_per_s) {
         _ if !r.stream => {}
         (Some(t), Some(d)) => {
@@ -172,6 +197,32 @@ fn output_lines(s: &mut String, r: &ProbeResult, exact: crate::protocol::ExactOu
     }
 }
 
+/// What answered, when the answer said: the served model and fingerprint, the response's id
+/// and the request id header.
+fn identity(s: &mut String, r: &ProbeResult) {
+    let join = |parts: [(&str, &Option<String>); 2]| {
+        let shown: Vec<String> = parts
+            .iter()
+            .filter_map(|(name, v)| v.as_ref().map(|v| format!("{name}{v}")))
+            .collect();
+        shown.join(", ")
+    };
+    let served = join([
+        ("", &r.served_model),
+        ("fingerprint ", &r.system_fingerprint),
+    ]);
+    if !served.is_empty() {
+        let _ = writeln!(s, "served     {served}");
+    }
+    let ids = join([
+        ("response ", &r.response_id),
+        ("request ", &r.server_request_id),
+    ]);
+    if !ids.is_empty() {
+        let _ = writeln!(s, "ids        {ids}");
+    }
+}
+
 /// A short human report: outcome, then a phase timeline like curl's `-w` timings, then counts.
 /// A failure says why: HTTP status, the server's message, which deadline, the proxy in use.
 pub fn to_text(r: &ProbeResult, ctx: &ReportContext) -> String {
@@ -186,6 +237,7 @@ pub fn to_text(r: &ProbeResult, ctx: &ReportContext) -> String {
     if !r.stream {
         s.push_str("mode       non-streaming (the whole answer at once: no TTFT, TPOT or gaps)\n");
     }
+    identity(&mut s, r);
     match r.error_type {
         None => {
             let _ = writeln!(
@@ -325,6 +377,7 @@ mod tests {
         assert_eq!(
             keys,
             [
+                "cached_input_tokens",
                 "chunk_gaps_dropped",
                 "chunk_gaps_s",
                 "decode_tokens_per_s",
@@ -334,7 +387,12 @@ mod tests {
                 "input_tokens",
                 "outcome",
                 "output_tokens",
+                "reasoning_tokens",
+                "request_id",
+                "response_id",
                 "retry_after_s",
+                "served_model",
+                "system_fingerprint",
                 "token_source",
                 "tpot_s",
                 "ttfb_s",
@@ -348,6 +406,116 @@ mod tests {
         assert!((v["e2e_s"].as_f64().unwrap() - 0.08).abs() < 1e-9);
         assert!(v["ttft_s"].is_null());
         assert!(v["output_tokens"].is_null() && v["token_source"].is_null());
+    }
+
+    /// Issue 42 item 1 and 43 item 1: what the answer said beside its tokens, in both formats;
+    /// a failed probe's counts are null (ruling 10), what answered is kept.
+    #[test]
+    fn cached_reasoning_and_identity_in_json_and_text() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let probe = |fail: bool| {
+            let mut m = Measurement::new(t0);
+            m.headers(ms(5), 200);
+            m.server_request_id(Some("req-7".into()));
+            m.event(
+                ms(10),
+                &crate::protocol::EventMeaning {
+                    served_model: Some("gpt-4o-2024-08-06".into()),
+                    system_fingerprint: Some("fp_1".into()),
+                    response_id: Some("chatcmpl-9".into()),
+                    token: true,
+                    output: true,
+                    text: "Hi".into(),
+                    ..Default::default()
+                },
+            );
+            m.event(
+                ms(20),
+                &crate::protocol::EventMeaning {
+                    usage_input: Some(200),
+                    usage_cached_input: Some(150),
+                    usage_reasoning: Some(0),
+                    usage_output: Some(1),
+                    finish: true,
+                    terminal: true,
+                    ..Default::default()
+                },
+            );
+            if fail {
+                m.fail(ErrorType::ValidationFailed, ms(20), "content check");
+            }
+            m.finish()
+        };
+        let r = probe(false);
+        let v = to_json(&r);
+        assert_eq!(
+            (
+                v["cached_input_tokens"].as_u64(),
+                v["reasoning_tokens"].as_u64()
+            ),
+            (Some(150), Some(0))
+        );
+        assert_eq!(v["served_model"], "gpt-4o-2024-08-06");
+        assert_eq!(v["system_fingerprint"], "fp_1");
+        assert_eq!(v["response_id"], "chatcmpl-9");
+        assert_eq!(v["request_id"], "req-7");
+        let text = to_text(&r, &ReportContext::default());
+        assert_eq!(text.matches("\ninput ").count(), 1, "said once: {text}");
+        for line in [
+            "served     gpt-4o-2024-08-06, fingerprint fp_1\n",
+            "ids        response chatcmpl-9, request req-7\n",
+            "cached     150 of the input tokens (75.0%), from the server's prompt cache\n",
+            "reasoning  0 of the output tokens\n",
+        ] {
+            assert!(text.contains(line), "{line}: {text}");
+        }
+        let r = probe(true);
+        let v = to_json(&r);
+        assert!(v["cached_input_tokens"].is_null() && v["reasoning_tokens"].is_null());
+        assert_eq!(v["served_model"], "gpt-4o-2024-08-06");
+        let text = to_text(&r, &ReportContext::default());
+        assert!(
+            text.contains("served     gpt-4o") && !text.contains("cached "),
+            "{text}"
+        );
+        // An answer that said nothing of them: null, and no lines.
+        let mut m = Measurement::new(t0);
+        m.fail(ErrorType::Connect, ms(1), "refused");
+        let r = m.finish();
+        let v = to_json(&r);
+        assert!(v["served_model"].is_null() && v["request_id"].is_null());
+        assert!(!to_text(&r, &ReportContext::default()).contains("served "));
+    }
+
+    /// The input length is one line: the count, with what was requested when it was (it was
+    /// said twice, once bare and once with the request).
+    #[test]
+    fn the_input_length_is_said_once() {
+        let t0 = Instant::now();
+        let mut m = Measurement::new(t0);
+        m.event(
+            t0 + Duration::from_millis(10),
+            &crate::protocol::EventMeaning {
+                token: true,
+                usage_input: Some(130),
+                usage_output: Some(1),
+                finish: true,
+                terminal: true,
+                ..Default::default()
+            },
+        );
+        let mut r = m.finish();
+        let text = to_text(&r, &ReportContext::default());
+        assert_eq!(text.matches("\ninput ").count(), 1, "{text}");
+        assert!(text.contains("\ninput      130 tokens\n"), "{text}");
+        r.requested_input_tokens = Some(128);
+        let text = to_text(&r, &ReportContext::default());
+        assert_eq!(text.matches("\ninput ").count(), 1, "{text}");
+        assert!(
+            text.contains("\ninput      130 tokens (128 requested, +2 = +1.6%)\n"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //!
 //! Shapes follow: OpenAI API reference "The chat completion object", "The completion object",
 //! "The response object" (Responses: `output[]` of `message`/`reasoning`/`function_call`,
-//! `status`, `usage.input_tokens/output_tokens`, `error`); Anthropic "Messages" response
-//! (`content[]` of `text`/`thinking`/`tool_use`, `stop_reason`, `usage`) and "Errors"
+//! `status`, `usage.input_tokens/output_tokens` and their `_details`, `error`); Anthropic
+//! "Messages" response (`content[]` of `text`/`thinking`/`tool_use`, `stop_reason`, `usage` with
+//! the prompt-caching counts) and "Errors"
 //! (`{"type":"error","error":{...}}`); llama.cpp `tools/server/server.cpp`
 //! (`to_json_oaicompat_chat`, which adds `timings`); vLLM
 //! `vllm/entrypoints/openai/protocol.py` (`ChatMessage.reasoning_content`, `tool_calls`).
@@ -92,7 +93,7 @@ fn completions_and_responses_and_messages_answers() {
     );
     assert!(m.token && m.output && m.finish);
     assert_eq!(
-        (m.text.as_str(), m.usage_output, m.usage_input),
+        (m.text.as_str(), m.usage_output, m.usage_input_uncached),
         ("Hi!", Some(64), Some(25))
     );
     let m = read(
@@ -100,6 +101,91 @@ fn completions_and_responses_and_messages_answers() {
         r#"{"type":"message","content":[{"type":"tool_use","id":"t","name":"get","input":{}}],"stop_reason":"tool_use","usage":{"input_tokens":5,"output_tokens":9}}"#,
     );
     assert!(m.token && !m.output);
+}
+
+/// Issue 42 item 1 and issue 43 item 1: a whole answer's usage details (cached input, reasoning
+/// output) and identity (served model, fingerprint, response id), in each protocol's shape.
+#[test]
+fn whole_answers_say_what_was_cached_reasoned_and_who_answered() {
+    // OpenAI's chat completion object (its reference's usage with details).
+    let m = read(
+        Api::OpenaiChat,
+        r#"{"id":"chatcmpl-9","object":"chat.completion","created":1,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_44709d6fcb","choices":[{"index":0,"message":{"role":"assistant","content":"Hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":2006,"completion_tokens":300,"total_tokens":2306,"prompt_tokens_details":{"cached_tokens":1920,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":120,"audio_tokens":0}}}"#,
+    );
+    assert_eq!(
+        (
+            m.usage_input,
+            m.usage_cached_input,
+            m.usage_output,
+            m.usage_reasoning
+        ),
+        (Some(2006), Some(1920), Some(300), Some(120))
+    );
+    assert_eq!(
+        (
+            m.served_model.as_deref(),
+            m.system_fingerprint.as_deref(),
+            m.response_id.as_deref()
+        ),
+        (
+            Some("gpt-4o-2024-08-06"),
+            Some("fp_44709d6fcb"),
+            Some("chatcmpl-9")
+        )
+    );
+    // DeepSeek: its own cache-hit count, the reasoner's reasoning tokens in the details.
+    let m = read(
+        Api::OpenaiChat,
+        r#"{"id":"d1","model":"deepseek-reasoner","choices":[{"index":0,"message":{"role":"assistant","content":"4","reasoning_content":"2+2"},"finish_reason":"stop"}],"usage":{"prompt_tokens":64,"completion_tokens":30,"prompt_cache_hit_tokens":48,"prompt_cache_miss_tokens":16,"completion_tokens_details":{"reasoning_tokens":25}}}"#,
+    );
+    assert_eq!(
+        (m.usage_cached_input, m.usage_reasoning),
+        (Some(48), Some(25))
+    );
+    // vLLM without `--enable-prompt-tokens-details`: the details are null, so unknown, not 0.
+    let m = read(
+        Api::OpenaiCompletions,
+        r#"{"id":"cmpl-2","model":"m","choices":[{"text":"x","index":0,"finish_reason":"length"}],"usage":{"prompt_tokens":5,"completion_tokens":1,"prompt_tokens_details":null}}"#,
+    );
+    assert_eq!((m.usage_cached_input, m.usage_reasoning), (None, None));
+    assert_eq!(m.served_model.as_deref(), Some("m"));
+    // The Responses API's response object.
+    let m = read(
+        Api::OpenaiResponses,
+        r#"{"id":"resp_7","object":"response","status":"completed","model":"o4-mini-2025-04-16","output":[{"type":"message","content":[{"type":"output_text","text":"Hi"}]}],"usage":{"input_tokens":100,"input_tokens_details":{"cached_tokens":64},"output_tokens":50,"output_tokens_details":{"reasoning_tokens":40}}}"#,
+    );
+    assert_eq!(
+        (
+            m.usage_input,
+            m.usage_cached_input,
+            m.usage_output,
+            m.usage_reasoning
+        ),
+        (Some(100), Some(64), Some(50), Some(40))
+    );
+    assert_eq!(
+        (m.served_model.as_deref(), m.response_id.as_deref()),
+        (Some("o4-mini-2025-04-16"), Some("resp_7"))
+    );
+    // Anthropic: the input counts apart (the fold adds them up), no reasoning count.
+    let m = read(
+        Api::AnthropicMessages,
+        r#"{"id":"msg_01","type":"message","model":"claude-sonnet-4-5-20250929","content":[{"type":"text","text":"Hi"}],"stop_reason":"end_turn","usage":{"input_tokens":12,"cache_creation_input_tokens":200,"cache_read_input_tokens":1800,"output_tokens":7}}"#,
+    );
+    assert_eq!(
+        (
+            m.usage_input,
+            m.usage_input_uncached,
+            m.usage_cached_input,
+            m.usage_cache_creation,
+            m.usage_reasoning
+        ),
+        (None, Some(12), Some(1800), Some(200), None)
+    );
+    assert_eq!(
+        (m.served_model.as_deref(), m.response_id.as_deref()),
+        (Some("claude-sonnet-4-5-20250929"), Some("msg_01"))
+    );
 }
 
 #[test]

@@ -2,7 +2,8 @@
 //! `message_stop`, `ping`, `error`).
 //!
 //! Source: Anthropic docs, "Messages streaming" (event flow, cumulative usage in `message_delta`,
-//! error events) and "Errors" (error types and their HTTP statuses).
+//! error events), "Errors" (error types and their HTTP statuses) and "Prompt caching" (`usage`'s
+//! `cache_read_input_tokens` and `cache_creation_input_tokens`, which `input_tokens` leaves out).
 
 use super::{
     BodyParams, EventMeaning, Malformed, StreamError, error_object, json_object, non_empty_str,
@@ -32,9 +33,11 @@ pub(super) fn messages(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
     }
     match kind {
         "message_start" => {
-            if let Some(u) = v.get("message").and_then(|msg| msg.get("usage")) {
-                m.usage_output = u.get("output_tokens").and_then(Value::as_u64);
-                m.usage_input = u.get("input_tokens").and_then(Value::as_u64);
+            if let Some(msg) = v.get("message").filter(|msg| msg.is_object()) {
+                m.set_identity(msg);
+                if let Some(u) = msg.get("usage") {
+                    usage(u, &mut m);
+                }
             }
         }
         "content_block_delta" => {
@@ -56,8 +59,7 @@ pub(super) fn messages(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
         }
         "message_delta" => {
             if let Some(u) = v.get("usage") {
-                m.usage_output = u.get("output_tokens").and_then(Value::as_u64);
-                m.usage_input = u.get("input_tokens").and_then(Value::as_u64);
+                usage(u, &mut m);
             }
             m.finish = v
                 .get("delta")
@@ -97,11 +99,22 @@ pub(super) fn answer(v: &Value) -> Result<EventMeaning, Malformed> {
         }
     }
     if let Some(u) = v.get("usage") {
-        m.usage_output = u.get("output_tokens").and_then(Value::as_u64);
-        m.usage_input = u.get("input_tokens").and_then(Value::as_u64);
+        usage(u, &mut m);
     }
+    m.set_identity(v);
     m.finish = v.get("stop_reason").is_some_and(Value::is_string);
     Ok(m)
+}
+
+/// A Messages `usage` object: `output_tokens`; `input_tokens`, the input neither read from nor
+/// written to the cache; `cache_read_input_tokens` (the cached input) and
+/// `cache_creation_input_tokens`. The fold adds the three input counts up into the whole input.
+fn usage(u: &Value, m: &mut EventMeaning) {
+    let count = |k: &str| u.get(k).and_then(Value::as_u64);
+    m.usage_output = count("output_tokens");
+    m.usage_input_uncached = count("input_tokens");
+    m.usage_cached_input = count("cache_read_input_tokens");
+    m.usage_cache_creation = count("cache_creation_input_tokens");
 }
 
 /// Request body: system messages go to the top-level `system` field; `max_tokens` is required.
@@ -153,8 +166,12 @@ mod tests {
             r#"{"type":"message_start","message":{"usage":{"input_tokens":25,"output_tokens":1}}}"#,
         );
         assert_eq!(
-            (m.usage_output, m.usage_input, m.token),
+            (m.usage_output, m.usage_input_uncached, m.token),
             (Some(1), Some(25), false)
+        );
+        assert_eq!(
+            m.usage_input, None,
+            "Anthropic's input_tokens leave the cache out"
         );
         assert_eq!(ev("ping", r#"{"type":"ping"}"#), EventMeaning::default());
         let m = ev(
@@ -179,6 +196,38 @@ mod tests {
         assert!(m.finish);
         assert_eq!(m.usage_output, Some(4));
         assert!(ev("message_stop", r#"{"type":"message_stop"}"#).terminal);
+    }
+
+    /// Issue 42 item 1 and 43 item 1: `message_start` names the message and its model and
+    /// carries the prompt-caching counts; `message_delta`'s cumulative usage may repeat them.
+    #[test]
+    fn message_start_and_delta_carry_cache_counts_and_identity() {
+        let m = ev(
+            "message_start",
+            r#"{"type":"message_start","message":{"id":"msg_01X","type":"message","role":"assistant","model":"claude-opus-4-1-20250805","content":[],"usage":{"input_tokens":12,"cache_creation_input_tokens":0,"cache_read_input_tokens":2048,"output_tokens":1}}}"#,
+        );
+        assert_eq!(
+            (
+                m.usage_input,
+                m.usage_input_uncached,
+                m.usage_cached_input,
+                m.usage_cache_creation
+            ),
+            (None, Some(12), Some(2048), Some(0))
+        );
+        assert_eq!(
+            (m.served_model.as_deref(), m.response_id.as_deref()),
+            (Some("claude-opus-4-1-20250805"), Some("msg_01X"))
+        );
+        assert_eq!((m.system_fingerprint, m.usage_reasoning), (None, None));
+        let m = ev(
+            "message_delta",
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"input_tokens":12,"cache_creation_input_tokens":0,"cache_read_input_tokens":2048,"output_tokens":40}}"#,
+        );
+        assert_eq!(
+            (m.usage_output, m.usage_cached_input),
+            (Some(40), Some(2048))
+        );
     }
 
     #[test]

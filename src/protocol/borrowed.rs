@@ -2,7 +2,8 @@
 //! `serde_json::Value`: a stream's per-event cost (issue 26, "a cheaper per-event path").
 //!
 //! It reads exactly what [`super::openai`]'s `Value` reading reads (`choices[*].delta`'s four text
-//! channels, `choices[*].text`, `finish_reason`, `usage`) with the same rules: a field of another
+//! channels, `choices[*].text`, `finish_reason`, `usage` with its cached and reasoning details,
+//! and, when asked, the chunk's `id`, `model` and `system_fingerprint`) with the same rules: a field of another
 //! type than the rule asks for counts as absent, a repeated key's last value wins, a choice or
 //! delta that is not an object is skipped. Strings without escapes are borrowed from the event's
 //! data. Whatever is rarer or richer (a top-level `error`, the flat error shape's `"object":
@@ -11,8 +12,9 @@
 //! invalid JSON) makes it give up, and the caller reads the event the `Value` way: one rule, one reading, this is only
 //! its fast path (a differential test holds the two to the same meaning).
 
+use super::UsageCounts;
 use serde::Deserializer as _;
-use serde::de::{self, Deserialize, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, Deserialize, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use std::borrow::Cow;
 use std::fmt;
 
@@ -25,8 +27,12 @@ pub(super) struct GiveUp;
 pub(super) struct Chunk<'a> {
     /// The `choices` that are objects, in order.
     pub(super) choices: Vec<Choice<'a>>,
-    /// `usage.completion_tokens` and `usage.prompt_tokens`, when non-negative integers.
-    pub(super) usage: (Option<u64>, Option<u64>),
+    /// The counts of `usage` (see [`UsageCounts::openai`]).
+    pub(super) usage: UsageCounts,
+    /// `id`, `model` and `system_fingerprint`, each when a string (read only when asked for).
+    pub(super) id: Option<Cow<'a, str>>,
+    pub(super) model: Option<Cow<'a, str>>,
+    pub(super) system_fingerprint: Option<Cow<'a, str>>,
 }
 
 /// One choice.
@@ -49,10 +55,13 @@ pub(super) struct Delta<'a> {
     pub(super) reasoning: Option<Cow<'a, str>>,
 }
 
-/// Reads `data` (an event's data, trimmed or not) as a chunk, or gives up.
-pub(super) fn chunk(data: &str) -> Result<Chunk<'_>, GiveUp> {
+/// Reads `data` (an event's data, trimmed or not) as a chunk, or gives up; `identity`: with its
+/// `id`, `model` and `system_fingerprint`.
+pub(super) fn chunk(data: &str, identity: bool) -> Result<Chunk<'_>, GiveUp> {
     let mut de = serde_json::Deserializer::from_str(data);
-    let c = de.deserialize_any(ChunkVisitor).map_err(|_| GiveUp)?;
+    let c = de
+        .deserialize_any(ChunkVisitor { identity })
+        .map_err(|_| GiveUp)?;
     de.end().map_err(|_| GiveUp)?;
     c.ok_or(GiveUp)
 }
@@ -62,7 +71,9 @@ fn give_up<E: de::Error>() -> E {
     E::custom("not the common chunk shape")
 }
 
-struct ChunkVisitor;
+struct ChunkVisitor {
+    identity: bool,
+}
 
 impl<'de> Visitor<'de> for ChunkVisitor {
     type Value = Option<Chunk<'de>>;
@@ -75,6 +86,11 @@ impl<'de> Visitor<'de> for ChunkVisitor {
             match key {
                 "choices" => c.choices = map.next_value::<Choices<'de>>()?.0,
                 "usage" => c.usage = map.next_value::<Usage>()?.0,
+                "id" if self.identity => c.id = map.next_value::<Text<'de>>()?.0,
+                "model" if self.identity => c.model = map.next_value::<Text<'de>>()?.0,
+                "system_fingerprint" if self.identity => {
+                    c.system_fingerprint = map.next_value::<Text<'de>>()?.0;
+                }
                 // Rarer and richer: the `Value` reading takes them.
                 "error" | "timings" => {
                     if !map.next_value::<IsNull>()?.0 {
@@ -335,8 +351,11 @@ impl<'de> Deserialize<'de> for IsNull {
     }
 }
 
-/// `usage`'s two counts when it is an object, each when a non-negative integer.
-struct Usage((Option<u64>, Option<u64>));
+/// `usage`'s counts when it is an object, each when a non-negative integer: the rules of
+/// [`UsageCounts::openai`] for the chat and completions names (a detail object read whole,
+/// however often its key repeats; DeepSeek's `prompt_cache_hit_tokens` only without a cached
+/// count in the details).
+struct Usage(UsageCounts);
 
 impl<'de> Deserialize<'de> for Usage {
     fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -346,32 +365,68 @@ impl<'de> Deserialize<'de> for Usage {
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("any value")
             }
-            others_are!(Usage((None, None)));
+            others_are!(Usage(UsageCounts::default()));
             fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
-                skip_seq(seq).map(|()| Usage((None, None)))
+                skip_seq(seq).map(|()| Usage(UsageCounts::default()))
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut u = (None, None);
+                let mut u = UsageCounts::default();
+                let (mut details_cached, mut cache_hit) = (None, None);
                 while let Some(key) = map.next_key::<&'de str>()? {
                     match key {
-                        "completion_tokens" => u.0 = map.next_value::<Count>()?.0,
-                        "prompt_tokens" => u.1 = map.next_value::<Count>()?.0,
-                        // The cached tokens are read by the `Value` reading (one chunk a
-                        // request carries them).
+                        "completion_tokens" => u.output = map.next_value::<Count>()?.0,
+                        "prompt_tokens" => u.input = map.next_value::<Count>()?.0,
                         "prompt_tokens_details" => {
-                            if !map.next_value::<IsNull>()?.0 {
-                                return Err(give_up());
-                            }
+                            details_cached = map.next_value_seed(CountAt("cached_tokens"))?;
                         }
+                        "completion_tokens_details" => {
+                            u.reasoning = map.next_value_seed(CountAt("reasoning_tokens"))?;
+                        }
+                        "prompt_cache_hit_tokens" => cache_hit = map.next_value::<Count>()?.0,
                         _ => {
                             map.next_value::<IgnoredAny>()?;
                         }
                     }
                 }
+                u.cached_input = details_cached.or(cache_hit);
                 Ok(Usage(u))
             }
         }
         d.deserialize_any(V)
+    }
+}
+
+/// The count at one key of an object (`cached_tokens` of `prompt_tokens_details`), as
+/// `value.get(key).and_then(Value::as_u64)` reads it: none for anything else, the last when the
+/// key repeats.
+struct CountAt(&'static str);
+
+impl<'de> DeserializeSeed<'de> for CountAt {
+    type Value = Option<u64>;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for CountAt {
+    type Value = Option<u64>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any value")
+    }
+    others_are!(None);
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        skip_seq(seq).map(|()| None)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut n = None;
+        while let Some(key) = map.next_key::<&'de str>()? {
+            if key == self.0 {
+                n = map.next_value::<Count>()?.0;
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(n)
     }
 }
 

@@ -61,6 +61,21 @@ impl Api {
     /// [`Malformed`] when the event's data is not valid JSON of the protocol's shape
     /// (docs/measurement.md: `malformed`).
     pub fn interpret(self, ev: &SseEvent) -> Result<EventMeaning, Malformed> {
+        self.interpret_reading(ev, true)
+    }
+
+    /// [`Api::interpret`] without the answer's identity (`served_model`, `system_fingerprint`,
+    /// `response_id` stay `None`) where OpenAI chat and completions chunks repeat it on every
+    /// event: for a probe that has it already, so the stream's common chunk copies no string.
+    /// The other protocols name it in one event of the stream, read either way.
+    ///
+    /// # Errors
+    /// As [`Api::interpret`].
+    pub fn interpret_without_identity(self, ev: &SseEvent) -> Result<EventMeaning, Malformed> {
+        self.interpret_reading(ev, false)
+    }
+
+    fn interpret_reading(self, ev: &SseEvent, identity: bool) -> Result<EventMeaning, Malformed> {
         if let Some(raw) = &ev.error_field {
             // llama.cpp's non-standard `error:` field line (docs/measurement.md, In-stream errors).
             return Ok(EventMeaning {
@@ -87,8 +102,8 @@ impl Api {
             });
         }
         match self {
-            Api::OpenaiChat => openai::chat(ev),
-            Api::OpenaiCompletions => openai::completions(ev),
+            Api::OpenaiChat => openai::chat(ev, identity),
+            Api::OpenaiCompletions => openai::completions(ev, identity),
             Api::OpenaiResponses => openai::responses(ev),
             Api::AnthropicMessages => anthropic::messages(ev),
         }
@@ -218,11 +233,31 @@ pub struct EventMeaning {
     pub terminal: bool,
     /// Cumulative output tokens reported by the server, when this event carries usage.
     pub usage_output: Option<u64>,
-    /// Input tokens reported by the server, when this event carries usage.
+    /// Input tokens reported by the server, when this event carries usage: the whole input,
+    /// cached tokens included (OpenAI's `prompt_tokens`, Responses' `input_tokens`).
     pub usage_input: Option<u64>,
-    /// Of those, the tokens the server's prefix cache served, when its usage says
-    /// (`prompt_tokens_details.cached_tokens`; Responses: `input_tokens_details`).
-    pub usage_cached: Option<u64>,
+    /// Anthropic's `input_tokens`: the input tokens that were neither read from nor written to
+    /// the cache (the whole input is this plus `usage_cached_input` and `usage_cache_creation`,
+    /// which the fold adds up: they may come in different events).
+    pub usage_input_uncached: Option<u64>,
+    /// Of the input, the tokens the server's prompt cache served:
+    /// `prompt_tokens_details.cached_tokens` (OpenAI, vLLM, SGLang; Responses'
+    /// `input_tokens_details`), DeepSeek's `prompt_cache_hit_tokens`, Anthropic's
+    /// `cache_read_input_tokens`.
+    pub usage_cached_input: Option<u64>,
+    /// Anthropic's `cache_creation_input_tokens`: input tokens written to the cache.
+    pub usage_cache_creation: Option<u64>,
+    /// Of the output, the reasoning tokens: `completion_tokens_details.reasoning_tokens`
+    /// (Responses: `output_tokens_details.reasoning_tokens`).
+    pub usage_reasoning: Option<u64>,
+    /// The model that answered, as the answer names it (`model` of an OpenAI chunk or answer,
+    /// Anthropic's `message_start`, the Responses API's `response`), read by [`identity_value`].
+    pub served_model: Option<String>,
+    /// OpenAI's `system_fingerprint`, read by [`identity_value`].
+    pub system_fingerprint: Option<String>,
+    /// The answer's own id (`id` of an OpenAI chunk or answer, of the Anthropic message, of the
+    /// Responses `response`), read by [`identity_value`].
+    pub response_id: Option<String>,
     /// An in-stream error.
     pub error: Option<StreamError>,
     /// llama.cpp's own `timings` object, when the server sent one.
@@ -261,6 +296,80 @@ pub struct StreamError {
 
 /// How much of a server's error message is kept (characters).
 pub const MAX_MESSAGE_CHARS: usize = 16 * 1024;
+
+/// The longest answer identity kept (a served model, fingerprint, response or request id), in
+/// characters: what a server names itself with is not trusted to be short.
+pub const MAX_IDENTITY_CHARS: usize = 256;
+
+/// An answer's identity string as tokenprobe keeps it (the served model, the fingerprint, the
+/// response id, the request id header): surrounding whitespace trimmed, every control character
+/// replaced by U+FFFD, cut to [`MAX_IDENTITY_CHARS`] characters (with `…`); `None` when nothing
+/// is left. A hostile server can neither grow a log line or a report with it nor start a line
+/// of its own.
+pub fn identity_value(s: &str) -> Option<String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return None;
+    }
+    let clean: String = s
+        .chars()
+        .take(MAX_IDENTITY_CHARS + 1)
+        .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+        .collect();
+    Some(truncate(&clean, MAX_IDENTITY_CHARS))
+}
+
+/// The counts one usage object states, each when a non-negative integer (docs/measurement.md,
+/// "Cached and reasoning tokens").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct UsageCounts {
+    pub(crate) output: Option<u64>,
+    pub(crate) input: Option<u64>,
+    pub(crate) cached_input: Option<u64>,
+    pub(crate) reasoning: Option<u64>,
+}
+
+impl UsageCounts {
+    /// An OpenAI-shaped usage object: the output and input counts under `output_key` and
+    /// `input_key` (`completion_tokens` and `prompt_tokens`, or the Responses API's
+    /// `output_tokens` and `input_tokens`); the cached input in
+    /// `<input_key>_details.cached_tokens`, else DeepSeek's `prompt_cache_hit_tokens`; the
+    /// reasoning in `<output_key>_details.reasoning_tokens`.
+    fn openai(u: &Value, output_key: &str, input_key: &str) -> Self {
+        let count = |v: Option<&Value>| v.and_then(Value::as_u64);
+        let detail = |key: &str, field: &str| {
+            count(
+                u.get(format!("{key}_details").as_str())
+                    .and_then(|d| d.get(field)),
+            )
+        };
+        UsageCounts {
+            output: count(u.get(output_key)),
+            input: count(u.get(input_key)),
+            cached_input: detail(input_key, "cached_tokens")
+                .or_else(|| count(u.get("prompt_cache_hit_tokens"))),
+            reasoning: detail(output_key, "reasoning_tokens"),
+        }
+    }
+}
+
+impl EventMeaning {
+    /// Takes the counts of a usage object.
+    pub(crate) fn set_usage(&mut self, u: UsageCounts) {
+        self.usage_output = u.output;
+        self.usage_input = u.input;
+        self.usage_cached_input = u.cached_input;
+        self.usage_reasoning = u.reasoning;
+    }
+
+    /// Takes the identity strings of an object: its `id`, `model` and `system_fingerprint`.
+    fn set_identity(&mut self, v: &Value) {
+        let text = |k: &str| v.get(k).and_then(Value::as_str).and_then(identity_value);
+        self.response_id = text("id");
+        self.served_model = text("model");
+        self.system_fingerprint = text("system_fingerprint");
+    }
+}
 
 /// The error object a JSON value is, on every protocol (docs/measurement.md, "In-stream errors"): a
 /// top-level `error` that is not null, or the flat shape of vLLM, SGLang and Mistral, a top-level
@@ -508,20 +617,12 @@ fn non_empty_str<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
     v.get(key).and_then(Value::as_str).filter(|s| !s.is_empty())
 }
 
-/// The cached input tokens of the usage object at `v["usage"]`: `usage[details].cached_tokens`
-/// (`prompt_tokens_details` in chat and completions, `input_tokens_details` in Responses).
-fn cached_at(v: &Value, details: &str) -> Option<u64> {
-    v.get("usage")?.get(details)?.get("cached_tokens")?.as_u64()
-}
-
-/// Usage numbers at `v[key]` with the given field names; `(output, input)`.
-fn usage_at(v: &Value, output_key: &str, input_key: &str) -> (Option<u64>, Option<u64>) {
+/// The counts of the OpenAI-shaped usage object at `v["usage"]` (see [`UsageCounts::openai`]);
+/// none when it is not an object.
+fn usage_at(v: &Value, output_key: &str, input_key: &str) -> UsageCounts {
     match v.get("usage") {
-        Some(u @ Value::Object(_)) => (
-            u.get(output_key).and_then(Value::as_u64),
-            u.get(input_key).and_then(Value::as_u64),
-        ),
-        _ => (None, None),
+        Some(u @ Value::Object(_)) => UsageCounts::openai(u, output_key, input_key),
+        _ => UsageCounts::default(),
     }
 }
 

@@ -1,11 +1,17 @@
 //! OpenAI streaming shapes: Chat Completions, legacy Completions and Responses.
 //!
 //! Sources: OpenAI API reference (chat completion chunk object, `stream_options.include_usage`,
-//! Responses streaming events) and docs/measurement.md's token-bearing rules.
+//! Responses streaming events) and docs/measurement.md's token-bearing rules. Usage details: the
+//! OpenAI reference's `usage.prompt_tokens_details.cached_tokens` and
+//! `completion_tokens_details.reasoning_tokens` (Responses: `input_tokens_details` and
+//! `output_tokens_details`), which vLLM and SGLang send in the same shape; DeepSeek's
+//! `prompt_cache_hit_tokens` (its context-caching guide). The answer's identity: `id`, `model`
+//! and `system_fingerprint` of every chunk and answer, the `response` object of the Responses
+//! events.
 
 use super::{
-    BodyParams, EventMeaning, Malformed, ServerTimings, StreamError, borrowed, cached_at,
-    error_object, failure_finish, json_object, non_empty_str, usage_at,
+    BodyParams, EventMeaning, Malformed, ServerTimings, StreamError, borrowed, error_object,
+    failure_finish, identity_value, json_object, non_empty_str, usage_at,
 };
 use crate::sse::SseEvent;
 use serde_json::{Map, Value, json};
@@ -48,7 +54,8 @@ enum Chunk {
     Json(Value, EventMeaning),
 }
 
-fn chunk(ev: &SseEvent) -> Result<Chunk, Malformed> {
+/// `identity`: read the chunk's `id`, `model` and `system_fingerprint` too.
+fn chunk(ev: &SseEvent, identity: bool) -> Result<Chunk, Malformed> {
     if let Some(r) = preamble(ev) {
         return r.map(Chunk::Done);
     }
@@ -57,7 +64,11 @@ fn chunk(ev: &SseEvent) -> Result<Chunk, Malformed> {
         error: error_object(&v),
         ..EventMeaning::default()
     };
-    // Ruling 22: without a top-level usage object, one inside a choice is the chunk's usage.
+    if identity {
+        m.set_identity(&v);
+    }
+    // Ruling 22: without a top-level usage object, one inside a choice is the chunk's usage
+    // (its details too).
     let usage_holder = if v.get("usage").is_some_and(Value::is_object) {
         Some(&v)
     } else {
@@ -66,8 +77,7 @@ fn chunk(ev: &SseEvent) -> Result<Chunk, Malformed> {
             .find(|c| c.get("usage").is_some_and(Value::is_object))
     };
     if let Some(holder) = usage_holder {
-        (m.usage_output, m.usage_input) = usage_at(holder, "completion_tokens", "prompt_tokens");
-        m.usage_cached = cached_at(holder, "prompt_tokens_details");
+        m.set_usage(usage_at(holder, "completion_tokens", "prompt_tokens"));
     }
     m.server_timings = v.get("timings").and_then(ServerTimings::from_json);
     Ok(Chunk::Json(v, m))
@@ -93,17 +103,21 @@ fn finish_reason(choice: &Value, m: &mut EventMeaning) {
 /// it is not a JSON chunk of the common shape (the `Value` reading then takes it).
 fn borrowed_meaning(
     ev: &SseEvent,
+    identity: bool,
     choice: impl Fn(&borrowed::Choice<'_>, &mut EventMeaning),
 ) -> Option<EventMeaning> {
     if preamble(ev).is_some() {
         return None;
     }
-    let c = borrowed::chunk(&ev.data).ok()?;
+    let c = borrowed::chunk(&ev.data, identity).ok()?;
+    let text = |t: &Option<std::borrow::Cow<'_, str>>| t.as_deref().and_then(identity_value);
     let mut m = EventMeaning {
-        usage_output: c.usage.0,
-        usage_input: c.usage.1,
+        response_id: text(&c.id),
+        served_model: text(&c.model),
+        system_fingerprint: text(&c.system_fingerprint),
         ..EventMeaning::default()
     };
+    m.set_usage(c.usage);
     for ch in &c.choices {
         choice(ch, &mut m);
         m.finish |= ch.finish;
@@ -120,9 +134,10 @@ fn visible(s: Option<&str>, m: &mut EventMeaning) {
     }
 }
 
-/// OpenAI Chat Completions chunk.
-pub(super) fn chat(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
-    let fast = borrowed_meaning(ev, |ch, m| {
+/// OpenAI Chat Completions chunk; `identity`: with the chunk's `id`, `model` and
+/// `system_fingerprint`.
+pub(super) fn chat(ev: &SseEvent, identity: bool) -> Result<EventMeaning, Malformed> {
+    let fast = borrowed_meaning(ev, identity, |ch, m| {
         if let Some(d) = &ch.delta {
             visible(d.content.as_deref(), m);
             visible(d.refusal.as_deref(), m);
@@ -133,13 +148,13 @@ pub(super) fn chat(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
     });
     match fast {
         Some(m) => Ok(m),
-        None => chat_value(ev),
+        None => chat_value(ev, identity),
     }
 }
 
 /// OpenAI Chat Completions chunk, read as a `Value` (every shape).
-fn chat_value(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
-    let (v, mut m) = match chunk(ev)? {
+fn chat_value(ev: &SseEvent, identity: bool) -> Result<EventMeaning, Malformed> {
+    let (v, mut m) = match chunk(ev, identity)? {
         Chunk::Done(m) => return Ok(m),
         Chunk::Json(v, m) => (v, m),
     };
@@ -169,17 +184,17 @@ fn chat_value(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
     Ok(m)
 }
 
-/// OpenAI legacy Completions chunk (`choices[*].text`).
-pub(super) fn completions(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
-    match borrowed_meaning(ev, |ch, m| visible(ch.text.as_deref(), m)) {
+/// OpenAI legacy Completions chunk (`choices[*].text`); `identity` as for [`chat`].
+pub(super) fn completions(ev: &SseEvent, identity: bool) -> Result<EventMeaning, Malformed> {
+    match borrowed_meaning(ev, identity, |ch, m| visible(ch.text.as_deref(), m)) {
         Some(m) => Ok(m),
-        None => completions_value(ev),
+        None => completions_value(ev, identity),
     }
 }
 
 /// OpenAI legacy Completions chunk, read as a `Value` (every shape).
-fn completions_value(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
-    let (v, mut m) = match chunk(ev)? {
+fn completions_value(ev: &SseEvent, identity: bool) -> Result<EventMeaning, Malformed> {
+    let (v, mut m) = match chunk(ev, identity)? {
         Chunk::Done(m) => return Ok(m),
         Chunk::Json(v, m) => (v, m),
     };
@@ -213,6 +228,11 @@ pub(super) fn responses(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
         m.error = Some(e);
         return Ok(m);
     }
+    // The `response` object of `response.created` (and of every later state) names the
+    // response and its model.
+    if let Some(resp) = v.get("response").filter(|r| r.is_object()) {
+        m.set_identity(resp);
+    }
     let delta = non_empty_str(&v, "delta");
     match kind {
         "response.output_text.delta" | "response.refusal.delta" => {
@@ -231,8 +251,7 @@ pub(super) fn responses(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
             m.finish = true;
             m.terminal = true;
             if let Some(resp) = v.get("response") {
-                (m.usage_output, m.usage_input) = usage_at(resp, "output_tokens", "input_tokens");
-                m.usage_cached = cached_at(resp, "input_tokens_details");
+                m.set_usage(usage_at(resp, "output_tokens", "input_tokens"));
             }
         }
         "response.failed" => {
@@ -313,11 +332,12 @@ fn answer_choices(v: &Value) -> Result<&[Value], Malformed> {
     }
 }
 
-/// Usage and llama.cpp's `timings`, which chat and completions answers carry alike.
+/// Usage, the answer's identity and llama.cpp's `timings`, which chat and completions answers
+/// carry alike.
 fn answer_common(v: &Value) -> EventMeaning {
     let mut m = EventMeaning::default();
-    (m.usage_output, m.usage_input) = usage_at(v, "completion_tokens", "prompt_tokens");
-    m.usage_cached = cached_at(v, "prompt_tokens_details");
+    m.set_usage(usage_at(v, "completion_tokens", "prompt_tokens"));
+    m.set_identity(v);
     m.server_timings = v.get("timings").and_then(ServerTimings::from_json);
     m
 }
@@ -380,6 +400,7 @@ pub(super) fn completions_answer(v: &Value) -> Result<EventMeaning, Malformed> {
 /// (with its `error`) an error object.
 pub(super) fn responses_answer(v: &Value) -> Result<EventMeaning, Malformed> {
     let mut m = EventMeaning::default();
+    m.set_identity(v);
     let status = v.get("status").and_then(Value::as_str);
     if status == Some("failed") {
         // A failed response without an `error` object (with one, it was read as an error object).
@@ -391,8 +412,7 @@ pub(super) fn responses_answer(v: &Value) -> Result<EventMeaning, Malformed> {
             "JSON without an `output` array: not a Responses answer",
         ));
     };
-    (m.usage_output, m.usage_input) = usage_at(v, "output_tokens", "input_tokens");
-    m.usage_cached = cached_at(v, "input_tokens_details");
+    m.set_usage(usage_at(v, "output_tokens", "input_tokens"));
     m.finish = matches!(status, Some("completed" | "incomplete"));
     fn parts<'a>(item: &'a Value, key: &str) -> &'a [Value] {
         match item.get(key) {
@@ -447,14 +467,25 @@ mod tests {
     }
 
     fn chat_of(data: &str) -> EventMeaning {
-        chat(&ev(data)).unwrap()
+        chat_full(&ev(data)).unwrap()
+    }
+
+    fn chat_full(e: &SseEvent) -> Result<EventMeaning, Malformed> {
+        chat(e, true)
+    }
+
+    fn completions_full(e: &SseEvent) -> Result<EventMeaning, Malformed> {
+        completions(e, true)
     }
 
     /// A key and how to draw its value.
     type Field<'a> = (&'a str, &'a dyn Fn(&mut crate::rng::Rng) -> String);
+
     fn pick<'a>(r: &mut crate::rng::Rng, xs: &[&'a str]) -> &'a str {
         xs[r.below(xs.len() as u64) as usize]
     }
+
+    /// Values of every JSON type, escapes included.
     const ANY: &[&str] = &[
         r#""hi""#,
         r#""""#,
@@ -469,9 +500,11 @@ mod tests {
         r#"{"a":1,"b":{"c":null}}"#,
         r#"" ""#,
     ];
+
+    /// Counts, and values that are none.
     const COUNT: &[&str] = &["7", "0", "-1", "1.5", "1e3", r#""9""#, "null", "{}", "[]"];
 
-    /// An object of some of `keys` (drawn with repeats), each value drawn by its function.
+    /// An object of a random number of the keys (repeats included), each value drawn.
     fn obj(r: &mut crate::rng::Rng, keys: &[Field<'_>]) -> String {
         let mut parts = Vec::new();
         for _ in 0..r.below(keys.len() as u64 + 2) {
@@ -481,18 +514,37 @@ mod tests {
         format!("{{{}}}", parts.join(","))
     }
 
-    /// A random `usage`: counts, the cached tokens' details (mostly `null`, vLLM's default, so
-    /// that the fast reading keeps its share), or a value of another type.
+    /// A random `usage`: counts and their details in every shape, DeepSeek's count, odd types.
     fn random_usage(r: &mut crate::rng::Rng) -> String {
         if r.below(6) == 0 {
             return pick(r, ANY).to_string();
         }
         let c = |r: &mut crate::rng::Rng| pick(r, COUNT).to_string();
-        let details = |r: &mut crate::rng::Rng| match r.below(4) {
-            0 => obj(r, &[("cached_tokens", &c), ("audio_tokens", &c)]),
-            1 => pick(r, ANY).to_string(),
-            _ => "null".to_owned(),
+        let details = |r: &mut crate::rng::Rng| {
+            if r.below(6) == 0 {
+                return pick(r, ANY).to_string();
+            }
+            obj(
+                r,
+                &[
+                    ("cached_tokens", &c),
+                    ("reasoning_tokens", &c),
+                    ("audio_tokens", &c),
+                    ("cach\\u0065d_tokens", &c),
+                ],
+            )
         };
+        if r.below(3) == 0 {
+            // Every count at once, as vLLM and DeepSeek send them.
+            return format!(
+                r#"{{"prompt_tokens":{},"completion_tokens":{},"prompt_tokens_details":{{"cached_tokens":{}}},"completion_tokens_details":{{"reasoning_tokens":{}}},"prompt_cache_hit_tokens":{}}}"#,
+                c(r),
+                c(r),
+                c(r),
+                c(r),
+                c(r)
+            );
+        }
         obj(
             r,
             &[
@@ -500,12 +552,15 @@ mod tests {
                 ("prompt_tokens", &c),
                 ("total_tokens", &c),
                 ("prompt_tokens_details", &details),
+                ("completion_tokens_details", &details),
+                ("prompt_cache_hit_tokens", &c),
             ],
         )
     }
 
     /// A random chat or completions chunk: the common shape, its odd variants (values of other
-    /// types, escapes, repeated keys, tool calls, errors, timings) and broken JSON.
+    /// types, escapes, repeated keys, tool calls, errors, timings, usage details, identities)
+    /// and broken JSON.
     fn random_chunk(r: &mut crate::rng::Rng) -> String {
         let any = |r: &mut crate::rng::Rng| pick(r, ANY).to_string();
         let delta = |r: &mut crate::rng::Rng| {
@@ -590,7 +645,22 @@ mod tests {
         let timings = |r: &mut crate::rng::Rng| {
             pick(r, &["null", r#"{"predicted_n":3,"predicted_ms":1.5}"#, "3"]).to_string()
         };
-        let id = |_: &mut crate::rng::Rng| r#""chatcmpl-1""#.to_string();
+        let long = format!("\"{}\"", "m".repeat(300));
+        let identity = |r: &mut crate::rng::Rng| match r.below(3) {
+            0 => pick(r, ANY).to_string(),
+            1 => long.clone(),
+            _ => pick(
+                r,
+                &[
+                    r#""chatcmpl-1""#,
+                    r#""gpt-4o-2024-08-06""#,
+                    r#""fp_\u0007x""#,
+                    r#""  ""#,
+                    r#"" a\nb ""#,
+                ],
+            )
+            .to_string(),
+        };
         let object = |r: &mut crate::rng::Rng| {
             pick(r, &[r#""chat.completion.chunk""#, r#""error""#, "null"]).to_string()
         };
@@ -603,8 +673,9 @@ mod tests {
                 ("usage", &usage),
                 ("error", &error),
                 ("timings", &timings),
-                ("id", &id),
-                ("model", &any),
+                ("id", &identity),
+                ("model", &identity),
+                ("system_fingerprint", &identity),
                 ("object", &object),
             ],
         );
@@ -618,39 +689,46 @@ mod tests {
         top
     }
 
-    /// The fast reading gives every event it takes the meaning the `Value` reading gives it.
+    /// The fast reading gives every event it takes the meaning the `Value` reading gives it,
+    /// with and without the answer's identity.
     #[test]
     fn the_borrowed_reading_means_what_the_value_reading_means() {
+        type Reading = fn(&SseEvent, bool) -> Result<EventMeaning, Malformed>;
         let mut r = crate::rng::Rng::new(26);
         let (mut fast, mut total) = (0, 0);
+        let (mut details, mut identities) = (0, 0);
         for _ in 0..20_000 {
             let e = ev(&random_chunk(&mut r));
-            for (name, slow) in [
-                (
-                    "chat",
-                    chat_value as fn(&SseEvent) -> Result<EventMeaning, Malformed>,
-                ),
-                ("completions", completions_value),
+            for (name, quick, slow) in [
+                ("chat", chat as Reading, chat_value as Reading),
+                ("completions", completions, completions_value),
             ] {
-                total += 1;
-                let quick = if name == "chat" {
-                    chat(&e)
-                } else {
-                    completions(&e)
-                };
-                assert_eq!(quick, slow(&e), "{name}: {}", e.data);
-                let took = borrowed::chunk(&e.data).is_ok() && preamble(&e).is_none();
-                fast += usize::from(took);
+                for identity in [true, false] {
+                    total += 1;
+                    let q = quick(&e, identity);
+                    assert_eq!(q, slow(&e, identity), "{name} {identity}: {}", e.data);
+                    let took = borrowed::chunk(&e.data, identity).is_ok() && preamble(&e).is_none();
+                    fast += usize::from(took);
+                    if let Ok(m) = q {
+                        details += usize::from(
+                            took && (m.usage_cached_input.is_some() || m.usage_reasoning.is_some()),
+                        );
+                        identities += usize::from(took && m.served_model.is_some());
+                        assert!(identity || (m.served_model, m.response_id).eq(&(None, None)));
+                    }
+                }
             }
         }
-        // Both ways were taken often (about a quarter fast: the generator favours odd shapes).
+        // Both ways were taken often (about a quarter fast: the generator favours odd shapes),
+        // and the fast way read usage details and identities.
         assert!(
             fast * 5 > total && (total - fast) * 5 > total,
             "{fast} of {total} took the fast reading"
         );
+        assert!(details > 100 && identities > 500, "{details} {identities}");
         let common =
             r#"{"id":"x","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}"#;
-        assert!(borrowed::chunk(common).is_ok());
+        assert!(borrowed::chunk(common, true).is_ok());
         assert_eq!(chat_of(common).text, "Hi");
     }
 
@@ -698,20 +776,8 @@ mod tests {
         );
         assert_eq!((m.usage_output, m.usage_input), (Some(5), Some(24)));
         assert_eq!(m.server_timings.unwrap().predicted_n, Some(5));
-        // The tokens the prefix cache served, as OpenAI, vLLM and llama.cpp report them.
-        let m = chat_of(
-            r#"{"choices":[],"usage":{"prompt_tokens":24,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":16}}}"#,
-        );
-        assert_eq!(
-            (m.usage_output, m.usage_input, m.usage_cached),
-            (Some(5), Some(24), Some(16))
-        );
-        let m = chat_of(
-            r#"{"choices":[],"usage":{"prompt_tokens":24,"completion_tokens":5,"prompt_tokens_details":null}}"#,
-        );
-        assert_eq!((m.usage_input, m.usage_cached), (Some(24), None));
-        assert!(chat(&ev("[DONE]")).unwrap().terminal);
-        assert!(chat(&ev(" [DONE] ")).unwrap().terminal);
+        assert!(chat_full(&ev("[DONE]")).unwrap().terminal);
+        assert!(chat_full(&ev(" [DONE] ")).unwrap().terminal);
     }
 
     #[test]
@@ -721,25 +787,25 @@ mod tests {
             m.error.unwrap().code_text.as_deref(),
             Some("internal_error")
         );
-        assert!(chat(&ev("{\"a\":1}\n{\"b\":2}")).is_err());
-        assert!(chat(&ev("[1,2]")).is_err());
-        assert!(chat(&ev(r#"{"choices":{}}"#)).is_err());
+        assert!(chat_full(&ev("{\"a\":1}\n{\"b\":2}")).is_err());
+        assert!(chat_full(&ev("[1,2]")).is_err());
+        assert!(chat_full(&ev(r#"{"choices":{}}"#)).is_err());
         let mut e = ev(r#"{"message":"boom"}"#);
         e.event = Some("error".into());
         assert_eq!(
-            chat(&e).unwrap().error.unwrap().message.as_deref(),
+            chat_full(&e).unwrap().error.unwrap().message.as_deref(),
             Some("boom")
         );
         // Ruling 27: an event name other than `error` decides nothing; the data does.
         let mut p = ev("not json");
         p.event = Some("ping".into());
-        assert!(chat(&p).is_err());
+        assert!(chat_full(&p).is_err());
         let mut d = ev(r#"{"choices":[{"delta":{"content":"Hi"}}]}"#);
         d.event = Some("delta".into());
-        assert!(chat(&d).unwrap().token);
+        assert!(chat_full(&d).unwrap().token);
         let mut k = ev("");
         k.event = Some("ping".into());
-        assert!(!chat(&k).unwrap().token);
+        assert!(!chat_full(&k).unwrap().token);
     }
 
     /// Ruling 18: the flat error object of vLLM, SGLang and Mistral, on every OpenAI protocol.
@@ -747,8 +813,8 @@ mod tests {
     fn the_flat_error_object_is_an_error() {
         let flat = r#"{"object":"error","message":"too long","type":"BadRequestError","param":null,"code":400}"#;
         for m in [
-            chat(&ev(flat)),
-            completions(&ev(flat)),
+            chat_full(&ev(flat)),
+            completions_full(&ev(flat)),
             responses(&ev(flat)),
         ] {
             let e = m.unwrap().error.unwrap();
@@ -795,11 +861,86 @@ mod tests {
         assert_eq!(m.usage_output, Some(2));
         let m = chat_of(r#"{"usage":null,"choices":[{"usage":{"completion_tokens":9}}]}"#);
         assert_eq!(m.usage_output, Some(9));
-        let m = completions(&ev(
+        let m = completions_full(&ev(
             r#"{"choices":[{"text":"a","usage":{"completion_tokens":4}}]}"#,
         ))
         .unwrap();
         assert_eq!(m.usage_output, Some(4));
+    }
+
+    /// Issue 42 item 1: the usage details of a stream's chunks, in OpenAI's, vLLM's and SGLang's
+    /// shape (`prompt_tokens_details.cached_tokens`, `completion_tokens_details.reasoning_tokens`)
+    /// and DeepSeek's (`prompt_cache_hit_tokens`); ruling 22 (usage inside a choice) for them too.
+    #[test]
+    fn usage_details_of_chat_and_completions_chunks() {
+        // vLLM with --enable-prompt-tokens-details, the final usage chunk (fast reading).
+        let vllm = r#"{"id":"chatcmpl-a","object":"chat.completion.chunk","created":1,"model":"Qwen/Qwen3-8B","choices":[],"usage":{"prompt_tokens":517,"total_tokens":521,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":512},"completion_tokens_details":{"reasoning_tokens":3}}}"#;
+        assert!(borrowed::chunk(vllm, true).is_ok(), "the common shape");
+        let m = chat_of(vllm);
+        assert_eq!(
+            (
+                m.usage_input,
+                m.usage_cached_input,
+                m.usage_output,
+                m.usage_reasoning
+            ),
+            (Some(517), Some(512), Some(4), Some(3))
+        );
+        assert_eq!(m.served_model.as_deref(), Some("Qwen/Qwen3-8B"));
+        assert_eq!(m.response_id.as_deref(), Some("chatcmpl-a"));
+        // SGLang sends the details null when it has none: unknown, not 0.
+        let m = chat_of(
+            r#"{"id":"x","model":"m","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2,"prompt_tokens_details":null,"reasoning_tokens":0}}"#,
+        );
+        assert_eq!((m.usage_cached_input, m.usage_reasoning), (None, None));
+        // DeepSeek's own count, the details' count preferred when both are there.
+        let m = chat_of(
+            r#"{"choices":[],"usage":{"prompt_tokens":64,"completion_tokens":1,"prompt_cache_hit_tokens":48,"prompt_cache_miss_tokens":16}}"#,
+        );
+        assert_eq!(m.usage_cached_input, Some(48));
+        let m = chat_of(
+            r#"{"choices":[],"usage":{"prompt_tokens":64,"prompt_cache_hit_tokens":48,"prompt_tokens_details":{"cached_tokens":40}}}"#,
+        );
+        assert_eq!(m.usage_cached_input, Some(40));
+        // Ruling 22: the details of a usage inside a choice (read the `Value` way).
+        let m = chat_of(
+            r#"{"choices":[{"delta":{},"finish_reason":"stop","usage":{"prompt_tokens":19,"completion_tokens":13,"prompt_tokens_details":{"cached_tokens":16}}}]}"#,
+        );
+        assert_eq!((m.usage_input, m.usage_cached_input), (Some(19), Some(16)));
+        // Completions, with a fingerprint.
+        let m = completions_full(&ev(
+            r#"{"id":"cmpl-1","model":"m","system_fingerprint":"fp_1","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":0}}}"#,
+        ))
+        .unwrap();
+        assert_eq!(
+            m.usage_cached_input,
+            Some(0),
+            "a count of 0 is said, not null"
+        );
+        assert_eq!(m.system_fingerprint.as_deref(), Some("fp_1"));
+        // Without identity: nothing of it is read, the counts still are.
+        let m = chat(&ev(vllm), false).unwrap();
+        assert_eq!((m.served_model, m.response_id), (None, None));
+        assert_eq!(m.usage_cached_input, Some(512));
+    }
+
+    /// Issue 43: a hostile `model` (huge, control characters) is cut and cleaned where it is read.
+    #[test]
+    fn a_hostile_identity_is_cut_and_cleaned() {
+        let huge = "x".repeat(100_000);
+        let data = format!(
+            r#"{{"id":" id\u0000\n1 ","model":"{huge}","system_fingerprint":"  ","choices":[{{"delta":{{"content":"a"}}}}]}}"#
+        );
+        for m in [chat_of(&data), chat_value(&ev(&data), true).unwrap()] {
+            let model = m.served_model.expect("a model");
+            assert_eq!(
+                model.chars().count(),
+                crate::protocol::MAX_IDENTITY_CHARS + 1
+            );
+            assert!(model.ends_with('…'));
+            assert_eq!(m.response_id.as_deref(), Some("id\u{fffd}\u{fffd}1"));
+            assert_eq!(m.system_fingerprint, None, "blank is none");
+        }
     }
 
     /// Ruling 23: `abort` and `error` finish reasons are failures at their chunk, not proper ends.
@@ -811,7 +952,10 @@ mod tests {
             assert!(!m.finish, "{reason}");
             assert!(m.error.unwrap().message.unwrap().contains(reason));
             let data = format!(r#"{{"choices":[{{"text":"","finish_reason":"{reason}"}}]}}"#);
-            assert!(completions(&ev(&data)).unwrap().error.is_some(), "{reason}");
+            assert!(
+                completions_full(&ev(&data)).unwrap().error.is_some(),
+                "{reason}"
+            );
         }
         for reason in ["stop", "length", "tool_calls", "content_filter"] {
             let data = format!(r#"{{"choices":[{{"delta":{{}},"finish_reason":"{reason}"}}]}}"#);
@@ -822,9 +966,11 @@ mod tests {
 
     #[test]
     fn completions_and_responses() {
-        let m = completions(&ev(r#"{"choices":[{"text":"a","finish_reason":null}]}"#)).unwrap();
+        let m =
+            completions_full(&ev(r#"{"choices":[{"text":"a","finish_reason":null}]}"#)).unwrap();
         assert!(m.token && m.output);
-        let m = completions(&ev(r#"{"choices":[{"text":"","finish_reason":"length"}]}"#)).unwrap();
+        let m =
+            completions_full(&ev(r#"{"choices":[{"text":"","finish_reason":"length"}]}"#)).unwrap();
         assert!(!m.token && m.finish);
         let m = responses(&ev(r#"{"type":"response.output_text.delta","delta":"Hi"}"#)).unwrap();
         assert!(m.token && m.output);
@@ -845,12 +991,36 @@ mod tests {
             r#"{"type":"response.completed","response":{"usage":{"input_tokens":30,"output_tokens":9,"input_tokens_details":{"cached_tokens":16}}}}"#,
         ))
         .unwrap();
-        assert_eq!((m.usage_input, m.usage_cached), (Some(30), Some(16)));
+        assert_eq!((m.usage_input, m.usage_cached_input), (Some(30), Some(16)));
         let m = responses(&ev(
             r#"{"type":"response.failed","response":{"error":{"code":"server_error","message":"x"}}}"#,
         ))
         .unwrap();
         assert!(m.error.is_some());
+        // `response.created` names the response and its model; `response.completed` carries the
+        // usage details.
+        let m = responses(&ev(
+            r#"{"type":"response.created","sequence_number":0,"response":{"id":"resp_1","object":"response","status":"in_progress","model":"gpt-5-2025-08-07","output":[],"usage":null}}"#,
+        ))
+        .unwrap();
+        assert_eq!(
+            (m.response_id.as_deref(), m.served_model.as_deref()),
+            (Some("resp_1"), Some("gpt-5-2025-08-07"))
+        );
+        assert_eq!(m.usage_output, None);
+        let m = responses(&ev(
+            r#"{"type":"response.completed","response":{"id":"resp_1","model":"gpt-5-2025-08-07","usage":{"input_tokens":2000,"input_tokens_details":{"cached_tokens":1536},"output_tokens":300,"output_tokens_details":{"reasoning_tokens":256}}}}"#,
+        ))
+        .unwrap();
+        assert_eq!(
+            (
+                m.usage_input,
+                m.usage_cached_input,
+                m.usage_output,
+                m.usage_reasoning
+            ),
+            (Some(2000), Some(1536), Some(300), Some(256))
+        );
     }
 
     #[test]

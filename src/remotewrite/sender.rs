@@ -40,9 +40,9 @@ pub struct RemoteWriteSpec {
     pub timeout: Duration,
 }
 
-/// What became of the levels' batches.
+/// What became of the levels' batches: how many were delivered, failed, dropped or left unsent.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Outcome {
+pub struct Delivery {
     /// Accepted (2xx).
     pub sent: u64,
     /// Refused or never answered, after the retries.
@@ -98,7 +98,7 @@ impl LevelSink for Queue {
 #[derive(Debug)]
 pub struct RemoteWrite {
     queue: std::sync::Arc<Queue>,
-    task: tokio::task::JoinHandle<Outcome>,
+    task: tokio::task::JoinHandle<Delivery>,
     url: String,
 }
 
@@ -119,7 +119,7 @@ impl RemoteWrite {
         let (tx, mut rx) = mpsc::channel::<Bytes>(QUEUE);
         let url = crate::redact::redact_url(&spec.url);
         let task = tokio::spawn(async move {
-            let mut out = Outcome::default();
+            let mut out = Delivery::default();
             let mut headers = spec.headers.clone();
             for (k, v) in [
                 ("content-encoding", "snappy"),
@@ -170,7 +170,7 @@ impl RemoteWrite {
 
     /// Closes the queue and waits up to `limit` for the batches in it to be sent; what became of
     /// every level's batch.
-    pub async fn finish(self, limit: Duration) -> Outcome {
+    pub async fn finish(self, limit: Duration) -> Delivery {
         if let Ok(mut tx) = self.queue.tx.lock() {
             tx.take();
         }
@@ -179,17 +179,17 @@ impl RemoteWrite {
         let mut task = self.task;
         let mut out = match tokio::time::timeout(limit, &mut task).await {
             Ok(Ok(out)) => out,
-            Ok(Err(e)) => Outcome {
+            Ok(Err(e)) => Delivery {
                 last_error: Some(format!("the sending task failed: {e}")),
-                ..Outcome::default()
+                ..Delivery::default()
             },
             Err(_) => {
                 task.abort();
-                Outcome {
+                Delivery {
                     last_error: Some(format!(
                         "the receiver did not take the last batches within {limit:?}"
                     )),
-                    ..Outcome::default()
+                    ..Delivery::default()
                 }
             }
         };

@@ -1,6 +1,7 @@
 //! The rendering half of `bench` (pure, apart from writing the files it is given): a judged
 //! [`Report`] becomes the terminal table, Markdown, CSV and JSON ([`text`]), the server's and the
-//! cross-checks' blocks ([`server_view`], [`crosscheck`]), the self-contained HTML page ([`html`]) and
+//! cross-checks' blocks ([`server_view`], [`crosscheck`]), the comparison with a baseline
+//! ([`gate`]), the self-contained HTML page ([`html`]) and
 //! the SVG plot ([`plot`]), both drawn by the one chart engine ([`chart`]); [`combine`] puts
 //! several runs' reports side by side for `bench report`; [`history`] renders the run store's listings and trends. Nothing here measures or judges: it
 //! reads the typed report [`crate::bench`] made, and numbers are written by [`crate::units`].
@@ -8,6 +9,7 @@
 pub mod chart;
 pub mod combine;
 pub mod crosscheck;
+pub mod gate;
 pub mod history;
 pub mod html;
 pub mod plot;
@@ -18,11 +20,10 @@ use crate::bench::BenchError;
 use crate::bench::criteria::Criteria;
 use crate::bench::report::Report;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
-/// Output formats, by extension.
+/// An output file's format, by its extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
+pub enum FileFormat {
     /// The JSON report (what `bench report`, `--baseline` and merges read).
     Json,
     /// One row per model and level.
@@ -33,19 +34,19 @@ pub enum Format {
     Html,
 }
 
-impl Format {
+impl FileFormat {
     /// The format a path's extension names (`.json`, `.csv`, `.md`/`.markdown`, `.html`/`.htm`).
-    pub fn of(p: &Path) -> Option<Format> {
+    pub fn of(p: &Path) -> Option<FileFormat> {
         match p
             .extension()
             .and_then(|e| e.to_str())
             .map(str::to_ascii_lowercase)
             .as_deref()
         {
-            Some("json") => Some(Format::Json),
-            Some("csv") => Some(Format::Csv),
-            Some("md" | "markdown") => Some(Format::Markdown),
-            Some("html" | "htm") => Some(Format::Html),
+            Some("json") => Some(FileFormat::Json),
+            Some("csv") => Some(FileFormat::Csv),
+            Some("md" | "markdown") => Some(FileFormat::Markdown),
+            Some("html" | "htm") => Some(FileFormat::Html),
             _ => None,
         }
     }
@@ -55,7 +56,7 @@ impl Format {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Outputs {
     /// Report files and their formats.
-    pub files: Vec<(PathBuf, Format)>,
+    pub files: Vec<(PathBuf, FileFormat)>,
     /// The SVG plot's path.
     pub plot: Option<PathBuf>,
 }
@@ -69,7 +70,7 @@ impl Outputs {
     pub fn check(files: &[PathBuf], plot: Option<&Path>) -> Result<Outputs, BenchError> {
         let mut out = Vec::new();
         for o in files {
-            let Some(format) = Format::of(o) else {
+            let Some(format) = FileFormat::of(o) else {
                 return Err(BenchError::Usage(format!(
                     "--output {}: the extension must be .json, .csv, .md or .html",
                     o.display()
@@ -127,10 +128,10 @@ pub fn write_outputs(
             reason: e,
         };
         let text = match format {
-            Format::Json => text::render_json(report),
-            Format::Csv => text::render_csv(report).map_err(|e| failed(e.to_string()))?,
-            Format::Markdown => text::render_markdown(report),
-            Format::Html => html::page(report).map_err(|e| failed(e.to_string()))?,
+            FileFormat::Json => text::render_json(report),
+            FileFormat::Csv => text::render_csv(report).map_err(|e| failed(e.to_string()))?,
+            FileFormat::Markdown => text::render_markdown(report),
+            FileFormat::Html => html::page(report).map_err(|e| failed(e.to_string()))?,
         };
         write(o, &text)?;
     }
@@ -145,44 +146,24 @@ pub fn write_outputs(
     Ok(())
 }
 
-/// Prints a judged run's table, writes its files and plot, and gives its exit: 3 when it
-/// regressed against the baseline, [`NOTHING_COMPARED_EXIT`] (said on stderr) when the
-/// comparison with a baseline compared no value; for a run stopped by a signal, its stderr line
-/// (what it kept, where, and what it left out) and [`INTERRUPTED_EXIT`].
+/// Prints a judged run's table, writes its files and plot, and for a run stopped by a signal
+/// says on stderr what it kept, where, and what it left out (its exit is
+/// [`crate::bench::run_exit`]'s).
 ///
 /// # Errors
 /// [`BenchError::Output`] when a file cannot be written.
-pub fn deliver(
-    report: &Report,
-    outputs: &Outputs,
-    criteria: &Criteria,
-) -> Result<ExitCode, BenchError> {
+pub fn deliver(report: &Report, outputs: &Outputs, criteria: &Criteria) -> Result<(), BenchError> {
     crate::output::print_stdout(&text::render_table(report));
-    let code = write_outputs(report, outputs, criteria).map(|()| {
-        match &report.comparison {
-            Some(c) if !c.regressions.is_empty() => ExitCode::from(3),
-            Some(c) if c.compared == 0 && report.interrupted.is_none() => {
-                crate::output::print_stderr_line(&format!(
-                    "tokenprobe bench: nothing was compared with the baseline {}: it has none of this run's (model, level) values, so no regression could be found (exit {NOTHING_COMPARED_EXIT})",
-                    c.baseline
-                ));
-                ExitCode::from(NOTHING_COMPARED_EXIT)
-            }
-            _ => ExitCode::SUCCESS,
-        }
-    });
-    stopped_exit(report, code, &outputs.files)
+    let written = write_outputs(report, outputs, criteria);
+    say_stopped(report, &outputs.files);
+    written
 }
 
-/// The exit of a run: `code`, or for a stopped run its stderr line (what it kept, the level
-/// it kept partial, where, and what it left out) and [`INTERRUPTED_EXIT`].
-fn stopped_exit(
-    report: &Report,
-    code: Result<ExitCode, BenchError>,
-    outputs: &[(PathBuf, Format)],
-) -> Result<ExitCode, BenchError> {
+/// For a stopped run, its stderr line: what it kept (the levels finished and the one kept
+/// partial), where, and what it left out.
+fn say_stopped(report: &Report, outputs: &[(PathBuf, FileFormat)]) {
     let Some(i) = &report.interrupted else {
-        return code;
+        return;
     };
     let finished = report
         .models
@@ -226,50 +207,21 @@ fn stopped_exit(
         "tokenprobe bench: stopped by {}: {finished} finished level(s){partial} reported{written}{left}",
         i.signal
     ));
-    code?;
-    Ok(ExitCode::from(INTERRUPTED_EXIT))
 }
-
-/// The exit status of a run compared with a baseline that had no value in common with it (a gate
-/// that compared nothing does not pass).
-pub const NOTHING_COMPARED_EXIT: u8 = 6;
-
-/// The exit status of a bench stopped by a signal (as a shell reports SIGINT: 128 + 2).
-pub const INTERRUPTED_EXIT: u8 = 130;
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Issue 39 item 5: a comparison that compared nothing is not a pass; one that compared
-    /// values without a regression is, and a regression is 3.
-    #[test]
-    fn a_gate_that_compared_nothing_does_not_pass() {
-        let mut r = crate::bench::report::tests::synthetic();
-        let none = Outputs {
-            files: Vec::new(),
-            plot: None,
-        };
-        let c = Criteria::default();
-        let exit = |r: &Report| deliver(r, &none, &c).unwrap();
-        assert_eq!(exit(&r), ExitCode::from(3), "the synthetic run regressed");
-        let cmp = r.comparison.as_mut().unwrap();
-        cmp.regressions.clear();
-        assert_eq!(exit(&r), ExitCode::SUCCESS);
-        let cmp = r.comparison.as_mut().unwrap();
-        cmp.compared = 0;
-        cmp.values.clear();
-        assert_eq!(exit(&r), ExitCode::from(NOTHING_COMPARED_EXIT));
-        r.comparison = None;
-        assert_eq!(exit(&r), ExitCode::SUCCESS, "no baseline, no gate");
-    }
-
     #[test]
     fn output_formats_by_extension() {
-        assert_eq!(Format::of(Path::new("r.json")), Some(Format::Json));
-        assert_eq!(Format::of(Path::new("r.CSV")), Some(Format::Csv));
-        assert_eq!(Format::of(Path::new("r.md")), Some(Format::Markdown));
-        assert_eq!(Format::of(Path::new("r.HTML")), Some(Format::Html));
-        assert_eq!(Format::of(Path::new("r.txt")), None);
+        assert_eq!(FileFormat::of(Path::new("r.json")), Some(FileFormat::Json));
+        assert_eq!(FileFormat::of(Path::new("r.CSV")), Some(FileFormat::Csv));
+        assert_eq!(
+            FileFormat::of(Path::new("r.md")),
+            Some(FileFormat::Markdown)
+        );
+        assert_eq!(FileFormat::of(Path::new("r.HTML")), Some(FileFormat::Html));
+        assert_eq!(FileFormat::of(Path::new("r.txt")), None);
     }
 }

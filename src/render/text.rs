@@ -19,6 +19,24 @@ fn length_cell(requested: Option<f64>, reached: Option<f64>) -> String {
     format!("{}→{}", f(requested), f(reached))
 }
 
+/// A table column: its header and a level's value, if it has one.
+type LevelColumn = (&'static str, fn(&LevelStats) -> Option<String>);
+
+/// The columns of what the answers' usage said beside the token counts, those some level has:
+/// the cached share of the input (`cached in`), the mean reasoning tokens (`reasoning`).
+fn usage_columns(r: &Report) -> Vec<LevelColumn> {
+    let cols: [LevelColumn; 2] = [
+        ("cached in", |l| l.lengths.cached_input_share.map(pct)),
+        ("reasoning", |l| {
+            l.lengths.reasoning_tokens_mean.map(|v| format!("{v:.0}"))
+        }),
+    ];
+    let levels = || r.models.iter().flat_map(|m| &m.levels);
+    cols.into_iter()
+        .filter(|(_, cell)| levels().any(|l| cell(l).is_some()))
+        .collect()
+}
+
 /// True when some level has a cost (some model has a price).
 fn has_costs(r: &Report) -> bool {
     r.models
@@ -450,6 +468,8 @@ pub fn render_table(r: &Report) -> String {
     if lengths {
         header.extend(["ISL req→got".into(), "OSL req→got".into()]);
     }
+    let usage = usage_columns(r);
+    header.extend(usage.iter().map(|(h, _)| (*h).to_owned()));
     let mut t = comfy_table::Table::new();
     t.load_style(comfy_table::presets::UTF8_FULL_CONDENSED)
         .set_header(&header);
@@ -473,6 +493,11 @@ pub fn render_table(r: &Report) -> String {
                     n.output_tokens_mean,
                 ));
             }
+            row.extend(
+                usage
+                    .iter()
+                    .map(|(_, cell)| cell(l).unwrap_or_else(|| "-".into())),
+            );
             t.add_row(row);
         }
     }
@@ -924,38 +949,7 @@ fn render_notes(r: &Report, md: bool) -> String {
     render_repeats(&mut out, r, &names, bullet);
     out.push_str(&render_also(r, bullet));
     if let Some(c) = &r.comparison {
-        let _ = writeln!(
-            out,
-            "\nBaseline {} (tolerance {:.0}%, error rate +{:.2} pp): {} values compared, {} regressions",
-            c.baseline,
-            c.tolerance * 100.0,
-            c.tolerance_error_rate * 100.0,
-            c.compared,
-            c.regressions.len()
-        );
-        for g in &c.regressions {
-            let change = if g.metric == "error_rate" {
-                format!("{:+.2} pp", g.change * 100.0)
-            } else {
-                format!("{:+.1}%", g.change * 100.0)
-            };
-            let _ = writeln!(
-                out,
-                "{bullet}REGRESSION {} @ {}: {} {} → {} ({change})",
-                g.model,
-                g.level,
-                g.metric,
-                fmt_value(&g.metric, g.baseline),
-                fmt_value(&g.metric, g.current)
-            );
-        }
-        if !c.not_in_baseline.is_empty() {
-            let _ = writeln!(
-                out,
-                "{bullet}not in the baseline: {}",
-                c.not_in_baseline.join(", ")
-            );
-        }
+        out.push_str(&super::gate::render(c, md));
     }
     out.push_str(&super::crosscheck::render_notes(r, md));
     out
@@ -1035,7 +1029,8 @@ fn render_lengths(out: &mut String, r: &Report, bullet: &str) {
     }
 }
 
-fn fmt_value(metric: &str, v: f64) -> String {
+/// A value of `metric` for people, with its unit.
+pub(super) fn fmt_value(metric: &str, v: f64) -> String {
     metric
         .parse::<crate::bench::criteria::Metric>()
         .map_or_else(|_| format!("{v}"), |m| m.format(v))

@@ -463,7 +463,7 @@ mod tests {
         let r = Renderer::new(Proto::Messages, "msg_1", "claude", 1, 9);
         let m = meanings(Api::AnthropicMessages, &whole_stream(&r, 2, true));
         assert_eq!(m.len(), 8);
-        assert_eq!(m[0].usage_input, Some(9));
+        assert_eq!(m[0].usage_input_uncached, Some(9));
         assert!(m[3].token && m[4].token);
         assert!(m[6].finish);
         assert_eq!(m[6].usage_output, Some(2));

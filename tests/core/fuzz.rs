@@ -238,7 +238,7 @@ fn fuzz_sse_decoder_and_protocols() {
                 let t = t0 + Duration::from_millis(2 + i as u64);
                 match api.interpret(ev) {
                     Ok(meaning) => {
-                        if m.event(t, &meaning) == tokenprobe::measure::Step::Stop {
+                        if m.event(t, &meaning) == tokenprobe::measure::Flow::Stop {
                             break;
                         }
                     }

@@ -38,7 +38,7 @@ use common::{
 };
 
 /// The keys of `tokenprobe probe --format json`, exactly.
-const OUTPUT_KEYS: [&str; 15] = [
+const OUTPUT_KEYS: [&str; 21] = [
     "outcome",
     "error_type",
     "ttfb_s",
@@ -54,6 +54,12 @@ const OUTPUT_KEYS: [&str; 15] = [
     "chunk_gaps_dropped",
     "flags",
     "retry_after_s",
+    "cached_input_tokens",
+    "reasoning_tokens",
+    "served_model",
+    "system_fingerprint",
+    "response_id",
+    "request_id",
 ];
 /// Expect-file keys that are not output values.
 const META_KEYS: [&str; 6] = [

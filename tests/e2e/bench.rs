@@ -3,8 +3,8 @@
 //! - against `tokenprobe simulate --max-concurrency 8` a 2/4/8/16/32 sweep (levels as given) finds
 //!   the knee at 16
 //!   (TTFT 200 ms and ITL 20 ms: generous, so timing noise on a busy 2-core machine does not move
-//!   it), the outputs (JSON, CSV, Markdown, SVG) are written, and `--baseline` exits 3 on a
-//!   regression and 0 without one;
+//!   it), the outputs (JSON, CSV, Markdown, SVG) are written, and `--baseline` exits 0 without a
+//!   regression (and on too few requests to judge one); the gate itself in [`gate`];
 //! - open loop: constant arrivals send as many requests as the rate says, and a cap is counted;
 //! - bad invocations exit 2 before sending anything;
 //! - against llama.cpp's server with SmolLM2-135M (`tests/common/e2e.rs`), a 1/2/4 sweep's JSON report
@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use common::e2e::start_simulate as simulate;
 
+mod gate;
 mod health;
 mod history;
 mod remote_write;
@@ -194,8 +195,10 @@ fn knee_is_found_at_the_simulators_capacity() {
     assert!(svg.starts_with("<svg") && svg.contains("TTFT p95"));
     assert_eq!(r["selection"]["ranked"][0]["model"].as_str(), Some("sim-a"));
 
-    // The same run as its own baseline does not regress at 100% tolerance; a baseline that was
-    // 10x faster makes the bench exit 3 and name the metric.
+    // The same run as its own baseline does not regress at 100% tolerance; against a baseline
+    // edited to be 10x faster, 4 requests are too few to judge a TTFT percentile (issue 40: the
+    // gate's test is `bench::gate::an_unchanged_rerun_passes_and_a_30_percent_slower_ttft_fails`),
+    // so that is said and nothing regresses.
     let (code, out, err) = bench(
         &[
             "--config.file",
@@ -235,8 +238,12 @@ fn knee_is_found_at_the_simulators_capacity() {
         ],
         Duration::from_secs(60),
     );
-    assert_eq!(code, Some(3), "stdout:\n{out}\nstderr:\n{err}");
-    assert!(out.contains("REGRESSION sim-a @ 2: ttft_p95"), "{out}");
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(
+        out.contains("0 regressions")
+            && out.contains("not judged: too few values for its p95 (4 here,"),
+        "{out}"
+    );
 }
 
 #[test]

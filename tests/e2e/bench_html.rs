@@ -145,8 +145,14 @@ fn scale(doc: &Value, ptr: &str) -> f64 {
             1.0
         };
     }
+    // A comparison's p-values are plain; its intervals, like its changes, in %.
+    let in_values = segs.contains(&"values");
+    if in_values && ["p_value", "p_holm"].contains(&last) {
+        return 1.0;
+    }
     if last == "error_rate"
         || metric == "error_rate"
+        || (in_values && segs.contains(&"interval"))
         || last == "share"
         || last == "change"
         || last.ends_with("_growth")

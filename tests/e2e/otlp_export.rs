@@ -162,6 +162,31 @@ fn serve_exports_the_genai_metrics_over_otlp_as_the_simulator_logged_them() {
     }
     let port: u64 = url.rsplit(':').next().unwrap().parse().unwrap();
     assert_eq!(u(attr(&d["attributes"], "server.port").unwrap()), port);
+    // What answered: on the point's exemplar (the latest probe), not on the series.
+    assert!(attr(&d["attributes"], "gen_ai.response.model").is_none());
+    let last_id = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["id"].clone())
+        .next_back()
+        .unwrap();
+    let ex = &d["exemplars"][0];
+    assert_eq!(
+        attr(&ex["filtered_attributes"], "gen_ai.response.model").unwrap(),
+        "sim-a"
+    );
+    assert_eq!(
+        attr(&ex["filtered_attributes"], "gen_ai.response.id").unwrap(),
+        &format!("chatcmpl-{}", last_id.as_str().unwrap()),
+        "{ex}"
+    );
+    // The simulator reports its (empty) prefix cache's count: every probe, 0 tokens.
+    let cached = points(last, "gen_ai.usage.cache_read.input_tokens");
+    assert_eq!(
+        (u(&cached[0]["count"]), cached[0]["sum"].as_f64()),
+        (logged, Some(0.0))
+    );
     let bounds: Vec<f64> = d["explicit_bounds"]
         .as_array()
         .unwrap()

@@ -10,8 +10,8 @@
 //!
 //! Substitutions (all in [`substitute`]): ports → the simulators' or ephemeral ones; config files
 //! → copies in a temp dir with those ports; output and log files → the temp dir; bench's
-//! `--requests-per-level 100` → 5 (100 take a minute per level; the flags and files are what is
-//! checked here, bench's numbers are checked in tests/e2e/bench.rs).
+//! `--requests-per-level 100` and `40` → 5 (100 take a minute per level; the flags and files are
+//! what is checked here, bench's numbers are checked in tests/e2e/bench.rs).
 
 use crate::common;
 
@@ -231,6 +231,10 @@ fn substitute(cmd: &str, env: &Env) -> String {
     let mut c = cmd
         .replace("127.0.0.1:8080", &env.clean_sim)
         .replace("--listen 127.0.0.1:8000", "--listen 127.0.0.1:0")
+        .replace(
+            "http://127.0.0.1:8000",
+            &format!("http://{}", env.readme_sim),
+        )
         .replace("127.0.0.1:9464", "127.0.0.1:0")
         .replace("/tmp/sim.jsonl", &d.join("sim.jsonl").display().to_string())
         .replace(
@@ -238,7 +242,8 @@ fn substitute(cmd: &str, env: &Env) -> String {
             &tokenprobe_yml.display().to_string(),
         )
         .replace("config/bench.yml", &bench_yml.display().to_string())
-        .replace("--requests-per-level 100", "--requests-per-level 5");
+        .replace("--requests-per-level 100", "--requests-per-level 5")
+        .replace("--requests-per-level 40", "--requests-per-level 5");
     for out in ["run.md", "run.json", "run.html"] {
         c = c.replace(
             &format!("-o {out}"),
@@ -342,6 +347,13 @@ fn every_readme_command_runs_or_is_listed_as_skipped() {
             // Started above; the bench below measures it.
         } else if c.starts_with("tokenprobe serve") {
             serve(&cmd);
+        } else if c.starts_with("tokenprobe bench --base-url") {
+            // Bench from flags alone: two models of the README's simulator, no config file.
+            let (code, out, err) = run(&cmd, Duration::from_secs(180));
+            assert_eq!(code, Some(0), "{cmd}\n{out}\n{err}");
+            for model in ["sim-a", "sim-b"] {
+                assert!(out.contains(&format!("│ {model} ")), "{cmd}\n{out}\n{err}");
+            }
         } else if c.starts_with("tokenprobe bench") {
             // 5 levels × 5 requests of ≈0.5 s, a stall fault costing its 2 s deadline: ~10 s.
             let (code, out, err) = run(&cmd, Duration::from_secs(180));
@@ -372,5 +384,5 @@ fn every_readme_command_runs_or_is_listed_as_skipped() {
         }
         ran.push(c.clone());
     }
-    assert_eq!(ran.len(), 8, "ran: {ran:#?}");
+    assert_eq!(ran.len(), 9, "ran: {ran:#?}");
 }

@@ -231,8 +231,41 @@ fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
     }
 }
 
+/// The files of the test-only modules `file` declares (`#[cfg(test)] mod x;`): `x.rs` or
+/// `x/mod.rs` beside it (for a `mod.rs`, a `lib.rs` or a `main.rs`) or in the folder named after
+/// it.
+fn test_module_files(file: &Path, text: &str) -> Vec<std::path::PathBuf> {
+    let dir = file.parent().expect("a file's folder");
+    let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+    let dir = if ["mod", "lib", "main"].contains(&stem) {
+        dir.to_path_buf()
+    } else {
+        dir.join(stem)
+    };
+    let mut out = Vec::new();
+    let mut lines = text.lines().map(str::trim);
+    while let Some(line) = lines.next() {
+        if line != "#[cfg(test)]" {
+            continue;
+        }
+        let Some(decl) = lines.by_ref().find(|l| !l.starts_with("#[")) else {
+            break;
+        };
+        let name = ["mod ", "pub mod ", "pub(crate) mod ", "pub(super) mod "]
+            .iter()
+            .find_map(|p| decl.strip_prefix(p))
+            .and_then(|rest| rest.strip_suffix(';'));
+        if let Some(name) = name {
+            out.push(dir.join(format!("{name}.rs")));
+            out.push(dir.join(name));
+        }
+    }
+    out
+}
+
 /// The top-level modules `module` names as `crate::X`, outside comments and its test modules
-/// (a file's `#[cfg(test)] mod tests` is its last item), sorted.
+/// (a file's inline `#[cfg(test)] mod tests` is its last item; a `#[cfg(test)] mod x;` is a
+/// file, or a folder, of its own), sorted.
 fn imports_of(module: &str, modules: &[String]) -> Vec<String> {
     let src = repo().join("src");
     let mut files = Vec::new();
@@ -241,9 +274,23 @@ fn imports_of(module: &str, modules: &[String]) -> Vec<String> {
         files.push(single);
     }
     rust_files(&src.join(module), &mut files);
+    let texts: Vec<(std::path::PathBuf, String)> = files
+        .into_iter()
+        .map(|f| {
+            let text =
+                std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+            (f, text)
+        })
+        .collect();
+    let test_only: Vec<std::path::PathBuf> = texts
+        .iter()
+        .flat_map(|(f, text)| test_module_files(f, text))
+        .collect();
     let mut deps = std::collections::BTreeSet::new();
-    for f in files {
-        let text = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+    for (f, text) in texts {
+        if test_only.iter().any(|t| f.starts_with(t)) {
+            continue;
+        }
         let code = [
             "#[cfg(test)]\nmod tests",
             "#[cfg(test)]\npub(crate) mod tests",
@@ -306,6 +353,19 @@ fn the_architecture_imports_are_the_codes_and_form_no_cycle() {
         listed, want,
         "docs/architecture.md's imports differ from the code's; the code's are:\n{want}"
     );
+    // The pure core imports no I/O module: besides each other only these pure ones (as the
+    // sentence before the list says; `measure` once imported `kstamp` for a plain-data type).
+    let core = ["sse", "protocol", "measure", "outcome", "workload"];
+    let pure = ["ratelimit", "units", "rng", "plausible"];
+    for (m, deps) in &graph {
+        if core.contains(&m.as_str()) || pure.contains(&m.as_str()) {
+            let io: Vec<&String> = deps
+                .iter()
+                .filter(|d| !core.contains(&d.as_str()) && !pure.contains(&d.as_str()))
+                .collect();
+            assert!(io.is_empty(), "the pure core's {m} imports {io:?}");
+        }
+    }
     // No cycle: repeatedly remove modules that import nothing left.
     let mut left: Vec<(String, Vec<String>)> = graph;
     loop {
@@ -320,4 +380,41 @@ fn the_architecture_imports_are_the_codes_and_form_no_cycle() {
         left.retain(|(m, _)| !leaves.contains(m));
     }
     assert!(left.is_empty(), "modules in an import cycle: {left:?}");
+}
+
+/// docs/bench.md's exit codes are `tokenprobe::exit::Exit`'s, the one list: every code `bench`
+/// can exit with is named there in bold, and the order it says prevails is
+/// `Exit::PRECEDENCE`, rendered from it.
+#[test]
+fn the_bench_guide_lists_the_exits_the_code_has() {
+    use tokenprobe::exit::Exit;
+    let doc = read("docs/bench.md");
+    let start = doc
+        .find("\nExit codes: ")
+        .expect("docs/bench.md lists the exit codes");
+    let para = &doc[start..start + doc[start..].find("\n\n").expect("the paragraph ends")];
+    for e in Exit::ALL {
+        if e == Exit::Failed {
+            continue; // `probe`'s and a second signal's, not `bench`'s
+        }
+        assert!(
+            para.contains(&format!("**{}**", e.code())),
+            "docs/bench.md's exit codes lack {e:?} ({}):\n{para}",
+            e.code()
+        );
+    }
+    let codes: Vec<String> = Exit::PRECEDENCE
+        .iter()
+        .filter(|e| **e != Exit::Done)
+        .map(|e| e.code().to_string())
+        .collect();
+    let order = format!(
+        "When several apply: {}, then {}.",
+        codes[0],
+        codes[1..].join(", ")
+    );
+    assert!(
+        para.replace('\n', " ").contains(&order),
+        "docs/bench.md does not say the precedence as Exit::PRECEDENCE has it ({order}):\n{para}"
+    );
 }

@@ -17,9 +17,11 @@ async fn serve_case(name: &str) -> (SocketAddr, ReplayHandle) {
 
 fn probe(args: &[&str], envs: &[(&str, &str)]) -> (Output, Value) {
     let mut cmd = Command::new(common::tokenprobe_bin());
-    cmd.arg("probe")
-        .args(args)
-        .args(["--format", "json", "--proxy", "none"]);
+    cmd.arg("probe").args(args).args(["--format", "json"]);
+    if !args.contains(&"--config.file") {
+        // A config's target says its own proxy (`proxy: none` in the configs below).
+        cmd.args(["--proxy", "none"]);
+    }
     for (k, v) in envs {
         cmd.env(k, v);
     }

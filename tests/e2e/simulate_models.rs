@@ -14,7 +14,11 @@
 //! - `prefix_cache=on`: the second request with the same 2 KiB prefix reports its cached tokens
 //!   and is faster by the prefill of the cached part (event log); `ignore_eos` and `min_tokens`
 //!   give the output length asked for, also streamed through `tokenprobe probe`; an unknown
-//!   model gets the command's defaults; a bad `--profile` is refused with the bad part named.
+//!   model gets the command's defaults; a bad `--profile` is refused with the bad part named;
+//! - `probe --format json` says what the prefix cache served (the event log's cached tokens) and
+//!   what answered (the served model, response id and request id the simulator sent), through
+//!   the chat and the Anthropic endpoints (where the whole input is the cached tokens and the
+//!   rest, added up).
 
 use crate::common;
 use common::e2e::*;
@@ -560,6 +564,88 @@ fn prefix_cache_ignore_eos_and_defaults() {
         "the defaults: 30 ms + 2 gaps of 1 ms"
     );
     assert_eq!(lines[6]["output_tokens"], 40);
+}
+
+/// Issues 42 item 1 and 43 item 1: the same prompt probed twice against a prefix-cached profile:
+/// the second probe's `cached_input_tokens` is what the simulator logged it served from its
+/// cache; through the Anthropic endpoint (whose `input_tokens` leave the cache out) the probe's
+/// input is still the whole input the simulator counted. What answered is the simulator's own:
+/// the model it echoed, its response id and the request id header.
+#[test]
+fn probe_reports_the_cached_tokens_and_what_answered() {
+    let _serial = serial();
+    let _wd = Watchdog::new("probe_reports_the_cached_tokens", Duration::from_secs(120));
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("events.jsonl");
+    let (sim, url) = start_simulate(
+        dir.path(),
+        &[
+            "--profile",
+            "cached:ttft=5ms,itl=1ms,output_tokens=4,prefix_cache=on",
+            "--event-log",
+            log.to_str().unwrap(),
+        ],
+    );
+    let prompt = "p".repeat(2048);
+    let probe = |api: &str, base: &str| {
+        let (code, out, err) = run(
+            &[
+                "probe",
+                "--base-url",
+                base,
+                "--api",
+                api,
+                "--model",
+                "cached",
+                "--prompt",
+                &prompt,
+                "--proxy",
+                "none",
+                "--format",
+                "json",
+            ],
+            Duration::from_secs(30),
+        );
+        assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+        let v: Value = serde_json::from_str(out.trim()).expect("probe JSON");
+        v
+    };
+    let chat = format!("{url}/v1");
+    let cold = probe("openai-chat", &chat);
+    let warm = probe("openai-chat", &chat);
+    let anthropic = probe("anthropic-messages", &url);
+    let lines = event_log(&log, 3);
+    drop(sim);
+    for (p, l) in [
+        (&cold, &lines[0]),
+        (&warm, &lines[1]),
+        (&anthropic, &lines[2]),
+    ] {
+        assert_eq!(p["input_tokens"], l["input_tokens"], "{p}\n{l}");
+        assert_eq!(p["cached_input_tokens"], l["cached_tokens"], "{p}\n{l}");
+        assert_eq!(
+            p["reasoning_tokens"],
+            Value::Null,
+            "the simulator does not say"
+        );
+        assert_eq!(p["served_model"], "cached");
+        assert_eq!(p["request_id"], l["id"], "{p}\n{l}");
+        assert_eq!(p["system_fingerprint"], Value::Null);
+    }
+    assert_eq!(cold["cached_input_tokens"], 0, "{cold}");
+    let hit = warm["cached_input_tokens"].as_u64().expect("a count");
+    assert!(
+        hit >= 512,
+        "the second probe's 2 KiB prefix came from the cache: {warm}"
+    );
+    assert!(
+        anthropic["cached_input_tokens"].as_u64() > Some(0),
+        "{anthropic}"
+    );
+    let id = |l: &Value| l["id"].as_str().expect("an id").to_owned();
+    assert_eq!(warm["response_id"], format!("chatcmpl-{}", id(&lines[1])));
+    assert_eq!(anthropic["response_id"], format!("msg_{}", id(&lines[2])));
+    eprintln!("{warm:#}");
 }
 
 #[test]

@@ -184,8 +184,8 @@ fn closed_loop_flags_become_levels_models_and_outputs() {
     assert_eq!(
         o.files,
         [
-            (json, crate::render::Format::Json),
-            (md, crate::render::Format::Markdown)
+            (json, crate::render::FileFormat::Json),
+            (md, crate::render::FileFormat::Markdown)
         ]
     );
     assert_eq!(p.sent().spec().target.name, "sim");

@@ -1,7 +1,17 @@
 //! The prompt section's rules: a prompt's name and messages, its workload (synthetic lengths and
 //! their distributions, a dataset file, a conversation, a trace) and every length.
 
-use super::*;
+use super::{FileKind, MAX_TIMEOUT, MAX_TURNS, NAME_RULE, Validator, valid_name};
+use crate::config::raw::{
+    RawConversation, RawDataset, RawLength, RawPrompt, RawSynthetic, RawTrace, S,
+};
+use crate::config::types::{Expect, Prompt};
+use crate::workload::trace::{MAX_SPAN, MAX_TIME_SCALE};
+use crate::workload::{
+    Conversation, Dataset, Length, MAX_TOKENS, Synthetic, Trace, TraceFormat, Workload,
+};
+use std::sync::Arc;
+use std::time::Duration;
 
 impl Validator {
     // -- prompts ----------------------------------------------------------------------------

@@ -52,14 +52,20 @@ fn a_jobs_results_fill_the_genai_instruments_with_the_advised_buckets() {
         ),
         1_000,
     );
-    job.record(&ok(0.05, 0.3, &[0.01, 0.02], Some(12), 8));
-    job.record(&ok(0.04, 0.16, &[0.08], None, 4));
+    job.observe(&Observation::from(&ok(
+        0.05,
+        0.3,
+        &[0.01, 0.02],
+        Some(12),
+        8,
+    )));
+    job.observe(&Observation::from(&ok(0.04, 0.16, &[0.08], None, 4)));
     let failed = ProbeResult {
         error_type: Some(ErrorType::TimeoutFirstToken),
         failure_s: Some(30.0),
         ..base()
     };
-    job.record(&failed);
+    job.observe(&Observation::from(&failed));
     let ms = inst.metrics(9_000);
     let d = hist(&ms, "gen_ai.client.operation.duration");
     assert_eq!(d.aggregation_temporality, CUMULATIVE);
@@ -157,11 +163,11 @@ fn a_removed_job_leaves_no_series_and_records_nothing() {
         JobAttrs::new("openai-completions", "http://h/v1", "m", "t2", "p", None),
         0,
     );
-    a.record(&ok(0.1, 0.2, &[], None, 1));
-    b.record(&ok(0.1, 0.2, &[], None, 1));
+    a.observe(&Observation::from(&ok(0.1, 0.2, &[], None, 1)));
+    b.observe(&Observation::from(&ok(0.1, 0.2, &[], None, 1)));
     assert_eq!(inst.len(), 2);
     a.remove();
-    a.record(&ok(0.1, 0.2, &[], None, 1));
+    a.observe(&Observation::from(&ok(0.1, 0.2, &[], None, 1)));
     let ms = inst.metrics(1);
     let d = hist(&ms, "gen_ai.client.operation.duration");
     assert_eq!(d.data_points.len(), 1);
@@ -181,8 +187,70 @@ fn a_removed_job_leaves_no_series_and_records_nothing() {
         JobAttrs::new("openai-chat", "http://h/v1", "m", "t", "p", None),
         0,
     )
-    .record(&plain);
+    .observe(&Observation::from(&plain));
     let ms = inst.metrics(1);
     assert!(!ms.iter().any(|m| m.name.contains("chunk")));
     assert!(Instruments::new().metrics(1).is_empty());
+}
+
+/// Issue 42 item 1: the cached and reasoning tokens under their GenAI names, for successes whose
+/// answer said them; issue 43 item 1: what answered rides on the duration's exemplar, never on a
+/// series' attributes, so a model name that changes every probe adds no series.
+#[test]
+fn cache_reads_reasoning_and_what_answered() {
+    let inst = Instruments::new();
+    let job = inst.job(
+        JobAttrs::new("openai-chat", "http://h:1/v1", "m", "t", "p", None),
+        1,
+    );
+    let said = |model: &str, id: &str, cached, reasoning| ProbeResult {
+        cached_input_tokens: cached,
+        reasoning_tokens: reasoning,
+        served_model: Some(model.into()),
+        response_id: Some(id.into()),
+        ..ok(0.05, 0.3, &[], Some(600), 8)
+    };
+    job.observe_at(
+        &Observation::from(&said("m-a", "r1", Some(512), Some(3))),
+        10,
+    );
+    job.observe_at(&Observation::from(&said("m-b", "r2", None, Some(5))), 20);
+    job.observe_at(&Observation::from(&said("m-c", "r3", Some(0), None)), 30);
+    let failed = ProbeResult {
+        error_type: Some(ErrorType::ServerError),
+        failure_s: Some(0.2),
+        served_model: Some("m-d".into()),
+        ..base()
+    };
+    job.observe_at(&Observation::from(&failed), 40);
+    let ms = inst.metrics(50);
+    let cached = hist(&ms, "gen_ai.usage.cache_read.input_tokens");
+    assert_eq!(cached.data_points.len(), 1);
+    let p = &cached.data_points[0];
+    assert_eq!((p.count, p.sum), (2, Some(512.0)));
+    assert_eq!(p.explicit_bounds, TOKEN_BUCKETS);
+    let r = &hist(&ms, "gen_ai.usage.reasoning.output_tokens").data_points[0];
+    assert_eq!((r.count, r.sum), (2, Some(8.0)));
+    let d = hist(&ms, "gen_ai.client.operation.duration");
+    assert_eq!(
+        d.data_points.len(),
+        2,
+        "success and failure: no series per model"
+    );
+    for p in &d.data_points {
+        assert!(attr(&p.attributes, "gen_ai.response.model").is_none());
+        assert_eq!(p.exemplars.len(), 1);
+    }
+    let ex = &d.data_points[0].exemplars[0];
+    assert_eq!((ex.time_unix_nano, ex.as_double), (30, Some(0.3)));
+    let s = |k| match attr(&ex.filtered_attributes, k) {
+        Some(super::super::proto::Value::String(s)) => s.as_str(),
+        other => panic!("{k}: {other:?}"),
+    };
+    assert_eq!(
+        (s("gen_ai.response.model"), s("gen_ai.response.id")),
+        ("m-c", "r3")
+    );
+    let fail = &d.data_points[1].exemplars[0];
+    assert_eq!((fail.time_unix_nano, fail.as_double), (40, Some(0.2)));
 }

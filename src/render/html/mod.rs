@@ -15,16 +15,14 @@
 //! has in the JSON; values no other table shows (costs, lengths, cross-checks) go to "More per
 //! level" when some level has them, server signals to their own table and charts.
 
-use super::chart::{self, Chart, HLine, Marker, Point, Ring, Series, XAxis, esc};
-use crate::bench::report::{ModelReport, Report};
-use crate::bench::stats::{LevelStats, Summary};
-use std::collections::BTreeMap;
+use super::chart::esc;
+use crate::bench::report::Report;
 use std::fmt::Write as _;
 
 mod plots;
 mod tables;
-use plots::*;
-use tables::*;
+use plots::charts;
+use tables::{baseline_table, load_table, main_table, more_table, percentile_table, server_table};
 
 /// Why a page could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -467,38 +465,100 @@ pub(super) fn answer(o: &mut String, r: &Report, text: &Report) {
     model_notes(o, r);
     findings(o, r);
     if let Some(c) = &r.comparison {
+        baseline_summary(o, c);
+    }
+}
+
+/// The comparison with a baseline in sentences: what the gate asks of a regression, the counts
+/// of each verdict, and every regression and inconclusive value with its interval.
+fn baseline_summary(o: &mut String, c: &crate::bench::report::Comparison) {
+    use crate::bench::report::Verdict;
+    let n = |v: Verdict| c.with(v).count();
+    let gate = match (c.confidence, c.judged) {
+        (Some(conf), Some(judged)) => format!(
+            "; a regression must be worse than that significantly, at {}% family-wise confidence: one-sided tests, Holm's adjustment over the {judged} values judged",
+            num(conf * 100.0)
+        ),
+        _ => "; judged by the tolerance alone (an older report)".into(),
+    };
+    let _ = write!(
+        o,
+        r#"<h3>Baseline</h3><p>Against <code>{}</code> (tolerance {}%, error rate +{} points{gate}): {} values compared, <b>{} regressions</b>, {} inconclusive, {} within tolerance, {} not judged.</p>"#,
+        esc(&c.baseline),
+        span(Some(c.tolerance), "/comparison/tolerance", Unit::Pct),
+        span(
+            Some(c.tolerance_error_rate),
+            "/comparison/tolerance_error_rate",
+            Unit::Pct
+        ),
+        c.compared,
+        c.regressions.len(),
+        n(Verdict::Inconclusive),
+        n(Verdict::WithinTolerance),
+        n(Verdict::NotJudged),
+    );
+    let listed: Vec<(usize, &str)> = c
+        .values
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| matches!(v.verdict, Some(Verdict::Regression | Verdict::Inconclusive)))
+        .map(|(i, v)| {
+            (
+                i,
+                if v.verdict == Some(Verdict::Regression) {
+                    "REGRESSION"
+                } else {
+                    "inconclusive"
+                },
+            )
+        })
+        .collect();
+    if listed.is_empty() {
+        return;
+    }
+    o.push_str(r#"<ul class="rejected">"#);
+    for (i, label) in listed {
+        let g = &c.values[i];
+        let p = format!("/comparison/values/{i}");
+        let u = metric_unit(&g.metric);
+        // The error rate changes in points; goodput's interval is its SLO attainments'.
+        let points = g.metric == "error_rate";
+        let interval = g.interval.map_or_else(String::new, |_| {
+            format!(
+                ", 95% interval {} to {} {}",
+                span(
+                    g.interval.map(|x| x[0]),
+                    &format!("{p}/interval/0"),
+                    Unit::Pct
+                ),
+                span(
+                    g.interval.map(|x| x[1]),
+                    &format!("{p}/interval/1"),
+                    Unit::Pct
+                ),
+                match g.metric.as_str() {
+                    "error_rate" => "points",
+                    "goodput" => "points of SLO attainment",
+                    _ => "%",
+                }
+            )
+        });
         let _ = write!(
             o,
-            r#"<h3>Baseline</h3><p>Against <code>{}</code> (tolerance {}%, error rate +{} points): {} values compared, <b>{} regressions</b>.</p>"#,
-            esc(&c.baseline),
-            span(Some(c.tolerance), "/comparison/tolerance", Unit::Pct),
-            span(
-                Some(c.tolerance_error_rate),
-                "/comparison/tolerance_error_rate",
-                Unit::Pct
-            ),
-            c.compared,
-            c.regressions.len()
+            "<li>{label} {} at {}: {} {} → {}{} ({} {}{interval}; p {}, {} after Holm)</li>",
+            esc(&g.model),
+            esc(&g.level),
+            esc(&g.metric),
+            span(Some(g.baseline), &format!("{p}/baseline"), u),
+            span(Some(g.current), &format!("{p}/current"), u),
+            unit_after(&g.metric, u),
+            span(Some(g.change), &format!("{p}/change"), Unit::Pct),
+            if points { "points" } else { "%" },
+            span(g.p_value, &format!("{p}/p_value"), Unit::Plain),
+            span(g.p_holm, &format!("{p}/p_holm"), Unit::Plain),
         );
-        if !c.regressions.is_empty() {
-            o.push_str(r#"<ul class="rejected">"#);
-            for (i, g) in c.regressions.iter().enumerate() {
-                let p = format!("/comparison/regressions/{i}");
-                let u = metric_unit(&g.metric);
-                let _ = write!(
-                    o,
-                    "<li>{} at {}: {} {} → {}{}</li>",
-                    esc(&g.model),
-                    esc(&g.level),
-                    esc(&g.metric),
-                    span(Some(g.baseline), &format!("{p}/baseline"), u),
-                    span(Some(g.current), &format!("{p}/current"), u),
-                    unit_after(&g.metric, u)
-                );
-            }
-            o.push_str("</ul>");
-        }
     }
+    o.push_str("</ul>");
 }
 
 /// Each model's knee and capacity ceiling, and where a sweep stopped early.
@@ -663,6 +723,7 @@ pub(super) fn findings(o: &mut String, r: &Report) {
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use super::plots::{level_labels, slot, thresholds};
     use super::*;
     use crate::bench::report::Finding;
     use crate::bench::report::tests::synthetic;
@@ -753,7 +814,12 @@ pub(crate) mod tests {
             .to_owned();
         let time_metric = ["ttft", "ttfo", "tpot", "e2e", "lag"]
             .contains(&metric.split('_').next().unwrap_or(""));
+        // A comparison's p-values are plain; its intervals, like its changes, in %.
+        if in_values && ["p_value", "p_holm"].contains(&last) {
+            return 1.0;
+        }
         let pct = ["change", "error_rate", "share"].contains(&last)
+            || (in_values && segs.contains(&"interval"))
             || metric == "error_rate"
             || last.ends_with("_growth")
             || last.starts_with("tolerance");
@@ -963,7 +1029,7 @@ pub(crate) mod tests {
         assert!(
             html.contains("alpha baseline ttft_p95") && html.contains(r#"id="baseline-table""#)
         );
-        assert!(html.contains("REGRESSED"));
+        assert!(html.contains(">REGRESSION</td>"));
     }
 
     #[test]
@@ -1053,18 +1119,22 @@ pub(crate) mod tests {
             .map(|l| &l[..l.find("</li>").unwrap()])
             .collect();
         assert!(!items.is_empty());
+        // Each line: the verdict, the value before and after with its unit, then in brackets
+        // the change, its interval and the p-values.
+        let values = |i: &str| i[..i.find(" (").unwrap()].to_owned();
         for i in &items {
             assert!(
                 [" ms", " %", " req/s", " tok/s"]
                     .iter()
-                    .any(|u| i.ends_with(u)),
+                    .any(|u| values(i).ends_with(u)),
                 "{i}"
             );
         }
         assert!(
             items
                 .iter()
-                .any(|i| i.starts_with("alpha at 8: goodput ") && i.ends_with(" req/s")),
+                .any(|i| i.starts_with("REGRESSION alpha at 8: goodput ")
+                    && values(i).ends_with(" req/s")),
             "{items:?}"
         );
     }

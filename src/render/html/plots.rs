@@ -2,7 +2,11 @@
 //! thresholds and a baseline drawn), the throughput-latency curve, every request over the run,
 //! and the server's signals, each a [`chart::Chart`].
 
-use super::*;
+use super::{Unit, num};
+use crate::bench::report::{ModelReport, Report};
+use crate::bench::stats::LevelStats;
+use crate::render::chart::{self, Chart, HLine, Marker, Point, Ring, Series, XAxis};
+use std::collections::BTreeMap;
 
 /// The x axis label of plots against the level.
 pub(super) fn load_label(r: &Report) -> &'static str {

@@ -1,7 +1,12 @@
 //! The page's tables: the main table, percentiles, load, the server's view, other values and
 //! the baseline, every number carrying its JSON Pointer.
 
-use super::*;
+use super::plots::{load_label, server_signals, signal_display};
+use super::{Unit, metric_unit, raw, seg, span, td};
+use crate::bench::report::{ModelReport, Report};
+use crate::bench::stats::{LevelStats, Summary};
+use crate::render::chart::esc;
+use std::fmt::Write as _;
 
 /// The table's opening, with its headers.
 pub(super) fn table_head(o: &mut String, id: &str, caption: &str, heads: &[String]) {
@@ -300,7 +305,7 @@ pub(super) fn server_table(o: &mut String, r: &Report) {
 
 /// The level values no other table shows: costs, requested and achieved lengths, the
 /// conversation's turns, the cross-check, when some level has them.
-const MORE_COLUMNS: [Column; 17] = [
+const MORE_COLUMNS: [Column; 19] = [
     ("cost_per_request", "cost per request", Unit::Plain, |l| {
         l.cost_per_request
     }),
@@ -336,6 +341,18 @@ const MORE_COLUMNS: [Column; 17] = [
         "input length off",
         Unit::Plain,
         |l| (l.lengths.input_length_off > 0).then_some(l.lengths.input_length_off as f64),
+    ),
+    (
+        "lengths/cached_input_share",
+        "cached share of input",
+        Unit::Pct,
+        |l| l.lengths.cached_input_share,
+    ),
+    (
+        "lengths/reasoning_tokens_mean",
+        "reasoning tokens (mean)",
+        Unit::Plain,
+        |l| l.lengths.reasoning_tokens_mean,
     ),
     (
         "lengths/ttft_first_turn_s/p50",
@@ -424,7 +441,8 @@ pub(super) fn more_table(o: &mut String, r: &Report) {
     o.push_str("</tbody></table></div>");
 }
 
-/// Every value compared with the baseline, both beside each other (`comparison.values`).
+/// Every value compared with the baseline, both beside each other (`comparison.values`), with
+/// the change's interval, the p-values and the verdict (and why a value was not judged).
 pub(super) fn baseline_table(o: &mut String, r: &Report) {
     let Some(c) = &r.comparison else {
         return;
@@ -439,31 +457,56 @@ pub(super) fn baseline_table(o: &mut String, r: &Report) {
         "baseline",
         "current",
         "change (%)",
-        "regressed",
+        "95% interval from (%)",
+        "to (%)",
+        "p",
+        "p after Holm",
+        "verdict",
     ]);
     table_head(
         o,
         "baseline-table",
-        "Baseline beside current (times in ms, error rate in %)",
+        "Baseline beside current (times in ms, error rate in %; the error rate's change and interval in points; goodput's interval is that of the difference of its SLO attainments, in points)",
         &heads,
     );
     for (i, v) in c.values.iter().enumerate() {
         let u = metric_unit(&v.metric);
         let p = format!("/comparison/values/{i}");
-        let regressed = c
-            .regressions
-            .iter()
-            .any(|g| g.model == v.model && g.level == v.level && g.metric == v.metric);
+        let verdict = match (v.verdict, &v.not_judged) {
+            (Some(_), Some(why)) => format!("not judged: {why}"),
+            (Some(x), None) => x.label().to_owned(),
+            // An older report: judged by the tolerance alone.
+            (None, _)
+                if c.regressions
+                    .iter()
+                    .any(|g| g.model == v.model && g.level == v.level && g.metric == v.metric) =>
+            {
+                "REGRESSED (tolerance alone)".into()
+            }
+            (None, _) => String::new(),
+        };
         let _ = write!(
             o,
-            r#"<tr><td class="t">{}</td><td class="t">{}</td><td class="t">{}</td>{}{}{}<td class="t">{}</td></tr>"#,
+            r#"<tr><td class="t">{}</td><td class="t">{}</td><td class="t">{}</td>{}{}{}{}{}{}{}<td class="t">{}</td></tr>"#,
             esc(&v.model),
             esc(&v.level),
             esc(&v.metric),
             td(Some(v.baseline), &format!("{p}/baseline"), u),
             td(Some(v.current), &format!("{p}/current"), u),
             td(Some(v.change), &format!("{p}/change"), Unit::Pct),
-            if regressed { "REGRESSED" } else { "" }
+            td(
+                v.interval.map(|x| x[0]),
+                &format!("{p}/interval/0"),
+                Unit::Pct
+            ),
+            td(
+                v.interval.map(|x| x[1]),
+                &format!("{p}/interval/1"),
+                Unit::Pct
+            ),
+            td(v.p_value, &format!("{p}/p_value"), Unit::Plain),
+            td(v.p_holm, &format!("{p}/p_holm"), Unit::Plain),
+            esc(&verdict)
         );
     }
     o.push_str("</tbody></table></div>");

@@ -152,7 +152,9 @@ fn mixed_targets_and_prices_get_their_columns_and_names() {
             .map(|c| c.trim().to_owned())
             .collect()
     };
-    let rows: Vec<Vec<String>> = t
+    // The levels' table (the comparison's, below it, has rows of its own).
+    let levels_table = t.split("\nBaseline ").next().unwrap_or_default();
+    let rows: Vec<Vec<String>> = levels_table
         .lines()
         .filter(|l| l.contains("alpha ┆"))
         .map(row_cells)
@@ -408,5 +410,36 @@ fn each_turn_shows_its_input_and_cached_share() {
     assert!(
         t.contains("  alpha @ 2: TTFT p50 by turn: turn 1 922.8 ms at 38 input tokens, 0.00% cached; turn 2 1.37 s at 412 input tokens, 69.00% cached; the server's prefix-cache hits over the level 69.12%\n"),
         "{t}"
+    );
+}
+
+/// Issue 42 item 1: the cached share of the input and the mean reasoning tokens get a column when
+/// some level has them (a `-` for a level without), and travel in the JSON.
+#[test]
+fn cached_share_and_reasoning_get_columns_when_some_level_has_them() {
+    let mut r = synthetic();
+    let table = render_table(&r);
+    assert!(
+        !table.contains("cached in") && !table.contains("reasoning"),
+        "{table}"
+    );
+    let l = &mut r.models[0].levels[0].lengths;
+    l.cached_input_share = Some(0.9375);
+    l.reasoning_tokens_mean = Some(41.6);
+    let table = render_table(&r);
+    let (header, _) = header_cells(&table);
+    assert!(
+        header.contains("cached in") && header.contains("reasoning"),
+        "{table}"
+    );
+    assert!(
+        table.contains("93.75%") && table.contains(" 42 "),
+        "{table}"
+    );
+    let back: Report = serde_json::from_str(&render_json(&r)).unwrap();
+    let l = &back.models[0].levels[0].lengths;
+    assert_eq!(
+        (l.cached_input_share, l.reasoning_tokens_mean),
+        (Some(0.9375), Some(41.6))
     );
 }
