@@ -9,7 +9,7 @@
 //! (docs/measurement.md, "Non-streaming requests").
 
 use crate::outcome::{ErrorType, Flag, classify_error_object};
-use crate::protocol::{EventMeaning, ServerTimings};
+use crate::protocol::{EventMeaning, ServerTimings, ToolCall};
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -35,6 +35,9 @@ pub const MAX_PLAUSIBLE_TOKENS: u64 = 1_000_000_000;
 
 /// Largest amount of answer text kept for the report and the content check (bytes).
 const MAX_TEXT: usize = 64 * 1024;
+
+/// The most tool calls of one answer kept (a session resends them).
+pub const MAX_TOOL_CALLS: usize = 16;
 
 /// Inter-chunk gaps kept per probe (256 KiB); later gaps are counted in
 /// [`ProbeResult::chunk_gaps_dropped`], so an endless fast stream cannot grow memory.
@@ -167,6 +170,17 @@ pub struct ProbeResult {
     pub requested_output_tokens: Option<u64>,
     /// The conversation turn, from 1 (set by the prober; `None` outside conversations).
     pub turn: Option<u32>,
+    /// The answer's tool calls, as streamed (the first [`MAX_TOOL_CALLS`], their arguments
+    /// within the answer text's bound): a session appends them to its context.
+    #[serde(skip)]
+    pub tool_calls: Vec<ToolCall>,
+    /// The session it was a turn of, by its number in the run (set by the prober; `None`
+    /// outside sessions).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<u64>,
+    /// Of that session, the branch: 0 the session itself, 1, 2, ... its sub-agents.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub branch: Option<u32>,
 }
 
 impl ProbeResult {
@@ -214,6 +228,10 @@ pub struct Measurement {
     rate_limits: Vec<crate::ratelimit::Reading>,
     server_timings: Option<ServerTimings>,
     text: String,
+    /// Tool calls by their index in the answer, bounded by [`MAX_TOOL_CALLS`].
+    tool_calls: Vec<(u64, ToolCall)>,
+    /// Bytes of tool-call arguments kept (bounded like the text).
+    tool_bytes: usize,
     /// The answer is not streamed: one whole body, no per-token instants.
     whole: bool,
 }
@@ -256,6 +274,8 @@ impl Measurement {
             rate_limits: Vec::new(),
             server_timings: None,
             text: String::new(),
+            tool_calls: Vec::new(),
+            tool_bytes: 0,
             whole: false,
         }
     }
@@ -436,6 +456,9 @@ impl Measurement {
         if !m.text.is_empty() && self.text.len() < MAX_TEXT {
             self.text.push_str(&m.text);
         }
+        for part in &m.tool_calls {
+            self.tool_call(part);
+        }
         if m.usage_output.is_some() {
             self.usage_output = m.usage_output;
         }
@@ -460,6 +483,31 @@ impl Measurement {
             return Step::Stop;
         }
         Step::Continue
+    }
+
+    /// Folds a part of a tool call: its id and name the first time they come, its arguments
+    /// appended (within [`MAX_TOOL_CALLS`] calls and [`MAX_TEXT`] bytes of arguments).
+    fn tool_call(&mut self, part: &crate::protocol::ToolCallPart) {
+        let i = match self.tool_calls.iter().position(|(k, _)| *k == part.index) {
+            Some(i) => i,
+            None if self.tool_calls.len() < MAX_TOOL_CALLS => {
+                self.tool_calls.push((part.index, ToolCall::default()));
+                self.tool_calls.len() - 1
+            }
+            None => return,
+        };
+        let call = &mut self.tool_calls[i].1;
+        for (kept, seen) in [(&mut call.id, &part.id), (&mut call.name, &part.name)] {
+            if let Some(v) = seen
+                && kept.is_empty()
+            {
+                kept.clone_from(v);
+            }
+        }
+        if self.tool_bytes + part.arguments.len() <= MAX_TEXT {
+            call.arguments.push_str(&part.arguments);
+            self.tool_bytes += part.arguments.len();
+        }
     }
 
     /// The whole input: the server's count (OpenAI's `prompt_tokens` counts cached tokens
@@ -590,6 +638,9 @@ impl Measurement {
             request_id: None,
             requested_output_tokens: None,
             turn: None,
+            tool_calls: self.tool_calls.into_iter().map(|(_, c)| c).collect(),
+            session: None,
+            branch: None,
         };
         if let Some(f) = self.failure {
             r.error_type = Some(f.kind);

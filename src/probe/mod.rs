@@ -14,6 +14,7 @@ mod calibrate;
 mod read;
 pub mod report;
 mod request;
+pub mod session;
 
 pub use calibrate::{Calibration, TokenModels, calibrate};
 pub use read::{MAX_ANSWER_BYTES, MAX_BODY_BYTES, check_expect};
@@ -39,18 +40,23 @@ fn fresh_seed() -> u64 {
 }
 
 /// The requests of one worker (bench) or job (serve): for a conversation, its turns in order,
-/// each after the previous answer; for every other workload, independent draws.
-#[derive(Debug, Clone)]
+/// each after the previous answer; for a session, its turns (and its sub-agents', one after
+/// another: [`session::run`] runs them in parallel); for every other workload, independent draws.
+#[derive(Debug)]
 pub struct Session {
     turns: Option<Turns>,
+    agent: Option<session::Sequence>,
     /// The previous turn's answer (`None` after a failure).
     answer: Option<String>,
 }
 
 impl Session {
     /// The next request's content and how long to wait before sending it (a conversation's
-    /// `think_time` between its turns; 0 otherwise).
+    /// `think_time` between its turns, a session turn's wait; 0 otherwise).
     pub fn next(&mut self, spec: &ProbeSpec) -> (RequestContent, Duration) {
+        if let Some(a) = self.agent.as_mut() {
+            return a.next(spec, || spec.next_seq());
+        }
         let Some(t) = self.turns.as_mut() else {
             return (spec.next_content(), Duration::ZERO);
         };
@@ -66,13 +72,21 @@ impl Session {
         (t.next_turn(answer.as_deref()), wait)
     }
 
-    /// Records a request's result: a conversation continues from its answer.
+    /// Records a request's result: a conversation or a session continues from its answer.
     pub fn answered(&mut self, r: &ProbeResult) {
+        if let Some(a) = self.agent.as_mut() {
+            a.answered(r);
+            return;
+        }
         self.answer = r.success().then(|| r.text.clone());
     }
 
-    /// True when the next request starts a new conversation (or the workload has none).
+    /// True when the next request starts a new conversation or session (or the workload has
+    /// none).
     pub fn at_start(&self) -> bool {
+        if let Some(a) = &self.agent {
+            return a.at_start();
+        }
         self.turns
             .as_ref()
             .is_none_or(|t| t.at_start() || self.answer.is_none())
@@ -218,6 +232,10 @@ impl ProbeSpec {
                 }
                 _ => None,
             },
+            agent: match &self.workload {
+                Workload::Session(s) => Some(session::Sequence::new(s.clone())),
+                _ => None,
+            },
             answer: None,
         }
     }
@@ -307,6 +325,8 @@ impl Prober {
             .map(u64::from)
             .or(r.requested_output_tokens);
         r.turn = content.turn;
+        r.session = content.session.map(|s| s.id);
+        r.branch = content.session.map(|s| s.branch);
         if let (Some(want), Some(got)) = (r.requested_input_tokens, r.input_tokens)
             && r.success()
             && input_length_off(want, got)
