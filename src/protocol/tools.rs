@@ -480,32 +480,32 @@ mod tests {
         );
     }
 
-    /// The calls each API streams, read from its events and folded into the probe's result:
-    /// ids and names from the opening part, arguments joined from the pieces, in call order.
-    #[test]
-    fn streamed_tool_calls_are_read_per_api() {
+    /// The tool calls of a stream of `(event name, data)` events, folded as a probe folds them.
+    fn fold(api: Api, events: &[(&str, &str)]) -> Vec<ToolCall> {
         use crate::measure::Measurement;
         use crate::sse::SseEvent;
         use std::time::Instant;
-        let fold = |api: Api, events: &[(&str, &str)]| {
-            let t0 = Instant::now();
-            let mut m = Measurement::new(t0);
-            m.headers(t0, 200);
-            for (name, data) in events {
-                let ev = SseEvent {
-                    event: (!name.is_empty()).then(|| (*name).to_owned()),
-                    data: (*data).to_owned(),
-                    has_data: true,
-                    ..SseEvent::default()
-                };
-                let meaning = api.interpret(&ev).unwrap();
-                m.event(t0, &meaning);
-            }
-            let r = m.finish();
-            assert!(r.success(), "{api}: {r:?}");
-            r.tool_calls
-        };
-        let want = vec![
+        let t0 = Instant::now();
+        let mut m = Measurement::new(t0);
+        m.headers(t0, 200);
+        for (name, data) in events {
+            let ev = SseEvent {
+                event: (!name.is_empty()).then(|| (*name).to_owned()),
+                data: (*data).to_owned(),
+                has_data: true,
+                ..SseEvent::default()
+            };
+            let meaning = api.interpret(&ev).unwrap();
+            m.event(t0, &meaning);
+        }
+        let r = m.finish();
+        assert!(r.success(), "{api}: {r:?}");
+        r.tool_calls
+    }
+
+    /// The two calls each API's stream below makes.
+    fn two_calls() -> Vec<ToolCall> {
+        vec![
             ToolCall {
                 id: "call_1".into(),
                 name: "tool_0".into(),
@@ -516,7 +516,14 @@ mod tests {
                 name: "tool_1".into(),
                 arguments: "{}".into(),
             },
-        ];
+        ]
+    }
+
+    /// The calls each API streams, read from its events and folded into the probe's result:
+    /// ids and names from the opening part, arguments joined from the pieces, in call order.
+    #[test]
+    fn streamed_tool_calls_are_read_per_api() {
+        let want = two_calls();
         let chat = fold(
             Api::OpenaiChat,
             &[
@@ -613,7 +620,11 @@ mod tests {
             ],
         );
         assert_eq!(responses, want);
-        // A text answer has none; a whole answer's calls are read whole.
+    }
+
+    /// A text answer has no call; a whole answer's calls are read whole.
+    #[test]
+    fn whole_answers_tool_calls_are_read() {
         let text = fold(
             Api::OpenaiChat,
             &[

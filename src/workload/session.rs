@@ -155,7 +155,7 @@ pub struct AgentLoop {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Sessions {
     /// An agent loop.
-    Agent(AgentLoop),
+    Agent(Box<AgentLoop>),
     /// A trace's sessions.
     Replay(replay::Replay),
 }
@@ -224,9 +224,11 @@ impl Sessions {
     /// Session number `id`, its context built with `tokens`.
     pub fn start(&self, id: u64, tokens: TokenModel) -> Branch {
         match self {
-            Sessions::Agent(a) => {
-                Branch::Agent(Box::new(AgentState::new(Arc::new(a.clone()), tokens, id)))
-            }
+            Sessions::Agent(a) => Branch::Agent(Box::new(AgentState::new(
+                Arc::new((**a).clone()),
+                tokens,
+                id,
+            ))),
             Sessions::Replay(r) => Branch::Replay(Box::new(r.start(id, tokens))),
         }
     }
@@ -483,10 +485,9 @@ impl AgentState {
             (Phase::Call, Some(a)) => {
                 self.record_call(a);
                 self.calls_done += 1;
-                let fork = self
-                    .spec
-                    .subagents
-                    .filter(|s| self.branch == 0 && s.count > 0 && self.calls_done % s.every == 0);
+                let fork = self.spec.subagents.filter(|s| {
+                    self.branch == 0 && s.count > 0 && self.calls_done.is_multiple_of(s.every)
+                });
                 if let Some(s) = fork {
                     self.phase = Phase::Forked;
                     let first = self.next_child;

@@ -14,6 +14,20 @@ pub const MAX_SESSION_TURNS: u32 = 1000;
 /// The most sub-agents of one fork.
 pub const MAX_SUBAGENTS: u32 = 16;
 
+/// The sizes a session's budget checks compare.
+struct Fits {
+    system_tokens: u32,
+    tools: u32,
+    tool_tokens: u32,
+    /// The system prompt and the tools.
+    fixed: u64,
+    /// The first turn: `fixed` and the largest first message.
+    first: u64,
+    result_max: u32,
+    budget: u32,
+    overflow: Overflow,
+}
+
 impl Validator {
     /// A `session:` prompt.
     pub(super) fn session(&mut self, path: &str, s: &S<RawSession>) -> Workload {
@@ -23,41 +37,6 @@ impl Validator {
             return self.session_trace(path, r, t);
         }
         let system_tokens = r.system_tokens.as_ref().map_or(0, |v| v.value);
-        let (tools, tool_tokens) = match &r.tools {
-            None => (0, 0),
-            Some(t) => {
-                let count = t.value.count.value;
-                if count > MAX_TOOLS {
-                    self.push(
-                        format!("{path}.tools.count"),
-                        &t.value.count,
-                        format!("must be at most {MAX_TOOLS}"),
-                    );
-                }
-                let tokens = match &t.value.tokens {
-                    Some(n) if n.value == 0 || n.value > MAX_TOKENS => {
-                        self.push(
-                            format!("{path}.tools.tokens"),
-                            n,
-                            format!("must be 1 to {MAX_TOKENS} tokens"),
-                        );
-                        1
-                    }
-                    Some(n) => n.value,
-                    None => {
-                        if count > 0 {
-                            self.push(
-                                format!("{path}.tools.tokens"),
-                                t,
-                                "tokens is required: each definition's size",
-                            );
-                        }
-                        1
-                    }
-                };
-                (count.min(MAX_TOOLS), tokens)
-            }
-        };
         if let Some(v) = r.system_tokens.as_ref().filter(|v| v.value > MAX_TOKENS) {
             self.push(
                 format!("{path}.system_tokens"),
@@ -65,6 +44,7 @@ impl Validator {
                 format!("must be at most {MAX_TOKENS}"),
             );
         }
+        let (tools, tool_tokens) = self.session_tools(path, r, &here);
         let user_tokens = self.required_length(path, "user_tokens", &here, r.user_tokens.as_ref());
         let turns = self.required_length(path, "turns", &here, r.turns.as_ref());
         if turns.max() > MAX_SESSION_TURNS
@@ -89,168 +69,30 @@ impl Validator {
                 .wait(&format!("{path}.think_time"), w)
                 .unwrap_or(Wait::Fixed(Duration::ZERO)),
         };
-        let budget = match &r.context_budget {
-            None => {
-                self.push(
-                    format!("{path}.context_budget"),
-                    &here,
-                    "context_budget is required: the most tokens a turn's context may hold",
-                );
-                MAX_TOKENS
-            }
-            Some(b) if b.value == 0 || b.value > MAX_TOKENS => {
-                self.push(
-                    format!("{path}.context_budget"),
-                    b,
-                    format!("must be 1 to {MAX_TOKENS} tokens"),
-                );
-                MAX_TOKENS
-            }
-            Some(b) => b.value,
-        };
-        let compact = match r.overflow.as_ref().map(|o| o.value.as_str()) {
-            None | Some("compact") => true,
-            Some("end") => false,
-            Some(other) => {
-                if let Some(o) = &r.overflow {
-                    self.push(
-                        format!("{path}.overflow"),
-                        o,
-                        format!("unknown overflow {other:?} (compact, end)"),
-                    );
-                }
-                true
-            }
-        };
-        let overflow = if compact {
-            let summary_tokens = match &r.summary_tokens {
-                Some(n) if n.value == 0 => {
-                    self.push(format!("{path}.summary_tokens"), n, "must be at least 1");
-                    1
-                }
-                Some(n) => n.value,
-                None => (budget / 8).clamp(1, 1024),
-            };
-            Overflow::Compact { summary_tokens }
-        } else {
-            if let Some(n) = &r.summary_tokens {
-                self.push(
-                    format!("{path}.summary_tokens"),
-                    n,
-                    "a summary is what overflow: compact writes; this session ends at its budget",
-                );
-            }
-            Overflow::End
-        };
-        let tool_choice = match r.tool_choice.as_ref().map(|c| c.value.as_str()) {
-            None | Some("required") => ToolChoice::Required,
-            Some("auto") => ToolChoice::Auto,
-            Some(other) => {
-                if let Some(c) = &r.tool_choice {
-                    self.push(
-                        format!("{path}.tool_choice"),
-                        c,
-                        format!("unknown tool_choice {other:?} (required, auto): a turn that asks for none is the final answer's"),
-                    );
-                }
-                ToolChoice::Required
-            }
-        };
-        if tools == 0 {
-            match &r.tools {
-                Some(t) => self.push(
-                    format!("{path}.tools.count"),
-                    &t.value.count,
-                    "a session's turns call tools: define at least one",
-                ),
-                None => self.push(
-                    format!("{path}.tools"),
-                    &here,
-                    "a session's turns call tools: define some (tools: {count: N, tokens: T})",
-                ),
-            }
-        }
-        let subagents = r.subagents.as_ref().map(|sa| {
-            let count = sa.value.count.value;
-            if !(1..=MAX_SUBAGENTS).contains(&count) {
-                self.push(
-                    format!("{path}.subagents.count"),
-                    &sa.value.count,
-                    format!("must be 1 to {MAX_SUBAGENTS}"),
-                );
-            }
-            let every = sa.value.every.as_ref().map_or(1, |e| e.value);
-            if let Some(e) = sa.value.every.as_ref().filter(|e| e.value == 0) {
-                self.push(format!("{path}.subagents.every"), e, "must be at least 1");
-            }
-            let sub_here = S::new(String::new(), sa.referenced, sa.defined);
-            let turns = self.required_length(
-                &format!("{path}.subagents"),
-                "turns",
-                &sub_here,
-                sa.value.turns.as_ref(),
-            );
-            if turns.max() > MAX_SESSION_TURNS
-                && let Some(t) = &sa.value.turns
-            {
-                self.push(
-                    format!("{path}.subagents.turns"),
-                    t,
-                    format!("at most {MAX_SESSION_TURNS} tool calls a sub-agent"),
-                );
-            }
-            Subagents {
-                count: count.clamp(1, MAX_SUBAGENTS),
-                every: every.max(1),
-                turns,
-            }
-        });
+        let budget = self.session_budget(path, r, &here);
+        let overflow = self.session_overflow(path, r, budget);
+        let tool_choice = self.session_tool_choice(path, r);
+        let subagents = r
+            .subagents
+            .as_ref()
+            .map(|sa| self.session_subagents(path, sa));
         // What every turn of every session resends, and what must fit beside it.
         let fixed = u64::from(system_tokens) + u64::from(tools) * u64::from(tool_tokens);
-        let first = fixed + u64::from(user_tokens.max());
-        if first >= u64::from(budget)
-            && let Some(b) = &r.context_budget
-        {
-            self.push(
-                format!("{path}.context_budget"),
-                b,
-                format!(
-                    "the system prompt ({system_tokens} tokens), {tools} tool definitions of {tool_tokens} tokens and the first user message (up to {} tokens) take {first} tokens: they do not fit the budget of {budget}",
-                    user_tokens.max()
-                ),
-            );
-        } else if let Some(rt) = &r.result_tokens {
-            // A result must fit beside what a compacted context keeps (or, without compaction,
-            // beside the first turn).
-            let beside = match overflow {
-                Overflow::Compact { summary_tokens } => fixed + u64::from(summary_tokens),
-                Overflow::End => first,
-            };
-            let need = beside + u64::from(result_tokens.max());
-            if need >= u64::from(budget) {
-                self.push(
-                    format!("{path}.result_tokens"),
-                    rt,
-                    format!(
-                        "a tool result of up to {} tokens cannot fit the context budget of {budget} beside the {beside} tokens every turn keeps (the system prompt, the tools and {})",
-                        result_tokens.max(),
-                        if compact { "the summary" } else { "the first message" }
-                    ),
-                );
-            }
-        }
-        if let (Overflow::Compact { summary_tokens }, Some(n)) = (overflow, &r.summary_tokens)
-            && fixed + u64::from(summary_tokens) >= u64::from(budget)
-        {
-            self.push(
-                format!("{path}.summary_tokens"),
-                n,
-                format!(
-                    "a summary of {summary_tokens} tokens beside the system prompt and tools ({fixed} tokens) does not fit the budget of {budget}"
-                ),
-            );
-        }
-        Workload::Session(Sessions::Agent(AgentLoop {
+        self.session_fits(
+            path,
+            r,
+            Fits {
+                system_tokens,
+                tools,
+                tool_tokens,
+                fixed,
+                first: fixed + u64::from(user_tokens.max()),
+                result_max: result_tokens.max(),
+                budget,
+                overflow,
+            },
+        );
+        Workload::Session(Sessions::Agent(Box::new(AgentLoop {
             system_tokens,
             tools,
             tool_tokens,
@@ -265,7 +107,229 @@ impl Validator {
             subagents,
             tool_choice,
             seed: r.seed,
-        }))
+        })))
+    }
+
+    /// `tools:`: how many definitions (at least one: a session's turns call tools) and each
+    /// one's size.
+    fn session_tools(&mut self, path: &str, r: &RawSession, here: &S<String>) -> (u32, u32) {
+        let Some(t) = &r.tools else {
+            self.push(
+                format!("{path}.tools"),
+                here,
+                "a session's turns call tools: define some (tools: {count: N, tokens: T})",
+            );
+            return (0, 1);
+        };
+        let count = t.value.count.value;
+        if count == 0 {
+            self.push(
+                format!("{path}.tools.count"),
+                &t.value.count,
+                "a session's turns call tools: define at least one",
+            );
+        } else if count > MAX_TOOLS {
+            self.push(
+                format!("{path}.tools.count"),
+                &t.value.count,
+                format!("must be at most {MAX_TOOLS}"),
+            );
+        }
+        let tokens = match &t.value.tokens {
+            Some(n) if n.value == 0 || n.value > MAX_TOKENS => {
+                self.push(
+                    format!("{path}.tools.tokens"),
+                    n,
+                    format!("must be 1 to {MAX_TOKENS} tokens"),
+                );
+                1
+            }
+            Some(n) => n.value,
+            None => {
+                self.push(
+                    format!("{path}.tools.tokens"),
+                    t,
+                    "tokens is required: each definition's size",
+                );
+                1
+            }
+        };
+        (count.min(MAX_TOOLS), tokens)
+    }
+
+    /// `context_budget:`, required.
+    fn session_budget(&mut self, path: &str, r: &RawSession, here: &S<String>) -> u32 {
+        match &r.context_budget {
+            None => {
+                self.push(
+                    format!("{path}.context_budget"),
+                    here,
+                    "context_budget is required: the most tokens a turn's context may hold",
+                );
+                MAX_TOKENS
+            }
+            Some(b) if b.value == 0 || b.value > MAX_TOKENS => {
+                self.push(
+                    format!("{path}.context_budget"),
+                    b,
+                    format!("must be 1 to {MAX_TOKENS} tokens"),
+                );
+                MAX_TOKENS
+            }
+            Some(b) => b.value,
+        }
+    }
+
+    /// `overflow:` (`compact`, the default, or `end`) and `summary_tokens` (compaction's; an
+    /// eighth of the budget, at most 1024, by default).
+    fn session_overflow(&mut self, path: &str, r: &RawSession, budget: u32) -> Overflow {
+        let compact = match &r.overflow {
+            None => true,
+            Some(o) => match o.value.as_str() {
+                "compact" => true,
+                "end" => false,
+                other => {
+                    self.push(
+                        format!("{path}.overflow"),
+                        o,
+                        format!("unknown overflow {other:?} (compact, end)"),
+                    );
+                    true
+                }
+            },
+        };
+        if !compact {
+            if let Some(n) = &r.summary_tokens {
+                self.push(
+                    format!("{path}.summary_tokens"),
+                    n,
+                    "a summary is what overflow: compact writes; this session ends at its budget",
+                );
+            }
+            return Overflow::End;
+        }
+        let summary_tokens = match &r.summary_tokens {
+            Some(n) if n.value == 0 => {
+                self.push(format!("{path}.summary_tokens"), n, "must be at least 1");
+                1
+            }
+            Some(n) => n.value,
+            None => (budget / 8).clamp(1, 1024),
+        };
+        Overflow::Compact { summary_tokens }
+    }
+
+    /// `tool_choice:` of the tool-call turns: `required` (the default) or `auto`.
+    fn session_tool_choice(&mut self, path: &str, r: &RawSession) -> ToolChoice {
+        let Some(c) = &r.tool_choice else {
+            return ToolChoice::Required;
+        };
+        match c.value.as_str() {
+            "required" => ToolChoice::Required,
+            "auto" => ToolChoice::Auto,
+            other => {
+                self.push(
+                    format!("{path}.tool_choice"),
+                    c,
+                    format!("unknown tool_choice {other:?} (required, auto): a turn that asks for none is the final answer's"),
+                );
+                ToolChoice::Required
+            }
+        }
+    }
+
+    /// `subagents:`: 1 to [`MAX_SUBAGENTS`] a fork, every `every` calls (1 by default), each of
+    /// `turns` calls.
+    fn session_subagents(
+        &mut self,
+        path: &str,
+        sa: &S<super::super::raw::RawSubagents>,
+    ) -> Subagents {
+        let count = sa.value.count.value;
+        if !(1..=MAX_SUBAGENTS).contains(&count) {
+            self.push(
+                format!("{path}.subagents.count"),
+                &sa.value.count,
+                format!("must be 1 to {MAX_SUBAGENTS}"),
+            );
+        }
+        let every = sa.value.every.as_ref().map_or(1, |e| e.value);
+        if let Some(e) = sa.value.every.as_ref().filter(|e| e.value == 0) {
+            self.push(format!("{path}.subagents.every"), e, "must be at least 1");
+        }
+        let here = S::new(String::new(), sa.referenced, sa.defined);
+        let turns = self.required_length(
+            &format!("{path}.subagents"),
+            "turns",
+            &here,
+            sa.value.turns.as_ref(),
+        );
+        if turns.max() > MAX_SESSION_TURNS
+            && let Some(t) = &sa.value.turns
+        {
+            self.push(
+                format!("{path}.subagents.turns"),
+                t,
+                format!("at most {MAX_SESSION_TURNS} tool calls a sub-agent"),
+            );
+        }
+        Subagents {
+            count: count.clamp(1, MAX_SUBAGENTS),
+            every: every.max(1),
+            turns,
+        }
+    }
+
+    /// What must fit the budget: the first turn; a tool result beside what every turn keeps
+    /// (the system prompt, the tools and the summary, or the first turn without compaction);
+    /// the summary beside the system prompt and tools.
+    fn session_fits(&mut self, path: &str, r: &RawSession, f: Fits) {
+        let budget = u64::from(f.budget);
+        if f.first >= budget
+            && let Some(b) = &r.context_budget
+        {
+            self.push(
+                format!("{path}.context_budget"),
+                b,
+                format!(
+                    "the system prompt ({} tokens), {} tool definitions of {} tokens and the first user message (up to {} tokens) take {} tokens: they do not fit the budget of {budget}",
+                    f.system_tokens,
+                    f.tools,
+                    f.tool_tokens,
+                    f.first - f.fixed,
+                    f.first
+                ),
+            );
+        } else if let Some(rt) = &r.result_tokens {
+            let (beside, what) = match f.overflow {
+                Overflow::Compact { summary_tokens } => {
+                    (f.fixed + u64::from(summary_tokens), "the summary")
+                }
+                Overflow::End => (f.first, "the first message"),
+            };
+            if beside + u64::from(f.result_max) >= budget {
+                self.push(
+                    format!("{path}.result_tokens"),
+                    rt,
+                    format!(
+                        "a tool result of up to {} tokens cannot fit the context budget of {budget} beside the {beside} tokens every turn keeps (the system prompt, the tools and {what})",
+                        f.result_max
+                    ),
+                );
+            }
+        }
+        if let (Overflow::Compact { summary_tokens }, Some(n)) = (f.overflow, &r.summary_tokens)
+            && f.fixed + u64::from(summary_tokens) >= budget
+        {
+            self.push(
+                format!("{path}.summary_tokens"),
+                n,
+                format!(
+                    "a summary of {summary_tokens} tokens beside the system prompt and tools ({} tokens) does not fit the budget of {budget}",
+                    f.fixed
+                ),
+            );
+        }
     }
 
     /// A session `trace`: its file read and parsed at load time (a bad file is refused with its

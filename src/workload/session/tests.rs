@@ -63,7 +63,7 @@ fn send(step: Step) -> Turn {
 /// a result of a drawn size after the think time, then the final answer without tools asked for.
 #[test]
 fn a_session_calls_tools_then_answers() {
-    let sessions = Sessions::Agent(spec());
+    let sessions = Sessions::Agent(Box::new(spec()));
     let mut b = sessions.start(5, WORDS);
     let t1 = send(b.next(None));
     let c = &t1.content;
@@ -141,7 +141,7 @@ fn a_session_calls_tools_then_answers() {
 /// (a `tool` message needs a call to answer).
 #[test]
 fn an_answer_without_a_call_gets_its_result_as_a_user_message() {
-    let mut b = Sessions::Agent(spec()).start(1, WORDS);
+    let mut b = Sessions::Agent(Box::new(spec())).start(1, WORDS);
     let _ = b.next(None);
     let t = send(b.next(Some(&Answer {
         ok: true,
@@ -177,7 +177,7 @@ fn the_budget_compacts_or_ends_a_session() {
         ..spec()
     };
     // 100 system + 60 tools + 30 task = 190; each turn adds its output (10) and a result (100).
-    let mut b = Sessions::Agent(tight.clone()).start(1, WORDS);
+    let mut b = Sessions::Agent(Box::new(tight.clone())).start(1, WORDS);
     let _ = b.next(None);
     let (calls, _) = call("c", 0);
     let t2 = send(b.next(Some(&answered(&calls, None))));
@@ -195,7 +195,7 @@ fn the_budget_compacts_or_ends_a_session() {
         overflow: Overflow::Compact { summary_tokens: 50 },
         ..tight
     };
-    let mut b = Sessions::Agent(compact).start(1, WORDS);
+    let mut b = Sessions::Agent(Box::new(compact)).start(1, WORDS);
     let _ = b.next(None);
     let _ = send(b.next(Some(&answered(&calls, None))));
     // The server counted the last request: 390 + 10 + 100 is past 400.
@@ -225,7 +225,7 @@ fn sub_agents_fork_from_the_parents_prefix_and_join_before_its_next_turn() {
         }),
         ..spec()
     };
-    let mut parent = Sessions::Agent(s).start(9, WORDS);
+    let mut parent = Sessions::Agent(Box::new(s)).start(9, WORDS);
     let _ = parent.next(None);
     let (calls, input) = call("p1", 200);
     let t2 = send(parent.next(Some(&answered(&calls, input))));
@@ -268,14 +268,14 @@ fn sub_agents_fork_from_the_parents_prefix_and_join_before_its_next_turn() {
     let m = &t3.content.messages;
     assert_eq!(m[m.len() - 1].tool_call_id.as_deref(), Some("p1"));
     // Children never fork, whatever their calls.
-    let mut more = Sessions::Agent(AgentLoop {
+    let mut more = Sessions::Agent(Box::new(AgentLoop {
         subagents: Some(Subagents {
             count: 1,
             every: 1,
             turns: Length::Fixed(3),
         }),
         ..spec()
-    })
+    }))
     .start(1, WORDS);
     let _ = more.next(None);
     let Step::Fork(mut kids) = more.next(Some(&answered(&calls, None))) else {
@@ -305,7 +305,7 @@ fn draws_follow_their_distributions_and_the_seed() {
         turns: Length::Fixed(1000),
         ..spec()
     };
-    let mut b = Sessions::Agent(s.clone()).start(3, WORDS);
+    let mut b = Sessions::Agent(Box::new(s.clone())).start(3, WORDS);
     let _ = b.next(None);
     let (calls, _) = call("c", 0);
     let mut waits = Vec::new();
@@ -321,7 +321,7 @@ fn draws_follow_their_distributions_and_the_seed() {
     assert!((47.0..53.0).contains(&mean), "{mean}");
     assert!(sizes.iter().collect::<std::collections::HashSet<_>>().len() > 10);
     // Another seed, other draws.
-    let mut c = Sessions::Agent(AgentLoop { seed: Some(8), ..s }).start(3, WORDS);
+    let mut c = Sessions::Agent(Box::new(AgentLoop { seed: Some(8), ..s })).start(3, WORDS);
     let _ = c.next(None);
     let other: Vec<Duration> = (0..20)
         .map(|_| send(c.next(Some(&answered(&calls, Some(500))))).wait)
