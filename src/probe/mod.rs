@@ -620,4 +620,62 @@ mod tests {
         session.answered(&result(Some("x")));
         assert!(session.at_start());
     }
+
+    /// A worker's session: its turns in order, a fork's sub-agents one after another (each to
+    /// its end), then the session again; a session over, the next request starts another, and a
+    /// failed turn ends it.
+    #[test]
+    fn a_workers_session_runs_its_turns_and_its_sub_agents_in_turn() {
+        let s = spec(
+            "session: {tools: {count: 1, tokens: 5}, user_tokens: 8, turns: 2, call_tokens: 4, result_tokens: 6, answer_tokens: 4, think_time: 3s, context_budget: 4096, subagents: {count: 2, every: 1, turns: 1}, seed: 1}",
+        );
+        let called = || {
+            let mut r = result(Some(""));
+            r.tool_calls = vec![crate::protocol::ToolCall {
+                id: "c".into(),
+                name: "tool_0".into(),
+                arguments: "{}".into(),
+            }];
+            r
+        };
+        let mut session = s.session();
+        assert!(session.at_start());
+        let mut seen = Vec::new();
+        let mut first = None;
+        for _ in 0..10 {
+            let (c, wait) = session.next(&s);
+            let at = c.session.expect("a session's turn");
+            first.get_or_insert(at.id);
+            let last = c.tool_choice == Some(crate::protocol::ToolChoice::None);
+            seen.push((at.branch, c.turn.unwrap(), last, wait.as_secs()));
+            session.answered(&if last { result(Some("done")) } else { called() });
+            if session.at_start() {
+                break;
+            }
+        }
+        assert_eq!(
+            seen,
+            [
+                (0, 1, false, 0),
+                (1, 1, false, 0),
+                (1, 2, true, 3),
+                (2, 1, false, 0),
+                (2, 2, true, 3),
+                (0, 2, false, 0),
+                (3, 1, false, 0),
+                (3, 2, true, 3),
+                (4, 1, false, 0),
+                (4, 2, true, 3),
+            ][..seen.len()]
+        );
+        // The final answer is next; fail it: the session is over and the next one starts.
+        assert!(!session.at_start());
+        let (c, _) = session.next(&s);
+        assert_eq!((c.session.unwrap().branch, c.turn), (0, Some(3)));
+        session.answered(&result(None));
+        assert!(session.at_start(), "a failed turn ends the session");
+        let (c, wait) = session.next(&s);
+        assert_eq!((c.turn, wait), (Some(1), Duration::ZERO));
+        assert_ne!(c.session.map(|r| r.id), first, "a new session");
+    }
 }
