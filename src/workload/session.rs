@@ -521,10 +521,15 @@ impl AgentState {
     /// Appends the assistant's answer to a tool-call turn: its calls (an id made up for a call
     /// without one, the first tool named for a call without a name), or its text.
     fn record_call(&mut self, a: &Answer<'_>) {
-        self.context = match a.input_tokens {
-            Some(n) => n,
-            None => self.context,
-        } + a.output_tokens;
+        // The answer's size: its output tokens, and never less than a token per 4 bytes of what
+        // it appends (a server that under-counts cannot grow the context past its budget).
+        let bytes = a.text.len()
+            + a.tool_calls
+                .iter()
+                .map(|c| c.arguments.len())
+                .sum::<usize>();
+        let appended = a.output_tokens.max((bytes / 4) as u64);
+        self.context = a.input_tokens.unwrap_or(self.context) + appended;
         let mut calls: Vec<ToolCall> = a.tool_calls.to_vec();
         for (i, c) in calls.iter_mut().enumerate() {
             if c.id.is_empty() {

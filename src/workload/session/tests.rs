@@ -190,6 +190,19 @@ fn the_budget_compacts_or_ends_a_session() {
         "300 + 10 + 100 = 410 does not"
     );
     assert_eq!(b.compactions(), 0);
+    // An answer whose usage under-counts it is sized by its bytes: 2,000 bytes of text said to
+    // be 1 token take 500 of the budget, and the next turn does not fit.
+    let mut b = Sessions::Agent(Box::new(tight.clone())).start(1, WORDS);
+    let _ = b.next(None);
+    let long = "x".repeat(2000);
+    assert!(matches!(
+        b.next(Some(&Answer {
+            text: &long,
+            output_tokens: 1,
+            ..answered(&calls, None)
+        })),
+        Step::Done(End::Budget)
+    ));
 
     let compact = AgentLoop {
         overflow: Overflow::Compact { summary_tokens: 50 },
