@@ -369,7 +369,16 @@ impl ReplayState {
             match answer {
                 Some(a) if a.ok => {
                     if !a.text.is_empty() {
-                        self.history.push(Message::new("assistant", a.text));
+                        // Kept within 16 bytes a token of the turn's recorded output, so a
+                        // session's memory stays within what its trace records.
+                        let mut cut = a
+                            .text
+                            .len()
+                            .min(16 * session.turns[self.next - 1].output_tokens as usize);
+                        while !a.text.is_char_boundary(cut) {
+                            cut -= 1;
+                        }
+                        self.history.push(Message::new("assistant", &a.text[..cut]));
                     }
                 }
                 _ => {

@@ -536,6 +536,15 @@ fn a_replayed_session_appends_each_turn_at_its_gap() {
         })),
         Step::Done(End::Failed)
     ));
+    // An answer far past its recorded output is kept within 16 bytes a token of it (20 tokens).
+    let mut c = s.start(0, WORDS);
+    let _ = c.next(None);
+    let long = "é".repeat(1000);
+    let t = send(c.next(Some(&Answer {
+        text: &long,
+        ..answered(&[], None)
+    })));
+    assert_eq!(t.content.messages[1].content.len(), 320);
     // An unread trace sends nothing.
     let unread = Sessions::Replay(Replay {
         recording: Arc::default(),
