@@ -44,6 +44,7 @@ pub mod runner;
 pub mod sample;
 pub mod select;
 pub mod server_view;
+pub mod session;
 pub mod shard;
 pub mod significance;
 pub mod stats;
