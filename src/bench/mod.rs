@@ -55,6 +55,7 @@ pub mod sample;
 pub mod schedule;
 pub mod select;
 pub mod server_view;
+pub mod session;
 pub mod shard;
 pub mod significance;
 pub mod stats;

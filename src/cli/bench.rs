@@ -1126,13 +1126,18 @@ impl BenchArgs {
         fit_fd_limit(&mut level_keys, !a.concurrency.is_empty(), fd_limit())?;
         check_select_at(&level_keys, criteria.select_at)?;
         if !a.rate.is_empty()
-            && let Some(p) = prompts
-                .iter()
-                .find(|p| matches!(p.workload, crate::workload::Workload::Conversation(_)))
+            && let Some(p) = prompts.iter().find(|p| {
+                matches!(
+                    p.workload,
+                    crate::workload::Workload::Conversation(_)
+                        | crate::workload::Workload::Session(_)
+                )
+            })
         {
             return Err(BenchError::Usage(format!(
-                "prompt {}: a conversation runs in closed loop (each worker keeps its turns); drop --rate",
-                p.prompt.name
+                "prompt {}: a {} runs in closed loop (each worker keeps its turns); drop --rate",
+                p.prompt.name,
+                p.workload.kind()
             )));
         }
         if prompts.len() > 1

@@ -115,6 +115,25 @@ fn prompt_sweeps_and_what_they_refuse() {
         m.contains("prompt chat: a conversation runs in closed loop"),
         "{m}"
     );
+    // A session too: an open loop would send its first turns only.
+    let m = usage(plan_in(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/examples/sessions/sessions.yml"
+        ),
+        &[
+            "--requests-per-level",
+            "2",
+            "--prompt",
+            "agent",
+            "--rate",
+            "2",
+        ],
+    ));
+    assert!(
+        m.contains("prompt agent: a session runs in closed loop"),
+        "{m}"
+    );
     let m = usage(plan(&[
         "--requests-per-level",
         "2",
