@@ -119,6 +119,7 @@ impl FlagTarget {
             dataset: None,
             conversation: None,
             trace: None,
+            session: None,
         };
         if let Some(n) = self.input_tokens {
             p.synthetic = Some(at(RawSynthetic {
@@ -146,6 +147,7 @@ impl FlagTarget {
             p.messages = vec![Message {
                 role: "user".into(),
                 content: self.prompt.clone(),
+                ..Default::default()
             }];
             p.max_tokens = Some(cap);
         }

@@ -11,7 +11,7 @@
 
 use super::{
     BodyParams, EventMeaning, Malformed, ServerTimings, StreamError, borrowed, error_object,
-    failure_finish, identity_value, json_object, non_empty_str, usage_at,
+    failure_finish, identity_value, json_object, non_empty_str, tools, usage_at,
 };
 use crate::sse::SseEvent;
 use serde_json::{Map, Value, json};
@@ -177,6 +177,7 @@ fn chat_value(ev: &SseEvent, identity: bool) -> Result<EventMeaning, Malformed> 
                     })
                 });
                 m.token |= any;
+                m.tool_calls.extend(tools::chat_parts(calls));
             }
         }
         finish_reason(choice, &mut m);
@@ -242,9 +243,26 @@ pub(super) fn responses(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
                 m.text.push_str(d);
             }
         }
-        "response.reasoning_text.delta"
-        | "response.reasoning_summary_text.delta"
-        | "response.function_call_arguments.delta" => m.token = delta.is_some(),
+        "response.reasoning_text.delta" | "response.reasoning_summary_text.delta" => {
+            m.token = delta.is_some();
+        }
+        "response.function_call_arguments.delta" => {
+            m.token = delta.is_some();
+            if let Some(d) = delta {
+                m.tool_calls.push(tools::ToolCallPart {
+                    index: v.get("output_index").and_then(Value::as_u64).unwrap_or(0),
+                    arguments: d.to_owned(),
+                    ..tools::ToolCallPart::default()
+                });
+            }
+        }
+        "response.output_item.added" => {
+            // A function call opens with its call id and name (its arguments come as deltas).
+            if let Some(item) = v.get("item").filter(|i| i["type"] == "function_call") {
+                let index = v.get("output_index").and_then(Value::as_u64).unwrap_or(0);
+                m.tool_calls.push(tools::responses_part(index, item));
+            }
+        }
         "response.completed" | "response.incomplete" => {
             // `incomplete` is a proper end cut short (e.g. max_output_tokens), like
             // finish_reason "length" in chat.
@@ -296,8 +314,14 @@ fn stream_fields(body: &mut Map<String, Value>, req: &BodyParams<'_>, cap: &str,
 pub(super) fn chat_body(req: &BodyParams<'_>) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), json!(req.model));
-    body.insert("messages".into(), json!(req.messages));
+    let messages = if tools::any_tool_part(req.messages) {
+        tools::chat_messages(req.messages)
+    } else {
+        json!(req.messages)
+    };
+    body.insert("messages".into(), messages);
     stream_fields(&mut body, req, "max_tokens", true);
+    tools::chat_tools(&mut body, req.tools, req.tool_choice);
     merge_extra(Value::Object(body), req)
 }
 
@@ -313,8 +337,14 @@ pub(super) fn completions_body(req: &BodyParams<'_>) -> Value {
 pub(super) fn responses_body(req: &BodyParams<'_>) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), json!(req.model));
-    body.insert("input".into(), json!(req.messages));
+    let input = if tools::any_tool_part(req.messages) {
+        tools::responses_input(req.messages)
+    } else {
+        json!(req.messages)
+    };
+    body.insert("input".into(), input);
     stream_fields(&mut body, req, "max_output_tokens", false);
+    tools::responses_tools(&mut body, req.tools, req.tool_choice);
     merge_extra(Value::Object(body), req)
 }
 
@@ -369,6 +399,7 @@ pub(super) fn chat_answer(v: &Value) -> Result<EventMeaning, Malformed> {
                     non_empty_str(f, "name").is_some() || non_empty_str(f, "arguments").is_some()
                 })
             });
+            m.tool_calls.extend(tools::chat_parts(calls));
         }
         m.finish |= choice.get("finish_reason").is_some_and(Value::is_string);
     }
@@ -420,7 +451,7 @@ pub(super) fn responses_answer(v: &Value) -> Result<EventMeaning, Malformed> {
             _ => &[],
         }
     }
-    for item in items {
+    for (i, item) in items.iter().enumerate() {
         match item.get("type").and_then(Value::as_str) {
             Some("message") => {
                 for part in parts(item, "content") {
@@ -446,6 +477,7 @@ pub(super) fn responses_answer(v: &Value) -> Result<EventMeaning, Malformed> {
             Some("function_call") => {
                 m.token |= non_empty_str(item, "arguments").is_some()
                     || non_empty_str(item, "name").is_some();
+                m.tool_calls.push(tools::responses_part(i as u64, item));
             }
             _ => {}
         }
@@ -1028,6 +1060,7 @@ mod tests {
         let msgs = [Message {
             role: "user".into(),
             content: "hi".into(),
+            ..Default::default()
         }];
         let mut extra = Map::new();
         extra.insert("temperature".into(), json!(0));
@@ -1039,6 +1072,8 @@ mod tests {
             stream: true,
             exact_output: crate::protocol::ExactOutput::None,
             extra_body: Some(&extra),
+            tools: &[],
+            tool_choice: None,
         };
         let b = Api::OpenaiChat.request_body(&req);
         assert_eq!(b["stream"], json!(true));
