@@ -3,7 +3,7 @@
 //! [`ModelReport`]; the run is a [`Report`].
 
 use super::criteria::{CriteriaRecord, KneeRule, Metric};
-use super::stats::{LevelKey, LevelStats, Load};
+use super::stats::{CapacityLimit, LevelKey, LevelStats, Load};
 use crate::config::Price;
 use crate::protocol::Api;
 use serde::{Deserialize, Serialize};
@@ -376,7 +376,7 @@ pub struct ModelCapacity {
     pub failed_interval: Option<[f64; 2]>,
     /// What the failing level missed most: an objective (`ttft<=2.00 s`), or `errors`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub missed: Option<String>,
+    pub missed: Option<CapacityLimit>,
     /// Whether the two intervals decide the capacity at 95% confidence
     /// ([`super::capacity::clear`]).
     pub clear: bool,
@@ -774,6 +774,7 @@ pub struct Finding {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::bench::capacity::SearchStop;
     use crate::bench::criteria::Criteria;
     use crate::bench::gate::compare;
     use crate::bench::select::find_knee;
@@ -863,6 +864,15 @@ pub(crate) mod tests {
         older["selection"]["level"] = "last".into();
         older["findings"][0]["code"] = "kv_cache_pressure".into();
         older["findings"][0]["level"] = "2.5/s".into();
+        older["models"][0]["capacity"] = serde_json::json!({
+            "concurrency": 4, "target_attainment": 0.95, "attainment": 1.0,
+            "attainment_interval": [0.9, 1.0], "limited_by": "errors", "failed_at": 8.0,
+            "clear": true, "levels_tried": [1.0, 2.0, 4.0, 8.0], "requests": 80, "seconds": 4.0,
+            "stopped": "even 8 failed; a higher load passed again, so the capacity is kept below the lowest failure",
+        });
+        older["models"][1]["capacity"] = older["models"][0]["capacity"].clone();
+        older["models"][1]["capacity"]["limited_by"] = "ttft<=300.0 ms".into();
+        older["models"][1]["capacity"]["stopped"] = "the search was stopped".into();
         let back: Report = serde_json::from_value(older.clone()).unwrap();
         assert_eq!(back.mode.kind, LoadKind::Open);
         assert_eq!(
@@ -875,6 +885,27 @@ pub(crate) mod tests {
             (
                 &FindingCode::Other("kv_cache_pressure".into()),
                 Load::Rate(2.5)
+            )
+        );
+        let (a, b) = (
+            back.models[0].capacity.as_ref().unwrap(),
+            back.models[1].capacity.as_ref().unwrap(),
+        );
+        assert_eq!(
+            (&a.limited_by, &a.stopped),
+            (
+                &Some(CapacityLimit::Errors),
+                &SearchStop::EvenFailed {
+                    load: 8.0,
+                    passed_above: true
+                }
+            )
+        );
+        assert_eq!(
+            (&b.limited_by, &b.stopped),
+            (
+                &Some(CapacityLimit::Objective("ttft<=300.0 ms".into())),
+                &SearchStop::Other("the search was stopped".into())
             )
         );
         assert_eq!(serde_json::to_value(&back).unwrap(), older);

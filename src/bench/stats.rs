@@ -224,18 +224,53 @@ impl Attainment {
         })
     }
 
-    /// What kept the most requests out: `errors`, or the objective missed most often (`None`
+    /// What kept the most requests out: errors, or the objective missed most often (`None`
     /// when every request met every objective).
-    pub fn limited_by(&self) -> Option<String> {
+    pub fn limited_by(&self) -> Option<CapacityLimit> {
         let worst = self
             .missed
             .iter()
             .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)));
         match worst {
-            Some((name, &n)) if n > self.failed => Some(name.clone()),
-            _ if self.failed > 0 => Some("errors".into()),
+            Some((name, &n)) if n > self.failed => Some(CapacityLimit::Objective(name.clone())),
+            _ if self.failed > 0 => Some(CapacityLimit::Errors),
             _ => None,
         }
+    }
+}
+
+/// What kept a level's requests from its SLO attainment ([`Attainment::limited_by`]), and so
+/// limited a capacity: written `errors`, or as the objective (`ttft<=2.00 s`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CapacityLimit {
+    /// Failed requests.
+    Errors,
+    /// An objective, as the report writes it (`ttft<=2.00 s`).
+    Objective(String),
+}
+
+impl std::fmt::Display for CapacityLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CapacityLimit::Errors => f.write_str("errors"),
+            CapacityLimit::Objective(o) => f.write_str(o),
+        }
+    }
+}
+
+impl Serialize for CapacityLimit {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for CapacityLimit {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = std::borrow::Cow::<str>::deserialize(d)?;
+        Ok(match text.as_ref() {
+            "errors" => CapacityLimit::Errors,
+            o => CapacityLimit::Objective(o.to_owned()),
+        })
     }
 }
 

@@ -348,7 +348,10 @@ fn a_capacity_says_what_limited_it() {
         (c.level.map(|k| k.x()), c.failed_at.map(|k| k.x())),
         (Some(2.0), Some(4.0))
     );
-    assert_eq!(c.missed.as_deref(), Some("ttft<=200.0 ms"));
+    assert_eq!(
+        c.missed,
+        Some(CapacityLimit::Objective("ttft<=200.0 ms".into()))
+    );
     let l = c.limited_by.as_ref().expect("a limiter");
     assert_eq!((l.cause, l.view), (Cause::SharedCompute, View::Server));
     assert!(l.evidence.starts_with("from 2 to 4:"), "{}", l.evidence);
@@ -369,7 +372,10 @@ fn a_capacity_says_what_limited_it() {
     });
     let caps = slo_capacity(&[model("b", vec![failing])]).expect("SLOs");
     let c = &caps.models[0];
-    assert_eq!((c.level, c.missed.as_deref()), (None, Some("errors")));
+    assert_eq!(
+        (c.level, c.missed.clone()),
+        (None, Some(CapacityLimit::Errors))
+    );
     assert_eq!(
         c.limited_by
             .as_ref()

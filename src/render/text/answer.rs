@@ -4,9 +4,11 @@
 //! capacity within the SLOs with what limited each, and the same criteria at another load.
 
 use super::{Style, load_words};
+use crate::bench::capacity::Capacity;
 use crate::bench::report::{
     Limiter, ModelCapacity, ModelReport, Ranked, Rejected, Report, Selection,
 };
+use crate::bench::stats::Load;
 use crate::render::Shown;
 use crate::units::trim_float;
 use std::fmt::Write as _;
@@ -170,14 +172,57 @@ fn share_of(share: f64, interval: Option<[f64; 2]>) -> String {
     }
 }
 
+/// What an answer that is not clear says of its doubt, after its sentence (nothing when it is
+/// clear: [`crate::bench::capacity::clear`]): the one wording of every output, a capacity of
+/// none as much as a load.
+pub fn doubt(clear: bool) -> &'static str {
+    if clear {
+        ""
+    } else {
+        " (not clear at 95% confidence: an interval reaches across the target; longer levels would decide)"
+    }
+}
+
+/// A load as the report writes it, to a thousandth (`8`, `2.5`).
+fn thousandths(x: f64) -> String {
+    trim_float((x * 1000.0).round() / 1000.0)
+}
+
+/// A capacity search's answer in words: `up to 8 concurrent streams at 96.0% attainment
+/// [89.1%, 98.9%], limited by ttft<=2.00 s (failed at 9)`, or `none: no load tried met the
+/// target` when no load passed; either with its [`doubt`] when it is not clear.
+pub fn capacity_words(c: &Capacity) -> String {
+    let unclear = doubt(c.clear);
+    let load = match c.load() {
+        Some(n @ Load::Concurrency(_)) => format!("up to {}", load_words(n)),
+        Some(Load::Rate(r)) => format!("up to {} requests/s", thousandths(r)),
+        None => return format!("none: no load tried met the target{unclear}"),
+    };
+    let att = match (c.attainment, c.attainment_interval) {
+        (Some(a), Some([lo, hi])) => format!(
+            " at {:.1}% attainment [{:.1}%, {:.1}%]",
+            a * 100.0,
+            lo * 100.0,
+            hi * 100.0
+        ),
+        (Some(a), None) => format!(" at {:.1}% attainment", a * 100.0),
+        _ => String::new(),
+    };
+    let limit = match (&c.limited_by, c.failed_at) {
+        (Some(l), Some(f)) => format!(", limited by {l} (failed at {})", thousandths(f)),
+        _ => String::new(),
+    };
+    format!("{load}{att}{limit}{unclear}")
+}
+
 /// One model's capacity within the SLOs, as a sentence: the search's, or a fixed sweep's highest
 /// level at the target and the first below it, then `limited` (why it failed there).
 fn capacity_line(m: &ModelReport, c: &ModelCapacity, searched: bool, limited: &str) -> String {
-    let doubt = crate::bench::capacity::doubt(c.clear);
+    let doubt = doubt(c.clear);
     if let Some(s) = &m.capacity {
         return format!(
             "SLO capacity {}; {} ({}, {} requests, {:.1} s){limited}",
-            crate::bench::capacity::describe(s),
+            capacity_words(s),
             s.stopped,
             crate::units::count(s.levels_tried.len(), "level"),
             s.requests,

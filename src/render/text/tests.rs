@@ -300,7 +300,8 @@ fn json_round_trips() {
 /// interval [86.2%, 97.3%], which reaches across 95%. With `search`, the capacity search's
 /// report of it (none passed, 2 failed).
 fn seventy_five_of_eighty(search: bool) -> Report {
-    use crate::bench::capacity::{CapacityPlan, Search, SearchEnd, Verdict};
+    use crate::bench::capacity::{CapacityPlan, Search, SearchEnd, SearchStop, Verdict};
+    use crate::bench::stats::CapacityLimit;
     let mut r = synthetic();
     r.models.truncate(1);
     let m = &mut r.models[0];
@@ -326,11 +327,14 @@ fn seventy_five_of_eighty(search: bool) -> Report {
             budget: None,
             extensions: 0,
         };
-        let tried = [(2.0, Verdict::Fail("errors".into()))];
+        let tried = [(2.0, Verdict::Fail(Some(CapacityLimit::Errors)))];
         let outcome = SearchEnd {
             load: None,
-            failed_at: Some((2.0, "errors".into())),
-            stopped: "even 2 failed".into(),
+            failed_at: Some((2.0, Some(CapacityLimit::Errors))),
+            stopped: SearchStop::EvenFailed {
+                load: 2.0,
+                passed_above: false,
+            },
         };
         m.capacity = Some(plan.capacity(&outcome, &tried, &m.levels));
     }
@@ -450,5 +454,56 @@ fn cached_share_and_reasoning_get_columns_when_some_level_has_them() {
     assert_eq!(
         (l.cached_input_share, l.reasoning_tokens_mean),
         (Some(0.9375), Some(41.6))
+    );
+}
+
+/// A capacity search's answer in words: the load, its attainment and interval, what failed first
+/// above it, and its doubt when the intervals do not decide; a capacity of none says its doubt
+/// as a load does.
+#[test]
+fn capacity_words_say_the_load_what_limited_it_and_the_doubt() {
+    use crate::bench::capacity::{Capacity, SearchStop};
+    use crate::bench::stats::CapacityLimit;
+    let doubt = " (not clear at 95% confidence: an interval reaches across the target; longer levels would decide)";
+    let mut c = Capacity {
+        concurrency: Some(5),
+        rate: None,
+        target_attainment: 0.95,
+        attainment: Some(1.0),
+        attainment_interval: Some([0.839, 1.0]),
+        limited_by: Some(CapacityLimit::Objective("ttft<=1.00 s".into())),
+        failed_at: Some(6.0),
+        clear: false,
+        levels_tried: vec![1.0, 2.0, 4.0, 8.0, 6.0, 5.0],
+        stopped: SearchStop::Bisected {
+            passed: 5.0,
+            failed: 6.0,
+            within: None,
+            passed_above: false,
+        },
+        requests: 120,
+        seconds: 6.0,
+    };
+    assert_eq!(
+        answer::capacity_words(&c),
+        format!(
+            "up to 5 concurrent streams at 100.0% attainment [83.9%, 100.0%], limited by ttft<=1.00 s (failed at 6){doubt}"
+        )
+    );
+    (c.concurrency, c.rate, c.attainment_interval) = (None, Some(2.5004), None);
+    c.clear = true;
+    assert_eq!(
+        answer::capacity_words(&c),
+        "up to 2.5 requests/s at 100.0% attainment, limited by ttft<=1.00 s (failed at 6)"
+    );
+    c.rate = None;
+    assert_eq!(
+        answer::capacity_words(&c),
+        "none: no load tried met the target"
+    );
+    c.clear = false;
+    assert_eq!(
+        answer::capacity_words(&c),
+        format!("none: no load tried met the target{doubt}")
     );
 }
