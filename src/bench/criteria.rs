@@ -308,6 +308,19 @@ impl fmt::Display for Metric {
 }
 
 impl Metric {
+    /// The statistic `stat` of the per-request distribution `base` (`ttft_p95`).
+    pub const fn of(base: Base, stat: Stat) -> Metric {
+        Metric {
+            base,
+            stat: Some(stat),
+        }
+    }
+
+    /// The level-wide figure `base` (`agg_tps`, `error_rate`).
+    pub const fn level(base: Base) -> Metric {
+        Metric { base, stat: None }
+    }
+
     /// The metric's value at a level; `None` when the level has no such value (no successes,
     /// no SLOs for goodput).
     pub fn value(&self, l: &LevelStats) -> Option<f64> {

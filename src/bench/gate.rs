@@ -33,20 +33,20 @@ use super::significance::{
 use super::stats::{LevelStats, Summary};
 
 /// The metrics compared with a baseline (costs only where both runs have a price).
-pub const COMPARED: [&str; 13] = [
-    "ttft_p50",
-    "ttft_p95",
-    "tpot_p50",
-    "tpot_p95",
-    "e2e_p50",
-    "e2e_p95",
-    "tps_p50",
-    "agg_tps",
-    "rps",
-    "goodput",
-    "error_rate",
-    "cost_per_request",
-    "cost_per_mtok",
+pub const COMPARED: [Metric; 13] = [
+    Metric::of(Base::Ttft, Stat::P50),
+    Metric::of(Base::Ttft, Stat::P95),
+    Metric::of(Base::Tpot, Stat::P50),
+    Metric::of(Base::Tpot, Stat::P95),
+    Metric::of(Base::E2e, Stat::P50),
+    Metric::of(Base::E2e, Stat::P95),
+    Metric::of(Base::Tps, Stat::P50),
+    Metric::level(Base::AggTps),
+    Metric::level(Base::Rps),
+    Metric::level(Base::Goodput),
+    Metric::level(Base::ErrorRate),
+    Metric::level(Base::CostPerRequest),
+    Metric::level(Base::CostPerMtok),
 ];
 
 /// Why a whole level is not judged against its baseline, or `None` when it can be: the client
@@ -284,7 +284,7 @@ pub fn compare(
     c: &Criteria,
     baseline_name: &str,
 ) -> Comparison {
-    let metrics: Vec<Metric> = COMPARED.iter().filter_map(|m| m.parse().ok()).collect();
+    let metrics = COMPARED;
     let slo: Vec<String> = c.slos.iter().map(ToString::to_string).collect();
     let same_slos = slo == baseline_slo;
     let mut out = Comparison {
@@ -393,6 +393,34 @@ pub fn compare(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The values compared are named as reports have always named them, each the metric its
+    /// name reads as.
+    #[test]
+    fn the_compared_metrics_are_named_as_before() {
+        let names = COMPARED.map(|m| m.to_string());
+        assert_eq!(
+            names,
+            [
+                "ttft_p50",
+                "ttft_p95",
+                "tpot_p50",
+                "tpot_p95",
+                "e2e_p50",
+                "e2e_p95",
+                "tps_p50",
+                "agg_tps",
+                "rps",
+                "goodput",
+                "error_rate",
+                "cost_per_request",
+                "cost_per_mtok",
+            ]
+        );
+        for (m, name) in COMPARED.iter().zip(&names) {
+            assert_eq!(name.parse::<Metric>().as_ref(), Ok(m));
+        }
+    }
     use crate::bench::report::tests::samples;
     use crate::bench::select::tests::{level, model};
     use crate::bench::stats::LevelKey;

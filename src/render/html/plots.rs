@@ -238,10 +238,7 @@ pub(super) fn charts(r: &Report) -> Vec<(String, String, Chart)> {
             });
         }
     }
-    let ttft_p95 = Metric {
-        base: Base::Ttft,
-        stat: Some(Stat::P95),
-    };
+    let ttft_p95 = Metric::of(Base::Ttft, Stat::P95);
     series.extend(baseline_series(r, &labels, ttft_p95, 1e3));
     out.push((
         "plot-ttft".into(),
@@ -310,11 +307,7 @@ pub(super) fn tps_chart(
                 .collect(),
         })
         .collect();
-    let agg_tps = Metric {
-        base: Base::AggTps,
-        stat: None,
-    };
-    series.extend(baseline_series(r, labels, agg_tps, 1.0));
+    series.extend(baseline_series(r, labels, Metric::level(Base::AggTps), 1.0));
     let (rings, ring_label) = knee_rings(r, labels, |l| Some(l.output_tokens_per_s));
     (
         "plot-tps".into(),
