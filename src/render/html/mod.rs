@@ -232,7 +232,8 @@ pub fn page(shown: &Shown<'_>) -> Result<String, HtmlError> {
     answer(&mut o, &r, shown);
     o.push_str("</div>");
     o.push_str(r#"<h2 id="plots">Plots</h2><div class="plots">"#);
-    for (id, caption, c) in charts(&r) {
+    let axis = crate::render::chart::load_axis(r.mode.kind);
+    for (id, caption, c) in charts(&r, axis) {
         let _ = write!(
             o,
             r#"<figure class="plot" id="{id}"><figcaption>{}</figcaption>{}{}</figure>"#,
@@ -243,12 +244,12 @@ pub fn page(shown: &Shown<'_>) -> Result<String, HtmlError> {
     }
     o.push_str("</div>");
     o.push_str(r#"<h2 id="levels">Per model and level</h2>"#);
-    main_table(&mut o, &r);
-    percentile_table(&mut o, &r);
-    load_table(&mut o, &r);
-    server_table(&mut o, &r);
-    more_table(&mut o, &r);
-    baseline_table(&mut o, &r);
+    main_table(&mut o, &r, axis);
+    percentile_table(&mut o, &r, axis);
+    load_table(&mut o, &r, axis);
+    server_table(&mut o, &r, axis);
+    more_table(&mut o, &r, axis);
+    baseline_table(&mut o, &r, axis);
     // `<` only occurs inside JSON strings, where `\u003c` means the same: no `</script>` can
     // end the element early.
     let _ = write!(

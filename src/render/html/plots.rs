@@ -6,7 +6,7 @@ use super::{Unit, num};
 use crate::bench::criteria::{Base, Metric, Stat};
 use crate::bench::report::{ModelReport, Report};
 use crate::bench::stats::LevelStats;
-use crate::render::chart::{self, Chart, HLine, Marker, Point, Ring, Series, XAxis, load_axis};
+use crate::render::chart::{self, Chart, HLine, Marker, Point, Ring, Series, XAxis};
 use std::collections::BTreeMap;
 
 /// Every level any model ran, in load order (merged runs may differ in their levels).
@@ -195,7 +195,7 @@ pub(super) fn knee_rings(
 }
 
 /// Every chart: `(id, caption, chart)`.
-pub(super) fn charts(r: &Report) -> Vec<(String, String, Chart)> {
+pub(super) fn charts(r: &Report, axis: &str) -> Vec<(String, String, Chart)> {
     let labels = level_labels(r);
     let lines = thresholds(r);
     let mut out = Vec::new();
@@ -245,7 +245,7 @@ pub(super) fn charts(r: &Report) -> Vec<(String, String, Chart)> {
         "TTFT p50 / p95 / p99 against the load".into(),
         Chart {
             x: XAxis::Levels(labels.clone()),
-            x_label: load_axis(r.mode.kind).into(),
+            x_label: axis.into(),
             y_label: "TTFT (ms)".into(),
             series,
             hlines: lines
@@ -257,7 +257,7 @@ pub(super) fn charts(r: &Report) -> Vec<(String, String, Chart)> {
             ring_label: String::new(),
         },
     ));
-    out.push(tps_chart(r, &labels, &lines));
+    out.push(tps_chart(r, (&labels, axis), &lines));
     out.push(curve_chart(r, &lines));
     for (mi, m) in r.models.iter().enumerate() {
         if let Some(c) = scatter(m) {
@@ -268,14 +268,14 @@ pub(super) fn charts(r: &Report) -> Vec<(String, String, Chart)> {
             ));
         }
     }
-    out.extend(server_charts(r, &labels));
+    out.extend(server_charts(r, (&labels, axis)));
     out
 }
 
 /// Aggregate tokens/s against the level, the knee circled and named in the legend.
 pub(super) fn tps_chart(
     r: &Report,
-    labels: &[String],
+    (labels, axis): (&[String], &str),
     lines: &[(String, f64, String, bool)],
 ) -> (String, String, Chart) {
     let mut series: Vec<Series> = r
@@ -314,7 +314,7 @@ pub(super) fn tps_chart(
         "Aggregate output tokens/s against the load".into(),
         Chart {
             x: XAxis::Levels(labels.to_vec()),
-            x_label: load_axis(r.mode.kind).into(),
+            x_label: axis.into(),
             y_label: "aggregate output tokens/s".into(),
             series,
             hlines: lines
@@ -501,7 +501,10 @@ pub(super) fn signal_display(sig: &str) -> (String, Unit) {
 }
 
 /// One chart per server signal: its mean (solid) and max (dashed) per model against the level.
-pub(super) fn server_charts(r: &Report, labels: &[String]) -> Vec<(String, String, Chart)> {
+pub(super) fn server_charts(
+    r: &Report,
+    (labels, axis): (&[String], &str),
+) -> Vec<(String, String, Chart)> {
     let mut out = Vec::new();
     for sig in server_signals(r) {
         let (label, unit) = signal_display(&sig);
@@ -556,7 +559,7 @@ pub(super) fn server_charts(r: &Report, labels: &[String]) -> Vec<(String, Strin
             format!("Server: {label} against the load"),
             Chart {
                 x: XAxis::Levels(labels.to_vec()),
-                x_label: load_axis(r.mode.kind).into(),
+                x_label: axis.into(),
                 y_label: label,
                 series,
                 hlines: Vec::new(),
