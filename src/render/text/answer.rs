@@ -18,10 +18,8 @@ use std::fmt::Write as _;
 pub fn stated_at(s: &Selection) -> String {
     use crate::bench::report::{AnswerLoad, SelectedLevel};
     let at = match s.level {
-        SelectedLevel::At(load) => load_words(load),
-        SelectedLevel::Last => {
-            return "at each model's last level (no load every model ran)".into();
-        }
+        SelectedLevel::At(load) if s.load != Some(AnswerLoad::LastLevels) => load_words(load),
+        _ => return "at each model's last level (no load every model ran)".into(),
     };
     match s.load {
         Some(AnswerLoad::Asked) => format!("at {at}, as asked (select_at)"),
@@ -29,10 +27,7 @@ pub fn stated_at(s: &Selection) -> String {
             format!("at {at}, the highest load every model serves within the SLOs")
         }
         Some(AnswerLoad::HighestCommon) => format!("at {at}, the highest load every model ran"),
-        Some(AnswerLoad::LastLevels) => {
-            "at each model's last level (no load every model ran)".to_owned()
-        }
-        None => format!("at {at}"),
+        Some(AnswerLoad::LastLevels) | None => format!("at {at}"),
     }
 }
 
