@@ -83,7 +83,7 @@ pub fn run(a: &ReportArgs) -> Result<Exit, BenchError> {
     if a.no_samples {
         combine::drop_samples(&mut report);
     }
-    let shown = crate::render::Shown::of(&report);
+    let shown = crate::render::shown::Shown::of(&report);
     crate::render::write_outputs(&shown, &outputs, &criteria.unwrap_or_default())?;
     Ok(Exit::Done)
 }

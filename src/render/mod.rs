@@ -1,45 +1,22 @@
 //! The rendering half of `bench` (pure, apart from writing the files it is given): a judged
-//! [`Report`], [`Shown`] once, becomes the terminal table, Markdown, CSV and JSON ([`text`]), the
-//! self-contained HTML page ([`html`]) and the SVG plot ([`plot`]), both drawn by the one chart
-//! engine ([`chart`]); [`history`] renders the run store's listings and trends. Nothing here measures or judges: it
-//! reads the typed report [`crate::bench`] made, and numbers are written by [`crate::units`].
+//! [`Report`], [`shown`] once with what every output reads, becomes the terminal table,
+//! Markdown, CSV and JSON ([`text`]), the self-contained HTML page ([`html`]) and the SVG plot
+//! ([`plot`]), both drawn by the one chart engine ([`chart`]); [`history`] renders the run
+//! store's listings and trends. Nothing here measures or judges: it reads the typed report
+//! [`crate::bench`] made, and numbers are written by [`crate::units`].
 
 pub mod chart;
 pub mod history;
 pub mod html;
 pub mod plot;
+pub mod shown;
 pub mod text;
 
 use crate::bench::BenchError;
 use crate::bench::criteria::Criteria;
-use crate::bench::report::{ModelReport, Report, model_names};
+use crate::bench::report::Report;
+use shown::Shown;
 use std::path::{Path, PathBuf};
-
-/// A report as every output shows it: the report, and its models' names, worked out once
-/// (`target/model` when their targets differ, with ` · prompt` in a prompt sweep:
-/// [`model_names`]).
-#[derive(Debug, Clone)]
-pub struct Shown<'a> {
-    /// The report.
-    pub report: &'a Report,
-    /// Its models' names, in their order.
-    pub names: Vec<String>,
-}
-
-impl<'a> Shown<'a> {
-    /// `report` as the outputs show it.
-    pub fn of(report: &'a Report) -> Shown<'a> {
-        Shown {
-            report,
-            names: model_names(&report.models),
-        }
-    }
-
-    /// Each model with its name.
-    pub fn models(&self) -> impl Iterator<Item = (&'a ModelReport, &String)> {
-        self.report.models.iter().zip(&self.names)
-    }
-}
 
 /// An output file's format, by its extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,7 +9,7 @@
 use super::chart::{self, Chart, HLine, Marker, Point, Ring, Series, XAxis};
 use crate::bench::criteria::{Base, Criteria};
 use crate::bench::report::Report;
-use crate::render::Shown;
+use crate::render::shown::Shown;
 use crate::render::text::loop_words;
 use std::fmt::Write as _;
 

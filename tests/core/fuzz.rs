@@ -460,8 +460,10 @@ fn fuzz_shard_reports() {
                         }
                         // The page renders whatever merged.
                         prop_assert!(
-                            tokenprobe::render::html::page(&tokenprobe::render::Shown::of(&m))
-                                .is_ok()
+                            tokenprobe::render::html::page(&tokenprobe::render::shown::Shown::of(
+                                &m
+                            ))
+                            .is_ok()
                         );
                     }
                     Err(e) => prop_assert!(!e.to_string().trim().is_empty()),

@@ -18,7 +18,7 @@
 use super::chart::esc;
 use crate::bench::criteria::{Base, Metric, Unit as MetricUnit};
 use crate::bench::report::Report;
-use crate::render::Shown;
+use crate::render::shown::Shown;
 use crate::render::text::{self, Style};
 use std::fmt::Write as _;
 

@@ -9,7 +9,7 @@ use crate::bench::report::{
     Limiter, ModelCapacity, ModelReport, Ranked, Rejected, Report, Selection,
 };
 use crate::bench::stats::Load;
-use crate::render::Shown;
+use crate::render::shown::Shown;
 use crate::units::trim_float;
 use std::fmt::Write as _;
 

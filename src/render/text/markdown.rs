@@ -2,7 +2,7 @@
 //! the answer, the level table (times in ms), the server's view and the notes.
 
 use super::{Style, answer, columns, loop_words, notes, server_view};
-use crate::render::Shown;
+use crate::render::shown::Shown;
 use std::fmt::Write as _;
 
 /// The Markdown output: the run in a sentence, the answer, the level table (times in ms;

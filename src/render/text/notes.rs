@@ -6,7 +6,7 @@
 
 use super::{Style, opt};
 use crate::bench::report::Report;
-use crate::render::Shown;
+use crate::render::shown::Shown;
 use crate::units::{fmt_secs, trim_float};
 use std::fmt::Write as _;
 

@@ -191,7 +191,7 @@ mod tests {
     use crate::bench::report::Finding;
     use crate::bench::report::tests::synthetic;
     use crate::bench::server_view::compare_with_client;
-    use crate::render::Shown;
+    use crate::render::shown::Shown;
     use crate::render::text::{csv, markdown, table};
 
     fn with_server() -> Report {

@@ -2,7 +2,7 @@
 //! marked), the server's view and the notes.
 
 use super::{Style, answer, columns, notes, server_view};
-use crate::render::Shown;
+use crate::render::shown::Shown;
 use std::fmt::Write as _;
 
 /// The terminal's output: the answer, the level table (one row per model and level, the knee

@@ -5,7 +5,7 @@ use crate::bench::criteria::Criteria;
 use crate::bench::report::model_names;
 use crate::bench::report::tests::synthetic;
 use crate::bench::select::select;
-use crate::render::Shown;
+use crate::render::shown::Shown;
 
 #[test]
 fn a_client_bound_level_is_marked_beside_its_knee() {
