@@ -50,10 +50,8 @@ pub(super) fn messages(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
                         m.text.push_str(t);
                     }
                 }
-                Some("thinking_delta") => m.token = non_empty_str(delta, "thinking").is_some(),
-                Some("input_json_delta") => {
-                    m.token = non_empty_str(delta, "partial_json").is_some();
-                }
+                Some("thinking_delta") => m.hidden(non_empty_str(delta, "thinking")),
+                Some("input_json_delta") => m.hidden(non_empty_str(delta, "partial_json")),
                 _ => {}
             }
         }
@@ -93,8 +91,14 @@ pub(super) fn answer(v: &Value) -> Result<EventMeaning, Malformed> {
                     m.text.push_str(t);
                 }
             }
-            Some("thinking") => m.token |= non_empty_str(b, "thinking").is_some(),
-            Some("tool_use") => m.token |= non_empty_str(b, "name").is_some(),
+            Some("thinking") => m.hidden(non_empty_str(b, "thinking")),
+            Some("tool_use") => {
+                m.hidden(non_empty_str(b, "name"));
+                // The tool's input, as the model generated it (JSON text).
+                if let Some(input) = b.get("input").filter(|i| !i.is_null()) {
+                    m.hidden_text.push_str(&input.to_string());
+                }
+            }
             _ => {}
         }
     }
