@@ -180,7 +180,8 @@ async fn handle(
         Proto::Responses => format!("resp_{id}"),
     };
     let renderer = Renderer::new(proto, &chunk_id, model, created, admitted.input_tokens)
-        .with_cached(admitted.cached_tokens);
+        .with_cached(admitted.cached_tokens)
+        .saying(&shared.says(seq));
     let mut out = Out {
         stream,
         timer: &shared.timer,
