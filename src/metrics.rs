@@ -14,8 +14,6 @@
 
 mod answered;
 
-pub use answered::{MAX_LABEL_CHARS, MAX_LABEL_VALUES, OTHER, bounded};
-
 use crate::config::{Buckets, HistogramFamily, Histograms, Job};
 use crate::measure::ProbeResult;
 use crate::outcome::{ErrorType, Flag};

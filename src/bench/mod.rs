@@ -43,6 +43,7 @@ pub mod run_exit;
 pub mod runner;
 pub mod sample;
 pub mod select;
+pub mod served;
 pub mod server_view;
 pub mod shard;
 pub mod significance;

@@ -400,6 +400,30 @@ pub fn drift(history: &AnswerHistory, now: &KnownAnswer) -> Option<Drift> {
     })
 }
 
+/// Distinct values a series keeps of each label a server chooses (its served model, its
+/// fingerprint: a `serve` job's series, a bench level's counts); later ones are `other`
+/// (shared case 36).
+pub const MAX_LABEL_VALUES: usize = 8;
+/// The longest label value kept of a server's string (characters; longer ones are cut, with `…`).
+pub const MAX_LABEL_CHARS: usize = 64;
+/// The value that stands for every value past a job's first [`MAX_LABEL_VALUES`].
+pub const OTHER: &str = "other";
+
+/// `v` as a label value of a series (a job's, a bench level's) that has kept `seen`: itself (cut to [`MAX_LABEL_CHARS`]) while
+/// it is one of the first [`MAX_LABEL_VALUES`] distinct values, else [`OTHER`]; `true` when it is
+/// one past them (to be counted as unexpected).
+pub fn bounded(seen: &mut Vec<String>, v: &str) -> (String, bool) {
+    let cut = crate::units::truncate(v, MAX_LABEL_CHARS);
+    if seen.contains(&cut) {
+        return (cut, false);
+    }
+    if seen.len() < MAX_LABEL_VALUES {
+        seen.push(cut.clone());
+        return (cut, false);
+    }
+    (OTHER.to_owned(), true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -595,5 +619,29 @@ mod tests {
             h.keep(known(&format!("fp_{i}"), "x"));
         }
         assert_eq!(h.by_identity.len(), MAX_KNOWN_ANSWERS);
+    }
+
+    /// Issue 43, shared case 36: a job keeps its first 8 distinct values of a label a server
+    /// chooses, cut to 64 characters; later ones are `other`, and said to be.
+    #[test]
+    fn a_servers_label_values_are_bounded() {
+        let mut seen = Vec::new();
+        for i in 0..MAX_LABEL_VALUES {
+            assert_eq!(
+                bounded(&mut seen, &format!("m{i}")),
+                (format!("m{i}"), false)
+            );
+        }
+        assert_eq!(bounded(&mut seen, "m3"), ("m3".into(), false), "one kept");
+        assert_eq!(bounded(&mut seen, "m-new"), (OTHER.into(), true));
+        assert_eq!(seen.len(), MAX_LABEL_VALUES);
+        let mut seen = Vec::new();
+        let (long, _) = bounded(&mut seen, &"x".repeat(10_000));
+        assert_eq!(
+            long.chars().count(),
+            MAX_LABEL_CHARS + 1,
+            "64 and the ellipsis"
+        );
+        assert!(long.ends_with('…'));
     }
 }

@@ -4,13 +4,15 @@
 //! checks.
 //!
 //! A served model or fingerprint is a string the server chose, so as a label value it is bounded
-//! (shared case 36): a job keeps the first [`MAX_LABEL_VALUES`] distinct values of each, cut to
-//! [`MAX_LABEL_CHARS`] characters; any later one is `other`, counted in
+//! (shared case 36): a job keeps the first `MAX_LABEL_VALUES` (8) distinct values of each, cut
+//! to `MAX_LABEL_CHARS` (64) characters; any later one is `other`, counted in
 //! `tokenprobe_unexpected_label_values_total{field}`. A hostile server that names a new model on
-//! every probe adds at most that many series per job, whatever it sends.
+//! every probe adds at most that many series per job, whatever it sends
+//! ([`crate::measure::answered::bounded`]).
 
 use super::{JobLabels, Remover, handle};
 use crate::measure::ProbeResult;
+use crate::measure::answered::bounded;
 use crate::outcome::Flag;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -18,14 +20,6 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
-
-/// Distinct values a job keeps of each label a server chooses (its served model, its
-/// fingerprint); later ones are `other`.
-pub const MAX_LABEL_VALUES: usize = 8;
-/// The longest label value kept of a server's string (characters; longer ones are cut, with `…`).
-pub const MAX_LABEL_CHARS: usize = 64;
-/// The value that stands for every value past a job's first [`MAX_LABEL_VALUES`].
-pub const OTHER: &str = "other";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ServedLabels {
@@ -118,21 +112,6 @@ pub(super) struct State {
 /// Whether `key` is new to `made` (and now in it): the series it names is to be made.
 fn made(made: &mut std::collections::HashSet<String>, key: String) -> bool {
     made.insert(key)
-}
-
-/// `v` as a label value of a job that has kept `seen`: itself (cut to [`MAX_LABEL_CHARS`]) while
-/// it is one of the first [`MAX_LABEL_VALUES`] distinct values, else [`OTHER`]; `true` when it is
-/// one past them (to be counted as unexpected).
-pub fn bounded(seen: &mut Vec<String>, v: &str) -> (String, bool) {
-    let cut = crate::units::truncate(v, MAX_LABEL_CHARS);
-    if seen.contains(&cut) {
-        return (cut, false);
-    }
-    if seen.len() < MAX_LABEL_VALUES {
-        seen.push(cut.clone());
-        return (cut, false);
-    }
-    (OTHER.to_owned(), true)
 }
 
 /// One job's side of [`Families`].
@@ -312,34 +291,5 @@ impl Series {
             self.f.info.get_or_create(&info).set(1);
             st.info = Some(info);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Issue 43, shared case 36: a job keeps its first 8 distinct values of a label a server
-    /// chooses, cut to 64 characters; later ones are `other`, and said to be.
-    #[test]
-    fn a_servers_label_values_are_bounded() {
-        let mut seen = Vec::new();
-        for i in 0..MAX_LABEL_VALUES {
-            assert_eq!(
-                bounded(&mut seen, &format!("m{i}")),
-                (format!("m{i}"), false)
-            );
-        }
-        assert_eq!(bounded(&mut seen, "m3"), ("m3".into(), false), "one kept");
-        assert_eq!(bounded(&mut seen, "m-new"), (OTHER.into(), true));
-        assert_eq!(seen.len(), MAX_LABEL_VALUES);
-        let mut seen = Vec::new();
-        let (long, _) = bounded(&mut seen, &"x".repeat(10_000));
-        assert_eq!(
-            long.chars().count(),
-            MAX_LABEL_CHARS + 1,
-            "64 and the ellipsis"
-        );
-        assert!(long.ends_with('…'));
     }
 }

@@ -14,7 +14,8 @@ use std::fmt::Write as _;
 /// `request_id` (the answer's request id header); absent values are `null`; a probe whose
 /// workload asks for lengths (or is a conversation's turn) adds `requested_input_tokens`,
 /// `requested_output_tokens` and `turn`; and what judged the answer, when it was: `usage_audit`
-/// (the usage stated against what was streamed), `expect_passed` (the content check),
+/// (the usage stated against what was streamed, when it was compared; the text report says why
+/// it was not), `expect_passed` (the content check),
 /// `answer_hash` and `drift` (a `drift: true` prompt). `chunk_gaps_s` holds at most the first
 /// `measure::MAX_CHUNK_GAPS` gaps; `chunk_gaps_dropped` counts the rest.
 /// For a failed probe, `e2e_s` is the duration to the failure instant (docs/measurement.md), and the
@@ -65,7 +66,15 @@ pub fn to_json(r: &ProbeResult) -> Value {
     }
     if let Some(o) = v.as_object_mut() {
         for (key, value) in [
-            ("usage_audit", json!(r.usage_audit)),
+            // Audited only: why a count was not compared is the text report's to say.
+            (
+                "usage_audit",
+                json!(
+                    r.usage_audit
+                        .as_ref()
+                        .filter(|a| a.output.is_some() || a.input.is_some())
+                ),
+            ),
             ("expect_passed", json!(r.expect_passed)),
             ("answer_hash", json!(r.answer_hash)),
             ("drift", json!(r.drift)),

@@ -13,6 +13,7 @@ pub mod gate;
 pub mod history;
 pub mod html;
 pub mod plot;
+pub mod served;
 pub mod server_view;
 pub mod text;
 

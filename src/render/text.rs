@@ -952,6 +952,7 @@ fn render_notes(r: &Report, md: bool) -> String {
         out.push_str(&super::gate::render(c, md));
     }
     out.push_str(&super::crosscheck::render_notes(r, md));
+    out.push_str(&super::served::render_notes(r, md));
     out
 }
 
@@ -1249,6 +1250,10 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
     }
     let server_cols = super::server_view::csv_header(r);
     header.extend(server_cols.iter().cloned());
+    let served = super::served::any(r);
+    if served {
+        header.extend(super::served::CSV_HEADER.map(str::to_owned));
+    }
     w.write_record(&header)?;
     let num = |v: f64| format!("{v}");
     for m in &r.models {
@@ -1330,6 +1335,9 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
                 row.extend(super::crosscheck::csv_cells(l.cross_check.as_ref()));
             }
             row.extend(super::server_view::csv_cells(&server_cols, l));
+            if served {
+                row.extend(super::served::csv_cells(l.answered.as_ref()));
+            }
             w.write_record(&row)?;
         }
     }
