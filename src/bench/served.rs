@@ -113,7 +113,20 @@ pub fn judged(
         .map(|(_, m)| m.clone())
         .collect();
     let (mut main, mut other) = judge(&kept, c);
+    // The kept models are named as among all of them (`target/model` when targets differ).
+    let kept_names = super::report::model_names(&kept);
+    let full: Vec<&String> = (0..models.len())
+        .filter(|i| !out.contains(i))
+        .map(|i| &names[i])
+        .collect();
+    let rename = |n: &mut String| {
+        if let Some(j) = kept_names.iter().position(|k| k == n) {
+            n.clone_from(full[j]);
+        }
+    };
     for s in std::iter::once(&mut main).chain(other.as_mut()) {
+        s.ranked.iter_mut().for_each(|r| rename(&mut r.model));
+        s.rejected.iter_mut().for_each(|r| rename(&mut r.model));
         for &i in &out {
             let m = &models[i];
             let (mismatched, requests) = m.levels.iter().fold((0, 0), |(a, b), l| {

@@ -23,3 +23,4 @@ mod server_metrics;
 mod simulate;
 mod simulate_models;
 mod web_hardening;
+mod what_answered;
