@@ -556,6 +556,26 @@ impl Measurement {
         Flow::Continue
     }
 
+    /// Holds the served model to the one asked for (docs/measurement.md, "What answered"):
+    /// another is flagged, and with `model_mismatch: fail` a failure at `at`, after the failures
+    /// of the stream itself, which come first in the order.
+    fn judge_model(&mut self, want: Option<&answered::ModelCheck>, at: Instant) {
+        let (Some(want), Some(served)) = (want, &self.served_model) else {
+            return;
+        };
+        if answered::same_model(&want.requested, served, &want.aliases) {
+            return;
+        }
+        self.flags.insert(Flag::ModelMismatch);
+        if want.fail {
+            let why = format!(
+                "the answer came from model {served:?}, not the {:?} asked for (model_mismatch: fail)",
+                want.requested
+            );
+            self.fail(ErrorType::ModelMismatch, at, why);
+        }
+    }
+
     /// The whole input: the server's count (OpenAI's `prompt_tokens` counts cached tokens
     /// already), or Anthropic's three counts added up (the last of each: they may come in
     /// different events), an absent cache count adding nothing.
@@ -644,20 +664,7 @@ impl Measurement {
                 self.fail(ErrorType::EmptyResponse, at, what);
             }
         }
-        if let (Some(want), Some(served)) = (&facts.model, &self.served_model)
-            && !answered::same_model(&want.requested, served, &want.aliases)
-        {
-            self.flags.insert(Flag::ModelMismatch);
-            if want.fail {
-                // After the failures of the stream itself, which come first in the order.
-                let at = end.unwrap_or(self.t0);
-                let why = format!(
-                    "the answer came from model {served:?}, not the {:?} asked for (model_mismatch: fail)",
-                    want.requested
-                );
-                self.fail(ErrorType::ModelMismatch, at, why);
-            }
-        }
+        self.judge_model(facts.model.as_ref(), end.unwrap_or(self.t0));
         let n_events = self.token_events;
         let (output_tokens, token_source) = match self.usage_output {
             Some(n) => (n, TokenSource::Usage),
@@ -738,32 +745,8 @@ impl Measurement {
         }
         // A wait the head asked for belongs to a failed answer only (ruling 20).
         r.retry_after_s = None;
-        if let Some(a) = &facts.audit {
-            let stated = answered::Stated {
-                output: self.usage_output,
-                input: r.input_tokens,
-                token_events: n_events,
-                requested_input: r.requested_input_tokens,
-                stream: !self.whole,
-            };
-            let audit = answered::audit(&stated, a);
-            if audit.mismatch() {
-                r.flags.insert(Flag::UsageMismatch);
-            }
-            r.usage_audit = Some(audit);
-        }
-        if let Some(history) = &facts.drift {
-            let now = answered::KnownAnswer {
-                served_model: r.served_model.clone(),
-                system_fingerprint: r.system_fingerprint.clone(),
-                hash: answered::answer_hash(&r.text, &self.hidden_text),
-            };
-            r.drift = answered::drift(history, &now);
-            if r.drift.is_some() {
-                r.flags.insert(Flag::AnswerDrift);
-            }
-            r.answer_hash = Some(now.hash);
-        }
+        let judged = (facts.audit.as_ref(), facts.drift.as_ref());
+        judge_answer(&mut r, judged, &self.hidden_text);
         if let (Some(want), Some(got)) = (r.requested_input_tokens, r.input_tokens)
             && crate::workload::input_length_off(want, got)
         {
@@ -797,6 +780,46 @@ impl Measurement {
             r.chunk_gaps_dropped = self.gaps_dropped;
         }
         r
+    }
+}
+
+/// Judges a successful answer by what the prober knows (docs/measurement.md, "What answered"):
+/// its usage audited against what it stated and streamed (`usage_mismatch`), and a
+/// deterministic prompt's answer (its visible text and the `hidden` channels) hashed and compared
+/// with the earlier ones (`answer_drift`).
+fn judge_answer(
+    r: &mut ProbeResult,
+    (audit_facts, history): (
+        Option<&answered::AuditFacts>,
+        Option<&answered::AnswerHistory>,
+    ),
+    hidden: &str,
+) {
+    if let Some(a) = audit_facts {
+        let stated = answered::Stated {
+            output: (r.token_source == TokenSource::Usage).then_some(r.output_tokens),
+            input: r.input_tokens,
+            token_events: r.token_events,
+            requested_input: r.requested_input_tokens,
+            stream: r.stream,
+        };
+        let audit = answered::audit(&stated, a);
+        if audit.mismatch() {
+            r.flags.insert(Flag::UsageMismatch);
+        }
+        r.usage_audit = Some(audit);
+    }
+    if let Some(history) = history {
+        let now = answered::KnownAnswer {
+            served_model: r.served_model.clone(),
+            system_fingerprint: r.system_fingerprint.clone(),
+            hash: answered::answer_hash(&r.text, hidden),
+        };
+        r.drift = answered::drift(history, &now);
+        if r.drift.is_some() {
+            r.flags.insert(Flag::AnswerDrift);
+        }
+        r.answer_hash = Some(now.hash);
     }
 }
 

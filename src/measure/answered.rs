@@ -131,6 +131,14 @@ pub struct AuditFacts {
     /// The prompt's input length is known (a calibrated length the workload built the prompt
     /// to): the stated input tokens are audited against it.
     pub input_known: bool,
+    /// An output off the count is flagged only when the answer audited before it was off too
+    /// (a tokenizer's count, or a learned one token per event: a server may generate tokens it
+    /// never streams, such as llama.cpp's trailing whitespace at a length cap, now and then; a
+    /// relay that inflates its usage does it on every answer). `false` for `count: events`
+    /// declared: the target says every token is an event.
+    pub confirm: bool,
+    /// The output of the answer audited before this one (by the same spec) was off.
+    pub previous_off: bool,
     /// The tolerance.
     pub tolerance: Tolerance,
 }
@@ -144,17 +152,22 @@ pub struct UsageCheck {
     pub stated: u64,
     /// `stated / expected` (absent when nothing was expected).
     pub ratio: Option<f64>,
-    /// Beyond the tolerance: the probe is flagged `usage_mismatch`.
+    /// Off beyond the tolerance ([`beyond`]).
+    pub off: bool,
+    /// Off, and confirmed where it has to be ([`AuditFacts::confirm`]): the probe is flagged
+    /// `usage_mismatch`.
     pub mismatch: bool,
 }
 
 impl UsageCheck {
     fn of(expected: u64, stated: u64, t: Tolerance) -> Self {
+        let off = beyond(expected, stated, t);
         UsageCheck {
             expected,
             stated,
             ratio: (expected > 0).then(|| stated as f64 / expected as f64),
-            mismatch: beyond(expected, stated, t),
+            off,
+            mismatch: off,
         }
     }
 }
@@ -211,15 +224,23 @@ impl UsageAudit {
             .any(|c| c.mismatch)
     }
 
-    /// The result as `serve` counts it: `mismatch`, `within`, or why it was not audited.
+    /// The result as `serve` counts it: `mismatch`, `unconfirmed` (the output was off, but the
+    /// answer before it was not: not flagged), `within`, or why it was not audited.
     pub fn result(&self) -> &'static str {
         if self.mismatch() {
             "mismatch"
+        } else if self.output.is_some_and(|c| c.off) {
+            "unconfirmed"
         } else if self.output.is_some() {
             "within"
         } else {
             self.not_audited.map_or("no_count", NotAudited::as_str)
         }
+    }
+
+    /// The output was off beyond the tolerance (flagged or not).
+    pub fn output_off(&self) -> bool {
+        self.output.is_some_and(|c| c.off)
     }
 }
 
@@ -240,8 +261,9 @@ pub struct Stated {
 
 /// The usage audit of a successful answer (docs/measurement.md, "Usage audit"): the output tokens
 /// its usage states against the streamed output counted by the tokenizer, else by its events
-/// where the server streams one token per event; the input tokens against the prompt's length
-/// where it is known. An absent usage is not audited (and said to be), never a mismatch.
+/// where the server streams one token per event (an output off flagged when confirmed:
+/// [`AuditFacts::confirm`]); the input tokens against the prompt's length where it is known. An
+/// absent usage is not audited (and said to be), never a mismatch.
 pub fn audit(s: &Stated, f: &AuditFacts) -> UsageAudit {
     let t = f.tolerance;
     let input = match (f.input_known, s.requested_input, s.input) {
@@ -268,7 +290,9 @@ pub fn audit(s: &Stated, f: &AuditFacts) -> UsageAudit {
     match counted {
         Some((by, n)) => {
             a.counted_by = Some(by);
-            a.output = Some(UsageCheck::of(n, stated, t));
+            let mut c = UsageCheck::of(n, stated, t);
+            c.mismatch = c.off && (!f.confirm || f.previous_off);
+            a.output = Some(c);
         }
         None => {
             a.not_audited = Some(NotAudited::NoCount);
@@ -554,6 +578,37 @@ mod tests {
         let input = a.input.unwrap();
         assert_eq!((input.ratio, input.mismatch), (Some(2.0), true));
         assert!(a.mismatch(), "an input off is a usage mismatch");
+    }
+
+    /// A count that can miss tokens a server generates but never streams flags an output off
+    /// only when the answer before it was off too; a declared one token per event flags at once.
+    #[test]
+    fn an_output_off_is_confirmed_by_the_answer_before_unless_declared() {
+        let learned = AuditFacts {
+            one_per_event: true,
+            confirm: true,
+            ..AuditFacts::default()
+        };
+        let a = audit(&stated(Some(16), 5), &learned);
+        let out = a.output.unwrap();
+        assert!(out.off && !out.mismatch, "{out:?}");
+        assert_eq!(
+            (a.result(), a.mismatch(), a.output_off()),
+            ("unconfirmed", false, true)
+        );
+        let again = AuditFacts {
+            previous_off: true,
+            ..learned.clone()
+        };
+        let a = audit(&stated(Some(16), 5), &again);
+        assert_eq!((a.result(), a.mismatch()), ("mismatch", true));
+        // Within is within, whatever came before.
+        assert_eq!(audit(&stated(Some(16), 16), &again).result(), "within");
+        let declared = AuditFacts {
+            one_per_event: true,
+            ..AuditFacts::default()
+        };
+        assert_eq!(audit(&stated(Some(16), 5), &declared).result(), "mismatch");
     }
 
     #[test]

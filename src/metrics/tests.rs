@@ -785,9 +785,7 @@ fn a_native_histogram_keeps_its_bucket_bound_over_any_range() {
 /// last ratio, the checks and drifts have their series; a removed job leaves none.
 #[test]
 fn what_answered_is_bounded_series() {
-    use crate::measure::answered::{
-        CountedBy, Drift, KnownAnswer, MAX_LABEL_VALUES, UsageAudit, UsageCheck,
-    };
+    use crate::measure::answered::MAX_LABEL_VALUES;
     let m = Metrics::new(&Buckets::default());
     let s = m.register_job(info(job()), Histograms::of([]));
     let before = job_lines(&m).len();
@@ -894,14 +892,34 @@ fn what_answered_is_bounded_series() {
         ),
         Some("201".into())
     );
-    // The audits and their ratio, a check and a drift.
-    let mut r = answered("m", "fp_a", false);
+    m.remove_job(&job());
+    assert!(job_lines(&m).is_empty(), "{:?}", job_lines(&m));
+    assert!(before > 0);
+}
+
+/// Issue 43 items 3 and 4: a job's usage audits (the two results an alert reads together from
+/// the first) and their last ratio, its content checks and a drift by the fingerprints.
+#[test]
+fn audits_checks_and_drifts_are_series() {
+    use crate::measure::answered::{CountedBy, Drift, KnownAnswer, UsageAudit, UsageCheck};
+    let m = Metrics::new(&Buckets::default());
+    let s = m.register_job(info(job()), Histograms::of([]));
+    let value = |m: &Metrics, series: &str| -> Option<String> {
+        let text = m.encode_text().unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{series} ")).map(str::to_owned))
+    };
+    let j = "target=\"local\",model=\"m\",prompt=\"hello\"";
+    let mut r = success();
+    r.served_model = Some("m".into());
+    r.system_fingerprint = Some("fp_a".into());
     r.usage_audit = Some(UsageAudit {
         counted_by: Some(CountedBy::Events),
         output: Some(UsageCheck {
             expected: 16,
             stated: 32,
             ratio: Some(2.0),
+            off: true,
             mismatch: true,
         }),
         input: None,
@@ -942,7 +960,7 @@ fn what_answered_is_bounded_series() {
         ),
         (
             format!(
-                "tokenprobe_answer_drift_total{{{j},from_fingerprint=\"fp_a\",to_fingerprint=\"other\"}}"
+                "tokenprobe_answer_drift_total{{{j},from_fingerprint=\"fp_a\",to_fingerprint=\"fp_b\"}}"
             ),
             "1",
         ),
@@ -951,5 +969,4 @@ fn what_answered_is_bounded_series() {
     }
     m.remove_job(&job());
     assert!(job_lines(&m).is_empty(), "{:?}", job_lines(&m));
-    assert!(before > 0);
 }

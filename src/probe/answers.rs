@@ -18,6 +18,8 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 #[derive(Debug, Default)]
 pub struct Answers {
     per_event: Mutex<PerEvent>,
+    /// The output of the last audited answer was off the count.
+    last_off: std::sync::atomic::AtomicBool,
     history: Mutex<AnswerHistory>,
     tokenizer: OnceLock<Result<Arc<LocalTokenizer>, String>>,
 }
@@ -48,6 +50,9 @@ impl Answers {
             },
             // A length the workload built the prompt to with a calibration is known.
             input_known: spec.tokens != crate::workload::TokenModel::UNCALIBRATED,
+            // A count declared exact flags at once; any other is confirmed by the answer before.
+            confirm: settings.count != AuditCount::Events,
+            previous_off: self.last_off.load(std::sync::atomic::Ordering::Relaxed),
             ..AuditFacts::default()
         };
         let use_tokenizer = matches!(settings.count, AuditCount::Auto | AuditCount::Tokenizer);
@@ -103,13 +108,18 @@ impl Answers {
     }
 
     /// Learns from a result: a successful streamed answer's usage against its events (one token
-    /// per event), a deterministic prompt's answer.
+    /// per event), whether its output was off the count (the next answer's confirmation), a
+    /// deterministic prompt's answer.
     pub fn learn(&self, r: &ProbeResult) {
         if !r.success() {
             return;
         }
         if r.stream && r.token_source == crate::measure::TokenSource::Usage {
             lock(&self.per_event).learn(Some(r.output_tokens), r.token_events);
+        }
+        if let Some(a) = r.usage_audit.as_ref().filter(|a| a.output.is_some()) {
+            self.last_off
+                .store(a.output_off(), std::sync::atomic::Ordering::Relaxed);
         }
         if let Some(hash) = &r.answer_hash {
             lock(&self.history).keep(KnownAnswer {

@@ -102,7 +102,13 @@ fn judged(s: &mut String, r: &ProbeResult) {
                 c.stated,
                 c.expected,
                 c.ratio.map_or_else(String::new, |x| format!(" (×{x:.2})")),
-                if c.mismatch { ": MISMATCH" } else { "" }
+                if c.mismatch {
+                    ": MISMATCH"
+                } else if c.off {
+                    ": off, unconfirmed (the answer audited before was not off)"
+                } else {
+                    ""
+                }
             )
         };
         let mut parts = Vec::new();

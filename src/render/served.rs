@@ -3,7 +3,7 @@
 //! another model's answers everywhere ([`crate::bench::served::answered_by`]).
 
 use crate::bench::report::Report;
-use crate::bench::served::Answered;
+use crate::bench::stats::LevelStats;
 use std::fmt::Write as _;
 
 /// The CSV columns added when a level of the report says what answered.
@@ -15,12 +15,26 @@ pub const CSV_HEADER: [&str; 5] = [
     "usage_ratio_p50",
 ];
 
-/// A level's cells under [`CSV_HEADER`] (empty when it says nothing).
-pub fn csv_cells(a: Option<&Answered>) -> [String; 5] {
+/// The CSV columns of a report: [`CSV_HEADER`] when a level of it says what answered
+/// ([`any`]), else none.
+pub fn csv_header(r: &Report) -> Vec<String> {
+    if any(r) {
+        CSV_HEADER.map(str::to_owned).to_vec()
+    } else {
+        Vec::new()
+    }
+}
+
+/// A level's cells under [`csv_header`] (none when the report has no such column, blank when
+/// the level says nothing).
+pub fn csv_cells(r: &Report, l: &LevelStats) -> Vec<String> {
     let num = |v: Option<f64>| v.map(|v| format!("{v}")).unwrap_or_default();
-    match a {
-        None => Default::default(),
-        Some(a) => [
+    if !any(r) {
+        return Vec::new();
+    }
+    match &l.answered {
+        None => vec![String::new(); CSV_HEADER.len()],
+        Some(a) => vec![
             a.served_models
                 .iter()
                 .map(|(m, n)| format!("{m}={n}"))

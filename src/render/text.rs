@@ -1250,10 +1250,7 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
     }
     let server_cols = super::server_view::csv_header(r);
     header.extend(server_cols.iter().cloned());
-    let served = super::served::any(r);
-    if served {
-        header.extend(super::served::CSV_HEADER.map(str::to_owned));
-    }
+    header.extend(super::served::csv_header(r));
     w.write_record(&header)?;
     let num = |v: f64| format!("{v}");
     for m in &r.models {
@@ -1335,9 +1332,7 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
                 row.extend(super::crosscheck::csv_cells(l.cross_check.as_ref()));
             }
             row.extend(super::server_view::csv_cells(&server_cols, l));
-            if served {
-                row.extend(super::served::csv_cells(l.answered.as_ref()));
-            }
+            row.extend(super::served::csv_cells(r, l));
             w.write_record(&row)?;
         }
     }
