@@ -14,7 +14,7 @@
 pub mod answered;
 
 use crate::outcome::{ErrorType, Flag, classify_error_object};
-use crate::protocol::{EventMeaning, ServerTimings};
+use crate::protocol::{EventMeaning, ServerTimings, ToolCall};
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -40,6 +40,9 @@ pub const MAX_PLAUSIBLE_TOKENS: u64 = 1_000_000_000;
 
 /// Largest amount of answer text kept for the report and the content check (bytes).
 const MAX_TEXT: usize = 64 * 1024;
+
+/// The most tool calls of one answer kept (a session resends them).
+pub const MAX_TOOL_CALLS: usize = 16;
 
 /// Inter-chunk gaps kept per probe (256 KiB); later gaps are counted in
 /// [`ProbeResult::chunk_gaps_dropped`], so an endless fast stream cannot grow memory.
@@ -82,6 +85,10 @@ pub struct RequestFacts {
     pub requested_output_tokens: Option<u64>,
     /// The conversation turn, from 1.
     pub turn: Option<u32>,
+    /// The agent session the request belongs to (`session:` prompts).
+    pub session: Option<u64>,
+    /// Its branch within that session: 0 the main agent, k the k-th sub-agent.
+    pub branch: Option<u32>,
     /// The connection's set-up phases (a request that was sent).
     pub phases: Option<Phases>,
     /// How much later than their kernel instants the response's reads were made (kept when a
@@ -226,6 +233,17 @@ pub struct ProbeResult {
     /// That answer changed from the one compared with (`answer_drift`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drift: Option<answered::Drift>,
+    /// The answer's tool calls, as streamed (the first [`MAX_TOOL_CALLS`], their arguments
+    /// within the answer text's bound): a session appends them to its context.
+    #[serde(skip)]
+    pub tool_calls: Vec<ToolCall>,
+    /// The session it was a turn of, by its number in the run (set by the prober; `None`
+    /// outside sessions).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<u64>,
+    /// Of that session, the branch: 0 the session itself, 1, 2, ... its sub-agents.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub branch: Option<u32>,
 }
 
 impl ProbeResult {
@@ -279,6 +297,10 @@ pub struct Measurement {
     text_cut: bool,
     /// The content check's outcome, when one ran.
     expect: Option<bool>,
+    /// Tool calls by their index in the answer, bounded by [`MAX_TOOL_CALLS`].
+    tool_calls: Vec<(u64, ToolCall)>,
+    /// Bytes of tool-call arguments kept (bounded like the text).
+    tool_bytes: usize,
     /// The answer is not streamed: one whole body, no per-token instants.
     whole: bool,
 }
@@ -324,6 +346,8 @@ impl Measurement {
             hidden_text: String::new(),
             text_cut: false,
             expect: None,
+            tool_calls: Vec::new(),
+            tool_bytes: 0,
             whole: false,
         }
     }
@@ -530,6 +554,9 @@ impl Measurement {
                 self.text_cut = true;
             }
         }
+        for part in &m.tool_calls {
+            self.tool_call(part);
+        }
         if m.usage_output.is_some() {
             self.usage_output = m.usage_output;
         }
@@ -573,6 +600,31 @@ impl Measurement {
                 want.requested
             );
             self.fail(ErrorType::ModelMismatch, at, why);
+        }
+    }
+
+    /// Folds a part of a tool call: its id and name the first time they come, its arguments
+    /// appended (within [`MAX_TOOL_CALLS`] calls and [`MAX_TEXT`] bytes of arguments).
+    fn tool_call(&mut self, part: &crate::protocol::ToolCallPart) {
+        let i = match self.tool_calls.iter().position(|(k, _)| *k == part.index) {
+            Some(i) => i,
+            None if self.tool_calls.len() < MAX_TOOL_CALLS => {
+                self.tool_calls.push((part.index, ToolCall::default()));
+                self.tool_calls.len() - 1
+            }
+            None => return,
+        };
+        let call = &mut self.tool_calls[i].1;
+        for (kept, seen) in [(&mut call.id, &part.id), (&mut call.name, &part.name)] {
+            if let Some(v) = seen
+                && kept.is_empty()
+            {
+                kept.clone_from(v);
+            }
+        }
+        if self.tool_bytes + part.arguments.len() <= MAX_TEXT {
+            call.arguments.push_str(&part.arguments);
+            self.tool_bytes += part.arguments.len();
         }
     }
 
@@ -733,6 +785,9 @@ impl Measurement {
             expect_passed: self.expect,
             answer_hash: None,
             drift: None,
+            tool_calls: self.tool_calls.into_iter().map(|(_, c)| c).collect(),
+            session: facts.session,
+            branch: facts.branch,
         };
         if let Some(f) = self.failure {
             r.error_type = Some(f.kind);
@@ -1464,6 +1519,8 @@ mod tests {
             requested_input_tokens: Some(100),
             requested_output_tokens: Some(2),
             turn: Some(2),
+            session: Some(7),
+            branch: Some(1),
             phases: Some(phases),
             read_lag: Some(lag),
             sent_at: Some(at(t0, 0.01)),
@@ -1495,6 +1552,7 @@ mod tests {
             (r.requested_input_tokens, r.requested_output_tokens, r.turn),
             (Some(100), Some(2), Some(2))
         );
+        assert_eq!((r.session, r.branch), (Some(7), Some(1)));
         assert_eq!((r.phases, r.read_lag), (Some(phases), Some(lag)));
         assert!(close(r.send_lag_s, 0.01), "{:?}", r.send_lag_s);
         assert!(close(r.wire_ttft_s, 0.24), "{:?}", r.wire_ttft_s);

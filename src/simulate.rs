@@ -22,9 +22,9 @@
 //! `--event-log FILE` writes, per request, each event's due and send instants relative to arrival
 //! (one JSON line, written by a separate thread), so a benchmark can compare a client's TTFT with
 //! the instant the first token left the server; with the request's model, profile, input and
-//! cached tokens and prefill time.
+//! cached tokens, prefill time and whether it answered with a tool call.
 //!
-//! Models. `--profile NAME:ttft=D,itl=D[,output_tokens=N][,prefill_per_1k=D][,prefix_cache=on]`
+//! Models. `--profile NAME:ttft=D,itl=D[,output_tokens=N][,prefill_per_1k=D][,prefix_cache=on][,tool_calls=on]`
 //! (repeatable, see [`profile`]) gives the model `NAME` its own timing; the request's `model`
 //! picks it, any other model gets the command's flags. Input tokens follow the token rule of
 //! [`profile`]: the input rendered to bytes, 4 bytes a token, a chat message being a 16-byte role
@@ -36,7 +36,10 @@
 //! prefix caching; a bounded LRU per profile) and reported as
 //! `usage.prompt_tokens_details.cached_tokens`. The output length is the profile's, raised to the
 //! request's `min_tokens` and capped by its `max_tokens`; with `ignore_eos: true` it is exactly
-//! `max_tokens`.
+//! `max_tokens`. With `tool_calls=on` (or `--tool-calls`) a request that offers tools and does not
+//! ask for none (`tool_choice`) is answered with a call of its first tool, streamed as each API
+//! streams one, its arguments (`{"query":"…"}`) being the output tokens; the token rule counts
+//! the tools' definitions, the calls and their results (see [`profile`]).
 //!
 //! Connections: HTTP/1.1 keep-alive with chunked streams (several requests per connection, also
 //! pipelined); `Connection: close` or HTTP/1.0 end the connection after the response. A client
@@ -93,9 +96,13 @@ pub struct SimulateArgs {
     /// again.
     #[arg(long)]
     pub prefix_cache: bool,
+    /// A request that offers tools (and does not ask for none) is answered with a call of its
+    /// first tool, the output tokens being the call's arguments.
+    #[arg(long)]
+    pub tool_calls: bool,
     /// A model's own timing, picked by the request's `model`:
-    /// `NAME:ttft=D,itl=D[,output_tokens=N][,prefill_per_1k=D][,prefix_cache=on]` (repeatable;
-    /// other models get the flags above).
+    /// `NAME:ttft=D,itl=D[,output_tokens=N][,prefill_per_1k=D][,prefix_cache=on][,tool_calls=on]`
+    /// (repeatable; other models get the flags above).
     #[arg(long = "profile", value_name = "PROFILE")]
     pub profiles: Vec<profile::Profile>,
     /// Uniform jitter on the TTFT (ttft ± this).
@@ -368,7 +375,8 @@ pub async fn run(args: SimulateArgs) -> Result<Exit> {
             .iter()
             .map(|p| profile::Served::of(p, &timing))
             .collect(),
-        default: profile::Served::new(None, timing, args.prefill_per_1k, args.prefix_cache),
+        default: profile::Served::new(None, timing, args.prefill_per_1k, args.prefix_cache)
+            .with_tool_calls(args.tool_calls),
         error_rate: args.error_rate,
         errors: args.errors.clone(),
         seed,

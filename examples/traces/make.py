@@ -9,6 +9,10 @@ the same files): 40 requests of each format over about 20 s, small enough to rep
   GeneratedTokens), its timestamps written as that trace writes them.
 - burstgpt.csv: BurstGPT's columns, two models, a few requests that failed when recorded
   (0 response tokens).
+- sessions.jsonl: six agent sessions in the Mooncake JSONL rows with AIPerf's session fields
+  (`session_id`, `delay`): each first turn the whole prompt (a shared system prompt of two
+  512-token blocks, then the session's own), each later turn its new input only, sent `delay` ms
+  after the previous answer (or at a `timestamp` of its own).
 """
 import random
 import sys
@@ -67,6 +71,37 @@ def burstgpt():
     (HERE / "burstgpt.csv").write_text("\n".join(rows) + "\n")
 
 
+def sessions():
+    lines, next_id = [], 2
+    for s in range(6):
+        sid = f"agent-{s}"
+        start = round(s * 1500 + rng.randint(0, 400))
+        own = rng.randint(1, 2)
+        ids = [0, 1] + list(range(next_id, next_id + own))
+        next_id += own
+        lines.append(
+            '{"session_id": "%s", "timestamp": %d, "input_length": %d, "output_length": %d, "hash_ids": [%s]}'
+            % (sid, start, 512 * (len(ids) - 1) + rng.randint(64, 511), rng.randint(8, 32),
+               ", ".join(map(str, ids)))
+        )
+        at = start
+        for turn in range(rng.randint(1, 4)):
+            if turn == 2:
+                # A turn recorded at its own instant instead of after a delay.
+                at += rng.randint(3000, 6000)
+                lines.append(
+                    '{"session_id": "%s", "timestamp": %d, "input_length": %d, "output_length": %d}'
+                    % (sid, at, rng.randint(40, 400), rng.randint(8, 32))
+                )
+            else:
+                lines.append(
+                    '{"session_id": "%s", "delay": %d, "input_length": %d, "output_length": %d}'
+                    % (sid, rng.randint(200, 1500), rng.randint(40, 400), rng.randint(8, 32))
+                )
+    (HERE / "sessions.jsonl").write_text("\n".join(lines) + "\n")
+
+
 mooncake()
 azure()
 burstgpt()
+sessions()

@@ -131,6 +131,7 @@ pub fn describe(spec: &ProbeSpec) -> String {
             c.output_tokens
         ),
         Workload::Trace(_) => "trace".to_owned(),
+        Workload::Session(s) => s.describe(),
     };
     if spec.prompt.nonce {
         w.push_str(", nonce");

@@ -85,9 +85,18 @@ pub struct Sample {
     /// The input length the workload asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requested_input_tokens: Option<u64>,
-    /// The conversation turn, from 1.
+    /// The conversation turn, from 1 (a session's: the turn of its branch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn: Option<u32>,
+    /// The session it was a turn of, by its number in the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<u64>,
+    /// Of that session, the branch: 0 the session itself, 1, 2, ... its sub-agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<u32>,
+    /// Tool calls its answer made (successes only).
+    #[serde(default, skip_serializing_if = "no_calls")]
+    pub tool_calls: u32,
     /// The `x-request-id` it was sent with (`<run>-<shard>-<n>`): the sample's identity, which
     /// `bench merge` checks, and the key to the server's own log or a capture.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -124,6 +133,11 @@ pub struct Sample {
     /// The output tokens it stated / those streamed, when audited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage_ratio: Option<f64>,
+}
+
+/// Serde's test of a sample without tool calls.
+fn no_calls(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Sample {
@@ -164,6 +178,13 @@ impl Sample {
             requested_input_tokens: r.requested_input_tokens,
             requested_output_tokens: r.requested_output_tokens,
             turn: r.turn,
+            session: r.session,
+            branch: r.branch,
+            tool_calls: if ok {
+                u32::try_from(r.tool_calls.len()).unwrap_or(u32::MAX)
+            } else {
+                0
+            },
             request_id: r.request_id.clone(),
             cached_input_tokens: r.cached_input_tokens.filter(|_| ok),
             reasoning_tokens: r.reasoning_tokens.filter(|_| ok),

@@ -107,7 +107,7 @@ fn is_zero(n: &u64) -> bool {
 
 /// Σ cached input tokens / Σ input tokens over the samples that reported both (`None` without
 /// one, or without input tokens).
-fn cached_share<'a>(samples: impl Iterator<Item = &'a Sample>) -> Option<f64> {
+pub(crate) fn cached_share<'a>(samples: impl Iterator<Item = &'a Sample>) -> Option<f64> {
     let (cached, input) = samples
         .filter_map(|s| s.cached_input_tokens.zip(s.input_tokens))
         .fold((0u64, 0u64), |(c, i), (sc, si)| {
@@ -116,7 +116,7 @@ fn cached_share<'a>(samples: impl Iterator<Item = &'a Sample>) -> Option<f64> {
     (input > 0).then(|| cached as f64 / input as f64)
 }
 
-fn mean(v: impl Iterator<Item = f64>) -> Option<f64> {
+pub(crate) fn mean(v: impl Iterator<Item = f64>) -> Option<f64> {
     let (n, sum) = v.fold((0u64, 0.0), |(n, s), x| (n + 1, s + x));
     (n > 0).then(|| sum / n as f64)
 }
@@ -829,6 +829,9 @@ mod tests {
             requested_input_tokens: None,
             requested_output_tokens: None,
             turn: None,
+            session: None,
+            branch: None,
+            tool_calls: 0,
             request_id: None,
             cached_input_tokens: None,
             reasoning_tokens: None,

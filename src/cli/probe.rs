@@ -167,6 +167,9 @@ pub async fn run(a: ProbeArgs) -> Result<Exit> {
     } else {
         None
     };
+    if matches!(spec.workload, crate::workload::Workload::Session(_)) {
+        return run_session(&a, &spec, prober, calibration.as_ref()).await;
+    }
     let result = prober.run(&spec).await;
     // The report is made whole, then printed: JSON on stdout with the failure's line on stderr
     // (a pipe reads the JSON alone), or the text.
@@ -208,6 +211,61 @@ pub async fn run(a: ProbeArgs) -> Result<Exit> {
     } else {
         Exit::Failed
     })
+}
+
+/// A session prompt: one whole session (its sub-agents in parallel), each turn reported; exit 0
+/// when it ended as its prompt says (its final answer, or its context budget), 1 when a turn
+/// failed.
+async fn run_session(
+    a: &ProbeArgs,
+    spec: &ProbeSpec,
+    prober: Prober,
+    calibration: Option<&crate::probe::Calibration>,
+) -> Result<Exit> {
+    use crate::probe::report::{session_to_json, session_to_text};
+    let mut probers = vec![prober];
+    let stop = tokio_util::sync::CancellationToken::new();
+    let run = crate::probe::session::run(spec, &mut probers, 0, &stop).await?;
+    let failed = run.turns.iter().find(|t| !t.result.success());
+    let out = match a.format {
+        ProbeFormat::Json => {
+            let mut v = session_to_json(&run);
+            if let (Some(o), Some(c)) = (v.as_object_mut(), calibration) {
+                o.insert(
+                    "calibration".into(),
+                    serde_json::to_value(c).unwrap_or_default(),
+                );
+            }
+            format!("{v}\n")
+        }
+        ProbeFormat::Text => session_to_text(
+            &run,
+            &ReportContext {
+                url: spec.url(),
+                model: spec.model.clone(),
+                proxy: spec.proxy(),
+                calibration: calibration.map(crate::probe::Calibration::summary),
+                exact_output: spec.target.exact_output,
+            },
+        ),
+    };
+    print_stdout(&out);
+    if let (Some(t), ProbeFormat::Json) = (failed, a.format) {
+        print_stderr_line(&format!(
+            "tokenprobe: session turn {} (branch {}) failed: {}: {}",
+            t.turn,
+            t.session.branch,
+            t.result.error_type.map_or("-", |e| e.as_str()),
+            t.result.error_detail.as_deref().unwrap_or("")
+        ));
+    }
+    Ok(
+        if failed.is_some() || run.end == Some(crate::workload::session::End::Failed) {
+            Exit::Failed
+        } else {
+            Exit::Done
+        },
+    )
 }
 
 #[cfg(test)]

@@ -120,6 +120,7 @@ impl FlagTarget {
             conversation: None,
             trace: None,
             drift: None,
+            session: None,
         };
         if let Some(n) = self.input_tokens {
             p.synthetic = Some(at(RawSynthetic {
@@ -147,6 +148,7 @@ impl FlagTarget {
             p.messages = vec![Message {
                 role: "user".into(),
                 content: self.prompt.clone(),
+                ..Default::default()
             }];
             p.max_tokens = Some(cap);
         }

@@ -192,6 +192,26 @@ fn file_problem(f: &FileRef) -> Option<Issue> {
                 Err(e) => e,
             }
         }
+        FileKind::SessionTrace { recording } => {
+            use crate::workload::{session::replay, trace};
+            let parsed = named_file("session trace", trace::MAX_FILE_BYTES)
+                .run(p)
+                .map_err(|e| e.to_string())
+                .and_then(|bytes| {
+                    text(bytes)
+                        .map_err(|e| format!("cannot read session trace {}: {e}", p.display()))
+                })
+                .and_then(|text| {
+                    replay::parse(&text).map_err(|e| format!("session trace {}: {e}", p.display()))
+                });
+            match parsed {
+                Ok(v) => {
+                    let _ = recording.set(v);
+                    return None;
+                }
+                Err(e) => e,
+            }
+        }
         FileKind::ApiKey => match named_file("api_key_file", KEY_FILE_MAX_BYTES).run(p) {
             Ok(_) => return None,
             Err(crate::files::FileError::NotRegular {

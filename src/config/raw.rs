@@ -66,6 +66,7 @@ pub(super) struct RawPrompt {
     pub(super) dataset: Option<S<RawDataset>>,
     pub(super) conversation: Option<S<RawConversation>>,
     pub(super) trace: Option<S<RawTrace>>,
+    pub(super) session: Option<S<RawSession>>,
     /// Drift detection of a deterministic prompt's answers.
     #[serde(default)]
     pub(super) drift: Option<S<bool>>,
@@ -114,6 +115,96 @@ pub(super) struct RawConversation {
     pub(super) user_tokens: Option<S<RawLength>>,
     pub(super) output_tokens: Option<S<RawLength>>,
     pub(super) seed: Option<u64>,
+}
+
+/// A prompt's `session:`: a generated agent loop, or a `trace` of recorded sessions.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSession {
+    pub(super) system_tokens: Option<S<u32>>,
+    pub(super) tools: Option<S<RawTools>>,
+    pub(super) user_tokens: Option<S<RawLength>>,
+    pub(super) turns: Option<S<RawLength>>,
+    pub(super) call_tokens: Option<S<RawLength>>,
+    pub(super) result_tokens: Option<S<RawLength>>,
+    pub(super) answer_tokens: Option<S<RawLength>>,
+    pub(super) think_time: Option<S<RawWait>>,
+    pub(super) context_budget: Option<S<u32>>,
+    pub(super) overflow: Option<S<String>>,
+    pub(super) summary_tokens: Option<S<u32>>,
+    pub(super) subagents: Option<S<RawSubagents>>,
+    pub(super) tool_choice: Option<S<String>>,
+    pub(super) trace: Option<S<RawSessionTrace>>,
+    pub(super) seed: Option<u64>,
+}
+
+/// A session's `tools:`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTools {
+    pub(super) count: S<u32>,
+    pub(super) tokens: Option<S<u32>>,
+}
+
+/// A session's `subagents:`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSubagents {
+    pub(super) count: S<u32>,
+    pub(super) every: Option<S<u32>>,
+    pub(super) turns: Option<S<RawLength>>,
+}
+
+/// A session's `trace:`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSessionTrace {
+    pub(super) file: S<String>,
+    pub(super) time_scale: Option<S<f64>>,
+}
+
+/// A think time as written: a duration, or `{distribution: ..., ...}`.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum RawWait {
+    /// `think_time: 2s`.
+    Fixed(String),
+    /// `think_time: {distribution: exponential, mean: 2s, max: 30s}`.
+    Distribution(RawWaitDistribution),
+}
+
+/// A think time's `{distribution: ...}` map.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawWaitDistribution {
+    pub(super) distribution: String,
+    pub(super) value: Option<String>,
+    pub(super) mean: Option<String>,
+    pub(super) min: Option<String>,
+    pub(super) max: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for RawWait {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = RawWait;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a duration like 2s or {distribution: fixed|uniform|exponential, ...}")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<RawWait, E> {
+                Ok(RawWait::Fixed(v.to_owned()))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<RawWait, E> {
+                // A bare number is not a duration: said by the validator with its place.
+                Ok(RawWait::Fixed(v.to_string()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<RawWait, A::Error> {
+                RawWaitDistribution::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(RawWait::Distribution)
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// A token length as written: a whole number, or `{distribution: ..., ...}`.

@@ -659,7 +659,7 @@ fn workload_problems_name_their_key() {
     let cases: &[(&str, &str)] = &[
         (
             "  - name: a\n",
-            "prompts[0].messages: a prompt needs messages, synthetic, dataset, conversation or trace",
+            "prompts[0].messages: a prompt needs messages, synthetic, dataset, conversation, trace or session",
         ),
         (
             "  - name: a\n    messages: [{role: user, content: x}]\n    synthetic: {input_tokens: 5, output_tokens: 5}\n",

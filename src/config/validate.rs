@@ -12,7 +12,7 @@ use super::types::{
     ProxySetting, Schedule, Secret, Target, Timeouts, TlsOptions,
 };
 use crate::protocol::{Api, Message};
-use crate::workload::{DatasetFormat, TraceFormat};
+use crate::workload::{DatasetFormat, TraceFormat, Workload};
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -20,6 +20,7 @@ use std::time::Duration;
 
 mod answered;
 mod prompts;
+mod session;
 
 /// The most bounds a histogram layout (`buckets:`) may have.
 pub const MAX_BUCKETS: usize = 100;
@@ -71,6 +72,11 @@ pub(super) enum FileKind {
         window: (Duration, Option<Duration>),
         /// Where its requests go.
         recording: Arc<std::sync::OnceLock<crate::workload::trace::Recording>>,
+    },
+    /// A session prompt's `trace.file`: read and parsed at load time into `recording`.
+    SessionTrace {
+        /// Where its sessions go.
+        recording: Arc<std::sync::OnceLock<crate::workload::session::replay::SessionRecording>>,
     },
     /// A prompt's `dataset.file`: read and parsed at load time into `entries`.
     Dataset {
@@ -813,6 +819,31 @@ impl Validator {
                 "no prompts are defined for this target",
             );
         }
+        if let Some(p) = chosen
+            .iter()
+            .find(|p| matches!(p.workload, Workload::Session(_)))
+        {
+            // A session's turns call tools: the legacy completions API has none.
+            if t.api == Api::OpenaiCompletions {
+                self.push(
+                    format!("{path}.api"),
+                    &t.name,
+                    format!(
+                        "prompt {:?} is a session, whose turns call tools: openai-completions has none (use openai-chat, openai-responses or anthropic-messages)",
+                        p.name
+                    ),
+                );
+            }
+            for key in ["tools", "tool_choice"] {
+                if t.extra_body.contains_key(key) {
+                    self.push(
+                        format!("{path}.extra_body.{key}"),
+                        &t.name,
+                        format!("prompt {:?} is a session, which sets {key} itself", p.name),
+                    );
+                }
+            }
+        }
         chosen
     }
 
@@ -956,10 +987,12 @@ fn sets_body_key(api: Api, key: &str) -> bool {
         Message {
             role: "system".into(),
             content: "s".into(),
+            ..Default::default()
         },
         Message {
             role: "user".into(),
             content: "u".into(),
+            ..Default::default()
         },
     ];
     let body = api.request_body(&crate::protocol::BodyParams {
@@ -971,6 +1004,8 @@ fn sets_body_key(api: Api, key: &str) -> bool {
         stream: true,
         exact_output: crate::protocol::ExactOutput::None,
         extra_body: None,
+        tools: &[],
+        tool_choice: None,
     });
     body.as_object().is_some_and(|o| o.contains_key(key))
 }

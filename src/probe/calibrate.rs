@@ -83,12 +83,14 @@ async fn prompt_tokens(
         messages: vec![crate::protocol::Message {
             role: "user".into(),
             content: text,
+            ..Default::default()
         }],
         max_tokens: Some(1),
         requested_input_tokens: None,
         requested_output_tokens: None,
         turn: None,
         request_id: None,
+        ..Default::default()
     };
     let mut one = spec.clone();
     one.max_tokens = None;

@@ -15,6 +15,7 @@ mod calibrate;
 mod read;
 pub mod report;
 mod request;
+pub mod session;
 
 pub use answers::Answers;
 pub use calibrate::{Calibration, TokenModels, calibrate};
@@ -41,18 +42,23 @@ fn fresh_seed() -> u64 {
 }
 
 /// The requests of one worker (bench) or job (serve): for a conversation, its turns in order,
-/// each after the previous answer; for every other workload, independent draws.
-#[derive(Debug, Clone)]
+/// each after the previous answer; for a session, its turns (and its sub-agents', one after
+/// another: [`session::run`] runs them in parallel); for every other workload, independent draws.
+#[derive(Debug)]
 pub struct Session {
     turns: Option<Turns>,
+    agent: Option<session::Sequence>,
     /// The previous turn's answer (`None` after a failure).
     answer: Option<String>,
 }
 
 impl Session {
     /// The next request's content and how long to wait before sending it (a conversation's
-    /// `think_time` between its turns; 0 otherwise).
+    /// `think_time` between its turns, a session turn's wait; 0 otherwise).
     pub fn next(&mut self, spec: &ProbeSpec) -> (RequestContent, Duration) {
+        if let Some(a) = self.agent.as_mut() {
+            return a.next(spec, || spec.next_seq());
+        }
         let Some(t) = self.turns.as_mut() else {
             return (spec.next_content(), Duration::ZERO);
         };
@@ -68,13 +74,21 @@ impl Session {
         (t.next_turn(answer.as_deref()), wait)
     }
 
-    /// Records a request's result: a conversation continues from its answer.
+    /// Records a request's result: a conversation or a session continues from its answer.
     pub fn answered(&mut self, r: &ProbeResult) {
+        if let Some(a) = self.agent.as_mut() {
+            a.answered(r);
+            return;
+        }
         self.answer = r.success().then(|| r.text.clone());
     }
 
-    /// True when the next request starts a new conversation (or the workload has none).
+    /// True when the next request starts a new conversation or session (or the workload has
+    /// none).
     pub fn at_start(&self) -> bool {
+        if let Some(a) = &self.agent {
+            return a.at_start();
+        }
         self.turns
             .as_ref()
             .is_none_or(|t| t.at_start() || self.answer.is_none())
@@ -223,6 +237,10 @@ impl ProbeSpec {
                 }
                 _ => None,
             },
+            agent: match &self.workload {
+                Workload::Session(s) => Some(session::Sequence::new(s.clone())),
+                _ => None,
+            },
             answer: None,
         }
     }
@@ -361,6 +379,8 @@ impl Prober {
                 .or(spec.requested_output_tokens()),
             turn: content.turn,
             model: Some(Answers::model_check(spec)),
+            session: content.session.map(|s| s.id),
+            branch: content.session.map(|s| s.branch),
             ..RequestFacts::default()
         };
         // What the caller saw around the probe, asked as it ends.
@@ -636,5 +656,63 @@ mod tests {
         assert_ne!(a.messages, b.messages, "clones share the request numbers");
         session.answered(&result(Some("x")));
         assert!(session.at_start());
+    }
+
+    /// A worker's session: its turns in order, a fork's sub-agents one after another (each to
+    /// its end), then the session again; a session over, the next request starts another, and a
+    /// failed turn ends it.
+    #[test]
+    fn a_workers_session_runs_its_turns_and_its_sub_agents_in_turn() {
+        let s = spec(
+            "session: {tools: {count: 1, tokens: 5}, user_tokens: 8, turns: 2, call_tokens: 4, result_tokens: 6, answer_tokens: 4, think_time: 3s, context_budget: 4096, subagents: {count: 2, every: 1, turns: 1}, seed: 1}",
+        );
+        let called = || {
+            let mut r = result(Some(""));
+            r.tool_calls = vec![crate::protocol::ToolCall {
+                id: "c".into(),
+                name: "tool_0".into(),
+                arguments: "{}".into(),
+            }];
+            r
+        };
+        let mut session = s.session();
+        assert!(session.at_start());
+        let mut seen = Vec::new();
+        let mut first = None;
+        for _ in 0..10 {
+            let (c, wait) = session.next(&s);
+            let at = c.session.expect("a session's turn");
+            first.get_or_insert(at.id);
+            let last = c.tool_choice == Some(crate::protocol::ToolChoice::None);
+            seen.push((at.branch, c.turn.unwrap(), last, wait.as_secs()));
+            session.answered(&if last { result(Some("done")) } else { called() });
+            if session.at_start() {
+                break;
+            }
+        }
+        assert_eq!(
+            seen,
+            [
+                (0, 1, false, 0),
+                (1, 1, false, 0),
+                (1, 2, true, 3),
+                (2, 1, false, 0),
+                (2, 2, true, 3),
+                (0, 2, false, 0),
+                (3, 1, false, 0),
+                (3, 2, true, 3),
+                (4, 1, false, 0),
+                (4, 2, true, 3),
+            ][..seen.len()]
+        );
+        // The final answer is next; fail it: the session is over and the next one starts.
+        assert!(!session.at_start());
+        let (c, _) = session.next(&s);
+        assert_eq!((c.session.unwrap().branch, c.turn), (0, Some(3)));
+        session.answered(&result(None));
+        assert!(session.at_start(), "a failed turn ends the session");
+        let (c, wait) = session.next(&s);
+        assert_eq!((c.turn, wait), (Some(1), Duration::ZERO));
+        assert_ne!(c.session.map(|r| r.id), first, "a new session");
     }
 }

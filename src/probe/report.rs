@@ -147,6 +147,101 @@ fn judged(s: &mut String, r: &ProbeResult) {
     }
 }
 
+/// The JSON object `probe --format json` prints for a session prompt: `session` (its number),
+/// `end` (`completed`, `budget`, `failed`; `null` when stopped first), `duration_s`,
+/// `compactions`, and `turns`: each turn's [`to_json`] object with its `branch`, `turn`,
+/// `sent_s` and `end_s` (after the session's start) and `tool_calls` (the names its answer
+/// called), in the order the turns ended.
+pub fn session_to_json(run: &super::session::SessionRun) -> Value {
+    let turns: Vec<Value> = run
+        .turns
+        .iter()
+        .map(|t| {
+            let mut v = to_json(&t.result);
+            if let Some(o) = v.as_object_mut() {
+                o.insert("branch".into(), json!(t.session.branch));
+                o.insert("turn".into(), json!(t.turn));
+                o.insert("sent_s".into(), json!(t.sent_s));
+                o.insert("end_s".into(), json!(t.end_s));
+                let calls: Vec<&str> = t
+                    .result
+                    .tool_calls
+                    .iter()
+                    .map(|c| c.name.as_str())
+                    .collect();
+                o.insert("tool_calls".into(), json!(calls));
+            }
+            v
+        })
+        .collect();
+    json!({
+        "session": run.id,
+        "end": run.end,
+        "duration_s": run.duration_s,
+        "compactions": run.compactions,
+        "turns": turns,
+    })
+}
+
+/// The text report of a session: a line saying how it ended, then a row per turn (its branch,
+/// when it was sent, TTFT, the context it was sent with and what the cache served of it, output
+/// tokens, and the tools its answer called or its error).
+pub fn session_to_text(run: &super::session::SessionRun, ctx: &ReportContext) -> String {
+    use crate::units::fmt_secs;
+    let mut s = String::new();
+    let _ = writeln!(s, "target     {} ({})", ctx.url, ctx.model);
+    if let Some(c) = &ctx.calibration {
+        let _ = writeln!(s, "calibration {c}");
+    }
+    let end = match run.end {
+        Some(e) => format!("{e:?}").to_lowercase(),
+        None => "stopped".into(),
+    };
+    let sub = run.turns.iter().filter(|t| t.session.branch > 0).count();
+    let _ = writeln!(
+        s,
+        "session    {end} in {}: {} ({} of sub-agents), {} compaction{}",
+        fmt_secs(run.duration_s),
+        crate::units::count(run.turns.len(), "turn"),
+        sub,
+        run.compactions,
+        if run.compactions == 1 { "" } else { "s" }
+    );
+    let _ = writeln!(
+        s,
+        "{:>6} {:>6} {:>10} {:>10} {:>9} {:>9} {:>7}  answer",
+        "branch", "turn", "sent", "ttft", "context", "cached", "output"
+    );
+    for t in &run.turns {
+        let r = &t.result;
+        let num = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), |n| n.to_string());
+        let answer = match r.error_type {
+            Some(e) => format!("{e}: {}", r.error_detail.as_deref().unwrap_or("")),
+            None if !r.tool_calls.is_empty() => {
+                let names: Vec<&str> = r.tool_calls.iter().map(|c| c.name.as_str()).collect();
+                format!("calls {}", names.join(", "))
+            }
+            None => "text".into(),
+        };
+        let _ = writeln!(
+            s,
+            "{:>6} {:>6} {:>10} {:>10} {:>9} {:>9} {:>7}  {answer}",
+            t.session.branch,
+            t.turn,
+            fmt_secs(t.sent_s),
+            r.ttft_s.map_or_else(|| "-".to_owned(), fmt_secs),
+            num(r.input_tokens),
+            num(r.cached_input_tokens),
+            if r.success() {
+                r.output_tokens.to_string()
+            } else {
+                "-".into()
+            },
+        );
+    }
+    s
+}
+
 /// A timeline cell: right-aligned in 12 columns, `-` when absent.
 fn ms(v: Option<f64>) -> String {
     match v {

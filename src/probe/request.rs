@@ -57,6 +57,8 @@ pub(super) fn build(
         stream: spec.stream,
         exact_output: target.exact_output,
         extra_body: Some(&target.extra_body),
+        tools: content.tools.as_deref().unwrap_or_default(),
+        tool_choice: content.tool_choice,
     });
     let accept = if spec.stream {
         "text/event-stream"

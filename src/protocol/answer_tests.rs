@@ -279,6 +279,7 @@ fn non_stream_bodies_ask_for_the_whole_answer_and_exact_output() {
     let msgs = [Message {
         role: "user".into(),
         content: "hi".into(),
+        ..Default::default()
     }];
     let params = |stream, exact_output, max_tokens| BodyParams {
         model: "m",
@@ -288,6 +289,8 @@ fn non_stream_bodies_ask_for_the_whole_answer_and_exact_output() {
         stream,
         exact_output,
         extra_body: None,
+        tools: &[],
+        tool_choice: None,
     };
     for api in [
         Api::OpenaiChat,

@@ -7,6 +7,7 @@
 
 use super::{
     BodyParams, EventMeaning, Malformed, StreamError, error_object, json_object, non_empty_str,
+    tools,
 };
 use crate::sse::SseEvent;
 use serde_json::{Map, Value, json};
@@ -51,8 +52,24 @@ pub(super) fn messages(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
                     }
                 }
                 Some("thinking_delta") => m.hidden(non_empty_str(delta, "thinking")),
-                Some("input_json_delta") => m.hidden(non_empty_str(delta, "partial_json")),
+                Some("input_json_delta") => {
+                    m.hidden(non_empty_str(delta, "partial_json"));
+                    if let Some(j) = non_empty_str(delta, "partial_json") {
+                        m.tool_calls.push(tools::ToolCallPart {
+                            index: v.get("index").and_then(Value::as_u64).unwrap_or(0),
+                            arguments: j.to_owned(),
+                            ..tools::ToolCallPart::default()
+                        });
+                    }
+                }
                 _ => {}
+            }
+        }
+        "content_block_start" => {
+            // A tool call opens with its id and name (its input comes as `input_json_delta`s).
+            if let Some(b) = v.get("content_block").filter(|b| b["type"] == "tool_use") {
+                let index = v.get("index").and_then(Value::as_u64).unwrap_or(0);
+                m.tool_calls.push(tools::anthropic_part(index, b, false));
             }
         }
         "message_delta" => {
@@ -67,7 +84,7 @@ pub(super) fn messages(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
         "message_stop" => m.terminal = true,
         // Classed by its type name (docs/measurement.md ruling 3), like every protocol's errors.
         "error" => m.error = Some(StreamError::from_json(&v)),
-        // ping, content_block_start/stop and unknown types carry nothing we measure.
+        // ping, content_block_stop and unknown types carry nothing we measure.
         _ => {}
     }
     Ok(m)
@@ -82,7 +99,7 @@ pub(super) fn answer(v: &Value) -> Result<EventMeaning, Malformed> {
         ));
     };
     let mut m = EventMeaning::default();
-    for b in blocks {
+    for (i, b) in blocks.iter().enumerate() {
         match b.get("type").and_then(Value::as_str) {
             Some("text") => {
                 if let Some(t) = non_empty_str(b, "text") {
@@ -98,6 +115,7 @@ pub(super) fn answer(v: &Value) -> Result<EventMeaning, Malformed> {
                 if let Some(input) = b.get("input").filter(|i| !i.is_null()) {
                     m.hidden_text.push_str(&input.to_string());
                 }
+                m.tool_calls.push(tools::anthropic_part(i as u64, b, true));
             }
             _ => {}
         }
@@ -132,7 +150,12 @@ pub(super) fn body(req: &BodyParams<'_>) -> Value {
     let msgs: Vec<_> = req.messages.iter().filter(|m| m.role != "system").collect();
     let mut body = Map::new();
     body.insert("model".into(), json!(req.model));
-    body.insert("messages".into(), json!(msgs));
+    let messages = if tools::any_tool_part(req.messages) {
+        tools::anthropic_messages(&msgs)
+    } else {
+        json!(msgs)
+    };
+    body.insert("messages".into(), messages);
     body.insert("max_tokens".into(), json!(req.max_tokens.unwrap_or(256)));
     body.insert("stream".into(), Value::Bool(req.stream));
     if let Some((k, v)) = req.exact_output.field(req.max_tokens) {
@@ -141,6 +164,7 @@ pub(super) fn body(req: &BodyParams<'_>) -> Value {
     if !system.is_empty() {
         body.insert("system".into(), json!(system.join("\n")));
     }
+    tools::anthropic_tools(&mut body, req.tools, req.tool_choice);
     if let Some(extra) = req.extra_body {
         for (k, v) in extra {
             body.insert(k.clone(), v.clone());
@@ -256,10 +280,12 @@ mod tests {
             crate::protocol::Message {
                 role: "system".into(),
                 content: "be brief".into(),
+                ..Default::default()
             },
             crate::protocol::Message {
                 role: "user".into(),
                 content: "hi".into(),
+                ..Default::default()
             },
         ];
         let b = body(&BodyParams {
@@ -270,6 +296,8 @@ mod tests {
             stream: true,
             exact_output: crate::protocol::ExactOutput::None,
             extra_body: None,
+            tools: &[],
+            tool_choice: None,
         });
         assert_eq!(b["system"], json!("be brief"));
         assert_eq!(b["messages"].as_array().unwrap().len(), 1);

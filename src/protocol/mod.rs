@@ -13,6 +13,9 @@ mod answer_tests;
 mod anthropic;
 mod borrowed;
 mod openai;
+mod tools;
+
+pub use tools::{ToolCall, ToolCallPart, ToolChoice, ToolDef};
 
 use crate::sse::SseEvent;
 use crate::units::truncate;
@@ -152,13 +155,30 @@ impl std::fmt::Display for Api {
 }
 
 /// One chat message of a prompt.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Message {
-    /// `system`, `user` or `assistant`.
+    /// `system`, `user` or `assistant` (`tool` for a tool's result).
     pub role: String,
     /// The message text.
     pub content: String,
+    /// An assistant's tool calls (a session's; a config never sets them).
+    #[serde(skip)]
+    pub tool_calls: Vec<ToolCall>,
+    /// A tool result's call id (a session's; a config never sets it).
+    #[serde(skip)]
+    pub tool_call_id: Option<String>,
+}
+
+impl Message {
+    /// A message of `role` and text, without tool calls.
+    pub fn new(role: &str, content: impl Into<String>) -> Self {
+        Message {
+            role: role.to_owned(),
+            content: content.into(),
+            ..Message::default()
+        }
+    }
 }
 
 /// What to ask for, independent of protocol.
@@ -179,6 +199,10 @@ pub struct BodyParams<'a> {
     pub exact_output: ExactOutput,
     /// Extra top-level body fields, merged last (e.g. `temperature`, `seed`).
     pub extra_body: Option<&'a serde_json::Map<String, Value>>,
+    /// The tools offered (a session's); none is sent when empty. Legacy completions have none.
+    pub tools: &'a [ToolDef],
+    /// What is asked of them (sent only with tools).
+    pub tool_choice: Option<ToolChoice>,
 }
 
 /// How a request asks for exactly `max_tokens` output tokens (`exact_output:` of a target):
@@ -265,6 +289,10 @@ pub struct EventMeaning {
     pub error: Option<StreamError>,
     /// llama.cpp's own `timings` object, when the server sent one.
     pub server_timings: Option<ServerTimings>,
+    /// The parts of tool calls this event carries (a chat delta's `tool_calls`, an Anthropic
+    /// `tool_use` block and its `input_json_delta`s, a Responses `function_call` item and its
+    /// argument deltas; a whole answer's calls whole).
+    pub tool_calls: Vec<ToolCallPart>,
 }
 
 /// An error reported inside a stream, or in an HTTP error body (an "error object",

@@ -11,7 +11,7 @@
 
 use super::{
     BodyParams, EventMeaning, Malformed, ServerTimings, StreamError, borrowed, error_object,
-    failure_finish, identity_value, json_object, non_empty_str, usage_at,
+    failure_finish, identity_value, json_object, non_empty_str, tools, usage_at,
 };
 use crate::sse::SseEvent;
 use serde_json::{Map, Value, json};
@@ -165,6 +165,9 @@ fn chat_value(ev: &SseEvent, identity: bool) -> Result<EventMeaning, Malformed> 
             for key in ["reasoning_content", "reasoning"] {
                 m.hidden(non_empty_str(delta, key));
             }
+            if let Some(Value::Array(calls)) = delta.get("tool_calls") {
+                m.tool_calls.extend(tools::chat_parts(calls));
+            }
             tool_calls(delta, &mut m);
         }
         finish_reason(choice, &mut m);
@@ -240,9 +243,26 @@ pub(super) fn responses(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
                 m.text.push_str(d);
             }
         }
-        "response.reasoning_text.delta"
-        | "response.reasoning_summary_text.delta"
-        | "response.function_call_arguments.delta" => m.hidden(delta),
+        "response.reasoning_text.delta" | "response.reasoning_summary_text.delta" => {
+            m.hidden(delta);
+        }
+        "response.function_call_arguments.delta" => {
+            m.hidden(delta);
+            if let Some(d) = delta {
+                m.tool_calls.push(tools::ToolCallPart {
+                    index: v.get("output_index").and_then(Value::as_u64).unwrap_or(0),
+                    arguments: d.to_owned(),
+                    ..tools::ToolCallPart::default()
+                });
+            }
+        }
+        "response.output_item.added" => {
+            // A function call opens with its call id and name (its arguments come as deltas).
+            if let Some(item) = v.get("item").filter(|i| i["type"] == "function_call") {
+                let index = v.get("output_index").and_then(Value::as_u64).unwrap_or(0);
+                m.tool_calls.push(tools::responses_part(index, item));
+            }
+        }
         "response.completed" | "response.incomplete" => {
             // `incomplete` is a proper end cut short (e.g. max_output_tokens), like
             // finish_reason "length" in chat.
@@ -294,8 +314,14 @@ fn stream_fields(body: &mut Map<String, Value>, req: &BodyParams<'_>, cap: &str,
 pub(super) fn chat_body(req: &BodyParams<'_>) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), json!(req.model));
-    body.insert("messages".into(), json!(req.messages));
+    let messages = if tools::any_tool_part(req.messages) {
+        tools::chat_messages(req.messages)
+    } else {
+        json!(req.messages)
+    };
+    body.insert("messages".into(), messages);
     stream_fields(&mut body, req, "max_tokens", true);
+    tools::chat_tools(&mut body, req.tools, req.tool_choice);
     merge_extra(Value::Object(body), req)
 }
 
@@ -311,8 +337,14 @@ pub(super) fn completions_body(req: &BodyParams<'_>) -> Value {
 pub(super) fn responses_body(req: &BodyParams<'_>) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), json!(req.model));
-    body.insert("input".into(), json!(req.messages));
+    let input = if tools::any_tool_part(req.messages) {
+        tools::responses_input(req.messages)
+    } else {
+        json!(req.messages)
+    };
+    body.insert("input".into(), input);
     stream_fields(&mut body, req, "max_output_tokens", false);
+    tools::responses_tools(&mut body, req.tools, req.tool_choice);
     merge_extra(Value::Object(body), req)
 }
 
@@ -357,6 +389,9 @@ pub(super) fn chat_answer(v: &Value) -> Result<EventMeaning, Malformed> {
         }
         for key in ["reasoning_content", "reasoning"] {
             m.hidden(non_empty_str(msg, key));
+        }
+        if let Some(Value::Array(calls)) = msg.get("tool_calls") {
+            m.tool_calls.extend(tools::chat_parts(calls));
         }
         tool_calls(msg, &mut m);
         m.finish |= choice.get("finish_reason").is_some_and(Value::is_string);
@@ -409,7 +444,7 @@ pub(super) fn responses_answer(v: &Value) -> Result<EventMeaning, Malformed> {
             _ => &[],
         }
     }
-    for item in items {
+    for (i, item) in items.iter().enumerate() {
         match item.get("type").and_then(Value::as_str) {
             Some("message") => {
                 for part in parts(item, "content") {
@@ -433,6 +468,7 @@ pub(super) fn responses_answer(v: &Value) -> Result<EventMeaning, Malformed> {
             Some("function_call") => {
                 m.hidden(non_empty_str(item, "name"));
                 m.hidden(non_empty_str(item, "arguments"));
+                m.tool_calls.push(tools::responses_part(i as u64, item));
             }
             _ => {}
         }
@@ -1015,6 +1051,7 @@ mod tests {
         let msgs = [Message {
             role: "user".into(),
             content: "hi".into(),
+            ..Default::default()
         }];
         let mut extra = Map::new();
         extra.insert("temperature".into(), json!(0));
@@ -1026,6 +1063,8 @@ mod tests {
             stream: true,
             exact_output: crate::protocol::ExactOutput::None,
             extra_body: Some(&extra),
+            tools: &[],
+            tool_choice: None,
         };
         let b = Api::OpenaiChat.request_body(&req);
         assert_eq!(b["stream"], json!(true));

@@ -94,11 +94,41 @@ pub(crate) struct Renderer {
     prompt_tokens: u32,
     /// Of `prompt_tokens`, served from the prefix cache.
     cached_tokens: u32,
+    /// The answer is a call of this tool: its tokens are the call's arguments.
+    tool: Option<Tool>,
     /// `,"system_fingerprint":"..."` after the model of chat and completions chunks, or empty.
     fp: String,
     /// See [`Says`].
     usage_scale: f64,
     shift: u32,
+}
+
+/// A tool call answer: the tool's name (a JSON string) and the call's id.
+#[derive(Debug)]
+struct Tool {
+    name: String,
+    call_id: String,
+    /// Tokens of the answer (the last closes the arguments' JSON).
+    total: u32,
+}
+
+/// The arguments' text of tokens `start..start + count` of `total`: `{"query":"` before the
+/// first, the tokens' words, `"}` after the last (the words are JSON-safe).
+fn argument_piece(out: &mut Vec<u8>, start: u32, count: u32, total: u32) {
+    if start == 0 {
+        out.extend_from_slice(br#"{"query":""#);
+    }
+    push_tokens(out, start, count);
+    if start.saturating_add(count) >= total {
+        out.extend_from_slice(br#""}"#);
+    }
+}
+
+/// The whole arguments of a call of `n` tokens.
+fn arguments(n: u32) -> String {
+    let mut v = Vec::new();
+    argument_piece(&mut v, 0, n, n);
+    String::from_utf8_lossy(&v).into_owned()
 }
 
 /// One SSE event of the stream, and whether it carries tokens.
@@ -136,6 +166,7 @@ impl Renderer {
             created,
             prompt_tokens,
             cached_tokens: 0,
+            tool: None,
             fp: String::new(),
             usage_scale: 1.0,
             shift: 0,
@@ -161,6 +192,12 @@ impl Renderer {
     /// A count as the usage states it (`--usage-scale`).
     fn usage(&self, n: u32) -> u64 {
         (f64::from(n) * self.usage_scale).round() as u64
+    }
+
+    /// The `system_fingerprint` value, if the answer states one.
+    fn fingerprint(&self) -> Option<Value> {
+        let json = self.fp.split_once(':')?.1;
+        serde_json::from_str(json).ok()
     }
 
     fn templates(&mut self) {
@@ -195,6 +232,68 @@ data: {"type":"response.output_text.delta","item_id":"msg_0","output_index":0,"c
         self.token_suffix = token_suffix;
     }
 
+    /// Answers with a call of `name` whose arguments are the answer's `total` tokens (chat,
+    /// Anthropic and Responses; completions have no tools).
+    pub(crate) fn with_tool_call(mut self, name: &str, total: u32) -> Self {
+        if self.proto != Proto::Completions {
+            let id: String = self
+                .id
+                .trim_matches('"')
+                .chars()
+                .filter(char::is_ascii_alphanumeric)
+                .collect();
+            self.tool = Some(Tool {
+                name: json_str(name),
+                call_id: format!("call_{id}"),
+                total,
+            });
+        }
+        self
+    }
+
+    /// True when the answer is a tool call.
+    pub(crate) fn is_tool_call(&self) -> bool {
+        self.tool.is_some()
+    }
+
+    /// A tool call's event carrying tokens `start..start + count`.
+    fn tool_event(&self, t: &Tool, out: &mut Vec<u8>, start: u32, count: u32) {
+        let mut piece = Vec::new();
+        argument_piece(&mut piece, start, count, t.total);
+        let piece = json_str(&String::from_utf8_lossy(&piece));
+        let (id, model, created, name, fp) =
+            (&self.id, &self.model, self.created, &t.name, &self.fp);
+        let call_id = json_str(&t.call_id);
+        let bytes = match self.proto {
+            Proto::Chat if start == 0 => data_event(&format!(
+                r#"{{"id":{id},"object":"chat.completion.chunk","created":{created},"model":{model}{fp},"choices":[{{"index":0,"delta":{{"tool_calls":[{{"index":0,"id":{call_id},"type":"function","function":{{"name":{name},"arguments":{piece}}}}}]}},"finish_reason":null}}]}}"#
+            )),
+            Proto::Chat | Proto::Completions => data_event(&format!(
+                r#"{{"id":{id},"object":"chat.completion.chunk","created":{created},"model":{model}{fp},"choices":[{{"index":0,"delta":{{"tool_calls":[{{"index":0,"function":{{"arguments":{piece}}}}}]}},"finish_reason":null}}]}}"#
+            )),
+            Proto::Messages => named_event(
+                "content_block_delta",
+                &format!(
+                    r#"{{"type":"content_block_delta","index":0,"delta":{{"type":"input_json_delta","partial_json":{piece}}}}}"#
+                ),
+            ),
+            Proto::Responses => named_event(
+                "response.function_call_arguments.delta",
+                &format!(
+                    r#"{{"type":"response.function_call_arguments.delta","item_id":"fc_0","output_index":0,"delta":{piece}}}"#
+                ),
+            ),
+        };
+        out.extend_from_slice(&bytes);
+    }
+
+    /// A Responses `function_call` item of a call whose arguments are `args`.
+    fn function_item(t: &Tool, args: &str, done: bool) -> Value {
+        json!({"id": "fc_0", "type": "function_call", "status": if done { "completed" } else { "in_progress" },
+               "call_id": t.call_id, "name": serde_json::from_str::<Value>(&t.name).unwrap_or(Value::Null),
+               "arguments": args})
+    }
+
     /// Reports `cached` of the prompt tokens as served from the prefix cache
     /// (`prompt_tokens_details.cached_tokens`; Anthropic: `cache_read_input_tokens`, with
     /// `input_tokens` the rest, as Anthropic counts them).
@@ -214,6 +313,10 @@ data: {"type":"response.output_text.delta","item_id":"msg_0","output_index":0,"c
     /// Writes the event carrying tokens `start..start + count` into `out` (cleared first).
     pub(crate) fn token_event(&self, out: &mut Vec<u8>, start: u32, count: u32) {
         out.clear();
+        if let Some(t) = &self.tool {
+            self.tool_event(t, out, start, count);
+            return;
+        }
         out.extend_from_slice(&self.token_prefix);
         push_tokens(out, start.wrapping_add(self.shift), count);
         out.extend_from_slice(self.token_suffix);
@@ -243,10 +346,33 @@ data: {"type":"response.output_text.delta","item_id":"msg_0","output_index":0,"c
                 )),
                 ev(named_event(
                     "content_block_start",
-                    r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+                    &match &self.tool {
+                        Some(t) => format!(
+                            r#"{{"type":"content_block_start","index":0,"content_block":{{"type":"tool_use","id":{},"name":{},"input":{{}}}}}}"#,
+                            json_str(&t.call_id),
+                            t.name
+                        ),
+                        None => r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#.to_owned(),
+                    },
                 )),
                 ev(named_event("ping", r#"{"type":"ping"}"#)),
             ],
+            Proto::Responses if self.tool.is_some() => {
+                let t = self.tool.as_ref().map(|t| Self::function_item(t, "", false));
+                vec![
+                    ev(named_event(
+                        "response.created",
+                        &format!(
+                            r#"{{"type":"response.created","response":{{"id":{id},"object":"response","created_at":{created},"status":"in_progress","model":{model},"output":[],"usage":null}}}}"#
+                        ),
+                    )),
+                    ev(named_event(
+                        "response.output_item.added",
+                        &json!({"type": "response.output_item.added", "output_index": 0, "item": t})
+                            .to_string(),
+                    )),
+                ]
+            }
             Proto::Responses => vec![
                 ev(named_event(
                     "response.created",
@@ -271,14 +397,20 @@ data: {"type":"response.output_text.delta","item_id":"msg_0","output_index":0,"c
         let text = answer_text(n, self.shift);
         let p = self.usage(self.prompt_tokens);
         let (cached, n_stated) = (self.usage(self.cached_tokens), self.usage(n));
+        let output = match &self.tool {
+            Some(t) => json!([Self::function_item(t, &arguments(n), true)]),
+            None => {
+                json!([{"id": "msg_0", "type": "message", "status": if capped { "incomplete" } else { "completed" },
+                            "role": "assistant", "content": [{"type": "output_text", "text": text, "annotations": []}]}])
+            }
+        };
         let mut v = json!({
             "id": serde_json::from_str::<Value>(&self.id).unwrap_or(Value::Null),
             "object": "response",
             "created_at": self.created,
             "status": if capped { "incomplete" } else { "completed" },
             "model": serde_json::from_str::<Value>(&self.model).unwrap_or(Value::Null),
-            "output": [{"id": "msg_0", "type": "message", "status": if capped { "incomplete" } else { "completed" },
-                        "role": "assistant", "content": [{"type": "output_text", "text": text, "annotations": []}]}],
+            "output": output,
             "usage": {"input_tokens": p, "input_tokens_details": {"cached_tokens": cached},
                       "output_tokens": n_stated, "total_tokens": p + n_stated},
         });
@@ -300,7 +432,11 @@ data: {"type":"response.output_text.delta","item_id":"msg_0","output_index":0,"c
             bytes,
             token: false,
         };
-        let reason = if capped { "length" } else { "stop" };
+        let reason = match (capped, self.tool.is_some()) {
+            (true, _) => "length",
+            (false, true) => "tool_calls",
+            (false, false) => "stop",
+        };
         let usage = format!(
             r#"{{"prompt_tokens":{p},"completion_tokens":{n_stated},"total_tokens":{},"prompt_tokens_details":{{"cached_tokens":{}}}}}"#,
             p + n_stated,
@@ -333,7 +469,11 @@ data: {"type":"response.output_text.delta","item_id":"msg_0","output_index":0,"c
                 v
             }
             Proto::Messages => {
-                let stop = if capped { "max_tokens" } else { "end_turn" };
+                let stop = match (capped, self.tool.is_some()) {
+                    (true, _) => "max_tokens",
+                    (false, true) => "tool_use",
+                    (false, false) => "end_turn",
+                };
                 vec![
                     ev(named_event(
                         "content_block_stop",
@@ -346,6 +486,35 @@ data: {"type":"response.output_text.delta","item_id":"msg_0","output_index":0,"c
                         ),
                     )),
                     ev(named_event("message_stop", r#"{"type":"message_stop"}"#)),
+                ]
+            }
+            Proto::Responses if self.tool.is_some() => {
+                let kind = if capped {
+                    "response.incomplete"
+                } else {
+                    "response.completed"
+                };
+                let args = arguments(n);
+                let item = self
+                    .tool
+                    .as_ref()
+                    .map(|t| Self::function_item(t, &args, true));
+                vec![
+                    ev(named_event(
+                        "response.function_call_arguments.done",
+                        &json!({"type": "response.function_call_arguments.done", "item_id": "fc_0",
+                                "output_index": 0, "arguments": args})
+                        .to_string(),
+                    )),
+                    ev(named_event(
+                        "response.output_item.done",
+                        &json!({"type": "response.output_item.done", "output_index": 0, "item": item})
+                            .to_string(),
+                    )),
+                    ev(named_event(
+                        kind,
+                        &json!({"type": kind, "response": self.response_object(n, capped)}).to_string(),
+                    )),
                 ]
             }
             Proto::Responses => {
@@ -405,38 +574,54 @@ data: {"type":"response.output_text.delta","item_id":"msg_0","output_index":0,"c
         let (p, n_stated) = (self.usage(self.prompt_tokens), self.usage(n));
         let usage = json!({"prompt_tokens": p, "completion_tokens": n_stated, "total_tokens": p + n_stated,
                            "prompt_tokens_details": {"cached_tokens": self.usage(self.cached_tokens)}});
-        let reason = if capped { "length" } else { "stop" };
-        let v = match self.proto {
-            Proto::Chat => json!({
+        let reason = match (capped, self.tool.is_some()) {
+            (true, _) => "length",
+            (false, true) => "tool_calls",
+            (false, false) => "stop",
+        };
+        let v = match (self.proto, &self.tool) {
+            (Proto::Chat, Some(t)) => json!({
+                "id": id, "object": "chat.completion", "created": self.created, "model": model,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": null,
+                    "tool_calls": [{"id": t.call_id, "type": "function", "function": {
+                        "name": serde_json::from_str::<Value>(&t.name).unwrap_or(Value::Null),
+                        "arguments": arguments(n)}}]},
+                    "finish_reason": reason}],
+                "usage": usage,
+            }),
+            (Proto::Messages, Some(t)) => json!({
+                "id": id, "type": "message", "role": "assistant", "model": model,
+                "content": [{"type": "tool_use", "id": t.call_id,
+                    "name": serde_json::from_str::<Value>(&t.name).unwrap_or(Value::Null),
+                    "input": serde_json::from_str::<Value>(&arguments(n)).unwrap_or(json!({}))}],
+                "stop_reason": if capped { "max_tokens" } else { "tool_use" }, "stop_sequence": null,
+                "usage": {"input_tokens": self.anthropic_input().0,
+                          "cache_read_input_tokens": self.anthropic_input().1, "output_tokens": n_stated},
+            }),
+            (Proto::Chat, None) => json!({
                 "id": id, "object": "chat.completion", "created": self.created, "model": model,
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": reason}],
                 "usage": usage,
             }),
-            Proto::Completions => json!({
+            (Proto::Completions, _) => json!({
                 "id": id, "object": "text_completion", "created": self.created, "model": model,
                 "choices": [{"text": text, "index": 0, "logprobs": null, "finish_reason": reason}],
                 "usage": usage,
             }),
-            Proto::Messages => json!({
+            (Proto::Messages, None) => json!({
                 "id": id, "type": "message", "role": "assistant", "model": model,
                 "content": [{"type": "text", "text": text}],
                 "stop_reason": if capped { "max_tokens" } else { "end_turn" }, "stop_sequence": null,
                 "usage": {"input_tokens": self.anthropic_input().0,
                           "cache_read_input_tokens": self.anthropic_input().1, "output_tokens": n_stated},
             }),
-            Proto::Responses => self.response_object(n, capped),
+            (Proto::Responses, _) => self.response_object(n, capped),
         };
         let mut v = v;
         if let (Some(fp), Proto::Chat | Proto::Completions) = (self.fingerprint(), self.proto) {
             v["system_fingerprint"] = fp;
         }
         v.to_string().into_bytes()
-    }
-
-    /// The `system_fingerprint` value, if the answer states one.
-    fn fingerprint(&self) -> Option<Value> {
-        let json = self.fp.split_once(':')?.1;
-        serde_json::from_str(json).ok()
     }
 }
 
@@ -617,6 +802,60 @@ mod tests {
             serde_json::from_slice(&error_body(Some(Proto::Messages), 401, "x")).unwrap();
         assert_eq!(v["error"]["type"], "authentication_error");
     }
+
+    /// A tool-call answer, streamed or whole, reads back through the project's own protocol
+    /// readers as one call of the tool, its arguments the answer's tokens.
+    #[test]
+    fn tool_call_answers_read_as_one_call() {
+        use crate::measure::Measurement;
+        use std::time::Instant;
+        for (proto, api) in [
+            (Proto::Chat, Api::OpenaiChat),
+            (Proto::Messages, Api::AnthropicMessages),
+            (Proto::Responses, Api::OpenaiResponses),
+        ] {
+            let r = Renderer::new(proto, "sim-1", "m", 1, 50).with_tool_call("tool_0", 3);
+            assert!(r.is_tool_call());
+            let t0 = Instant::now();
+            let mut m = Measurement::new(t0);
+            m.headers(t0, 200);
+            let events = meanings(api, &whole_stream(&r, 3, true));
+            assert_eq!(events.iter().filter(|e| e.token).count(), 3, "{api}");
+            assert!(events.iter().all(|e| !e.output), "{api}: no visible text");
+            for e in &events {
+                m.event(t0, e);
+            }
+            let res = m.finish();
+            assert!(res.success(), "{api}: {res:?}");
+            assert_eq!(res.tool_calls.len(), 1, "{api}");
+            let c = &res.tool_calls[0];
+            assert_eq!(c.name, "tool_0", "{api}");
+            assert!(c.id.starts_with("call_"), "{api}: {}", c.id);
+            assert_eq!(c.arguments, r#"{"query":"Hello, this"}"#, "{api}");
+            let v: Value = serde_json::from_str(&c.arguments).unwrap();
+            assert_eq!(v["query"], "Hello, this");
+            // The whole answer: the same call.
+            let whole = api
+                .interpret_answer(&String::from_utf8(r.full_body(3, false)).unwrap())
+                .unwrap();
+            assert_eq!(whole.tool_calls.len(), 1, "{api}");
+            assert_eq!(whole.tool_calls[0].name.as_deref(), Some("tool_0"));
+        }
+        // The finish reasons say it was a call.
+        let r = Renderer::new(Proto::Chat, "i", "m", 1, 1).with_tool_call("t", 2);
+        let closing = String::from_utf8(r.closing(2, false, false)[0].bytes.clone()).unwrap();
+        assert!(
+            closing.contains(r#""finish_reason":"tool_calls""#),
+            "{closing}"
+        );
+        let r = Renderer::new(Proto::Messages, "i", "m", 1, 1).with_tool_call("t", 2);
+        let closing = String::from_utf8(r.closing(2, false, false)[1].bytes.clone()).unwrap();
+        assert!(closing.contains(r#""stop_reason":"tool_use""#), "{closing}");
+        // Completions have no tools.
+        let r = Renderer::new(Proto::Completions, "i", "m", 1, 1).with_tool_call("t", 2);
+        assert!(!r.is_tool_call());
+    }
+
     /// Issue 43 item 6: an answer says of itself what the simulator is told to lie: another
     /// model, scaled usage, a fingerprint, other words; every stream still reads as one.
     #[test]

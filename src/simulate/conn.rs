@@ -143,6 +143,10 @@ async fn handle(
     let model = body.get("model").and_then(Value::as_str).unwrap_or(MODEL);
     let served = shared.served(model);
     let input = profile::input_bytes(&body);
+    let tool = served
+        .tool_calls
+        .then(|| profile::wants_tool_call(&body))
+        .flatten();
     rec.model = model.to_owned();
     rec.profile.clone_from(&served.name);
     rec.input_tokens = profile::token_count(&input);
@@ -179,9 +183,13 @@ async fn handle(
         Proto::Messages => format!("msg_{id}"),
         Proto::Responses => format!("resp_{id}"),
     };
-    let renderer = Renderer::new(proto, &chunk_id, model, created, admitted.input_tokens)
+    let mut renderer = Renderer::new(proto, &chunk_id, model, created, admitted.input_tokens)
         .with_cached(admitted.cached_tokens)
         .saying(&shared.says(seq));
+    if let Some(name) = tool {
+        renderer = renderer.with_tool_call(&name, plan.tokens);
+    }
+    rec.tool_call = renderer.is_tool_call();
     let mut out = Out {
         stream,
         timer: &shared.timer,

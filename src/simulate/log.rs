@@ -4,7 +4,7 @@
 //! ```text
 //! {"id":"sim-0-1a2b3c4d","seq":0,"conn":0,"path":"/v1/chat/completions","arrival_unix_ns":…,
 //!  "arrival_kernel_unix_ns":…,"stream":true,"status":200,"fault":null,"model":"fast","profile":"fast","input_tokens":132,"cached_tokens":0,
-//!  "prefill_s":0.001320000,"output_tokens":64,"queued_s":0.000000000,"head_written_s":0.000041,
+//!  "prefill_s":0.001320000,"output_tokens":64,"tool_call":false,"queued_s":0.000000000,"head_written_s":0.000041,
 //!  "end":"complete","events":[{"k":0,"due_s":0.0,"t_s":0.000052,"tx_s":0.000061,"token":false},
 //!  {"k":1,"due_s":0.2,"t_s":0.200113,"tx_s":0.200120,"token":true},…]}
 //! ```
@@ -19,7 +19,8 @@
 //! whole body); status faults have none. `model` is the request's, `profile` the `--profile` it
 //! picked (`null`: the command's defaults); `input_tokens` follow the token rule
 //! (`simulate::profile`), `cached_tokens` of them came from the prefix cache, and `prefill_s` is
-//! what their prefill added to the TTFT.
+//! what their prefill added to the TTFT; `tool_call` is true when the answer was a tool call
+//! (its `output_tokens` are the call's arguments).
 
 use super::body::json_str;
 use std::fmt::Write as _;
@@ -82,6 +83,8 @@ pub(crate) struct Record {
     /// The prefill time added to the TTFT.
     pub prefill: Duration,
     pub output_tokens: u32,
+    /// The answer was a tool call (`tool_calls=on`, a request offering tools).
+    pub tool_call: bool,
     /// Waiting for a `--max-concurrency` slot.
     pub queued: Duration,
     /// When the response head's write returned (after arrival).
@@ -121,6 +124,7 @@ impl Record {
             cached_tokens: 0,
             prefill: Duration::ZERO,
             output_tokens: 0,
+            tool_call: false,
             queued: Duration::ZERO,
             head_written: None,
             events: Vec::new(),
@@ -133,7 +137,7 @@ impl Record {
         let mut s = String::with_capacity(256 + self.events.len() * 56);
         let _ = write!(
             s,
-            r#"{{"id":{},"seq":{},"conn":{},"path":{},"arrival_unix_ns":{},"arrival_kernel_unix_ns":{},"stream":{},"status":{},"fault":{},"model":{},"profile":{},"input_tokens":{},"cached_tokens":{},"prefill_s":{},"output_tokens":{},"queued_s":{},"head_written_s":{},"end":"{}","events":["#,
+            r#"{{"id":{},"seq":{},"conn":{},"path":{},"arrival_unix_ns":{},"arrival_kernel_unix_ns":{},"stream":{},"status":{},"fault":{},"model":{},"profile":{},"input_tokens":{},"cached_tokens":{},"prefill_s":{},"output_tokens":{},"tool_call":{},"queued_s":{},"head_written_s":{},"end":"{}","events":["#,
             json_str(&self.id),
             self.seq,
             self.conn,
@@ -154,6 +158,7 @@ impl Record {
             self.cached_tokens,
             secs(self.prefill),
             self.output_tokens,
+            self.tool_call,
             secs(self.queued),
             self.head_written.map_or_else(|| "null".to_owned(), secs),
             match self.end {
@@ -281,6 +286,7 @@ mod tests {
             cached_tokens: 128,
             prefill: Duration::from_micros(40),
             output_tokens: 2,
+            tool_call: true,
             queued: Duration::ZERO,
             head_written: Some(Duration::from_micros(15)),
             events: vec![
@@ -316,6 +322,7 @@ mod tests {
             Some(1_700_000_000_000_000_000)
         );
         assert_eq!(v["end"], "complete");
+        assert_eq!(v["tool_call"], true);
         assert_eq!(
             (v["model"].as_str(), v["profile"].as_str()),
             (Some("m"), Some("m"))

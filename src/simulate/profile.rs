@@ -1,11 +1,18 @@
 //! Per-model profiles and the input side of a simulated request (pure: no I/O, no clocks).
 //!
-//! - [`Profile`]: one `--profile NAME:ttft=D,itl=D[,output_tokens=N][,prefill_per_1k=D][,prefix_cache=on]`,
+//! - [`Profile`]: one `--profile NAME:ttft=D,itl=D[,output_tokens=N][,prefill_per_1k=D][,prefix_cache=on][,tool_calls=on]`,
 //!   parsed and checked here (the one place), a clear error naming the bad part.
 //! - The token rule: a request's input is rendered to bytes ([`input_bytes`]) and a token is
 //!   [`BYTES_PER_TOKEN`] bytes of it. A chat message is a 16-byte role header (4 tokens of
 //!   template) and its text content padded to a multiple of 4 bytes, so a message costs
-//!   `4 + ceil(content bytes / 4)` tokens; a completions `prompt` costs `ceil(bytes / 4)`.
+//!   `4 + ceil(content bytes / 4)` tokens; a completions `prompt` costs `ceil(bytes / 4)`. Tools:
+//!   each definition of `tools` is a message of its JSON text (after the system prompt of
+//!   Anthropic and Responses, before the messages); an assistant's tool calls add each call's
+//!   name and arguments to its message's text (Anthropic's `tool_use` blocks: name and `input`'s
+//!   JSON), and a result is a message of its text (a `tool` message, a `tool_result` block, a
+//!   Responses `function_call_output`).
+//! - [`wants_tool_call`]: with `tool_calls=on`, a request that offers tools and does not ask for
+//!   none is answered with a call of its first tool.
 //! - [`PrefixCache`]: automatic prefix caching as vLLM does it: the input is cut into blocks of
 //!   [`BLOCK_TOKENS`] tokens (64 bytes), each full block is named by a hash of its bytes and of
 //!   the hash of the block before it (so a hash names the whole prefix up to it), a request reuses
@@ -44,6 +51,8 @@ pub struct Profile {
     pub prefill_per_1k: Duration,
     /// Automatic prefix caching on.
     pub prefix_cache: bool,
+    /// A request that offers tools (and does not ask for none) is answered with a tool call.
+    pub tool_calls: bool,
 }
 
 impl std::str::FromStr for Profile {
@@ -53,7 +62,7 @@ impl std::str::FromStr for Profile {
         let bad = |why: String| format!("--profile {s:?}: {why}");
         let (name, settings) = s.rsplit_once(':').ok_or_else(|| {
             bad(
-                "expected NAME:ttft=D,itl=D[,output_tokens=N][,prefill_per_1k=D][,prefix_cache=on]"
+                "expected NAME:ttft=D,itl=D[,output_tokens=N][,prefill_per_1k=D][,prefix_cache=on][,tool_calls=on]"
                     .into(),
             )
         })?;
@@ -62,7 +71,7 @@ impl std::str::FromStr for Profile {
             return Err(bad("the model name is empty".into()));
         }
         let (mut ttft, mut itl, mut output_tokens) = (None, None, None);
-        let (mut prefill_per_1k, mut prefix_cache) = (Duration::ZERO, false);
+        let (mut prefill_per_1k, mut prefix_cache, mut tool_calls) = (Duration::ZERO, false, false);
         let mut seen: Vec<&str> = Vec::new();
         for part in settings.split(',').map(str::trim) {
             let (k, v) = part
@@ -89,16 +98,21 @@ impl std::str::FromStr for Profile {
                             ))
                         })?);
                 }
-                "prefix_cache" => {
-                    prefix_cache = match v {
+                "prefix_cache" | "tool_calls" => {
+                    let on = match v {
                         "on" | "true" => true,
                         "off" | "false" => false,
-                        _ => return Err(bad(format!("prefix_cache={v:?}: expected on or off"))),
+                        _ => return Err(bad(format!("{k}={v:?}: expected on or off"))),
                     };
+                    if k == "prefix_cache" {
+                        prefix_cache = on;
+                    } else {
+                        tool_calls = on;
+                    }
                 }
                 _ => {
                     return Err(bad(format!(
-                        "unknown setting {k:?} (ttft, itl, output_tokens, prefill_per_1k, prefix_cache)"
+                        "unknown setting {k:?} (ttft, itl, output_tokens, prefill_per_1k, prefix_cache, tool_calls)"
                     )));
                 }
             }
@@ -110,6 +124,7 @@ impl std::str::FromStr for Profile {
             output_tokens,
             prefill_per_1k,
             prefix_cache,
+            tool_calls,
         })
     }
 }
@@ -142,7 +157,8 @@ fn push_padded(out: &mut Vec<u8>, text: &[u8]) {
     }
 }
 
-/// A message content's text: a string, or the `text` of each part of an array of parts.
+/// A message content's text: a string, or the `text` of each part of an array of parts (an
+/// Anthropic `tool_use` part: its name and `input`'s JSON; a `tool_result` part: its content's).
 fn content_text(v: &Value, out: &mut Vec<u8>) {
     match v {
         Value::String(s) => out.extend_from_slice(s.as_bytes()),
@@ -150,11 +166,26 @@ fn content_text(v: &Value, out: &mut Vec<u8>) {
             for p in parts {
                 match p {
                     Value::String(s) => out.extend_from_slice(s.as_bytes()),
-                    _ => {
-                        if let Some(t) = p.get("text").and_then(Value::as_str) {
-                            out.extend_from_slice(t.as_bytes());
+                    _ => match p.get("type").and_then(Value::as_str) {
+                        Some("tool_use") => {
+                            if let Some(n) = p.get("name").and_then(Value::as_str) {
+                                out.extend_from_slice(n.as_bytes());
+                            }
+                            if let Some(i) = p.get("input") {
+                                out.extend_from_slice(i.to_string().as_bytes());
+                            }
                         }
-                    }
+                        Some("tool_result") => {
+                            if let Some(c) = p.get("content") {
+                                content_text(c, out);
+                            }
+                        }
+                        _ => {
+                            if let Some(t) = p.get("text").and_then(Value::as_str) {
+                                out.extend_from_slice(t.as_bytes());
+                            }
+                        }
+                    },
                 }
             }
         }
@@ -162,17 +193,35 @@ fn content_text(v: &Value, out: &mut Vec<u8>) {
     }
 }
 
+/// An assistant's chat `tool_calls`: each call's function name and arguments.
+fn calls_text(v: Option<&Value>, out: &mut Vec<u8>) {
+    let Some(Value::Array(calls)) = v else { return };
+    for c in calls {
+        let f = c.get("function").unwrap_or(&Value::Null);
+        for k in ["name", "arguments"] {
+            if let Some(s) = f.get(k).and_then(Value::as_str) {
+                out.extend_from_slice(s.as_bytes());
+            }
+        }
+    }
+}
+
 /// Appends one chat message: a 16-byte role header (the role, cut to 15 bytes, space-padded,
 /// and a newline), then its content padded to whole tokens.
 fn push_message(out: &mut Vec<u8>, role: &str, content: &Value) {
+    let mut text = Vec::new();
+    content_text(content, &mut text);
+    push_text(out, role, &text);
+}
+
+/// Appends one message of `role` and `text` (see [`push_message`]).
+fn push_text(out: &mut Vec<u8>, role: &str, text: &[u8]) {
     let role = role.as_bytes();
     let r = &role[..role.len().min(15)];
     out.extend_from_slice(r);
     out.resize(out.len() + 15 - r.len(), b' ');
     out.push(b'\n');
-    let mut text = Vec::new();
-    content_text(content, &mut text);
-    push_padded(out, &text);
+    push_padded(out, text);
 }
 
 fn push_messages(out: &mut Vec<u8>, messages: &Value) {
@@ -183,15 +232,69 @@ fn push_messages(out: &mut Vec<u8>, messages: &Value) {
         return;
     };
     for m in list {
-        let role = m.get("role").and_then(Value::as_str).unwrap_or("user");
-        push_message(out, role, m.get("content").unwrap_or(&Value::Null));
+        let mut text = Vec::new();
+        let text_of = |k: &str| {
+            m.get(k)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .as_bytes()
+        };
+        let role = match m.get("type").and_then(Value::as_str) {
+            // The Responses API's tool call and result items.
+            Some("function_call") => {
+                text.extend_from_slice(text_of("name"));
+                text.extend_from_slice(text_of("arguments"));
+                "assistant"
+            }
+            Some("function_call_output") => {
+                text.extend_from_slice(text_of("output"));
+                "tool"
+            }
+            _ => {
+                content_text(m.get("content").unwrap_or(&Value::Null), &mut text);
+                calls_text(m.get("tool_calls"), &mut text);
+                m.get("role").and_then(Value::as_str).unwrap_or("user")
+            }
+        };
+        push_text(out, role, &text);
     }
 }
 
+/// The tool definitions a request offers, each a message of its JSON text.
+fn push_tools(out: &mut Vec<u8>, body: &Value) {
+    if let Some(Value::Array(tools)) = body.get("tools") {
+        for t in tools {
+            push_text(out, "tools", t.to_string().as_bytes());
+        }
+    }
+}
+
+/// The tool a request's answer calls, with `tool_calls=on`: its first tool's name, when it
+/// offers tools and its `tool_choice` is not `none` (OpenAI's string, Anthropic's `{type:
+/// none}`).
+pub fn wants_tool_call(body: &Value) -> Option<String> {
+    let first = body.get("tools")?.as_array()?.first()?;
+    let choice = body.get("tool_choice");
+    let none = choice.and_then(Value::as_str) == Some("none")
+        || choice.and_then(|c| c.get("type")).and_then(Value::as_str) == Some("none");
+    if none {
+        return None;
+    }
+    let name = first
+        .get("function")
+        .and_then(|f| f.get("name"))
+        .or_else(|| first.get("name"))
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .unwrap_or("tool");
+    Some(name.to_owned())
+}
+
 /// The request's input as the simulator tokenizes it (a multiple of [`BYTES_PER_TOKEN`] bytes):
-/// Anthropic's `system` and the Responses API's `instructions` as a first `system` message, then
-/// `messages` (chat, Anthropic) or `input` (Responses: a string is one user message); a
-/// completions `prompt` (a string or a list of strings) as its bytes, without a template.
+/// Anthropic's `system` and the Responses API's `instructions` as a first `system` message, the
+/// `tools` definitions, then `messages` (chat, Anthropic) or `input` (Responses: a string is one
+/// user message); a completions `prompt` (a string or a list of strings) as its bytes, without a
+/// template.
 pub fn input_bytes(body: &Value) -> Vec<u8> {
     let mut out = Vec::new();
     for k in ["system", "instructions"] {
@@ -199,6 +302,7 @@ pub fn input_bytes(body: &Value) -> Vec<u8> {
             push_message(&mut out, "system", v);
         }
     }
+    push_tools(&mut out, body);
     for k in ["messages", "input"] {
         if let Some(v) = body.get(k) {
             push_messages(&mut out, v);
@@ -323,6 +427,8 @@ pub(crate) struct Served {
     pub timing: Timing,
     prefill_per_1k: Duration,
     cache: Option<Mutex<PrefixCache>>,
+    /// A request offering tools is answered with a tool call.
+    pub tool_calls: bool,
 }
 
 impl Served {
@@ -338,6 +444,7 @@ impl Served {
             timing,
             prefill_per_1k,
             cache: prefix_cache.then(|| Mutex::new(PrefixCache::new(CACHE_BLOCKS))),
+            tool_calls: false,
         }
     }
 
@@ -355,6 +462,13 @@ impl Served {
             p.prefill_per_1k,
             p.prefix_cache,
         )
+        .with_tool_calls(p.tool_calls)
+    }
+
+    /// This profile answering requests that offer tools with a tool call (`on`).
+    pub(crate) fn with_tool_calls(mut self, on: bool) -> Self {
+        self.tool_calls = on;
+        self
     }
 
     /// Admits a request's rendered input (see [`PrefixCache::admit`]).
@@ -400,6 +514,7 @@ mod tests {
                 output_tokens: None,
                 prefill_per_1k: Duration::ZERO,
                 prefix_cache: false,
+                tool_calls: false,
             }
         );
         let p: Profile =
@@ -418,7 +533,15 @@ mod tests {
             (ms(1000), ms(20), Some(7), ms(12), true)
         );
         let p: Profile = "m:ttft=0ms,itl=0ms,prefix_cache=off".parse().unwrap();
-        assert!(!p.prefix_cache);
+        assert!(!p.prefix_cache && !p.tool_calls);
+        let p: Profile = "m:ttft=0ms,itl=0ms,tool_calls=on".parse().unwrap();
+        assert!(p.tool_calls);
+        assert!(
+            "m:ttft=0ms,itl=0ms,tool_calls=maybe"
+                .parse::<Profile>()
+                .unwrap_err()
+                .contains("tool_calls=\"maybe\": expected on or off")
+        );
     }
 
     #[test]
@@ -515,6 +638,75 @@ mod tests {
             input_bytes(&json!({"messages": [{"role": "a-very-long-role-name", "content": ""}]}));
         assert_eq!(long.len(), 16);
         assert_eq!(&long[..16], b"a-very-long-rol\n");
+    }
+
+    /// Tools count: each definition as a message of its JSON, an assistant's calls by their
+    /// name and arguments, a result as a message; in each API's shapes.
+    #[test]
+    fn token_rule_with_tools() {
+        let def = json!({"type": "function", "function": {"name": "t"}});
+        let def_tokens = 4 + def.to_string().len().div_ceil(4);
+        let chat = json!({
+            "tools": [def, def],
+            "messages": [
+                {"role": "user", "content": "abcd"},
+                {"role": "assistant", "content": null,
+                 "tool_calls": [{"id": "c", "type": "function", "function": {"name": "ab", "arguments": "cdefgh"}}]},
+                {"role": "tool", "tool_call_id": "c", "content": "abcdefgh"}
+            ]
+        });
+        // Two definitions, the user message (5), the call "abcdefgh" (6), the result (6).
+        assert_eq!(
+            token_count(&input_bytes(&chat)) as usize,
+            2 * def_tokens + 5 + 6 + 6
+        );
+        let anthropic = json!({
+            "system": "abcd",
+            "messages": [
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "c", "name": "ab", "input": {}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c", "content": "abcdefgh"}]}
+            ]
+        });
+        // System (5), "ab{}" (5), the result (6).
+        assert_eq!(token_count(&input_bytes(&anthropic)), 5 + 5 + 6);
+        let responses = json!({
+            "input": [
+                {"role": "user", "content": "abcd"},
+                {"type": "function_call", "call_id": "c", "name": "ab", "arguments": "cdefgh"},
+                {"type": "function_call_output", "call_id": "c", "output": "abcdefgh"}
+            ]
+        });
+        assert_eq!(token_count(&input_bytes(&responses)), 5 + 6 + 6);
+        // The same definitions are the same bytes: a shared prefix.
+        let a = input_bytes(&chat);
+        let mut other = chat.clone();
+        other["messages"][0]["content"] = json!("wxyz");
+        let b = input_bytes(&other);
+        assert_eq!(a[..2 * def_tokens * 4], b[..2 * def_tokens * 4]);
+    }
+
+    #[test]
+    fn a_tool_call_answers_requests_that_offer_tools() {
+        let chat = json!({"tools": [{"type": "function", "function": {"name": "lookup"}}]});
+        assert_eq!(wants_tool_call(&chat).as_deref(), Some("lookup"));
+        let anthropic = json!({"tools": [{"name": "fetch"}], "tool_choice": {"type": "any"}});
+        assert_eq!(wants_tool_call(&anthropic).as_deref(), Some("fetch"));
+        let responses =
+            json!({"tools": [{"type": "function", "name": "get"}], "tool_choice": "required"});
+        assert_eq!(wants_tool_call(&responses).as_deref(), Some("get"));
+        for none in [
+            json!({"tools": [{"name": "x"}], "tool_choice": "none"}),
+            json!({"tools": [{"name": "x"}], "tool_choice": {"type": "none"}}),
+            json!({"tools": []}),
+            json!({"messages": []}),
+        ] {
+            assert_eq!(wants_tool_call(&none), None, "{none}");
+        }
+        assert_eq!(
+            wants_tool_call(&json!({"tools": [{}]})).as_deref(),
+            Some("tool"),
+            "a tool without a name"
+        );
     }
 
     #[test]

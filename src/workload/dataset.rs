@@ -109,6 +109,7 @@ fn sharegpt(text: &str) -> Result<Vec<Vec<Message>>, String> {
                     Ok(Message {
                         role: role.into(),
                         content: t.value,
+                        ..Default::default()
                     })
                 })
                 .collect::<Result<Vec<_>, _>>()?;

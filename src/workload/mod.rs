@@ -10,6 +10,9 @@
 //! - `conversation`: several turns, each resending the history with the previous answer.
 //! - `trace`: the requests of a recorded trace, each with its lengths and shared prefixes
 //!   ([`trace`]); `bench` sends each at its instant.
+//! - `session`: agent sessions ([`session`]): a system prompt and tool definitions, turns that
+//!   call tools and append their results, a context budget, sub-agents; or a recorded trace's
+//!   sessions, turn by turn.
 //!
 //! Input lengths are what the server counts (`usage.prompt_tokens`, chat template included): the
 //! [`TokenModel`] of a (target, model), learned by calibration or counted locally, turns a token
@@ -18,26 +21,28 @@
 pub mod dataset;
 mod filler;
 mod length;
+pub mod session;
 pub mod trace;
 
 pub use dataset::DatasetFormat;
 pub(crate) use filler::words;
 pub use filler::{CALIBRATION_WORDS, TokenModel, WORDS, input_length_off};
 pub use length::{Length, MAX_TOKENS};
+pub use session::{SessionRef, Sessions};
 pub use trace::{Trace, TraceFormat};
 
 /// Filler words of a connectivity check's request (and its output cap, when the prompt sets
 /// none), for a generated workload.
 pub const CHECK_WORDS: usize = 16;
 
-use crate::protocol::Message;
+use crate::protocol::{Message, ToolChoice, ToolDef};
 use crate::rng::Rng;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// What one probe sends, drawn from a workload.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RequestContent {
     /// The conversation sent.
     pub messages: Vec<Message>,
@@ -51,6 +56,12 @@ pub struct RequestContent {
     pub turn: Option<u32>,
     /// The `x-request-id` sent with it (`bench`), if any.
     pub request_id: Option<String>,
+    /// The tools offered (a session's turns: the same definitions in every turn).
+    pub tools: Option<Arc<[ToolDef]>>,
+    /// What is asked of the tools (sent only with tools).
+    pub tool_choice: Option<ToolChoice>,
+    /// The session a turn belongs to (`None` outside sessions).
+    pub session: Option<SessionRef>,
 }
 
 /// A `synthetic` prompt.
@@ -121,10 +132,13 @@ pub enum Workload {
     Conversation(Conversation),
     /// A recorded trace's requests.
     Trace(Trace),
+    /// Agent sessions, generated or recorded.
+    Session(Sessions),
 }
 
 impl Workload {
-    /// The config's name of the kind: `messages`, `synthetic`, `dataset`, `conversation`.
+    /// The config's name of the kind: `messages`, `synthetic`, `dataset`, `conversation`,
+    /// `trace`, `session`.
     pub fn kind(&self) -> &'static str {
         match self {
             Workload::Messages(_) => "messages",
@@ -132,6 +146,7 @@ impl Workload {
             Workload::Dataset(_) => "dataset",
             Workload::Conversation(_) => "conversation",
             Workload::Trace(_) => "trace",
+            Workload::Session(_) => "session",
         }
     }
 
@@ -146,6 +161,7 @@ impl Workload {
             Workload::Dataset(d) => d.seed = Some(d.seed.unwrap_or(fresh)),
             Workload::Conversation(c) => c.seed = Some(c.seed.unwrap_or(fresh)),
             Workload::Trace(t) => t.seed = Some(t.seed.unwrap_or(fresh)),
+            Workload::Session(s) => s.set_seed(fresh),
         }
         w
     }
@@ -155,7 +171,10 @@ impl Workload {
     pub fn needs_token_model(&self) -> bool {
         matches!(
             self,
-            Workload::Synthetic(_) | Workload::Conversation(_) | Workload::Trace(_)
+            Workload::Synthetic(_)
+                | Workload::Conversation(_)
+                | Workload::Trace(_)
+                | Workload::Session(_)
         )
     }
 
@@ -175,11 +194,13 @@ impl Workload {
             requested_output_tokens: None,
             turn: None,
             request_id: None,
+            ..Default::default()
         }
     }
 
-    /// The content of request number `seq` (for a conversation: the first turn of conversation
-    /// `seq`; use [`Turns`] for the others). An unread dataset gives no messages.
+    /// The content of request number `seq` (for a conversation or a session: the first turn of
+    /// conversation or session `seq`; use [`Turns`] or [`session::Branch`] for the others). An
+    /// unread dataset or session trace gives no messages.
     pub fn draw(&self, seq: u64, tokens: &TokenModel) -> RequestContent {
         match self {
             Workload::Messages(messages) => RequestContent {
@@ -189,20 +210,22 @@ impl Workload {
                 requested_output_tokens: None,
                 turn: None,
                 request_id: None,
+                ..Default::default()
             },
             Workload::Synthetic(s) => s.draw(seq, tokens),
             Workload::Dataset(d) => d.draw(seq),
             Workload::Conversation(c) => Turns::new(c.clone(), seq, *tokens).next_turn(None),
             Workload::Trace(t) => t.draw(seq, tokens),
+            Workload::Session(s) => match s.start(seq, *tokens).next(None) {
+                session::Step::Send(turn) => turn.content,
+                _ => RequestContent::default(),
+            },
         }
     }
 }
 
 fn user(content: String) -> Message {
-    Message {
-        role: "user".into(),
-        content,
-    }
+    Message::new("user", content)
 }
 
 impl Synthetic {
@@ -229,6 +252,7 @@ impl Synthetic {
             requested_output_tokens: Some(output),
             turn: None,
             request_id: None,
+            ..Default::default()
         }
     }
 }
@@ -253,6 +277,7 @@ impl Dataset {
             requested_output_tokens: None,
             turn: None,
             request_id: None,
+            ..Default::default()
         }
     }
 }
@@ -306,6 +331,7 @@ impl Turns {
                 self.history.push(Message {
                     role: "assistant".into(),
                     content: a.to_owned(),
+                    ..Default::default()
                 });
             }
             _ => {
@@ -335,6 +361,7 @@ impl Turns {
             requested_output_tokens: Some(output),
             turn: Some(self.turn),
             request_id: None,
+            ..Default::default()
         }
     }
 

@@ -518,6 +518,7 @@ impl Trace {
                 requested_output_tokens: None,
                 turn: None,
                 request_id: None,
+                ..Default::default()
             };
         };
         let seed = self.seed.unwrap_or(0);
@@ -528,6 +529,7 @@ impl Trace {
             requested_output_tokens: Some(r.output_tokens),
             turn: None,
             request_id: None,
+            ..Default::default()
         }
     }
 }

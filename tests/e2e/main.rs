@@ -20,6 +20,7 @@ mod requests;
 mod secrets;
 mod serve_lifecycle;
 mod server_metrics;
+mod sessions;
 mod simulate;
 mod simulate_models;
 mod web_hardening;

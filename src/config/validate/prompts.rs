@@ -1,5 +1,6 @@
 //! The prompt section's rules: a prompt's name and messages, its workload (synthetic lengths and
-//! their distributions, a dataset file, a conversation, a trace) and every length.
+//! their distributions, a dataset file, a conversation, a trace; a session's are
+//! `validate::session`'s) and every length.
 
 use super::{FileKind, MAX_TIMEOUT, MAX_TURNS, NAME_RULE, Validator, valid_name};
 use crate::config::raw::{
@@ -64,6 +65,7 @@ impl Validator {
             p.dataset.as_ref().map(|_| "dataset"),
             p.conversation.as_ref().map(|_| "conversation"),
             p.trace.as_ref().map(|_| "trace"),
+            p.session.as_ref().map(|_| "session"),
         ]
         .into_iter()
         .flatten()
@@ -74,7 +76,7 @@ impl Validator {
                 self.push(
                     format!("{path}.messages"),
                     &p.name,
-                    "a prompt needs messages, synthetic, dataset, conversation or trace",
+                    "a prompt needs messages, synthetic, dataset, conversation, trace or session",
                 );
                 return fallback;
             }
@@ -83,17 +85,20 @@ impl Validator {
                 self.push(
                     format!("{path}.{second}"),
                     &p.name,
-                    format!("a prompt is one of messages, synthetic, dataset, conversation, trace; this one sets {}", kinds.join(" and ")),
+                    format!("a prompt is one of messages, synthetic, dataset, conversation, trace, session; this one sets {}", kinds.join(" and ")),
                 );
                 return fallback;
             }
         }
-        let drawn_cap = p.synthetic.is_some() || p.conversation.is_some() || p.trace.is_some();
+        let drawn_cap = p.synthetic.is_some()
+            || p.conversation.is_some()
+            || p.trace.is_some()
+            || p.session.is_some();
         if drawn_cap && p.max_tokens.is_some() {
             self.push(
                 format!("{path}.max_tokens"),
                 &p.name,
-                "output_tokens is the output cap of a synthetic or conversation prompt (a trace's is each request's output length)",
+                "output_tokens is the output cap of a synthetic or conversation prompt (a trace's is each request's output length; a session's, call_tokens and answer_tokens)",
             );
         }
         if drawn_cap && p.nonce {
@@ -114,6 +119,9 @@ impl Validator {
         }
         if let Some(t) = &p.trace {
             return self.trace(&format!("{path}.trace"), t);
+        }
+        if let Some(s) = &p.session {
+            return self.session(&format!("{path}.session"), s);
         }
         fallback
     }

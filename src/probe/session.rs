@@ -1,0 +1,320 @@
+//! Sending agent sessions (`session:` prompts) through the probe path: each turn is one probe,
+//! sent after its wait; a fork's sub-agents run in parallel, each on a prober of its own, and
+//! are joined before the parent's next turn (the pure state is [`crate::workload::session`]'s).
+//!
+//! [`run`] runs one whole session, so a driver can run N sessions concurrently (closed loop)
+//! or start one at each arrival (open loop). [`Sequence`] sends a session's turns one request
+//! at a time, as a worker of [`super::Session`] sends a conversation's (its sub-agents one after
+//! another).
+
+use super::{ProbeSpec, Prober};
+use crate::measure::ProbeResult;
+use crate::transport::TransportError;
+use crate::workload::session::{Answer, Branch, End, Sessions, Step, Turn};
+use crate::workload::{RequestContent, SessionRef, Workload};
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// How a turn's answer reads to its session.
+pub fn answer_of(r: &ProbeResult) -> Answer<'_> {
+    Answer {
+        ok: r.success(),
+        text: &r.text,
+        tool_calls: &r.tool_calls,
+        input_tokens: r.input_tokens,
+        output_tokens: r.output_tokens,
+    }
+}
+
+/// One turn's probe.
+#[derive(Debug, Clone)]
+pub struct TurnRecord {
+    /// Its session and branch.
+    pub session: SessionRef,
+    /// Its turn in its branch, from 1.
+    pub turn: u32,
+    /// When it was sent, s after the session's start.
+    pub sent_s: f64,
+    /// When its probe returned, s after the session's start.
+    pub end_s: f64,
+    /// Its result.
+    pub result: ProbeResult,
+}
+
+/// How a session went: every turn of it and of its sub-agents, in the order they ended.
+#[derive(Debug, Clone)]
+pub struct SessionRun {
+    /// The session's number.
+    pub id: u64,
+    /// Its turns (its sub-agents' too).
+    pub turns: Vec<TurnRecord>,
+    /// How the session itself ended (`None`: the run stopped it first).
+    pub end: Option<End>,
+    /// From its start to its last turn's end, s.
+    pub duration_s: f64,
+    /// Times its context (or a sub-agent's) was compacted.
+    pub compactions: u32,
+}
+
+/// Waits for a turn's send instant: `wait` after now, or `at` after the session's start; false
+/// when `stop` came first.
+async fn wait_for(turn: &Turn, start: Instant, stop: &CancellationToken) -> bool {
+    let until = match turn.at {
+        Some(at) => start.checked_add(at),
+        None => Instant::now().checked_add(turn.wait),
+    };
+    let Some(until) = until else {
+        return false;
+    };
+    if until <= Instant::now() {
+        return !stop.is_cancelled();
+    }
+    tokio::select! {
+        () = tokio::time::sleep_until(until.into()) => true,
+        () = stop.cancelled() => false,
+    }
+}
+
+/// Runs a branch that does not fork (a sub-agent) to its end on `prober` (`None`: `stop` came
+/// first).
+async fn leaf(
+    spec: &ProbeSpec,
+    prober: &mut Prober,
+    mut branch: Branch,
+    start: Instant,
+    stop: &CancellationToken,
+) -> (Option<End>, Vec<TurnRecord>, u32) {
+    let mut out: Vec<TurnRecord> = Vec::new();
+    loop {
+        let step = branch.next(out.last().map(|t| answer_of(&t.result)).as_ref());
+        match step {
+            Step::Send(turn) => {
+                if !wait_for(&turn, start, stop).await {
+                    return (None, out, branch.compactions());
+                }
+                match send(spec, prober, &turn.content, start, stop).await {
+                    Some(rec) => out.push(rec),
+                    None => return (None, out, branch.compactions()),
+                }
+            }
+            // Sub-agents do not fork.
+            Step::Fork(_) => return (Some(End::Failed), out, branch.compactions()),
+            Step::Done(end) => return (Some(end), out, branch.compactions()),
+        }
+    }
+}
+
+/// One probe of a turn; `None` when `stop` cut it.
+async fn send(
+    spec: &ProbeSpec,
+    prober: &mut Prober,
+    content: &RequestContent,
+    start: Instant,
+    stop: &CancellationToken,
+) -> Option<TurnRecord> {
+    let sent = Instant::now();
+    let result = tokio::select! {
+        r = prober.run_content(spec, content) => r,
+        () = stop.cancelled() => return None,
+    };
+    let since = |t: Instant| t.saturating_duration_since(start).as_secs_f64();
+    Some(TurnRecord {
+        session: content.session.unwrap_or_default(),
+        turn: content.turn.unwrap_or(0),
+        sent_s: since(sent),
+        end_s: since(Instant::now()),
+        result,
+    })
+}
+
+/// Runs session number `id` of `spec`'s session prompt to its end: its turns on `probers[0]`,
+/// a fork's sub-agents each on a prober of its own (the pool grows as forks need). `stop` ends
+/// it at once (a turn in flight is not recorded).
+///
+/// # Errors
+/// [`TransportError`] when a prober for a sub-agent cannot be built; a prompt that is not a
+/// session gives an empty run.
+pub async fn run(
+    spec: &ProbeSpec,
+    probers: &mut Vec<Prober>,
+    id: u64,
+    stop: &CancellationToken,
+) -> Result<SessionRun, TransportError> {
+    let start = Instant::now();
+    let mut run = SessionRun {
+        id,
+        turns: Vec::new(),
+        end: None,
+        duration_s: 0.0,
+        compactions: 0,
+    };
+    let Workload::Session(sessions) = &spec.workload else {
+        return Ok(run);
+    };
+    if probers.is_empty() {
+        probers.push(Prober::new(spec)?);
+    }
+    let mut branch = sessions.start(id, spec.tokens);
+    let mut step = branch.next(None);
+    loop {
+        match step {
+            Step::Send(turn) => {
+                if !wait_for(&turn, start, stop).await {
+                    break;
+                }
+                let Some(rec) = send(spec, &mut probers[0], &turn.content, start, stop).await
+                else {
+                    break;
+                };
+                step = branch.next(Some(&answer_of(&rec.result)));
+                run.turns.push(rec);
+            }
+            Step::Fork(children) => {
+                while probers.len() <= children.len() {
+                    probers.push(Prober::new(spec)?);
+                }
+                let (_, rest) = probers.split_at_mut(1);
+                let ends = futures_util::future::join_all(
+                    children
+                        .into_iter()
+                        .zip(rest.iter_mut())
+                        .map(|(child, p)| leaf(spec, p, child, start, stop)),
+                )
+                .await;
+                let mut stopped = false;
+                for (end, mut turns, compactions) in ends {
+                    run.turns.append(&mut turns);
+                    run.compactions += compactions;
+                    stopped |= end.is_none();
+                }
+                if stopped {
+                    break;
+                }
+                step = branch.joined();
+            }
+            Step::Done(end) => {
+                run.end = Some(end);
+                break;
+            }
+        }
+    }
+    run.compactions += branch.compactions();
+    run.duration_s = run.turns.iter().map(|t| t.end_s).fold(0.0, f64::max);
+    Ok(run)
+}
+
+/// A session's turns one request at a time (a closed-loop worker's, a `serve` job's): the
+/// session's own, and at a fork each sub-agent's to its end in turn, then the session's again.
+/// After a session ends, the next request starts another.
+#[derive(Debug)]
+pub struct Sequence {
+    sessions: Sessions,
+    /// The session, then the sub-agent running (last).
+    stack: Vec<Branch>,
+    /// Sub-agents of the fork that have not run yet.
+    waiting: VecDeque<Branch>,
+    /// The next turn, once the last answer said what it is.
+    pending: Option<Box<Turn>>,
+    /// When the session started (a recorded turn's `at` counts from it).
+    start: Instant,
+}
+
+impl Sequence {
+    /// The sequence of `sessions` (no session started yet).
+    pub fn new(sessions: Sessions) -> Self {
+        Sequence {
+            sessions,
+            stack: Vec::new(),
+            waiting: VecDeque::new(),
+            pending: None,
+            start: Instant::now(),
+        }
+    }
+
+    /// True when no session is running: the next request starts one.
+    pub fn at_start(&self) -> bool {
+        self.stack.is_empty()
+    }
+
+    /// Follows `step` to the next turn to send (kept as pending), through forks (their
+    /// sub-agents pushed in turn) and ends (a sub-agent's resumes its parent once its siblings
+    /// are done; a failure, or the session's own end, ends the session).
+    fn advance(&mut self, mut step: Step) {
+        loop {
+            match step {
+                Step::Send(turn) => {
+                    self.pending = Some(turn);
+                    return;
+                }
+                Step::Fork(children) => {
+                    self.waiting = children.into();
+                    let Some(mut c) = self.waiting.pop_front() else {
+                        step = self
+                            .stack
+                            .last_mut()
+                            .map_or(Step::Done(End::Failed), Branch::joined);
+                        continue;
+                    };
+                    step = c.next(None);
+                    self.stack.push(c);
+                }
+                Step::Done(end) => {
+                    self.stack.pop();
+                    if self.stack.is_empty() || end == End::Failed {
+                        // The session is over (a failed sub-agent fails it).
+                        self.stack.clear();
+                        self.waiting.clear();
+                        return;
+                    }
+                    step = match self.waiting.pop_front() {
+                        Some(mut c) => {
+                            let s = c.next(None);
+                            self.stack.push(c);
+                            s
+                        }
+                        None => self
+                            .stack
+                            .last_mut()
+                            .map_or(Step::Done(End::Failed), Branch::joined),
+                    };
+                }
+            }
+        }
+    }
+
+    /// Records a turn's result: its branch continues from it (or ends).
+    pub fn answered(&mut self, r: &ProbeResult) {
+        if let Some(top) = self.stack.last_mut() {
+            let step = top.next(Some(&answer_of(r)));
+            self.advance(step);
+        }
+    }
+
+    /// The next request and how long to wait before it; a session starts (numbered by
+    /// `new_id`) when none is running. An empty request when a session sends nothing (an
+    /// unread trace).
+    pub fn next(
+        &mut self,
+        spec: &ProbeSpec,
+        new_id: impl FnOnce() -> u64,
+    ) -> (RequestContent, Duration) {
+        if self.pending.is_none() && self.stack.is_empty() {
+            self.start = Instant::now();
+            let mut b = self.sessions.start(new_id(), spec.tokens);
+            let step = b.next(None);
+            self.stack.push(b);
+            self.advance(step);
+        }
+        match self.pending.take() {
+            Some(turn) => {
+                let wait = match turn.at {
+                    Some(at) => at.saturating_sub(self.start.elapsed()),
+                    None => turn.wait,
+                };
+                (turn.content, wait)
+            }
+            None => (RequestContent::default(), Duration::ZERO),
+        }
+    }
+}
