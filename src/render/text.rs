@@ -1244,13 +1244,13 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
         ]
         .map(str::to_owned),
     );
+    header.extend(super::served::csv_header(r));
     let cross_check = super::crosscheck::any(r);
     if cross_check {
         header.extend(super::crosscheck::CSV_HEADER.map(str::to_owned));
     }
     let server_cols = super::server_view::csv_header(r);
     header.extend(server_cols.iter().cloned());
-    header.extend(super::served::csv_header(r));
     w.write_record(&header)?;
     let num = |v: f64| format!("{v}");
     for m in &r.models {
@@ -1328,11 +1328,11 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
                 l.lengths.output_tokens_mean.map(num).unwrap_or_default(),
                 l.lengths.input_length_off.to_string(),
             ]);
+            row.extend(super::served::csv_cells(r, l));
             if cross_check {
                 row.extend(super::crosscheck::csv_cells(l.cross_check.as_ref()));
             }
             row.extend(super::server_view::csv_cells(&server_cols, l));
-            row.extend(super::served::csv_cells(r, l));
             w.write_record(&row)?;
         }
     }
