@@ -481,6 +481,9 @@ def panels():
         "s", g(16, y, 8, 8), minimum=0, legend_calcs=("max", "lastNotNull")))
     y += 8
 
+    p += answered_panels(y)
+    y += 17
+
     p.append(row("Phases", y))
     y += 1
     p.append(timeseries(
@@ -516,6 +519,75 @@ def panels():
     y += 17
     p += server_panels(y)
     return p
+
+
+def answered_panels(y):
+    """The "What answered" row (docs/measurement.md, "What answered"): the served model and
+    fingerprint per job (a change is a line ending and another starting), what changed and the
+    drifts of deterministic answers, another model's answers, the usage audit, the canaries."""
+    out = [row("What answered", y)]
+    y += 1
+    out.append(timeseries(
+        "Served model and fingerprint",
+        "What answered each job (tokenprobe_served_model_info: the served model and "
+        "system_fingerprint its last answer named, each label a job's first 8 values, then other). "
+        "A substitution or a new build ends one line and starts another.",
+        [target(f"max by (target, model, served_model, system_fingerprint) "
+                f"(tokenprobe_served_model_info{{{SEL}}})",
+                "{{model}} @ {{target}}: {{served_model}} {{system_fingerprint}}", "")],
+        "short", g(0, y, 8, 8), minimum=0, maximum=1, interpolation="stepAfter",
+        legend_calcs=("lastNotNull",)))
+    out.append(timeseries(
+        "Changes and drifts",
+        "Changes of the served model or fingerprint between a job's probes "
+        "(tokenprobe_served_changes_total), and answers of drift: true prompts that changed, by the "
+        "fingerprint before and after (tokenprobe_answer_drift_total; the same fingerprint on both "
+        "sides is a change the fingerprint does not explain).",
+        [
+            target(f"sum by (target, model, field) (increase(tokenprobe_served_changes_total"
+                   f"{{{SEL}}}[{RI}]))", "{{model}} @ {{target}} {{field}} changed", ""),
+            target(f"sum by (target, model, from_fingerprint, to_fingerprint) "
+                   f"(increase(tokenprobe_answer_drift_total{{{SEL}}}[{RI}]))",
+                   "{{model}} @ {{target}} drift {{from_fingerprint}} → {{to_fingerprint}}", ""),
+        ],
+        "short", g(8, y, 8, 8), draw="bars", minimum=0, legend_calcs=("sum", "max")))
+    out.append(timeseries(
+        "Answered by another model",
+        "Probes whose answer named another model than the one asked for, after the vendors' "
+        "aliasing and the target's model_aliases (tokenprobe_model_mismatch_total), by the model "
+        "that answered.",
+        [target(f"sum by (target, model, served_model) (rate(tokenprobe_model_mismatch_total"
+                f"{{{SEL}}}[{RI}]))", "{{model}} @ {{target}} answered by {{served_model}}", "")],
+        "reqps", g(16, y, 8, 8), draw="bars", minimum=0, legend_calcs=("sum", "max")))
+    y += 8
+    out.append(timeseries(
+        "Usage: stated / streamed",
+        "The last audited ratio of the tokens an answer's usage stated to those it streamed "
+        "(count=output) or to the prompt's known length (count=input); 1 is honest, above 1 bills "
+        "tokens that were not sent.",
+        [target(f"max by (target, model, count) (tokenprobe_usage_ratio{{{SEL}}})",
+                "{{model}} @ {{target}} {{count}}", "")],
+        "short", g(0, y, 8, 8), minimum=0, legend_calcs=("lastNotNull", "max")))
+    out.append(timeseries(
+        "Usage mismatches",
+        "The share of audited probes whose usage was off what they streamed beyond the target's "
+        "tolerance (usage_mismatch); probes not audited (no usage, nothing to count with) are "
+        "left out.",
+        [target(f"sum by (target, model) (rate(tokenprobe_usage_audits_total{{{SEL}, "
+                f"result=\"mismatch\"}}[{RI}])) / sum by (target, model) "
+                f"(rate(tokenprobe_usage_audits_total{{{SEL}, result=~\"within|mismatch\"}}[{RI}]))",
+                "{{model}} @ {{target}}", "")],
+        "percentunit", g(8, y, 8, 8), minimum=0, maximum=1, legend_calcs=("mean", "max")))
+    out.append(timeseries(
+        "Canary pass rate",
+        "The share of content checks (expect:) passed, per job with one: a known answer that "
+        "stops coming is another model, or another build.",
+        [target(f"sum by (target, model, prompt) (rate(tokenprobe_expect_checks_total{{{SEL}, "
+                f"result=\"passed\"}}[{RI}])) / sum by (target, model, prompt) "
+                f"(rate(tokenprobe_expect_checks_total{{{SEL}}}[{RI}]))",
+                "{{model}} @ {{target}} {{prompt}}", "")],
+        "percentunit", g(16, y, 8, 8), minimum=0, maximum=1, legend_calcs=("mean", "min")))
+    return out
 
 
 # `tokenprobe bench --remote-write URL`: every level of every run, one sample per series at the

@@ -11,6 +11,8 @@
 //! caller saw around the probe) comes in as one [`RequestFacts`] at [`Measurement::finish_with`],
 //! so a result is whole where it is made and nothing completes it afterwards.
 
+pub mod answered;
+
 use crate::outcome::{ErrorType, Flag, classify_error_object};
 use crate::protocol::{EventMeaning, ServerTimings, ToolCall};
 use serde::Serialize;
@@ -101,6 +103,14 @@ pub struct RequestFacts {
     pub overlapped: bool,
     /// The target had had no probe for its `cold_after` before this one (`cold_start`).
     pub cold: bool,
+    /// The model asked for and how the answer is held to it: another model answering is
+    /// flagged `model_mismatch` (or fails, with `model_mismatch: fail`).
+    pub model: Option<answered::ModelCheck>,
+    /// What the usage audit of a successful answer needs (`None`: `usage_audit: {count: off}`).
+    pub audit: Option<answered::AuditFacts>,
+    /// A deterministic prompt's earlier answers (`drift: true`): a successful answer is hashed
+    /// and compared with them (`answer_drift`).
+    pub drift: Option<answered::AnswerHistory>,
 }
 
 /// A failure candidate: its type, instant and a human detail.
@@ -209,6 +219,20 @@ pub struct ProbeResult {
     pub requested_output_tokens: Option<u64>,
     /// The conversation turn, from 1 (a [`RequestFacts`] fact; `None` outside conversations).
     pub turn: Option<u32>,
+    /// The usage audit of a successful answer (docs/measurement.md, "Usage audit"); absent for
+    /// failures and with `usage_audit: {count: off}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage_audit: Option<answered::UsageAudit>,
+    /// The prompt's content check (`expect:`): passed, failed (`validation_failed`), or absent
+    /// when there is none or the answer failed before it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expect_passed: Option<bool>,
+    /// A deterministic prompt's (`drift: true`) successful answer: the hash of its text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answer_hash: Option<String>,
+    /// That answer changed from the one compared with (`answer_drift`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drift: Option<answered::Drift>,
     /// The answer's tool calls, as streamed (the first [`MAX_TOOL_CALLS`], their arguments
     /// within the answer text's bound): a session appends them to its context.
     #[serde(skip)]
@@ -267,6 +291,12 @@ pub struct Measurement {
     rate_limits: Vec<crate::ratelimit::QuotaState>,
     server_timings: Option<ServerTimings>,
     text: String,
+    /// The text of the other channels (reasoning, tool calls), bounded like `text`.
+    hidden_text: String,
+    /// Some text was not kept (past [`MAX_TEXT`]): the streamed text cannot be counted whole.
+    text_cut: bool,
+    /// The content check's outcome, when one ran.
+    expect: Option<bool>,
     /// Tool calls by their index in the answer, bounded by [`MAX_TOOL_CALLS`].
     tool_calls: Vec<(u64, ToolCall)>,
     /// Bytes of tool-call arguments kept (bounded like the text).
@@ -313,6 +343,9 @@ impl Measurement {
             rate_limits: Vec::new(),
             server_timings: None,
             text: String::new(),
+            hidden_text: String::new(),
+            text_cut: false,
+            expect: None,
             tool_calls: Vec::new(),
             tool_bytes: 0,
             whole: false,
@@ -332,12 +365,15 @@ impl Measurement {
         m.terminal = true;
         m.keepalive = false;
         // One event may carry the whole answer: keep only what a stream would have kept.
-        if m.text.len() > MAX_TEXT {
-            let mut cut = MAX_TEXT;
-            while !m.text.is_char_boundary(cut) {
-                cut -= 1;
+        for text in [&mut m.text, &mut m.hidden_text] {
+            if text.len() > MAX_TEXT {
+                let mut cut = MAX_TEXT;
+                while !text.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                text.truncate(cut);
+                self.text_cut = true;
             }
-            m.text.truncate(cut);
         }
         self.event(t, &m);
     }
@@ -359,10 +395,23 @@ impl Measurement {
         } else {
             Some(self.output_tokens())
         };
-        if let Some(why) = check(&self.text, n) {
+        let failed = check(&self.text, n);
+        self.expect = Some(failed.is_none());
+        if let Some(why) = failed {
             let at = self.terminal_at.or(self.eof_at).unwrap_or(self.t0);
             self.fail(ErrorType::ValidationFailed, at, why);
         }
+    }
+
+    /// The streamed text of every channel (the visible answer, then reasoning and tool calls),
+    /// for a tokenizer to count; `None` when some of it was not kept (past 64 KiB).
+    pub fn streamed_text(&self) -> Option<(&str, &str)> {
+        (!self.text_cut).then_some((self.text.as_str(), self.hidden_text.as_str()))
+    }
+
+    /// True when an answer stated its output tokens in a usage object.
+    pub fn usage_stated(&self) -> bool {
+        self.usage_output.is_some()
     }
 
     /// `t0` of this probe.
@@ -492,8 +541,18 @@ impl Measurement {
                 self.first_output = Some(t);
             }
         }
-        if !m.text.is_empty() && self.text.len() < MAX_TEXT {
-            self.text.push_str(&m.text);
+        for (kept, seen) in [
+            (&mut self.text, &m.text),
+            (&mut self.hidden_text, &m.hidden_text),
+        ] {
+            if seen.is_empty() {
+                continue;
+            }
+            if kept.len() < MAX_TEXT {
+                kept.push_str(seen);
+            } else {
+                self.text_cut = true;
+            }
         }
         for part in &m.tool_calls {
             self.tool_call(part);
@@ -522,6 +581,26 @@ impl Measurement {
             return Flow::Stop;
         }
         Flow::Continue
+    }
+
+    /// Holds the served model to the one asked for (docs/measurement.md, "What answered"):
+    /// another is flagged, and with `model_mismatch: fail` a failure at `at`, after the failures
+    /// of the stream itself, which come first in the order.
+    fn judge_model(&mut self, want: Option<&answered::ModelCheck>, at: Instant) {
+        let (Some(want), Some(served)) = (want, &self.served_model) else {
+            return;
+        };
+        if answered::same_model(&want.requested, served, &want.aliases) {
+            return;
+        }
+        self.flags.insert(Flag::ModelMismatch);
+        if want.fail {
+            let why = format!(
+                "the answer came from model {served:?}, not the {:?} asked for (model_mismatch: fail)",
+                want.requested
+            );
+            self.fail(ErrorType::ModelMismatch, at, why);
+        }
     }
 
     /// Folds a part of a tool call: its id and name the first time they come, its arguments
@@ -637,6 +716,7 @@ impl Measurement {
                 self.fail(ErrorType::EmptyResponse, at, what);
             }
         }
+        self.judge_model(facts.model.as_ref(), end.unwrap_or(self.t0));
         let n_events = self.token_events;
         let (output_tokens, token_source) = match self.usage_output {
             Some(n) => (n, TokenSource::Usage),
@@ -701,6 +781,10 @@ impl Measurement {
             request_id: facts.request_id,
             requested_output_tokens: facts.requested_output_tokens,
             turn: facts.turn,
+            usage_audit: None,
+            expect_passed: self.expect,
+            answer_hash: None,
+            drift: None,
             tool_calls: self.tool_calls.into_iter().map(|(_, c)| c).collect(),
             session: facts.session,
             branch: facts.branch,
@@ -716,6 +800,8 @@ impl Measurement {
         }
         // A wait the head asked for belongs to a failed answer only (ruling 20).
         r.retry_after_s = None;
+        let judged = (facts.audit.as_ref(), facts.drift.as_ref());
+        judge_answer(&mut r, judged, &self.hidden_text);
         if let (Some(want), Some(got)) = (r.requested_input_tokens, r.input_tokens)
             && crate::workload::input_length_off(want, got)
         {
@@ -749,6 +835,46 @@ impl Measurement {
             r.chunk_gaps_dropped = self.gaps_dropped;
         }
         r
+    }
+}
+
+/// Judges a successful answer by what the prober knows (docs/measurement.md, "What answered"):
+/// its usage audited against what it stated and streamed (`usage_mismatch`), and a
+/// deterministic prompt's answer (its visible text and the `hidden` channels) hashed and compared
+/// with the earlier ones (`answer_drift`).
+fn judge_answer(
+    r: &mut ProbeResult,
+    (audit_facts, history): (
+        Option<&answered::AuditFacts>,
+        Option<&answered::AnswerHistory>,
+    ),
+    hidden: &str,
+) {
+    if let Some(a) = audit_facts {
+        let stated = answered::Stated {
+            output: (r.token_source == TokenSource::Usage).then_some(r.output_tokens),
+            input: r.input_tokens,
+            token_events: r.token_events,
+            requested_input: r.requested_input_tokens,
+            stream: r.stream,
+        };
+        let audit = answered::audit(&stated, a);
+        if audit.mismatch() {
+            r.flags.insert(Flag::UsageMismatch);
+        }
+        r.usage_audit = Some(audit);
+    }
+    if let Some(history) = history {
+        let now = answered::KnownAnswer {
+            served_model: r.served_model.clone(),
+            system_fingerprint: r.system_fingerprint.clone(),
+            hash: answered::answer_hash(&r.text, hidden),
+        };
+        r.drift = answered::drift(history, &now);
+        if r.drift.is_some() {
+            r.flags.insert(Flag::AnswerDrift);
+        }
+        r.answer_hash = Some(now.hash);
     }
 }
 
@@ -1401,6 +1527,7 @@ mod tests {
             exporter_fault: false,
             overlapped: true,
             cold: true,
+            ..RequestFacts::default()
         };
         let stream = |input: u64| {
             let mut m = Measurement::new(t0);
@@ -1456,6 +1583,134 @@ mod tests {
         assert_eq!(
             r.flags,
             BTreeSet::from([Flag::ConcurrentProbe, Flag::ColdStart])
+        );
+    }
+
+    /// Issue 43 items 2 to 4: what answered is judged where the result is made: another model
+    /// is flagged (or fails, after the stream's own failures), the usage is audited against the
+    /// events and the prompt's known length, a deterministic answer is hashed and compared.
+    #[test]
+    fn what_answered_is_judged_in_the_fold() {
+        use answered::{AnswerHistory, AuditFacts, KnownAnswer, ModelCheck};
+        let t0 = Instant::now();
+        let stream = |served: &str, usage: u64, proper: bool| {
+            let mut m = Measurement::new(t0);
+            m.headers(at(t0, 0.1), 200);
+            m.event(
+                at(t0, 0.1),
+                &EventMeaning {
+                    served_model: Some(served.into()),
+                    system_fingerprint: Some("fp_b".into()),
+                    ..EventMeaning::default()
+                },
+            );
+            for i in 0..8 {
+                m.event(
+                    at(t0, 0.2 + f64::from(i) * 0.01),
+                    &EventMeaning {
+                        hidden_text: if i == 0 {
+                            "thinking".into()
+                        } else {
+                            String::new()
+                        },
+                        text: if i == 0 { String::new() } else { "w".into() },
+                        output: i > 0,
+                        ..token(true)
+                    },
+                );
+            }
+            m.event(
+                at(t0, 0.3),
+                &EventMeaning {
+                    finish: proper,
+                    terminal: proper,
+                    usage_output: Some(usage),
+                    usage_input: Some(200),
+                    ..EventMeaning::default()
+                },
+            );
+            m.eof(at(t0, 0.31));
+            m.validate(|_, _| None);
+            m
+        };
+        let model = |fail: bool| ModelCheck {
+            requested: "gpt-4o".into(),
+            aliases: Vec::new(),
+            fail,
+        };
+        let facts = |fail: bool| RequestFacts {
+            model: Some(model(fail)),
+            requested_input_tokens: Some(100),
+            audit: Some(AuditFacts {
+                one_per_event: true,
+                input_known: true,
+                ..AuditFacts::default()
+            }),
+            drift: Some(AnswerHistory {
+                last: Some(KnownAnswer {
+                    served_model: Some("gpt-4o-mini".into()),
+                    system_fingerprint: Some("fp_a".into()),
+                    hash: "0".repeat(16),
+                }),
+                by_identity: Vec::new(),
+            }),
+            ..RequestFacts::default()
+        };
+        // The vendor's dated name: no mismatch; the usage twice the events: a usage mismatch
+        // (and the input twice its known length); the answer's hash changed.
+        let r = stream("gpt-4o-2024-08-06", 16, true).finish_with(facts(true));
+        assert!(r.success(), "{r:?}");
+        assert!(!r.flags.contains(&Flag::ModelMismatch));
+        let audit = r.usage_audit.clone().unwrap();
+        let (out, input) = (audit.output.unwrap(), audit.input.unwrap());
+        assert_eq!((out.expected, out.stated, out.ratio), (8, 16, Some(2.0)));
+        assert_eq!((input.expected, input.stated), (100, 200));
+        assert!(r.flags.contains(&Flag::UsageMismatch));
+        assert_eq!(r.expect_passed, Some(true));
+        let hash = r.answer_hash.clone().unwrap();
+        assert_eq!(hash, answered::answer_hash("wwwwwww", "thinking"));
+        let d = r.drift.unwrap();
+        assert_eq!(
+            (
+                d.from.system_fingerprint.as_deref(),
+                d.to.system_fingerprint.as_deref()
+            ),
+            (Some("fp_a"), Some("fp_b"))
+        );
+        assert!(r.flags.contains(&Flag::AnswerDrift));
+        // Another model: flagged, and with `fail` a failure with its own type.
+        let r = stream("gpt-4o-mini", 8, true).finish_with(facts(false));
+        assert!(r.success() && r.flags.contains(&Flag::ModelMismatch));
+        let out = r.usage_audit.unwrap().output.unwrap();
+        assert!(!out.mismatch, "as many tokens stated as streamed");
+        let r = stream("gpt-4o-mini", 8, true).finish_with(facts(true));
+        assert_eq!(r.error_type, Some(ErrorType::ModelMismatch));
+        assert!(r.error_detail.unwrap().contains("\"gpt-4o-mini\""));
+        assert!(r.flags.contains(&Flag::ModelMismatch));
+        assert_eq!(
+            (r.usage_audit, r.answer_hash),
+            (None, None),
+            "a failure is not audited"
+        );
+        // The stream's own failure comes first.
+        let r = stream("gpt-4o-mini", 8, false).finish_with(facts(true));
+        assert_eq!(r.error_type, Some(ErrorType::Truncated));
+        // No served model stated: nothing to judge.
+        let mut m = Measurement::new(t0);
+        m.event(at(t0, 0.2), &token(true));
+        m.event(
+            at(t0, 0.3),
+            &EventMeaning {
+                terminal: true,
+                finish: true,
+                ..EventMeaning::default()
+            },
+        );
+        let r = m.finish_with(facts(true));
+        assert!(r.success() && !r.flags.contains(&Flag::ModelMismatch));
+        assert_eq!(
+            r.usage_audit.unwrap().not_audited,
+            Some(answered::NotAudited::NoUsage)
         );
     }
 

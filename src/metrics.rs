@@ -12,6 +12,8 @@
 //! [`JobSeries::skipped`], which do nothing once the job is removed. `serve`'s scheduler reaches
 //! them as one of its result sinks ([`ResultSink`]): a job's side of the registry is its series.
 
+mod answered;
+
 use crate::config::{Buckets, HistogramFamily, Histograms, Job};
 use crate::measure::ProbeResult;
 use crate::outcome::{ErrorType, Flag};
@@ -256,6 +258,8 @@ pub struct Metrics {
     internal: Family<InternalLabels, Counter>,
     /// OTLP exports by result (series only once `serve` exports OTLP).
     otlp_exports: Family<ExportLabels, Counter>,
+    /// What answered (`answered`).
+    answered: answered::Families,
     /// The `location` label, if any.
     location: Option<String>,
     /// The loaded jobs' series, by labels (for `/`'s last results, and so a job that a reload
@@ -318,6 +322,7 @@ impl Metrics {
             reload_ts: Gauge::default(),
             internal: Family::default(),
             otlp_exports: Family::default(),
+            answered: answered::Families::default(),
             location: location.map(str::to_owned),
             active: Arc::default(),
             generation: AtomicU64::new(0),
@@ -335,7 +340,7 @@ impl Metrics {
         r.register_with_unit("failed_probe_duration", "Failed probes: from sending the request to the failure instant (error event, close or deadline)", s, m.failed_duration.clone());
         r.register("probes", "Probes run, successful or not", m.probes.clone());
         r.register("probe_errors", "Failed probes by error_type (exactly one per failed probe; see docs/measurement.md for the order)", m.errors.clone());
-        r.register("probe_flags", "Anomalies seen in probes (not errors): no_content_type, unterminated_final_event, compressed_stream, burst_delivery, input_length_off, concurrent_probe (another probe of the same target was in flight), cold_start (the first probe of the target after its cold_after without one)", m.flags.clone());
+        r.register("probe_flags", "Anomalies seen in probes (not errors): no_content_type, unterminated_final_event, compressed_stream, burst_delivery, input_length_off, concurrent_probe (another probe of the same target was in flight), cold_start (the first probe of the target after its cold_after without one), model_mismatch (another model answered), usage_mismatch (the usage stated is off what was streamed), answer_drift (a drift: true prompt's answer changed)", m.flags.clone());
         r.register(
             "output_tokens",
             "Output tokens of successful probes (usage when reported, else token-bearing events)",
@@ -405,6 +410,7 @@ impl Metrics {
         );
         r.register("internal_errors", "The exporter's own failures, by reason (fd_exhausted: out of file descriptors); a probe that hit one is not counted against its target", m.internal.clone());
         r.register("otlp_exports", "OTLP metric exports by result (sent; failed: refused or unanswered within the timeout; dropped: an export interval skipped while the previous export was in flight); only an exporter with OTEL_METRICS_EXPORTER=otlp has these series", m.otlp_exports.clone());
+        m.answered.register(r);
         for reason in InternalReason::ALL {
             let _ = m.internal.get_or_create(&InternalLabels {
                 reason: reason.as_str(),
@@ -584,6 +590,8 @@ pub struct JobSeries {
     last_success: Gauge,
     last_timestamp: Gauge<f64, AtomicU64>,
     job_info: Family<JobInfo, Gauge>,
+    /// What answered (`answered`).
+    answered: answered::Series,
     /// Held while recording and while removing: a probe records all of its result or nothing.
     state: Mutex<SeriesState>,
 }
@@ -602,6 +610,8 @@ struct SeriesState {
     cold_seen: bool,
     /// Whether the cached input and the reasoning tokens' series exist.
     usage_details_seen: [bool; 2],
+    /// What answered: the label values kept, the last served model, the info series.
+    answered: answered::State,
 }
 
 type Remover = Box<dyn FnOnce() + Send + Sync>;
@@ -722,6 +732,7 @@ impl JobSeries {
         let target_wait = handle(&mut rm, &m.target_wait, job.clone());
         m.job_info.get_or_create(&info).set(1);
         JobSeries {
+            answered: answered::Series::new(job.clone(), &m.answered),
             labels: job,
             histograms,
             ttft,
@@ -758,6 +769,7 @@ impl JobSeries {
                 rate_kinds: Vec::new(),
                 cold_seen: false,
                 usage_details_seen: [false; 2],
+                answered: answered::State::default(),
             }),
         }
     }
@@ -796,6 +808,7 @@ impl JobSeries {
         }
         self.job_info.remove(&st.info);
         st.last = None;
+        self.answered.remove(&mut st.answered);
     }
 
     /// Records one probe's result, finished at wall time `finished` (nothing once removed).
@@ -810,6 +823,9 @@ impl JobSeries {
             at: finished,
         });
         self.probes.inc();
+        let state = &mut *st;
+        self.answered
+            .record(r, &mut state.answered, &mut state.removers);
         for f in &r.flags {
             if let Some(c) = nth(&Flag::ALL, f, &self.flags) {
                 c.inc();

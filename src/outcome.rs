@@ -45,13 +45,16 @@ pub enum ErrorType {
     EmptyResponse,
     /// The body is not a parsable stream of the protocol.
     Malformed,
+    /// Another model answered than the one asked for (after the aliasing rule), on a target
+    /// whose `model_mismatch: fail` makes that a failure (else it is the `model_mismatch` flag).
+    ModelMismatch,
     /// The configured content check failed.
     ValidationFailed,
 }
 
 impl ErrorType {
     /// Every error type, in precedence order (used to pre-create counter series at 0).
-    pub const ALL: [ErrorType; 17] = [
+    pub const ALL: [ErrorType; 18] = [
         ErrorType::Proxy,
         ErrorType::Connect,
         ErrorType::Tls,
@@ -68,6 +71,7 @@ impl ErrorType {
         ErrorType::Truncated,
         ErrorType::EmptyResponse,
         ErrorType::Malformed,
+        ErrorType::ModelMismatch,
         ErrorType::ValidationFailed,
     ];
 
@@ -90,6 +94,7 @@ impl ErrorType {
             ErrorType::Truncated => "truncated",
             ErrorType::EmptyResponse => "empty_response",
             ErrorType::Malformed => "malformed",
+            ErrorType::ModelMismatch => "model_mismatch",
             ErrorType::ValidationFailed => "validation_failed",
         }
     }
@@ -102,7 +107,7 @@ impl std::fmt::Display for ErrorType {
 }
 
 /// Anomalies recorded per probe; never errors by themselves (docs/measurement.md, "Anomaly flags").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Flag {
     /// A 2xx response without a `Content-Type` header.
@@ -122,11 +127,22 @@ pub enum Flag {
     /// The first probe of its target after the target's `cold_after` without one (`serve`): a
     /// server that idled may answer it slower (a cold engine), not load.
     ColdStart,
+    /// The answer named another model than the one asked for, after the aliasing every vendor
+    /// does (`measure::answered::same_model`): a dated suffix, a provider prefix, the target's
+    /// `model_aliases:`.
+    ModelMismatch,
+    /// The answer's usage is off what was streamed (or the prompt's known input length) by more
+    /// than the target's tolerance (`measure::answered::beyond`): the server bills other tokens
+    /// than it sent.
+    UsageMismatch,
+    /// A deterministic prompt's answer changed (`drift: true`): another hash than the last
+    /// answer's.
+    AnswerDrift,
 }
 
 impl Flag {
     /// Every flag (used to pre-create counter series at 0).
-    pub const ALL: [Flag; 7] = [
+    pub const ALL: [Flag; 10] = [
         Flag::NoContentType,
         Flag::UnterminatedFinalEvent,
         Flag::CompressedStream,
@@ -134,6 +150,9 @@ impl Flag {
         Flag::InputLengthOff,
         Flag::ConcurrentProbe,
         Flag::ColdStart,
+        Flag::ModelMismatch,
+        Flag::UsageMismatch,
+        Flag::AnswerDrift,
     ];
 
     /// The label value, e.g. `burst_delivery`.
@@ -146,6 +165,9 @@ impl Flag {
             Flag::InputLengthOff => "input_length_off",
             Flag::ConcurrentProbe => "concurrent_probe",
             Flag::ColdStart => "cold_start",
+            Flag::ModelMismatch => "model_mismatch",
+            Flag::UsageMismatch => "usage_mismatch",
+            Flag::AnswerDrift => "answer_drift",
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The one pseudo-random generator of the crate (SplitMix64), seeded for reproducible runs: the
 //! simulator's jitter and fault mix, bench's Poisson and gamma arrivals (it is a `rand_core`
-//! generator, so `rand_distr`'s distributions draw from it).
+//! generator, so `rand_distr`'s distributions draw from it); and the one fingerprint of text
+//! ([`fingerprint`], FNV-1a).
 
 /// SplitMix64: tiny, fast, good enough for jitter, fault mixes and arrival gaps (not for
 /// cryptography).
@@ -67,4 +68,18 @@ impl rand_core::TryRng for Rng {
         }
         Ok(())
     }
+}
+/// 16 hex digits of FNV-1a over `parts`, each ended by a 0 byte (so that `["ab", "c"]` and
+/// `["a", "bc"]` differ): the crate's one fingerprint of text (a bench run's id, a prompt's
+/// messages in its report, a deterministic answer's hash). Not a cryptographic digest: it tells
+/// texts apart, it does not resist a forger.
+pub fn fingerprint(parts: &[&str]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for b in p.bytes().chain([0]) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    format!("{h:016x}")
 }

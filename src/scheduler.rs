@@ -15,6 +15,7 @@
 
 use crate::config::{Job, Schedule};
 use crate::measure::ProbeResult;
+use crate::outcome::Flag;
 use crate::probe::{Flight, ProbeSpec, Prober, TokenModels};
 use crate::transport::TransportError;
 use std::collections::HashMap;
@@ -660,8 +661,10 @@ impl Drop for RunningGuard<'_> {
 /// answered when the answer said: the served model, fingerprint, response id and request id
 /// header, so a failure can be found in the provider's logs), `debug` with every measured value
 /// for a success; and a `debug` line for each rate-limit value its answer stated that was left
-/// out as not data (`tokenprobe_ratelimit_invalid_values_total` counts them). What answered is
-/// cut and cleaned where it is read ([`crate::protocol::identity_value`]), and is never a label.
+/// out as not data (`tokenprobe_ratelimit_invalid_values_total` counts them); a `warn` line for a
+/// success flagged `model_mismatch`, `usage_mismatch` or `answer_drift` (what answered, the usage
+/// ratios, the hashes). What answered is cut and cleaned where it is read
+/// ([`crate::protocol::identity_value`]); as a label it is bounded ([`crate::metrics`]).
 pub fn log_result(job: &str, r: &ProbeResult) {
     for q in &r.rate_limits {
         for why in &q.left_out {
@@ -674,6 +677,29 @@ pub fn log_result(job: &str, r: &ProbeResult) {
         }
     }
     let st = r.server_timings.unwrap_or_default();
+    let off = [Flag::ModelMismatch, Flag::UsageMismatch, Flag::AnswerDrift]
+        .into_iter()
+        .filter(|f| r.flags.contains(f))
+        .map(Flag::as_str)
+        .collect::<Vec<_>>();
+    if r.success() && !off.is_empty() {
+        let audit = r.usage_audit.as_ref();
+        let ratio = |c: Option<crate::measure::answered::UsageCheck>| c.and_then(|c| c.ratio);
+        tracing::warn!(
+            job,
+            outcome = "success",
+            flags = off.join(","),
+            served_model = r.served_model.as_deref(),
+            system_fingerprint = r.system_fingerprint.as_deref(),
+            output_usage_ratio = ratio(audit.and_then(|a| a.output)),
+            input_usage_ratio = ratio(audit.and_then(|a| a.input)),
+            drift_from = r.drift.as_ref().map(|d| d.from.hash.as_str()),
+            drift_to = r.drift.as_ref().map(|d| d.to.hash.as_str()),
+            response_id = r.response_id.as_deref(),
+            request_id = r.server_request_id.as_deref(),
+            "what answered is not what was asked for"
+        );
+    }
     match r.error_type {
         Some(e) => tracing::warn!(
             job,

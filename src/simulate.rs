@@ -154,6 +154,32 @@ pub struct SimulateArgs {
     /// rounded up so that nearby ones share one wake-up (`0us` for none).
     #[arg(long, default_value = "auto")]
     pub timer_slack: Slack,
+    /// Name this model in every answer instead of the one asked for (a relay that routes to
+    /// another model): the known truth of `model_mismatch`.
+    #[arg(long, value_name = "NAME")]
+    pub served_model: Option<String>,
+    /// Multiply every count the answers' usage states by this (rounded): a relay that bills
+    /// other tokens than it streamed, the known truth of `usage_mismatch`.
+    #[arg(long, default_value_t = 1.0, value_name = "F")]
+    pub usage_scale: f64,
+    /// The `system_fingerprint` of chat, completions and Responses answers (none without it).
+    #[arg(long, value_name = "FP")]
+    pub fingerprint: Option<String>,
+    /// From request N on (arrival order, from 0), answers come from another build: this
+    /// fingerprint, and other words (a deterministic prompt's answer changes: `answer_drift`).
+    #[arg(long, value_name = "N:FP", value_parser = parse_new_fingerprint)]
+    pub new_fingerprint: Option<(u64, String)>,
+}
+
+/// `--new-fingerprint N:FP`.
+fn parse_new_fingerprint(s: &str) -> std::result::Result<(u64, String), String> {
+    let bad = || format!("--new-fingerprint {s:?}: expected N:FP, e.g. 20:fp_b");
+    let (n, fp) = s.split_once(':').ok_or_else(bad)?;
+    let n = n.trim().parse::<u64>().map_err(|_| bad())?;
+    if fp.trim().is_empty() {
+        return Err(bad());
+    }
+    Ok((n, fp.trim().to_owned()))
 }
 
 /// A fault the simulator can inject into a request.
@@ -221,6 +247,10 @@ pub(crate) struct Shared {
     pub timer: timer::Timer,
     /// `--rate-limit`.
     pub rate_limit: Option<quota::Limiter>,
+    /// What answers say of themselves (`--served-model`, `--usage-scale`, `--fingerprint`).
+    pub says: body::Says,
+    /// `--new-fingerprint`.
+    pub new_fingerprint: Option<(u64, String)>,
 }
 
 impl SimulateArgs {
@@ -233,6 +263,12 @@ impl SimulateArgs {
         }
         if self.error_rate > 0.0 && self.errors.is_empty() {
             bail!("--error-rate > 0 needs at least one fault in --errors");
+        }
+        if !(self.usage_scale.is_finite() && (0.0..=1e6).contains(&self.usage_scale)) {
+            bail!(
+                "--usage-scale must be a number from 0 to 1000000, got {}",
+                self.usage_scale
+            );
         }
         profile::check_profiles(&self.profiles).map_err(anyhow::Error::msg)
     }
@@ -251,6 +287,19 @@ impl SimulateArgs {
 }
 
 impl Shared {
+    /// What the answer to request `seq` (arrival order) says of itself: from
+    /// `--new-fingerprint`'s request on, the new fingerprint and other words.
+    pub(crate) fn says(&self, seq: u64) -> body::Says {
+        match &self.new_fingerprint {
+            Some((from, fp)) if seq >= *from => body::Says {
+                fingerprint: Some(fp.clone()),
+                shift: 1,
+                ..self.says.clone()
+            },
+            _ => self.says.clone(),
+        }
+    }
+
     /// What `--rate-limit` says of a request arriving at `at` (`wall` on the wall clock).
     pub(crate) fn quota(
         &self,
@@ -341,6 +390,13 @@ pub async fn run(args: SimulateArgs) -> Result<Exit> {
         rate_limit: args
             .rate_limit
             .map(|q| quota::Limiter::new(q, args.rate_limit_headers, std::time::Instant::now())),
+        says: body::Says {
+            model: args.served_model.clone(),
+            usage_scale: args.usage_scale,
+            fingerprint: args.fingerprint.clone(),
+            shift: 0,
+        },
+        new_fingerprint: args.new_fingerprint.clone(),
     });
     {
         let mut out = std::io::stdout().lock();

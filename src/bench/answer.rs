@@ -84,8 +84,14 @@ fn select_at(models: &[ModelReport], c: &Criteria, load: (Option<f64>, AnswerLoa
 
 /// The run's one answer: the selection (limits, ranking) at [`answer_load`]'s load; and, when
 /// that load is not the highest every model ran, the same criteria there, as a view at another
-/// load (never a second answer).
+/// load (never a second answer). A model answered by another is not ranked unless asked
+/// ([`super::served::judged`]).
 pub fn answer(models: &[ModelReport], c: &Criteria) -> (Selection, Option<Selection>) {
+    super::served::judged(models, c, answer_of)
+}
+
+/// [`answer`] over the models it may rank.
+fn answer_of(models: &[ModelReport], c: &Criteria) -> (Selection, Option<Selection>) {
     let load = answer_load(models, c);
     let main = select_at(models, c, load);
     let other = match highest_common(models, None) {

@@ -645,6 +645,9 @@ pub struct Criteria {
     /// answer's own load ([`super::answer::answer_load`]), or to [`super::select::select`] each
     /// model's last level.
     pub select_at: Option<f64>,
+    /// `--rank-substituted`: rank a model whose answers came from another model too (by
+    /// default it is not ranked: [`super::served::judged`]).
+    pub rank_substituted: bool,
 }
 
 impl Default for Criteria {
@@ -658,6 +661,7 @@ impl Default for Criteria {
             tolerance_error_rate: 0.01,
             confidence: DEFAULT_CONFIDENCE,
             select_at: None,
+            rank_substituted: false,
         }
     }
 }
@@ -682,6 +686,9 @@ pub struct CriteriaRecord {
     /// The family-wise confidence of the regression check (0.95 in reports of older versions).
     #[serde(default = "default_confidence")]
     pub confidence: f64,
+    /// `--rank-substituted`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rank_substituted: bool,
 }
 
 /// The regression check's family-wise confidence unless told otherwise.
@@ -730,6 +737,7 @@ impl Criteria {
             tolerance: self.tolerance,
             tolerance_error_rate: self.tolerance_error_rate,
             confidence: self.confidence,
+            rank_substituted: self.rank_substituted,
         }
     }
 
@@ -755,6 +763,7 @@ impl Criteria {
             tolerance_error_rate: r.tolerance_error_rate,
             confidence: parse_confidence(&r.confidence.to_string())?,
             select_at: r.select_at,
+            rank_substituted: r.rank_substituted,
         })
     }
 

@@ -56,6 +56,7 @@ pub mod runner;
 pub mod sample;
 pub mod schedule;
 pub mod select;
+pub mod served;
 pub mod server_view;
 pub mod session;
 pub mod shard;

@@ -295,7 +295,8 @@ pub fn mixed_targets(models: &[ModelReport]) -> bool {
 }
 
 /// The names models are judged and shown by: `target/model` when their targets differ, else the
-/// model, each with ` · prompt` in a prompt sweep (one per series, in order).
+/// model, each with ` · prompt` in a prompt sweep (one per series, in order), and
+/// ` [answered by NAME]` when another model answered it ([`super::served::answered_by`]).
 pub fn model_names(models: &[ModelReport]) -> Vec<String> {
     let mixed = mixed_targets(models);
     models
@@ -304,6 +305,8 @@ pub fn model_names(models: &[ModelReport]) -> Vec<String> {
             (Some(t), true) => format!("{t}/{}", m.name()),
             _ => m.name(),
         })
+        .zip(models)
+        .map(|(name, m)| name + &super::served::answered_by(m))
         .collect()
 }
 
@@ -828,6 +831,7 @@ pub(crate) mod tests {
                     system_fingerprint: None,
                     response_id: None,
                     server_request_id: None,
+                    ..Sample::default()
                 }
             })
             .collect()

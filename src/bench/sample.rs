@@ -121,6 +121,18 @@ pub struct Sample {
     /// may set to the one it was sent with or to its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_request_id: Option<String>,
+    /// Another model answered than the one asked for (`model_mismatch`, failures too).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub model_mismatch: bool,
+    /// Its usage was audited against what it streamed (successes only).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub usage_audited: bool,
+    /// The usage it stated was off beyond the tolerance (`usage_mismatch`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub usage_mismatch: bool,
+    /// The output tokens it stated / those streamed, when audited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage_ratio: Option<f64>,
 }
 
 /// Serde's test of a sample without tool calls.
@@ -180,6 +192,14 @@ impl Sample {
             system_fingerprint: r.system_fingerprint.clone(),
             response_id: r.response_id.clone(),
             server_request_id: r.server_request_id.clone(),
+            model_mismatch: r.flags.contains(&crate::outcome::Flag::ModelMismatch),
+            usage_audited: r.usage_audit.as_ref().is_some_and(|a| a.output.is_some()),
+            usage_mismatch: r.flags.contains(&crate::outcome::Flag::UsageMismatch),
+            usage_ratio: r
+                .usage_audit
+                .as_ref()
+                .and_then(|a| a.output)
+                .and_then(|c| c.ratio),
         }
     }
 

@@ -574,6 +574,7 @@ pub(crate) mod tests {
             notes: Vec::new(),
             partial: false,
             stopped: None,
+            answered: None,
         }
     }
 

@@ -155,18 +155,8 @@ pub fn run_id(parts: &[&str]) -> String {
     fingerprint(parts)
 }
 
-/// 16 hex digits of FNV-1a over `parts`, each ended by a 0 byte (so that `["ab", "c"]` and
-/// `["a", "bc"]` differ): a run's id, a prompt's messages in its report.
-pub fn fingerprint(parts: &[&str]) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for p in parts {
-        for b in p.bytes().chain([0]) {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
-    format!("{h:016x}")
-}
+/// 16 hex digits of FNV-1a over `parts` ([`crate::rng::fingerprint`]).
+pub use crate::rng::fingerprint;
 
 #[cfg(test)]
 mod tests {

@@ -692,6 +692,10 @@ pub struct LevelStats {
     /// What stopped it and why, with its errors' first messages.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped: Option<super::health::Stopped>,
+    /// What answered its requests: the models named, another model's answers, the usage
+    /// audits; absent when no answer named a model and none was audited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answered: Option<super::served::Answered>,
 }
 
 /// The cost of a level at `price`: `(mean cost per request, cost per million output tokens)`
@@ -852,6 +856,7 @@ impl LevelStats {
             notes: Vec::new(),
             partial: false,
             stopped: None,
+            answered: super::served::Answered::of(samples),
         }
     }
 
@@ -1004,6 +1009,7 @@ mod tests {
             system_fingerprint: None,
             response_id: None,
             server_request_id: None,
+            ..Sample::default()
         }
     }
 

@@ -145,6 +145,10 @@ pub struct BenchArgs {
     /// The level (concurrency, or rate in open loop) at which models are judged (default: with SLOs the highest load every model serves within them, else the highest load every model ran).
     #[arg(long)]
     pub select_at: Option<f64>,
+    /// Rank a model whose answers came from another model (flagged model_mismatch) too; by
+    /// default it is marked and not ranked (its figures are another model's).
+    #[arg(long)]
+    pub rank_substituted: bool,
     /// Knee: aggregate tokens/s grew by less than this (default 10%).
     #[arg(long)]
     pub knee_tps_growth: Option<String>,
@@ -775,6 +779,7 @@ pub fn criteria(a: &BenchArgs) -> Result<Criteria, CriteriaError> {
     if a.select_at.is_some() {
         c.select_at = a.select_at;
     }
+    c.rank_substituted |= a.rank_substituted;
     Ok(c)
 }
 

@@ -119,6 +119,7 @@ impl FlagTarget {
             dataset: None,
             conversation: None,
             trace: None,
+            drift: None,
             session: None,
         };
         if let Some(n) = self.input_tokens {
@@ -199,6 +200,9 @@ impl FlagTarget {
                 exact_output: self.exact_output,
                 tokenizer: None,
                 server_metrics: Vec::new(),
+                model_aliases: None,
+                model_mismatch: crate::config::types::MismatchAction::Flag,
+                usage_audit: None,
             }],
             buckets: None,
             location: None,

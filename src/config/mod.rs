@@ -13,14 +13,16 @@
 
 mod flags;
 mod raw;
+pub mod schema;
 mod types;
 mod validate;
 
 pub use flags::FlagTarget;
 pub use types::{
-    AuthStyle, Buckets, Config, ConfigError, ConnectionMode, Expect, HistogramFamily, Histograms,
-    Issue, Job, KEY_FILE_MAX_BYTES, KEY_FILE_TIMEOUT, KeySource, Price, Prompt, ProxySetting,
-    Schedule, Secret, SyntaxError, Target, Timeouts, TlsOptions,
+    AuditCount, AuthStyle, Buckets, Config, ConfigError, ConnectionMode, Expect, HistogramFamily,
+    Histograms, Issue, Job, KEY_FILE_MAX_BYTES, KEY_FILE_TIMEOUT, KeySource, MismatchAction,
+    NumberCheck, Price, Prompt, ProxySetting, Schedule, Secret, SyntaxError, Target, Timeouts,
+    TlsOptions, UsageAuditSettings,
 };
 pub use validate::{
     MAX_BUCKETS, MAX_INTERVAL, MAX_LOCATION_CHARS, MAX_TIMEOUT, MIN_INTERVAL, check_location,

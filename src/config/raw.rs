@@ -67,6 +67,9 @@ pub(super) struct RawPrompt {
     pub(super) conversation: Option<S<RawConversation>>,
     pub(super) trace: Option<S<RawTrace>>,
     pub(super) session: Option<S<RawSession>>,
+    /// Drift detection of a deterministic prompt's answers.
+    #[serde(default)]
+    pub(super) drift: Option<S<bool>>,
 }
 
 /// A prompt's `synthetic:`.
@@ -263,6 +266,31 @@ fn default_order() -> Order {
 pub(super) struct RawExpect {
     pub(super) regex: Option<S<String>>,
     pub(super) min_output_tokens: Option<u64>,
+    /// The whole answer, exactly (surrounding whitespace aside).
+    pub(super) exact: Option<S<String>>,
+    /// The first number of the answer, within a tolerance.
+    pub(super) number: Option<S<RawNumber>>,
+    /// The answer is JSON that this schema (a subset of JSON Schema) admits.
+    pub(super) json_schema: Option<S<serde_json::Value>>,
+}
+
+/// `expect.number`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawNumber {
+    pub(super) value: f64,
+    #[serde(default)]
+    pub(super) tolerance: f64,
+}
+
+/// A target's `usage_audit:`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawUsageAudit {
+    #[serde(default)]
+    pub(super) count: super::types::AuditCount,
+    pub(super) tolerance_percent: Option<S<f64>>,
+    pub(super) tolerance_tokens: Option<u64>,
 }
 
 /// One entry of `targets:`.
@@ -313,6 +341,14 @@ pub(super) struct RawTarget {
     pub(super) price: Option<RawPrice>,
     #[serde(default)]
     pub(super) model_prices: BTreeMap<String, RawPrice>,
+    /// Other names each model may answer as.
+    #[serde(default)]
+    pub(super) model_aliases: Option<S<BTreeMap<String, Vec<String>>>>,
+    /// `flag` (default) or `fail`: what another model answering does.
+    #[serde(default)]
+    pub(super) model_mismatch: super::types::MismatchAction,
+    /// How the answers' usage is audited.
+    pub(super) usage_audit: Option<S<RawUsageAudit>>,
 }
 
 /// A target's `price:` or an entry of its `model_prices:`.

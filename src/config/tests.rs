@@ -1014,3 +1014,103 @@ fn a_trace_is_read_windowed_and_checked_at_load() {
     let e = Config::load(&cfg).unwrap_err().to_string();
     assert!(e.contains("unknown variant `parquet`"), "{e}");
 }
+
+/// Issue 43: what answered is configured per target (`model_aliases:`, `model_mismatch:`,
+/// `usage_audit:`) and per prompt (`expect:`'s checks, `drift:`), each value checked.
+#[test]
+fn what_answered_is_configured_and_checked() {
+    let c = Config::parse(
+        "prompts:\n  - name: canary\n    messages: [{role: user, content: '2+2?'}]\n    max_tokens: 4\n    drift: true\n    expect: {exact: '4', number: {value: 4, tolerance: 0.5}, json_schema: {type: integer}}\n\
+         targets:\n  - name: a\n    base_url: http://x\n    models: [prod]\n    model_aliases: {prod: [gpt-4o]}\n    model_mismatch: fail\n    usage_audit: {count: events, tolerance_percent: 10, tolerance_tokens: 1}\n    extra_body: {temperature: 0, seed: 7}\n",
+    )
+    .unwrap();
+    let j = &c.jobs[0];
+    assert_eq!(j.target.aliases_of("prod"), ["gpt-4o".to_owned()]);
+    assert!(j.target.aliases_of("other").is_empty());
+    assert_eq!(j.target.model_mismatch, MismatchAction::Fail);
+    let u = j.target.usage_audit;
+    assert_eq!(
+        (u.count, u.tolerance_share, u.tolerance_tokens),
+        (AuditCount::Events, 0.1, 1)
+    );
+    let e = j.prompt.expect.as_ref().unwrap();
+    assert_eq!(e.exact.as_deref(), Some("4"));
+    assert_eq!(
+        e.number,
+        Some(NumberCheck {
+            value: 4.0,
+            tolerance: 0.5
+        })
+    );
+    assert_eq!(crate::probe::check_expect(e, " 4\n", None), None);
+    assert!(
+        crate::probe::check_expect(e, "four", None)
+            .unwrap()
+            .contains("is not \"4\"")
+    );
+    assert!(j.prompt.drift);
+    // The defaults: flag, audit auto at 5% and 3 tokens.
+    let d = Config::parse(BASE).unwrap();
+    let t = &d.jobs[0].target;
+    assert_eq!(t.model_mismatch, MismatchAction::Flag);
+    assert_eq!(t.usage_audit, UsageAuditSettings::default());
+    // Every bad value is said with its key.
+    let all = problems(
+        "    model_aliases: {other: [x], m: []}\n    usage_audit: {count: tokenizer, tolerance_percent: 120}\n",
+    );
+    for want in [
+        "targets[0].model_aliases.other: \"other\" is not one of the target's models",
+        "targets[0].model_aliases.m: a model has 1 to 32 aliases",
+        "targets[0].usage_audit.count: count: tokenizer needs the target's tokenizer",
+        "targets[0].usage_audit.tolerance_percent: must be between 0 and 100",
+    ] {
+        assert!(all.contains(want), "{want}\n{all}");
+    }
+    let bad = |prompt: &str, target: &str| match Config::parse(&format!(
+        "prompts:\n  - name: p\n{prompt}targets:\n  - name: a\n    base_url: http://x\n    models: [m]\n{target}"
+    )) {
+        Err(ConfigError::Invalid(i)) => i
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; "),
+        other => panic!("{other:?}"),
+    };
+    let msg = "    messages: [{role: user, content: hi}]\n";
+    let e = bad(
+        &format!(
+            "{msg}    expect: {{json_schema: {{oneOf: []}}, number: {{value: 1, tolerance: -1}}, exact: ' '}}\n"
+        ),
+        "",
+    );
+    assert!(
+        e.contains("prompts[0].expect.json_schema: oneOf: \"oneOf\" is not a keyword"),
+        "{e}"
+    );
+    assert!(
+        e.contains("prompts[0].expect.number: value and tolerance"),
+        "{e}"
+    );
+    assert!(
+        e.contains("prompts[0].expect.exact: an exact answer is not empty"),
+        "{e}"
+    );
+    let e = bad(
+        "    synthetic: {input_tokens: 8, output_tokens: 2}\n    drift: true\n",
+        "",
+    );
+    assert!(
+        e.contains("prompts[0].drift: drift detection compares answers to one fixed question"),
+        "{e}"
+    );
+    let e = bad(
+        &format!("{msg}    drift: true\n"),
+        "    extra_body: {temperature: 0}\n",
+    );
+    assert!(e.contains("targets.a: prompt \"p\" asks for drift detection: the target's requests must be deterministic (extra_body: {temperature: 0, seed: <n>})"), "{e}");
+    // Anthropic takes no seed: a temperature of 0 is enough.
+    assert!(Config::parse(&format!(
+        "prompts:\n  - name: p\n{msg}    drift: true\ntargets:\n  - name: a\n    base_url: http://x\n    api: anthropic-messages\n    models: [m]\n    extra_body: {{temperature: 0}}\n"
+    ))
+    .is_ok());
+}

@@ -35,14 +35,81 @@ impl Default for Timeouts {
     }
 }
 
-/// A prompt's content check (docs/measurement.md: `validation_failed`).
+/// A prompt's content check (docs/measurement.md: `validation_failed`): every check it sets must
+/// pass.
 #[derive(Debug, Clone)]
 pub struct Expect {
     /// The visible answer must match this regular expression.
     pub regex: Option<regex::Regex>,
     /// At least this many output tokens.
     pub min_output_tokens: Option<u64>,
+    /// The visible answer, exactly (surrounding whitespace aside).
+    pub exact: Option<String>,
+    /// The first number in the visible answer, within a tolerance.
+    pub number: Option<NumberCheck>,
+    /// The visible answer is JSON (a code fence around it aside) this schema admits.
+    pub json_schema: Option<super::schema::JsonSchema>,
 }
+
+/// `expect.number`: the answer's first number is `value` give or take `tolerance`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NumberCheck {
+    /// The number expected.
+    pub value: f64,
+    /// How far from it the answer's may be (inclusive).
+    pub tolerance: f64,
+}
+
+/// What another model answering does (a target's `model_mismatch:`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MismatchAction {
+    /// The probe is flagged `model_mismatch` (and counted), and succeeds.
+    #[default]
+    Flag,
+    /// The probe fails with the error type `model_mismatch`.
+    Fail,
+}
+
+/// How the streamed output is counted for the usage audit (a target's `usage_audit.count`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AuditCount {
+    /// The target's `tokenizer:` when it has one, else the events once the server's own usage
+    /// showed it streams one token per event.
+    #[default]
+    Auto,
+    /// The target's `tokenizer:` (required).
+    Tokenizer,
+    /// The token-bearing events: the server streams one token per event (declared).
+    Events,
+    /// No audit.
+    Off,
+}
+
+/// A target's usage audit (`usage_audit:`; docs/measurement.md, "Usage audit").
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct UsageAuditSettings {
+    /// How the streamed output is counted.
+    pub count: AuditCount,
+    /// A count is off beyond this share of the expected count...
+    pub tolerance_share: f64,
+    /// ...and beyond this many tokens.
+    pub tolerance_tokens: u64,
+}
+
+impl Default for UsageAuditSettings {
+    fn default() -> Self {
+        UsageAuditSettings {
+            count: AuditCount::Auto,
+            tolerance_share: 0.05,
+            tolerance_tokens: 3,
+        }
+    }
+}
+
+// The validator admits finite tolerances only, so equality is an equivalence.
+impl Eq for UsageAuditSettings {}
 
 /// When a job runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,12 +146,18 @@ pub struct Prompt {
     pub expect: Option<Expect>,
     /// `stream:` of the prompt, overriding the target's when set.
     pub stream: Option<bool>,
+    /// `drift: true`: a deterministic prompt whose answers are hashed and compared, a change
+    /// flagged `answer_drift` (the validator holds its jobs to a temperature of 0 and a seed).
+    pub drift: bool,
 }
 
 impl PartialEq for Expect {
     fn eq(&self, o: &Self) -> bool {
         self.regex.as_ref().map(regex::Regex::as_str) == o.regex.as_ref().map(regex::Regex::as_str)
             && self.min_output_tokens == o.min_output_tokens
+            && self.exact == o.exact
+            && self.number == o.number
+            && self.json_schema == o.json_schema
     }
 }
 
@@ -157,9 +230,24 @@ pub struct Target {
     pub tokenizer: Option<PathBuf>,
     /// Metrics endpoints `bench` scrapes beside every level (`server_metrics:`).
     pub server_metrics: Vec<crate::servermetrics::Endpoint>,
+    /// `model_aliases:`: the other names each model may answer as (beside the vendors'
+    /// aliasing: a snapshot stamp, a provider prefix).
+    pub model_aliases: Vec<(String, Vec<String>)>,
+    /// `model_mismatch:`: what another model answering does.
+    pub model_mismatch: MismatchAction,
+    /// `usage_audit:`: how the answers' usage is held to what they streamed.
+    pub usage_audit: UsageAuditSettings,
 }
 
 impl Target {
+    /// The other names `model` may answer as (`model_aliases:`).
+    pub fn aliases_of(&self, model: &str) -> &[String] {
+        self.model_aliases
+            .iter()
+            .find(|(m, _)| m == model)
+            .map_or(&[], |(_, a)| a.as_slice())
+    }
+
     /// The price of `model` at this target: its `model_prices` entry, else the target's `price`.
     pub fn price_of(&self, model: &str) -> Option<Price> {
         self.model_prices
@@ -243,6 +331,9 @@ impl fmt::Debug for Target {
             .field("exact_output", &self.exact_output)
             .field("tokenizer", &self.tokenizer)
             .field("server_metrics", &self.server_metrics)
+            .field("model_aliases", &self.model_aliases)
+            .field("model_mismatch", &self.model_mismatch)
+            .field("usage_audit", &self.usage_audit)
             .finish()
     }
 }

@@ -18,6 +18,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod answered;
 mod prompts;
 mod session;
 
@@ -163,6 +164,7 @@ pub(super) fn config(raw: &RawConfig) -> Checked {
             }
         }
     }
+    v.drift_jobs(&jobs);
     let buckets = v.buckets(raw.buckets.as_ref());
     let location = raw
         .location
@@ -392,6 +394,8 @@ impl Validator {
         self.extra_body(path, t);
         let (price, model_prices) = self.prices(path, t);
         let server_metrics = self.server_metrics(path, t, (auth, api_key.as_ref(), &base_url));
+        let model_aliases = self.model_aliases(path, t);
+        let usage_audit = self.usage_audit(path, t.usage_audit.as_ref(), t.tokenizer.is_some());
         Target {
             name: t.name.value.clone(),
             base_url,
@@ -440,6 +444,9 @@ impl Validator {
                 .as_ref()
                 .map(|f| self.file(format!("{path}.tokenizer"), f, FileKind::Tokenizer)),
             server_metrics,
+            model_aliases,
+            model_mismatch: t.model_mismatch,
+            usage_audit,
         }
     }
 

@@ -580,15 +580,15 @@ fn series_by_family(m: &Metrics) -> BTreeMap<String, usize> {
     by
 }
 
-/// Issue 26 item 6: a job's default series come to 97 (the alerts' histograms and the counters);
+/// Issue 26 item 6: a job's default series come to 101 (the alerts' histograms and the counters);
 /// `histograms:` adds or drops families, and a reload that changes it relays the job's series.
 #[test]
-fn a_job_exports_the_chosen_histograms_and_97_series_by_default() {
+fn a_job_exports_the_chosen_histograms_and_101_series_by_default() {
     let m = Metrics::new(&Buckets::default());
     let s = m.register_job(info(job()), Histograms::default());
     s.record(&success(), SystemTime::now());
     let by = series_by_family(&m);
-    assert_eq!(by.values().sum::<usize>(), 97, "{by:#?}");
+    assert_eq!(by.values().sum::<usize>(), 101, "{by:#?}");
     for (family, n) in [
         ("tokenprobe_time_to_first_token_seconds", 19),
         ("tokenprobe_time_per_output_token_seconds", 13),
@@ -638,7 +638,7 @@ fn a_job_exports_the_chosen_histograms_and_97_series_by_default() {
 
     // None at all: the counters alone.
     let _bare = m.register_job(info(job()), Histograms::of([]));
-    assert_eq!(series_by_family(&m).values().sum::<usize>(), 97 - 60);
+    assert_eq!(series_by_family(&m).values().sum::<usize>(), 101 - 60);
 }
 
 /// The families of a protobuf exposition, decoded as a scraper decodes them.
@@ -776,4 +776,197 @@ fn a_native_histogram_keeps_its_bucket_bound_over_any_range() {
     }
     assert_eq!(u64::try_from(total).unwrap() + h.zero_count, h.sample_count);
     assert_eq!(h.sample_count, u64::from(n));
+}
+
+/// Issue 43 items 2 to 4, shared case 36: what answered as series. The info series follows the
+/// served model and fingerprint (one series per job at a time), their changes are counted, a
+/// mismatch is counted by the model that answered; a hostile server naming a new model on every
+/// probe adds at most 8 label values per job (the rest is `other`, counted); the audits, their
+/// last ratio, the checks and drifts have their series; a removed job leaves none.
+#[test]
+fn what_answered_is_bounded_series() {
+    use crate::measure::answered::MAX_LABEL_VALUES;
+    let m = Metrics::new(&Buckets::default());
+    let s = m.register_job(info(job()), Histograms::of([]));
+    let before = job_lines(&m).len();
+    let answered = |served: &str, fp: &str, mismatch: bool| {
+        let mut r = success();
+        r.served_model = Some(served.into());
+        r.system_fingerprint = Some(fp.into());
+        if mismatch {
+            r.flags.insert(Flag::ModelMismatch);
+        }
+        r
+    };
+    let value = |m: &Metrics, series: &str| -> Option<String> {
+        let text = m.encode_text().unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{series} ")).map(str::to_owned))
+    };
+    let j = "target=\"local\",model=\"m\",prompt=\"hello\"";
+    s.record(&answered("m", "fp_a", false), SystemTime::now());
+    s.record(&answered("m", "fp_a", false), SystemTime::now());
+    assert_eq!(
+        value(
+            &m,
+            &format!(
+                "tokenprobe_served_model_info{{{j},served_model=\"m\",system_fingerprint=\"fp_a\"}}"
+            )
+        ),
+        Some("1".into())
+    );
+    for field in ["served_model", "system_fingerprint"] {
+        assert_eq!(
+            value(
+                &m,
+                &format!("tokenprobe_served_changes_total{{{j},field=\"{field}\"}}")
+            ),
+            Some("0".into())
+        );
+    }
+    // Substituted: a new info series in place of the old, the change counted, the mismatch
+    // counted by the model that answered.
+    s.record(&answered("cheap", "fp_a", true), SystemTime::now());
+    let text = m.encode_text().unwrap();
+    assert_eq!(
+        text.matches("tokenprobe_served_model_info{").count(),
+        1,
+        "{text}"
+    );
+    assert!(text.contains(&format!(
+        "tokenprobe_served_model_info{{{j},served_model=\"cheap\",system_fingerprint=\"fp_a\"}} 1"
+    )));
+    assert_eq!(
+        value(
+            &m,
+            &format!("tokenprobe_served_changes_total{{{j},field=\"served_model\"}}")
+        ),
+        Some("1".into())
+    );
+    assert_eq!(
+        value(
+            &m,
+            &format!("tokenprobe_model_mismatch_total{{{j},served_model=\"cheap\"}}")
+        ),
+        Some("1".into())
+    );
+    // Hostile: a new name on every probe, control characters and 10 KiB included.
+    for i in 0..200 {
+        let name = format!(
+            "model-{i}-{}\u{fffd}",
+            "x".repeat(if i % 2 == 0 { 10_000 } else { 1 })
+        );
+        s.record(
+            &answered(&name, &format!("fp-{i}"), true),
+            SystemTime::now(),
+        );
+    }
+    let text = m.encode_text().unwrap();
+    let mismatch_series = text.matches("tokenprobe_model_mismatch_total{").count();
+    assert!(mismatch_series <= MAX_LABEL_VALUES + 1, "{mismatch_series}");
+    assert_eq!(
+        value(
+            &m,
+            &format!("tokenprobe_model_mismatch_total{{{j},served_model=\"other\"}}")
+        ),
+        Some((200 - (MAX_LABEL_VALUES - 2)).to_string()),
+        "8 kept: m, cheap and the first 6 hostile names"
+    );
+    assert!(
+        value(
+            &m,
+            &format!("tokenprobe_unexpected_label_values_total{{{j},field=\"served_model\"}}")
+        )
+        .is_some_and(|v| v.parse::<u64>().unwrap() >= 194)
+    );
+    assert!(
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .all(|l| l.len() < 400),
+        "label values are cut"
+    );
+    assert_eq!(
+        value(
+            &m,
+            &format!("tokenprobe_served_changes_total{{{j},field=\"served_model\"}}")
+        ),
+        Some("201".into())
+    );
+    m.remove_job(&job());
+    assert!(job_lines(&m).is_empty(), "{:?}", job_lines(&m));
+    assert!(before > 0);
+}
+
+/// Issue 43 items 3 and 4: a job's usage audits (the two results an alert reads together from
+/// the first) and their last ratio, its content checks and a drift by the fingerprints.
+#[test]
+fn audits_checks_and_drifts_are_series() {
+    use crate::measure::answered::{CountedBy, Drift, KnownAnswer, UsageAudit, UsageCheck};
+    let m = Metrics::new(&Buckets::default());
+    let s = m.register_job(info(job()), Histograms::of([]));
+    let value = |m: &Metrics, series: &str| -> Option<String> {
+        let text = m.encode_text().unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{series} ")).map(str::to_owned))
+    };
+    let j = "target=\"local\",model=\"m\",prompt=\"hello\"";
+    let mut r = success();
+    r.served_model = Some("m".into());
+    r.system_fingerprint = Some("fp_a".into());
+    r.usage_audit = Some(UsageAudit {
+        counted_by: Some(CountedBy::Events),
+        output: Some(UsageCheck {
+            expected: 16,
+            stated: 32,
+            ratio: Some(2.0),
+            off: true,
+            mismatch: true,
+        }),
+        input: None,
+        not_audited: None,
+        why: None,
+    });
+    r.expect_passed = Some(false);
+    let known = |fp: &str| KnownAnswer {
+        served_model: Some("m".into()),
+        system_fingerprint: Some(fp.into()),
+        hash: fp.into(),
+    };
+    r.drift = Some(Drift {
+        from: known("fp_a"),
+        to: known("fp_b"),
+    });
+    s.record(&r, SystemTime::now());
+    for (series, v) in [
+        (
+            format!("tokenprobe_usage_audits_total{{{j},result=\"mismatch\"}}"),
+            "1",
+        ),
+        (
+            format!("tokenprobe_usage_audits_total{{{j},result=\"within\"}}"),
+            "0",
+        ),
+        (
+            format!("tokenprobe_usage_ratio{{{j},count=\"output\"}}"),
+            "2.0",
+        ),
+        (
+            format!("tokenprobe_expect_checks_total{{{j},result=\"failed\"}}"),
+            "1",
+        ),
+        (
+            format!("tokenprobe_expect_checks_total{{{j},result=\"passed\"}}"),
+            "0",
+        ),
+        (
+            format!(
+                "tokenprobe_answer_drift_total{{{j},from_fingerprint=\"fp_a\",to_fingerprint=\"fp_b\"}}"
+            ),
+            "1",
+        ),
+    ] {
+        assert_eq!(value(&m, &series).as_deref(), Some(v), "{series}");
+    }
+    m.remove_job(&job());
+    assert!(job_lines(&m).is_empty(), "{:?}", job_lines(&m));
 }

@@ -94,7 +94,7 @@ async fn prompt_tokens(
     };
     let mut one = spec.clone();
     one.max_tokens = None;
-    let r = prober.send(&one, &content, None).await;
+    let r = prober.send(&one, &content, None, None).await;
     counted_prompt(r.error_type, r.input_tokens, r.error_detail.as_deref())
         .map_err(|why| (r.error_type, why))
 }

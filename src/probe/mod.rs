@@ -10,12 +10,14 @@
 //! bytes after the first token) and `total`. No retries, no redirects, no reconnects: one probe is
 //! one request. [`report`] shows a result to people (text) and programs (JSON).
 
+mod answers;
 mod calibrate;
 mod read;
 pub mod report;
 mod request;
 pub mod session;
 
+pub use answers::Answers;
 pub use calibrate::{Calibration, TokenModels, calibrate};
 pub use read::{MAX_ANSWER_BYTES, MAX_BODY_BYTES, check_expect};
 
@@ -128,6 +130,8 @@ pub struct ProbeSpec {
     /// spec's clones), the sample's identity (a merge of shards checks it) and the key to match
     /// it with the server's own log or a capture. `None`: no request id is sent.
     pub request_ids: Option<RequestIds>,
+    /// What the spec's earlier answers taught (shared by its clones): see [`Answers`].
+    pub answers: Arc<Answers>,
 }
 
 /// The request ids of a run: a prefix and the next number, shared by every clone.
@@ -175,6 +179,7 @@ impl ProbeSpec {
             tokens: TokenModel::UNCALIBRATED,
             seq: Arc::default(),
             request_ids: None,
+            answers: Arc::default(),
         }
     }
 
@@ -328,7 +333,9 @@ impl Prober {
         if let Some(ids) = &spec.request_ids {
             content.to_mut().request_id = Some(ids.take());
         }
-        self.send(spec, &content, flight).await
+        let r = self.send(spec, &content, flight, Some(&spec.answers)).await;
+        spec.answers.learn(&r);
+        r
     }
 
     /// Opens this prober's connection ahead of a bench level with one unmeasured `GET /models`
@@ -353,12 +360,14 @@ impl Prober {
     }
 
     /// One request of `content`, as is (calibration sends its own content this way): its result
-    /// made whole by [`Measurement::finish_with`] from the fold and the request's facts.
+    /// made whole by [`Measurement::finish_with`] from the fold and the request's facts; with
+    /// `answers`, what earlier answers taught judges this one (the usage audit, drift).
     async fn send(
         &mut self,
         spec: &ProbeSpec,
         content: &RequestContent,
         flight: Option<&dyn Flight>,
+        answers: Option<&Answers>,
     ) -> ProbeResult {
         let mut facts = RequestFacts {
             request_id: content.request_id.clone(),
@@ -369,6 +378,7 @@ impl Prober {
                 .map(u64::from)
                 .or(spec.requested_output_tokens()),
             turn: content.turn,
+            model: Some(Answers::model_check(spec)),
             session: content.session.map(|s| s.id),
             branch: content.session.map(|s| s.branch),
             ..RequestFacts::default()
@@ -420,6 +430,10 @@ impl Prober {
         let transport = &mut self.transport;
         let mut m = read::run_request(transport, req, spec, m, proxy.as_deref(), &mut facts).await;
         facts.phases = Some(transport.phases());
+        if let Some(a) = answers {
+            facts.audit = a.audit_facts(spec, &m).await;
+            facts.drift = a.drift_history(spec);
+        }
         // A server may echo the request in its error message: never pass a secret on. Redacted
         // whole, then cut for display, so no part of a secret survives at the cut.
         m.show_detail(|d| {

@@ -498,7 +498,9 @@ async fn read_answer(
     m
 }
 
-/// The content check: why the answer fails it, if it does.
+/// The content check: why the answer fails it, if it does (every check it sets must pass:
+/// the minimum of output tokens, the exact answer, the regular expression, the number, the JSON
+/// schema, in that order; docs/measurement.md, "Known-answer canaries").
 /// `n`: N, `None` when unknown (a whole answer without usage), which cannot meet a minimum.
 pub fn check_expect(exp: &Expect, text: &str, n: Option<u64>) -> Option<String> {
     if let Some(min) = exp.min_output_tokens {
@@ -516,16 +518,67 @@ pub fn check_expect(exp: &Expect, text: &str, n: Option<u64>) -> Option<String> 
             Some(_) => {}
         }
     }
+    let preview = || crate::units::truncate(text, 80);
+    if let Some(want) = &exp.exact
+        && text.trim() != want.trim()
+    {
+        return Some(format!(
+            "content check: answer {:?} is not {:?}",
+            preview(),
+            crate::units::truncate(want.trim(), 80)
+        ));
+    }
     if let Some(re) = &exp.regex
         && !re.is_match(text)
     {
-        let preview: String = text.chars().take(80).collect();
         return Some(format!(
-            "content check: answer {preview:?} does not match /{}/",
+            "content check: answer {:?} does not match /{}/",
+            preview(),
             re.as_str()
         ));
     }
+    if let Some(num) = &exp.number {
+        match first_number(text) {
+            Some(x) if (x - num.value).abs() <= num.tolerance => {}
+            Some(x) => {
+                return Some(format!(
+                    "content check: the answer's number {x} is not {} ± {}",
+                    num.value, num.tolerance
+                ));
+            }
+            None => {
+                return Some(format!(
+                    "content check: answer {:?} has no number (expected {} ± {})",
+                    preview(),
+                    num.value,
+                    num.tolerance
+                ));
+            }
+        }
+    }
+    if let Some(schema) = &exp.json_schema
+        && let Some(why) = schema.check(text)
+    {
+        return Some(format!("content check: {why}"));
+    }
     None
+}
+
+/// The first number written in `text`: an optional minus sign, digits (thousands separated by
+/// commas or not), an optional fraction and exponent (`-1,234.5`, `3e8`); `None` without one.
+fn first_number(text: &str) -> Option<f64> {
+    static NUMBER: std::sync::OnceLock<Option<regex::Regex>> = std::sync::OnceLock::new();
+    let re = NUMBER
+        .get_or_init(|| {
+            regex::Regex::new(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?").ok()
+        })
+        .as_ref()?;
+    let m = re.find(text)?;
+    m.as_str()
+        .replace(',', "")
+        .parse::<f64>()
+        .ok()
+        .filter(|x| x.is_finite())
 }
 
 /// The start of a 2xx body, kept while it has yielded no event, so that a body that is not an event

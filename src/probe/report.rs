@@ -13,7 +13,10 @@ use std::fmt::Write as _;
 /// said of them) and what answered: `served_model`, `system_fingerprint`, `response_id`,
 /// `request_id` (the answer's request id header); absent values are `null`; a probe whose
 /// workload asks for lengths (or is a conversation's turn) adds `requested_input_tokens`,
-/// `requested_output_tokens` and `turn`. `chunk_gaps_s` holds at most the first
+/// `requested_output_tokens` and `turn`; and what judged the answer, when it was: `usage_audit`
+/// (the usage stated against what was streamed, when it was compared; the text report says why
+/// it was not), `expect_passed` (the content check),
+/// `answer_hash` and `drift` (a `drift: true` prompt). `chunk_gaps_s` holds at most the first
 /// `measure::MAX_CHUNK_GAPS` gaps; `chunk_gaps_dropped` counts the rest.
 /// For a failed probe, `e2e_s` is the duration to the failure instant (docs/measurement.md), and the
 /// token counts are `null`: N is defined for successful probes only; what answered is kept. A non-streamed answer has
@@ -61,7 +64,87 @@ pub fn to_json(r: &ProbeResult) -> Value {
         );
         o.insert("turn".into(), json!(r.turn));
     }
+    if let Some(o) = v.as_object_mut() {
+        for (key, value) in [
+            // Audited only: why a count was not compared is the text report's to say.
+            (
+                "usage_audit",
+                json!(
+                    r.usage_audit
+                        .as_ref()
+                        .filter(|a| a.output.is_some() || a.input.is_some())
+                ),
+            ),
+            ("expect_passed", json!(r.expect_passed)),
+            ("answer_hash", json!(r.answer_hash)),
+            ("drift", json!(r.drift)),
+        ] {
+            if !value.is_null() {
+                o.insert(key.into(), value);
+            }
+        }
+    }
     v
+}
+
+/// The usage audit, the content check and a drift, in words (what judged the answer).
+fn judged(s: &mut String, r: &ProbeResult) {
+    use crate::measure::answered::CountedBy;
+    if let Some(a) = &r.usage_audit {
+        let by = match a.counted_by {
+            Some(CountedBy::Tokenizer) => "counted by the tokenizer",
+            Some(CountedBy::Events) => "token events",
+            None => "",
+        };
+        let check = |what: &str, c: &crate::measure::answered::UsageCheck, of: &str| {
+            format!(
+                "{what} stated {} against {} {of}{}{}",
+                c.stated,
+                c.expected,
+                c.ratio.map_or_else(String::new, |x| format!(" (×{x:.2})")),
+                if c.mismatch {
+                    ": MISMATCH"
+                } else if c.off {
+                    ": off, unconfirmed (the answer audited before was not off)"
+                } else {
+                    ""
+                }
+            )
+        };
+        let mut parts = Vec::new();
+        if let Some(c) = &a.output {
+            parts.push(check("output", c, &format!("streamed ({by})")));
+        }
+        if let Some(c) = &a.input {
+            parts.push(check("input", c, "known"));
+        }
+        if let Some(why) = &a.why {
+            parts.push(format!("output not audited: {why}"));
+        }
+        let _ = writeln!(s, "usage      {}", parts.join("; "));
+    }
+    if let Some(passed) = r.expect_passed {
+        let _ = writeln!(s, "check      {}", if passed { "passed" } else { "FAILED" });
+    }
+    if let Some(d) = &r.drift {
+        let who = |k: &crate::measure::answered::KnownAnswer| {
+            format!(
+                "{} {}",
+                k.served_model.as_deref().unwrap_or("(no model named)"),
+                k.system_fingerprint
+                    .as_deref()
+                    .unwrap_or("(no fingerprint)")
+            )
+        };
+        let _ = writeln!(
+            s,
+            "drift      the answer changed: {} (hash {}) → {} (hash {})",
+            who(&d.from),
+            d.from.hash,
+            who(&d.to),
+            d.to.hash
+        );
+    }
 }
 
 /// The JSON object `probe --format json` prints for a session prompt: `session` (its number),
@@ -307,7 +390,12 @@ fn identity(s: &mut String, r: &ProbeResult) {
         ("fingerprint ", &r.system_fingerprint),
     ]);
     if !served.is_empty() {
-        let _ = writeln!(s, "served     {served}");
+        let other = if r.flags.contains(&crate::outcome::Flag::ModelMismatch) {
+            " (NOT the model asked for: model_mismatch)"
+        } else {
+            ""
+        };
+        let _ = writeln!(s, "served     {served}{other}");
     }
     let ids = join([
         ("response ", &r.response_id),
@@ -438,6 +526,7 @@ pub fn to_text(r: &ProbeResult, ctx: &ReportContext) -> String {
                 .map_or("-".into(), |v| format!("{v:.2}")),
         );
     }
+    judged(&mut s, r);
     if !r.flags.is_empty() {
         let flags: Vec<&str> = r.flags.iter().map(|f| f.as_str()).collect();
         let _ = writeln!(s, "flags      {}", flags.join(", "));

@@ -51,9 +51,9 @@ pub(super) fn messages(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
                         m.text.push_str(t);
                     }
                 }
-                Some("thinking_delta") => m.token = non_empty_str(delta, "thinking").is_some(),
+                Some("thinking_delta") => m.hidden(non_empty_str(delta, "thinking")),
                 Some("input_json_delta") => {
-                    m.token = non_empty_str(delta, "partial_json").is_some();
+                    m.hidden(non_empty_str(delta, "partial_json"));
                     if let Some(j) = non_empty_str(delta, "partial_json") {
                         m.tool_calls.push(tools::ToolCallPart {
                             index: v.get("index").and_then(Value::as_u64).unwrap_or(0),
@@ -108,9 +108,13 @@ pub(super) fn answer(v: &Value) -> Result<EventMeaning, Malformed> {
                     m.text.push_str(t);
                 }
             }
-            Some("thinking") => m.token |= non_empty_str(b, "thinking").is_some(),
+            Some("thinking") => m.hidden(non_empty_str(b, "thinking")),
             Some("tool_use") => {
-                m.token |= non_empty_str(b, "name").is_some();
+                m.hidden(non_empty_str(b, "name"));
+                // The tool's input, as the model generated it (JSON text).
+                if let Some(input) = b.get("input").filter(|i| !i.is_null()) {
+                    m.hidden_text.push_str(&input.to_string());
+                }
                 m.tool_calls.push(tools::anthropic_part(i as u64, b, true));
             }
             _ => {}

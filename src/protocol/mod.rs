@@ -251,6 +251,9 @@ pub struct EventMeaning {
     pub output: bool,
     /// Visible answer text carried by this event.
     pub text: String,
+    /// The text of the other output channels this event carries (reasoning, tool names and
+    /// arguments): with [`EventMeaning::text`], what the usage audit counts with a tokenizer.
+    pub hidden_text: String,
     /// A finish / stop reason was seen.
     pub finish: bool,
     /// The protocol's terminal marker (`[DONE]`, `message_stop`, `response.completed`).
@@ -382,6 +385,15 @@ impl UsageCounts {
 }
 
 impl EventMeaning {
+    /// Output in a channel that is not the visible answer (reasoning, a tool call): token-bearing,
+    /// its text kept in [`EventMeaning::hidden_text`].
+    pub(crate) fn hidden(&mut self, s: Option<&str>) {
+        if let Some(s) = s.filter(|s| !s.is_empty()) {
+            self.token = true;
+            self.hidden_text.push_str(s);
+        }
+    }
+
     /// Takes the counts of a usage object.
     pub(crate) fn set_usage(&mut self, u: UsageCounts) {
         self.usage_output = u.output;

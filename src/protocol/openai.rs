@@ -141,9 +141,8 @@ pub(super) fn chat(ev: &SseEvent, identity: bool) -> Result<EventMeaning, Malfor
         if let Some(d) = &ch.delta {
             visible(d.content.as_deref(), m);
             visible(d.refusal.as_deref(), m);
-            m.token |= [&d.reasoning_content, &d.reasoning]
-                .iter()
-                .any(|s| s.as_deref().is_some_and(|s| !s.is_empty()));
+            m.hidden(d.reasoning_content.as_deref());
+            m.hidden(d.reasoning.as_deref());
         }
     });
     match fast {
@@ -163,26 +162,27 @@ fn chat_value(ev: &SseEvent, identity: bool) -> Result<EventMeaning, Malformed> 
             for key in ["content", "refusal"] {
                 visible(non_empty_str(delta, key), &mut m);
             }
-            if ["reasoning_content", "reasoning"]
-                .iter()
-                .any(|k| non_empty_str(delta, k).is_some())
-            {
-                m.token = true;
+            for key in ["reasoning_content", "reasoning"] {
+                m.hidden(non_empty_str(delta, key));
             }
             if let Some(Value::Array(calls)) = delta.get("tool_calls") {
-                let any = calls.iter().any(|c| {
-                    c.get("function").is_some_and(|f| {
-                        non_empty_str(f, "name").is_some()
-                            || non_empty_str(f, "arguments").is_some()
-                    })
-                });
-                m.token |= any;
                 m.tool_calls.extend(tools::chat_parts(calls));
             }
+            tool_calls(delta, &mut m);
         }
         finish_reason(choice, &mut m);
     }
     Ok(m)
+}
+
+/// A chat delta's or message's `tool_calls`: each function's name and arguments are output.
+fn tool_calls(holder: &Value, m: &mut EventMeaning) {
+    if let Some(Value::Array(calls)) = holder.get("tool_calls") {
+        for f in calls.iter().filter_map(|c| c.get("function")) {
+            m.hidden(non_empty_str(f, "name"));
+            m.hidden(non_empty_str(f, "arguments"));
+        }
+    }
 }
 
 /// OpenAI legacy Completions chunk (`choices[*].text`); `identity` as for [`chat`].
@@ -244,10 +244,10 @@ pub(super) fn responses(ev: &SseEvent) -> Result<EventMeaning, Malformed> {
             }
         }
         "response.reasoning_text.delta" | "response.reasoning_summary_text.delta" => {
-            m.token = delta.is_some();
+            m.hidden(delta);
         }
         "response.function_call_arguments.delta" => {
-            m.token = delta.is_some();
+            m.hidden(delta);
             if let Some(d) = delta {
                 m.tool_calls.push(tools::ToolCallPart {
                     index: v.get("output_index").and_then(Value::as_u64).unwrap_or(0),
@@ -387,20 +387,13 @@ pub(super) fn chat_answer(v: &Value) -> Result<EventMeaning, Malformed> {
                 m.text.push_str(s);
             }
         }
-        if ["reasoning_content", "reasoning"]
-            .iter()
-            .any(|k| non_empty_str(msg, k).is_some())
-        {
-            m.token = true;
+        for key in ["reasoning_content", "reasoning"] {
+            m.hidden(non_empty_str(msg, key));
         }
         if let Some(Value::Array(calls)) = msg.get("tool_calls") {
-            m.token |= calls.iter().any(|c| {
-                c.get("function").is_some_and(|f| {
-                    non_empty_str(f, "name").is_some() || non_empty_str(f, "arguments").is_some()
-                })
-            });
             m.tool_calls.extend(tools::chat_parts(calls));
         }
+        tool_calls(msg, &mut m);
         m.finish |= choice.get("finish_reason").is_some_and(Value::is_string);
     }
     Ok(m)
@@ -468,15 +461,13 @@ pub(super) fn responses_answer(v: &Value) -> Result<EventMeaning, Malformed> {
                 }
             }
             Some("reasoning") => {
-                let any = ["content", "summary"]
-                    .iter()
-                    .flat_map(|k| parts(item, k))
-                    .any(|p| non_empty_str(p, "text").is_some());
-                m.token |= any;
+                for p in ["content", "summary"].iter().flat_map(|k| parts(item, k)) {
+                    m.hidden(non_empty_str(p, "text"));
+                }
             }
             Some("function_call") => {
-                m.token |= non_empty_str(item, "arguments").is_some()
-                    || non_empty_str(item, "name").is_some();
+                m.hidden(non_empty_str(item, "name"));
+                m.hidden(non_empty_str(item, "arguments"));
                 m.tool_calls.push(tools::responses_part(i as u64, item));
             }
             _ => {}

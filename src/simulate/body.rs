@@ -43,11 +43,36 @@ pub(crate) fn push_tokens(out: &mut Vec<u8>, start: u32, count: u32) {
     }
 }
 
-/// The full answer text of `n` tokens (non-stream responses).
-fn answer_text(n: u32) -> String {
+/// The full answer text of `n` tokens (non-stream responses), from word `shift` on.
+fn answer_text(n: u32, shift: u32) -> String {
     let mut v = Vec::new();
-    push_tokens(&mut v, 0, n);
+    push_tokens(&mut v, shift, n);
     String::from_utf8_lossy(&v).into_owned()
+}
+
+/// What a simulated answer says of itself where a relay may lie: the known truth of the
+/// what-answered tests (`--served-model`, `--usage-scale`, `--fingerprint`, `--new-fingerprint`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Says {
+    /// The model the answer names (`None`: the request's).
+    pub model: Option<String>,
+    /// The factor on every count of its usage (rounded to whole tokens).
+    pub usage_scale: f64,
+    /// Its `system_fingerprint` (chat, completions and Responses answers), if any.
+    pub fingerprint: Option<String>,
+    /// The word of the vocabulary its answer starts at: another build answers other words.
+    pub shift: u32,
+}
+
+impl Default for Says {
+    fn default() -> Self {
+        Says {
+            model: None,
+            usage_scale: 1.0,
+            fingerprint: None,
+            shift: 0,
+        }
+    }
 }
 
 /// A JSON string literal (quoted, escaped).
@@ -71,6 +96,11 @@ pub(crate) struct Renderer {
     cached_tokens: u32,
     /// The answer is a call of this tool: its tokens are the call's arguments.
     tool: Option<Tool>,
+    /// `,"system_fingerprint":"..."` after the model of chat and completions chunks, or empty.
+    fp: String,
+    /// See [`Says`].
+    usage_scale: f64,
+    shift: u32,
 }
 
 /// A tool call answer: the tool's name (a JSON string) and the call's id.
@@ -127,18 +157,61 @@ impl Renderer {
         created: u64,
         prompt_tokens: u32,
     ) -> Self {
-        let idj = json_str(id);
-        let modelj = json_str(model);
-        let (token_prefix, token_suffix): (String, &'static [u8]) = match proto {
+        let mut r = Renderer {
+            proto,
+            token_prefix: Vec::new(),
+            token_suffix: b"",
+            id: json_str(id),
+            model: json_str(model),
+            created,
+            prompt_tokens,
+            cached_tokens: 0,
+            tool: None,
+            fp: String::new(),
+            usage_scale: 1.0,
+            shift: 0,
+        };
+        r.templates();
+        r
+    }
+
+    /// The answer says of itself what `says` has it say.
+    pub(crate) fn saying(mut self, says: &Says) -> Self {
+        if let Some(m) = &says.model {
+            self.model = json_str(m);
+        }
+        self.fp = says.fingerprint.as_deref().map_or_else(String::new, |f| {
+            format!(",\"system_fingerprint\":{}", json_str(f))
+        });
+        self.usage_scale = says.usage_scale;
+        self.shift = says.shift;
+        self.templates();
+        self
+    }
+
+    /// A count as the usage states it (`--usage-scale`).
+    fn usage(&self, n: u32) -> u64 {
+        (f64::from(n) * self.usage_scale).round() as u64
+    }
+
+    /// The `system_fingerprint` value, if the answer states one.
+    fn fingerprint(&self) -> Option<Value> {
+        let json = self.fp.split_once(':')?.1;
+        serde_json::from_str(json).ok()
+    }
+
+    fn templates(&mut self) {
+        let (idj, modelj, fp, created) = (&self.id, &self.model, &self.fp, self.created);
+        let (token_prefix, token_suffix): (String, &'static [u8]) = match self.proto {
             Proto::Chat => (
                 format!(
-                    r#"data: {{"id":{idj},"object":"chat.completion.chunk","created":{created},"model":{modelj},"choices":[{{"index":0,"delta":{{"content":""#
+                    r#"data: {{"id":{idj},"object":"chat.completion.chunk","created":{created},"model":{modelj}{fp},"choices":[{{"index":0,"delta":{{"content":""#
                 ),
                 b"\"},\"finish_reason\":null}]}\n\n",
             ),
             Proto::Completions => (
                 format!(
-                    r#"data: {{"id":{idj},"object":"text_completion","created":{created},"model":{modelj},"choices":[{{"text":""#
+                    r#"data: {{"id":{idj},"object":"text_completion","created":{created},"model":{modelj}{fp},"choices":[{{"text":""#
                 ),
                 b"\",\"index\":0,\"logprobs\":null,\"finish_reason\":null}]}\n\n",
             ),
@@ -155,17 +228,8 @@ data: {"type":"response.output_text.delta","item_id":"msg_0","output_index":0,"c
                 b"\"}\n\n",
             ),
         };
-        Renderer {
-            proto,
-            token_prefix: token_prefix.into_bytes(),
-            token_suffix,
-            id: idj,
-            model: modelj,
-            created,
-            prompt_tokens,
-            cached_tokens: 0,
-            tool: None,
-        }
+        self.token_prefix = token_prefix.into_bytes();
+        self.token_suffix = token_suffix;
     }
 
     /// Answers with a call of `name` whose arguments are the answer's `total` tokens (chat,
@@ -197,14 +261,15 @@ data: {"type":"response.output_text.delta","item_id":"msg_0","output_index":0,"c
         let mut piece = Vec::new();
         argument_piece(&mut piece, start, count, t.total);
         let piece = json_str(&String::from_utf8_lossy(&piece));
-        let (id, model, created, name) = (&self.id, &self.model, self.created, &t.name);
+        let (id, model, created, name, fp) =
+            (&self.id, &self.model, self.created, &t.name, &self.fp);
         let call_id = json_str(&t.call_id);
         let bytes = match self.proto {
             Proto::Chat if start == 0 => data_event(&format!(
-                r#"{{"id":{id},"object":"chat.completion.chunk","created":{created},"model":{model},"choices":[{{"index":0,"delta":{{"tool_calls":[{{"index":0,"id":{call_id},"type":"function","function":{{"name":{name},"arguments":{piece}}}}}]}},"finish_reason":null}}]}}"#
+                r#"{{"id":{id},"object":"chat.completion.chunk","created":{created},"model":{model}{fp},"choices":[{{"index":0,"delta":{{"tool_calls":[{{"index":0,"id":{call_id},"type":"function","function":{{"name":{name},"arguments":{piece}}}}}]}},"finish_reason":null}}]}}"#
             )),
             Proto::Chat | Proto::Completions => data_event(&format!(
-                r#"{{"id":{id},"object":"chat.completion.chunk","created":{created},"model":{model},"choices":[{{"index":0,"delta":{{"tool_calls":[{{"index":0,"function":{{"arguments":{piece}}}}}]}},"finish_reason":null}}]}}"#
+                r#"{{"id":{id},"object":"chat.completion.chunk","created":{created},"model":{model}{fp},"choices":[{{"index":0,"delta":{{"tool_calls":[{{"index":0,"function":{{"arguments":{piece}}}}}]}},"finish_reason":null}}]}}"#
             )),
             Proto::Messages => named_event(
                 "content_block_delta",
@@ -237,9 +302,12 @@ data: {"type":"response.output_text.delta","item_id":"msg_0","output_index":0,"c
         self
     }
 
-    /// Anthropic's `usage` input fields: uncached input tokens and cache reads.
-    fn anthropic_input(&self) -> (u32, u32) {
-        (self.prompt_tokens - self.cached_tokens, self.cached_tokens)
+    /// Anthropic's `usage` input fields: uncached input tokens and cache reads (as stated).
+    fn anthropic_input(&self) -> (u64, u64) {
+        (
+            self.usage(self.prompt_tokens - self.cached_tokens),
+            self.usage(self.cached_tokens),
+        )
     }
 
     /// Writes the event carrying tokens `start..start + count` into `out` (cleared first).
@@ -250,21 +318,21 @@ data: {"type":"response.output_text.delta","item_id":"msg_0","output_index":0,"c
             return;
         }
         out.extend_from_slice(&self.token_prefix);
-        push_tokens(out, start, count);
+        push_tokens(out, start.wrapping_add(self.shift), count);
         out.extend_from_slice(self.token_suffix);
     }
 
     /// The events before the first token: the role chunk (chat); `message_start`,
     /// `content_block_start` and a `ping` (messages); none for completions.
     pub(crate) fn opening(&self) -> Vec<Event> {
-        let (id, model, created) = (&self.id, &self.model, self.created);
+        let (id, model, created, fp) = (&self.id, &self.model, self.created, &self.fp);
         let ev = |bytes| Event {
             bytes,
             token: false,
         };
         match self.proto {
             Proto::Chat => vec![ev(data_event(&format!(
-                r#"{{"id":{id},"object":"chat.completion.chunk","created":{created},"model":{model},"choices":[{{"index":0,"delta":{{"role":"assistant","content":""}},"finish_reason":null}}]}}"#
+                r#"{{"id":{id},"object":"chat.completion.chunk","created":{created},"model":{model}{fp},"choices":[{{"index":0,"delta":{{"role":"assistant","content":""}},"finish_reason":null}}]}}"#
             )))],
             Proto::Completions => Vec::new(),
             Proto::Messages => vec![
@@ -326,8 +394,9 @@ data: {"type":"response.output_text.delta","item_id":"msg_0","output_index":0,"c
 
     /// A Responses API `response` object (final state).
     fn response_object(&self, n: u32, capped: bool) -> Value {
-        let text = answer_text(n);
-        let p = self.prompt_tokens;
+        let text = answer_text(n, self.shift);
+        let p = self.usage(self.prompt_tokens);
+        let (cached, n_stated) = (self.usage(self.cached_tokens), self.usage(n));
         let output = match &self.tool {
             Some(t) => json!([Self::function_item(t, &arguments(n), true)]),
             None => {
@@ -342,9 +411,12 @@ data: {"type":"response.output_text.delta","item_id":"msg_0","output_index":0,"c
             "status": if capped { "incomplete" } else { "completed" },
             "model": serde_json::from_str::<Value>(&self.model).unwrap_or(Value::Null),
             "output": output,
-            "usage": {"input_tokens": p, "input_tokens_details": {"cached_tokens": self.cached_tokens},
-                      "output_tokens": n, "total_tokens": u64::from(p) + u64::from(n)},
+            "usage": {"input_tokens": p, "input_tokens_details": {"cached_tokens": cached},
+                      "output_tokens": n_stated, "total_tokens": p + n_stated},
         });
+        if let Some(fp) = self.fingerprint() {
+            v["system_fingerprint"] = fp;
+        }
         if capped {
             v["incomplete_details"] = json!({"reason": "max_output_tokens"});
         }
@@ -354,7 +426,8 @@ data: {"type":"response.output_text.delta","item_id":"msg_0","output_index":0,"c
     /// The events after the last token: finish, usage (when asked for) and `[DONE]` (OpenAI);
     /// `content_block_stop`, `message_delta` with cumulative usage, `message_stop` (messages).
     pub(crate) fn closing(&self, n: u32, capped: bool, include_usage: bool) -> Vec<Event> {
-        let (id, model, created, p) = (&self.id, &self.model, self.created, self.prompt_tokens);
+        let (id, model, created, fp) = (&self.id, &self.model, self.created, &self.fp);
+        let (p, n_stated) = (self.usage(self.prompt_tokens), self.usage(n));
         let ev = |bytes| Event {
             bytes,
             token: false,
@@ -365,19 +438,19 @@ data: {"type":"response.output_text.delta","item_id":"msg_0","output_index":0,"c
             (false, false) => "stop",
         };
         let usage = format!(
-            r#"{{"prompt_tokens":{p},"completion_tokens":{n},"total_tokens":{},"prompt_tokens_details":{{"cached_tokens":{}}}}}"#,
-            u64::from(p) + u64::from(n),
-            self.cached_tokens
+            r#"{{"prompt_tokens":{p},"completion_tokens":{n_stated},"total_tokens":{},"prompt_tokens_details":{{"cached_tokens":{}}}}}"#,
+            p + n_stated,
+            self.usage(self.cached_tokens)
         );
         let done = || ev(b"data: [DONE]\n\n".to_vec());
         match self.proto {
             Proto::Chat => {
                 let mut v = vec![ev(data_event(&format!(
-                    r#"{{"id":{id},"object":"chat.completion.chunk","created":{created},"model":{model},"choices":[{{"index":0,"delta":{{}},"finish_reason":"{reason}"}}]}}"#
+                    r#"{{"id":{id},"object":"chat.completion.chunk","created":{created},"model":{model}{fp},"choices":[{{"index":0,"delta":{{}},"finish_reason":"{reason}"}}]}}"#
                 )))];
                 if include_usage {
                     v.push(ev(data_event(&format!(
-                        r#"{{"id":{id},"object":"chat.completion.chunk","created":{created},"model":{model},"choices":[],"usage":{usage}}}"#
+                        r#"{{"id":{id},"object":"chat.completion.chunk","created":{created},"model":{model}{fp},"choices":[],"usage":{usage}}}"#
                     ))));
                 }
                 v.push(done());
@@ -385,11 +458,11 @@ data: {"type":"response.output_text.delta","item_id":"msg_0","output_index":0,"c
             }
             Proto::Completions => {
                 let mut v = vec![ev(data_event(&format!(
-                    r#"{{"id":{id},"object":"text_completion","created":{created},"model":{model},"choices":[{{"text":"","index":0,"logprobs":null,"finish_reason":"{reason}"}}]}}"#
+                    r#"{{"id":{id},"object":"text_completion","created":{created},"model":{model}{fp},"choices":[{{"text":"","index":0,"logprobs":null,"finish_reason":"{reason}"}}]}}"#
                 )))];
                 if include_usage {
                     v.push(ev(data_event(&format!(
-                        r#"{{"id":{id},"object":"text_completion","created":{created},"model":{model},"choices":[],"usage":{usage}}}"#
+                        r#"{{"id":{id},"object":"text_completion","created":{created},"model":{model}{fp},"choices":[],"usage":{usage}}}"#
                     ))));
                 }
                 v.push(done());
@@ -409,7 +482,7 @@ data: {"type":"response.output_text.delta","item_id":"msg_0","output_index":0,"c
                     ev(named_event(
                         "message_delta",
                         &format!(
-                            r#"{{"type":"message_delta","delta":{{"stop_reason":"{stop}","stop_sequence":null}},"usage":{{"output_tokens":{n}}}}}"#
+                            r#"{{"type":"message_delta","delta":{{"stop_reason":"{stop}","stop_sequence":null}},"usage":{{"output_tokens":{n_stated}}}}}"#
                         ),
                     )),
                     ev(named_event("message_stop", r#"{"type":"message_stop"}"#)),
@@ -445,7 +518,7 @@ data: {"type":"response.output_text.delta","item_id":"msg_0","output_index":0,"c
                 ]
             }
             Proto::Responses => {
-                let text = answer_text(n);
+                let text = answer_text(n, self.shift);
                 let part = json!({"type": "output_text", "text": text, "annotations": []});
                 let kind = if capped {
                     "response.incomplete"
@@ -497,10 +570,10 @@ data: {"type":"response.output_text.delta","item_id":"msg_0","output_index":0,"c
     pub(crate) fn full_body(&self, n: u32, capped: bool) -> Vec<u8> {
         let id: Value = serde_json::from_str(&self.id).unwrap_or(Value::Null);
         let model: Value = serde_json::from_str(&self.model).unwrap_or(Value::Null);
-        let text = answer_text(n);
-        let p = self.prompt_tokens;
-        let usage = json!({"prompt_tokens": p, "completion_tokens": n, "total_tokens": u64::from(p) + u64::from(n),
-                           "prompt_tokens_details": {"cached_tokens": self.cached_tokens}});
+        let text = answer_text(n, self.shift);
+        let (p, n_stated) = (self.usage(self.prompt_tokens), self.usage(n));
+        let usage = json!({"prompt_tokens": p, "completion_tokens": n_stated, "total_tokens": p + n_stated,
+                           "prompt_tokens_details": {"cached_tokens": self.usage(self.cached_tokens)}});
         let reason = match (capped, self.tool.is_some()) {
             (true, _) => "length",
             (false, true) => "tool_calls",
@@ -523,7 +596,7 @@ data: {"type":"response.output_text.delta","item_id":"msg_0","output_index":0,"c
                     "input": serde_json::from_str::<Value>(&arguments(n)).unwrap_or(json!({}))}],
                 "stop_reason": if capped { "max_tokens" } else { "tool_use" }, "stop_sequence": null,
                 "usage": {"input_tokens": self.anthropic_input().0,
-                          "cache_read_input_tokens": self.anthropic_input().1, "output_tokens": n},
+                          "cache_read_input_tokens": self.anthropic_input().1, "output_tokens": n_stated},
             }),
             (Proto::Chat, None) => json!({
                 "id": id, "object": "chat.completion", "created": self.created, "model": model,
@@ -540,10 +613,14 @@ data: {"type":"response.output_text.delta","item_id":"msg_0","output_index":0,"c
                 "content": [{"type": "text", "text": text}],
                 "stop_reason": if capped { "max_tokens" } else { "end_turn" }, "stop_sequence": null,
                 "usage": {"input_tokens": self.anthropic_input().0,
-                          "cache_read_input_tokens": self.anthropic_input().1, "output_tokens": n},
+                          "cache_read_input_tokens": self.anthropic_input().1, "output_tokens": n_stated},
             }),
             (Proto::Responses, _) => self.response_object(n, capped),
         };
+        let mut v = v;
+        if let (Some(fp), Proto::Chat | Proto::Completions) = (self.fingerprint(), self.proto) {
+            v["system_fingerprint"] = fp;
+        }
         v.to_string().into_bytes()
     }
 }
@@ -777,5 +854,51 @@ mod tests {
         // Completions have no tools.
         let r = Renderer::new(Proto::Completions, "i", "m", 1, 1).with_tool_call("t", 2);
         assert!(!r.is_tool_call());
+    }
+
+    /// Issue 43 item 6: an answer says of itself what the simulator is told to lie: another
+    /// model, scaled usage, a fingerprint, other words; every stream still reads as one.
+    #[test]
+    fn an_answer_says_what_it_is_told() {
+        let says = Says {
+            model: Some("cheap-model".into()),
+            usage_scale: 2.0,
+            fingerprint: Some("fp_b".into()),
+            shift: 1,
+        };
+        let r = Renderer::new(Proto::Chat, "c", "m", 1, 7).saying(&says);
+        let m = meanings(Api::OpenaiChat, &whole_stream(&r, 3, true));
+        assert!(m.iter().filter(|e| e.served_model.is_some()).all(|e| {
+            e.served_model.as_deref() == Some("cheap-model")
+                && e.system_fingerprint.as_deref() == Some("fp_b")
+        }));
+        assert_eq!(m[1].text, ",", "from the second word on");
+        assert_eq!((m[5].usage_output, m[5].usage_input), (Some(6), Some(14)));
+        let v: Value = serde_json::from_slice(&r.full_body(3, false)).unwrap();
+        assert_eq!(
+            (
+                &v["model"],
+                &v["system_fingerprint"],
+                &v["usage"]["completion_tokens"]
+            ),
+            (&json!("cheap-model"), &json!("fp_b"), &json!(6))
+        );
+        assert_eq!(v["choices"][0]["message"]["content"], ", this is");
+        let r = Renderer::new(Proto::Messages, "c", "m", 1, 7).saying(&says);
+        let m = meanings(Api::AnthropicMessages, &whole_stream(&r, 3, true));
+        assert_eq!(m[0].served_model.as_deref(), Some("cheap-model"));
+        assert_eq!(m[0].usage_input_uncached, Some(14));
+        assert_eq!(m[7].usage_output, Some(6));
+        let r = Renderer::new(Proto::Responses, "c", "m", 1, 7).saying(&says);
+        let m = meanings(Api::OpenaiResponses, &whole_stream(&r, 3, true));
+        let last = m.last().unwrap();
+        assert_eq!(
+            (last.usage_output, last.served_model.as_deref()),
+            (Some(6), Some("cheap-model"))
+        );
+        // Told nothing, it says what it said before.
+        let plain = Renderer::new(Proto::Chat, "c", "m", 1, 7);
+        let told = Renderer::new(Proto::Chat, "c", "m", 1, 7).saying(&Says::default());
+        assert_eq!(whole_stream(&plain, 3, true), whole_stream(&told, 3, true));
     }
 }

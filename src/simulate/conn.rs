@@ -184,7 +184,8 @@ async fn handle(
         Proto::Responses => format!("resp_{id}"),
     };
     let mut renderer = Renderer::new(proto, &chunk_id, model, created, admitted.input_tokens)
-        .with_cached(admitted.cached_tokens);
+        .with_cached(admitted.cached_tokens)
+        .saying(&shared.says(seq));
     if let Some(name) = tool {
         renderer = renderer.with_tool_call(&name, plan.tokens);
     }

@@ -910,7 +910,7 @@ pub fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Every `error_type` of docs/measurement.md, in its order.
-pub const ERROR_TYPES: [&str; 17] = [
+pub const ERROR_TYPES: [&str; 18] = [
     "proxy",
     "connect",
     "tls",
@@ -927,6 +927,7 @@ pub const ERROR_TYPES: [&str; 17] = [
     "truncated",
     "empty_response",
     "malformed",
+    "model_mismatch",
     "validation_failed",
 ];
 

@@ -24,3 +24,4 @@ mod sessions;
 mod simulate;
 mod simulate_models;
 mod web_hardening;
+mod what_answered;

@@ -74,7 +74,16 @@ fn readme_figures_come_from_docs_figures_md() {
         keys.push(key.to_owned());
     }
     keys.sort();
-    assert_eq!(keys, ["binary_size", "metrics_encode", "serve_rss"]);
+    assert_eq!(
+        keys,
+        [
+            "binary_size",
+            "honest_false_mismatch",
+            "metrics_encode",
+            "serve_rss",
+            "substitution_detection"
+        ]
+    );
 
     // No size or latency figure elsewhere in the README (it would not be updated).
     let figure =

@@ -205,7 +205,7 @@ fn real_prometheus_scrapes_and_queries_tokenprobe() {
 
 /// Issue 26 item 6: with `buckets.native: true`, a Prometheus 2.42 run with
 /// `--enable-feature=native-histograms` asks for the protobuf format and stores each histogram
-/// as one native series: a default job is 41 series there instead of 97. The stored histogram is
+/// as one native series: a default job is 45 series there instead of 101. The stored histogram is
 /// checked against the probes themselves: its count is the first probes of serve's own log, its
 /// sum their TTFTs' sum, and every bucket holds exactly the logged TTFTs between its bounds.
 #[test]
@@ -265,10 +265,13 @@ fn a_native_histogram_scraper_stores_one_series_per_histogram_holding_each_probe
         .iter()
         .filter(|s| s.label("prompt") == Some("hi"))
         .count();
-    // The default 97, and the cached input tokens' counter: the simulator states them in its
-    // usage (as vLLM does), so the counter exists from its first answer.
-    assert_eq!(classic, 98, "the default job's classic series");
-    assert_eq!(stored.first().map(value_of), Some(42.0), "{stored:?}");
+    // The default 101, the cached input tokens' counter (the simulator states them in its
+    // usage, as vLLM does, so the counter exists from its first answer), and what answered from
+    // the first answer that named its model: the info series, the two change counters, the
+    // usage audits' results (within, mismatch, and no_count until one token per event was
+    // learned, three answers in) and the last output ratio.
+    assert_eq!(classic, 109, "the default job's classic series");
+    assert_eq!(stored.first().map(value_of), Some(53.0), "{stored:?}");
     let buckets = prom_query(&prom, "count({__name__=~\"tokenprobe_.+_bucket\"})");
     assert!(buckets.is_empty(), "no classic bucket series: {buckets:?}");
 
@@ -351,7 +354,7 @@ fn a_native_histogram_scraper_stores_one_series_per_histogram_holding_each_probe
     let panels = dashboard_quantile_panels(&prom);
     eprintln!(
         "native: {count} probes in {distinct} buckets, sum {sum}, p50 {p50}; \
-         41 series stored, 97 exposed as text; {panels} dashboard quantile panels answered"
+         45 series stored, 101 exposed as text; {panels} dashboard quantile panels answered"
     );
     prom_guard.assert_running();
 }

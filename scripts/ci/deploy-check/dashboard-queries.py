@@ -10,7 +10,8 @@ For each panel target (`expr`), each query variable (`label_values(EXPR, label)`
 ($__rate_interval and $__interval -> --rate-interval, $__range -> --range), the dashboard's template
 variables become `.*` (a `="$var"` matcher becomes `=~".*"`), and the query is sent to
 /api/v1/query. It fails when a query errors, returns nothing, or returns only NaN, unless the query
-reads a metric of ALLOWED_EMPTY (metrics tokenprobe does not export yet), which is reported as such.
+reads a metric of ALLOWED_EMPTY (a model server's own, or a count of what an honest server never causes), which
+is reported as such.
 
 Python standard library only. YAML alert files are read with PyYAML when it is importable, else
 by a line-based reader that needs each `expr:` as a double-quoted scalar (as written in
@@ -28,7 +29,8 @@ import urllib.request
 
 # Metrics whose queries may legitimately be empty: the model servers' and the GPU exporter's own
 # metrics (the dashboard's server rows), which the test's Prometheus does not scrape (it scrapes
-# only tokenprobe). Keys are regular expressions.
+# only tokenprobe), and tokenprobe's counts of events an honest server never causes. Keys are
+# regular expressions.
 _SERVER = "a model server's or GPU exporter's own metric, not scraped by the test's Prometheus"
 ALLOWED_EMPTY = {
     r"vllm:[a-z_]+": _SERVER,
@@ -36,6 +38,12 @@ ALLOWED_EMPTY = {
     r"llamacpp:[a-z_]+": _SERVER,
     r"tgi_[a-z_]+": _SERVER,
     r"DCGM_FI_[A-Z_]+": _SERVER,
+    # What answered: series that exist once what they count happened (another model answered, a
+    # drift: true prompt's answer changed) or for the jobs that ask (a prompt with expect:); the
+    # test's honest llama.cpp server and its story prompt have none.
+    r"tokenprobe_model_mismatch_total": "counts substitutions: none while the model asked for answers",
+    r"tokenprobe_answer_drift_total": "counts drifts of a drift: true prompt: the test's prompt has none",
+    r"tokenprobe_expect_checks_total": "only jobs whose prompt has expect: have it; the test's has none",
 }
 
 

@@ -385,3 +385,38 @@ fn a_capacity_says_what_limited_it() {
     // Without SLOs: no capacity block.
     assert!(slo_capacity(&[model("c", vec![level(1, 5.0, 0.1, 0.0)])]).is_none());
 }
+
+/// Issue 43 item 5: a model whose answers came from another is marked in every name and not
+/// ranked (the faster "model" here is another one), unless --rank-substituted asks; the other
+/// models are ranked among themselves.
+#[test]
+fn a_model_answered_by_another_is_marked_and_not_ranked_unless_asked() {
+    let honest = model("gpt-4o", vec![level(4, 100.0, 0.5, 0.0)]);
+    let mut relayed = model("relay-gpt-4o", vec![level(4, 300.0, 0.1, 0.0)]);
+    relayed.levels[0].answered = Some(crate::bench::served::Answered {
+        model_mismatch: 100,
+        mismatched_by: BTreeMap::from([("gpt-4o-mini".to_owned(), 100)]),
+        ..crate::bench::served::Answered::default()
+    });
+    let models = [honest, relayed];
+    let names = crate::bench::report::model_names(&models);
+    assert_eq!(names, ["gpt-4o", "relay-gpt-4o [answered by gpt-4o-mini]"]);
+    let (s, _) = answer(&models, &Criteria::default());
+    let ranked: Vec<&str> = s.ranked.iter().map(|r| r.model.as_str()).collect();
+    assert_eq!(ranked, ["gpt-4o"]);
+    assert_eq!(s.ranked[0].rank, 1);
+    let r = &s.rejected[0];
+    assert_eq!(r.model, "relay-gpt-4o [answered by gpt-4o-mini]");
+    assert!(
+        r.reasons[0].starts_with("answered by another model (100 of 100 requests"),
+        "{r:?}"
+    );
+    let asked = Criteria {
+        rank_substituted: true,
+        ..Criteria::default()
+    };
+    let (s, _) = answer(&models, &asked);
+    let ranked: Vec<&str> = s.ranked.iter().map(|r| r.model.as_str()).collect();
+    assert_eq!(ranked, ["relay-gpt-4o [answered by gpt-4o-mini]", "gpt-4o"]);
+    assert!(s.rejected.is_empty());
+}

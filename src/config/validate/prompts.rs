@@ -6,7 +6,7 @@ use super::{FileKind, MAX_TIMEOUT, MAX_TURNS, NAME_RULE, Validator, valid_name};
 use crate::config::raw::{
     RawConversation, RawDataset, RawLength, RawPrompt, RawSynthetic, RawTrace, S,
 };
-use crate::config::types::{Expect, Prompt};
+use crate::config::types::Prompt;
 use crate::workload::trace::{MAX_SPAN, MAX_TIME_SCALE};
 use crate::workload::{
     Conversation, Dataset, Length, MAX_TOKENS, Synthetic, Trace, TraceFormat, Workload,
@@ -41,23 +41,8 @@ impl Validator {
             self.push(format!("{path}.max_tokens"), &p.name, "must be at least 1");
         }
         let workload = self.workload(path, p);
-        let expect = p.expect.as_ref().map(|e| Expect {
-            regex: e
-                .regex
-                .as_ref()
-                .and_then(|r| match regex::Regex::new(&r.value) {
-                    Ok(re) => Some(re),
-                    Err(err) => {
-                        self.push(
-                            format!("{path}.expect.regex"),
-                            r,
-                            format!("not a regular expression ({err})"),
-                        );
-                        None
-                    }
-                }),
-            min_output_tokens: e.min_output_tokens,
-        });
+        let expect = p.expect.as_ref().map(|e| self.expect(path, e));
+        let drift = self.drift(path, p);
         Prompt {
             name: p.name.value.clone(),
             workload,
@@ -65,6 +50,7 @@ impl Validator {
             nonce: p.nonce,
             expect,
             stream: p.stream,
+            drift,
         }
     }
 

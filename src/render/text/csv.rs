@@ -1,7 +1,7 @@
 //! The report as CSV (pure): one row per model and level, every statistic of every metric
 //! (seconds, tokens/s), the cross-checks' and the server's columns when the run has them.
 
-use super::{columns::is_knee, crosscheck, server_view};
+use super::{columns::is_knee, crosscheck, served, server_view};
 use crate::bench::report::Report;
 
 const CSV_SUMMARIES: [&str; 12] = [
@@ -78,6 +78,7 @@ pub fn render(r: &Report) -> Result<String, ::csv::Error> {
         ]
         .map(str::to_owned),
     );
+    header.extend(served::csv_header(r));
     let cross_check = crosscheck::any(r);
     if cross_check {
         header.extend(crosscheck::CSV_HEADER.map(str::to_owned));
@@ -161,6 +162,7 @@ pub fn render(r: &Report) -> Result<String, ::csv::Error> {
                 l.lengths.output_tokens_mean.map(num).unwrap_or_default(),
                 l.lengths.input_length_off.to_string(),
             ]);
+            row.extend(served::csv_cells(r, l));
             if cross_check {
                 row.extend(crosscheck::csv_cells(l.cross_check.as_ref()));
             }

@@ -3,7 +3,8 @@
 //! ([`json`], everything; the input of `--baseline`). The terminal and Markdown say the same in
 //! their own style: the answer ([`answer`]), the level table's columns, chosen once for both
 //! ([`columns`]), the server's view ([`server_view`]), and the notes under the table ([`notes`]),
-//! with the comparison with a baseline ([`gate`]) and the cross-checks ([`crosscheck`]).
+//! with the comparison with a baseline ([`gate`]), the cross-checks ([`crosscheck`]) and what
+//! answered ([`served`]).
 
 pub mod answer;
 pub mod columns;
@@ -12,6 +13,7 @@ pub mod csv;
 pub mod gate;
 pub mod markdown;
 pub mod notes;
+pub mod served;
 pub mod server_view;
 pub mod table;
 

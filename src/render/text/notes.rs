@@ -55,6 +55,7 @@ pub fn render(shown: &Shown<'_>, style: Style) -> String {
         out.push_str(&super::gate::render(c, style));
     }
     out.push_str(&super::crosscheck::render(r, style));
+    out.push_str(&super::served::render(shown, style));
     out
 }
 
