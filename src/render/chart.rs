@@ -10,6 +10,7 @@
 //! `--plot` SVG (`render::plot`) draw with this one engine.
 
 use crate::bench::report::LoadKind;
+use html_escape::encode_quoted_attribute as esc;
 use std::fmt::Write as _;
 
 /// Values spanning more than this factor get a logarithmic y axis.
@@ -285,22 +286,6 @@ pub fn load_axis(kind: LoadKind) -> &'static str {
         LoadKind::Closed => "concurrency",
         LoadKind::Open => "arrival rate (requests/s)",
     }
-}
-
-/// Escapes text for HTML and SVG (element text and attribute values).
-pub fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 impl Chart {

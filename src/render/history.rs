@@ -2,10 +2,11 @@
 //! a sparkline per figure, both as JSON, and the trend's self-contained page (charts drawn by
 //! [`super::chart`]).
 
-use super::chart::{self, Chart, Marker, Point as ChartPoint, Series, XAxis, esc};
+use super::chart::{self, Chart, Marker, Point as ChartPoint, Series, XAxis};
 use crate::history::StoredRun;
 use crate::history::trend::{Point, Trend};
 use crate::units::{fmt_secs, trim_float};
+use html_escape::encode_quoted_attribute as esc;
 use serde::Serialize;
 use std::fmt::Write as _;
 

@@ -11,6 +11,7 @@ use crate::bench::criteria::{Base, Criteria};
 use crate::bench::report::Report;
 use crate::render::shown::Shown;
 use crate::render::text::loop_words;
+use html_escape::encode_quoted_attribute as esc;
 use std::fmt::Write as _;
 
 /// Why a plot could not be drawn.
@@ -292,7 +293,7 @@ fn legend(o: &mut String, entries: &[(Glyph, String)], top: f64) -> f64 {
             r#"<text x="{:.1}" y="{:.1}">{}</text>"#,
             x + 30.0,
             y + 4.0,
-            chart::esc(label)
+            esc(label)
         );
     }
     bottom
@@ -361,7 +362,7 @@ pub fn render_svg(shown: &Shown<'_>, lines: &[RefLine]) -> Result<String, PlotEr
         o,
         r#"<text class="title" x="{:.1}" y="26" text-anchor="middle" font-size="18">{}</text>"#,
         DOC_WIDTH / 2.0,
-        chart::esc(&title)
+        esc(&title)
     );
     for (i, p) in panels.iter().enumerate() {
         let (col, row) = (i % PER_ROW, i / PER_ROW);
@@ -372,7 +373,7 @@ pub fn render_svg(shown: &Shown<'_>, lines: &[RefLine]) -> Result<String, PlotEr
             r#"<text class="panel-title" x="{:.1}" y="{:.1}" text-anchor="middle" font-size="15">{}</text>"#,
             x + chart::WIDTH / 2.0,
             y + 16.0,
-            chart::esc(&p.title)
+            esc(&p.title)
         );
         // The chart's own <svg>, placed at its slot (its viewBox keeps its coordinates).
         let svg = p.chart.svg().replacen(
@@ -419,7 +420,7 @@ mod tests {
                     .replace("&lt;", "<")
                     .replace("&gt;", ">")
                     .replace("&amp;", "&")
-                    .replace("&#39;", "'")
+                    .replace("&#x27;", "'")
             })
             .collect()
     }

@@ -404,7 +404,7 @@ fn two_servers_of_different_speed_rank_and_reject_as_their_timing_implies() {
         "{cmd}"
     );
     assert!(
-        page.contains(&format!("<code>{}</code>", cmd.replace('\'', "&#39;"))),
+        page.contains(&format!("<code>{}</code>", cmd.replace('\'', "&#x27;"))),
         "command on the page"
     );
 
@@ -441,7 +441,7 @@ fn server_signals_and_findings_render_in_a_browser() {
     for f in doc["findings"].as_array().expect("findings") {
         let msg = f["message"].as_str().expect("message");
         let (model, level) = (f["model"].as_str().unwrap(), f["level"].as_str().unwrap());
-        let shown = format!("<b>{model}</b> at {level}: {}", msg.replace('\'', "&#39;"));
+        let shown = format!("<b>{model}</b> at {level}: {}", msg.replace('\'', "&#x27;"));
         assert!(html.contains(&shown), "{shown}");
     }
     check_in_browser(

@@ -15,11 +15,11 @@
 //! has in the JSON; values no other table shows (costs, lengths, cross-checks) go to "More per
 //! level" when some level has them, server signals to their own table and charts.
 
-use super::chart::esc;
 use crate::bench::criteria::{Base, Metric, Unit as MetricUnit};
 use crate::bench::report::Report;
 use crate::render::shown::Shown;
 use crate::render::text::{self, Style};
+use html_escape::encode_quoted_attribute as esc;
 use std::fmt::Write as _;
 
 mod plots;
@@ -267,7 +267,7 @@ pub(super) fn run_info(o: &mut String, r: &Report) {
             "tool".into(),
             format!("{} {}", esc(&r.tool), esc(&r.version)),
         ),
-        ("started".into(), esc(&r.started_at)),
+        ("started".into(), esc(&r.started_at).into_owned()),
     ];
     if let Some(run) = &r.run {
         let mut t = format!("id <code>{}</code>", esc(&run.id));
@@ -327,7 +327,7 @@ pub(super) fn run_info(o: &mut String, r: &Report) {
     }
     rows.push(("load".into(), load));
     if !r.slo.is_empty() {
-        rows.push(("goodput SLOs".into(), esc(&r.slo.join(", "))));
+        rows.push(("goodput SLOs".into(), esc(&r.slo.join(", ")).into_owned()));
     }
     rows.push((
         "knee rule".into(),
@@ -346,7 +346,10 @@ pub(super) fn run_info(o: &mut String, r: &Report) {
         ),
     ));
     if !r.combined_from.is_empty() {
-        rows.push(("combined from".into(), esc(&r.combined_from.join(", "))));
+        rows.push((
+            "combined from".into(),
+            esc(&r.combined_from.join(", ")).into_owned(),
+        ));
     }
     o.push_str(r#"<dl class="run">"#);
     for (k, v) in rows {
@@ -395,7 +398,7 @@ pub(super) fn answer(o: &mut String, r: &Report, shown: &Shown<'_>) {
                     Unit::Pct => " (%)",
                     Unit::Plain => "",
                 };
-                let m = esc(&m.to_string());
+                let m = esc(&m.to_string()).into_owned();
                 let _ = write!(o, "<th>{m}{u}</th><th>{m} normalized</th>");
             }
             o.push_str("</tr></thead><tbody>");

@@ -5,7 +5,7 @@ use super::plots::{server_signals, signal_display};
 use super::{Unit, metric_unit, raw, seg, span, td};
 use crate::bench::report::{ModelReport, Report};
 use crate::bench::stats::{LevelStats, Summary};
-use crate::render::chart::esc;
+use html_escape::encode_quoted_attribute as esc;
 use std::fmt::Write as _;
 
 /// The table's opening, with its headers.
