@@ -450,12 +450,19 @@ fn load_mode(open: bool, load: &LoadPlan, amount: Amount) -> LoadMode {
         burstiness: arrival.burstiness().filter(|_| open),
         requests_per_level: match amount {
             Amount::Requests(n) => Some(n),
-            Amount::Duration(_) => None,
+            Amount::Duration(_) | Amount::Sessions(_) => None,
         },
         duration_per_level_s: match amount {
             Amount::Duration(d) => Some(d.as_secs_f64()),
-            Amount::Requests(_) => None,
+            Amount::Requests(_) | Amount::Sessions(_) => None,
         },
+        sessions: load.sessions.map(|m| crate::bench::session::SessionMode {
+            per_level: match amount {
+                Amount::Sessions(n) => Some(n),
+                _ => None,
+            },
+            ..m
+        }),
         warmup: load.warmup,
         warmup_s: load.warmup_duration.map(|d| d.as_secs_f64()),
         ramp_up: load.load_ramp.map(|r| {

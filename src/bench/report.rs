@@ -108,6 +108,10 @@ pub struct LoadMode {
     /// (one unmeasured `GET /models` each; `--no-prewarm` turns it off).
     #[serde(default)]
     pub prewarm: bool,
+    /// A session workload: each level's load is sessions (closed loop: concurrent sessions;
+    /// open loop: sessions started per second), and how its sessions are sent and judged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<super::session::SessionMode>,
 }
 
 /// A whole bench run.
@@ -726,6 +730,7 @@ pub(crate) mod tests {
                 trace: None,
                 ramp_s: None,
                 prewarm: false,
+                sessions: None,
             },
             slo: slos.iter().map(ToString::to_string).collect(),
             knee_rule: rule,

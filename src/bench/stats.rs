@@ -566,6 +566,10 @@ pub struct LevelStats {
     /// What stopped it and why, with its errors' first messages.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped: Option<super::health::Stopped>,
+    /// A session workload's level: its sessions, per turn and per session, with what
+    /// overflowed the model's context counted apart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<super::session::SessionLevel>,
 }
 
 /// The cost of a level at `price`: `(mean cost per request, cost per million output tokens)`
@@ -726,6 +730,7 @@ impl LevelStats {
             notes: Vec::new(),
             partial: false,
             stopped: None,
+            sessions: None,
         }
     }
 

@@ -36,6 +36,9 @@ pub struct TurnRecord {
     pub turn: u32,
     /// When it was sent, s after the session's start.
     pub sent_s: f64,
+    /// How long after its intended instant it was sent (the previous answer's end and the
+    /// turn's wait, or a recorded turn's instant), s.
+    pub lag_s: f64,
     /// When its probe returned, s after the session's start.
     pub end_s: f64,
     /// Its result.
@@ -55,77 +58,112 @@ pub struct SessionRun {
     pub duration_s: f64,
     /// Times its context (or a sub-agent's) was compacted.
     pub compactions: u32,
+    /// Turns in flight when [`Control::cut`] came: sent, not recorded.
+    pub cut: u32,
 }
 
-/// Waits for a turn's send instant: `wait` after now, or `at` after the session's start; false
-/// when `stop` came first.
-async fn wait_for(turn: &Turn, start: Instant, stop: &CancellationToken) -> bool {
+/// What steers a running session from outside: the stop (no turn is sent after it), the cut
+/// (a turn in flight is given up: not recorded, counted in [`SessionRun::cut`]), and who is told
+/// of each turn as it is sent and as it ends (a bench's progress and early stop).
+#[derive(Clone, Copy)]
+pub struct Control<'a> {
+    /// No turn is sent once it is cancelled.
+    pub stop: &'a CancellationToken,
+    /// A turn in flight is given up once it is cancelled.
+    pub cut: &'a CancellationToken,
+    /// Told `None` as a turn is sent and `Some(result)` as it ends.
+    pub watch: &'a (dyn Fn(Option<&ProbeResult>) + Sync),
+}
+
+impl std::fmt::Debug for Control<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Control")
+            .field("stop", &self.stop.is_cancelled())
+            .field("cut", &self.cut.is_cancelled())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Waits for a turn's send instant: `wait` after now, or `at` after the session's start (never
+/// before now); that instant, or `None` when `stop` came first.
+async fn wait_for(turn: &Turn, start: Instant, stop: &CancellationToken) -> Option<Instant> {
+    let now = Instant::now();
     let until = match turn.at {
-        Some(at) => start.checked_add(at),
-        None => Instant::now().checked_add(turn.wait),
-    };
-    let Some(until) = until else {
-        return false;
-    };
+        Some(at) => start.checked_add(at).map(|t| t.max(now)),
+        None => now.checked_add(turn.wait),
+    }?;
     if until <= Instant::now() {
-        return !stop.is_cancelled();
+        return (!stop.is_cancelled()).then_some(until);
     }
     tokio::select! {
-        () = tokio::time::sleep_until(until.into()) => true,
-        () = stop.cancelled() => false,
+        () = tokio::time::sleep_until(until.into()) => Some(until),
+        () = stop.cancelled() => None,
     }
 }
 
-/// Runs a branch that does not fork (a sub-agent) to its end on `prober` (`None`: `stop` came
-/// first).
+/// How a branch's turn went: recorded, or not sent or cut by the [`Control`] (counted).
+enum Sent {
+    Turn(Box<TurnRecord>),
+    Stopped,
+    Cut,
+}
+
+/// What a sub-agent's run left: how it ended (`None`: stopped first), its turns, its
+/// compactions, and its turns cut in flight.
+type LeafRun = (Option<End>, Vec<TurnRecord>, u32, u32);
+
+/// Runs a branch that does not fork (a sub-agent) to its end on `prober`.
 async fn leaf(
     spec: &ProbeSpec,
     prober: &mut Prober,
     mut branch: Branch,
     start: Instant,
-    stop: &CancellationToken,
-) -> (Option<End>, Vec<TurnRecord>, u32) {
+    ctl: Control<'_>,
+) -> LeafRun {
     let mut out: Vec<TurnRecord> = Vec::new();
     loop {
         let step = branch.next(out.last().map(|t| answer_of(&t.result)).as_ref());
         match step {
-            Step::Send(turn) => {
-                if !wait_for(&turn, start, stop).await {
-                    return (None, out, branch.compactions());
-                }
-                match send(spec, prober, &turn.content, start, stop).await {
-                    Some(rec) => out.push(rec),
-                    None => return (None, out, branch.compactions()),
-                }
-            }
+            Step::Send(turn) => match send(spec, prober, &turn, start, ctl).await {
+                Sent::Turn(rec) => out.push(*rec),
+                Sent::Stopped => return (None, out, branch.compactions(), 0),
+                Sent::Cut => return (None, out, branch.compactions(), 1),
+            },
             // Sub-agents do not fork.
-            Step::Fork(_) => return (Some(End::Failed), out, branch.compactions()),
-            Step::Done(end) => return (Some(end), out, branch.compactions()),
+            Step::Fork(_) => return (Some(End::Failed), out, branch.compactions(), 0),
+            Step::Done(end) => return (Some(end), out, branch.compactions(), 0),
         }
     }
 }
 
-/// One probe of a turn; `None` when `stop` cut it.
+/// One turn: its wait, then its probe.
 async fn send(
     spec: &ProbeSpec,
     prober: &mut Prober,
-    content: &RequestContent,
+    turn: &Turn,
     start: Instant,
-    stop: &CancellationToken,
-) -> Option<TurnRecord> {
+    ctl: Control<'_>,
+) -> Sent {
+    let Some(intended) = wait_for(turn, start, ctl.stop).await else {
+        return Sent::Stopped;
+    };
+    let content = &turn.content;
     let sent = Instant::now();
+    (ctl.watch)(None);
     let result = tokio::select! {
         r = prober.run_content(spec, content) => r,
-        () = stop.cancelled() => return None,
+        () = ctl.cut.cancelled() => return Sent::Cut,
     };
+    (ctl.watch)(Some(&result));
     let since = |t: Instant| t.saturating_duration_since(start).as_secs_f64();
-    Some(TurnRecord {
+    Sent::Turn(Box::new(TurnRecord {
         session: content.session.unwrap_or_default(),
         turn: content.turn.unwrap_or(0),
         sent_s: since(sent),
+        lag_s: sent.saturating_duration_since(intended).as_secs_f64(),
         end_s: since(Instant::now()),
         result,
-    })
+    }))
 }
 
 /// Runs session number `id` of `spec`'s session prompt to its end: its turns on `probers[0]`,
@@ -141,6 +179,25 @@ pub async fn run(
     id: u64,
     stop: &CancellationToken,
 ) -> Result<SessionRun, TransportError> {
+    let ctl = Control {
+        stop,
+        cut: stop,
+        watch: &|_| {},
+    };
+    run_with(spec, probers, id, ctl).await
+}
+
+/// [`run`] steered by `ctl`: no turn is sent after its stop, a turn in flight is given up at its
+/// cut, and its watcher is told of every turn (a bench level's session).
+///
+/// # Errors
+/// As [`run`].
+pub async fn run_with(
+    spec: &ProbeSpec,
+    probers: &mut Vec<Prober>,
+    id: u64,
+    ctl: Control<'_>,
+) -> Result<SessionRun, TransportError> {
     let start = Instant::now();
     let mut run = SessionRun {
         id,
@@ -148,6 +205,7 @@ pub async fn run(
         end: None,
         duration_s: 0.0,
         compactions: 0,
+        cut: 0,
     };
     let Workload::Session(sessions) = &spec.workload else {
         return Ok(run);
@@ -160,15 +218,16 @@ pub async fn run(
     loop {
         match step {
             Step::Send(turn) => {
-                if !wait_for(&turn, start, stop).await {
-                    break;
-                }
-                let Some(rec) = send(spec, &mut probers[0], &turn.content, start, stop).await
-                else {
-                    break;
+                let rec = match send(spec, &mut probers[0], &turn, start, ctl).await {
+                    Sent::Turn(rec) => rec,
+                    Sent::Stopped => break,
+                    Sent::Cut => {
+                        run.cut += 1;
+                        break;
+                    }
                 };
                 step = branch.next(Some(&answer_of(&rec.result)));
-                run.turns.push(rec);
+                run.turns.push(*rec);
             }
             Step::Fork(children) => {
                 while probers.len() <= children.len() {
@@ -179,13 +238,14 @@ pub async fn run(
                     children
                         .into_iter()
                         .zip(rest.iter_mut())
-                        .map(|(child, p)| leaf(spec, p, child, start, stop)),
+                        .map(|(child, p)| leaf(spec, p, child, start, ctl)),
                 )
                 .await;
                 let mut stopped = false;
-                for (end, mut turns, compactions) in ends {
+                for (end, mut turns, compactions, cut) in ends {
                     run.turns.append(&mut turns);
                     run.compactions += compactions;
+                    run.cut += cut;
                     stopped |= end.is_none();
                 }
                 if stopped {
@@ -218,6 +278,8 @@ pub struct Sequence {
     pending: Option<Box<Turn>>,
     /// When the session started (a recorded turn's `at` counts from it).
     start: Instant,
+    /// How the last session ended, once it has (cleared when the next starts).
+    ended: Option<End>,
 }
 
 impl Sequence {
@@ -229,7 +291,13 @@ impl Sequence {
             waiting: VecDeque::new(),
             pending: None,
             start: Instant::now(),
+            ended: None,
         }
+    }
+
+    /// How the session that ran last ended: `None` while it runs (or before any).
+    pub fn ended(&self) -> Option<End> {
+        self.ended
     }
 
     /// True when no session is running: the next request starts one.
@@ -263,6 +331,7 @@ impl Sequence {
                     self.stack.pop();
                     if self.stack.is_empty() || end == End::Failed {
                         // The session is over (a failed sub-agent fails it).
+                        self.ended = Some(end);
                         self.stack.clear();
                         self.waiting.clear();
                         return;
@@ -301,6 +370,7 @@ impl Sequence {
     ) -> (RequestContent, Duration) {
         if self.pending.is_none() && self.stack.is_empty() {
             self.start = Instant::now();
+            self.ended = None;
             let mut b = self.sessions.start(new_id(), spec.tokens);
             let step = b.next(None);
             self.stack.push(b);

@@ -14,6 +14,7 @@ pub mod history;
 pub mod html;
 pub mod plot;
 pub mod server_view;
+pub mod session;
 pub mod text;
 
 use crate::bench::BenchError;

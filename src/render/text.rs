@@ -76,6 +76,7 @@ fn marks(m: &ModelReport, i: usize, l: &LevelStats, show: impl Fn(&str) -> Strin
         .into_iter()
         .chain(bound)
         .chain(partial)
+        .chain(super::session::mark(l))
         .map(show)
         .collect();
     shown.join(", ")
@@ -139,7 +140,9 @@ fn table_row(m: &ModelReport, i: usize, l: &LevelStats) -> [String; 16] {
 
 /// A level's load in words: `4 concurrent streams`, `1 concurrent stream`, `2/s`.
 fn load_words(r: &Report, label: &str) -> String {
-    if r.mode.kind == "open" || label.ends_with("/s") {
+    if r.mode.sessions.is_some() {
+        super::session::load_words(label)
+    } else if r.mode.kind == "open" || label.ends_with("/s") {
         label.to_owned()
     } else if label == "1" {
         "1 concurrent stream".to_owned()
@@ -727,6 +730,7 @@ pub fn level_sections(r: &Report, bullet: &str) -> String {
     render_canaries(&mut out, r, &names, bullet);
     render_steady(&mut out, r, &names, bullet);
     render_per_second(&mut out, r, &names, bullet);
+    out.push_str(&super::session::sections(r, &names, bullet));
     out
 }
 
@@ -1247,6 +1251,10 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
     if cross_check {
         header.extend(super::crosscheck::CSV_HEADER.map(str::to_owned));
     }
+    let sessions = super::session::any(r);
+    if sessions {
+        header.extend(super::session::CSV_HEADER.map(str::to_owned));
+    }
     let server_cols = super::server_view::csv_header(r);
     header.extend(server_cols.iter().cloned());
     w.write_record(&header)?;
@@ -1328,6 +1336,9 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
             ]);
             if cross_check {
                 row.extend(super::crosscheck::csv_cells(l.cross_check.as_ref()));
+            }
+            if sessions {
+                row.extend(super::session::csv_cells(l.sessions.as_ref()));
             }
             row.extend(super::server_view::csv_cells(&server_cols, l));
             w.write_record(&row)?;

@@ -150,6 +150,17 @@ async fn handle(
     rec.model = model.to_owned();
     rec.profile.clone_from(&served.name);
     rec.input_tokens = profile::token_count(&input);
+    if let Some(max) = served.max_context.filter(|m| rec.input_tokens > *m) {
+        // Beyond the model's context: refused as vLLM refuses one, before any fault is drawn.
+        rec.status = 400;
+        rec.fault = Some("context_length_exceeded".into());
+        let message = profile::context_refusal(max, rec.input_tokens);
+        let body = body::context_error_body(proto, &message);
+        let keep = simple(stream, &req, 400, Some(&id), &body, &[]).await;
+        rec.head_written = Some(arrival.elapsed());
+        finish(shared, rec);
+        return keep;
+    }
     let mut plan = Plan::draw(&served.timing, shared.error_rate, &shared.errors, &ask, rng);
     if !quota.allowed {
         plan.fault = Some(Fault::Status(429));

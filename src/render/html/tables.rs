@@ -157,7 +157,7 @@ pub(super) fn main_table(o: &mut String, r: &Report) {
                 match (m.knee.as_ref().is_some_and(|k| k.index == li), l.partial) {
                     (true, _) => "◆ knee",
                     (false, true) => "PARTIAL",
-                    (false, false) => "",
+                    (false, false) => crate::render::session::mark(l).unwrap_or_default(),
                 }
             );
         }
