@@ -8,6 +8,8 @@
 use crate::common;
 use common::e2e::*;
 
+mod bench;
+
 use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
