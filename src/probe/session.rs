@@ -264,6 +264,140 @@ pub async fn run_with(
     Ok(run)
 }
 
+/// How a session of a `serve` job ended, as its `tokenprobe_sessions_total` says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionOutcome {
+    /// It gave its final answer, or sent every recorded turn.
+    Completed,
+    /// It ended at its context budget, as its prompt says (`overflow: end`).
+    Budget,
+    /// A turn failed.
+    Failed,
+    /// A turn was refused for overflowing the model's context
+    /// ([`crate::outcome::context_overflow`]).
+    Overflow,
+}
+
+impl SessionOutcome {
+    /// Every outcome (series are pre-created at 0).
+    pub const ALL: [SessionOutcome; 4] = [
+        SessionOutcome::Completed,
+        SessionOutcome::Budget,
+        SessionOutcome::Failed,
+        SessionOutcome::Overflow,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionOutcome::Completed => "completed",
+            SessionOutcome::Budget => "budget",
+            SessionOutcome::Failed => "failed",
+            SessionOutcome::Overflow => "overflow",
+        }
+    }
+
+    /// The session did what its prompt says: completed, or ended at its budget.
+    pub fn success(self) -> bool {
+        matches!(self, SessionOutcome::Completed | SessionOutcome::Budget)
+    }
+}
+
+/// One turn of a finished session, as a `serve` job's sinks are told it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TurnDone {
+    /// Its branch: 0 the session itself, 1, 2, ... its sub-agents.
+    pub branch: u32,
+    /// Its turn in its branch, from 1.
+    pub turn: u32,
+    /// Its TTFT, s (successes).
+    pub ttft_s: Option<f64>,
+    /// The input tokens the server counted (successes whose usage said).
+    pub input_tokens: Option<u64>,
+    /// Of them, those its prefix cache served (when its usage said).
+    pub cached_input_tokens: Option<u64>,
+}
+
+/// A finished session of a `serve` job: its turns, how it ended, how long it took.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionDone {
+    /// Its turns in the order they ended (its sub-agents' too).
+    pub turns: Vec<TurnDone>,
+    /// How it ended.
+    pub outcome: SessionOutcome,
+    /// From its first send to its last turn's end, s.
+    pub duration_s: f64,
+}
+
+impl SessionDone {
+    /// Σ cached / Σ input tokens over its successful turns whose usage said both; `None` when
+    /// none did.
+    pub fn cached_share(&self) -> Option<f64> {
+        let (mut cached, mut input) = (0u64, 0u64);
+        for t in &self.turns {
+            if let (Some(c), Some(i)) = (t.cached_input_tokens, t.input_tokens) {
+                cached = cached.saturating_add(c);
+                input = input.saturating_add(i);
+            }
+        }
+        (input > 0).then(|| cached as f64 / input as f64)
+    }
+}
+
+/// A session's turns as they end (pure): what a `serve` job tells its sinks once the session is
+/// over ([`SessionTally::finish`]).
+#[derive(Debug, Default)]
+pub struct SessionTally {
+    turns: Vec<TurnDone>,
+    first_sent: Option<Instant>,
+    last_end: Option<Instant>,
+    overflowed: bool,
+}
+
+impl SessionTally {
+    /// Turn result `r`, sent at `sent` and ended at `end`.
+    pub fn add(&mut self, r: &ProbeResult, sent: Instant, end: Instant) {
+        self.first_sent.get_or_insert(sent);
+        self.last_end = Some(end);
+        self.overflowed |=
+            crate::outcome::context_overflow(r.error_type, r.error_detail.as_deref());
+        let ok = r.success();
+        self.turns.push(TurnDone {
+            branch: r.branch.unwrap_or(0),
+            turn: r.turn.unwrap_or(0),
+            ttft_s: r.ttft_s.filter(|_| ok),
+            input_tokens: r.input_tokens.filter(|_| ok),
+            cached_input_tokens: r.cached_input_tokens.filter(|_| ok),
+        });
+    }
+
+    /// True before a turn was added.
+    pub fn is_empty(&self) -> bool {
+        self.turns.is_empty()
+    }
+
+    /// The session, ended as `end` says (a failure that overflowed the context is an
+    /// overflow); the tally starts over.
+    pub fn finish(&mut self, end: End) -> SessionDone {
+        let t = std::mem::take(self);
+        let outcome = match end {
+            End::Completed => SessionOutcome::Completed,
+            End::Budget => SessionOutcome::Budget,
+            End::Failed if t.overflowed => SessionOutcome::Overflow,
+            End::Failed => SessionOutcome::Failed,
+        };
+        let duration_s = match (t.first_sent, t.last_end) {
+            (Some(a), Some(b)) => b.saturating_duration_since(a).as_secs_f64(),
+            _ => 0.0,
+        };
+        SessionDone {
+            turns: t.turns,
+            outcome,
+            duration_s,
+        }
+    }
+}
+
 /// A session's turns one request at a time (a closed-loop worker's, a `serve` job's): the
 /// session's own, and at a fork each sub-agent's to its end in turn, then the session's again.
 /// After a session ends, the next request starts another.
@@ -386,5 +520,86 @@ impl Sequence {
             }
             None => (RequestContent::default(), Duration::ZERO),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outcome::ErrorType;
+
+    /// A successful turn of session 3.
+    fn turn(branch: u32, n: u32, ttft: f64, input: u64, cached: u64) -> ProbeResult {
+        use crate::protocol::EventMeaning;
+        let t0 = Instant::now();
+        let mut m = crate::measure::Measurement::new(t0);
+        let token = EventMeaning {
+            token: true,
+            output: true,
+            ..EventMeaning::default()
+        };
+        m.event(t0 + Duration::from_millis(5), &token);
+        let end = EventMeaning {
+            terminal: true,
+            ..EventMeaning::default()
+        };
+        m.event(t0 + Duration::from_millis(6), &end);
+        ProbeResult {
+            turn: Some(n),
+            session: Some(3),
+            branch: Some(branch),
+            ttft_s: Some(ttft),
+            input_tokens: Some(input),
+            cached_input_tokens: Some(cached),
+            ..m.finish()
+        }
+    }
+
+    /// A `serve` job's session as its sinks are told it: its turns, its cached share, its
+    /// duration, and how it ended (a failure for the model's context is an overflow).
+    #[test]
+    fn a_tally_makes_the_session_its_sinks_are_told() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut t = SessionTally::default();
+        assert!(t.is_empty());
+        t.add(&turn(0, 1, 0.1, 1000, 0), at(0), at(150));
+        t.add(&turn(1, 1, 0.2, 2000, 1500), at(200), at(400));
+        t.add(&turn(0, 2, 0.3, 1000, 500), at(450), at(900));
+        let done = t.finish(End::Completed);
+        assert_eq!(done.outcome, SessionOutcome::Completed);
+        assert!((done.duration_s - 0.9).abs() < 1e-9);
+        assert_eq!(done.cached_share(), Some(2000.0 / 4000.0));
+        assert_eq!(
+            done.turns
+                .iter()
+                .map(|d| (d.branch, d.turn))
+                .collect::<Vec<_>>(),
+            [(0, 1), (1, 1), (0, 2)]
+        );
+        assert!(t.is_empty(), "it starts over");
+        let mut refused = turn(0, 3, 0.0, 0, 0);
+        refused.error_type = Some(ErrorType::BadRequest);
+        refused.error_detail =
+            Some("HTTP 400: This model's maximum context length is 2048 tokens".into());
+        t.add(&turn(0, 1, 0.1, 1000, 0), at(0), at(10));
+        t.add(&refused, at(20), at(30));
+        let done = t.finish(End::Failed);
+        assert_eq!(done.outcome, SessionOutcome::Overflow);
+        assert!(!done.outcome.success());
+        assert_eq!(
+            done.turns[1].ttft_s, None,
+            "a failure's TTFT is not a turn's"
+        );
+        let mut failed = turn(0, 1, 0.0, 0, 0);
+        failed.error_type = Some(ErrorType::ServerError);
+        t.add(&failed, at(0), at(10));
+        assert_eq!(t.finish(End::Failed).outcome, SessionOutcome::Failed);
+        assert_eq!(t.finish(End::Budget).outcome, SessionOutcome::Budget);
+        assert!(SessionOutcome::Budget.success());
+        assert_eq!(
+            SessionOutcome::ALL.map(SessionOutcome::as_str),
+            ["completed", "budget", "failed", "overflow"]
+        );
     }
 }

@@ -9,6 +9,7 @@ use crate::common;
 use common::e2e::*;
 
 mod bench;
+mod serve;
 
 use serde_json::Value;
 use std::path::Path;
