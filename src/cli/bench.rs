@@ -469,6 +469,10 @@ fn trace_replay(
     Ok(Some((key, Amount::Requests(t.len() as u64))))
 }
 
+/// What [`session_plan`] makes of a run: its session mode (a session prompt's), and a recorded
+/// replay's one level and amount.
+type SessionPlanned = (Option<SessionMode>, Option<(LevelKey, Amount)>);
+
 /// A session prompt's run, checked: every prompt a session (a sweep does not mix sessions with
 /// other prompts), its levels' amount whole sessions (`--sessions-per-level`, not
 /// `--requests-per-level`), no `--cross-check`; `--sessions-per-level`, `--max-context` and
@@ -479,10 +483,7 @@ fn trace_replay(
 ///
 /// # Errors
 /// [`BenchError::Usage`] naming the flag that does not fit.
-fn session_plan(
-    a: &BenchArgs,
-    prompts: &[ProbeSpec],
-) -> Result<(Option<SessionMode>, Option<(LevelKey, Amount)>), BenchError> {
+fn session_plan(a: &BenchArgs, prompts: &[ProbeSpec]) -> Result<SessionPlanned, BenchError> {
     use crate::workload::Workload;
     let usage = |m: String| Err(BenchError::Usage(m));
     let is_session = |p: &ProbeSpec| matches!(p.workload, Workload::Session(_));

@@ -152,6 +152,24 @@ pub const CSV_HEADER: [&str; 9] = [
     "session_invalid",
 ];
 
+/// The CSV columns a report adds for its sessions: [`CSV_HEADER`], or none without sessions.
+pub fn csv_header(r: &Report) -> Vec<String> {
+    if any(r) {
+        CSV_HEADER.map(str::to_owned).to_vec()
+    } else {
+        Vec::new()
+    }
+}
+
+/// Level `l`'s cells under [`csv_header`] of `r`.
+pub fn csv_row(r: &Report, l: &LevelStats) -> Vec<String> {
+    if any(r) {
+        csv_cells(l.sessions.as_ref()).to_vec()
+    } else {
+        Vec::new()
+    }
+}
+
 /// A level's cells under [`CSV_HEADER`] (empty without sessions).
 pub fn csv_cells(s: Option<&SessionLevel>) -> [String; 9] {
     let num = |v: Option<f64>| v.map(|v| format!("{v}")).unwrap_or_default();

@@ -1251,10 +1251,7 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
     if cross_check {
         header.extend(super::crosscheck::CSV_HEADER.map(str::to_owned));
     }
-    let sessions = super::session::any(r);
-    if sessions {
-        header.extend(super::session::CSV_HEADER.map(str::to_owned));
-    }
+    header.extend(super::session::csv_header(r));
     let server_cols = super::server_view::csv_header(r);
     header.extend(server_cols.iter().cloned());
     w.write_record(&header)?;
@@ -1337,9 +1334,7 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
             if cross_check {
                 row.extend(super::crosscheck::csv_cells(l.cross_check.as_ref()));
             }
-            if sessions {
-                row.extend(super::session::csv_cells(l.sessions.as_ref()));
-            }
+            row.extend(super::session::csv_row(r, l));
             row.extend(super::server_view::csv_cells(&server_cols, l));
             w.write_record(&row)?;
         }

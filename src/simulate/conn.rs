@@ -150,26 +150,21 @@ async fn handle(
     rec.model = model.to_owned();
     rec.profile.clone_from(&served.name);
     rec.input_tokens = profile::token_count(&input);
-    if let Some(max) = served.max_context.filter(|m| rec.input_tokens > *m) {
-        // Beyond the model's context: refused as vLLM refuses one, before any fault is drawn.
-        rec.status = 400;
-        rec.fault = Some("context_length_exceeded".into());
-        let message = profile::context_refusal(max, rec.input_tokens);
-        let body = body::context_error_body(proto, &message);
-        let keep = simple(stream, &req, 400, Some(&id), &body, &[]).await;
-        rec.head_written = Some(arrival.elapsed());
-        finish(shared, rec);
-        return keep;
-    }
+    // Beyond the model's context: refused as vLLM refuses one (unless the quota refuses first).
+    let refused = context_refusal(served, proto, rec.input_tokens).filter(|_| quota.allowed);
     let mut plan = Plan::draw(&served.timing, shared.error_rate, &shared.errors, &ask, rng);
-    if !quota.allowed {
-        plan.fault = Some(Fault::Status(429));
+    if !quota.allowed || refused.is_some() {
+        plan.fault = Some(Fault::Status(if quota.allowed { 400 } else { 429 }));
     }
-    rec.fault = plan.fault.map(|f| f.to_string());
+    rec.fault = match &refused {
+        Some(_) => Some("context_length_exceeded".into()),
+        None => plan.fault.map(|f| f.to_string()),
+    };
 
     if let Some(Fault::Status(status)) = plan.fault {
         rec.status = status;
-        let body = body::error_body(Some(proto), status, body::fault_message(status));
+        let body = refused
+            .unwrap_or_else(|| body::error_body(Some(proto), status, body::fault_message(status)));
         let extra: &[(&str, &str)] = match status {
             _ if !quota.allowed => &quota_headers,
             429 => &[("retry-after", "1")],
@@ -233,6 +228,15 @@ async fn handle(
     let keep = rec.end == End::Complete && req.keep_alive && (req.chunked_ok || !is_stream);
     finish(shared, rec);
     keep
+}
+
+/// The 400 body of a request of `input` tokens beyond `served`'s `max_context`, if it is.
+fn context_refusal(served: &profile::Served, proto: Proto, input: u32) -> Option<Vec<u8>> {
+    let max = served.max_context.filter(|m| input > *m)?;
+    Some(body::context_error_body(
+        proto,
+        &profile::context_refusal(max, input),
+    ))
 }
 
 /// What a request body asks of the output length.
