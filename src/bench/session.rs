@@ -20,7 +20,7 @@
 //!   search in concurrent sessions, a fixed sweep's answer).
 
 use super::sample::{Objective, Sample, Summary};
-use super::stats::{Attainment, cached_share, mean};
+use super::stats::{Attainment, Load, cached_share, mean};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -324,6 +324,17 @@ impl SessionLevel {
     }
 }
 
+/// A level's load in words for a session workload: `4 concurrent sessions`, `1 concurrent
+/// session`, `2 sessions/s`. The one wording of a session load: the progress line's, and
+/// every output's (render reads it).
+pub fn load_words(load: Load) -> String {
+    match load {
+        Load::Concurrency(1) => "1 concurrent session".to_owned(),
+        Load::Concurrency(n) => format!("{n} concurrent sessions"),
+        Load::Rate(r) => format!("{} sessions/s", crate::units::trim_float(r)),
+    }
+}
+
 impl super::stats::LevelStats {
     /// The SLO attainment that judges the level: its sessions' for a session workload (a session
     /// meets the SLOs only when every one of its turns does, those that overflowed apart), else
@@ -512,8 +523,8 @@ mod tests {
         assert_eq!(a.interval, crate::bench::confidence::wilson(1, 3));
         assert_eq!(a.missed.get("ttft<=0.5"), Some(&1));
         assert_eq!(
-            a.limited_by().as_deref(),
-            Some("errors"),
+            a.limited_by(),
+            Some(crate::bench::stats::CapacityLimit::Errors),
             "a tie goes to the errors"
         );
         assert!(attainment(&level(), &[] as &[Ttft], None).is_none());
@@ -566,5 +577,13 @@ mod tests {
         assert_eq!(l.slo_attainment.unwrap().counted, 1);
         assert_eq!(l.turns.len(), 4);
         assert!(SessionLevel::of(&[Sample::default()], &[Ttft(0.5)], &mode).is_none());
+    }
+
+    /// A session load in words, one and many.
+    #[test]
+    fn a_session_load_is_said_in_sessions() {
+        assert_eq!(load_words(Load::Concurrency(1)), "1 concurrent session");
+        assert_eq!(load_words(Load::Concurrency(8)), "8 concurrent sessions");
+        assert_eq!(load_words(Load::Rate(2.5)), "2.5 sessions/s");
     }
 }

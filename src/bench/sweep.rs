@@ -380,9 +380,13 @@ impl Sweep {
             }
             let Some(level) = next else {
                 if let Some(c) = &series.capacity {
+                    let load = match c.load() {
+                        None => "none".to_owned(),
+                        Some(l) if c.sessions => super::session::load_words(l),
+                        Some(l) => l.to_string(),
+                    };
                     self.progress.println(&format!(
-                        "  {name}: capacity {} ({}; {}, {} requests, {:.1} s)",
-                        super::capacity::describe(c),
+                        "  {name}: capacity {load} ({}; {}, {} requests, {:.1} s)",
                         c.stopped,
                         crate::units::count(c.levels_tried.len(), "level"),
                         c.requests,

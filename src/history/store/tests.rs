@@ -117,7 +117,7 @@ fn last_chooses_among_complete_runs_of_the_same_pair_prompt_and_loop_newest_firs
     });
     s.record(stopped).unwrap();
     let mut open = report("2026-11-04T00:00:00Z", 1.0);
-    open.mode.kind = "open".into();
+    open.mode.kind = crate::bench::report::LoadKind::Open;
     let o = s.record(open).unwrap();
     let mut other_prompt = report("2026-11-05T00:00:00Z", 1.0);
     other_prompt.prompt = "long".into();

@@ -353,7 +353,7 @@ fn the_capacity_search_answers_in_concurrent_sessions() {
     assert_eq!(cap["concurrency"], 2, "{cap:#}\n{err}");
     assert_eq!(cap["sessions"], true);
     assert!(
-        err.contains("capacity up to 2 concurrent sessions at 100.0% attainment"),
+        err.contains("  agent: capacity 2 concurrent sessions ("),
         "{err}"
     );
     // Each level ran its six sessions; the one that failed, by its sessions' attainment.

@@ -6,8 +6,9 @@
 //! sessions' overflow.
 
 use crate::bench::report::Report;
-use crate::bench::session::{SessionLevel, TurnFigures};
+use crate::bench::session::{SessionLevel, TurnFigures, load_words};
 use crate::bench::stats::LevelStats;
+use crate::render::shown::Shown;
 use crate::units::{fmt_pct, fmt_secs};
 
 /// The mark of a level invalid for its sessions' context overflow, beside `CLIENT-BOUND` and
@@ -24,15 +25,6 @@ pub fn any(r: &Report) -> bool {
     r.models
         .iter()
         .any(|m| m.levels.iter().any(|l| l.sessions.is_some()))
-}
-
-/// A level's load in words for a session workload: `4 concurrent sessions`, `2 sessions/s`.
-pub fn load_words(label: &str) -> String {
-    match label.strip_suffix("/s") {
-        Some(rate) => format!("{rate} sessions/s"),
-        None if label == "1" => "1 concurrent session".to_owned(),
-        None => format!("{label} concurrent sessions"),
-    }
 }
 
 /// One level's sessions in a line (after `name @ load: `).
@@ -109,13 +101,13 @@ pub fn turn_words(t: &TurnFigures) -> String {
 
 /// The sessions' sections (empty without sessions): a line per level, then a line per turn of
 /// each level, each led by `bullet` and the level's `name @ load`.
-pub fn sections(r: &Report, names: &[String], bullet: &str) -> String {
+pub fn sections(shown: &Shown<'_>, bullet: &str) -> String {
     let mut levels = Vec::new();
     let mut turns = Vec::new();
-    for (m, name) in r.models.iter().zip(names) {
+    for (m, name) in shown.models() {
         for l in &m.levels {
             let Some(s) = &l.sessions else { continue };
-            let at = format!("{name} @ {}", load_words(&l.key.label()));
+            let at = format!("{name} @ {}", load_words(l.key.load()));
             levels.push(format!("{bullet}{at}: {}", level_words(s)));
             for t in &s.turns {
                 turns.push(format!("{bullet}{at}, {}", turn_words(t)));
@@ -236,7 +228,7 @@ mod tests {
         r.models.truncate(1);
         r.models[0].levels.truncate(1);
         r.models[0].levels[0].sessions = Some(s.clone());
-        let text = sections(&r, &[r.models[0].model.clone()], "  ");
+        let text = sections(&Shown::of(&r), "  ");
         assert!(
             text.contains(
                 "  alpha @ 2 concurrent sessions: 2 sessions, 1 within the SLOs (100.00% [20.65%, 100.00%]), 0 failed, 1 overflowed the model's context (50.00%, at most 25.00%); duration p50 1.20 s, 2.0 turns and 1.0 tool-call round trips a session; TTFT +100.0 ms per 1,000 tokens of context; INVALID, not judged: context overflow: 1 of 2 sessions (50.00%)"
@@ -252,11 +244,9 @@ mod tests {
         assert_eq!(cells[..6], ["2", "1", "1", "0", "1", "0.5"]);
         assert!(cells[8].starts_with("context overflow"));
         assert_eq!(csv_cells(None), <[String; 9]>::default());
-        assert_eq!(load_words("2.5/s"), "2.5 sessions/s");
-        assert_eq!(load_words("1"), "1 concurrent session");
         let mut plain = r.clone();
         plain.models[0].levels[0].sessions = None;
         assert!(!any(&plain) && any(&r));
-        assert_eq!(sections(&plain, &["alpha".into()], "  "), "");
+        assert_eq!(sections(&Shown::of(&plain), "  "), "");
     }
 }
