@@ -515,6 +515,8 @@ def panels():
     y += 1
     p.append(comparison_table(g(0, y, 24, 8)))
     y += 8
+    p += session_panels(y)
+    y += 17
     p += bench_panels(y)
     y += 17
     p += server_panels(y)
@@ -587,6 +589,49 @@ def answered_panels(y):
                 f"(rate(tokenprobe_expect_checks_total{{{SEL}}}[{RI}]))",
                 "{{model}} @ {{target}} {{prompt}}", "")],
         "percentunit", g(16, y, 8, 8), minimum=0, maximum=1, legend_calcs=("mean", "min")))
+    return out
+
+
+# The session canary: a job whose prompt is a `session:` runs one whole agent session per tick
+# (its turns, tool calls and their results, its sub-agents).
+SESSION_TTFT = "tokenprobe_session_turn_time_to_first_token_seconds"
+
+
+def session_panels(y):
+    out = [row("Agent sessions (session: jobs)", y)]
+    y += 1
+    canary = ("A job whose prompt is a session: runs one whole agent session per tick. ")
+    out.append(timeseries(
+        "Session TTFT p95 by turn",
+        canary + "p95 TTFT of each turn of the sessions, by its place in the session (1 to 8, 9+, "
+        "subagent): a later turn resends the context so far, so its TTFT shows what the prefix "
+        "cache saves.",
+        [target(quantile(0.95, SESSION_TTFT, by="target, model, turn"),
+                "{{model}} @ {{target}} turn {{turn}}", "")],
+        "s", g(0, y, 12, 8), minimum=0))
+    out.append(timeseries(
+        "Sessions by outcome",
+        canary + "Sessions per hour by how they ended: completed, budget (ended at its context "
+        "budget, as its prompt says), failed (a turn failed), overflow (a turn was refused for the "
+        "model's context). Alert: TokenprobeSessionsFailing.",
+        [target(f"sum by (target, model, outcome) (rate(tokenprobe_sessions_total{{{SEL}}}[{RI}])) * 3600",
+                "{{model}} @ {{target}} {{outcome}}", "")],
+        "short", g(12, y, 12, 8), stack=True, minimum=0))
+    y += 8
+    out.append(timeseries(
+        "Session cached input ratio",
+        canary + "Of the last session's input tokens, the share the server's prompt cache served "
+        "(its usage's cached tokens): the system prompt, the tools and each turn's context so far.",
+        [target(f"max by (target, model, prompt) (tokenprobe_session_cached_input_ratio{{{SEL}}})",
+                "{{model}} @ {{target}} ({{prompt}})", "")],
+        "percentunit", g(0, y, 12, 8), minimum=0, maximum=1))
+    out.append(timeseries(
+        "Session duration",
+        canary + "The last session's duration, from its first send to its last turn's end (think "
+        "times and sub-agents included).",
+        [target(f"max by (target, model, prompt) (tokenprobe_session_duration_seconds{{{SEL}}})",
+                "{{model}} @ {{target}} ({{prompt}})", "")],
+        "s", g(12, y, 12, 8), minimum=0))
     return out
 
 

@@ -17,7 +17,7 @@ mod answered;
 use crate::config::{Buckets, HistogramFamily, Histograms, Job};
 use crate::measure::ProbeResult;
 use crate::outcome::{ErrorType, Flag};
-use crate::scheduler::{InternalReason, JobSink, ResultSink, SkipReason};
+use crate::scheduler::{InternalReason, JobSink, ResultSink, SessionDone, SkipReason};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::{Family, MetricConstructor};
@@ -260,6 +260,8 @@ pub struct Metrics {
     otlp_exports: Family<ExportLabels, Counter>,
     /// What answered (`answered`).
     answered: answered::Families,
+    /// Session jobs' series: each tick's whole session.
+    sessions: session::SessionFamilies,
     /// The `location` label, if any.
     location: Option<String>,
     /// The loaded jobs' series, by labels (for `/`'s last results, and so a job that a reload
@@ -323,6 +325,7 @@ impl Metrics {
             internal: Family::default(),
             otlp_exports: Family::default(),
             answered: answered::Families::default(),
+            sessions: session::SessionFamilies::new(buckets),
             location: location.map(str::to_owned),
             active: Arc::default(),
             generation: AtomicU64::new(0),
@@ -338,6 +341,7 @@ impl Metrics {
         r.register_with_unit("request_duration", "E2E of successful probes: from sending the request to the stream's end marker (or the connection's end after a finish reason; without streaming, the end of the whole answer)", s.clone(), m.e2e.clone());
         r.register_with_unit("time_to_headers", "TTFB of successful probes: from sending the request to the response status line and headers", s.clone(), m.ttfb.clone());
         r.register_with_unit("failed_probe_duration", "Failed probes: from sending the request to the failure instant (error event, close or deadline)", s, m.failed_duration.clone());
+        m.sessions.register(r);
         r.register("probes", "Probes run, successful or not", m.probes.clone());
         r.register("probe_errors", "Failed probes by error_type (exactly one per failed probe; see docs/measurement.md for the order)", m.errors.clone());
         r.register("probe_flags", "Anomalies seen in probes (not errors): no_content_type, unterminated_final_event, compressed_stream, burst_delivery, input_length_off, concurrent_probe (another probe of the same target was in flight), cold_start (the first probe of the target after its cold_after without one), model_mismatch (another model answered), usage_mismatch (the usage stated is off what was streamed), answer_drift (a drift: true prompt's answer changed)", m.flags.clone());
@@ -434,7 +438,8 @@ impl Metrics {
     pub fn register_job(&self, info: JobInfo, histograms: Histograms) -> Arc<JobSeries> {
         let mut active = self.active.write().unwrap_or_else(PoisonError::into_inner);
         if let Some(s) = active.get(&info.job) {
-            if s.histograms == histograms {
+            // A job that becomes (or stops being) a session job gets its series anew.
+            if s.histograms == histograms && s.session.is_some() == (info.workload == "session") {
                 s.set_info(info);
                 return s.clone();
             }
@@ -592,6 +597,8 @@ pub struct JobSeries {
     job_info: Family<JobInfo, Gauge>,
     /// What answered (`answered`).
     answered: answered::Series,
+    /// A `session:` job's session series.
+    session: Option<session::SessionSeries>,
     /// Held while recording and while removing: a probe records all of its result or nothing.
     state: Mutex<SeriesState>,
 }
@@ -730,6 +737,8 @@ impl JobSeries {
         let last_timestamp = handle(&mut rm, &m.last_timestamp, job.clone());
         let retry_after = handle(&mut rm, &m.retry_after, job.clone());
         let target_wait = handle(&mut rm, &m.target_wait, job.clone());
+        let session = (info.workload == "session")
+            .then(|| session::SessionSeries::new(&m.sessions, &job, &mut rm));
         m.job_info.get_or_create(&info).set(1);
         JobSeries {
             answered: answered::Series::new(job.clone(), &m.answered),
@@ -761,6 +770,7 @@ impl JobSeries {
             last_success,
             last_timestamp,
             job_info: m.job_info.clone(),
+            session,
             state: Mutex::new(SeriesState {
                 live: true,
                 last: None,
@@ -946,6 +956,14 @@ impl JobSeries {
         }
     }
 
+    /// A session job's session, once it is over (nothing once removed, or for another job).
+    pub fn session(&self, s: &SessionDone) {
+        let mut st = self.state();
+        if let (true, Some(series)) = (st.live, &self.session) {
+            series.record(s, &mut st.removers);
+        }
+    }
+
     /// A probe waited `d` for its target's `max_in_flight` before it was sent (nothing once
     /// removed).
     pub fn waited(&self, d: Duration) {
@@ -1016,6 +1034,10 @@ impl JobSink for JobSide {
         self.series.waited(d);
     }
 
+    fn session(&self, s: &SessionDone) {
+        self.series.session(s);
+    }
+
     /// Counted as the exporter's own (`tokenprobe_internal_errors_total`), in no series of the
     /// job.
     fn internal_error(&self, reason: InternalReason) {
@@ -1084,6 +1106,8 @@ pub fn sort_series(text: &str) -> String {
     flush(&mut family, &mut out);
     out
 }
+
+mod session;
 
 #[cfg(test)]
 mod tests;

@@ -542,8 +542,68 @@ pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     s
 }
 
+/// Words a server's refusal uses when a request's input does not fit the model's context
+/// (lower case): OpenAI's code, vLLM's and SGLang's messages, llama.cpp's error type and
+/// message, Anthropic's, TGI's validation.
+const CONTEXT_OVERFLOW_MARKERS: [&str; 10] = [
+    "context_length_exceeded",
+    "exceed_context_size",
+    "exceeds the available context size",
+    "maximum context length",
+    "context length",
+    "context window",
+    "maximum model length",
+    "prompt is too long",
+    "input is too long",
+    "`inputs` tokens + `max_new_tokens` must be",
+];
+
+/// True when a failure says the request overflowed the model's context: a `bad_request` (or a
+/// `server_error`, as older llama.cpp answered one) whose detail carries one of
+/// [`CONTEXT_OVERFLOW_MARKERS`]. Such a failure is the workload's size, not the server's load
+/// (bench counts a session that met one apart).
+pub fn context_overflow(error_type: Option<ErrorType>, detail: Option<&str>) -> bool {
+    let Some(ErrorType::BadRequest | ErrorType::ServerError) = error_type else {
+        return false;
+    };
+    let Some(d) = detail else { return false };
+    let d = d.to_ascii_lowercase();
+    CONTEXT_OVERFLOW_MARKERS.iter().any(|m| d.contains(m))
+}
+
 #[cfg(test)]
 mod tests {
+
+    /// The refusals of a request too long for the model's context, as servers word them, and
+    /// what is not one.
+    #[test]
+    fn a_context_overflow_is_told_by_its_words() {
+        let bad = Some(ErrorType::BadRequest);
+        for d in [
+            "HTTP 400: This model's maximum context length is 4096 tokens. However, you requested 5000 tokens",
+            "HTTP 400 (context_length_exceeded): too long",
+            "HTTP 400: the request exceeds the available context size, try increasing it (exceed_context_size_error)",
+            "HTTP 400: The input (5000 tokens) is longer than the model's context length (4096 tokens).",
+            "HTTP 400: prompt is too long: 210000 tokens > 200000 maximum",
+            "HTTP 422: Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096",
+        ] {
+            assert!(context_overflow(bad, Some(d)), "{d}");
+        }
+        assert!(context_overflow(
+            Some(ErrorType::ServerError),
+            Some("the request exceeds the available context size")
+        ));
+        assert!(!context_overflow(
+            bad,
+            Some("HTTP 400: unknown field 'tools'")
+        ));
+        assert!(!context_overflow(bad, None));
+        assert!(!context_overflow(None, Some("maximum context length")));
+        assert!(!context_overflow(
+            Some(ErrorType::RateLimited),
+            Some("too many tokens in the context window per minute")
+        ));
+    }
     use super::*;
 
     fn head(status: u16, headers: &[(&'static str, &'static str)]) -> Head<'static> {

@@ -16,6 +16,7 @@
 use crate::config::{Job, Schedule};
 use crate::measure::ProbeResult;
 use crate::outcome::Flag;
+pub use crate::probe::session::{SessionDone, SessionOutcome, TurnDone};
 use crate::probe::{Flight, ProbeSpec, Prober, TokenModels};
 use crate::transport::TransportError;
 use std::collections::HashMap;
@@ -46,6 +47,9 @@ pub trait JobSink: Send + Sync {
     fn waited(&self, _d: Duration) {}
     /// A probe the exporter itself could not make: not the target's failure, not a probe of it.
     fn internal_error(&self, _reason: InternalReason) {}
+    /// A `session:` job's tick ran one whole session (each of its turns was [`JobSink::record`]ed
+    /// as it ended): its turns, how it ended, how long it took.
+    fn session(&self, _s: &SessionDone) {}
     /// The job stopped (a reload removed or changed it); `replaced`: a job of the same target,
     /// model and prompt starts in its place.
     fn stop(&self, replaced: bool);
@@ -126,6 +130,12 @@ impl JobSink for JobSinks {
     fn internal_error(&self, reason: InternalReason) {
         for s in &self.0 {
             s.internal_error(reason);
+        }
+    }
+
+    fn session(&self, done: &SessionDone) {
+        for s in &self.0 {
+            s.session(done);
         }
     }
 
@@ -600,6 +610,8 @@ impl JobContext {
             None => self.spec.clone(),
         };
         let mut session = spec.session();
+        // A session prompt's turns, told to the sinks as one session once it is over.
+        let mut tally = crate::probe::session::SessionTally::default();
         loop {
             let (content, wait) = session.next(&spec);
             if !wait.is_zero() {
@@ -621,7 +633,8 @@ impl JobContext {
                 }
                 None => None,
             };
-            let flight = self.target.begin(Instant::now());
+            let sent = Instant::now();
+            let flight = self.target.begin(sent);
             let r = prober.run_in_flight(&spec, &content, Some(&flight)).await;
             drop(flight);
             let finished = SystemTime::now();
@@ -642,6 +655,12 @@ impl JobContext {
             }
             log_result(&self.name, &r);
             session.answered(&r);
+            if content.session.is_some() {
+                tally.add(&r, sent, Instant::now());
+            }
+            if let Some(end) = session.session_end() {
+                self.sinks.session(&tally.finish(end));
+            }
             if session.at_start() || cancel.is_cancelled() {
                 return;
             }

@@ -24,7 +24,7 @@
 //! the instant the first token left the server; with the request's model, profile, input and
 //! cached tokens, prefill time and whether it answered with a tool call.
 //!
-//! Models. `--profile NAME:ttft=D,itl=D[,output_tokens=N][,prefill_per_1k=D][,prefix_cache=on][,tool_calls=on]`
+//! Models. `--profile NAME:ttft=D,itl=D[,output_tokens=N][,prefill_per_1k=D][,prefix_cache=on][,tool_calls=on][,max_context=N]`
 //! (repeatable, see [`profile`]) gives the model `NAME` its own timing; the request's `model`
 //! picks it, any other model gets the command's flags. Input tokens follow the token rule of
 //! [`profile`]: the input rendered to bytes, 4 bytes a token, a chat message being a 16-byte role
@@ -39,7 +39,10 @@
 //! `max_tokens`. With `tool_calls=on` (or `--tool-calls`) a request that offers tools and does not
 //! ask for none (`tool_choice`) is answered with a call of its first tool, streamed as each API
 //! streams one, its arguments (`{"query":"…"}`) being the output tokens; the token rule counts
-//! the tools' definitions, the calls and their results (see [`profile`]).
+//! the tools' definitions, the calls and their results (see [`profile`]). With `max_context=N` a
+//! request of more than N input tokens is refused as vLLM refuses one: HTTP 400,
+//! `context_length_exceeded`, "This model's maximum context length is N tokens. However, your
+//! request has M input tokens." (logged with that fault).
 //!
 //! Connections: HTTP/1.1 keep-alive with chunked streams (several requests per connection, also
 //! pipelined); `Connection: close` or HTTP/1.0 end the connection after the response. A client
@@ -101,7 +104,7 @@ pub struct SimulateArgs {
     #[arg(long)]
     pub tool_calls: bool,
     /// A model's own timing, picked by the request's `model`:
-    /// `NAME:ttft=D,itl=D[,output_tokens=N][,prefill_per_1k=D][,prefix_cache=on][,tool_calls=on]`
+    /// `NAME:ttft=D,itl=D[,output_tokens=N][,prefill_per_1k=D][,prefix_cache=on][,tool_calls=on][,max_context=N]`
     /// (repeatable; other models get the flags above).
     #[arg(long = "profile", value_name = "PROFILE")]
     pub profiles: Vec<profile::Profile>,

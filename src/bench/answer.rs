@@ -238,7 +238,7 @@ pub fn slo_capacity(models: &[ModelReport]) -> Option<SloCapacity> {
         x.and_then(|x| m.levels.iter().find(|l| (l.key.x() - x).abs() < 1e-9))
     }
     fn att(l: Option<&LevelStats>) -> Option<&super::stats::Attainment> {
-        l.and_then(|l| l.slo_attainment.as_ref())
+        l.and_then(LevelStats::judged_attainment)
     }
     let caps = models
         .iter()
@@ -251,9 +251,10 @@ pub fn slo_capacity(models: &[ModelReport]) -> Option<SloCapacity> {
                 ),
                 None => (
                     highest_passing(m, target),
-                    m.levels
-                        .iter()
-                        .find(|l| l.slo_attainment.as_ref().is_some_and(|a| a.share < target)),
+                    m.levels.iter().find(|l| {
+                        l.session_invalid().is_none()
+                            && l.judged_attainment().is_some_and(|a| a.share < target)
+                    }),
                 ),
             };
             let clear = match &m.capacity {

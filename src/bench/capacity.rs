@@ -27,8 +27,13 @@ pub fn unclear(
     slos: &[super::criteria::Slo],
     target: f64,
 ) -> bool {
-    super::stats::Attainment::of(samples, slos)
-        .and_then(|a| a.interval)
+    undecided(super::stats::Attainment::of(samples, slos).as_ref(), target)
+}
+
+/// True when attainment `a` cannot decide whether it reaches `target` at 95% confidence: its
+/// Wilson interval holds the target. [`unclear`]'s rule, for an attainment over sessions too.
+pub fn undecided(a: Option<&super::stats::Attainment>, target: f64) -> bool {
+    a.and_then(|a| a.interval)
         .is_some_and(|[lo, hi]| lo < target && target <= hi)
 }
 
@@ -48,7 +53,10 @@ pub fn verdict(l: &LevelStats, target: f64) -> Verdict {
     if let Some(why) = &l.client_bound {
         return Verdict::Invalid(format!("client_bound: {why}"));
     }
-    match &l.slo_attainment {
+    if let Some(why) = l.session_invalid() {
+        return Verdict::Invalid(why.to_owned());
+    }
+    match l.judged_attainment() {
         None => Verdict::Invalid("no SLO".into()),
         Some(a) if a.counted == 0 => Verdict::Invalid("no request was measured".into()),
         Some(a) if a.share >= target => Verdict::Pass,
@@ -120,7 +128,7 @@ impl CapacityPlan {
             .as_ref()
             .and_then(|(x, _)| levels.iter().find(|l| self.load(&l.key) == *x));
         let interval = |l: Option<&LevelStats>| {
-            l.and_then(|l| l.slo_attainment.as_ref())
+            l.and_then(LevelStats::judged_attainment)
                 .and_then(|a| a.interval)
         };
         Capacity {
@@ -128,9 +136,9 @@ impl CapacityPlan {
             concurrency: end.load.filter(|_| !self.search.open).map(|x| x as u32),
             rate: end.load.filter(|_| self.search.open),
             target_attainment: self.search.attainment,
-            attainment: at.and_then(|l| l.slo_attainment.as_ref()).map(|a| a.share),
+            attainment: at.and_then(LevelStats::judged_attainment).map(|a| a.share),
             attainment_interval: at
-                .and_then(|l| l.slo_attainment.as_ref())
+                .and_then(LevelStats::judged_attainment)
                 .and_then(|a| a.interval),
             limited_by: end.failed_at.as_ref().and_then(|f| f.1.clone()),
             failed_at: end.failed_at.as_ref().map(|f| f.0),
@@ -138,6 +146,7 @@ impl CapacityPlan {
             stopped: end.stopped.clone(),
             requests: ran.iter().map(|l| l.requests).sum(),
             seconds: ran.iter().map(|l| l.wall_s).sum(),
+            sessions: false,
         }
     }
 }
@@ -391,6 +400,10 @@ pub struct Capacity {
     pub requests: u64,
     /// Seconds the search's levels took.
     pub seconds: f64,
+    /// A session workload's: the loads are sessions (concurrent sessions in closed loop,
+    /// sessions started per second in open loop), judged by their sessions' attainment.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sessions: bool,
 }
 
 impl Capacity {

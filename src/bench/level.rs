@@ -14,6 +14,7 @@ use super::report::ModelReport;
 use super::runner::{self, Amount, Arrival, LevelRun, LoadRamp, Runner};
 use super::schedule::{Extension, Level};
 use super::server_view::ServerSide;
+use super::session::SessionLevel;
 use super::shard::{Shard, StartPlan};
 use super::stats::{self, LevelKey, LevelStats};
 use super::{BenchError, LevelSink, steady};
@@ -49,6 +50,9 @@ pub struct LoadPlan {
     pub cross_check: Option<CrossCheckSpec>,
     /// Keep every request's sample in the report.
     pub samples: bool,
+    /// A session prompt: how its sessions are sent and judged (each level's amount is then
+    /// sessions, and each worker or arrival runs whole sessions).
+    pub sessions: Option<super::session::SessionMode>,
 }
 
 impl LoadPlan {
@@ -57,6 +61,7 @@ impl LoadPlan {
     pub fn share(&self, shard: Shard) -> Amount {
         match self.amount {
             Amount::Requests(n) => Amount::Requests(shard.share(n)),
+            Amount::Sessions(n) => Amount::Sessions(shard.share(n)),
             d @ Amount::Duration(_) => d,
         }
     }
@@ -64,7 +69,7 @@ impl LoadPlan {
     /// The progress units of one level of `shard`: its requests, or its seconds.
     pub fn units(&self, shard: Shard) -> u64 {
         match self.share(shard) {
-            Amount::Requests(n) => n,
+            Amount::Requests(n) | Amount::Sessions(n) => n,
             Amount::Duration(d) => d.as_secs().max(1),
         }
     }
@@ -173,6 +178,7 @@ impl LevelStep {
         let mut r = Runner::new(spec, self.progress.clone())?;
         r.ramp = self.load.ramp;
         r.load_ramp = self.load.load_ramp;
+        r.recorded_sessions = self.load.sessions.is_some_and(|m| m.recorded);
         Ok(r)
     }
 
@@ -226,7 +232,7 @@ impl LevelStep {
         while let Some(e) = self.extension
             && extended < e.most
             && !halted()
-            && capacity::unclear(&run.samples, &self.criteria.slos, e.target)
+            && self.unclear(&run.samples, e.target)
         {
             extended += 1;
             let more = self.again(runner, key, &more_at, extended).await?;
@@ -264,6 +270,10 @@ impl LevelStep {
             stats.per_second = steady::per_second(stats.samples.as_deref().unwrap_or_default());
         }
         stats.repeats = repeats;
+        if let Some(mode) = &self.load.sessions {
+            let all = stats.samples.as_deref().unwrap_or_default();
+            stats.sessions = SessionLevel::of(all, &self.criteria.slos, mode);
+        }
         self.note(&mut stats, label, level.added.clone(), extended);
         stats.server = server_side
             .end(at.series, at.index, &stats, label, &self.progress)
@@ -297,8 +307,22 @@ impl LevelStep {
         })
     }
 
+    /// True when the SLO attainment of `samples` cannot decide the level against `target` at
+    /// 95% confidence: a session workload's over its sessions, else over its requests.
+    fn unclear(&self, samples: &[super::stats::Sample], target: f64) -> bool {
+        let slos = &self.criteria.slos;
+        match &self.load.sessions {
+            Some(m) => capacity::undecided(
+                super::session::attainment(samples, slos, m.max_context).as_ref(),
+                target,
+            ),
+            None => capacity::unclear(samples, slos, target),
+        }
+    }
+
     /// The notes a level's reader must know: a level the schedule added (`added`), one run on
-    /// `extended` more times while its decision was unclear, a shard without a worker at it.
+    /// `extended` more times while its decision was unclear, a shard without a worker at it, a
+    /// session level invalid for its sessions' context overflow.
     fn note(&self, stats: &mut LevelStats, label: &str, added: Option<String>, extended: u32) {
         if let Some(note) = added {
             self.progress.println(&format!("  {label}: {note}"));
@@ -308,6 +332,11 @@ impl LevelStep {
             let note = format!(
                 "run {extended} more time(s) at its amount: the attainment's interval reached across the target"
             );
+            stats.notes.push(note);
+        }
+        if let Some(why) = stats.session_invalid() {
+            let note = format!("INVALID, not judged: {why}");
+            self.progress.println(&format!("  {label}: {note}"));
             stats.notes.push(note);
         }
         let key = stats.key;
@@ -388,6 +417,7 @@ impl LevelStep {
                 c => {
                     let amount = match self.load.amount {
                         Amount::Requests(n) => Amount::Requests(shard.requests(n, key.concurrency)),
+                        Amount::Sessions(n) => Amount::Sessions(shard.requests(n, key.concurrency)),
                         d @ Amount::Duration(_) => d,
                     };
                     runner.closed(c, amount, label, base).await?
@@ -497,8 +527,10 @@ impl LevelStep {
 /// A closed-loop level with more workers than requests never has all of them in flight: the
 /// warning that says so (the level is labelled with its workers, but measures fewer).
 pub(super) fn fewer_requests_than_workers(amount: Amount, levels: &[LevelKey]) -> Option<String> {
-    let Amount::Requests(n) = amount else {
-        return None;
+    let (n, what) = match amount {
+        Amount::Requests(n) => (n, "requests"),
+        Amount::Sessions(n) => (n, "sessions"),
+        Amount::Duration(_) => return None,
     };
     let short: Vec<String> = levels
         .iter()
@@ -507,7 +539,7 @@ pub(super) fn fewer_requests_than_workers(amount: Amount, levels: &[LevelKey]) -
         .collect();
     (!short.is_empty()).then(|| {
         format!(
-            "tokenprobe: WARNING: concurrency {} above --requests-per-level {n}: such a level never has more than {n} requests in flight; give at least as many requests as workers (or --duration-per-level)",
+            "tokenprobe: WARNING: concurrency {} above --{what}-per-level {n}: such a level never has more than {n} {what} in flight; give at least as many {what} as workers (or --duration-per-level)",
             short.join(", ")
         )
     })
@@ -595,6 +627,24 @@ fn level_line(label: &str, l: &LevelStats) -> String {
         l.stopped
             .as_ref()
             .map_or_else(String::new, |s| format!("; PARTIAL, {}", s.reason)),
+    ) + &l.sessions.as_ref().map_or_else(String::new, session_line)
+}
+
+/// A session level's part of its line: its sessions, within the SLOs, failed and overflowed.
+fn session_line(s: &SessionLevel) -> String {
+    let within = s.slo_attainment.as_ref().map_or_else(String::new, |a| {
+        format!(
+            ", {} within the SLOs ({})",
+            a.met,
+            crate::units::fmt_pct(a.share)
+        )
+    });
+    format!(
+        "; {}{within}, {} failed, {} overflowed the context{}",
+        crate::units::count(s.sessions as usize, "session"),
+        s.summary.failed,
+        s.overflowed,
+        if s.invalid.is_some() { ": INVALID" } else { "" }
     )
 }
 

@@ -280,11 +280,13 @@ fn apart(parts: &[&LevelStats]) -> Option<(usize, usize)> {
     None
 }
 
-/// One level of the merged run from the same level of every shard (its cost at `price`).
+/// One level of the merged run from the same level of every shard (its cost at `price`; a
+/// session workload's `sessions` block recomputed, each shard's sessions kept apart).
 fn merge_level(
     parts: &[&LevelStats],
     slos: &[super::criteria::Slo],
     price: Option<&crate::config::Price>,
+    sessions: Option<&super::session::SessionMode>,
 ) -> LevelStats {
     let t0 = parts
         .iter()
@@ -296,12 +298,14 @@ fn merge_level(
     };
     let mut samples: Vec<Sample> = Vec::new();
     let mut wall_s: f64 = 0.0;
-    for l in parts {
+    for (i, l) in parts.iter().enumerate() {
         let off = offset(l);
         wall_s = wall_s.max(off + l.wall_s);
         samples.extend(l.samples.iter().flatten().map(|s| Sample {
             sent_s: s.sent_s + off,
             end_s: s.end_s + off,
+            // Each shard numbers its sessions from 0: its part's number keeps them apart.
+            session: s.session.map(|id| ((i as u64) << 40) | id),
             ..s.clone()
         }));
     }
@@ -351,6 +355,7 @@ fn merge_level(
     // A shard's part stopped before its amount makes the whole level partial.
     out.partial = parts.iter().any(|l| l.partial);
     out.stopped = parts.iter().find_map(|l| l.stopped.clone());
+    out.sessions = sessions.and_then(|m| super::session::SessionLevel::of(&samples, slos, m));
     out.samples = Some(samples);
     out
 }
@@ -389,7 +394,12 @@ pub fn merge(
                             ),
                         });
                     }
-                    let merged = merge_level(&parts, slos, m.price.as_ref());
+                    let merged = merge_level(
+                        &parts,
+                        slos,
+                        m.price.as_ref(),
+                        first.mode.sessions.as_ref(),
+                    );
                     let sent = merged.samples.as_ref().map_or(0, Vec::len) as u64;
                     if let Some(asked) = first.mode.requests_per_level
                         && sent < asked

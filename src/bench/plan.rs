@@ -223,9 +223,10 @@ impl BenchPlan {
     /// which part of which run it is.
     fn start_line(&self, open: bool, report: &Report) -> String {
         let (_, _, urls) = targets_of(self.sent.head(), self.sent.models());
+        let recorded = self.load.sessions.is_some_and(|m| m.recorded);
         let (load, part) = run_words(
             self.sent.spec(),
-            open,
+            (open, recorded),
             self.load.arrival,
             self.part.shard,
             &self.part.run_id,
@@ -365,12 +366,23 @@ impl ReportDraft {
 /// shard, which part of which run it is.
 fn run_words(
     spec: &ProbeSpec,
-    open: bool,
+    (open, recorded): (bool, bool),
     arrival: Arrival,
     shard: Shard,
     run_id: &str,
 ) -> (String, String) {
-    let load = if let crate::workload::Workload::Trace(t) = &spec.workload {
+    let recorded = match &spec.workload {
+        crate::workload::Workload::Session(crate::workload::Sessions::Replay(r)) if recorded => {
+            Some(r)
+        }
+        _ => None,
+    };
+    let load = if let Some(r) = recorded {
+        format!(
+            "open loop, a session trace's {} sessions at their recorded starts",
+            r.len()
+        )
+    } else if let crate::workload::Workload::Trace(t) = &spec.workload {
         let r = t.replayed();
         format!(
             "open loop, a {} trace replayed: {} requests over {} s",
@@ -427,8 +439,16 @@ async fn command_redactor(spec: &ProbeSpec, models: &[BenchModel]) -> crate::red
     redactor
 }
 
-/// A trace prompt's mode: its arrivals are the trace's (no seed), and what was replayed.
+/// A trace prompt's mode: its arrivals are the trace's (no seed), and what was replayed; a
+/// session trace's at its recorded starts: `recorded` arrivals.
 fn with_trace(mode: LoadMode, spec: &ProbeSpec) -> LoadMode {
+    if mode.sessions.is_some_and(|m| m.recorded) {
+        return LoadMode {
+            arrival: Some("recorded".into()),
+            seed: None,
+            ..mode
+        };
+    }
     match &spec.workload {
         crate::workload::Workload::Trace(t) => LoadMode {
             arrival: Some("trace".into()),
@@ -450,12 +470,19 @@ fn load_mode(open: bool, load: &LoadPlan, amount: Amount) -> LoadMode {
         burstiness: arrival.burstiness().filter(|_| open),
         requests_per_level: match amount {
             Amount::Requests(n) => Some(n),
-            Amount::Duration(_) => None,
+            Amount::Duration(_) | Amount::Sessions(_) => None,
         },
         duration_per_level_s: match amount {
             Amount::Duration(d) => Some(d.as_secs_f64()),
-            Amount::Requests(_) => None,
+            Amount::Requests(_) | Amount::Sessions(_) => None,
         },
+        sessions: load.sessions.map(|m| crate::bench::session::SessionMode {
+            per_level: match amount {
+                Amount::Sessions(n) => Some(n),
+                _ => None,
+            },
+            ..m
+        }),
         warmup: load.warmup,
         warmup_s: load.warmup_duration.map(|d| d.as_secs_f64()),
         ramp_up: load.load_ramp.map(|r| {

@@ -143,6 +143,10 @@ pub struct LoadMode {
     /// (one unmeasured `GET /models` each; `--no-prewarm` turns it off).
     #[serde(default)]
     pub prewarm: bool,
+    /// A session workload: each level's load is sessions (closed loop: concurrent sessions;
+    /// open loop: sessions started per second), and how its sessions are sent and judged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<super::session::SessionMode>,
 }
 
 /// The API protocol of a run (its first model's target's), or of each run a combination was
@@ -1006,6 +1010,7 @@ pub(crate) mod tests {
                 trace: None,
                 ramp_s: None,
                 prewarm: false,
+                sessions: None,
             },
             slo: slos.iter().map(ToString::to_string).collect(),
             knee_rule: rule,

@@ -34,6 +34,8 @@ use tokio_util::sync::CancellationToken;
 pub enum Amount {
     /// This many measured requests.
     Requests(u64),
+    /// A session prompt's level: this many whole sessions (each of its turns a measured request).
+    Sessions(u64),
     /// Send for this long; requests in flight at the end still finish and count.
     Duration(Duration),
 }
@@ -399,6 +401,9 @@ pub struct Runner {
     pub halt: Halt,
     /// How long a stopped level waits for its requests in flight ([`STOP_GRACE`]).
     pub grace: Duration,
+    /// Open loop of a session trace: its sessions start at their recorded instants
+    /// (`--arrival recorded`).
+    pub recorded_sessions: bool,
 }
 
 impl Runner {
@@ -416,6 +421,7 @@ impl Runner {
             load_ramp: None,
             halt: Halt::default(),
             grace: STOP_GRACE,
+            recorded_sessions: false,
         })
     }
 
@@ -516,6 +522,8 @@ impl Runner {
         let (duration, requests) = match amount {
             Amount::Duration(d) => (Some(d), None),
             Amount::Requests(n) => (None, Some(n)),
+            // Its turns are counted, with no total.
+            Amount::Sessions(_) => (None, None),
         };
         self.progress.ticker(label, base, duration, requests)
     }
@@ -567,10 +575,12 @@ impl Runner {
         progress_base: u64,
     ) -> Result<LevelRun, BenchError> {
         self.ensure_probers(c as usize)?;
+        // A session prompt's workers count sessions (a warm-up's requests too), others requests.
         let limit = match amount {
-            Amount::Requests(n) => n,
+            Amount::Requests(n) | Amount::Sessions(n) => n,
             Amount::Duration(_) => u64::MAX,
         };
+        let sessions = matches!(self.spec.workload, crate::workload::Workload::Session(_));
         let level = label.clone();
         let ticker = self.ticker(label, progress_base, amount);
         let tickets = Arc::new(AtomicU64::new(0));
@@ -584,7 +594,7 @@ impl Runner {
                 .checked_add(d)
                 .map(Some)
                 .ok_or_else(|| format!("its duration, {} s,", d.as_secs_f64())),
-            Amount::Requests(_) => Ok(None),
+            Amount::Requests(_) | Amount::Sessions(_) => Ok(None),
         };
         let first_sends = (0..c)
             .map(|w| match self.load_ramp {
@@ -611,6 +621,21 @@ impl Runner {
             let (spec, tickets, progress) =
                 (self.spec.clone(), tickets.clone(), self.progress.clone());
             let (halt, cut, unfinished) = (self.halt.clone(), cut.clone(), unfinished.clone());
+            if sessions {
+                let worker = SessionWorker {
+                    spec,
+                    tickets,
+                    limit,
+                    deadline,
+                    progress,
+                    halt,
+                    cut,
+                    unfinished,
+                    start,
+                };
+                handles.push(tokio::spawn(worker.run(prober, first_send)));
+                continue;
+            }
             handles.push(tokio::spawn(async move {
                 let mut out = Vec::new();
                 let mut intended = first_send;
@@ -660,16 +685,22 @@ impl Runner {
                     intended = end;
                     first = false;
                 }
-                (prober, out)
+                Ok((vec![prober], out))
             }));
         }
         let mut samples = Vec::new();
         let mut back = Vec::with_capacity(handles.len());
         for h in handles {
             // A worker that panicked loses its prober and its samples: the level fails.
-            if let Some((prober, mut v)) = joined(h, &mut failed).await {
-                back.push(prober);
-                samples.append(&mut v);
+            match joined(h, &mut failed).await {
+                Some(Ok((mut probers, mut v))) => {
+                    back.append(&mut probers);
+                    samples.append(&mut v);
+                }
+                Some(Err(e)) => {
+                    failed.get_or_insert_with(|| format!("a sub-agent's prober: {e}"));
+                }
+                None => {}
             }
         }
         back.append(&mut self.probers);
@@ -735,9 +766,21 @@ impl Runner {
         let _abandon = AbandonOnDrop(abandoned.clone());
         // A trace prompt's level replays the trace: each request at its own instant, with its
         // own content (request i of the trace, whatever order the sends run in).
-        let trace = match &spec.workload {
-            crate::workload::Workload::Trace(t) => Some(t.offsets()),
-            _ => None,
+        // A session trace at its recorded starts (`--arrival recorded`): each arrival is the
+        // session that starts then, in order of their starts.
+        let (trace, ids) = match &spec.workload {
+            crate::workload::Workload::Trace(t) => (Some(t.offsets()), None),
+            crate::workload::Workload::Session(crate::workload::Sessions::Replay(r))
+                if self.recorded_sessions =>
+            {
+                let mut starts: Vec<(u64, f64)> = (0..r.len() as u64)
+                    .map(|i| (i, r.start_offset(i).as_secs_f64()))
+                    .collect();
+                starts.sort_by(|a, b| a.1.total_cmp(&b.1));
+                let (ids, offs): (Vec<u64>, Vec<f64>) = starts.into_iter().unzip();
+                (Some(offs), Some(ids))
+            }
+            _ => (None, None),
         };
         let indexed = trace.is_some();
         // A trace's instants are all checked before its first is sent (a trace's span is bounded
@@ -764,7 +807,7 @@ impl Runner {
         let dispatcher = tokio::task::spawn_blocking(move || {
             for (i, off) in offsets.enumerate() {
                 match amount {
-                    Amount::Requests(n) if i as u64 >= n => break,
+                    Amount::Requests(n) | Amount::Sessions(n) if i as u64 >= n => break,
                     Amount::Duration(d) if off >= d.as_secs_f64() => break,
                     _ => {}
                 }
@@ -792,7 +835,9 @@ impl Runner {
                     unfinished: unfinished2.clone(),
                     start,
                     intended,
-                    index: indexed.then_some(i as u64),
+                    index: indexed
+                        .then(|| ids.as_ref().and_then(|v| v.get(i).copied()))
+                        .map(|id| id.unwrap_or(i as u64)),
                 };
                 // The receiver lives until the sender is dropped: this cannot fail.
                 let _ = sent.send(handle.spawn(req.run()));
@@ -801,7 +846,13 @@ impl Runner {
         });
         let mut samples = Vec::new();
         while let Some(h) = arrivals.recv().await {
-            samples.extend(joined(h, &mut failed).await.flatten());
+            match joined(h, &mut failed).await {
+                Some(Ok(v)) => samples.extend(v),
+                Some(Err(why)) => {
+                    failed.get_or_insert(why);
+                }
+                None => {}
+            }
         }
         if let Some(Some(reason)) = joined(dispatcher, &mut failed).await {
             failed.get_or_insert(reason);
@@ -828,6 +879,142 @@ impl Runner {
             unfinished: unfinished.load(Ordering::Relaxed),
         })
     }
+}
+
+/// What a worker hands back at its level's end: its probers (a session's sub-agents' too) and
+/// its samples; or why a sub-agent's prober could not be built.
+type WorkerRun = Result<(Vec<Prober>, Vec<Sample>), TransportError>;
+
+/// A closed-loop worker of a session prompt: whole sessions one after another, each through
+/// [`crate::probe::session::run_with`] (its sub-agents in parallel, each on a prober of its own),
+/// until the level's sessions are taken or its duration is over (a session running then runs to
+/// its end); each turn a sample.
+struct SessionWorker {
+    spec: Arc<ProbeSpec>,
+    /// The level's sessions taken so far.
+    tickets: Arc<AtomicU64>,
+    /// The most sessions of the level.
+    limit: u64,
+    /// No session starts after it.
+    deadline: Option<Instant>,
+    progress: Progress,
+    halt: Halt,
+    cut: CancellationToken,
+    unfinished: Arc<AtomicU64>,
+    /// The level's start.
+    start: Instant,
+}
+
+impl SessionWorker {
+    async fn run(self, prober: Prober, first_send: Instant) -> WorkerRun {
+        let mut probers = vec![prober];
+        let mut out = Vec::new();
+        let stop = self.halt.stop.clone();
+        tokio::select! {
+            () = tokio::time::sleep_until(first_send.into()) => {}
+            () = stop.cancelled() => {}
+        }
+        let mut intended = first_send;
+        let mut first = true;
+        loop {
+            if stop.is_cancelled() || self.tickets.fetch_add(1, Ordering::Relaxed) >= self.limit {
+                break;
+            }
+            let began = Instant::now();
+            if self.deadline.is_some_and(|d| began >= d) {
+                break;
+            }
+            let id = self.spec.next_seq();
+            let run = session_run(
+                &self.spec,
+                &mut probers,
+                id,
+                (&self.halt, &self.cut),
+                &self.progress,
+            )
+            .await?;
+            self.unfinished
+                .fetch_add(u64::from(run.cut), Ordering::Relaxed);
+            let at = SessionAt {
+                began,
+                level_start: self.start,
+                late_s: secs(began.saturating_duration_since(intended)),
+                first,
+                behind_s: None,
+            };
+            out.extend(session_samples(&run, &at));
+            first = false;
+            intended = Instant::now();
+        }
+        Ok((probers, out))
+    }
+}
+
+/// Runs session `id` of `spec` on `probers` as a level sends it: no turn after the `halt`'s
+/// stop, a turn in flight given up at `cut`, each turn counted by the progress and the early
+/// stop.
+async fn session_run(
+    spec: &ProbeSpec,
+    probers: &mut Vec<Prober>,
+    id: u64,
+    (halt, cut): (&Halt, &CancellationToken),
+    progress: &Progress,
+) -> Result<crate::probe::session::SessionRun, TransportError> {
+    let watch = |r: Option<&ProbeResult>| match r {
+        None => progress.sent(),
+        Some(r) => {
+            halt.record(r);
+            progress.record(r);
+        }
+    };
+    let ctl = crate::probe::session::Control {
+        stop: &halt.stop,
+        cut,
+        watch: &watch,
+    };
+    crate::probe::session::run_with(spec, probers, id, ctl).await
+}
+
+/// Where a session ran in its level: when it began, the level's start, how late its first turn
+/// was sent (closed loop: after the worker's previous session; open loop: after its slot was
+/// free), whether it is a closed-loop worker's first, and, open loop, how far behind its
+/// arrival's instant it began (a wait for a slot included).
+struct SessionAt {
+    began: Instant,
+    level_start: Instant,
+    late_s: f64,
+    first: bool,
+    behind_s: Option<f64>,
+}
+
+/// Each turn of a session as a sample of its level: its instants after the level's start; its
+/// lag its own wait's (the first turn's: the session's lateness); in open loop, how far behind
+/// its schedule it was sent (the first turn: after its arrival; a later one: after the previous
+/// answer and its wait). A closed-loop worker's first session's first turn is its `first`.
+fn session_samples(run: &crate::probe::session::SessionRun, at: &SessionAt) -> Vec<Sample> {
+    let off = secs(at.began.saturating_duration_since(at.level_start));
+    run.turns
+        .iter()
+        .map(|t| {
+            let opening = t.session.branch == 0 && t.turn == 1;
+            let lag = if opening {
+                at.late_s + t.lag_s
+            } else {
+                t.lag_s
+            };
+            let mut s = Sample::from_result(
+                &t.result,
+                off + t.sent_s,
+                off + t.end_s,
+                lag,
+                at.first && opening,
+            );
+            if let Some(behind) = at.behind_s {
+                s.behind_schedule_s = Some(if opening { behind + t.lag_s } else { t.lag_s });
+            }
+            s
+        })
+        .collect()
 }
 
 /// `start` plus `off` seconds, when the clock holds that instant: none for an offset that is
@@ -923,9 +1110,67 @@ struct OpenRequest {
 }
 
 impl OpenRequest {
+    /// The arrival's samples: its request's (none when the level was stopped before it was
+    /// sent, or it was cut in flight, counted as unfinished), or a session prompt's session's
+    /// turns; why it failed, when a sub-agent's prober could not be built.
+    async fn run(self) -> Result<Vec<Sample>, String> {
+        Ok(match self.spec.workload {
+            crate::workload::Workload::Session(_) => self.session().await?,
+            _ => self.request().await.into_iter().collect(),
+        })
+    }
+
+    /// A session arrival: its session (the trace's own at a recorded start, else the next)
+    /// through an in-flight slot and probers of the pool, to its end.
+    async fn session(self) -> Result<Vec<Sample>, String> {
+        let stop = &self.halt.stop;
+        let (permit, intended) = match self.slots.clone().try_acquire_owned() {
+            Ok(p) => (Some(p), self.intended),
+            Err(_) => {
+                self.capped.fetch_add(1, Ordering::Relaxed);
+                let p = tokio::select! {
+                    p = self.slots.clone().acquire_owned() => p.ok(),
+                    () = stop.cancelled() => return Ok(Vec::new()),
+                };
+                (p, Instant::now().max(self.intended))
+            }
+        };
+        let prober = tokio::select! {
+            p = self.pool.take(&self.spec) => p,
+            () = stop.cancelled() => return Ok(Vec::new()),
+        };
+        let mut probers = vec![prober];
+        let id = self.index.unwrap_or_else(|| self.spec.next_seq());
+        let began = Instant::now();
+        let run = session_run(
+            &self.spec,
+            &mut probers,
+            id,
+            (&self.halt, &self.cut),
+            &self.progress,
+        )
+        .await;
+        for p in probers {
+            self.pool.give_back(p);
+        }
+        drop(permit);
+        let run = run.map_err(|e| format!("a sub-agent's prober: {e}"))?;
+        self.unfinished
+            .fetch_add(u64::from(run.cut), Ordering::Relaxed);
+        let at = SessionAt {
+            began,
+            level_start: self.start,
+            late_s: secs(began.saturating_duration_since(intended)),
+            first: false,
+            // From the arrival's own schedule, the slot's wait included.
+            behind_s: Some(secs(began.saturating_duration_since(self.intended))),
+        };
+        Ok(session_samples(&run, &at))
+    }
+
     /// The arrival's sample; none when the level was stopped before it was sent, or it was cut
     /// in flight (counted as unfinished).
-    async fn run(self) -> Option<Sample> {
+    async fn request(self) -> Option<Sample> {
         let stop = &self.halt.stop;
         let (permit, intended) = match self.slots.clone().try_acquire_owned() {
             Ok(p) => (Some(p), self.intended),

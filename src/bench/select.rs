@@ -47,7 +47,10 @@ pub fn past_saturation(
     cur: &LevelStats,
     rule: &KneeRule,
 ) -> Option<(f64, f64, Option<[f64; 2]>)> {
-    if prev.client_bound.is_some() || cur.client_bound.is_some() {
+    if [prev, cur]
+        .iter()
+        .any(|l| l.client_bound.is_some() || l.session_invalid().is_some())
+    {
         return None;
     }
     let (tp, tc) = (prev.ttft_s.as_ref()?.p95, cur.ttft_s.as_ref()?.p95);
@@ -73,11 +76,11 @@ pub fn past_saturation(
 }
 
 /// (load, aggregate output tokens/s) of the levels a fit may use: with successes, not
-/// client-bound.
+/// client-bound, not invalid for its sessions' context overflow.
 pub fn throughput_points(levels: &[LevelStats]) -> Vec<(f64, f64)> {
     levels
         .iter()
-        .filter(|l| l.successes > 0 && l.client_bound.is_none())
+        .filter(|l| l.successes > 0 && l.client_bound.is_none() && l.session_invalid().is_none())
         .map(|l| (l.key.x(), l.output_tokens_per_s))
         .collect()
 }
@@ -575,6 +578,7 @@ pub(crate) mod tests {
             partial: false,
             stopped: None,
             answered: None,
+            sessions: None,
         }
     }
 

@@ -11,11 +11,47 @@
 //!   succeeded (its sub-agents' included), tool-call round trips (successful turns answered with
 //!   a tool call, whose result the next turn sends), whether a turn failed, and whether it met
 //!   the SLOs: only when every one of its turns did ([`summary`] gives the share of sessions).
+//! - Context overflow ([`overflowed`]): a session one of whose turns the server refused for its
+//!   length, or counted more input for than the declared `--max-context`, is counted apart from
+//!   every session figure; past `--max-overflow` of a level's sessions the level is invalid
+//!   ([`SessionLevel::invalid`]): it measured the workload's size, not the server.
+//! - A level's block ([`SessionLevel::of`]): the above together, with the sessions' SLO
+//!   attainment as an [`Attainment`] over sessions, which judges a session level (the capacity
+//!   search in concurrent sessions, a fixed sweep's answer).
 
 use super::sample::{Objective, Sample, Summary};
-use super::stats::{cached_share, mean};
+use super::stats::{Attainment, Load, cached_share, mean};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+
+/// `--max-overflow`'s default: a level of which more than 5% of the sessions overflowed the
+/// model's context is invalid.
+pub const DEFAULT_MAX_OVERFLOW: f64 = 0.05;
+
+/// How a session workload is sent and judged, as the run states it (the report's
+/// `mode.sessions`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SessionMode {
+    /// `--sessions-per-level`: whole sessions per level (count mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_level: Option<u64>,
+    /// `--max-context`: the model's context as declared, tokens: a turn the server counted more
+    /// input for overflowed it (for servers that do not refuse one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_context: Option<u64>,
+    /// `--max-overflow`: past this share of its sessions overflowing, a level is invalid (0..1).
+    pub max_overflow: f64,
+    /// `--arrival recorded`: the sessions start at their trace's recorded instants.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub recorded: bool,
+}
+
+/// True when turn `s` overflowed the model's context: the server refused it for its length
+/// ([`crate::outcome::context_overflow`]), or counted more input than `max_context`.
+pub fn overflowed(s: &Sample, max_context: Option<u64>) -> bool {
+    crate::outcome::context_overflow(s.error_type, s.error_detail.as_deref())
+        || max_context.is_some_and(|m| s.input_tokens.is_some_and(|n| n > m))
+}
 
 /// One turn number's figures over the sessions (or every sub-agent turn, `turn: None`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -116,11 +152,18 @@ pub struct SessionFigures {
     pub failed: bool,
     /// Every turn succeeded and met every SLO.
     pub within_slo: bool,
+    /// A turn overflowed the model's context ([`overflowed`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub overflowed: bool,
 }
 
 /// Each session of `samples`, by number; a session meets the SLOs only when every one of its
-/// turns does.
-pub fn sessions(samples: &[Sample], slos: &[impl Objective]) -> Vec<SessionFigures> {
+/// turns does; one of its turns beyond `max_context` (or refused for its length) overflowed it.
+pub fn sessions(
+    samples: &[Sample],
+    slos: &[impl Objective],
+    max_context: Option<u64>,
+) -> Vec<SessionFigures> {
     let mut by: BTreeMap<u64, Vec<&Sample>> = BTreeMap::new();
     for s in samples {
         if let Some(id) = s.session {
@@ -143,9 +186,60 @@ pub fn sessions(samples: &[Sample], slos: &[impl Objective]) -> Vec<SessionFigur
                 subagent_turns: count(&|s| s.branch.is_some_and(|b| b > 0)),
                 failed: ss.iter().any(|s| !s.success()),
                 within_slo: ss.iter().all(|s| s.meets(slos)),
+                overflowed: ss.iter().any(|s| overflowed(s, max_context)),
             }
         })
         .collect()
+}
+
+/// The sessions' SLO attainment as a level's: a session (that did not overflow) counts as met
+/// when every one of its turns succeeded and met every objective; `failed`, the sessions with a
+/// failed turn; `missed`, per objective, the sessions with a successful turn that missed it.
+/// `None` without objectives.
+pub fn attainment(
+    samples: &[Sample],
+    slos: &[impl Objective],
+    max_context: Option<u64>,
+) -> Option<Attainment> {
+    if slos.is_empty() {
+        return None;
+    }
+    let figures = sessions(samples, slos, max_context);
+    let kept: Vec<&SessionFigures> = figures.iter().filter(|f| !f.overflowed).collect();
+    let mut by: BTreeMap<u64, Vec<&Sample>> = BTreeMap::new();
+    for s in samples {
+        if let Some(id) = s.session {
+            by.entry(id).or_default().push(s);
+        }
+    }
+    let counted = kept.len() as u64;
+    let met = kept.iter().filter(|f| f.within_slo).count() as u64;
+    let failed = kept.iter().filter(|f| f.failed).count() as u64;
+    let missed = slos
+        .iter()
+        .map(|o| {
+            let n = kept
+                .iter()
+                .filter(|f| {
+                    by.get(&f.session)
+                        .is_some_and(|ss| ss.iter().any(|s| s.success() && !o.met_by(s)))
+                })
+                .count() as u64;
+            (o.name(), n)
+        })
+        .collect();
+    Some(Attainment {
+        met,
+        counted,
+        share: if counted == 0 {
+            0.0
+        } else {
+            met as f64 / counted as f64
+        },
+        interval: super::confidence::wilson(met, counted),
+        missed,
+        failed,
+    })
 }
 
 /// The sessions of a level, together.
@@ -165,6 +259,98 @@ pub struct SessionSummary {
     pub turns_mean: Option<f64>,
     /// Their tool-call round trips, on average.
     pub tool_round_trips_mean: Option<f64>,
+}
+
+/// A session workload's level, beside its requests' figures (the report's `sessions` of a
+/// level).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionLevel {
+    /// Sessions with a turn in the level, those that overflowed included.
+    pub sessions: u64,
+    /// Of them, those that overflowed the model's context: counted apart from the figures
+    /// below.
+    pub overflowed: u64,
+    /// `overflowed / sessions` (0 without a session).
+    pub overflow_share: f64,
+    /// The share past which the level is invalid (`--max-overflow`).
+    pub max_overflow: f64,
+    /// Why the level is invalid: more of its sessions overflowed than `max_overflow`. Such a
+    /// level measured its workload's size, not the server: it is not judged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invalid: Option<String>,
+    /// The sessions that did not overflow, together.
+    pub summary: SessionSummary,
+    /// Their SLO attainment: a session meets the SLOs only when every one of its turns does
+    /// (with objectives).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo_attainment: Option<Attainment>,
+    /// Per turn of the sessions (the sub-agents' turns in one row, last).
+    pub turns: Vec<TurnFigures>,
+    /// TTFT against the context a turn was sent with: seconds per 1,000 tokens of context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_per_1k_context_s: Option<f64>,
+}
+
+impl SessionLevel {
+    /// The block of a level's `samples` under `slos`, overflow judged by `mode`; `None` when no
+    /// sample is a session's.
+    pub fn of(samples: &[Sample], slos: &[impl Objective], mode: &SessionMode) -> Option<Self> {
+        let all = sessions(samples, slos, mode.max_context);
+        if all.is_empty() {
+            return None;
+        }
+        let n = all.len() as u64;
+        let over = all.iter().filter(|f| f.overflowed).count() as u64;
+        let share = over as f64 / n as f64;
+        let kept: Vec<SessionFigures> = all.into_iter().filter(|f| !f.overflowed).collect();
+        let invalid = (share > mode.max_overflow).then(|| {
+            format!(
+                "context overflow: {over} of {n} sessions ({}) overflowed the model's context, above the stated {} (--max-overflow)",
+                crate::units::fmt_pct(share),
+                crate::units::fmt_pct(mode.max_overflow)
+            )
+        });
+        Some(SessionLevel {
+            sessions: n,
+            overflowed: over,
+            overflow_share: share,
+            max_overflow: mode.max_overflow,
+            invalid,
+            summary: summary(&kept),
+            slo_attainment: attainment(samples, slos, mode.max_context),
+            turns: turns(samples),
+            ttft_per_1k_context_s: context_slope(samples),
+        })
+    }
+}
+
+/// A level's load in words for a session workload: `4 concurrent sessions`, `1 concurrent
+/// session`, `2 sessions/s`. The one wording of a session load: the progress line's, and
+/// every output's (render reads it).
+pub fn load_words(load: Load) -> String {
+    match load {
+        Load::Concurrency(1) => "1 concurrent session".to_owned(),
+        Load::Concurrency(n) => format!("{n} concurrent sessions"),
+        Load::Rate(r) => format!("{} sessions/s", crate::units::trim_float(r)),
+    }
+}
+
+impl super::stats::LevelStats {
+    /// The SLO attainment that judges the level: its sessions' for a session workload (a session
+    /// meets the SLOs only when every one of its turns does, those that overflowed apart), else
+    /// its requests'.
+    pub fn judged_attainment(&self) -> Option<&Attainment> {
+        match &self.sessions {
+            Some(s) => s.slo_attainment.as_ref(),
+            None => self.slo_attainment.as_ref(),
+        }
+    }
+
+    /// Why the level is not judged although measured: more of its sessions overflowed the
+    /// model's context than the stated share.
+    pub fn session_invalid(&self) -> Option<&str> {
+        self.sessions.as_ref().and_then(|s| s.invalid.as_deref())
+    }
 }
 
 /// The sessions together.
@@ -288,7 +474,7 @@ mod tests {
     /// A session meets the SLO only when every one of its turns does.
     #[test]
     fn per_session_figures_and_slo_attainment() {
-        let s = sessions(&level(), &[Ttft(0.5)]);
+        let s = sessions(&level(), &[Ttft(0.5)], None);
         assert_eq!(s.len(), 3);
         assert_eq!(
             s[0],
@@ -301,6 +487,7 @@ mod tests {
                 subagent_turns: 0,
                 failed: false,
                 within_slo: true,
+                overflowed: false,
             }
         );
         assert!(!s[1].within_slo, "its second turn's 0.9 s");
@@ -315,8 +502,88 @@ mod tests {
         assert_eq!(all.slo_attainment, Some(1.0 / 3.0));
         assert_eq!(all.turns_mean, Some(8.0 / 3.0));
         // With a looser SLO, session 2 meets it too; without one, every session without a failure.
-        assert_eq!(summary(&sessions(&level(), &[Ttft(1.0)])).within_slo, 2);
-        assert_eq!(summary(&sessions(&level(), &[] as &[Ttft])).within_slo, 2);
+        assert_eq!(
+            summary(&sessions(&level(), &[Ttft(1.0)], None)).within_slo,
+            2
+        );
+        assert_eq!(
+            summary(&sessions(&level(), &[] as &[Ttft], None)).within_slo,
+            2
+        );
         assert_eq!(summary(&[]).slo_attainment, None);
+    }
+
+    /// A session is judged as a whole: its attainment counts sessions, each met only when every
+    /// turn met the SLOs; a failed one counts against it; what kept sessions out is named.
+    #[test]
+    fn the_attainment_of_a_session_level_counts_sessions() {
+        let a = attainment(&level(), &[Ttft(0.5)], None).unwrap();
+        assert_eq!((a.met, a.counted, a.failed), (1, 3, 1));
+        assert_eq!(a.share, 1.0 / 3.0);
+        assert_eq!(a.interval, crate::bench::confidence::wilson(1, 3));
+        assert_eq!(a.missed.get("ttft<=0.5"), Some(&1));
+        assert_eq!(
+            a.limited_by(),
+            Some(crate::bench::stats::CapacityLimit::Errors),
+            "a tie goes to the errors"
+        );
+        assert!(attainment(&level(), &[] as &[Ttft], None).is_none());
+    }
+
+    /// A session one of whose turns the server refused for its length, or whose input passed the
+    /// declared context, is counted apart; past the stated share the level is invalid, and says
+    /// why.
+    #[test]
+    fn an_overflowing_session_is_counted_apart_and_past_the_share_invalidates_the_level() {
+        let mut samples = level();
+        // Session 4: its second turn refused for its length.
+        samples.push(turn(4, 0, 1, 0.2, 1000, 0, 1, 0.0));
+        let mut refused = failed(turn(4, 0, 2, 0.0, 0, 0, 0, 1.0));
+        refused.error_type = Some(crate::outcome::ErrorType::BadRequest);
+        refused.error_detail = Some(
+            "HTTP 400: This model's maximum context length is 1500 tokens. However, you requested 2100 tokens".into(),
+        );
+        refused.input_tokens = None;
+        samples.push(refused);
+        let mode = SessionMode {
+            per_level: None,
+            max_context: None,
+            max_overflow: 0.30,
+            recorded: false,
+        };
+        let l = SessionLevel::of(&samples, &[Ttft(0.5)], &mode).unwrap();
+        assert_eq!((l.sessions, l.overflowed), (4, 1));
+        assert_eq!(l.overflow_share, 0.25);
+        assert_eq!(l.invalid, None, "25% is within the stated 30%");
+        assert_eq!(l.summary.sessions, 3, "the overflowed session is apart");
+        assert_eq!(l.summary.failed, 1, "session 3's failure, not the overflow");
+        let a = l.slo_attainment.as_ref().unwrap();
+        assert_eq!((a.met, a.counted), (1, 3));
+        // Declared 2,000 tokens: sessions 1 (3,000) and 2 (its sub-agent's 2,100) pass it, as
+        // session 4 was refused: 3 of 4; session 3 (2,000 at most) is the one counted.
+        let declared = SessionMode {
+            max_context: Some(2000),
+            max_overflow: 0.05,
+            ..mode
+        };
+        let l = SessionLevel::of(&samples, &[Ttft(0.5)], &declared).unwrap();
+        assert_eq!(l.overflowed, 3);
+        assert_eq!(
+            l.invalid.as_deref(),
+            Some(
+                "context overflow: 3 of 4 sessions (75.00%) overflowed the model's context, above the stated 5.00% (--max-overflow)"
+            )
+        );
+        assert_eq!(l.slo_attainment.unwrap().counted, 1);
+        assert_eq!(l.turns.len(), 4);
+        assert!(SessionLevel::of(&[Sample::default()], &[Ttft(0.5)], &mode).is_none());
+    }
+
+    /// A session load in words, one and many.
+    #[test]
+    fn a_session_load_is_said_in_sessions() {
+        assert_eq!(load_words(Load::Concurrency(1)), "1 concurrent session");
+        assert_eq!(load_words(Load::Concurrency(8)), "8 concurrent sessions");
+        assert_eq!(load_words(Load::Rate(2.5)), "2.5 sessions/s");
     }
 }

@@ -696,6 +696,10 @@ pub struct LevelStats {
     /// audits; absent when no answer named a model and none was audited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answered: Option<super::served::Answered>,
+    /// A session workload's level: its sessions, per turn and per session, with what
+    /// overflowed the model's context counted apart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<super::session::SessionLevel>,
 }
 
 /// The cost of a level at `price`: `(mean cost per request, cost per million output tokens)`
@@ -857,6 +861,7 @@ impl LevelStats {
             partial: false,
             stopped: None,
             answered: super::served::Answered::of(samples),
+            sessions: None,
         }
     }
 

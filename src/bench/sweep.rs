@@ -380,7 +380,11 @@ impl Sweep {
             }
             let Some(level) = next else {
                 if let Some(c) = &series.capacity {
-                    let load = c.load().map_or_else(|| "none".into(), |l| l.to_string());
+                    let load = match c.load() {
+                        None => "none".to_owned(),
+                        Some(l) if c.sessions => super::session::load_words(l),
+                        Some(l) => l.to_string(),
+                    };
                     self.progress.println(&format!(
                         "  {name}: capacity {load} ({}; {}, {} requests, {:.1} s)",
                         c.stopped,

@@ -9,6 +9,7 @@ use crate::bench::progress::ProgressMode;
 use crate::bench::run_exit::ExitRules;
 use crate::bench::runner::{Amount, Arrival};
 use crate::bench::schedule::{CapacitySearch, FixedSweep, Replay, Schedule};
+use crate::bench::session::SessionMode;
 use crate::bench::shard::{Shard, StartPlan};
 use crate::bench::stats::LevelKey;
 use crate::bench::{
@@ -30,6 +31,9 @@ pub enum ArrivalArg {
     Poisson,
     /// Equal gaps.
     Constant,
+    /// A session trace's sessions start at their recorded instants: one level of the whole
+    /// trace, no `--rate`.
+    Recorded,
 }
 
 /// How `--ramp-up` raises the rate (flag value).
@@ -46,7 +50,7 @@ pub enum RampUpArg {
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 #[command(group(
     clap::ArgGroup::new("level_length")
-        .args(["requests_per_level", "duration_per_level"])
+        .args(["requests_per_level", "duration_per_level", "sessions_per_level"])
 ))]
 pub struct BenchArgs {
     /// What to do instead of a load test.
@@ -85,9 +89,26 @@ pub struct BenchArgs {
         value_parser = clap::value_parser!(u64).range(1..)
     )]
     pub requests_per_level: Option<u64>,
-    /// Sending time per level (e.g. 30s); requests in flight at its end still finish.
+    /// Sending time per level (e.g. 30s); requests in flight at its end still finish (a session
+    /// prompt's sessions running at its end run to their end).
     #[arg(long, value_parser = humantime::parse_duration)]
     pub duration_per_level: Option<Duration>,
+    /// A session prompt: whole sessions per level (each of their turns a measured request).
+    #[arg(
+        long,
+        conflicts_with_all = ["requests_per_level", "duration_per_level"],
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub sessions_per_level: Option<u64>,
+    /// A session prompt: the model's context window, in tokens: a turn the server counted more
+    /// input for overflowed it (for servers that do not refuse one; a refusal for the context's
+    /// length is one anyway).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_context: Option<u64>,
+    /// A session prompt: a level is invalid (not judged, marked in every output) when more than
+    /// this share of its sessions overflowed the model's context (default 5%).
+    #[arg(long)]
+    pub max_overflow: Option<String>,
     /// Unmeasured requests before each level.
     #[arg(long, default_value_t = 0)]
     pub warmup: u64,
@@ -363,13 +384,16 @@ fn level_amount(a: &BenchArgs, replay: Option<Amount>) -> Result<Amount, BenchEr
         (Some(all), ..) => all,
         (None, Some(n), _) => Amount::Requests(n),
         (None, None, Some(d)) => Amount::Duration(d),
+        (None, None, None) if a.sessions_per_level.is_some() => {
+            Amount::Sessions(a.sessions_per_level.unwrap_or(1))
+        }
         // The capacity search runs each level as long as its decision needs, within a cap.
         (None, None, None) if a.find_capacity => {
             Amount::Duration(crate::bench::capacity::AUTO_PART)
         }
         (None, None, None) => {
             return Err(BenchError::Usage(
-                "give --requests-per-level N or --duration-per-level D (a trace prompt needs neither: it sends its requests; nor --find-capacity: it runs each level until its decision is clear)".into(),
+                "give --requests-per-level N or --duration-per-level D (--sessions-per-level N for a session prompt; a trace prompt needs neither: it sends its requests; nor --find-capacity: it runs each level until its decision is clear)".into(),
             ));
         }
     };
@@ -384,7 +408,7 @@ fn level_amount(a: &BenchArgs, replay: Option<Amount>) -> Result<Amount, BenchEr
                 "--requests-per-level must be at least 1".into(),
             ));
         }
-        Amount::Requests(n) => n as f64 > MAX_REQUESTS_PER_LEVEL,
+        Amount::Requests(n) | Amount::Sessions(n) => n as f64 > MAX_REQUESTS_PER_LEVEL,
         Amount::Duration(d) => a
             .rate
             .iter()
@@ -447,6 +471,125 @@ fn trace_replay(
         rate: Some(four_digits(t.mean_rate()).clamp(1e-6, crate::bench::MAX_RATE)),
     };
     Ok(Some((key, Amount::Requests(t.len() as u64))))
+}
+
+/// What [`session_plan`] makes of a run: its session mode (a session prompt's), and a recorded
+/// replay's one level and amount.
+type SessionPlanned = (Option<SessionMode>, Option<(LevelKey, Amount)>);
+
+/// A session prompt's run, checked: every prompt a session (a sweep does not mix sessions with
+/// other prompts), its levels' amount whole sessions (`--sessions-per-level`, not
+/// `--requests-per-level`), no `--cross-check`; `--sessions-per-level`, `--max-context` and
+/// `--max-overflow` for session prompts only. `--arrival recorded` replays a session trace's
+/// sessions at their recorded starts: one level of the whole trace, named by its mean session
+/// rate, its in-flight cap one `--concurrency` (default 1000); what would send otherwise is
+/// refused. The mode, and the recorded replay's level and amount.
+///
+/// # Errors
+/// [`BenchError::Usage`] naming the flag that does not fit.
+fn session_plan(a: &BenchArgs, prompts: &[ProbeSpec]) -> Result<SessionPlanned, BenchError> {
+    use crate::workload::Workload;
+    let usage = |m: String| Err(BenchError::Usage(m));
+    let is_session = |p: &ProbeSpec| matches!(p.workload, Workload::Session(_));
+    let Some(first) = prompts.iter().find(|p| is_session(p)) else {
+        let flag = [
+            (a.sessions_per_level.is_some(), "--sessions-per-level"),
+            (a.max_context.is_some(), "--max-context"),
+            (a.max_overflow.is_some(), "--max-overflow"),
+            (a.arrival == ArrivalArg::Recorded, "--arrival recorded"),
+        ]
+        .into_iter()
+        .find_map(|(on, f)| on.then_some(f));
+        return match flag {
+            Some(f) => usage(format!(
+                "{f} is for session prompts (session:), and no prompt of this run is one"
+            )),
+            None => Ok((None, None)),
+        };
+    };
+    if let Some(other) = prompts.iter().find(|p| !is_session(p)) {
+        return usage(format!(
+            "prompt {}: a session prompt's levels are whole sessions, another prompt's requests; sweep session prompts with each other only (prompt {} is a {})",
+            first.prompt.name,
+            other.prompt.name,
+            other.workload.kind()
+        ));
+    }
+    if a.requests_per_level.is_some() {
+        return usage(format!(
+            "prompt {}: a session prompt's level is whole sessions: give --sessions-per-level N (or --duration-per-level D) instead of --requests-per-level",
+            first.prompt.name
+        ));
+    }
+    if a.cross_check.is_some() {
+        return usage(format!(
+            "prompt {}: --cross-check sends single requests of the prompt; a session's turns depend on each other's answers",
+            first.prompt.name
+        ));
+    }
+    let max_overflow = match &a.max_overflow {
+        Some(v) => parse_ratio(v)?,
+        None => crate::bench::session::DEFAULT_MAX_OVERFLOW,
+    };
+    if !(0.0..=1.0).contains(&max_overflow) {
+        return usage("--max-overflow must be from 0% to 100%".into());
+    }
+    let mode = SessionMode {
+        per_level: a.sessions_per_level,
+        max_context: a.max_context,
+        max_overflow,
+        recorded: a.arrival == ArrivalArg::Recorded,
+    };
+    if !mode.recorded {
+        return Ok((Some(mode), None));
+    }
+    let replay = match &first.workload {
+        Workload::Session(crate::workload::Sessions::Replay(r)) if prompts.len() == 1 => r,
+        _ => {
+            return usage(format!(
+                "--arrival recorded starts a session trace's sessions at their recorded instants: prompt {} is not one session trace",
+                first.prompt.name
+            ));
+        }
+    };
+    let refused = [
+        (!a.rate.is_empty(), "--rate"),
+        (a.concurrency.len() > 1, "several --concurrency values"),
+        (a.sessions_per_level.is_some(), "--sessions-per-level"),
+        (a.duration_per_level.is_some(), "--duration-per-level"),
+        (a.ramp_up.is_some(), "--ramp-up"),
+        (a.warmup > 0, "--warmup"),
+        (a.warmup_duration.is_some(), "--warmup-duration"),
+        (a.find_capacity, "--find-capacity"),
+        (a.until_clear > 0, "--until-clear"),
+        (
+            a.shard.is_some() || a.start_at.is_some(),
+            "--shard and --start-at",
+        ),
+    ];
+    if let Some((_, flag)) = refused.iter().find(|(on, _)| *on) {
+        return usage(format!(
+            "--arrival recorded replays the trace's sessions at their recorded starts, one level of the whole trace (the pace with its time_scale, the sessions in flight with one --concurrency); {flag} does not apply"
+        ));
+    }
+    let n = replay.len() as u64;
+    if n == 0 {
+        return usage("the session trace holds no session".into());
+    }
+    // The mean session rate: sessions after the first over the span of their starts.
+    let span = (0..n)
+        .map(|i| replay.start_offset(i).as_secs_f64())
+        .fold(0.0, f64::max);
+    let rate = if n > 1 && span > 0.0 {
+        (n - 1) as f64 / span
+    } else {
+        1.0
+    };
+    let key = LevelKey {
+        concurrency: a.concurrency.first().copied().unwrap_or(1000),
+        rate: Some(four_digits(rate).clamp(1e-6, crate::bench::MAX_RATE)),
+    };
+    Ok((Some(mode), Some((key, Amount::Sessions(n)))))
 }
 
 /// `--warmup-duration D`: above 0 and at most an hour.
@@ -522,9 +665,14 @@ fn arrival(a: &BenchArgs) -> Result<Arrival, BenchError> {
     match (a.arrival, a.burstiness) {
         (ArrivalArg::Constant, None) => Ok(Arrival::Constant),
         (ArrivalArg::Poisson, None) => Ok(Arrival::Poisson),
+        // The trace's recorded starts replace the arrivals (`session_plan` checks the prompt).
+        (ArrivalArg::Recorded, None) => Ok(Arrival::Constant),
         (ArrivalArg::Constant, Some(_)) => {
             usage("shapes random gaps; --arrival constant has none (drop one of them)")
         }
+        (ArrivalArg::Recorded, Some(_)) => usage(
+            "shapes random gaps; --arrival recorded replays a trace's starts (drop one of them)",
+        ),
         (ArrivalArg::Poisson, Some(_)) if a.rate.is_empty() => {
             usage("shapes open-loop arrivals: give the rates with --rate")
         }
@@ -635,9 +783,10 @@ fn schedule(
     capacity: Option<crate::bench::capacity::CapacityPlan>,
     replay: Option<(LevelKey, Amount)>,
     criteria: &Criteria,
-    shared_start: bool,
+    (shared_start, sessions): (bool, bool),
 ) -> Box<dyn Schedule> {
     match (capacity, replay) {
+        (Some(search), _) if sessions => Box::new(CapacitySearch::new(search).in_sessions()),
         (Some(search), _) => Box::new(CapacitySearch::new(search)),
         (None, Some((key, _))) => Box::new(Replay::new(key)),
         (None, None) => {
@@ -920,7 +1069,7 @@ fn sharding(
             start_at,
             slot: d + a.level_gap,
         }),
-        (Some(_), Amount::Requests(_)) => {
+        (Some(_), Amount::Requests(_) | Amount::Sessions(_)) => {
             return Err(BenchError::Usage(
                 "--start-at needs --duration-per-level: levels start at shared instants one level slot apart, so every level must take the same time".into(),
             ));
@@ -1131,19 +1280,19 @@ impl BenchArgs {
         fit_fd_limit(&mut level_keys, !a.concurrency.is_empty(), fd_limit())?;
         check_select_at(&level_keys, criteria.select_at)?;
         if !a.rate.is_empty()
-            && let Some(p) = prompts.iter().find(|p| {
-                matches!(
-                    p.workload,
-                    crate::workload::Workload::Conversation(_)
-                        | crate::workload::Workload::Session(_)
-                )
-            })
+            && let Some(p) = prompts
+                .iter()
+                .find(|p| matches!(p.workload, crate::workload::Workload::Conversation(_)))
         {
             return Err(BenchError::Usage(format!(
                 "prompt {}: a {} runs in closed loop (each worker keeps its turns); drop --rate",
                 p.prompt.name,
                 p.workload.kind()
             )));
+        }
+        let (sessions, recorded) = session_plan(a, prompts)?;
+        if recorded.is_some() {
+            level_keys = recorded.iter().map(|r| r.0).collect();
         }
         if prompts.len() > 1
             && (a.baseline.is_some()
@@ -1164,7 +1313,7 @@ impl BenchArgs {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(1, |d| d.as_nanos() as u64)
         });
-        let amount = level_amount(a, replay.as_ref().map(|r| r.1))?;
+        let amount = level_amount(a, replay.or(recorded).as_ref().map(|r| r.1))?;
         let capacity = capacity_plan(a, &mut level_keys, &criteria)?;
         if a.repeat > 1 && a.sharded() {
             return Err(BenchError::Usage(
@@ -1198,8 +1347,16 @@ impl BenchArgs {
             repeat: a.repeat,
             cross_check,
             samples: a.samples || shard.count > 1,
+            sessions,
         };
-        let schedule = schedule(a, level_keys, capacity, replay, &criteria, start.is_some());
+        let schedule = schedule(
+            a,
+            level_keys,
+            capacity,
+            replay.or(recorded),
+            &criteria,
+            (start.is_some(), sessions.is_some()),
+        );
         let watch = Watch {
             server,
             health: crate::bench::health::HealthPlan {

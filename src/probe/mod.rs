@@ -93,6 +93,12 @@ impl Session {
             .as_ref()
             .is_none_or(|t| t.at_start() || self.answer.is_none())
     }
+
+    /// A session prompt's: how the session that ran last ended (`None` while it runs, and for
+    /// other workloads).
+    pub fn session_end(&self) -> Option<crate::workload::session::End> {
+        self.agent.as_ref().and_then(session::Sequence::ended)
+    }
 }
 
 /// How much of a failure's detail (status, the server's message, ...) is kept, in bytes: 1 KiB,

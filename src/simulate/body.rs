@@ -625,6 +625,17 @@ data: {"type":"response.output_text.delta","item_id":"msg_0","output_index":0,"c
     }
 }
 
+/// A 400 refusing a request beyond the model's context: OpenAI's `context_length_exceeded`
+/// code (Anthropic's `invalid_request_error` for the Messages API), with `message`.
+pub(crate) fn context_error_body(proto: Proto, message: &str) -> Vec<u8> {
+    let v = if proto == Proto::Messages {
+        json!({"type": "error", "error": {"type": "invalid_request_error", "message": message}})
+    } else {
+        json!({"error": {"message": message, "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}})
+    };
+    v.to_string().into_bytes()
+}
+
 /// An error body in the shape of the endpoint's API. 529 always gets Anthropic's
 /// `overloaded_error` shape, as that status is Anthropic's.
 pub(crate) fn error_body(proto: Option<Proto>, status: u16, message: &str) -> Vec<u8> {

@@ -150,15 +150,18 @@ async fn handle(
     rec.model = model.to_owned();
     rec.profile.clone_from(&served.name);
     rec.input_tokens = profile::token_count(&input);
+    // Beyond the model's context: refused as vLLM refuses one (unless the quota refuses first).
+    let refused = context_refusal(served, proto, rec.input_tokens).filter(|_| quota.allowed);
     let mut plan = Plan::draw(&served.timing, shared.error_rate, &shared.errors, &ask, rng);
-    if !quota.allowed {
-        plan.fault = Some(Fault::Status(429));
+    if !quota.allowed || refused.is_some() {
+        plan.fault = Some(Fault::Status(if quota.allowed { 400 } else { 429 }));
     }
-    rec.fault = plan.fault.map(|f| f.to_string());
+    rec.fault = fault_name(refused.is_some(), plan.fault);
 
     if let Some(Fault::Status(status)) = plan.fault {
         rec.status = status;
-        let body = body::error_body(Some(proto), status, body::fault_message(status));
+        let body = refused
+            .unwrap_or_else(|| body::error_body(Some(proto), status, body::fault_message(status)));
         let extra: &[(&str, &str)] = match status {
             _ if !quota.allowed => &quota_headers,
             429 => &[("retry-after", "1")],
@@ -223,6 +226,24 @@ async fn handle(
     let keep = rec.end == End::Complete && req.keep_alive && (req.chunked_ok || !is_stream);
     finish(shared, rec);
     keep
+}
+
+/// The event log's name of a request's fault: a context refusal's, else its plan's.
+fn fault_name(refused: bool, fault: Option<Fault>) -> Option<String> {
+    if refused {
+        Some("context_length_exceeded".into())
+    } else {
+        fault.map(|f| f.to_string())
+    }
+}
+
+/// The 400 body of a request of `input` tokens beyond `served`'s `max_context`, if it is.
+fn context_refusal(served: &profile::Served, proto: Proto, input: u32) -> Option<Vec<u8>> {
+    let max = served.max_context.filter(|m| input > *m)?;
+    Some(body::context_error_body(
+        proto,
+        &profile::context_refusal(max, input),
+    ))
 }
 
 /// What a request body asks of the output length.

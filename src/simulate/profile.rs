@@ -1,7 +1,9 @@
 //! Per-model profiles and the input side of a simulated request (pure: no I/O, no clocks).
 //!
-//! - [`Profile`]: one `--profile NAME:ttft=D,itl=D[,output_tokens=N][,prefill_per_1k=D][,prefix_cache=on][,tool_calls=on]`,
-//!   parsed and checked here (the one place), a clear error naming the bad part.
+//! - [`Profile`]: one `--profile NAME:ttft=D,itl=D[,output_tokens=N][,prefill_per_1k=D][,prefix_cache=on][,tool_calls=on][,max_context=N]`,
+//!   parsed and checked here (the one place), a clear error naming the bad part. With
+//!   `max_context=N` a request of more than N input tokens is refused as vLLM refuses one
+//!   ([`context_refusal`]).
 //! - The token rule: a request's input is rendered to bytes ([`input_bytes`]) and a token is
 //!   [`BYTES_PER_TOKEN`] bytes of it. A chat message is a 16-byte role header (4 tokens of
 //!   template) and its text content padded to a multiple of 4 bytes, so a message costs
@@ -53,6 +55,16 @@ pub struct Profile {
     pub prefix_cache: bool,
     /// A request that offers tools (and does not ask for none) is answered with a tool call.
     pub tool_calls: bool,
+    /// The model's context: a request of more input tokens is refused (400).
+    pub max_context: Option<u32>,
+}
+
+/// The refusal of a request of `input` tokens beyond a profile's `max_context`, as vLLM words
+/// it (HTTP 400, OpenAI's `context_length_exceeded` code): its message.
+pub fn context_refusal(max_context: u32, input: u32) -> String {
+    format!(
+        "This model's maximum context length is {max_context} tokens. However, your request has {input} input tokens. Please reduce the length of the input messages."
+    )
 }
 
 impl std::str::FromStr for Profile {
@@ -62,7 +74,7 @@ impl std::str::FromStr for Profile {
         let bad = |why: String| format!("--profile {s:?}: {why}");
         let (name, settings) = s.rsplit_once(':').ok_or_else(|| {
             bad(
-                "expected NAME:ttft=D,itl=D[,output_tokens=N][,prefill_per_1k=D][,prefix_cache=on][,tool_calls=on]"
+                "expected NAME:ttft=D,itl=D[,output_tokens=N][,prefill_per_1k=D][,prefix_cache=on][,tool_calls=on][,max_context=N]"
                     .into(),
             )
         })?;
@@ -70,7 +82,7 @@ impl std::str::FromStr for Profile {
         if name.is_empty() {
             return Err(bad("the model name is empty".into()));
         }
-        let (mut ttft, mut itl, mut output_tokens) = (None, None, None);
+        let (mut ttft, mut itl, mut output_tokens, mut max_context) = (None, None, None, None);
         let (mut prefill_per_1k, mut prefix_cache, mut tool_calls) = (Duration::ZERO, false, false);
         let mut seen: Vec<&str> = Vec::new();
         for part in settings.split(',').map(str::trim) {
@@ -98,6 +110,14 @@ impl std::str::FromStr for Profile {
                             ))
                         })?);
                 }
+                "max_context" => {
+                    max_context =
+                        Some(v.parse::<u32>().ok().filter(|n| *n >= 1).ok_or_else(|| {
+                            bad(format!(
+                                "max_context={v:?} is not a whole number of tokens of at least 1"
+                            ))
+                        })?);
+                }
                 "prefix_cache" | "tool_calls" => {
                     let on = match v {
                         "on" | "true" => true,
@@ -112,7 +132,7 @@ impl std::str::FromStr for Profile {
                 }
                 _ => {
                     return Err(bad(format!(
-                        "unknown setting {k:?} (ttft, itl, output_tokens, prefill_per_1k, prefix_cache, tool_calls)"
+                        "unknown setting {k:?} (ttft, itl, output_tokens, prefill_per_1k, prefix_cache, tool_calls, max_context)"
                     )));
                 }
             }
@@ -125,6 +145,7 @@ impl std::str::FromStr for Profile {
             prefill_per_1k,
             prefix_cache,
             tool_calls,
+            max_context,
         })
     }
 }
@@ -429,6 +450,8 @@ pub(crate) struct Served {
     cache: Option<Mutex<PrefixCache>>,
     /// A request offering tools is answered with a tool call.
     pub tool_calls: bool,
+    /// A request of more input tokens is refused.
+    pub max_context: Option<u32>,
 }
 
 impl Served {
@@ -445,6 +468,7 @@ impl Served {
             prefill_per_1k,
             cache: prefix_cache.then(|| Mutex::new(PrefixCache::new(CACHE_BLOCKS))),
             tool_calls: false,
+            max_context: None,
         }
     }
 
@@ -463,6 +487,13 @@ impl Served {
             p.prefix_cache,
         )
         .with_tool_calls(p.tool_calls)
+        .with_max_context(p.max_context)
+    }
+
+    /// This profile refusing requests of more than `max` input tokens.
+    pub(crate) fn with_max_context(mut self, max: Option<u32>) -> Self {
+        self.max_context = max;
+        self
     }
 
     /// This profile answering requests that offer tools with a tool call (`on`).
@@ -515,6 +546,7 @@ mod tests {
                 prefill_per_1k: Duration::ZERO,
                 prefix_cache: false,
                 tool_calls: false,
+                max_context: None,
             }
         );
         let p: Profile =
@@ -536,6 +568,14 @@ mod tests {
         assert!(!p.prefix_cache && !p.tool_calls);
         let p: Profile = "m:ttft=0ms,itl=0ms,tool_calls=on".parse().unwrap();
         assert!(p.tool_calls);
+        let p: Profile = "m:ttft=0ms,itl=0ms,max_context=2048".parse().unwrap();
+        assert_eq!(p.max_context, Some(2048));
+        assert!(
+            "m:ttft=0ms,itl=0ms,max_context=0"
+                .parse::<Profile>()
+                .unwrap_err()
+                .contains("max_context=\"0\" is not a whole number")
+        );
         assert!(
             "m:ttft=0ms,itl=0ms,tool_calls=maybe"
                 .parse::<Profile>()

@@ -52,14 +52,17 @@ fn missing_env_var_is_named_with_its_line() {
     assert!(text.contains("targets[0].api_key"), "{text}");
 }
 
-/// The example trace replays' config is valid (each trace read and parsed), so is the sessions'
-/// (its session trace read), and the example traces are the ones their script writes.
+/// The example trace replays' config is valid (each trace read and parsed), so are the sessions'
+/// (its session trace read) and the session benchmark's, and the example traces are the ones their script writes.
 #[test]
 fn trace_examples_are_valid_and_made_by_their_script() {
     let (code, text) = check("examples/traces/replay.yml", &[]);
     assert_eq!(code, Some(0), "{text}");
     assert!(text.contains("valid, 3 jobs"), "{text}");
     let (code, text) = check("examples/sessions/sessions.yml", &[]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("valid, 2 jobs"), "{text}");
+    let (code, text) = check("examples/sessions/bench.yml", &[]);
     assert_eq!(code, Some(0), "{text}");
     assert!(text.contains("valid, 2 jobs"), "{text}");
     let dir = tempfile::tempdir().unwrap();

@@ -8,6 +8,9 @@
 use crate::common;
 use common::e2e::*;
 
+mod bench;
+mod serve;
+
 use serde_json::Value;
 use std::path::Path;
 use std::process::Command;

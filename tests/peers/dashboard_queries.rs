@@ -1,6 +1,6 @@
 //! The Grafana dashboards, the Grafana alert rules and the Prometheus rules of `grafana/` and
-//! `deploy/prometheus/` against real data: tokenprobe probes a real llama.cpp server, a real
-//! Prometheus scrapes it and evaluates `deploy/prometheus/tokenprobe-rules.yml`, then
+//! `deploy/prometheus/` against real data: tokenprobe probes a real llama.cpp server (and runs a
+//! session job against its simulator, for the session row), a real Prometheus scrapes it and evaluates `deploy/prometheus/tokenprobe-rules.yml`, then
 //!   - every rule of that file is loaded and evaluates without error, and every recording rule
 //!     yields a series;
 //!   - a `bench --remote-write` run into the same Prometheus gives the bench row its series;
@@ -39,7 +39,22 @@ fn dashboards_alerts_and_rules_query_real_prometheus() {
     let rules_file = root.join("deploy/prometheus/tokenprobe-rules.yml");
     let dir = tempfile::tempdir().unwrap();
     let llama = LlamaServer::start(dir.path());
-    let mut tp = Tokenprobe::serve(dir.path(), &config_yaml(&llama.base_url(), "1s", 16));
+    // The session canary's row: a session job against the simulator (tool calls, prefix cache).
+    let (_sim, sim_url) = start_simulate(
+        dir.path(),
+        &[
+            "--profile",
+            "agent:ttft=10ms,itl=1ms,output_tokens=8,prefix_cache=on,tool_calls=on",
+        ],
+    );
+    let config = config_yaml(&llama.base_url(), "1s", 16).replacen(
+        "prompts:\n",
+        "prompts:\n  - name: agent\n    session: {system_tokens: 200, tools: {count: 2, tokens: 40}, user_tokens: 40, turns: 2, call_tokens: 12, result_tokens: 80, answer_tokens: 12, context_budget: 4000}\n",
+        1,
+    ) + &format!(
+        "  - name: agents\n    base_url: {sim_url}/v1\n    api: openai-chat\n    models: [agent]\n    prompts: [agent]\n"
+    );
+    let mut tp = Tokenprobe::serve(dir.path(), &config);
     let tp_addr = tp.url.trim_start_matches("http://").to_string();
 
     let (mut prom_guard, prom) = start_prometheus(dir.path(), &tp_addr, &[&rules_file]);

@@ -554,3 +554,108 @@ fn llama_server_script_serves_a_given_gguf() {
         String::from_utf8_lossy(&bad.stderr)
     );
 }
+
+/// llama.cpp's own count of each finished task, from its log: the prompt tokens it evaluated
+/// (`prompt eval time = … / N tokens`: the input its cache did not serve) and the tokens it
+/// generated (`eval time = … / M tokens`), in order.
+fn llama_tasks(log: &str) -> Vec<(u64, u64)> {
+    // `… eval time =     330.65 ms /    37 tokens (    8.94 ms per token, …)`: the count after
+    // the last `/`.
+    let tokens = |l: &str| -> Option<u64> {
+        l.rsplit_once('/')?
+            .1
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    };
+    let prompt: Vec<u64> = log
+        .lines()
+        .filter(|l| l.contains("prompt eval time ="))
+        .filter_map(tokens)
+        .collect();
+    let eval: Vec<u64> = log
+        .lines()
+        .filter(|l| l.contains(" eval time =") && !l.contains("prompt eval time"))
+        .filter_map(tokens)
+        .collect();
+    prompt.into_iter().zip(eval).collect()
+}
+
+/// Issue 42: an agent session (`session:` prompt) on the real llama.cpp server, each turn checked
+/// against llama.cpp's own accounting. SmolLM2's chat template renders no tools (llama.cpp's
+/// `/props` says `supports_tools: false`, and a template that does render them gets no call out
+/// of a 135M model: llama.cpp applies no grammar for `tool_choice: required` there), so every
+/// turn is answered with text, which the session keeps and answers with its result as a user
+/// message. What is asserted is what holds whatever the model says: the session completes its
+/// turns (two calls asked, the final answer); each turn's input, as llama.cpp's usage counted it,
+/// is the tokens its log says it evaluated plus those its prompt cache served; each turn's output
+/// is what it generated; each later turn's input grows by at least the answer and the result
+/// appended, and its cache serves at least most of the turn before it.
+#[test]
+fn a_session_runs_on_llama_cpp_as_its_own_accounting_says() {
+    let _serial = serial();
+    if !require_deps("a_session_runs_on_llama_cpp", &[]) {
+        return;
+    }
+    let _wd = Watchdog::new("a_session_runs_on_llama_cpp", Duration::from_secs(300));
+    let dir = tempfile::tempdir().unwrap();
+    let llama = LlamaServer::start(dir.path());
+    let config = dir.path().join("session.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "prompts:\n  - name: agent\n    session:\n      system_tokens: 120\n      tools: {{count: 2, tokens: 20}}\n      user_tokens: 40\n      turns: 2\n      call_tokens: 8\n      result_tokens: 60\n      answer_tokens: 8\n      context_budget: 1500\n      seed: 11\n\
+             targets:\n  - name: llama\n    base_url: {}\n    api: openai-chat\n    models: [smollm2]\n    prompts: [agent]\n",
+            llama.base_url()
+        ),
+    )
+    .unwrap();
+    let mut cmd = Command::new(tokenprobe_bin());
+    cmd.args(["probe", "--config.file"])
+        .arg(&config)
+        .args(["--format", "json"]);
+    let (st, out, err) = run_with_timeout(cmd, None, Duration::from_secs(240));
+    assert_eq!(st.code(), Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).expect("probe JSON");
+    eprintln!("session on llama.cpp: {v}");
+    assert_eq!(v["end"], "completed", "{v:#}");
+    let turns = v["turns"].as_array().expect("turns").clone();
+    assert_eq!(
+        turns.len(),
+        3,
+        "two tool-call turns and the final answer: {v:#}"
+    );
+    let n = |t: &serde_json::Value, k: &str| {
+        t[k].as_u64()
+            .unwrap_or_else(|| panic!("no {k} in turn {t}"))
+    };
+    // The session's three requests are llama.cpp's last three tasks (the calibration's came
+    // before them).
+    let tasks = llama_tasks(&llama.guard.stderr());
+    assert!(tasks.len() >= 3, "{tasks:?}\n{}", llama.guard.logs());
+    let tasks = &tasks[tasks.len() - 3..];
+    for (t, (evaluated, generated)) in turns.iter().zip(tasks) {
+        let (input, cached) = (n(t, "input_tokens"), n(t, "cached_input_tokens"));
+        assert_eq!(input - cached, *evaluated, "turn {}: {t}", t["turn"]);
+        assert_eq!(n(t, "output_tokens"), *generated, "turn {}: {t}", t["turn"]);
+    }
+    for k in 1..3 {
+        let (prev, t) = (&turns[k - 1], &turns[k]);
+        // The answer, then the result of at least 60 tokens as the calibration counts them.
+        let grown = n(t, "input_tokens") - n(prev, "input_tokens");
+        assert!(
+            grown >= n(prev, "output_tokens") + 40,
+            "turn {}: grew by {grown}: {prev}\n{t}",
+            k + 1
+        );
+        assert!(
+            n(t, "cached_input_tokens") * 10 >= n(prev, "input_tokens") * 8,
+            "turn {}: the cache served {} of the last turn's {}",
+            k + 1,
+            n(t, "cached_input_tokens"),
+            n(prev, "input_tokens")
+        );
+    }
+    assert!(n(&turns[0], "cached_input_tokens") < n(&turns[0], "input_tokens"));
+}

@@ -16,12 +16,28 @@ pub struct CapacitySearch {
     plan: CapacityPlan,
     /// When the series asked for its first level (its time budget counts from there).
     began: Option<Instant>,
+    /// A session workload's search: its loads are sessions.
+    sessions: bool,
 }
 
 impl CapacitySearch {
     /// The search `plan` describes.
     pub fn new(plan: CapacityPlan) -> Self {
-        CapacitySearch { plan, began: None }
+        CapacitySearch {
+            plan,
+            began: None,
+            sessions: false,
+        }
+    }
+
+    /// The same search of a session workload: its loads are concurrent sessions (closed loop)
+    /// or sessions started per second (open loop), and so is its answer.
+    #[must_use]
+    pub fn in_sessions(self) -> Self {
+        CapacitySearch {
+            sessions: true,
+            ..self
+        }
     }
 
     /// The search's plan.
@@ -43,16 +59,20 @@ impl CapacitySearch {
 
 impl Schedule for CapacitySearch {
     fn fresh(&self) -> Box<dyn Schedule> {
-        Box::new(CapacitySearch::new(self.plan))
+        Box::new(CapacitySearch {
+            began: None,
+            ..self.clone()
+        })
     }
 
     fn words(&self) -> String {
         let s = &self.plan.search;
         let show = |x: f64| crate::units::trim_float((x * 1000.0).round() / 1000.0);
-        let unit = if s.open {
-            "requests/s"
-        } else {
-            "concurrent streams"
+        let unit = match (s.open, self.sessions) {
+            (true, false) => "requests/s",
+            (false, false) => "concurrent streams",
+            (true, true) => "sessions/s",
+            (false, true) => "concurrent sessions",
         };
         format!(
             "a capacity search from {} to {} {unit}, up to {}",
@@ -92,7 +112,10 @@ impl Schedule for CapacitySearch {
             Next::Run(load) => Some(Level::at(self.plan.key(load))),
             Next::Done(end) => {
                 series.sort_levels_by_load();
-                series.capacity = Some(self.plan.capacity(&end, &tried, &series.levels));
+                series.capacity = Some(crate::bench::capacity::Capacity {
+                    sessions: self.sessions,
+                    ..self.plan.capacity(&end, &tried, &series.levels)
+                });
                 None
             }
         }

@@ -115,7 +115,8 @@ fn prompt_sweeps_and_what_they_refuse() {
         m.contains("prompt chat: a conversation runs in closed loop"),
         "{m}"
     );
-    // A session too: an open loop would send its first turns only.
+    // A session's level is whole sessions, closed or open loop (see
+    // `session_prompts_plan_levels_of_whole_sessions`).
     let m = usage(plan_in(
         concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -130,10 +131,7 @@ fn prompt_sweeps_and_what_they_refuse() {
             "2",
         ],
     ));
-    assert!(
-        m.contains("prompt agent: a session runs in closed loop"),
-        "{m}"
-    );
+    assert!(m.contains("give --sessions-per-level N"), "{m}");
     let m = usage(plan(&[
         "--requests-per-level",
         "2",
@@ -582,6 +580,98 @@ fn a_trace_prompt_plans_one_level_of_its_requests() {
             "{flag:?}: {e}"
         );
     }
+}
+
+/// Issue 42 item 4: a session prompt's levels are concurrent sessions or a session arrival
+/// rate, each sending whole sessions; what would send something else is refused by name; a
+/// session trace at its recorded starts is one level of its sessions.
+#[test]
+fn session_prompts_plan_levels_of_whole_sessions() {
+    let sessions = |extra: &[&str]| {
+        plan_in(
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/examples/sessions/sessions.yml"
+            ),
+            extra,
+        )
+    };
+    let p = sessions(&["--concurrency", "2,4", "--sessions-per-level", "5"]).unwrap();
+    assert_eq!(p.load().amount, Amount::Sessions(5));
+    let mode = p.load().sessions.expect("a session mode");
+    assert_eq!(
+        (mode.max_context, mode.max_overflow, mode.recorded),
+        (None, 0.05, false)
+    );
+    assert!(!p.open());
+    let p = sessions(&[
+        "--rate",
+        "0.5,1",
+        "--duration-per-level",
+        "30s",
+        "--max-context",
+        "8192",
+        "--max-overflow",
+        "1%",
+    ])
+    .unwrap();
+    assert!(p.open());
+    assert_eq!(p.load().sessions.unwrap().max_context, Some(8192));
+    assert_eq!(p.load().sessions.unwrap().max_overflow, 0.01);
+    let p = sessions(&[
+        "--find-capacity",
+        "--concurrency",
+        "1,16",
+        "--sessions-per-level",
+        "10",
+        "--slo",
+        "ttft=2s",
+    ])
+    .unwrap();
+    assert_eq!(
+        p.schedule().words(),
+        "a capacity search from 1 to 16 concurrent sessions, up to 8 levels"
+    );
+    for (args, says) in [
+        (
+            &["--requests-per-level", "5"][..],
+            "give --sessions-per-level N",
+        ),
+        (
+            &["--sessions-per-level", "5", "--cross-check"],
+            "--cross-check sends single requests",
+        ),
+        (
+            &["--sessions-per-level", "5", "--max-overflow", "150%"],
+            "--max-overflow must be from 0% to 100%",
+        ),
+        (
+            &["--sessions-per-level", "5", "--arrival", "recorded"],
+            "prompt agent is not one session trace",
+        ),
+        (
+            &["--target", "replay", "--arrival", "recorded", "--rate", "2"],
+            "--rate does not apply",
+        ),
+    ] {
+        let m = usage(sessions(args));
+        assert!(m.contains(says), "{args:?}: {m}");
+    }
+    // Session flags without a session prompt.
+    for flag in [
+        &["--sessions-per-level", "3"][..],
+        &["--requests-per-level", "3", "--max-context", "100"],
+        &["--requests-per-level", "3", "--arrival", "recorded"],
+    ] {
+        let m = usage(plan(flag));
+        assert!(m.contains("is for session prompts"), "{flag:?}: {m}");
+    }
+    // A session trace at its recorded starts: one level of its six sessions.
+    let p = sessions(&["--target", "replay", "--arrival", "recorded"]).unwrap();
+    assert_eq!(p.load().amount, Amount::Sessions(6));
+    assert_eq!(planned(&p).len(), 1);
+    assert_eq!(planned(&p)[0].concurrency, 1000);
+    assert!(p.load().sessions.unwrap().recorded);
 }
 
 /// Issue 39 item 3: two invocations of one config are two runs with two ids (their series,

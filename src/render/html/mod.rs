@@ -384,7 +384,7 @@ pub(super) fn answer(o: &mut String, r: &Report, shown: &Shown<'_>) {
         let _ = write!(
             o,
             r#"<h3>Answer {}</h3><p class="note">{}</p>"#,
-            esc(&text::answer::stated_at(s)),
+            esc(&text::answer::stated_at(s, &r.mode)),
             esc(&text::answer::criteria_words(s))
         );
         if s.ranked.is_empty() {

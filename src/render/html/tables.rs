@@ -157,7 +157,7 @@ pub(super) fn main_table(o: &mut String, r: &Report, axis: &str) {
                 match (m.knee.as_ref().is_some_and(|k| k.index == li), l.partial) {
                     (true, _) => "◆ knee",
                     (false, true) => "PARTIAL",
-                    (false, false) => "",
+                    (false, false) => crate::render::text::session::mark(l).unwrap_or_default(),
                 }
             );
         }

@@ -3,10 +3,10 @@
 //! distance to the limits, with its weighted score), each model's throughput knee beside its
 //! capacity within the SLOs with what limited each, and the same criteria at another load.
 
-use super::{Style, load_words};
+use super::{Style, load_words, load_words_in};
 use crate::bench::capacity::Capacity;
 use crate::bench::report::{
-    Limiter, ModelCapacity, ModelReport, Ranked, Rejected, Report, Selection,
+    Limiter, LoadMode, ModelCapacity, ModelReport, Ranked, Rejected, Report, Selection,
 };
 use crate::bench::stats::Load;
 use crate::render::shown::Shown;
@@ -14,11 +14,13 @@ use crate::units::trim_float;
 use std::fmt::Write as _;
 
 /// Where a selection is stated: `at 4 concurrent streams, the highest load every model serves
-/// within the SLOs`.
-pub fn stated_at(s: &Selection) -> String {
+/// within the SLOs` (a session workload's: `at 4 concurrent sessions, …`, as `mode` loads).
+pub fn stated_at(s: &Selection, mode: &LoadMode) -> String {
     use crate::bench::report::{AnswerLoad, SelectedLevel};
     let at = match s.level {
-        SelectedLevel::At(load) if s.load != Some(AnswerLoad::LastLevels) => load_words(load),
+        SelectedLevel::At(load) if s.load != Some(AnswerLoad::LastLevels) => {
+            load_words_in(mode, load)
+        }
         _ => return "at each model's last level (no load every model ran)".into(),
     };
     match s.load {
@@ -85,7 +87,7 @@ pub fn ranking(shown: &Shown<'_>, style: Style) -> String {
     let _ = writeln!(
         out,
         "{strong}Answer {}{strong} ({}):",
-        stated_at(s),
+        stated_at(s, &shown.report.mode),
         criteria_words(s)
     );
     for k in &s.ranked {
@@ -189,7 +191,11 @@ fn thousandths(x: f64) -> String {
 pub fn capacity_words(c: &Capacity) -> String {
     let unclear = doubt(c.clear);
     let load = match c.load() {
+        Some(n @ Load::Concurrency(_)) if c.sessions => {
+            format!("up to {}", crate::bench::session::load_words(n))
+        }
         Some(n @ Load::Concurrency(_)) => format!("up to {}", load_words(n)),
+        Some(Load::Rate(r)) if c.sessions => format!("up to {} sessions/s", thousandths(r)),
         Some(Load::Rate(r)) => format!("up to {} requests/s", thousandths(r)),
         None => return format!("none: no load tried met the target{unclear}"),
     };
@@ -212,7 +218,12 @@ pub fn capacity_words(c: &Capacity) -> String {
 
 /// One model's capacity within the SLOs, as a sentence: the search's, or a fixed sweep's highest
 /// level at the target and the first below it, then `limited` (why it failed there).
-fn capacity_line(m: &ModelReport, c: &ModelCapacity, searched: bool, limited: &str) -> String {
+fn capacity_line(
+    (m, mode): (&ModelReport, &LoadMode),
+    c: &ModelCapacity,
+    searched: bool,
+    limited: &str,
+) -> String {
     let doubt = doubt(c.clear);
     if let Some(s) = &m.capacity {
         return format!(
@@ -241,7 +252,7 @@ fn capacity_line(m: &ModelReport, c: &ModelCapacity, searched: bool, limited: &s
     match (&c.level, c.attainment) {
         (Some(k), Some(a)) => format!(
             "SLO capacity up to {} of the levels run: {} there{fail}{doubt}{limited}",
-            load_words(k.load()),
+            load_words_in(mode, k.load()),
             share_of(a, c.attainment_interval)
         ),
         _ => format!("SLO capacity none of the levels run{fail}{doubt}{limited}"),
@@ -274,7 +285,7 @@ pub fn limits(shown: &Shown<'_>, style: Style) -> String {
             Some(k) => writeln!(
                 out,
                 "{bullet}{name}: knee at {}{} (agg tokens/s {:+.0}%, TTFT p95 {:+.0}%{}){}{}",
-                load_words(k.level.load()),
+                load_words_in(&r.mode, k.level.load()),
                 k.ceiling
                     .map_or_else(String::new, |c| format!(", capacity ceiling {}", c.label())),
                 k.agg_tps_growth * 100.0,
@@ -302,7 +313,7 @@ pub fn limits(shown: &Shown<'_>, style: Style) -> String {
             let _ = writeln!(
                 out,
                 "{bullet}{name}: {}",
-                capacity_line(m, c, searched, &limited)
+                capacity_line((m, &r.mode), c, searched, &limited)
             );
         }
         if let Some(stopped) = &m.stopped_early {
@@ -330,7 +341,7 @@ pub fn also(r: &Report, style: Style) -> String {
     let _ = writeln!(
         out,
         "\nA view {}, {who} (not the answer; {}):",
-        stated_at(s),
+        stated_at(s, &r.mode),
         criteria_words(s)
     );
     for k in &s.ranked {

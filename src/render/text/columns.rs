@@ -217,6 +217,7 @@ fn marks(m: &ModelReport, i: usize, l: &LevelStats, show: impl Fn(&str) -> Strin
         .into_iter()
         .chain(bound)
         .chain(partial)
+        .chain(super::session::mark(l))
         .map(show)
         .collect();
     shown.join(", ")

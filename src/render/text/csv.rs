@@ -25,64 +25,13 @@ const CSV_SUMMARIES: [&str; 12] = [
 /// Only if the CSV writer fails (it writes to memory).
 pub fn render(r: &Report) -> Result<String, ::csv::Error> {
     let mut w = ::csv::Writer::from_writer(Vec::new());
-    let mut header: Vec<String> = [
-        "model",
-        "target",
-        "concurrency",
-        "rate",
-        "requests",
-        "successes",
-        "error_rate",
-        "errors",
-        "output_tokens",
-        "wall_s",
-        "agg_tps",
-        "rps",
-        "goodput_rps",
-        "goodput_tokens_per_s",
-        "slo_attainment",
-        "slo_attainment_lo",
-        "slo_attainment_hi",
-        "cost_per_request",
-        "cost_per_mtok",
-        "capped",
-        "ramp_s",
-        "knee",
-        "client_bound",
-        "partial",
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
-    for m in CSV_SUMMARIES {
-        for st in ["mean", "p50", "p90", "p95", "p99", "max"] {
-            let unit = if matches!(m, "tps") { "" } else { "_s" };
-            header.push(format!("{m}_{st}{unit}"));
-        }
-    }
-    header.extend(
-        [
-            "steady_start_s",
-            "steady_end_s",
-            "steady_requests",
-            "steady_before",
-            "steady_after",
-            "steady_output_tokens_per_s",
-            "steady_requests_per_s",
-            "prompt",
-            "requested_input_tokens_mean",
-            "input_tokens_mean",
-            "requested_output_tokens_mean",
-            "output_tokens_mean",
-            "input_length_off",
-        ]
-        .map(str::to_owned),
-    );
+    let mut header = level_header();
     header.extend(served::csv_header(r));
     let cross_check = crosscheck::any(r);
     if cross_check {
         header.extend(crosscheck::CSV_HEADER.map(str::to_owned));
     }
+    header.extend(super::session::csv_header(r));
     let server_cols = server_view::csv_header(r);
     header.extend(server_cols.iter().cloned());
     w.write_record(&header)?;
@@ -166,6 +115,7 @@ pub fn render(r: &Report) -> Result<String, ::csv::Error> {
             if cross_check {
                 row.extend(crosscheck::csv_cells(l.cross_check.as_ref()));
             }
+            row.extend(super::session::csv_row(r, l));
             row.extend(server_view::csv_cells(&server_cols, l));
             w.write_record(&row)?;
         }
@@ -174,4 +124,63 @@ pub fn render(r: &Report) -> Result<String, ::csv::Error> {
         .into_inner()
         .map_err(|e| ::csv::Error::from(e.into_error()))?;
     Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// The columns every level has, before those a run adds (what answered, cross-checks, sessions,
+/// the server's view).
+fn level_header() -> Vec<String> {
+    let mut header: Vec<String> = [
+        "model",
+        "target",
+        "concurrency",
+        "rate",
+        "requests",
+        "successes",
+        "error_rate",
+        "errors",
+        "output_tokens",
+        "wall_s",
+        "agg_tps",
+        "rps",
+        "goodput_rps",
+        "goodput_tokens_per_s",
+        "slo_attainment",
+        "slo_attainment_lo",
+        "slo_attainment_hi",
+        "cost_per_request",
+        "cost_per_mtok",
+        "capped",
+        "ramp_s",
+        "knee",
+        "client_bound",
+        "partial",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    for m in CSV_SUMMARIES {
+        for st in ["mean", "p50", "p90", "p95", "p99", "max"] {
+            let unit = if matches!(m, "tps") { "" } else { "_s" };
+            header.push(format!("{m}_{st}{unit}"));
+        }
+    }
+    header.extend(
+        [
+            "steady_start_s",
+            "steady_end_s",
+            "steady_requests",
+            "steady_before",
+            "steady_after",
+            "steady_output_tokens_per_s",
+            "steady_requests_per_s",
+            "prompt",
+            "requested_input_tokens_mean",
+            "input_tokens_mean",
+            "requested_output_tokens_mean",
+            "output_tokens_mean",
+            "input_length_off",
+        ]
+        .map(str::to_owned),
+    );
+    header
 }

@@ -3,8 +3,8 @@
 //! ([`json`], everything; the input of `--baseline`). The terminal and Markdown say the same in
 //! their own style: the answer ([`answer`]), the level table's columns, chosen once for both
 //! ([`columns`]), the server's view ([`server_view`]), and the notes under the table ([`notes`]),
-//! with the comparison with a baseline ([`gate`]), the cross-checks ([`crosscheck`]) and what
-//! answered ([`served`]).
+//! with the comparison with a baseline ([`gate`]), the cross-checks ([`crosscheck`]), what
+//! answered ([`served`]) and a session workload's sessions ([`session`]).
 
 pub mod answer;
 pub mod columns;
@@ -15,6 +15,7 @@ pub mod markdown;
 pub mod notes;
 pub mod served;
 pub mod server_view;
+pub mod session;
 pub mod table;
 
 use crate::bench::report::{LoadMode, Report};
@@ -66,6 +67,16 @@ pub(crate) fn load_words(load: Load) -> String {
         Load::Concurrency(1) => "1 concurrent stream".to_owned(),
         Load::Concurrency(n) => format!("{n} concurrent streams"),
         Load::Rate(_) => load.to_string(),
+    }
+}
+
+/// A level's load in words as `mode` loads it: a session workload's sessions (`4 concurrent
+/// sessions`, `2 sessions/s`), else [`load_words`]'s.
+pub(crate) fn load_words_in(mode: &LoadMode, load: Load) -> String {
+    if mode.sessions.is_some() {
+        crate::bench::session::load_words(load)
+    } else {
+        load_words(load)
     }
 }
 

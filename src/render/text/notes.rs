@@ -200,6 +200,7 @@ pub fn level_sections(shown: &Shown<'_>, style: Style) -> String {
     canaries(&mut out, shown, bullet);
     steady(&mut out, shown, bullet);
     per_second(&mut out, shown, bullet);
+    out.push_str(&super::session::sections(shown, bullet));
     out
 }
 

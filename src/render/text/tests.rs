@@ -483,6 +483,7 @@ fn capacity_words_say_the_load_what_limited_it_and_the_doubt() {
         },
         requests: 120,
         seconds: 6.0,
+        sessions: false,
     };
     assert_eq!(
         answer::capacity_words(&c),
@@ -490,6 +491,22 @@ fn capacity_words_say_the_load_what_limited_it_and_the_doubt() {
             "up to 5 concurrent streams at 100.0% attainment [83.9%, 100.0%], limited by ttft<=1.00 s (failed at 6){doubt}"
         )
     );
+    // A session workload's search answers in sessions.
+    let sessions = Capacity {
+        sessions: true,
+        ..c.clone()
+    };
+    assert!(
+        answer::capacity_words(&sessions).starts_with("up to 5 concurrent sessions at 100.0%"),
+        "{}",
+        answer::capacity_words(&sessions)
+    );
+    let open = Capacity {
+        concurrency: None,
+        rate: Some(0.75),
+        ..sessions
+    };
+    assert!(answer::capacity_words(&open).starts_with("up to 0.75 sessions/s at"));
     (c.concurrency, c.rate, c.attainment_interval) = (None, Some(2.5004), None);
     c.clear = true;
     assert_eq!(
