@@ -471,6 +471,13 @@ impl Served {
         self
     }
 
+    /// Empties its prefix cache (`POST /reset_prefix_cache`).
+    pub(crate) fn reset_cache(&self) {
+        if let Some(mut c) = self.cache.as_ref().and_then(|c| c.lock().ok()) {
+            *c = PrefixCache::new(c.capacity);
+        }
+    }
+
     /// Admits a request's rendered input (see [`PrefixCache::admit`]).
     pub(crate) fn admit(&self, input: &[u8]) -> Admitted {
         let input_tokens = token_count(input);
