@@ -18,9 +18,9 @@ mod validate;
 
 pub use flags::FlagTarget;
 pub use types::{
-    AuthStyle, Buckets, Config, ConfigError, ConnectionMode, Expect, HistogramFamily, Histograms,
-    Issue, Job, KEY_FILE_MAX_BYTES, KEY_FILE_TIMEOUT, KeySource, Price, Prompt, ProxySetting,
-    Schedule, Secret, SyntaxError, Target, Timeouts, TlsOptions,
+    AuthStyle, Buckets, Config, ConfigError, ConnectionMode, Expect, GpuHourPrice, HistogramFamily,
+    Histograms, Issue, Job, KEY_FILE_MAX_BYTES, KEY_FILE_TIMEOUT, KeySource, Price, Prompt,
+    ProxySetting, Schedule, Secret, SyntaxError, Target, Timeouts, TlsOptions,
 };
 pub use validate::{
     MAX_BUCKETS, MAX_INTERVAL, MAX_LOCATION_CHARS, MAX_TIMEOUT, MIN_INTERVAL, check_location,

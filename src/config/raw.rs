@@ -313,6 +313,10 @@ pub(super) struct RawTarget {
     pub(super) price: Option<RawPrice>,
     #[serde(default)]
     pub(super) model_prices: BTreeMap<String, RawPrice>,
+    /// `bench`: the GPUs that serve the target (the frontier's and the GPU cost's divisor).
+    pub(super) gpus: Option<S<u32>>,
+    /// `bench`: what one of those GPUs costs per hour (the cost of self-hosted tokens).
+    pub(super) gpu_hour_price: Option<S<f64>>,
 }
 
 /// A target's `price:` or an entry of its `model_prices:`.
