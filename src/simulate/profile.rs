@@ -505,6 +505,16 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    #[test]
+    fn a_reset_empties_the_prefix_cache() {
+        let served = Served::new(None, timing(), Duration::from_millis(10), true);
+        let input = vec![b'a'; 64 * 4];
+        assert_eq!(served.admit(&input).cached_tokens, 0);
+        assert!(served.admit(&input).cached_tokens > 0);
+        served.reset_cache();
+        assert_eq!(served.admit(&input).cached_tokens, 0);
+    }
+
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
     }
