@@ -148,6 +148,7 @@ impl CapacityPlan {
             stopped: outcome.stopped.clone(),
             requests: ran.iter().map(|l| l.requests).sum(),
             seconds: ran.iter().map(|l| l.wall_s).sum(),
+            gpu_cost_per_mtok: None,
         }
     }
 }
@@ -231,6 +232,10 @@ pub struct Capacity {
     pub requests: u64,
     /// Seconds the search's levels took.
     pub seconds: f64,
+    /// The self-hosted cost per million output tokens at the capacity (its level's, with the
+    /// model's GPU count and `gpu_hour_price:`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_cost_per_mtok: Option<f64>,
 }
 
 impl Search {

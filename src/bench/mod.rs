@@ -34,15 +34,19 @@ pub mod capacity;
 pub mod confidence;
 pub mod criteria;
 pub mod crosscheck;
+pub mod efficiency;
 pub mod findings;
+pub mod frontier;
 pub mod gate;
 pub mod health;
 pub mod merge;
+pub mod provenance;
 pub mod report;
 pub mod run_exit;
 pub mod runner;
 pub mod sample;
 pub mod select;
+pub mod server_cache;
 pub mod server_view;
 pub mod session;
 pub mod shard;
@@ -262,6 +266,8 @@ pub struct LevelShape {
     pub warmup_duration: Option<std::time::Duration>,
     /// `--ramp-up`: each level's load (arrival rate or workers) rises to its own this way.
     pub load_ramp: Option<runner::LoadRamp>,
+    /// `--reset-prefix-cache`, `--cache-bust`: the server cache each level starts from.
+    pub cache: server_cache::CachePlan,
 }
 
 impl BenchPlan {
@@ -627,7 +633,7 @@ pub fn load_report(path: &Path) -> Result<Report, BenchError> {
 /// [`BenchError`] when the prober cannot be built or a prompt cannot be calibrated.
 pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
     let BenchPlan {
-        sinks,
+        mut sinks,
         criteria,
         job,
         mut spec,
@@ -690,7 +696,14 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         names.join(", "),
         crate::units::count(level_keys.len(), "level"),
     ));
+    // What serves each target, read before the first level (and what answered, from its levels).
+    let redactor = command_redactor(&spec, &models).await;
+    let mut provenance =
+        provenance::collect::collect(&models, &server_plan.endpoints, &redactor).await;
+    let served = Arc::new(provenance::ServedTally::default());
+    sinks.push(served.clone());
     let sender = Sender {
+        before_level: server_cache::BeforeLevel::new(shape.cache, shard.index, Some(&provenance)),
         sinks,
         shard,
         start,
@@ -730,7 +743,22 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         server_side.finish(&mut reports, &progress).await;
     }
     progress.finish();
-    let redactor = command_redactor(&spec, &models).await;
+    for s in &mut provenance.servers {
+        s.served = served.served(&s.target);
+    }
+    for r in &mut reports {
+        let target = models
+            .iter()
+            .find(|m| r.target.as_deref() == Some(m.target.name.as_str()))
+            .map(|m| &m.target);
+        r.gpus = r
+            .target
+            .as_deref()
+            .and_then(|t| provenance.server(t))
+            .and_then(|s| s.gpus.as_ref())
+            .map(|g| g.count);
+        r.gpu_hour_price = target.and_then(|t| t.gpu_hour_price).map(|p| p.0);
+    }
     let mut report = Report {
         tool: "tokenprobe".into(),
         version: env!("CARGO_PKG_VERSION").into(),
@@ -767,6 +795,8 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         findings: Vec::new(),
         interrupted,
         combined_from: Vec::new(),
+        frontier: None,
+        provenance: Some(provenance),
     };
     judge(
         &mut report,
@@ -880,6 +910,9 @@ pub fn judge(
     baseline: Option<&(Report, String)>,
     thresholds: &findings::Thresholds,
 ) {
+    // Per GPU, the self-hosted cost and the energy first: limits and weights may read them.
+    efficiency::derive(&mut report.models);
+    report.frontier = frontier::of(&report.models);
     let knees: Vec<Option<report::Knee>> = health::whole_levels(&report.models)
         .iter()
         .zip(&report.models)
@@ -902,13 +935,18 @@ pub fn judge(
     let slo_capacity = answer::slo_capacity(&whole);
     let found = findings::findings(&whole, thresholds);
     let comparison = baseline.map(|(b, name)| {
-        gate::compare(
+        let mut c = gate::compare(
             &whole,
             &health::whole_levels(&b.models),
             &b.slo,
             criteria,
             name,
-        )
+        );
+        // What changed in what served the two runs, beside their regressions.
+        if let (Some(old), Some(new)) = (&b.provenance, &report.provenance) {
+            c.changed = provenance::changes(old, new);
+        }
+        c
     });
     drop(whole);
     report.selection = selection;

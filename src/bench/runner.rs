@@ -99,6 +99,8 @@ pub struct LevelRun {
     pub cpu: Option<CpuWait>,
     /// Requests still in flight when a stopped level's grace ran out: cut, not in `samples`.
     pub unfinished: u64,
+    /// The server cache the level started from (its first run's).
+    pub cache: Option<super::efficiency::CacheState>,
 }
 
 impl LevelRun {
@@ -950,6 +952,7 @@ impl Runner {
             started_unix_s,
             cpu,
             unfinished: unfinished.load(Ordering::Relaxed),
+            cache: None,
         })
     }
 
@@ -1099,6 +1102,7 @@ impl Runner {
             started_unix_s,
             cpu,
             unfinished: unfinished.load(Ordering::Relaxed),
+            cache: None,
         })
     }
 }

@@ -8,6 +8,8 @@ use super::*;
 /// How each level is sent and measured: this shard's share of it, from its shared start instant,
 /// folded into its statistics (with the cross-check, when asked for).
 pub(super) struct Sender {
+    /// The step before each level's measured requests: the server cache reset, when asked for.
+    pub(super) before_level: server_cache::BeforeLevel,
     /// Where each finished level also goes (`--remote-write`, OTLP).
     pub(super) sinks: Vec<std::sync::Arc<dyn super::LevelSink>>,
     pub(super) shard: shard::Shard,
@@ -232,6 +234,8 @@ impl Sender {
             model: bm.model.clone(),
             target: Some(bm.target.name.clone()),
             price: bm.target.price_of(&bm.model),
+            gpus: None,
+            gpu_hour_price: None,
             input_tokens_mean: None,
             output_tokens_mean: None,
             levels: Vec::new(),
@@ -713,6 +717,10 @@ impl Sender {
                 }
             }
         }
+        let cache = self
+            .before_level
+            .run(&runner.spec().target, &self.progress)
+            .await;
         if let Some(p) = &self.start {
             tokio::select! {
                 () = tokio::time::sleep(p.wait(slot, chrono::Utc::now())) => {}
@@ -748,7 +756,13 @@ impl Sender {
                 .to_std()
                 .map_or(0.0, |d| d.as_secs_f64())
         });
-        Ok((run, late))
+        Ok((
+            runner::LevelRun {
+                cache: Some(cache),
+                ..run
+            },
+            late,
+        ))
     }
 }
 
@@ -788,6 +802,7 @@ pub(super) fn fold_level(
     stats.client_bound = stats.client_bound_reason();
     stats.start_offset_s = late;
     stats.canary = run.canary;
+    stats.efficiency.server_cache = run.cache;
     if keep_samples {
         let mut s = run.samples;
         s.sort_by(|x, y| x.sent_s.total_cmp(&y.sent_s));

@@ -112,6 +112,15 @@ pub struct BenchArgs {
     /// a connection set-up that its later ones do not).
     #[arg(long)]
     pub no_prewarm: bool,
+    /// Empty the server's prefix cache before each level, after its warm-up (vLLM's POST
+    /// /reset_prefix_cache, SGLang's POST /flush_cache; other servers: said, and the run goes
+    /// on), so every level starts from the same server state.
+    #[arg(long)]
+    pub reset_prefix_cache: bool,
+    /// Give every request a unique leading block, so no two requests share a prefix the server
+    /// could serve from its cache (adds about 10 tokens to each request's input).
+    #[arg(long)]
+    pub cache_bust: bool,
     /// Open loop: arrival rates in requests/s, e.g. 1,2,4 (the levels; --concurrency caps in-flight, default 1000).
     #[arg(long, value_delimiter = ',')]
     pub rate: Vec<f64>,
@@ -1067,6 +1076,7 @@ impl BenchArgs {
                 if a.max_tokens.is_some() {
                     spec.max_tokens = a.max_tokens;
                 }
+                spec.cache_bust = a.cache_bust;
                 spec
             })
             .collect();
@@ -1138,6 +1148,10 @@ impl BenchArgs {
             until_clear: a.until_clear,
             warmup_duration: a.warmup_duration,
             load_ramp: load_ramp(a)?,
+            cache: crate::bench::server_cache::CachePlan {
+                reset: a.reset_prefix_cache,
+                bust: a.cache_bust,
+            },
         };
         let mut plan = BenchPlan {
             sinks: Vec::new(),

@@ -264,6 +264,7 @@ mod tests {
             judged: Some(1),
             regressions: vec![r.clone()],
             not_in_baseline: Vec::new(),
+            changed: Vec::new(),
             values: vec![r, value_of("agg_tps", Verdict::NotJudged)],
         };
         let text = render(&c, false);
