@@ -666,10 +666,7 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
     // The run's total per level: each level's share of this shard is its own (a closed loop's
     // follows the shard's workers, so the shards send the total between them).
     let per_level_total = amount;
-    let amount = match amount {
-        Amount::Requests(n) => Amount::Requests(shard.share(n)),
-        d @ Amount::Duration(_) => d,
-    };
+    let amount = shard.share_of(amount);
     let (per_level_units, total) = progress_units(
         amount,
         level_keys.len() * models.len() * prompts.len().max(1),
@@ -683,10 +680,7 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         .map_or_else(|| job.target.clone(), |m| m.target.clone());
     let mixed = models.iter().any(|m| m.target != head);
     let (target_names, base_urls, urls) = targets_of(&head, &models);
-    let names: Vec<String> = models
-        .iter()
-        .map(|m| if mixed { m.name() } else { m.model.clone() })
-        .collect();
+    let names = shown_names(&models, mixed);
     let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let (load, part) = run_words(&spec, open, arrival, shard, &run_id);
     progress.println(&format!(
@@ -696,12 +690,10 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         names.join(", "),
         crate::units::count(level_keys.len(), "level"),
     ));
-    // What serves each target, read before the first level (and what answered, from its levels).
     let redactor = command_redactor(&spec, &models).await;
     let mut provenance =
         provenance::collect::collect(&models, &server_plan.endpoints, &redactor).await;
-    let served = Arc::new(provenance::ServedTally::default());
-    sinks.push(served.clone());
+    let served = provenance::ServedTally::sink(&mut sinks); // what answered, level by level
     let sender = Sender {
         before_level: server_cache::BeforeLevel::new(shape.cache, shard.index, Some(&provenance)),
         sinks,
@@ -743,22 +735,7 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         server_side.finish(&mut reports, &progress).await;
     }
     progress.finish();
-    for s in &mut provenance.servers {
-        s.served = served.served(&s.target);
-    }
-    for r in &mut reports {
-        let target = models
-            .iter()
-            .find(|m| r.target.as_deref() == Some(m.target.name.as_str()))
-            .map(|m| &m.target);
-        r.gpus = r
-            .target
-            .as_deref()
-            .and_then(|t| provenance.server(t))
-            .and_then(|s| s.gpus.as_ref())
-            .map(|g| g.count);
-        r.gpu_hour_price = target.and_then(|t| t.gpu_hour_price).map(|p| p.0);
-    }
+    served_by(&mut reports, &models, &mut provenance, &served);
     let mut report = Report {
         tool: "tokenprobe".into(),
         version: env!("CARGO_PKG_VERSION").into(),
@@ -806,6 +783,32 @@ pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
         &server_plan.thresholds,
     );
     Ok(Finished { report, stop_watch })
+}
+
+/// What served each series, after the sweep: the served names and fingerprints its levels
+/// carried into `provenance`, and each series' GPU count (its target's, as the provenance
+/// records it: declared, else DCGM's) and GPU price.
+fn served_by(
+    reports: &mut [ModelReport],
+    models: &[BenchModel],
+    provenance: &mut provenance::Provenance,
+    served: &provenance::ServedTally,
+) {
+    for s in &mut provenance.servers {
+        s.served = served.served(&s.target);
+    }
+    for r in reports {
+        let Some(t) = r.target.clone() else { continue };
+        r.gpus = provenance
+            .server(&t)
+            .and_then(|s| s.gpus.as_ref())
+            .map(|g| g.count);
+        r.gpu_hour_price = models
+            .iter()
+            .find(|m| m.target.name == t)
+            .and_then(|m| m.target.gpu_hour_price)
+            .map(|p| p.0);
+    }
 }
 
 /// The progress units of one level (its requests, or its seconds) and of the run's `levels`.
@@ -861,6 +864,14 @@ fn run_words(
         String::new()
     };
     (load, part)
+}
+
+/// The models as the run shows them: `target/model` when they are sent to several targets.
+fn shown_names(models: &[BenchModel], mixed: bool) -> Vec<String> {
+    models
+        .iter()
+        .map(|m| if mixed { m.name() } else { m.model.clone() })
+        .collect()
 }
 
 /// Every target of a run (`head`'s first, then each model's, each once): their names, base URLs

@@ -592,6 +592,13 @@ pub struct ServedTally {
 }
 
 impl ServedTally {
+    /// A tally that `sinks` hand every finished level to.
+    pub fn sink(sinks: &mut Vec<std::sync::Arc<dyn super::LevelSink>>) -> std::sync::Arc<Self> {
+        let t = std::sync::Arc::new(ServedTally::default());
+        sinks.push(t.clone());
+        t
+    }
+
     /// Each target's benched models, what answered them.
     pub fn served(&self, target: &str) -> Vec<Served> {
         self.seen

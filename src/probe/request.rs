@@ -163,3 +163,28 @@ fn with_target_headers(
     }
     Ok(req)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_busted_request_starts_with_a_block_of_its_own() {
+        let m = |role: &str, content: &str| Message {
+            role: role.into(),
+            content: content.into(),
+            ..Message::default()
+        };
+        let msgs = vec![m("system", "You are terse."), m("user", "hi")];
+        let a = busted(msgs.clone());
+        let b = busted(msgs.clone());
+        for x in [&a, &b] {
+            assert!(x[0].content.starts_with("[cache-bust "), "{x:?}");
+            assert!(x[0].content.ends_with("] You are terse."), "{x:?}");
+            assert_eq!(x[1], msgs[1]);
+        }
+        // Unique from the first characters on: no prefix block is shared.
+        assert_ne!(a[0].content[..28], b[0].content[..28]);
+        assert!(busted(Vec::new()).is_empty());
+    }
+}

@@ -130,6 +130,14 @@ pub fn render(c: &Comparison, md: bool) -> String {
             );
         }
     }
+    if !c.changed.is_empty() {
+        // Beside the regressions: what served the two runs is not the same.
+        let _ = writeln!(
+            out,
+            "{bullet}what served it changed: {}",
+            c.changed.join("; ")
+        );
+    }
     for g in &c.regressions {
         let _ = writeln!(out, "{bullet}REGRESSION {}", sentence(g));
     }

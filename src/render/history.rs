@@ -44,12 +44,16 @@ pub fn runs_text(runs: &[StoredRun]) -> String {
         "run", "started", "target", "prompt", "models", "load", "levels", "baseline",
     ]);
     for r in runs {
-        let baseline = match (&r.baseline, r.regressions) {
+        let mut baseline = match (&r.baseline, r.regressions) {
             (Some(b), Some(0)) => format!("{b}: no regression"),
             (Some(b), Some(n)) => format!("{b}: {n} regressed"),
             (Some(b), None) => b.clone(),
             (None, _) => String::new(),
         };
+        if !r.changed.is_empty() {
+            // Beside the regressions: what served the two runs is not the same.
+            let _ = write!(baseline, "; changed: {}", r.changed.join("; "));
+        }
         let mut load = if r.open_loop { "open" } else { "closed" }.to_owned();
         if r.interrupted {
             load.push_str(", interrupted");
@@ -160,6 +164,14 @@ pub fn trend_text(t: &Trend) -> String {
         }
     }
     let _ = writeln!(out, "{table}");
+    for p in t.points.iter().filter(|p| !p.changed.is_empty()) {
+        let _ = writeln!(
+            out,
+            "run {}: what served it changed: {}",
+            p.run,
+            p.changed.join("; ")
+        );
+    }
     let line = |name: &str, f: fn(&Point) -> Option<f64>| {
         let v: Vec<Option<f64>> = t.points.iter().map(f).collect();
         format!("{name:<10} {}\n", sparkline(&v))
@@ -314,6 +326,7 @@ mod tests {
             client_bound: false,
             capacity: None,
             change: Change::default(),
+            changed: Vec::new(),
         }
     }
 
@@ -334,7 +347,12 @@ mod tests {
             points: vec![point(1, Some(0.1)), point(2, None), point(3, Some(0.25))],
         };
         t.points[2].change.ttft_p95 = Some(1.5);
+        t.points[2].changed = vec!["vLLM 0.10.1 → 0.11.0".into(), "GPUs 8 → 4".into()];
         let text = trend_text(&t);
+        assert!(
+            text.contains("run 3: what served it changed: vLLM 0.10.1 → 0.11.0; GPUs 8 → 4"),
+            "{text}"
+        );
         assert!(
             text.contains("Trend of m at level 4, 3 runs, oldest first"),
             "{text}"

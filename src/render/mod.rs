@@ -9,6 +9,7 @@
 pub mod chart;
 pub mod combine;
 pub mod crosscheck;
+pub mod efficiency;
 pub mod gate;
 pub mod history;
 pub mod html;

@@ -509,6 +509,7 @@ pub fn render_table(r: &Report) -> String {
     let mut out = render_answer(r, false);
     let _ = writeln!(out, "{t}");
     out.push_str(&super::server_view::render_server(r, false));
+    out.push_str(&super::efficiency::block(r, false));
     out.push_str(&render_notes(r, false));
     out
 }
@@ -1165,6 +1166,7 @@ pub fn render_markdown(r: &Report) -> String {
         }
     }
     out.push_str(&super::server_view::render_server(r, true));
+    out.push_str(&super::efficiency::block(r, true));
     out.push_str(&render_notes(r, true));
     out
 }
@@ -1247,6 +1249,7 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
     if cross_check {
         header.extend(super::crosscheck::CSV_HEADER.map(str::to_owned));
     }
+    let spend = super::efficiency::csv_columns(r, &mut header);
     let server_cols = super::server_view::csv_header(r);
     header.extend(server_cols.iter().cloned());
     w.write_record(&header)?;
@@ -1329,6 +1332,7 @@ pub fn render_csv(r: &Report) -> Result<String, csv::Error> {
             if cross_check {
                 row.extend(super::crosscheck::csv_cells(l.cross_check.as_ref()));
             }
+            row.extend(super::efficiency::csv_cells(spend, m, l));
             row.extend(super::server_view::csv_cells(&server_cols, l));
             w.write_record(&row)?;
         }

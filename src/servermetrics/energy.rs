@@ -230,7 +230,7 @@ impl EnergyFold {
 
     /// Each GPU's mean power during the level × its wall time, summed.
     fn power_times_time(&self, wall_s: f64, notes: &mut Vec<String>) -> Option<EnergyReading> {
-        if self.power_scrapes == 0 || !(wall_s > 0.0) {
+        if self.power_scrapes == 0 || wall_s.is_nan() || wall_s <= 0.0 {
             notes.push(format!(
                 "energy: no figure for this level (no scrape of {DCGM_POWER} fell inside it)"
             ));

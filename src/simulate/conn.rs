@@ -97,25 +97,8 @@ async fn handle(
             let body = body::error_body(None, 405, "method not allowed");
             return simple(stream, &req, 405, None, &body, &[("allow", "GET")]).await;
         }
-        // vLLM's path: every prefix cache emptied, the call logged as a request of its own.
         "/reset_prefix_cache" if req.method == "POST" => {
-            for served in shared
-                .profiles
-                .iter()
-                .chain(std::iter::once(&shared.default))
-            {
-                served.reset_cache();
-            }
-            let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
-            let id = req
-                .request_id
-                .clone()
-                .unwrap_or_else(|| format!("sim-{seq}-reset"));
-            let mut rec = Record::arrived(id, (seq, conn), &req.path, wall, req.received);
-            let keep = simple(stream, &req, 200, None, b"{}", &[]).await;
-            rec.head_written = Some(arrival.elapsed());
-            finish(shared, rec);
-            return keep;
+            return reset_prefix_cache(stream, &req, (arrival, wall, conn), shared).await;
         }
         _ => {
             let body = body::error_body(
@@ -262,6 +245,33 @@ fn finish(shared: &Shared, rec: Record) {
     if let Some(log) = &shared.log {
         log.send(rec);
     }
+}
+
+/// vLLM's `POST /reset_prefix_cache`: every prefix cache emptied, the call logged as a request
+/// of its own; true when the connection may carry another.
+async fn reset_prefix_cache(
+    stream: &mut SentStream,
+    req: &Request,
+    (arrival, wall, conn): (Instant, SystemTime, u64),
+    shared: &Shared,
+) -> bool {
+    for served in shared
+        .profiles
+        .iter()
+        .chain(std::iter::once(&shared.default))
+    {
+        served.reset_cache();
+    }
+    let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
+    let id = req
+        .request_id
+        .clone()
+        .unwrap_or_else(|| format!("sim-{seq}-reset"));
+    let mut rec = Record::arrived(id, (seq, conn), &req.path, wall, req.received);
+    let keep = simple(stream, req, 200, None, b"{}", &[]).await;
+    rec.head_written = Some(arrival.elapsed());
+    finish(shared, rec);
+    keep
 }
 
 /// A small complete response: head and body in one write.

@@ -266,6 +266,7 @@ pub(super) fn charts(r: &Report) -> Vec<(String, String, Chart)> {
     ));
     out.push(tps_chart(r, &labels, &lines));
     out.push(curve_chart(r, &lines));
+    out.extend(super::efficiency::frontier_chart(r));
     for (mi, m) in r.models.iter().enumerate() {
         if let Some(c) = scatter(m) {
             out.push((
