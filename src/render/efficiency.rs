@@ -110,6 +110,15 @@ pub fn cache_lines(r: &Report) -> Vec<String> {
     if levels().all(plain) {
         return Vec::new();
     }
+    // Every level alike, and nothing to say of one: one line.
+    let first = levels()
+        .next()
+        .and_then(|l| l.efficiency.server_cache.clone());
+    if let Some(c) = first.filter(|c| c.note.is_none())
+        && levels().all(|l| l.efficiency.server_cache.as_ref() == Some(&c))
+    {
+        return vec![format!("every level: {}", c.state.as_str())];
+    }
     let mut out = Vec::new();
     for (m, name) in r.models.iter().zip(model_names(&r.models)) {
         for l in &m.levels {
@@ -163,22 +172,30 @@ fn server_line(s: &ServerInfo) -> String {
         let set: Vec<String> = s.settings.iter().map(|(k, v)| format!("{k}={v}")).collect();
         parts.push(set.join(" "));
     }
-    for m in &s.models {
-        let mut x = format!("model {}", m.id);
-        let mut of = Vec::new();
-        if let Some(root) = &m.root {
-            of.push(format!("root {root}"));
-        }
-        if let Some(n) = m.max_model_len {
-            of.push(format!("max_model_len {n}"));
-        }
-        if !of.is_empty() {
-            let _ = write!(x, " ({})", of.join(", "));
-        }
-        parts.push(x);
+    let listed: Vec<String> = s
+        .models
+        .iter()
+        .map(|m| {
+            let mut of = Vec::new();
+            if let Some(root) = &m.root {
+                of.push(format!("root {root}"));
+            }
+            if let Some(n) = m.max_model_len {
+                of.push(format!("max_model_len {n}"));
+            }
+            if of.is_empty() {
+                m.id.clone()
+            } else {
+                format!("{} ({})", m.id, of.join(", "))
+            }
+        })
+        .collect();
+    if !listed.is_empty() {
+        parts.push(format!("models {}", listed.join(", ")));
     }
     for sv in &s.served {
-        if !sv.served_models.is_empty() {
+        // The name answered, when it is not the one asked for.
+        if sv.served_models.iter().any(|x| *x != sv.model) {
             parts.push(format!(
                 "{} served as {}",
                 sv.model,
@@ -355,7 +372,10 @@ mod tests {
             )),
             "{text}"
         );
-        assert!(text.contains("Server cache per level:"), "{text}");
+        assert!(
+            text.contains("Server cache per level:\n  every level: reset\n"),
+            "{text}"
+        );
         assert!(text.contains("t: vLLM 0.11.0"), "{text}");
         // Markdown: a bold heading and a list.
         let md = block(&r, true);

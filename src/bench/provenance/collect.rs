@@ -142,6 +142,100 @@ pub async fn collect(
 mod tests {
     use super::*;
 
+    /// A fake vLLM (its `/version` and `/v1/models`, the models only with the key) beside a
+    /// DCGM exporter: what served the run is read from them, absent endpoints skipped silently,
+    /// the key sent to the target's own origin only and never recorded.
+    #[tokio::test]
+    async fn what_a_fake_vllm_and_its_dcgm_say() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 8192];
+                    let Ok(n) = s.read(&mut buf).await else {
+                        return;
+                    };
+                    let head = String::from_utf8_lossy(&buf[..n]).to_ascii_lowercase();
+                    let path = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
+                    let keyed = head.contains("authorization: bearer tok-prov-1");
+                    let (status, body): (&str, Vec<u8>) = match path.as_str() {
+                        "/version" => ("200 OK", br#"{"version":"0.10.1"}"#.to_vec()),
+                        "/v1/models" if keyed => (
+                            "200 OK",
+                            include_bytes!("../../../tests/fixtures/provenance/vllm.models.json")
+                                .to_vec(),
+                        ),
+                        "/v1/models" => ("401 Unauthorized", Vec::new()),
+                        "/metrics" if !keyed => (
+                            "200 OK",
+                            include_bytes!(
+                                "../../../tests/fixtures/servermetrics/dcgm.before.prom"
+                            )
+                            .to_vec(),
+                        ),
+                        _ => ("404 Not Found", Vec::new()),
+                    };
+                    let _ = s
+                        .write_all(
+                            format!(
+                                "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                                body.len()
+                            )
+                            .as_bytes(),
+                        )
+                        .await;
+                    let _ = s.write_all(&body).await;
+                });
+            }
+        });
+        let cfg = crate::config::Config::parse(&format!(
+            "prompts:\n  - name: p\n    messages: [{{role: user, content: hi}}]\n\
+             targets:\n  - name: box\n    base_url: http://{addr}/v1\n    api_key: tok-prov-1\n    models: [m]\n"
+        ))
+        .unwrap();
+        let (_, models) = crate::bench::choose(&cfg, None, None, &[]).unwrap();
+        // The metrics endpoint at another origin (so without the key).
+        let metrics = Endpoint::new(&format!("http://localhost:{}/metrics", addr.port()), None);
+        let mut r = crate::redact::Redactor::new();
+        r.add_secret("tok-prov-1");
+        let p = collect(&models, &[vec![metrics]], &r).await;
+        let s = &p.servers[0];
+        assert_eq!(s.target, "box");
+        assert_eq!(s.server, Some(super::super::ServerKind::Vllm));
+        assert_eq!(s.version.as_deref(), Some("0.10.1"));
+        assert_eq!(s.models[0].max_model_len, Some(131_072));
+        let g = s.gpus.as_ref().unwrap();
+        assert_eq!(
+            (g.count.count, g.count.source, g.dcgm_devices),
+            (2, crate::bench::efficiency::GpuSource::Dcgm, Some(2))
+        );
+        assert_eq!(g.driver.as_deref(), Some("535.129.03"));
+        assert_eq!(p.tokenprobe, env!("CARGO_PKG_VERSION"));
+        assert!(!serde_json::to_string(&p).unwrap().contains("tok-prov-1"));
+        // Nothing answers: a record of the target alone, quickly.
+        let closed = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap()
+        };
+        let cfg = crate::config::Config::parse(&format!(
+            "prompts:\n  - name: p\n    messages: [{{role: user, content: hi}}]\n\
+             targets:\n  - name: gone\n    base_url: http://{closed}/v1\n    models: [m]\n    gpus: 4\n"
+        ))
+        .unwrap();
+        let (_, models) = crate::bench::choose(&cfg, None, None, &[]).unwrap();
+        let t = std::time::Instant::now();
+        let p = collect(&models, &[Vec::new()], &crate::redact::Redactor::new()).await;
+        assert!(t.elapsed() < TIMEOUT);
+        let s = &p.servers[0];
+        assert_eq!((s.server, &s.version, s.models.len()), (None, &None, 0));
+        assert_eq!(
+            s.gpus.as_ref().map(|g| (g.count.count, g.count.source)),
+            Some((4, crate::bench::efficiency::GpuSource::Config))
+        );
+    }
+
     #[test]
     fn the_server_root_is_the_base_url_without_v1() {
         assert_eq!(server_root("http://h:8000/v1"), "http://h:8000");
