@@ -394,7 +394,13 @@ pub fn describe(c: &Capacity) -> String {
         (Some(l), Some(f)) => format!(", limited by {l} (failed at {})", show(f)),
         _ => String::new(),
     };
-    format!("{load}{att}{limit}{unclear}")
+    let cost = c.gpu_cost_per_mtok.map_or_else(String::new, |v| {
+        format!(
+            ", {} per million output tokens on its GPUs there",
+            crate::units::fmt_cost(v)
+        )
+    });
+    format!("{load}{att}{limit}{cost}{unclear}")
 }
 
 /// A load as the report writes it (`8`, `2.5`).
@@ -570,6 +576,14 @@ mod tests {
         );
         let c = plan.capacity(&none, &tried, &[level(5, 60, 80)]);
         assert_eq!(describe(&c), "none: no load tried met the target");
+        // With the model's GPU count and price, the cost at the capacity is stated.
+        let tried = [(5.0, Verdict::Pass), (6.0, Verdict::Fail("ttft".into()))];
+        let mut c = plan.capacity(&outcome, &tried, &[level(5, 400, 400), level(6, 300, 400)]);
+        c.gpu_cost_per_mtok = Some(1.496);
+        assert_eq!(
+            describe(&c),
+            "up to 5 concurrent streams at 100.0% attainment [99.0%, 100.0%], limited by ttft (failed at 6), 1.496 per million output tokens on its GPUs there"
+        );
     }
 
     #[test]
