@@ -596,4 +596,22 @@ fn bench_history_shows_what_changed_beside_a_regression() {
         .unwrap_or_else(|| panic!("no change in the listing:\n{listing}"));
     assert!(line.contains("regressed"), "{line}");
     eprintln!("{listing}");
+    // `bench report` over the two stored runs: one frontier over both runs' levels.
+    let both = dir.path().join("both.json");
+    let mut cmd = Command::new(tokenprobe_bin());
+    cmd.args(["bench", "report", "1", "2", "--history", s, "-o"])
+        .arg(&both);
+    let (st, out, err) = run_with_timeout(cmd, None, Duration::from_secs(20));
+    assert_eq!(st.code(), Some(0), "{out}{err}");
+    let r = read_json(&both);
+    let points = r["frontier"]["points"].as_array().unwrap();
+    let series: std::collections::BTreeSet<&str> =
+        points.iter().filter_map(|p| p["series"].as_str()).collect();
+    assert_eq!(
+        series.into_iter().collect::<Vec<_>>(),
+        ["sim-a #1", "sim-a #2"],
+        "{}",
+        r["frontier"]
+    );
+    assert_eq!(points.len(), 4);
 }
