@@ -190,8 +190,15 @@ fn server_line(s: &ServerInfo) -> String {
             }
         })
         .collect();
-    if !listed.is_empty() {
-        parts.push(format!("models {}", listed.join(", ")));
+    // A gateway lists many: the first few, and how many more.
+    match listed.len() {
+        0 => {}
+        n if n > 4 => parts.push(format!(
+            "models {} and {} more",
+            listed[..4].join(", "),
+            n - 4
+        )),
+        _ => parts.push(format!("models {}", listed.join(", "))),
     }
     for sv in &s.served {
         // The name answered, when it is not the one asked for.
@@ -385,6 +392,31 @@ mod tests {
         );
         // A report without any of it has no block.
         assert_eq!(block(&crate::bench::report::tests::synthetic(), false), "");
+    }
+
+    #[test]
+    fn a_gateways_many_models_are_cut_to_a_few() {
+        use crate::bench::provenance::{ListedModel, ServerInfo};
+        let p = Provenance {
+            tokenprobe: "0.1.0".into(),
+            servers: vec![ServerInfo {
+                target: "gw".into(),
+                models: (1..=6)
+                    .map(|i| ListedModel {
+                        id: format!("m{i}"),
+                        root: None,
+                        max_model_len: (i == 1).then_some(8192),
+                        owned_by: None,
+                    })
+                    .collect(),
+                ..ServerInfo::default()
+            }],
+            ..Provenance::default()
+        };
+        assert_eq!(
+            provenance_lines(&p)[0],
+            "gw: server type not stated; models m1 (max_model_len 8192), m2, m3, m4 and 2 more"
+        );
     }
 
     #[test]
