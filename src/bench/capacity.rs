@@ -111,21 +111,21 @@ impl CapacityPlan {
         verdict(l, self.search.attainment)
     }
 
-    /// The report's capacity from the search's `outcome` over `levels` (those it ran among them).
+    /// The report's capacity from the search's `end` over `levels` (those it ran among them).
     pub fn capacity(
         &self,
-        outcome: &Outcome,
+        end: &SearchEnd,
         tried: &[(f64, Verdict)],
         levels: &[LevelStats],
     ) -> Capacity {
-        let at = outcome
+        let at = end
             .load
             .and_then(|x| levels.iter().find(|l| self.load(&l.key) == x));
         let ran: Vec<&LevelStats> = levels
             .iter()
             .filter(|l| tried.iter().any(|(x, _)| *x == self.load(&l.key)))
             .collect();
-        let failed = outcome
+        let failed = end
             .failed_at
             .as_ref()
             .and_then(|(x, _)| levels.iter().find(|l| self.load(&l.key) == *x));
@@ -135,17 +135,17 @@ impl CapacityPlan {
         };
         Capacity {
             clear: clear(interval(at), interval(failed), self.search.attainment),
-            concurrency: outcome.load.filter(|_| !self.search.open).map(|x| x as u32),
-            rate: outcome.load.filter(|_| self.search.open),
+            concurrency: end.load.filter(|_| !self.search.open).map(|x| x as u32),
+            rate: end.load.filter(|_| self.search.open),
             target_attainment: self.search.attainment,
             attainment: at.and_then(|l| l.slo_attainment.as_ref()).map(|a| a.share),
             attainment_interval: at
                 .and_then(|l| l.slo_attainment.as_ref())
                 .and_then(|a| a.interval),
-            limited_by: outcome.failed_at.as_ref().map(|f| f.1.clone()),
-            failed_at: outcome.failed_at.as_ref().map(|f| f.0),
+            limited_by: end.failed_at.as_ref().map(|f| f.1.clone()),
+            failed_at: end.failed_at.as_ref().map(|f| f.0),
             levels_tried: tried.iter().map(|t| t.0).collect(),
-            stopped: outcome.stopped.clone(),
+            stopped: end.stopped.clone(),
             requests: ran.iter().map(|l| l.requests).sum(),
             seconds: ran.iter().map(|l| l.wall_s).sum(),
             gpu_cost_per_mtok: None,
@@ -179,18 +179,18 @@ pub enum Verdict {
     Invalid(String),
 }
 
-/// The search's next step.
+/// What the search asks for next ([`Search::next`]).
 #[derive(Debug, Clone, PartialEq)]
-pub enum Step {
+pub enum Next {
     /// Run a level at this load.
     Run(f64),
     /// The search is over.
-    Done(Outcome),
+    Done(SearchEnd),
 }
 
 /// Where the search ended.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Outcome {
+pub struct SearchEnd {
     /// The highest load that passed (`None`: none did).
     pub load: Option<f64>,
     /// The lowest load that failed, and what limited it there.
@@ -252,12 +252,12 @@ impl Search {
     }
 
     /// The next step after `tried` (each load run so far, with its verdict, in order).
-    pub fn next(&self, tried: &[(f64, Verdict)]) -> Step {
+    pub fn next(&self, tried: &[(f64, Verdict)]) -> Next {
         if let Some((load, why)) = tried.iter().find_map(|(l, v)| match v {
             Verdict::Invalid(why) => Some((*l, why.clone())),
             _ => None,
         }) {
-            return Step::Done(Outcome {
+            return Next::Done(SearchEnd {
                 load: self.passed_below(tried, load),
                 failed_at: None,
                 stopped: format!(
@@ -283,14 +283,14 @@ impl Search {
             } else {
                 ""
             };
-            Step::Done(Outcome {
+            Next::Done(SearchEnd {
                 load,
                 failed_at: fail.clone(),
                 stopped: format!("{stopped}{suffix}"),
             })
         };
         match (lo, hi) {
-            (None, None) => Step::Run(self.round(self.start)),
+            (None, None) => Next::Run(self.round(self.start)),
             (Some(lo), None) => {
                 if lo >= self.max {
                     done(
@@ -298,7 +298,7 @@ impl Search {
                         format!("the upper bound {} passed", show(self.max)),
                     )
                 } else {
-                    Step::Run(self.round((lo * 2.0).min(self.max)))
+                    Next::Run(self.round((lo * 2.0).min(self.max)))
                 }
             }
             (None, Some(hi)) => {
@@ -310,7 +310,7 @@ impl Search {
                     if tried.iter().any(|(l, _)| *l == next) {
                         done(None, format!("even {} failed", show(next)))
                     } else {
-                        Step::Run(next)
+                        Next::Run(next)
                     }
                 }
             }
@@ -333,15 +333,71 @@ impl Search {
                     } else {
                         ((lo + hi) / 2.0).floor()
                     };
-                    Step::Run(self.round(mid))
+                    Next::Run(self.round(mid))
                 }
             }
         }
     }
 
-    /// The outcome when the search is stopped from outside (its time budget): the best found so
+    /// The most levels the search may run, whatever their verdicts: it doubles the load from
+    /// the start while levels pass (or halves it while they fail), then bisects between the last
+    /// pass and the first failure, each level halving the gap; a level that cannot be judged
+    /// ends it sooner.
+    pub fn most_levels(&self) -> usize {
+        // A bound on every loop below, should a load not grow or a gap not close.
+        const MOST: usize = 64;
+        let mut up = vec![self.round(self.start)];
+        while let Some(&lo) = up.last()
+            && lo < self.max
+            && up.len() < MOST
+        {
+            let next = self.round((lo * 2.0).min(self.max));
+            if next <= lo {
+                break;
+            }
+            up.push(next);
+        }
+        // All pass; or the first failure at up[i], then the bisection below it.
+        let mut most = up.len();
+        for i in 1..up.len() {
+            most = most.max(i + 1 + self.bisections(up[i - 1], up[i]));
+        }
+        // The start fails: halving while levels fail; a pass, then the bisection above it.
+        let floor = if self.open { self.start / 64.0 } else { 1.0 };
+        let mut down = vec![up[0]];
+        while let Some(&hi) = down.last()
+            && hi > floor
+            && (self.open || hi > 1.0)
+            && down.len() < MOST
+        {
+            let next = self.round(hi / 2.0);
+            if down.contains(&next) {
+                break;
+            }
+            down.push(next);
+            most = most.max(down.len() + self.bisections(next, hi));
+        }
+        most.max(down.len())
+    }
+
+    /// The most levels a bisection between a pass at `lo` and a failure at `hi` runs: each
+    /// leaves at most the upper part of the gap (closed loop: its larger half).
+    fn bisections(&self, mut lo: f64, hi: f64) -> usize {
+        let mut n = 0;
+        while !self.close_enough(lo, hi) && n < 64 {
+            lo = self.round(if self.open {
+                (lo * hi).sqrt()
+            } else {
+                ((lo + hi) / 2.0).floor()
+            });
+            n += 1;
+        }
+        n
+    }
+
+    /// Where the search ends when it is stopped from outside (its time budget): the best found so
     /// far, `why` it stopped.
-    pub fn stopped(&self, tried: &[(f64, Verdict)], why: &str) -> Outcome {
+    pub fn stopped(&self, tried: &[(f64, Verdict)], why: &str) -> SearchEnd {
         let failed_at = tried
             .iter()
             .filter_map(|(l, v)| match v {
@@ -350,7 +406,7 @@ impl Search {
             })
             .min_by(|a, b| a.0.total_cmp(&b.0));
         let limit = failed_at.as_ref().map_or(f64::INFINITY, |f| f.0);
-        Outcome {
+        SearchEnd {
             load: self.passed_below(tried, limit),
             failed_at,
             stopped: why.to_owned(),
@@ -423,11 +479,11 @@ mod tests {
     }
 
     /// Runs the search against a server whose levels pass up to `capacity`.
-    fn run(s: &Search, passes: impl Fn(f64) -> bool) -> (Outcome, Vec<f64>) {
+    fn run(s: &Search, passes: impl Fn(f64) -> bool) -> (SearchEnd, Vec<f64>) {
         let mut tried = Vec::new();
         loop {
             match s.next(&tried) {
-                Step::Run(l) => {
+                Next::Run(l) => {
                     assert!(tried.iter().all(|(t, _)| *t != l), "{l} twice: {tried:?}");
                     let v = if passes(l) {
                         Verdict::Pass
@@ -436,7 +492,7 @@ mod tests {
                     };
                     tried.push((l, v));
                 }
-                Step::Done(o) => return (o, tried.into_iter().map(|t| t.0).collect()),
+                Next::Done(o) => return (o, tried.into_iter().map(|t| t.0).collect()),
             }
         }
     }
@@ -507,7 +563,7 @@ mod tests {
             (4.0, Verdict::Invalid("client_bound".into())),
         ];
         match s.next(&tried) {
-            Step::Done(o) => {
+            Next::Done(o) => {
                 assert_eq!(o.load, Some(2.0));
                 assert!(
                     o.stopped.contains("cannot be judged (client_bound)"),
@@ -541,19 +597,19 @@ mod tests {
             l
         };
         let tried = [(5.0, Verdict::Pass), (6.0, Verdict::Fail("ttft".into()))];
-        let outcome = Outcome {
+        let end = SearchEnd {
             load: Some(5.0),
             failed_at: Some((6.0, "ttft".into())),
             stopped: String::new(),
         };
         // 400 of 400 and 300 of 400: [99.0%, 100%] and [70.5%, 79.1%], both off 95%.
-        let c = plan.capacity(&outcome, &tried, &[level(5, 400, 400), level(6, 300, 400)]);
+        let c = plan.capacity(&end, &tried, &[level(5, 400, 400), level(6, 300, 400)]);
         assert!(
             c.clear && c.attainment == Some(1.0) && c.requests == 200,
             "{c:?}"
         );
         // 20 of 20 passes, but its interval [83.9%, 100%] reaches below 95%.
-        let c = plan.capacity(&outcome, &tried, &[level(5, 20, 20), level(6, 15, 20)]);
+        let c = plan.capacity(&end, &tried, &[level(5, 20, 20), level(6, 15, 20)]);
         assert!(!c.clear, "{c:?}");
         assert!(
             describe(&c).contains("not clear at 95% confidence"),
@@ -562,7 +618,7 @@ mod tests {
         );
         // None passed: 75 of 80 failed at 5, but [86.2%, 97.3%] reaches across 95%; a capacity
         // of none says its doubt as a load does.
-        let none = Outcome {
+        let none = SearchEnd {
             load: None,
             failed_at: Some((5.0, "errors".into())),
             stopped: "even 5 failed".into(),
@@ -578,12 +634,64 @@ mod tests {
         assert_eq!(describe(&c), "none: no load tried met the target");
         // With the model's GPU count and price, the cost at the capacity is stated.
         let tried = [(5.0, Verdict::Pass), (6.0, Verdict::Fail("ttft".into()))];
-        let mut c = plan.capacity(&outcome, &tried, &[level(5, 400, 400), level(6, 300, 400)]);
+        let mut c = plan.capacity(&end, &tried, &[level(5, 400, 400), level(6, 300, 400)]);
         c.gpu_cost_per_mtok = Some(1.496);
         assert_eq!(
             describe(&c),
             "up to 5 concurrent streams at 100.0% attainment [99.0%, 100.0%], limited by ttft (failed at 6), 1.496 per million output tokens on its GPUs there"
         );
+    }
+
+    /// The most levels any verdicts make the search run, by trying every sequence of them.
+    fn longest(s: &Search, tried: &mut Vec<(f64, Verdict)>) -> usize {
+        match s.next(tried) {
+            Next::Done(_) => tried.len(),
+            Next::Run(l) => [Verdict::Pass, Verdict::Fail("ttft".into())]
+                .into_iter()
+                .map(|v| {
+                    tried.push((l, v));
+                    let n = longest(s, tried);
+                    tried.pop();
+                    n
+                })
+                .max()
+                .unwrap_or(0),
+        }
+    }
+
+    /// The bound the start line and the progress give is the search's own longest path, closed
+    /// and open loop, from bounds that start and end on a power of two or between them.
+    #[test]
+    fn the_most_levels_are_the_longest_search() {
+        for start in [1.0, 2.0, 3.0, 5.0] {
+            for max in 2..=40 {
+                let s = Search {
+                    start,
+                    ..closed(f64::from(max))
+                };
+                if s.start >= s.max {
+                    continue;
+                }
+                assert_eq!(s.most_levels(), longest(&s, &mut Vec::new()), "{s:?}");
+            }
+        }
+        for (start, max, tolerance) in [
+            (1.0, 8.0, 0.05),
+            (0.5, 100.0, 0.1),
+            (3.0, 10.0, 0.2),
+            (1.0, 1000.0, 0.05),
+        ] {
+            let s = Search {
+                attainment: 0.95,
+                start,
+                max,
+                tolerance,
+                open: true,
+            };
+            assert_eq!(s.most_levels(), longest(&s, &mut Vec::new()), "{s:?}");
+        }
+        // 1 to 256 streams: 9 doublings, then 7 bisections below 256.
+        assert_eq!(closed(256.0).most_levels(), 16);
     }
 
     #[test]
@@ -595,7 +703,7 @@ mod tests {
             (4.0, Verdict::Pass),
         ];
         match s.next(&tried) {
-            Step::Done(o) => {
+            Next::Done(o) => {
                 assert_eq!(o.load, Some(1.0));
                 assert!(o.stopped.contains("passed again"), "{}", o.stopped);
             }

@@ -2,7 +2,14 @@
 //! the same measurement code as `serve` ([`crate::probe::Prober::run`] → [`ProbeResult`]), so a
 //! benchmark number and a dashboard number mean the same thing.
 //!
-//! - [`runner`]: the load generator (closed and open loop) and its own lag.
+//! - [`plan`]: the validated run ([`plan::BenchPlan`]), which builds the sweep and the report it
+//!   fills; [`plan::run`] runs them.
+//! - [`schedule`]: what a series runs next, one interface with an implementation per way of
+//!   choosing levels (a fixed sweep and the knee's added levels, the capacity search, a trace's
+//!   replay); the sweep (`sweep`) runs each series' levels as its schedule says, each through
+//!   the level step (`level`: warm-up, canaries, extensions, repeats, server view, cross-check).
+//! - [`runner`]: the load generator (closed and open loop) and its own lag; [`progress`]: what
+//!   is shown while it sends.
 //! - [`stats`]: per-request samples and exact per-level statistics.
 //! - [`criteria`]: metric names, limits, weights, SLOs and the `--bench.file` YAML.
 //! - [`select`]: the knee and selection (hard limits, weighted score).
@@ -17,9 +24,9 @@
 //! - [`health`]: nothing sent in vain: the connectivity check, the early stop of a load whose
 //!   requests all fail with an error more load cannot change, partial levels, exits 7 and 8.
 //!
-//! This is the measuring half: it sends, folds and judges. [`run`] takes a [`BenchPlan`], a
-//! validated run built from the flags by [`crate::cli::bench`], and returns the judged
-//! [`Report`]; the rendering half, [`crate::render`], prints and writes it.
+//! This is the measuring half: it sends, folds and judges. [`plan::run`] takes a
+//! [`plan::BenchPlan`], a validated run built from the flags by [`crate::cli::bench`], and returns
+//! the judged [`Report`]; the rendering half, [`crate::render`], prints and writes it.
 //!
 //! Exit codes: [`crate::exit::Exit`] lists them and their precedence; [`run_exit`] decides a
 //! judged run's (3, a regression, is [`gate`]'s verdict: worse beyond the tolerance and
@@ -39,12 +46,16 @@ pub mod findings;
 pub mod frontier;
 pub mod gate;
 pub mod health;
+mod level;
 pub mod merge;
+pub mod plan;
+pub mod progress;
 pub mod provenance;
 pub mod report;
 pub mod run_exit;
 pub mod runner;
 pub mod sample;
+pub mod schedule;
 pub mod select;
 pub mod server_cache;
 pub mod server_view;
@@ -57,35 +68,12 @@ mod sweep;
 
 use crate::config::{Config, ConfigError, Job, Target, Timeouts};
 use crate::probe::ProbeSpec;
-use crate::stop::StopSignals;
 use crate::transport::TransportError;
 use criteria::{Criteria, CriteriaError};
-use report::{LoadMode, ModelReport, Report};
-use runner::{Amount, Arrival, Progress, ProgressMode, Runner};
+use report::{ModelReport, Report};
 use stats::{LevelKey, LevelStats};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
-use sweep::Sender;
-use tokio_util::sync::CancellationToken;
-
-/// A closed-loop level with more workers than requests never has all of them in flight: the
-/// warning that says so (the level is labelled with its workers, but measures fewer).
-fn fewer_requests_than_workers(amount: Amount, levels: &[LevelKey]) -> Option<String> {
-    let Amount::Requests(n) = amount else {
-        return None;
-    };
-    let short: Vec<String> = levels
-        .iter()
-        .filter(|k| k.rate.is_none() && u64::from(k.concurrency) > n)
-        .map(LevelKey::label)
-        .collect();
-    (!short.is_empty()).then(|| {
-        format!(
-            "tokenprobe: WARNING: concurrency {} above --requests-per-level {n}: such a level never has more than {n} requests in flight; give at least as many requests as workers (or --duration-per-level)",
-            short.join(", ")
-        )
-    })
-}
+use std::sync::Arc;
 
 /// One model of a comparison: the model name sent and the target it is sent to (with that
 /// target's deadlines), so one run compares models behind one gateway and the same model at two
@@ -189,132 +177,6 @@ pub trait LevelSink: Send + Sync + std::fmt::Debug {
     fn level_done(&self, model: &ModelReport, level: &LevelStats);
 }
 
-/// A validated bench run: everything that can be wrong with the invocation was checked when this
-/// was built ([`crate::cli::bench`]), before any request is sent.
-#[derive(Debug, Clone)]
-pub struct BenchPlan {
-    /// Where each finished level also goes (`--remote-write`, OTLP), set by the caller.
-    pub sinks: Vec<std::sync::Arc<dyn LevelSink>>,
-    /// Limits, weights, SLOs, knee rule, tolerances, selection level.
-    pub criteria: Criteria,
-    /// The job whose target and prompt are probed (its model is replaced per model).
-    pub job: Job,
-    /// The probe of one request (`max_tokens` already overridden).
-    pub spec: ProbeSpec,
-    /// Models (each with its target), in order.
-    pub models: Vec<BenchModel>,
-    /// Every prompt swept (`--prompt a,b`), the first being `spec`'s; each is its own series
-    /// per model.
-    pub prompts: Vec<ProbeSpec>,
-    /// The levels (concurrency, or rate with its in-flight cap), within the fd limit.
-    pub levels: Vec<LevelKey>,
-    /// Open loop: the arrival process.
-    pub arrival: Arrival,
-    /// Open loop: the seed of the arrivals.
-    pub seed: u64,
-    /// Requests or sending time per level.
-    pub amount: Amount,
-    /// Unmeasured requests before each level.
-    pub warmup: u64,
-    /// Closed loop: the workers' first sends are spread over this.
-    pub ramp: std::time::Duration,
-    /// `connection: reuse` targets: open every worker's connection before each level.
-    pub prewarm: bool,
-    /// Keep every request's sample in the report.
-    pub samples: bool,
-    /// How progress inside a level is shown: a bar on a terminal, else a line every few seconds.
-    pub progress: ProgressMode,
-    /// The connectivity check and the early stop (`--no-check`, `--keep-going`,
-    /// `--stop-after-errors`).
-    pub health: health::HealthPlan,
-    /// Models are judged (several models, limits, weights or a bench file).
-    pub judged: bool,
-    /// The baseline report and its name (its file, or its run in the run store).
-    pub baseline: Option<(Report, String)>,
-    /// Server metrics, the Prometheus source and the finding thresholds.
-    pub server: server_view::ServerPlan,
-    /// This process's shard of the run (0/1 when it is the whole run).
-    pub shard: shard::Shard,
-    /// `--start-at`: the shared start instants of the levels.
-    pub start: Option<shard::StartPlan>,
-    /// The run id (every shard of a run computes the same).
-    pub run_id: String,
-    /// `--cross-check`: non-streaming requests beside each level.
-    pub cross_check: Option<crosscheck::CrossCheckSpec>,
-    /// The command line, as given (recorded in the report with its secrets redacted).
-    pub command: Vec<String>,
-    /// `--find-capacity`: each model's levels come from the search.
-    pub capacity: Option<capacity::CapacityPlan>,
-    /// `--repeat N`: every level is run this many times (1: once).
-    pub repeat: u32,
-    /// How each level is shaped beyond its load and amount.
-    pub shape: LevelShape,
-}
-
-/// How each level is shaped beyond its load and amount: the knee's added levels, canaries, a
-/// length its decision needs, a warm-up by duration, a rising arrival rate.
-#[derive(Debug, Clone, Default)]
-pub struct LevelShape {
-    /// `--knee-levels N`: at most this many levels added per sweep between the capacity ceiling
-    /// and the knee (0: the levels as given).
-    pub knee_levels: u32,
-    /// `--canary RATE`: single probes beside every level's load.
-    pub canary: Option<canary::CanaryPlan>,
-    /// `--until-clear N`: a fixed sweep's levels run on while their SLO attainment is unclear.
-    pub until_clear: u32,
-    /// `--warmup-duration`: unmeasured requests at each level's own load for this long first.
-    pub warmup_duration: Option<std::time::Duration>,
-    /// `--ramp-up`: each level's load (arrival rate or workers) rises to its own this way.
-    pub load_ramp: Option<runner::LoadRamp>,
-    /// `--reset-prefix-cache`, `--cache-bust`: the server cache each level starts from.
-    pub cache: server_cache::CachePlan,
-}
-
-impl BenchPlan {
-    /// Open loop (arrival rates) rather than closed loop (workers).
-    pub fn open(&self) -> bool {
-        self.levels.iter().any(|k| k.rate.is_some())
-    }
-
-    /// What a baseline must share with this plan's run: its workload as its report will record
-    /// it (by the same code [`run`] writes the report with), its models, and its levels (not
-    /// known before a capacity search runs).
-    pub fn fit(&self) -> baseline::Fit {
-        let open = self.open();
-        let head = self
-            .models
-            .first()
-            .map_or_else(|| self.job.target.clone(), |m| m.target.clone());
-        let mode = load_mode(
-            open,
-            self.arrival,
-            self.seed,
-            self.amount,
-            (self.warmup, &self.shape),
-        );
-        baseline::Fit {
-            models: self
-                .models
-                .iter()
-                .map(|m| (m.target.name.clone(), m.model.clone()))
-                .collect(),
-            workload: baseline::WorkloadKey {
-                api: head.api.to_string(),
-                prompt: self
-                    .prompts
-                    .iter()
-                    .map(|p| p.prompt.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(","),
-                workload: Some(baseline::describe_all(&self.prompts)),
-                max_tokens: self.spec.max_tokens,
-                load: baseline::load_words(&with_trace(mode, &self.spec)),
-            },
-            open_loop: open,
-            levels: self.capacity.is_none().then(|| self.levels.clone()),
-        }
-    }
-}
 /// Highest open-loop arrival rate accepted, requests/s.
 pub const MAX_RATE: f64 = 100_000.0;
 /// Most requests one level may schedule (bounds time and memory of the arrival plan).
@@ -624,291 +486,6 @@ pub fn load_report(path: &Path) -> Result<Report, BenchError> {
     })
 }
 
-/// Runs a validated bench: every model at every level, then the judged report ([`crate::render`]
-/// writes it).
-/// A shard (`--shard i/N`) sends its share of every level; with `--start-at` every level starts at
-/// its shared instant (see [`shard`]).
-///
-/// # Errors
-/// [`BenchError`] when the prober cannot be built or a prompt cannot be calibrated.
-pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
-    let BenchPlan {
-        mut sinks,
-        criteria,
-        job,
-        mut spec,
-        mut prompts,
-        models,
-        levels: level_keys,
-        arrival,
-        seed,
-        amount,
-        warmup,
-        ramp,
-        prewarm,
-        samples,
-        progress: show,
-        health,
-        judged,
-        baseline,
-        shard,
-        start,
-        run_id,
-        cross_check,
-        server: server_plan,
-        command,
-        capacity,
-        repeat,
-        shape,
-    } = plan;
-    let open = level_keys.iter().any(|k| k.rate.is_some());
-    identify(&mut spec, &mut prompts, &run_id, shard);
-    // The run's total per level: each level's share of this shard is its own (a closed loop's
-    // follows the shard's workers, so the shards send the total between them).
-    let per_level_total = amount;
-    let amount = shard.share_of(amount);
-    let (per_level_units, total) = progress_units(
-        amount,
-        level_keys.len() * models.len() * prompts.len().max(1),
-    );
-    let prompt_names: Vec<&str> = prompts.iter().map(|p| p.prompt.name.as_str()).collect();
-    let progress = Progress::new(total, show);
-    // The report's target: every model's (the --target's unless pairs name others), in the
-    // order of the models, each once.
-    let head = models
-        .first()
-        .map_or_else(|| job.target.clone(), |m| m.target.clone());
-    let mixed = models.iter().any(|m| m.target != head);
-    let (target_names, base_urls, urls) = targets_of(&head, &models);
-    let names = shown_names(&models, mixed);
-    let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    let (load, part) = run_words(&spec, open, arrival, shard, &run_id);
-    progress.println(&format!(
-        "tokenprobe bench: target {target_names} ({}), prompt {}, models {}, {} ({load}){part}",
-        urls,
-        prompt_names.join(", "),
-        names.join(", "),
-        crate::units::count(level_keys.len(), "level"),
-    ));
-    let redactor = command_redactor(&spec, &models).await;
-    let mut provenance =
-        provenance::collect::collect(&models, &server_plan.endpoints, &redactor).await;
-    let served = provenance::ServedTally::sink(&mut sinks); // what answered, level by level
-    let sender = Sender {
-        before_level: server_cache::BeforeLevel::new(shape.cache, shard.index, Some(&provenance)),
-        sinks,
-        shard,
-        start,
-        amount,
-        total: per_level_total,
-        arrival,
-        seed,
-        warmup,
-        ramp,
-        prewarm,
-        levels: level_keys.clone(),
-        search: capacity,
-        repeat,
-        shape: shape.clone(),
-        per_level_units,
-        criteria: criteria.clone(),
-        cross_check,
-        samples,
-        progress: progress.clone(),
-        running: std::sync::Mutex::new(None),
-        health,
-        stop: CancellationToken::new(),
-        signal: Arc::new(OnceLock::new()),
-    };
-    let mut server_side = server_view::ServerSide::start(&server_plan)?;
-    let watch = StopSignals::install().watch_naming(sender.stop.clone(), sender.signal.clone());
-    let stop_watch = tokio::spawn(watch);
-    let mut reports = Vec::new();
-    let interrupted = sender
-        .all_until(
-            (&spec, &models, &names, &prompts),
-            &mut server_side,
-            &mut reports,
-        )
-        .await?;
-    if interrupted.is_none() {
-        server_side.finish(&mut reports, &progress).await;
-    }
-    progress.finish();
-    served_by(&mut reports, &models, &mut provenance, &served);
-    let mut report = Report {
-        tool: "tokenprobe".into(),
-        version: env!("CARGO_PKG_VERSION").into(),
-        started_at,
-        command: Some(crate::redact::command_line(&command, &redactor)),
-        target: target_names,
-        base_url: base_urls,
-        api: head.api.to_string(),
-        prompt: prompt_names.join(","),
-        max_tokens: spec.max_tokens,
-        workload: Some(baseline::describe_all(&prompts)),
-        mode: with_trace(
-            LoadMode {
-                ramp_s: (!open && !ramp.is_zero()).then_some(ramp.as_secs_f64()),
-                prewarm,
-                ..load_mode(open, arrival, seed, amount, (warmup, &shape))
-            },
-            &spec,
-        ),
-        slo: criteria.slos.iter().map(ToString::to_string).collect(),
-        knee_rule: criteria.knee,
-        models: reports,
-        selection: None,
-        also_at: None,
-        slo_capacity: None,
-        comparison: None,
-        run: Some(report::RunInfo {
-            id: run_id,
-            shard: (shard.count > 1).then(|| shard.to_string()),
-            start_at: sender.start.map(|p| p.start_at.to_rfc3339()),
-            merged_from: Vec::new(),
-        }),
-        criteria: Some(criteria.record()),
-        findings: Vec::new(),
-        interrupted,
-        combined_from: Vec::new(),
-        frontier: None,
-        provenance: Some(provenance),
-    };
-    judge(
-        &mut report,
-        &criteria,
-        judged,
-        baseline.as_ref(),
-        &server_plan.thresholds,
-    );
-    Ok(Finished { report, stop_watch })
-}
-
-/// What served each series, after the sweep: the served names and fingerprints its levels
-/// carried into `provenance`, and each series' GPU count (its target's, as the provenance
-/// records it: declared, else DCGM's) and GPU price.
-fn served_by(
-    reports: &mut [ModelReport],
-    models: &[BenchModel],
-    provenance: &mut provenance::Provenance,
-    served: &provenance::ServedTally,
-) {
-    for s in &mut provenance.servers {
-        s.served = served.served(&s.target);
-    }
-    for r in reports {
-        let Some(t) = r.target.clone() else { continue };
-        r.gpus = provenance
-            .server(&t)
-            .and_then(|s| s.gpus.as_ref())
-            .map(|g| g.count);
-        r.gpu_hour_price = models
-            .iter()
-            .find(|m| m.target.name == t)
-            .and_then(|m| m.target.gpu_hour_price)
-            .map(|p| p.0);
-    }
-}
-
-/// The progress units of one level (its requests, or its seconds) and of the run's `levels`.
-fn progress_units(amount: Amount, levels: usize) -> (u64, u64) {
-    let per_level = match amount {
-        Amount::Requests(n) => n,
-        Amount::Duration(d) => d.as_secs().max(1),
-    };
-    (per_level, per_level.saturating_mul(levels as u64))
-}
-
-/// A finished run: its judged report, and the watch of the stop signals, which stays on while
-/// the report is printed and written (a second signal then still exits at once, say while a
-/// file's writer waits for a reader) and ends when this is dropped.
-#[derive(Debug)]
-pub struct Finished {
-    /// The judged report.
-    pub report: Report,
-    stop_watch: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Finished {
-    fn drop(&mut self) {
-        self.stop_watch.abort();
-    }
-}
-
-/// The start line's words for the load (closed loop, or open loop and its arrivals) and, for a
-/// shard, which part of which run it is.
-fn run_words(
-    spec: &ProbeSpec,
-    open: bool,
-    arrival: Arrival,
-    shard: shard::Shard,
-    run_id: &str,
-) -> (String, String) {
-    let load = if let crate::workload::Workload::Trace(t) = &spec.workload {
-        let r = t.replayed();
-        format!(
-            "open loop, a {} trace replayed: {} requests over {} s",
-            r.format.as_str(),
-            r.requests,
-            crate::units::trim_float((r.replay_span_s * 1000.0).round() / 1000.0)
-        )
-    } else if open {
-        format!("open loop, {} arrivals", arrival.as_str())
-    } else {
-        "closed loop".into()
-    };
-    let part = if shard.count > 1 {
-        format!(", shard {shard} of run {run_id}")
-    } else {
-        String::new()
-    };
-    (load, part)
-}
-
-/// The models as the run shows them: `target/model` when they are sent to several targets.
-fn shown_names(models: &[BenchModel], mixed: bool) -> Vec<String> {
-    models
-        .iter()
-        .map(|m| if mixed { m.name() } else { m.model.clone() })
-        .collect()
-}
-
-/// Every target of a run (`head`'s first, then each model's, each once): their names, base URLs
-/// and endpoint URLs (redacted), each list joined by `, `.
-fn targets_of(head: &Arc<Target>, models: &[BenchModel]) -> (String, String, String) {
-    let mut targets: Vec<&Target> = Vec::new();
-    for t in std::iter::once(head).chain(models.iter().map(|m| &m.target)) {
-        if !targets.iter().any(|x| x.name == t.name) {
-            targets.push(t);
-        }
-    }
-    let joined = |f: &dyn Fn(&Target) -> String| {
-        let mut v: Vec<String> = Vec::new();
-        for t in &targets {
-            let x = f(t);
-            if !v.contains(&x) {
-                v.push(x);
-            }
-        }
-        v.join(", ")
-    };
-    (
-        joined(&|t| t.name.clone()),
-        joined(&|t| crate::redact::redact_url(&t.base_url)),
-        joined(&|t| crate::redact::redact_url(&t.url())),
-    )
-}
-
-/// Every request of the run carries its identity, `x-request-id: tp-<run>-<shard>-<n>` (one
-/// counter for every spec of the run).
-fn identify(spec: &mut ProbeSpec, prompts: &mut [ProbeSpec], run_id: &str, shard: shard::Shard) {
-    let ids = crate::probe::RequestIds::new(&format!("tp-{run_id}-{}", shard.index));
-    for s in std::iter::once(spec).chain(prompts.iter_mut()) {
-        s.request_ids = Some(ids.clone());
-    }
-}
-
 /// Judges a run's sweeps (the one place a run and a merge of shards are judged): each model's
 /// knee, the answer when `judged` (the selection at its load, and the view at the highest load
 /// every model ran when that is another), each model's capacity within the SLOs, the findings by
@@ -967,131 +544,9 @@ pub fn judge(
     report.comparison = comparison;
 }
 
-/// The runner's (target, model) calibrated (once per run; `None` when the prompt needs none),
-/// said on stderr where it was made, not again for the model's later prompts.
-async fn calibrate(
-    runner: &mut Runner,
-    models: &crate::probe::TokenModels,
-    earlier: &[ModelReport],
-    name: &str,
-) -> Result<Option<crate::probe::Calibration>, BenchError> {
-    let Some(c) = runner.calibrate(models).await else {
-        return Ok(None);
-    };
-    let model = &runner.spec().model;
-    if c.error.is_some() {
-        return Err(BenchError::Calibration {
-            series: name.to_owned(),
-            reason: c.summary(),
-        });
-    }
-    if !earlier
-        .iter()
-        .any(|r| &r.model == model && r.calibration.as_ref() == Some(&c))
-    {
-        runner
-            .progress
-            .println(&format!("  {name}: calibrated with {}", c.summary()));
-    }
-    Ok(Some(c))
-}
-
-/// What the command line is shown without: every secret of every target the run sent to.
-async fn command_redactor(spec: &ProbeSpec, models: &[BenchModel]) -> crate::redact::Redactor {
-    let mut redactor = crate::redact::Redactor::new();
-    for s in std::iter::once(spec.clone()).chain(models.iter().map(|m| m.spec(spec))) {
-        let key = s.target.load_key().await.ok().flatten();
-        redactor.merge(&s.redactor(key.as_ref()));
-    }
-    redactor
-}
-
-/// How the load was generated, as the report states it.
-/// A trace prompt's mode: its arrivals are the trace's (no seed), and what was replayed.
-fn with_trace(mode: LoadMode, spec: &ProbeSpec) -> LoadMode {
-    match &spec.workload {
-        crate::workload::Workload::Trace(t) => LoadMode {
-            arrival: Some("trace".into()),
-            seed: None,
-            trace: Some(t.replayed()),
-            ..mode
-        },
-        _ => mode,
-    }
-}
-
-fn load_mode(
-    open: bool,
-    arrival: Arrival,
-    seed: u64,
-    amount: Amount,
-    (warmup, shape): (u64, &LevelShape),
-) -> LoadMode {
-    LoadMode {
-        kind: if open { "open" } else { "closed" }.into(),
-        arrival: open.then(|| arrival.as_str().to_owned()),
-        seed: (open && arrival.random()).then_some(seed),
-        burstiness: arrival.burstiness().filter(|_| open),
-        requests_per_level: match amount {
-            Amount::Requests(n) => Some(n),
-            Amount::Duration(_) => None,
-        },
-        duration_per_level_s: match amount {
-            Amount::Duration(d) => Some(d.as_secs_f64()),
-            Amount::Requests(_) => None,
-        },
-        warmup,
-        warmup_s: shape.warmup_duration.map(|d| d.as_secs_f64()),
-        ramp_up: shape.load_ramp.map(|r| {
-            format!(
-                "{} from {} over {} s",
-                if r.exponential {
-                    "exponential"
-                } else {
-                    "linear"
-                },
-                if open {
-                    format!("{}/s", crate::units::trim_float(r.from))
-                } else {
-                    format!("{} workers", crate::units::trim_float(r.from))
-                },
-                crate::units::trim_float(r.over)
-            )
-        }),
-        trace: None,
-        ramp_s: None,
-        prewarm: false,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_level_with_more_workers_than_requests_is_named() {
-        let keys = levels(&[1, 10, 20], &[]).unwrap();
-        let w = fewer_requests_than_workers(Amount::Requests(10), &keys).unwrap();
-        assert!(
-            w.contains("concurrency 20 above --requests-per-level 10"),
-            "{w}"
-        );
-        assert!(
-            !w.contains("10,"),
-            "10 workers with 10 requests are all in flight: {w}"
-        );
-        assert_eq!(
-            fewer_requests_than_workers(Amount::Requests(20), &keys),
-            None
-        );
-        let d = Amount::Duration(std::time::Duration::from_secs(5));
-        assert_eq!(fewer_requests_than_workers(d, &keys), None);
-        let open = levels(&[], &[50.0]).unwrap();
-        assert_eq!(
-            fewer_requests_than_workers(Amount::Requests(5), &open),
-            None
-        );
-    }
 
     /// Issue 40: a partial level (stopped before its amount) is never judged as a level: the
     /// knee, the selection and the findings read the whole levels only (the knee's index still

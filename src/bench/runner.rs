@@ -17,13 +17,12 @@
 
 use super::BenchError;
 use super::health::Streak;
+use super::progress::{Progress, Ticker};
 use super::stats::Sample;
 use crate::measure::ProbeResult;
-use crate::outcome::ErrorType;
 use crate::probe::{Calibration, ProbeSpec, Prober, TokenModels};
 use crate::rng::Rng;
 use crate::transport::TransportError;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -234,259 +233,6 @@ pub fn arrival_offsets(rate: f64, arrival: Arrival, seed: u64) -> impl Iterator<
         };
         Some(now)
     })
-}
-
-/// How progress inside a level is shown on stderr.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProgressMode {
-    /// A bar (stderr is a terminal).
-    Bar,
-    /// A line every [`PROGRESS_LINE_EVERY`] (stderr is not a terminal: a log, a CI job).
-    Lines,
-    /// Nothing (`--no-progress`).
-    Off,
-}
-
-/// How often a level's progress line is written when stderr is not a terminal.
-pub const PROGRESS_LINE_EVERY: Duration = Duration::from_secs(5);
-
-/// Shared progress counters and the bar (on stderr when it is a terminal), or the line every
-/// few seconds (when it is not).
-#[derive(Clone)]
-pub struct Progress {
-    bar: Option<ProgressBar>,
-    lines: bool,
-    started: Arc<AtomicU64>,
-    done: Arc<AtomicU64>,
-    failed: Arc<AtomicU64>,
-    /// Failures by type, in [`ErrorType::ALL`]'s order.
-    by_type: Arc<[AtomicU64; ErrorType::ALL.len()]>,
-}
-
-/// The bar's look: elapsed time, the bar, the message (the counts are in the message only).
-fn style_bar(b: &ProgressBar) {
-    if let Ok(style) = ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {msg}") {
-        b.set_style(style.progress_chars("=> "));
-    }
-}
-
-/// One update. The message goes first: each call redraws, and a bar drawn with its new
-/// position beside the previous message showed more progress than the "done" count (the old
-/// `{pos}` beside "N done" read as a started count running ahead).
-fn show(bar: &ProgressBar, pos: u64, msg: String) {
-    bar.set_message(msg);
-    bar.set_position(pos);
-}
-
-/// The bar's message for one level: finished requests against the level's amount (count mode)
-/// or its clock (duration mode), and the sent-but-unfinished ones named as in flight, so no
-/// number on the line counts a request before it is done.
-fn progress_message(
-    label: &str,
-    (started, done, failed): (u64, u64, u64),
-    amount: Option<u64>,
-    clock: Option<(u64, u64)>,
-) -> String {
-    let in_flight = started.saturating_sub(done);
-    let head = match (amount, clock) {
-        (_, Some((elapsed, total))) => format!("{elapsed}/{total} s, {done} done"),
-        (Some(n), None) => format!("{done}/{n} done"),
-        (None, None) => format!("{done} done"),
-    };
-    format!("{label}: {head}, {in_flight} in flight, {failed} failed")
-}
-
-/// The line written every [`PROGRESS_LINE_EVERY`] without a terminal: the bar's message, the
-/// failures by type, and the level's time so far.
-fn progress_line(message: &str, types: &[(ErrorType, u64)], elapsed: Duration) -> String {
-    let types: Vec<String> = types
-        .iter()
-        .filter(|(_, n)| *n > 0)
-        .map(|(e, n)| format!("{e} {n}"))
-        .collect();
-    let types = if types.is_empty() {
-        String::new()
-    } else {
-        format!(" ({})", types.join(", "))
-    };
-    format!("bench: {message}{types}, {} s", elapsed.as_secs())
-}
-
-impl Progress {
-    /// A progress display over `total` units (requests, or seconds in duration mode), shown as
-    /// `mode` says.
-    pub fn new(total: u64, mode: ProgressMode) -> Progress {
-        let bar = (mode == ProgressMode::Bar).then(|| {
-            let b = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
-            style_bar(&b);
-            b
-        });
-        Progress {
-            bar,
-            lines: mode == ProgressMode::Lines,
-            started: Arc::new(AtomicU64::new(0)),
-            done: Arc::new(AtomicU64::new(0)),
-            failed: Arc::new(AtomicU64::new(0)),
-            by_type: Arc::new(std::array::from_fn(|_| AtomicU64::new(0))),
-        }
-    }
-
-    /// The failures by type so far.
-    fn types(&self) -> Vec<(ErrorType, u64)> {
-        ErrorType::ALL
-            .iter()
-            .zip(self.by_type.iter())
-            .map(|(e, n)| (*e, n.load(Ordering::Relaxed)))
-            .collect()
-    }
-
-    fn sent(&self) {
-        self.started.fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn record(&self, r: &ProbeResult) {
-        self.done.fetch_add(1, Ordering::Relaxed);
-        if !r.success() {
-            self.failed.fetch_add(1, Ordering::Relaxed);
-        }
-        if let Some(i) = r
-            .error_type
-            .and_then(|e| ErrorType::ALL.iter().position(|x| *x == e))
-        {
-            self.by_type[i].fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// Prints a line above the bar (or plainly on stderr without a bar).
-    pub fn println(&self, line: &str) {
-        match &self.bar {
-            Some(b) => b.println(line),
-            None => crate::output::print_stderr_line(line),
-        }
-    }
-
-    /// Ends the bar.
-    pub fn finish(&self) {
-        if let Some(b) = &self.bar {
-            b.finish_and_clear();
-        }
-    }
-
-    /// Keeps the bar current while a level runs: `base` units done before it; in duration mode
-    /// the position follows the clock (`per_level` seconds), else the finished requests of
-    /// `requests` (never the sent ones).
-    fn ticker(
-        &self,
-        label: String,
-        base: u64,
-        duration: Option<Duration>,
-        requests: Option<u64>,
-    ) -> Ticker {
-        let stop = Arc::new(AtomicBool::new(false));
-        let Some(bar) = self.bar.clone() else {
-            let task = self
-                .lines
-                .then(|| self.line_ticker(label, duration, requests, stop.clone()));
-            return Ticker { stop, task };
-        };
-        let (started, done, failed, s) = (
-            self.started.clone(),
-            self.done.clone(),
-            self.failed.clone(),
-            stop.clone(),
-        );
-        // Read `done` before `started`: a request is counted as sent before it is counted done,
-        // so the in-flight count is never negative.
-        let (d0, f0) = (done.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
-        let s0 = started.load(Ordering::Relaxed);
-        let start = Instant::now();
-        let task = tokio::spawn(async move {
-            loop {
-                let (d, f) = (
-                    done.load(Ordering::Relaxed) - d0,
-                    failed.load(Ordering::Relaxed) - f0,
-                );
-                let st = started.load(Ordering::Relaxed) - s0;
-                let clock = duration.map(|dur| (start.elapsed().min(dur).as_secs(), dur.as_secs()));
-                let pos = match clock {
-                    Some((elapsed, _)) => base + elapsed,
-                    None => base + d,
-                };
-                show(
-                    &bar,
-                    pos,
-                    progress_message(&label, (st, d, f), requests, clock),
-                );
-                if s.load(Ordering::Relaxed) {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        });
-        Ticker {
-            stop,
-            task: Some(task),
-        }
-    }
-}
-
-impl Progress {
-    /// Without a terminal: a line on stderr every [`PROGRESS_LINE_EVERY`] while the level runs.
-    fn line_ticker(
-        &self,
-        label: String,
-        duration: Option<Duration>,
-        requests: Option<u64>,
-        stop: Arc<AtomicBool>,
-    ) -> tokio::task::JoinHandle<()> {
-        let p = self.clone();
-        let (d0, f0) = (
-            p.done.load(Ordering::Relaxed),
-            p.failed.load(Ordering::Relaxed),
-        );
-        let s0 = p.started.load(Ordering::Relaxed);
-        let t0 = p.types();
-        let start = Instant::now();
-        tokio::spawn(async move {
-            let mut next = start + PROGRESS_LINE_EVERY;
-            while !stop.load(Ordering::Relaxed) {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                if Instant::now() < next || stop.load(Ordering::Relaxed) {
-                    continue;
-                }
-                next += PROGRESS_LINE_EVERY;
-                let d = p.done.load(Ordering::Relaxed) - d0;
-                let f = p.failed.load(Ordering::Relaxed) - f0;
-                let st = p.started.load(Ordering::Relaxed) - s0;
-                let clock = duration.map(|dur| (start.elapsed().min(dur).as_secs(), dur.as_secs()));
-                let types: Vec<(ErrorType, u64)> = p
-                    .types()
-                    .iter()
-                    .zip(&t0)
-                    .map(|((e, n), (_, n0))| (*e, n - n0))
-                    .collect();
-                crate::output::print_stderr_line(&progress_line(
-                    &progress_message(&label, (st, d, f), requests, clock),
-                    &types,
-                    start.elapsed(),
-                ));
-            }
-        })
-    }
-}
-
-struct Ticker {
-    stop: Arc<AtomicBool>,
-    task: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl Ticker {
-    async fn end(self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.task {
-            let _ = t.await;
-        }
-    }
 }
 
 /// Samples the runtime's run-queue delay every 10 ms until stopped, and reads how long the
@@ -762,12 +508,18 @@ impl Runner {
     /// Hides what is sent next from the progress bar (its counters stay shared); the progress
     /// it replaced, to put back.
     fn silence(&mut self) -> Progress {
-        let quiet = Progress {
-            bar: None,
-            lines: false,
-            ..self.progress.clone()
-        };
+        let quiet = self.progress.quiet();
         std::mem::replace(&mut self.progress, quiet)
+    }
+
+    /// The display of a level of `amount` (by its clock, or by its requests), `base` units
+    /// into the run.
+    fn ticker(&self, label: String, base: u64, amount: Amount) -> Ticker {
+        let (duration, requests) = match amount {
+            Amount::Duration(d) => (Some(d), None),
+            Amount::Requests(n) => (None, Some(n)),
+        };
+        self.progress.ticker(label, base, duration, requests)
     }
 
     /// `--warmup-duration` in open loop: the level's own arrivals for `d`, unmeasured and not
@@ -785,8 +537,7 @@ impl Runner {
         let saved = self.silence();
         let r = self
             .open(
-                rate,
-                cap,
+                (rate, cap),
                 arrival,
                 seed,
                 Amount::Duration(d),
@@ -823,18 +574,7 @@ impl Runner {
             Amount::Duration(_) => u64::MAX,
         };
         let level = label.clone();
-        let ticker = self.progress.ticker(
-            label,
-            progress_base,
-            match amount {
-                Amount::Duration(d) => Some(d),
-                Amount::Requests(_) => None,
-            },
-            match amount {
-                Amount::Requests(n) => Some(n),
-                Amount::Duration(_) => None,
-            },
-        );
+        let ticker = self.ticker(label, progress_base, amount);
         let tickets = Arc::new(AtomicU64::new(0));
         let monitor = LagMonitor::start();
         let start = Instant::now();
@@ -957,17 +697,15 @@ impl Runner {
     }
 
     /// One open-loop level: arrivals at `rate`/s, at most `cap` in flight (later arrivals wait
-    /// for a slot and are counted as capped).
+    /// for a slot and are counted as capped), `progress_base` units into the run.
     ///
     /// # Errors
     /// [`BenchError::Client`] if a prober cannot be built; [`BenchError::Level`] if an arrival's
     /// instant does not fit the clock (a trace's: before anything is sent; others' when due) or
     /// a task of the level panicked, once every request sent has ended.
-    #[allow(clippy::too_many_arguments)]
     pub async fn open(
         &mut self,
-        rate: f64,
-        cap: u32,
+        (rate, cap): (f64, u32),
         arrival: Arrival,
         seed: u64,
         amount: Amount,
@@ -983,18 +721,7 @@ impl Runner {
         let slots = Arc::new(Semaphore::new(cap as usize));
         let capped = Arc::new(AtomicU64::new(0));
         let level = label.clone();
-        let ticker = self.progress.ticker(
-            label,
-            progress_base,
-            match amount {
-                Amount::Duration(d) => Some(d),
-                Amount::Requests(_) => None,
-            },
-            match amount {
-                Amount::Requests(n) => Some(n),
-                Amount::Duration(_) => None,
-            },
-        );
+        let ticker = self.ticker(label, progress_base, amount);
         let monitor = LagMonitor::start();
         let handle = tokio::runtime::Handle::current();
         // The dispatcher thread needs a moment to start: arrivals are scheduled from then.
@@ -1259,88 +986,7 @@ impl OpenRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Every frame drawn, as text.
-    #[derive(Debug, Clone, Default)]
-    struct Frames(Arc<Mutex<Vec<String>>>);
-
-    impl indicatif::TermLike for Frames {
-        fn width(&self) -> u16 {
-            200
-        }
-        fn move_cursor_up(&self, _: usize) -> std::io::Result<()> {
-            Ok(())
-        }
-        fn move_cursor_down(&self, _: usize) -> std::io::Result<()> {
-            Ok(())
-        }
-        fn move_cursor_right(&self, _: usize) -> std::io::Result<()> {
-            Ok(())
-        }
-        fn move_cursor_left(&self, _: usize) -> std::io::Result<()> {
-            Ok(())
-        }
-        fn write_line(&self, s: &str) -> std::io::Result<()> {
-            self.write_str(s)
-        }
-        fn write_str(&self, s: &str) -> std::io::Result<()> {
-            if let Ok(mut v) = self.0.lock()
-                && !s.is_empty()
-            {
-                v.push(s.to_owned());
-            }
-            Ok(())
-        }
-        fn clear_line(&self) -> std::io::Result<()> {
-            Ok(())
-        }
-        fn flush(&self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    #[test]
-    fn no_frame_shows_the_bar_ahead_of_the_done_count() {
-        let frames = Frames::default();
-        let bar = ProgressBar::with_draw_target(
-            Some(20),
-            ProgressDrawTarget::term_like(Box::new(frames.clone())),
-        );
-        style_bar(&bar);
-        for (sent, done) in [(4, 0), (8, 4), (12, 8), (20, 16), (20, 20)] {
-            show(
-                &bar,
-                done,
-                progress_message("m @ 4", (sent, done, 0), Some(20), None),
-            );
-        }
-        let frames = frames.0.lock().unwrap().clone();
-        let re = regex::Regex::new(r"\[([=> ]{30})\] m @ 4: (\d+)/20 done").unwrap();
-        let mut seen = 0;
-        for f in &frames {
-            let Some(c) = re.captures(f) else { continue };
-            seen += 1;
-            let filled = c[1].chars().filter(|ch| *ch == '=').count() as u64;
-            let done: u64 = c[2].parse().unwrap();
-            // 30 cells for 20 requests: `done` requests fill floor(done * 30 / 20) cells.
-            assert!(filled <= done * 30 / 20, "bar ahead of the count: {f:?}");
-        }
-        assert!(seen >= 5, "frames: {frames:?}");
-    }
-
-    #[test]
-    fn progress_counts_only_finished_requests_as_done() {
-        // 7 sent, 4 finished (1 failed) of a 10-request level.
-        assert_eq!(
-            progress_message("m @ 5", (7, 4, 1), Some(10), None),
-            "m @ 5: 4/10 done, 3 in flight, 1 failed"
-        );
-        // Duration mode: the clock, in seconds, and the finished requests.
-        assert_eq!(
-            progress_message("m @ 2/s", (9, 8, 0), None, Some((3, 10))),
-            "m @ 2/s: 3/10 s, 8 done, 1 in flight, 0 failed"
-        );
-    }
+    use crate::bench::progress::ProgressMode;
 
     #[test]
     fn a_level_in_two_parts_sums_its_cpu_wait_and_shifts_the_second_part() {
@@ -1532,8 +1178,7 @@ mod tests {
             let (mut runner, listener) = trace_runner(&[0.0, far]);
             let r = runner
                 .open(
-                    1.0,
-                    10,
+                    (1.0, 10),
                     Arrival::Constant,
                     0,
                     Amount::Requests(2),
@@ -1549,7 +1194,7 @@ mod tests {
                 reason.starts_with("arrival 1 is due") && reason.contains("past what the clock"),
                 "{reason}"
             );
-            assert_eq!(runner.progress.started.load(Ordering::Relaxed), 0, "{far}");
+            assert_eq!(runner.progress.started(), 0, "{far}");
             assert!(listener.accept().is_err(), "{far}: a connection was made");
         }
         let (mut runner, listener) = trace_runner(&[0.0]);
@@ -1560,7 +1205,7 @@ mod tests {
             panic!("{r:?}");
         };
         assert!(reason.starts_with("its duration"), "{reason}");
-        assert_eq!(runner.progress.started.load(Ordering::Relaxed), 0);
+        assert_eq!(runner.progress.started(), 0);
         assert!(listener.accept().is_err(), "a connection was made");
     }
 
@@ -1622,8 +1267,7 @@ mod tests {
         runner.grace = Duration::from_millis(200);
         let stop = runner.halt.stop.clone();
         let level = runner.open(
-            20.0,
-            100,
+            (20.0, 100),
             Arrival::Constant,
             0,
             Amount::Requests(1000),
@@ -1640,30 +1284,6 @@ mod tests {
         let sent = accepted.load(Ordering::Relaxed);
         assert!((1..=5).contains(&sent), "{sent} arrivals in 120 ms at 20/s");
         assert_eq!(run.unfinished, sent);
-    }
-
-    /// The line written every few seconds without a terminal: the counts, the failures by type,
-    /// the time.
-    #[test]
-    fn a_progress_line_names_the_failures_by_type() {
-        let msg = progress_message("m @ 4", (40, 37, 12), Some(100), None);
-        let line = progress_line(
-            &msg,
-            &[
-                (ErrorType::Auth, 10),
-                (ErrorType::Connect, 0),
-                (ErrorType::ServerError, 2),
-            ],
-            Duration::from_millis(15_400),
-        );
-        assert_eq!(
-            line,
-            "bench: m @ 4: 37/100 done, 3 in flight, 12 failed (auth 10, server_error 2), 15 s"
-        );
-        assert_eq!(
-            progress_line(&msg, &[], Duration::from_secs(5)),
-            "bench: m @ 4: 37/100 done, 3 in flight, 12 failed, 5 s"
-        );
     }
 
     /// A task of a level that panicked is a reason the level fails, never a silent loss.

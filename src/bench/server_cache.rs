@@ -10,8 +10,8 @@
 //! on, its levels warm with the reason beside them. In a sharded run only shard 0 resets.
 
 use super::efficiency::{CacheKind, CacheState};
+use super::progress::Progress;
 use super::provenance::{Provenance, ServerKind};
-use super::runner::Progress;
 use crate::config::Target;
 use crate::transport::Fetcher;
 use std::time::Duration;
@@ -287,7 +287,7 @@ mod tests {
             ],
             ..Provenance::default()
         };
-        let progress = Progress::new(1, super::super::runner::ProgressMode::Off);
+        let progress = Progress::new(1, super::super::progress::ProgressMode::Off);
         let step = BeforeLevel::new(
             CachePlan {
                 reset: true,

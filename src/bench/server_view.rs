@@ -6,8 +6,8 @@
 
 use super::BenchError;
 use super::findings::Thresholds;
+use super::progress::Progress;
 use super::report::ModelReport;
-use super::runner::Progress;
 use super::stats::{LevelKey, LevelStats};
 use crate::servermetrics::Endpoint;
 use crate::servermetrics::level::{ServerLevel, SignalStats};

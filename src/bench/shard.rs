@@ -59,15 +59,6 @@ impl fmt::Display for Shard {
 }
 
 impl Shard {
-    /// This shard's part of a level's amount: its share of a number of requests; a duration
-    /// is every shard's.
-    pub fn share_of(self, amount: super::runner::Amount) -> super::runner::Amount {
-        match amount {
-            super::runner::Amount::Requests(n) => super::runner::Amount::Requests(self.share(n)),
-            d @ super::runner::Amount::Duration(_) => d,
-        }
-    }
-
     /// This shard's part of `total` things dealt out one by one: the parts of every shard add up
     /// to `total`.
     pub fn share(&self, total: u64) -> u64 {

@@ -4,12 +4,17 @@
 
 use crate::bench::criteria::{self, Criteria, CriteriaError, parse_ratio, parse_weights};
 use crate::bench::crosscheck::CrossCheckSpec;
+use crate::bench::plan::{BenchPlan, Judging, LoadPlan, RunPart, Sent, Watch};
+use crate::bench::progress::ProgressMode;
 use crate::bench::run_exit::ExitRules;
-use crate::bench::runner::{Amount, Arrival, ProgressMode};
+use crate::bench::runner::{Amount, Arrival};
+use crate::bench::schedule::{CapacitySearch, FixedSweep, Replay, Schedule};
+use crate::bench::server_cache::CachePlan;
 use crate::bench::shard::{Shard, StartPlan};
+use crate::bench::stats::LevelKey;
 use crate::bench::{
-    BenchError, BenchPlan, LevelShape, MAX_REQUESTS_PER_LEVEL, check_select_at, choose_prompts,
-    fd_limit, fit_fd_limit, levels, load_report,
+    BenchError, MAX_REQUESTS_PER_LEVEL, check_select_at, choose_prompts, fd_limit, fit_fd_limit,
+    levels, load_report,
 };
 use crate::config::Config;
 use crate::exit::Exit;
@@ -411,7 +416,7 @@ fn level_amount(a: &BenchArgs, replay: Option<Amount>) -> Result<Amount, BenchEr
 fn trace_replay(
     a: &BenchArgs,
     prompts: &[ProbeSpec],
-) -> Result<Option<(Vec<crate::bench::stats::LevelKey>, Amount)>, BenchError> {
+) -> Result<Option<(LevelKey, Amount)>, BenchError> {
     let Some(t) = prompts.iter().find_map(|p| match &p.workload {
         crate::workload::Workload::Trace(t) => Some(t),
         _ => None,
@@ -443,11 +448,11 @@ fn trace_replay(
     if t.is_empty() {
         return Err(BenchError::Usage("the trace holds no request".into()));
     }
-    let key = crate::bench::stats::LevelKey {
+    let key = LevelKey {
         concurrency: a.concurrency.first().copied().unwrap_or(1000),
         rate: Some(four_digits(t.mean_rate()).clamp(1e-6, crate::bench::MAX_RATE)),
     };
-    Ok(Some((vec![key], Amount::Requests(t.len() as u64))))
+    Ok(Some((key, Amount::Requests(t.len() as u64))))
 }
 
 /// `--warmup-duration D`: above 0 and at most an hour.
@@ -544,7 +549,7 @@ fn arrival(a: &BenchArgs) -> Result<Arrival, BenchError> {
 /// [`BenchError::Usage`] saying what is missing or does not fit.
 fn capacity_plan(
     a: &BenchArgs,
-    level_keys: &mut Vec<crate::bench::stats::LevelKey>,
+    level_keys: &mut Vec<LevelKey>,
     criteria: &Criteria,
 ) -> Result<Option<crate::bench::capacity::CapacityPlan>, BenchError> {
     use crate::bench::capacity::{CapacityPlan, Search};
@@ -590,7 +595,7 @@ fn capacity_plan(
         });
         *level_keys = levels(&[1, room], &[])?;
     }
-    let levels: &[crate::bench::stats::LevelKey] = level_keys;
+    let levels: &[LevelKey] = level_keys;
     let (start, max) = if open {
         match a.rate.as_slice() {
             [lo, hi] if lo < hi => (*lo, *hi),
@@ -625,6 +630,47 @@ fn capacity_plan(
             crate::bench::capacity::DEFAULT_EXTENSIONS
         }),
     }))
+}
+
+/// How each series chooses its levels: the capacity search's, a trace's one level, or the
+/// levels as given (with the knee's added ones, except where every shard must run the same
+/// levels: several shards, or shared start instants).
+fn schedule(
+    a: &BenchArgs,
+    levels: Vec<LevelKey>,
+    capacity: Option<crate::bench::capacity::CapacityPlan>,
+    replay: Option<(LevelKey, Amount)>,
+    criteria: &Criteria,
+    shared_start: bool,
+) -> Box<dyn Schedule> {
+    match (capacity, replay) {
+        (Some(search), _) => Box::new(CapacitySearch::new(search)),
+        (None, Some((key, _))) => Box::new(Replay::new(key)),
+        (None, None) => {
+            let knee_levels = if a.sharded() || shared_start {
+                0
+            } else {
+                a.knee_levels
+            };
+            Box::new(FixedSweep::new(
+                levels,
+                knee_levels,
+                a.until_clear,
+                criteria.knee,
+            ))
+        }
+    }
+}
+
+/// How progress is shown: nothing with `--no-progress`, a bar on a terminal, else lines.
+fn progress_mode(a: &BenchArgs) -> ProgressMode {
+    if a.no_progress {
+        ProgressMode::Off
+    } else if std::io::stderr().is_terminal() {
+        ProgressMode::Bar
+    } else {
+        ProgressMode::Lines
+    }
 }
 
 fn parse_start_at(s: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
@@ -867,11 +913,10 @@ fn finish(
 fn sharding(
     a: &BenchArgs,
     amount: Amount,
-    job: &crate::config::Job,
-    prompts: &[ProbeSpec],
-    models: &[crate::bench::BenchModel],
-    level_keys: &[crate::bench::stats::LevelKey],
+    sent: &Sent,
+    level_keys: &[LevelKey],
 ) -> Result<(Shard, Option<StartPlan>, String), BenchError> {
+    let target = &sent.spec().target;
     let arrival = a.arrival;
     let shard = a.shard.unwrap_or_default();
     let start = match (a.start_at, amount) {
@@ -897,14 +942,16 @@ fn sharding(
             )));
         }
         None => crate::bench::shard::run_id(&[
-            &job.target.name,
-            &crate::redact::redact_url(&job.target.base_url),
-            &prompts
+            &target.name,
+            &crate::redact::redact_url(&target.base_url),
+            &sent
+                .prompts()
                 .iter()
                 .map(|p| p.prompt.name.as_str())
                 .collect::<Vec<_>>()
                 .join(","),
-            &models
+            &sent
+                .models()
                 .iter()
                 .map(crate::bench::BenchModel::name)
                 .collect::<Vec<_>>()
@@ -1030,8 +1077,8 @@ impl BenchArgs {
         } else {
             self.store.open_for_recording()?
         };
-        let criteria = plan.criteria.clone();
-        let finished = crate::bench::run(plan).await?;
+        let criteria = plan.criteria().clone();
+        let finished = crate::bench::plan::run(plan).await?;
         exports.finish().await;
         crate::render::deliver(&finished.report, &outputs, &criteria)?;
         let rules = ExitRules {
@@ -1080,12 +1127,11 @@ impl BenchArgs {
                 spec
             })
             .collect();
-        let (Some(job), Some(spec)) = (jobs.first().cloned(), prompts.first().cloned()) else {
-            return Err(BenchError::Usage("no prompt to send".into()));
-        };
-        let replay = trace_replay(a, &prompts)?;
+        let sent = Sent::new(prompts, models)?;
+        let (prompts, spec) = (sent.prompts(), sent.spec());
+        let replay = trace_replay(a, prompts)?;
         let mut level_keys = match &replay {
-            Some((keys, _)) => keys.clone(),
+            Some((key, _)) => vec![*key],
             None => levels(&a.concurrency, &a.rate)?,
         };
         fit_fd_limit(&mut level_keys, !a.concurrency.is_empty(), fd_limit())?;
@@ -1115,9 +1161,9 @@ impl BenchArgs {
                 "several prompts are a sweep, not a selection: --baseline, --limit, --weight and --bench.file compare one prompt at a time".into(),
             ));
         }
-        let cross_check = cross_check(a, &spec)?;
+        let cross_check = cross_check(a, spec)?;
         let mut criteria = criteria;
-        fit_non_stream(&mut criteria, &spec)?;
+        fit_non_stream(&mut criteria, spec)?;
         let arrival = arrival(a)?;
         let seed = a.seed.unwrap_or_else(|| {
             std::time::SystemTime::now()
@@ -1131,69 +1177,65 @@ impl BenchArgs {
                 "--repeat runs each level again in this process: it does not split across shards (repeat the whole sharded run instead)".into(),
             ));
         }
-        let (shard, start, run_id) = sharding(a, amount, &job, &prompts, &models, &level_keys)?;
-        let judged = (models.len() > 1 && prompts.len() == 1)
+        let (shard, start, run_id) = sharding(a, amount, &sent, &level_keys)?;
+        let judged = (sent.models().len() > 1 && prompts.len() == 1)
             || !criteria.limits.is_empty()
             || !a.weights.is_empty()
             || a.bench_file.is_some();
-        let named: Vec<(&crate::config::Target, &str)> = models
+        let named: Vec<(&crate::config::Target, &str)> = sent
+            .models()
             .iter()
             .map(|m| (m.target.as_ref(), m.model.as_str()))
             .collect();
         let server = a.server.plan(&named)?;
         check_until_clear(a, &criteria)?;
-        let shape = LevelShape {
-            knee_levels: a.knee_levels,
-            canary: canary_plan(a, &config)?,
-            until_clear: a.until_clear,
-            warmup_duration: a.warmup_duration,
-            load_ramp: load_ramp(a)?,
-            cache: crate::bench::server_cache::CachePlan {
-                reset: a.reset_prefix_cache,
-                bust: a.cache_bust,
-            },
-        };
-        let mut plan = BenchPlan {
-            sinks: Vec::new(),
-            shape,
-            criteria,
-            job,
-            spec,
-            prompts,
-            models,
-            levels: level_keys,
+        let canary = canary_plan(a, &config)?;
+        let load_ramp = load_ramp(a)?;
+        let load = LoadPlan {
             arrival,
             seed,
             amount,
             warmup: a.warmup,
+            warmup_duration: a.warmup_duration,
             ramp: a.ramp,
+            load_ramp,
             prewarm: !a.no_prewarm,
+            canary,
+            repeat: a.repeat,
+            cross_check,
             samples: a.samples || shard.count > 1,
-            progress: if a.no_progress {
-                ProgressMode::Off
-            } else if std::io::stderr().is_terminal() {
-                ProgressMode::Bar
-            } else {
-                ProgressMode::Lines
+            cache: CachePlan {
+                reset: a.reset_prefix_cache,
+                bust: a.cache_bust,
             },
+        };
+        let schedule = schedule(a, level_keys, capacity, replay, &criteria, start.is_some());
+        let watch = Watch {
+            server,
             health: crate::bench::health::HealthPlan {
                 check: !a.no_check,
                 keep_going: a.keep_going,
                 stop_after: a.stop_after_errors,
             },
-            judged,
-            baseline: None,
+            progress: progress_mode(a),
+        };
+        let part = RunPart {
             shard,
             start,
             run_id,
-            cross_check,
-            server,
             command: std::env::args().collect(),
-            capacity,
-            repeat: a.repeat,
         };
-        plan.baseline =
-            super::bench_history::baseline(a.baseline.as_deref(), &a.store, &plan.fit())?;
+        let judging = Judging {
+            criteria,
+            judged,
+            baseline: None,
+        };
+        let mut plan = BenchPlan::new(sent, schedule, load, judging, part, watch);
+        plan.set_baseline(super::bench_history::baseline(
+            a.baseline.as_deref(),
+            &a.store,
+            &plan.fit(),
+        )?);
         Ok(plan)
     }
 }

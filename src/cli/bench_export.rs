@@ -2,7 +2,8 @@
 //! converted into a validated [`RemoteWriteSpec`], the OTLP export the `OTEL_*` variables ask for,
 //! and both started beside a run and finished after it ([`Exports`]).
 
-use crate::bench::{BenchError, BenchPlan};
+use crate::bench::BenchError;
+use crate::bench::plan::BenchPlan;
 use crate::remotewrite::{RemoteWrite, RemoteWriteSpec};
 use crate::transport::TlsOptions;
 use std::path::PathBuf;
@@ -107,10 +108,11 @@ impl Exports {
         let mode = if plan.open() { "open" } else { "closed" };
         let remote = match args.remote_write()? {
             Some(spec) => {
-                let shard = (plan.shard.count > 1).then(|| plan.shard.to_string());
-                let w =
-                    RemoteWrite::start(spec, &plan.run_id, mode, shard, &plan.spec.prompt.name)?;
-                plan.sinks.push(w.sink());
+                let part = plan.part();
+                let shard = (part.shard.count > 1).then(|| part.shard.to_string());
+                let prompt = &plan.sent().spec().prompt.name;
+                let w = RemoteWrite::start(spec, &part.run_id, mode, shard, prompt)?;
+                plan.add_sink(w.sink());
                 Some(w)
             }
             None => None,
@@ -120,19 +122,20 @@ impl Exports {
         let otlp = match otlp {
             Some(cfg) => {
                 let instruments = crate::otlp::Instruments::new();
-                let targets = plan.models.iter().map(|m| {
+                let targets = plan.sent().models().iter().map(|m| {
                     (
                         m.target.name.clone(),
                         m.target.api.as_str().to_owned(),
                         m.target.base_url.clone(),
                     )
                 });
-                plan.sinks.push(Arc::new(crate::otlp::bench::BenchSink::new(
+                let sink = crate::otlp::bench::BenchSink::new(
                     instruments.clone(),
-                    &plan.run_id,
-                    &plan.spec.prompt.name,
+                    &plan.part().run_id,
+                    &plan.sent().spec().prompt.name,
                     targets,
-                )));
+                );
+                plan.add_sink(Arc::new(sink));
                 let counts: Counts = Arc::default();
                 let c = counts.clone();
                 let url = crate::redact::redact_url(&cfg.endpoint);

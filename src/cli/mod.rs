@@ -5,7 +5,7 @@
 //! - [`probe`]: `probe`'s flags → a [`crate::probe::ProbeSpec`], the report.
 //! - [`serve`]: `serve`'s flags and the exporter's process (runtimes, web server, reload, shutdown).
 //! - [`check`]: the `check-config` command.
-//! - [`bench`]: `bench`'s flags → a [`crate::bench::BenchPlan`], run and rendered;
+//! - [`bench`]: `bench`'s flags → a [`crate::bench::plan::BenchPlan`], run and rendered;
 //!   [`bench_servermetrics`]: its server-metrics flags; [`bench_report`]: `bench report` (earlier
 //!   runs rendered again) and the `bench` command line holding either; [`bench_history`]: the run
 //!   store's flags, `--baseline last`, and `bench history`; [`bench_export`]: `--remote-write`.

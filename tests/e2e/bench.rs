@@ -1392,6 +1392,41 @@ fn find_capacity_finds_the_simulators_slots() {
     );
 }
 
+/// Issue 41: a capacity search's levels are the search's, not its bounds. The start line says
+/// the bounds and the most levels the search may run (1 to 64 streams: 7 doublings, then 5
+/// bisections below 64), and no level is named for having more workers than requests before
+/// the search runs it: here it runs none (nothing listens, so the connectivity check fails,
+/// exit 7). Before: "2 levels", and a warning for concurrency 64, a bound it never ran.
+#[test]
+fn a_capacity_search_says_its_bounds_and_warns_of_no_level_it_did_not_run() {
+    let url = format!("http://127.0.0.1:{}/v1", free_port());
+    let (code, out, err) = bench(
+        &[
+            "--base-url",
+            &url,
+            "--models",
+            "m",
+            "--find-capacity",
+            "--slo",
+            "ttft=1s",
+            "--concurrency",
+            "1,64",
+            "--requests-per-level",
+            "60",
+            "--no-history",
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(code, Some(7), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(
+        err.contains(
+            "models m, a capacity search from 1 to 64 concurrent streams, up to 12 levels (closed loop)"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("WARNING"), "{err}");
+}
+
 /// `--repeat 3`: each level runs three times with its amount; the level's figures are those of
 /// all its requests (the simulator's log has every one), each run's are kept, and the report says
 /// their spread. The median of all lies between the runs' medians.

@@ -32,6 +32,11 @@ fn plan_in(config: &str, args: &[&str]) -> Result<BenchPlan, BenchError> {
     args.plan()
 }
 
+/// The levels a plan's schedule knows before it runs.
+fn planned(p: &BenchPlan) -> Vec<LevelKey> {
+    p.schedule().planned().unwrap_or_default().to_vec()
+}
+
 fn usage(r: Result<BenchPlan, BenchError>) -> String {
     match r {
         Err(BenchError::Usage(m)) => m,
@@ -67,10 +72,15 @@ fn prompt_sweeps_and_what_they_refuse() {
         "isl128,isl512,chat",
     ])
     .expect("plan");
-    let names: Vec<&str> = p.prompts.iter().map(|s| s.prompt.name.as_str()).collect();
+    let names: Vec<&str> = p
+        .sent()
+        .prompts()
+        .iter()
+        .map(|s| s.prompt.name.as_str())
+        .collect();
     assert_eq!(names, ["isl128", "isl512", "chat"]);
-    assert_eq!(p.spec.prompt.name, "isl128");
-    assert!(!p.judged, "one model, a sweep: nothing to rank");
+    assert_eq!(p.sent().spec().prompt.name, "isl128");
+    assert!(!p.judging().judged, "one model, a sweep: nothing to rank");
     let p = plan(&[
         "--requests-per-level",
         "2",
@@ -80,7 +90,10 @@ fn prompt_sweeps_and_what_they_refuse() {
         "isl128,isl512",
     ])
     .expect("plan");
-    assert!(!p.judged, "two models over a sweep are shown, not ranked");
+    assert!(
+        !p.judging().judged,
+        "two models over a sweep are shown, not ranked"
+    );
     let m = usage(plan(&[
         "--requests-per-level",
         "2",
@@ -137,7 +150,10 @@ fn prompt_sweeps_and_what_they_refuse() {
     assert!(m.contains("no prompt \"nope\""), "{m}");
     let p = plan(&["--requests-per-level", "2"]).expect("plan");
     assert_eq!(
-        (p.prompts.len(), p.spec.prompt.name.as_str()),
+        (
+            p.sent().prompts().len(),
+            p.sent().spec().prompt.name.as_str()
+        ),
         (1, "haiku"),
         "default: the first prompt"
     );
@@ -164,7 +180,7 @@ fn closed_loop_flags_become_levels_models_and_outputs() {
     ])
     .expect("plan");
     assert_eq!(
-        p.levels
+        planned(&p)
             .iter()
             .map(|k| (k.concurrency, k.rate))
             .collect::<Vec<_>>(),
@@ -172,12 +188,16 @@ fn closed_loop_flags_become_levels_models_and_outputs() {
     );
     assert!(!p.open());
     assert_eq!(
-        p.models.iter().map(|m| m.name()).collect::<Vec<_>>(),
+        p.sent()
+            .models()
+            .iter()
+            .map(|m| m.name())
+            .collect::<Vec<_>>(),
         ["sim/a", "sim/b"]
     );
-    assert!(p.judged, "two models are ranked");
-    assert_eq!(p.spec.max_tokens, Some(7));
-    assert!(matches!(p.amount, Amount::Requests(20)));
+    assert!(p.judging().judged, "two models are ranked");
+    assert_eq!(p.sent().spec().max_tokens, Some(7));
+    assert!(matches!(p.load().amount, Amount::Requests(20)));
     let files = [json.clone(), md.clone()];
     let o = Outputs::check(&files, None).expect("outputs");
     assert_eq!(
@@ -187,10 +207,16 @@ fn closed_loop_flags_become_levels_models_and_outputs() {
             (md, crate::render::FileFormat::Markdown)
         ]
     );
-    assert_eq!(p.job.target.name, "sim");
+    assert_eq!(p.sent().spec().target.name, "sim");
     // No terminal in a test: a line every few seconds instead of the bar.
-    assert_eq!(p.progress, crate::bench::runner::ProgressMode::Lines);
-    assert_eq!(p.health, crate::bench::health::HealthPlan::default());
+    assert_eq!(
+        p.watch().progress,
+        crate::bench::progress::ProgressMode::Lines
+    );
+    assert_eq!(
+        p.watch().health,
+        crate::bench::health::HealthPlan::default()
+    );
 }
 
 #[test]
@@ -208,12 +234,12 @@ fn open_loop_keeps_the_seed_and_the_arrivals() {
     .expect("plan");
     assert!(p.open());
     assert_eq!(
-        p.levels.iter().map(|k| k.rate).collect::<Vec<_>>(),
+        planned(&p).iter().map(|k| k.rate).collect::<Vec<_>>(),
         [Some(1.0), Some(2.5)]
     );
-    assert_eq!((p.arrival, p.seed), (Arrival::Constant, 42));
-    assert!(matches!(p.amount, Amount::Duration(d) if d == Duration::from_secs(3)));
-    assert!(!p.judged, "one model, no limits: nothing to rank");
+    assert_eq!((p.load().arrival, p.load().seed), (Arrival::Constant, 42));
+    assert!(matches!(p.load().amount, Amount::Duration(d) if d == Duration::from_secs(3)));
+    assert!(!p.judging().judged, "one model, no limits: nothing to rank");
 }
 
 /// `--burstiness K`: gamma arrivals of that shape, recorded with the seed; K = 1 is Poisson;
@@ -223,9 +249,12 @@ fn burstiness_makes_gamma_arrivals_in_open_loop_only() {
     let open = ["--rate", "5", "--requests-per-level", "3", "--seed", "7"];
     let with = |extra: &[&str]| plan_with(&open, extra);
     let p = with(&["--burstiness", "0.25"]).expect("plan");
-    assert_eq!((p.arrival, p.seed), (Arrival::Gamma { shape: 0.25 }, 7));
     assert_eq!(
-        with(&["--burstiness", "1"]).expect("plan").arrival,
+        (p.load().arrival, p.load().seed),
+        (Arrival::Gamma { shape: 0.25 }, 7)
+    );
+    assert_eq!(
+        with(&["--burstiness", "1"]).expect("plan").load().arrival,
         Arrival::Poisson
     );
     for (extra, says) in [
@@ -259,7 +288,7 @@ fn canaries_are_few_and_in_one_process() {
     let base = ["--concurrency", "2", "--requests-per-level", "1"];
     let with = |extra: &[&str]| plan_with(&base, extra);
     let p = with(&["--canary", "0.5"]).expect("plan");
-    let c = p.shape.canary.expect("canary");
+    let c = p.load().canary.clone().expect("canary");
     assert_eq!((c.rate, c.prompt.is_none()), (0.5, true));
     let e = with(&["--canary", "1", "--shard", "0/2", "--run-id", "r"]).expect_err("refused");
     assert!(e.to_string().contains("one process"), "{e}");
@@ -280,8 +309,12 @@ fn until_clear_needs_slos_a_fixed_sweep_and_one_process() {
     ];
     let with = |extra: &[&str]| plan_with(&base, extra);
     assert_eq!(
-        with(&["--slo", "ttft=1s"]).expect("plan").shape.until_clear,
-        3
+        with(&["--slo", "ttft=1s"])
+            .expect("plan")
+            .schedule()
+            .extension()
+            .map(|e| e.most),
+        Some(3)
     );
     for (extra, says) in [
         (&[][..], "--slo"),
@@ -311,11 +344,11 @@ fn a_ramp_up_needs_a_lower_start() {
     ];
     let with = |extra: &[&str]| plan_with(&base, extra);
     let p = with(&["--rate", "4,8", "--ramp-from", "1"]).expect("plan");
-    let r = p.shape.load_ramp.expect("ramp");
+    let r = p.load().load_ramp.expect("ramp");
     assert_eq!((r.exponential, r.from, r.over), (true, 1.0, 10.0));
     // Closed loop: workers.
     let p = with(&["--concurrency", "4,8", "--ramp-from", "2"]).expect("plan");
-    assert_eq!(p.shape.load_ramp.map(|r| r.from), Some(2.0));
+    assert_eq!(p.load().load_ramp.map(|r| r.from), Some(2.0));
     for (extra, says) in [
         (
             &["--concurrency", "2", "--ramp-from", "2"][..],
@@ -421,16 +454,16 @@ fn limits_and_slos_from_flags_join_the_criteria() {
         "5%",
     ])
     .expect("plan");
-    assert_eq!(p.criteria.limits.len(), 1);
-    assert_eq!(p.criteria.slos.len(), 1);
-    assert!((p.criteria.knee.tps_growth - 0.05).abs() < 1e-12);
-    assert!(p.judged, "a limit is a judgement");
+    assert_eq!(p.criteria().limits.len(), 1);
+    assert_eq!(p.criteria().slos.len(), 1);
+    assert!((p.criteria().knee.tps_growth - 0.05).abs() < 1e-12);
+    assert!(p.judging().judged, "a limit is a judgement");
 }
 
 #[test]
 fn cross_check_flags() {
     let p = plan(&["--requests-per-level", "5", "--cross-check"]).expect("plan");
-    assert_eq!(p.cross_check, Some(CrossCheckSpec::default()));
+    assert_eq!(p.load().cross_check, Some(CrossCheckSpec::default()));
     assert_eq!(CrossCheckSpec::default().requests, 5);
     let p = plan(&[
         "--requests-per-level",
@@ -442,12 +475,13 @@ fn cross_check_flags() {
         "10ms",
     ])
     .expect("plan");
-    let c = p.cross_check.expect("cross-check");
+    let c = p.load().cross_check.expect("cross-check");
     assert_eq!(c.requests, 9);
     assert!((c.max_ratio - 0.2).abs() < 1e-12 && (c.min_gap_s - 0.01).abs() < 1e-12);
     assert_eq!(
         plan(&["--requests-per-level", "5"])
             .expect("plan")
+            .load()
             .cross_check,
         None
     );
@@ -489,9 +523,9 @@ fn a_workload_that_does_not_stream_is_judged_by_what_it_measures() {
             .plan()
     };
     let p = plan(&[]).expect("plan");
-    assert!(!p.spec.stream);
+    assert!(!p.sent().spec().stream);
     assert_eq!(
-        p.criteria.effective_weights(),
+        p.criteria().effective_weights(),
         parse_weights("e2e=1").expect("weights")
     );
     for bad in [
@@ -518,13 +552,13 @@ fn a_trace_prompt_plans_one_level_of_its_requests() {
         )
     };
     let p = replay(&[]).unwrap();
-    assert_eq!(p.amount, Amount::Requests(40));
-    assert_eq!(p.levels.len(), 1);
-    assert_eq!(p.levels[0].concurrency, 1000);
-    let rate = p.levels[0].rate.unwrap();
+    assert_eq!(p.load().amount, Amount::Requests(40));
+    assert_eq!(planned(&p).len(), 1);
+    assert_eq!(planned(&p)[0].concurrency, 1000);
+    let rate = planned(&p)[0].rate.unwrap();
     assert_eq!(rate, 3.356, "39 gaps over 11.621 s, to four digits");
     assert_eq!(
-        replay(&["--concurrency", "8"]).unwrap().levels[0].concurrency,
+        planned(&replay(&["--concurrency", "8"]).unwrap())[0].concurrency,
         8
     );
     for (flag, named) in [
@@ -556,7 +590,7 @@ fn a_trace_prompt_plans_one_level_of_its_requests() {
 #[test]
 fn separate_runs_get_their_own_ids_and_shards_share_one() {
     let base = ["--concurrency", "2", "--requests-per-level", "1"];
-    let id = |extra: &[&str]| plan_with(&base, extra).expect("plan").run_id;
+    let id = |extra: &[&str]| plan_with(&base, extra).expect("plan").part().run_id.clone();
     let (a, b) = (id(&[]), id(&[]));
     assert_ne!(a, b, "two runs of one config");
     assert_eq!((a.len(), b.len()), (16, 16));
@@ -568,14 +602,22 @@ fn separate_runs_get_their_own_ids_and_shards_share_one() {
         "--start-at",
         "2026-12-01T12:00:00Z",
     ];
-    let shard = |i: &str| plan_with(&sharded, &["--shard", i]).expect("plan").run_id;
+    let shard = |i: &str| {
+        plan_with(&sharded, &["--shard", i])
+            .expect("plan")
+            .part()
+            .run_id
+            .clone()
+    };
     assert_eq!(shard("0/2"), shard("1/2"), "the shards of one run");
     let later = plan_with(
         &["--concurrency", "2", "--duration-per-level", "1s"],
         &["--start-at", "2026-12-01T13:00:00Z", "--shard", "0/2"],
     )
     .expect("plan")
-    .run_id;
+    .part()
+    .run_id
+    .clone();
     assert_ne!(later, shard("0/2"), "another start is another run");
     assert_eq!(id(&["--run-id", "nightly-7"]), "nightly-7");
     let m = usage(plan_with(&base, &["--shard", "0/2"]));
@@ -583,6 +625,7 @@ fn separate_runs_get_their_own_ids_and_shards_share_one() {
     assert_eq!(
         plan_with(&base, &["--shard", "1/2", "--run-id", "r"])
             .expect("plan")
+            .part()
             .run_id,
         "r"
     );
@@ -623,22 +666,25 @@ fn bench_from_flags_alone() {
     ])
     .expect("plan");
     let names: Vec<String> = p
-        .models
+        .sent()
+        .models()
         .iter()
         .map(crate::bench::BenchModel::name)
         .collect();
     assert_eq!(names, ["127.0.0.1/smollm2", "127.0.0.1/gemma3"]);
-    assert_eq!(p.spec.max_tokens, Some(16));
-    let crate::workload::Workload::Messages(m) = &p.spec.prompt.workload else {
-        panic!("{:?}", p.spec.prompt.workload)
+    assert_eq!(p.sent().spec().max_tokens, Some(16));
+    let crate::workload::Workload::Messages(m) = &p.sent().spec().prompt.workload else {
+        panic!("{:?}", p.sent().spec().prompt.workload)
     };
     assert_eq!(m[0].content, "Say hello, then stop.");
     assert!(
-        p.models
+        p.sent()
+            .models()
             .iter()
             .all(|m| m.timeouts.first_token == Duration::from_secs(7))
     );
     let urls: Vec<Vec<&str>> = p
+        .watch()
         .server
         .endpoints
         .iter()
@@ -651,7 +697,11 @@ fn bench_from_flags_alone() {
             ["http://127.0.0.1:8082/metrics"]
         ]
     );
-    assert_eq!(p.shape.knee_levels, 0, "levels are added only when asked");
+    assert_eq!(
+        p.schedule().most_levels(),
+        planned(&p).len(),
+        "levels are added only when asked"
+    );
     // Without --models, or with a config file beside, or a flag of its own with a config.
     let m = usage(plan_flags(&[
         "--base-url",
@@ -701,10 +751,42 @@ fn the_capacity_search_chooses_its_levels_length() {
         "1,8",
     ];
     let p = plan(&base).expect("plan");
-    assert_eq!(p.amount, Amount::Duration(Duration::from_secs(10)));
-    assert_eq!(p.capacity.as_ref().map(|c| c.extensions), Some(11));
+    assert_eq!(p.load().amount, Amount::Duration(Duration::from_secs(10)));
+    assert_eq!(p.schedule().extension().map(|e| e.most), Some(11));
     let p = plan_with(&base, &["--requests-per-level", "20"]).expect("plan");
-    assert_eq!(p.capacity.as_ref().map(|c| c.extensions), Some(3));
+    assert_eq!(p.schedule().extension().map(|e| e.most), Some(3));
     let p = plan_with(&base, &["--capacity-extend", "5"]).expect("plan");
-    assert_eq!(p.capacity.as_ref().map(|c| c.extensions), Some(5));
+    assert_eq!(p.schedule().extension().map(|e| e.most), Some(5));
+}
+
+/// Issue 41: the start line and the progress count the levels a series may run: a search's are
+/// not its two bounds but the most its doubling and bisection may take (1 to 64 streams: 12); a
+/// fixed sweep's are its own, and the knee's added ones when asked for.
+#[test]
+fn the_progress_counts_the_levels_each_series_may_run() {
+    let base = ["--requests-per-level", "60", "--concurrency", "1,64"];
+    let p = plan_with(&base, &["--find-capacity", "--slo", "ttft=2s"]).expect("plan");
+    assert_eq!(
+        p.schedule().planned(),
+        None,
+        "the search's levels are its own"
+    );
+    assert_eq!(
+        p.schedule().words(),
+        "a capacity search from 1 to 64 concurrent streams, up to 12 levels"
+    );
+    assert_eq!(p.progress_units(), 60 * 12);
+    let p = plan(&base).expect("plan");
+    assert_eq!(
+        (p.schedule().words(), p.progress_units()),
+        ("2 levels".to_owned(), 60 * 2)
+    );
+    let p = plan_with(&base, &["--knee-levels", "3"]).expect("plan");
+    assert_eq!(
+        (p.schedule().words(), p.progress_units()),
+        (
+            "2 levels, up to 3 more to place the knee".to_owned(),
+            60 * 5
+        )
+    );
 }

@@ -298,7 +298,7 @@ fn json_round_trips() {
 /// interval [86.2%, 97.3%], which reaches across 95%. With `search`, the capacity search's
 /// report of it (none passed, 2 failed).
 fn seventy_five_of_eighty(search: bool) -> Report {
-    use crate::bench::capacity::{CapacityPlan, Outcome, Search, Verdict};
+    use crate::bench::capacity::{CapacityPlan, Search, SearchEnd, Verdict};
     let mut r = synthetic();
     r.models.truncate(1);
     let m = &mut r.models[0];
@@ -325,7 +325,7 @@ fn seventy_five_of_eighty(search: bool) -> Report {
             extensions: 0,
         };
         let tried = [(2.0, Verdict::Fail("errors".into()))];
-        let outcome = Outcome {
+        let outcome = SearchEnd {
             load: None,
             failed_at: Some((2.0, "errors".into())),
             stopped: "even 2 failed".into(),
