@@ -4,11 +4,11 @@
 
 use super::criteria::Criteria;
 use super::report::{
-    AnswerLoad, Cause, Limiter, ModelCapacity, ModelReport, Selection, SloCapacity, View,
-    model_names,
+    AnswerLoad, Cause, Limiter, ModelCapacity, ModelReport, SelectedLevel, Selection, SloCapacity,
+    View, model_names,
 };
 use super::select::{KNEE_WAITING_MIN, answer_attainment, highest_passing, passes_slo, select};
-use super::stats::LevelStats;
+use super::stats::{CapacityLimit, LevelStats};
 use crate::units::fmt_secs;
 
 /// The rise of the error rate (absolute, from the level before) from which errors are what
@@ -77,7 +77,7 @@ fn select_at(models: &[ModelReport], c: &Criteria, load: (Option<f64>, AnswerLoa
     );
     s.load = Some(load.1);
     if load.1 == AnswerLoad::LastLevels {
-        s.level = "last".into();
+        s.level = SelectedLevel::Last;
     }
     s
 }
@@ -270,7 +270,7 @@ pub fn slo_capacity(models: &[ModelReport]) -> Option<SloCapacity> {
             });
             let limited_by = match (base, failed) {
                 (Some(b), Some(f)) => limiter(b, f),
-                (None, Some(f)) if missed.as_deref() == Some("errors") => {
+                (None, Some(f)) if missed == Some(CapacityLimit::Errors) => {
                     att(Some(f)).map(|a| Limiter {
                         cause: Cause::Errors,
                         view: View::Client,

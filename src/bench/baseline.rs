@@ -3,7 +3,7 @@
 //! level) in common. A baseline that differs is refused, naming what differs, rather than
 //! compared: its figures are another workload's, or there is nothing to compare.
 
-use super::report::{LoadMode, Report};
+use super::report::{Apis, LoadMode, Report};
 use super::stats::LevelKey;
 use crate::probe::ProbeSpec;
 use crate::workload::Workload;
@@ -12,7 +12,7 @@ use crate::workload::Workload;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkloadKey {
     /// The API (`openai-chat`, ...).
-    pub api: String,
+    pub api: Apis,
     /// The prompt's name.
     pub prompt: String,
     /// What the prompt sends ([`describe`]); absent in reports of older versions.
@@ -46,7 +46,7 @@ impl WorkloadKey {
                 out.push(format!("{what} {this} here, {that} in the baseline"));
             }
         };
-        differ("api", &self.api, &baseline.api);
+        differ("api", &self.api.to_string(), &baseline.api.to_string());
         differ("prompt", &self.prompt, &baseline.prompt);
         if let (Some(a), Some(b)) = (&self.workload, &baseline.workload) {
             differ("workload", a, b);
@@ -65,7 +65,7 @@ impl WorkloadKey {
 /// how much of it is measured): closed or open loop, the arrivals and their burstiness, a
 /// ramp-up, a replayed trace's window.
 pub fn load_words(m: &LoadMode) -> String {
-    let mut w = format!("{} loop", m.kind);
+    let mut w = format!("{} loop", m.kind.as_str());
     if let Some(a) = &m.arrival {
         w.push_str(&format!(", {a} arrivals"));
     }
@@ -252,8 +252,8 @@ mod tests {
             f8.misfit(&other).as_deref(),
             Some("another workload (max_tokens 8 here, 4 in the baseline)")
         );
-        other.api = "anthropic-messages".into();
-        other.mode.kind = "open".into();
+        other.api = Apis::one(crate::protocol::Api::AnthropicMessages);
+        other.mode.kind = crate::bench::report::LoadKind::Open;
         other.mode.arrival = Some("poisson".into());
         other.workload = Some("synthetic: input 128 tokens".into());
         let m = f8.misfit(&other).unwrap();

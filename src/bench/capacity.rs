@@ -7,7 +7,7 @@
 //! The search assumes attainment falls as load grows. A level that passes above one that failed
 //! is kept in the report, but the capacity stays below the lowest failure (said in `stopped`).
 
-use super::stats::{LevelKey, LevelStats};
+use super::stats::{CapacityLimit, LevelKey, LevelStats, Load};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -40,16 +40,6 @@ pub fn clear(passed: Option<[f64; 2]>, failed: Option<[f64; 2]>, target: f64) ->
     passed.is_none_or(|[lo, _]| lo >= target) && failed.is_none_or(|[_, hi]| hi < target)
 }
 
-/// What an answer that is not [`clear`] says of its doubt, after its sentence (nothing when it
-/// is clear): the one wording of every output, a capacity of none as much as a load.
-pub fn doubt(clear: bool) -> &'static str {
-    if clear {
-        ""
-    } else {
-        " (not clear at 95% confidence: an interval reaches across the target; longer levels would decide)"
-    }
-}
-
 /// How level `l` went against `target` SLO attainment: it passes with measured requests, at least
 /// `target` of them within every objective, and figures that are the server's (not
 /// client-bound); it cannot be judged without them. The one rule of the capacity search and of
@@ -62,7 +52,7 @@ pub fn verdict(l: &LevelStats, target: f64) -> Verdict {
         None => Verdict::Invalid("no SLO".into()),
         Some(a) if a.counted == 0 => Verdict::Invalid("no request was measured".into()),
         Some(a) if a.share >= target => Verdict::Pass,
-        Some(a) => Verdict::Fail(a.limited_by().unwrap_or_else(|| "attainment".into())),
+        Some(a) => Verdict::Fail(a.limited_by()),
     }
 }
 
@@ -142,7 +132,7 @@ impl CapacityPlan {
             attainment_interval: at
                 .and_then(|l| l.slo_attainment.as_ref())
                 .and_then(|a| a.interval),
-            limited_by: end.failed_at.as_ref().map(|f| f.1.clone()),
+            limited_by: end.failed_at.as_ref().and_then(|f| f.1.clone()),
             failed_at: end.failed_at.as_ref().map(|f| f.0),
             levels_tried: tried.iter().map(|t| t.0).collect(),
             stopped: end.stopped.clone(),
@@ -173,8 +163,8 @@ pub struct Search {
 pub enum Verdict {
     /// Its attainment reached the target.
     Pass,
-    /// It did not; what limited it (an objective, or `errors`).
-    Fail(String),
+    /// It did not; what limited it (an objective, or errors), when something did.
+    Fail(Option<CapacityLimit>),
     /// It cannot be judged: the client could not measure it, or nothing was measured (why).
     Invalid(String),
 }
@@ -194,9 +184,179 @@ pub struct SearchEnd {
     /// The highest load that passed (`None`: none did).
     pub load: Option<f64>,
     /// The lowest load that failed, and what limited it there.
-    pub failed_at: Option<(f64, String)>,
-    /// Why the search stopped, in words.
-    pub stopped: String,
+    pub failed_at: Option<(f64, Option<CapacityLimit>)>,
+    /// Why the search stopped.
+    pub stopped: SearchStop,
+}
+
+/// Why a capacity search stopped. Written as the sentence reports have always carried
+/// (`bisected: passed at 5, failed at 6`) and read back from it; loads as written, to a
+/// thousandth.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SearchStop {
+    /// The level at `load` could not be judged (`why`): the search concludes nothing from it.
+    Unjudged {
+        /// The load.
+        load: f64,
+        /// Why not (`client_bound: ...`, `no SLO`).
+        why: String,
+    },
+    /// Every load up to the upper bound `max` passed.
+    UpperBoundPassed {
+        /// The upper bound.
+        max: f64,
+    },
+    /// Even the lowest load to try, `load`, failed.
+    EvenFailed {
+        /// That load.
+        load: f64,
+        /// A higher load passed (the capacity is kept below the lowest failure).
+        passed_above: bool,
+    },
+    /// The bisection closed in: it passed at `passed` and failed at `failed`, which are one
+    /// stream apart, or in open loop `within` percent of each other.
+    Bisected {
+        /// The load that passed.
+        passed: f64,
+        /// The load that failed.
+        failed: f64,
+        /// Open loop: the tolerance, %.
+        within: Option<f64>,
+        /// A higher load passed (the capacity is kept below the lowest failure).
+        passed_above: bool,
+    },
+    /// Its time budget was spent first.
+    OutOfTime(Duration),
+    /// Words this version does not read (a report of another version), kept as written.
+    Other(String),
+}
+
+const PASSED_ABOVE: &str =
+    "; a higher load passed again, so the capacity is kept below the lowest failure";
+
+/// A load as the report writes it, to a thousandth.
+fn to_thousandth(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+impl std::fmt::Display for SearchStop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let show = |x: f64| crate::units::trim_float(x);
+        let above = |passed_above: bool| if passed_above { PASSED_ABOVE } else { "" };
+        match self {
+            SearchStop::Unjudged { load, why } => write!(
+                f,
+                "the level at {} cannot be judged ({why}): the search does not conclude from it",
+                show(*load)
+            ),
+            SearchStop::UpperBoundPassed { max } => {
+                write!(f, "the upper bound {} passed", show(*max))
+            }
+            SearchStop::EvenFailed { load, passed_above } => {
+                write!(f, "even {} failed{}", show(*load), above(*passed_above))
+            }
+            SearchStop::Bisected {
+                passed,
+                failed,
+                within,
+                passed_above,
+            } => {
+                let (p, x) = (show(*passed), show(*failed));
+                match within {
+                    Some(w) => write!(
+                        f,
+                        "bisected: within {}% (passed at {p}, failed at {x})",
+                        show(*w)
+                    ),
+                    None => write!(f, "bisected: passed at {p}, failed at {x}"),
+                }?;
+                f.write_str(above(*passed_above))
+            }
+            SearchStop::OutOfTime(d) => write!(
+                f,
+                "its time budget ({}) was spent",
+                humantime::format_duration(*d)
+            ),
+            SearchStop::Other(words) => f.write_str(words),
+        }
+    }
+}
+
+impl SearchStop {
+    /// The stop `words` say (as [`Display`](std::fmt::Display) writes it), else
+    /// [`SearchStop::Other`].
+    pub fn read(words: &str) -> SearchStop {
+        let num = |s: &str| s.parse::<f64>().ok().filter(|x| x.is_finite());
+        let (rest, passed_above) = match words.strip_suffix(PASSED_ABOVE) {
+            Some(rest) => (rest, true),
+            None => (words, false),
+        };
+        let read = || -> Option<SearchStop> {
+            if let Some(r) = words
+                .strip_prefix("the level at ")
+                .and_then(|r| r.strip_suffix("): the search does not conclude from it"))
+            {
+                let (load, why) = r.split_once(" cannot be judged (")?;
+                return Some(SearchStop::Unjudged {
+                    load: num(load)?,
+                    why: why.to_owned(),
+                });
+            }
+            if let Some(m) = words
+                .strip_prefix("the upper bound ")
+                .and_then(|r| r.strip_suffix(" passed"))
+            {
+                return Some(SearchStop::UpperBoundPassed { max: num(m)? });
+            }
+            if let Some(d) = words
+                .strip_prefix("its time budget (")
+                .and_then(|r| r.strip_suffix(") was spent"))
+            {
+                return humantime::parse_duration(d).ok().map(SearchStop::OutOfTime);
+            }
+            if let Some(l) = rest
+                .strip_prefix("even ")
+                .and_then(|r| r.strip_suffix(" failed"))
+            {
+                return Some(SearchStop::EvenFailed {
+                    load: num(l)?,
+                    passed_above,
+                });
+            }
+            let b = rest.strip_prefix("bisected: ")?;
+            let (within, pair) = match b.strip_prefix("within ") {
+                Some(w) => {
+                    let (w, pair) = w.split_once("% (")?;
+                    (Some(num(w)?), pair.strip_suffix(')')?)
+                }
+                None => (None, b),
+            };
+            let (p, x) = pair
+                .strip_prefix("passed at ")?
+                .split_once(", failed at ")?;
+            Some(SearchStop::Bisected {
+                passed: num(p)?,
+                failed: num(x)?,
+                within,
+                passed_above,
+            })
+        };
+        read()
+            .filter(|s| s.to_string() == words)
+            .unwrap_or_else(|| SearchStop::Other(words.to_owned()))
+    }
+}
+
+impl Serialize for SearchStop {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for SearchStop {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(SearchStop::read(&std::borrow::Cow::<str>::deserialize(d)?))
+    }
 }
 
 /// A model's capacity as the report keeps it.
@@ -216,7 +376,7 @@ pub struct Capacity {
     pub attainment_interval: Option<[f64; 2]>,
     /// What failed first above the capacity: an objective (`ttft<=2.00 s`), or `errors`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limited_by: Option<String>,
+    pub limited_by: Option<CapacityLimit>,
     /// The load that failed first above the capacity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed_at: Option<f64>,
@@ -227,7 +387,7 @@ pub struct Capacity {
     /// Every load tried, in the order run.
     pub levels_tried: Vec<f64>,
     /// Why the search stopped.
-    pub stopped: String,
+    pub stopped: SearchStop,
     /// Requests the search sent (warm-up excluded) and its wall time, s.
     pub requests: u64,
     /// Seconds the search's levels took.
@@ -236,6 +396,17 @@ pub struct Capacity {
     /// model's GPU count and `gpu_hour_price:`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_cost_per_mtok: Option<f64>,
+}
+
+impl Capacity {
+    /// The capacity: a concurrency, or in open loop a rate (`None`: no load passed).
+    pub fn load(&self) -> Option<Load> {
+        match (self.concurrency, self.rate) {
+            (Some(n), _) => Some(Load::Concurrency(n)),
+            (None, Some(r)) => Some(Load::Rate(r)),
+            (None, None) => None,
+        }
+    }
 }
 
 impl Search {
@@ -260,10 +431,10 @@ impl Search {
             return Next::Done(SearchEnd {
                 load: self.passed_below(tried, load),
                 failed_at: None,
-                stopped: format!(
-                    "the level at {} cannot be judged ({why}): the search does not conclude from it",
-                    show(load)
-                ),
+                stopped: SearchStop::Unjudged {
+                    load: to_thousandth(load),
+                    why,
+                },
             });
         }
         let fail = tried
@@ -277,17 +448,16 @@ impl Search {
         let lo = self.passed_below(tried, hi.unwrap_or(f64::INFINITY));
         let non_monotone =
             hi.is_some_and(|h| tried.iter().any(|(l, v)| *v == Verdict::Pass && *l > h));
-        let done = |load: Option<f64>, stopped: String| {
-            let suffix = if non_monotone {
-                "; a higher load passed again, so the capacity is kept below the lowest failure"
-            } else {
-                ""
-            };
+        let done = |load: Option<f64>, stopped: SearchStop| {
             Next::Done(SearchEnd {
                 load,
                 failed_at: fail.clone(),
-                stopped: format!("{stopped}{suffix}"),
+                stopped,
             })
+        };
+        let even_failed = |load: f64| SearchStop::EvenFailed {
+            load: to_thousandth(load),
+            passed_above: non_monotone,
         };
         match (lo, hi) {
             (None, None) => Next::Run(self.round(self.start)),
@@ -295,7 +465,9 @@ impl Search {
                 if lo >= self.max {
                     done(
                         Some(lo),
-                        format!("the upper bound {} passed", show(self.max)),
+                        SearchStop::UpperBoundPassed {
+                            max: to_thousandth(self.max),
+                        },
                     )
                 } else {
                     Next::Run(self.round((lo * 2.0).min(self.max)))
@@ -304,11 +476,11 @@ impl Search {
             (None, Some(hi)) => {
                 let floor = if self.open { self.start / 64.0 } else { 1.0 };
                 if hi <= floor || (!self.open && hi <= 1.0) {
-                    done(None, format!("even {} failed", show(hi)))
+                    done(None, even_failed(hi))
                 } else {
                     let next = self.round(hi / 2.0);
                     if tried.iter().any(|(l, _)| *l == next) {
-                        done(None, format!("even {} failed", show(next)))
+                        done(None, even_failed(next))
                     } else {
                         Next::Run(next)
                     }
@@ -316,17 +488,13 @@ impl Search {
             }
             (Some(lo), Some(hi)) => {
                 if self.close_enough(lo, hi) {
-                    let within = if self.open {
-                        format!(
-                            "within {}% (passed at {}, failed at {})",
-                            show(self.tolerance * 100.0),
-                            show(lo),
-                            show(hi)
-                        )
-                    } else {
-                        format!("passed at {}, failed at {}", show(lo), show(hi))
+                    let stopped = SearchStop::Bisected {
+                        passed: to_thousandth(lo),
+                        failed: to_thousandth(hi),
+                        within: self.open.then(|| to_thousandth(self.tolerance * 100.0)),
+                        passed_above: non_monotone,
                     };
-                    done(Some(lo), format!("bisected: {within}"))
+                    done(Some(lo), stopped)
                 } else {
                     let mid = if self.open {
                         (lo * hi).sqrt()
@@ -395,9 +563,9 @@ impl Search {
         n
     }
 
-    /// Where the search ends when it is stopped from outside (its time budget): the best found so
-    /// far, `why` it stopped.
-    pub fn stopped(&self, tried: &[(f64, Verdict)], why: &str) -> SearchEnd {
+    /// Where the search ends when it is stopped from outside (`why`: its time budget): the best
+    /// found so far.
+    pub fn stopped(&self, tried: &[(f64, Verdict)], why: SearchStop) -> SearchEnd {
         let failed_at = tried
             .iter()
             .filter_map(|(l, v)| match v {
@@ -409,7 +577,7 @@ impl Search {
         SearchEnd {
             load: self.passed_below(tried, limit),
             failed_at,
-            stopped: why.to_owned(),
+            stopped: why,
         }
     }
 
@@ -421,47 +589,6 @@ impl Search {
             .map(|(l, _)| *l)
             .max_by(f64::total_cmp)
     }
-}
-
-/// The capacity in words: `up to 8 concurrent streams at 96.0% attainment [89.1%, 98.9%]`, or
-/// `none: no load tried met the target` when no load passed; either with its [`doubt`] when it
-/// is not clear.
-pub fn describe(c: &Capacity) -> String {
-    let unclear = doubt(c.clear);
-    let load = match (c.concurrency, c.rate) {
-        (Some(n), _) => format!(
-            "up to {n} concurrent stream{}",
-            if n == 1 { "" } else { "s" }
-        ),
-        (None, Some(r)) => format!("up to {} requests/s", show(r)),
-        (None, None) => return format!("none: no load tried met the target{unclear}"),
-    };
-    let att = match (c.attainment, c.attainment_interval) {
-        (Some(a), Some([lo, hi])) => format!(
-            " at {:.1}% attainment [{:.1}%, {:.1}%]",
-            a * 100.0,
-            lo * 100.0,
-            hi * 100.0
-        ),
-        (Some(a), None) => format!(" at {:.1}% attainment", a * 100.0),
-        _ => String::new(),
-    };
-    let limit = match (&c.limited_by, c.failed_at) {
-        (Some(l), Some(f)) => format!(", limited by {l} (failed at {})", show(f)),
-        _ => String::new(),
-    };
-    let cost = c.gpu_cost_per_mtok.map_or_else(String::new, |v| {
-        format!(
-            ", {} per million output tokens on its GPUs there",
-            crate::units::fmt_cost(v)
-        )
-    });
-    format!("{load}{att}{limit}{cost}{unclear}")
-}
-
-/// A load as the report writes it (`8`, `2.5`).
-fn show(x: f64) -> String {
-    crate::units::trim_float((x * 1000.0).round() / 1000.0)
 }
 
 #[cfg(test)]
@@ -478,6 +605,10 @@ mod tests {
         }
     }
 
+    fn ttft() -> CapacityLimit {
+        CapacityLimit::Objective("ttft<=1.00 s".into())
+    }
+
     /// Runs the search against a server whose levels pass up to `capacity`.
     fn run(s: &Search, passes: impl Fn(f64) -> bool) -> (SearchEnd, Vec<f64>) {
         let mut tried = Vec::new();
@@ -488,7 +619,7 @@ mod tests {
                     let v = if passes(l) {
                         Verdict::Pass
                     } else {
-                        Verdict::Fail("ttft<=1.00 s".into())
+                        Verdict::Fail(Some(ttft()))
                     };
                     tried.push((l, v));
                 }
@@ -510,11 +641,16 @@ mod tests {
         // 5 slots: 1, 2, 4, 8 (fails), 6 (fails), 5.
         let (o, tried) = run(&closed(256.0), |c| c <= 5.0);
         assert_eq!(tried, [1.0, 2.0, 4.0, 8.0, 6.0, 5.0]);
-        assert!(
-            o.stopped.contains("passed at 5, failed at 6"),
-            "{}",
-            o.stopped
+        assert_eq!(
+            o.stopped,
+            SearchStop::Bisected {
+                passed: 5.0,
+                failed: 6.0,
+                within: None,
+                passed_above: false
+            }
         );
+        assert_eq!(o.stopped.to_string(), "bisected: passed at 5, failed at 6");
     }
 
     #[test]
@@ -524,10 +660,16 @@ mod tests {
             (o.load, tried),
             (Some(16.0), vec![1.0, 2.0, 4.0, 8.0, 16.0])
         );
-        assert!(o.stopped.contains("upper bound 16 passed"));
+        assert_eq!(o.stopped, SearchStop::UpperBoundPassed { max: 16.0 });
         let (o, tried) = run(&closed(16.0), |_| false);
         assert_eq!((o.load, tried), (None, vec![1.0]));
-        assert!(o.stopped.contains("even 1 failed"));
+        assert_eq!(
+            o.stopped,
+            SearchStop::EvenFailed {
+                load: 1.0,
+                passed_above: false
+            }
+        );
         // Starting high, a failure bisects downwards.
         let s = Search {
             start: 32.0,
@@ -552,6 +694,13 @@ mod tests {
             lo <= 37.3 && hi > 37.3 && hi / lo - 1.0 <= 0.05,
             "{lo} {hi} {tried:?}"
         );
+        // The stop is written to a thousandth, within 5%.
+        assert!(
+            matches!(o.stopped, SearchStop::Bisected { within: Some(w), passed, .. }
+                if w == 5.0 && passed == (lo * 1000.0).round() / 1000.0),
+            "{:?}",
+            o.stopped
+        );
     }
 
     #[test]
@@ -565,10 +714,12 @@ mod tests {
         match s.next(&tried) {
             Next::Done(o) => {
                 assert_eq!(o.load, Some(2.0));
-                assert!(
-                    o.stopped.contains("cannot be judged (client_bound)"),
-                    "{}",
-                    o.stopped
+                assert_eq!(
+                    o.stopped,
+                    SearchStop::Unjudged {
+                        load: 4.0,
+                        why: "client_bound".into()
+                    }
                 );
             }
             other => panic!("{other:?}"),
@@ -596,11 +747,16 @@ mod tests {
             });
             l
         };
-        let tried = [(5.0, Verdict::Pass), (6.0, Verdict::Fail("ttft".into()))];
+        let tried = [(5.0, Verdict::Pass), (6.0, Verdict::Fail(Some(ttft())))];
         let end = SearchEnd {
             load: Some(5.0),
-            failed_at: Some((6.0, "ttft".into())),
-            stopped: String::new(),
+            failed_at: Some((6.0, Some(ttft()))),
+            stopped: SearchStop::Bisected {
+                passed: 5.0,
+                failed: 6.0,
+                within: None,
+                passed_above: false,
+            },
         };
         // 400 of 400 and 300 of 400: [99.0%, 100%] and [70.5%, 79.1%], both off 95%.
         let c = plan.capacity(&end, &tried, &[level(5, 400, 400), level(6, 300, 400)]);
@@ -611,34 +767,77 @@ mod tests {
         // 20 of 20 passes, but its interval [83.9%, 100%] reaches below 95%.
         let c = plan.capacity(&end, &tried, &[level(5, 20, 20), level(6, 15, 20)]);
         assert!(!c.clear, "{c:?}");
-        assert!(
-            describe(&c).contains("not clear at 95% confidence"),
-            "{}",
-            describe(&c)
+        assert_eq!(
+            (c.load(), c.limited_by, c.failed_at),
+            (Some(Load::Concurrency(5)), Some(ttft()), Some(6.0))
         );
-        // None passed: 75 of 80 failed at 5, but [86.2%, 97.3%] reaches across 95%; a capacity
-        // of none says its doubt as a load does.
+        // None passed: 75 of 80 failed at 5, but [86.2%, 97.3%] reaches across 95%: a capacity
+        // of none is as unclear as a load.
         let none = SearchEnd {
             load: None,
-            failed_at: Some((5.0, "errors".into())),
-            stopped: "even 5 failed".into(),
+            failed_at: Some((5.0, Some(CapacityLimit::Errors))),
+            stopped: SearchStop::EvenFailed {
+                load: 5.0,
+                passed_above: false,
+            },
         };
-        let tried = [(5.0, Verdict::Fail("errors".into()))];
+        let tried = [(5.0, Verdict::Fail(Some(CapacityLimit::Errors)))];
         let c = plan.capacity(&none, &tried, &[level(5, 75, 80)]);
-        assert!(!c.clear && c.concurrency.is_none(), "{c:?}");
-        assert_eq!(
-            describe(&c),
-            "none: no load tried met the target (not clear at 95% confidence: an interval reaches across the target; longer levels would decide)"
-        );
+        assert!(!c.clear && c.load().is_none(), "{c:?}");
         let c = plan.capacity(&none, &tried, &[level(5, 60, 80)]);
-        assert_eq!(describe(&c), "none: no load tried met the target");
-        // With the model's GPU count and price, the cost at the capacity is stated.
-        let tried = [(5.0, Verdict::Pass), (6.0, Verdict::Fail("ttft".into()))];
-        let mut c = plan.capacity(&end, &tried, &[level(5, 400, 400), level(6, 300, 400)]);
-        c.gpu_cost_per_mtok = Some(1.496);
+        assert!(c.clear, "{c:?}");
+    }
+
+    /// Why the search stopped is written as the sentence reports have carried, and read back
+    /// from it; words of another version are kept as written.
+    #[test]
+    fn a_stop_is_written_and_read_as_its_sentence() {
+        for (stop, words) in [
+            (
+                SearchStop::Unjudged {
+                    load: 4.0,
+                    why: "client_bound: the bench's threads waited (x)".into(),
+                },
+                "the level at 4 cannot be judged (client_bound: the bench's threads waited (x)): the search does not conclude from it",
+            ),
+            (
+                SearchStop::UpperBoundPassed { max: 256.0 },
+                "the upper bound 256 passed",
+            ),
+            (
+                SearchStop::EvenFailed {
+                    load: 0.016,
+                    passed_above: true,
+                },
+                "even 0.016 failed; a higher load passed again, so the capacity is kept below the lowest failure",
+            ),
+            (
+                SearchStop::Bisected {
+                    passed: 37.216,
+                    failed: 38.5,
+                    within: Some(5.0),
+                    passed_above: false,
+                },
+                "bisected: within 5% (passed at 37.216, failed at 38.5)",
+            ),
+            (
+                SearchStop::OutOfTime(Duration::from_secs(90)),
+                "its time budget (1m 30s) was spent",
+            ),
+            (
+                SearchStop::Other("the run was stopped".into()),
+                "the run was stopped",
+            ),
+        ] {
+            assert_eq!(stop.to_string(), words);
+            assert_eq!(SearchStop::read(words), stop);
+            let json = serde_json::to_string(&stop).unwrap();
+            assert_eq!(serde_json::from_str::<SearchStop>(&json).unwrap(), stop);
+        }
+        // What only looks like a stop this version writes is kept as written.
         assert_eq!(
-            describe(&c),
-            "up to 5 concurrent streams at 100.0% attainment [99.0%, 100.0%], limited by ttft (failed at 6), 1.496 per million output tokens on its GPUs there"
+            SearchStop::read("even 01 failed"),
+            SearchStop::Other("even 01 failed".into())
         );
     }
 
@@ -646,7 +845,7 @@ mod tests {
     fn longest(s: &Search, tried: &mut Vec<(f64, Verdict)>) -> usize {
         match s.next(tried) {
             Next::Done(_) => tried.len(),
-            Next::Run(l) => [Verdict::Pass, Verdict::Fail("ttft".into())]
+            Next::Run(l) => [Verdict::Pass, Verdict::Fail(Some(ttft()))]
                 .into_iter()
                 .map(|v| {
                     tried.push((l, v));
@@ -699,13 +898,28 @@ mod tests {
         let s = closed(64.0);
         let tried = vec![
             (1.0, Verdict::Pass),
-            (2.0, Verdict::Fail("errors".into())),
+            (2.0, Verdict::Fail(Some(CapacityLimit::Errors))),
             (4.0, Verdict::Pass),
         ];
         match s.next(&tried) {
             Next::Done(o) => {
                 assert_eq!(o.load, Some(1.0));
-                assert!(o.stopped.contains("passed again"), "{}", o.stopped);
+                assert!(
+                    matches!(
+                        o.stopped,
+                        SearchStop::Bisected {
+                            passed_above: true,
+                            ..
+                        }
+                    ),
+                    "{:?}",
+                    o.stopped
+                );
+                assert!(
+                    o.stopped.to_string().contains("passed again"),
+                    "{}",
+                    o.stopped
+                );
             }
             other => panic!("{other:?}"),
         }

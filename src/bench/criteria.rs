@@ -176,10 +176,21 @@ impl Base {
 
     /// Measured in seconds (limits take durations such as `2s`, `50ms`).
     pub fn is_time(self) -> bool {
-        matches!(
-            self,
-            Base::Ttft | Base::Ttfo | Base::Tpot | Base::E2e | Base::Lag
-        )
+        self.unit() == Unit::Seconds
+    }
+
+    /// What its values measure.
+    pub fn unit(self) -> Unit {
+        match self {
+            Base::Ttft | Base::Ttfo | Base::Tpot | Base::E2e | Base::Lag => Unit::Seconds,
+            Base::ErrorRate => Unit::Share,
+            Base::Tps | Base::AggTps => Unit::TokensPerSecond,
+            Base::Rps | Base::Goodput => Unit::RequestsPerSecond,
+            Base::CostPerRequest => Unit::Cost,
+            Base::CostPerMtok | Base::GpuCostPerMtok => Unit::CostPerMtok,
+            Base::AggTpsPerGpu => Unit::TokensPerSecondPerGpu,
+            Base::JoulesPerToken => Unit::JoulesPerToken,
+        }
     }
 
     /// Smaller values are better.
@@ -205,13 +216,76 @@ impl Base {
     }
 }
 
-/// A metric of a level, e.g. `ttft_p95`, `tps_p50`, `agg_tps`, `error_rate`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// A metric of a level, e.g. `ttft_p95`, `tps_p50`, `agg_tps`, `error_rate`. The report keys
+/// its values by it, written by its name (and ordered by it, as those maps always were).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Metric {
     /// What.
     pub base: Base,
     /// Which statistic (distribution metrics only).
     pub stat: Option<Stat>,
+}
+
+impl Ord for Metric {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.to_string().cmp(&other.to_string())
+    }
+}
+
+impl PartialOrd for Metric {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Serialize for Metric {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Metric {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = std::borrow::Cow::<str>::deserialize(d)?;
+        name.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// What a metric's values measure: the one rule by which every output writes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    /// Seconds (TTFT, TTFO, TPOT, E2E, lag).
+    Seconds,
+    /// A share of requests, 0..1 (the error rate).
+    Share,
+    /// Output tokens per second.
+    TokensPerSecond,
+    /// Requests per second.
+    RequestsPerSecond,
+    /// The config's currency, per request.
+    Cost,
+    /// The config's currency, per million output tokens.
+    CostPerMtok,
+    /// Output tokens per second per GPU.
+    TokensPerSecondPerGpu,
+    /// Joules per output token.
+    JoulesPerToken,
+}
+
+impl Unit {
+    /// The symbol written after a plain value: `tok/s`, `req/s`, `per Mtok`; empty for seconds
+    /// and shares (written by their own formats) and for a cost per request (in the config's
+    /// currency).
+    pub fn symbol(self) -> &'static str {
+        match self {
+            Unit::TokensPerSecond => "tok/s",
+            Unit::RequestsPerSecond => "req/s",
+            Unit::CostPerMtok => "per Mtok",
+            Unit::TokensPerSecondPerGpu => "tok/s per GPU",
+            Unit::JoulesPerToken => "J/tok",
+            Unit::Seconds | Unit::Share | Unit::Cost => "",
+        }
+    }
 }
 
 impl FromStr for Metric {
@@ -262,6 +336,19 @@ impl fmt::Display for Metric {
 }
 
 impl Metric {
+    /// The statistic `stat` of the per-request distribution `base` (`ttft_p95`).
+    pub const fn of(base: Base, stat: Stat) -> Metric {
+        Metric {
+            base,
+            stat: Some(stat),
+        }
+    }
+
+    /// The level-wide figure `base` (`agg_tps`, `error_rate`).
+    pub const fn level(base: Base) -> Metric {
+        Metric { base, stat: None }
+    }
+
     /// The metric's value at a level; `None` when the level has no such value (no successes,
     /// no SLOs for goodput).
     pub fn value(&self, l: &LevelStats) -> Option<f64> {
@@ -293,31 +380,24 @@ impl Metric {
         }
     }
 
-    /// The unit written after a plain value of this metric: `tok/s`, `req/s`, `per Mtok`; empty
-    /// for times and the error rate (written by their own formats) and for a cost per request
-    /// (in the config's currency).
-    pub fn unit(&self) -> &'static str {
-        match self.base {
-            Base::Tps | Base::AggTps => "tok/s",
-            Base::Rps | Base::Goodput => "req/s",
-            Base::CostPerMtok | Base::GpuCostPerMtok => "per Mtok",
-            Base::AggTpsPerGpu => "tok/s per GPU",
-            Base::JoulesPerToken => "J/tok",
-            _ => "",
-        }
+    /// What its values measure.
+    pub fn unit(&self) -> Unit {
+        self.base.unit()
     }
 
     /// A value of this metric for people: `212.3 ms`, `41.7 tok/s`, `2.08 req/s`, `0.50%`.
     pub fn format(&self, v: f64) -> String {
-        match self.base {
-            b if b.is_time() => fmt_secs(v),
-            Base::ErrorRate => crate::units::fmt_pct(v),
-            Base::Tps | Base::AggTps => format!("{v:.1} {}", self.unit()),
-            Base::CostPerRequest => fmt_cost(v),
-            Base::CostPerMtok | Base::GpuCostPerMtok => format!("{} {}", fmt_cost(v), self.unit()),
-            Base::AggTpsPerGpu => format!("{v:.1} {}", self.unit()),
-            Base::JoulesPerToken => format!("{v:.3} {}", self.unit()),
-            _ => format!("{v:.2} {}", self.unit()),
+        let unit = self.unit();
+        match unit {
+            Unit::Seconds => fmt_secs(v),
+            Unit::Share => crate::units::fmt_pct(v),
+            Unit::TokensPerSecond | Unit::TokensPerSecondPerGpu => {
+                format!("{v:.1} {}", unit.symbol())
+            }
+            Unit::JoulesPerToken => format!("{v:.3} {}", unit.symbol()),
+            Unit::Cost => fmt_cost(v),
+            Unit::CostPerMtok => format!("{} {}", fmt_cost(v), unit.symbol()),
+            Unit::RequestsPerSecond => format!("{v:.2} {}", unit.symbol()),
         }
     }
 
@@ -835,6 +915,27 @@ impl Criteria {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The report keys values by metric: written by its name, in name order (as the string keys
+    /// of older reports were), read back from it; a name no metric has is refused.
+    #[test]
+    fn a_metric_key_is_written_and_read_by_its_name() {
+        let weights: BTreeMap<Metric, f64> = parse_weights("ttft=0.5,tps=0.3,tpot=0.2")
+            .unwrap()
+            .into_iter()
+            .collect();
+        let json = serde_json::to_string(&weights).unwrap();
+        assert_eq!(json, r#"{"tpot_p95":0.2,"tps_p50":0.3,"ttft_p95":0.5}"#);
+        assert_eq!(
+            serde_json::from_str::<BTreeMap<Metric, f64>>(&json).unwrap(),
+            weights
+        );
+        assert!(serde_json::from_str::<Metric>(r#""ttft_p42""#).is_err());
+        let m: Metric = "error_rate".parse().unwrap();
+        assert_eq!((m.unit(), m.format(0.005)), (Unit::Share, "0.50%".into()));
+        let m: Metric = "agg_tps".parse().unwrap();
+        assert_eq!(m.unit().symbol(), "tok/s");
+    }
 
     /// `bench merge` judges by what the shards' reports recorded: the record must give back the
     /// same criteria, numbers in full (a limit of 1/3 s stays 1/3 s, not a rounded text).

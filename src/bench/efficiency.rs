@@ -242,7 +242,7 @@ mod tests {
             failed_at: None,
             clear: true,
             levels_tried: vec![key.x()],
-            stopped: "done".into(),
+            stopped: crate::bench::capacity::SearchStop::UpperBoundPassed { max: key.x() },
             requests: 10,
             seconds: 1.0,
             gpu_cost_per_mtok: None,

@@ -16,7 +16,7 @@
 //! Each code fires at most once per model and kind, at the first level it applies to
 //! (`client_bound` at every level it applies to).
 
-use super::report::{Finding, ModelReport};
+use super::report::{Finding, FindingCode, ModelReport};
 use super::stats::LevelStats;
 use crate::outcome::ErrorType;
 use crate::units::fmt_secs;
@@ -112,11 +112,11 @@ fn pct(v: f64) -> String {
     format!("{:.0}%", v * 100.0)
 }
 
-fn finding(code: &str, m: &ModelReport, l: &LevelStats, message: String) -> Finding {
+fn finding(code: FindingCode, m: &ModelReport, l: &LevelStats, message: String) -> Finding {
     Finding {
-        code: code.to_owned(),
+        code,
         model: m.model.clone(),
-        level: l.key.label(),
+        level: l.key.load(),
         message,
         run: None,
     }
@@ -139,7 +139,7 @@ fn gpu_underutilized(m: &ModelReport, t: &Thresholds) -> Option<Finding> {
     let u = server_mean(l, "gpu_utilization")?;
     (u < t.gpu_underutilized).then(|| {
         finding(
-            "gpu_underutilized",
+            FindingCode::GpuUnderutilized,
             m,
             l,
             format!(
@@ -164,7 +164,7 @@ fn memory_pressure(m: &ModelReport, t: &Thresholds) -> Option<Finding> {
             let v = server_max(l, name)?;
             (v > t.memory_pressure).then(|| {
                 finding(
-                    "memory_pressure",
+                    FindingCode::MemoryPressure,
                     m,
                     l,
                     format!(
@@ -189,7 +189,7 @@ fn queueing(m: &ModelReport, t: &Thresholds) -> Option<Finding> {
         let growth = b.output_tokens_per_s / a.output_tokens_per_s - 1.0;
         (wb > wa && wb >= t.queueing_waiting && growth < t.queueing_tps_growth).then(|| {
             finding(
-                "queueing",
+                FindingCode::Queueing,
                 m,
                 b,
                 format!(
@@ -221,7 +221,7 @@ fn ttft_growth(m: &ModelReport, t: &Thresholds) -> Option<Finding> {
         let p = l.ttft_s.as_ref()?.p95;
         (load(l) > load(base) && p > t.ttft_growth * p0).then(|| {
             finding(
-                "ttft_growth",
+                FindingCode::TtftGrowth,
                 m,
                 l,
                 format!(
@@ -246,7 +246,7 @@ fn long_tail(m: &ModelReport, t: &Thresholds) -> Option<Finding> {
                 let s = s.as_ref()?;
                 (s.p50 > 0.0 && s.p95 > t.long_tail * s.p50).then(|| {
                     finding(
-                        "long_tail",
+                        FindingCode::LongTail,
                         m,
                         l,
                         format!(
@@ -299,7 +299,7 @@ fn errors_past_knee(m: &ModelReport, t: &Thresholds) -> Option<Finding> {
                 "beyond the knee the server sheds load"
             };
             finding(
-                "errors_past_knee",
+                FindingCode::ErrorsPastKnee,
                 m,
                 l,
                 format!(
@@ -320,7 +320,7 @@ fn client_server_gap(m: &ModelReport, t: &Thresholds) -> Vec<Finding> {
         let s = l.server.as_ref()?.signals.get("server_ttft_s")?.p95?;
         (c - s > t.client_server_ttft_gap).then(|| {
             finding(
-                "client_server_gap",
+                FindingCode::ClientServerGap,
                 m,
                 l,
                 format!(
@@ -347,7 +347,7 @@ fn client_server_gap(m: &ModelReport, t: &Thresholds) -> Vec<Finding> {
         if c <= 0.0 {
             return (s > 0.0).then(|| {
                 finding(
-                    "client_server_gap",
+                    FindingCode::ClientServerGap,
                     m,
                     l,
                     format!(
@@ -360,7 +360,7 @@ fn client_server_gap(m: &ModelReport, t: &Thresholds) -> Vec<Finding> {
         let off = s / c - 1.0;
         (off.abs() > t.client_server_tokens_gap).then(|| {
             finding(
-                "client_server_gap",
+                FindingCode::ClientServerGap,
                 m,
                 l,
                 format!(
@@ -383,7 +383,7 @@ fn client_bound(m: &ModelReport) -> Vec<Finding> {
         .filter_map(|l| {
             let why = l.client_bound.as_ref()?;
             Some(finding(
-                "client_bound",
+                FindingCode::ClientBound,
                 m,
                 l,
                 format!(
@@ -485,7 +485,7 @@ mod tests {
     fn codes(m: &ModelReport, t: &Thresholds) -> Vec<(String, String)> {
         findings(std::slice::from_ref(m), t)
             .into_iter()
-            .map(|f| (f.code, f.level))
+            .map(|f| (f.code.to_string(), f.level.to_string()))
             .collect()
     }
 

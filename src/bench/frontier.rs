@@ -10,6 +10,7 @@
 //! level, or one the client could not measure).
 
 use super::report::{ModelReport, model_names};
+use super::stats::Load;
 use serde::{Deserialize, Serialize};
 
 /// One level as a point of the frontier.
@@ -17,8 +18,8 @@ use serde::{Deserialize, Serialize};
 pub struct FrontierPoint {
     /// The series as the report names it (`model`, `target/model`, `model · prompt`).
     pub series: String,
-    /// The level's label (`8`, `4/s`).
-    pub level: String,
+    /// The level's load, written as its label (`8`, `4/s`).
+    pub level: Load,
     /// Tokens/s per user: the level's median per-request decode rate.
     pub tokens_per_s_per_user: f64,
     /// Aggregate output tokens/s per GPU.
@@ -107,7 +108,7 @@ pub fn of(models: &[ModelReport]) -> Option<Frontier> {
             continue;
         };
         for l in &m.levels {
-            let level = l.key.label();
+            let level = l.key.load();
             let why = if l.partial {
                 Some("partial")
             } else if l.client_bound.is_some() {
@@ -153,7 +154,7 @@ mod tests {
     fn p(series: &str, level: &str, user: f64, gpu: f64) -> FrontierPoint {
         FrontierPoint {
             series: series.into(),
-            level: level.into(),
+            level: level.parse().unwrap(),
             tokens_per_s_per_user: user,
             tokens_per_s_per_gpu: gpu,
             gpus: 1,
@@ -186,12 +187,12 @@ mod tests {
         assert_eq!(names(&got, false), ["b@8", "c@1"]);
         let b8 = got
             .iter()
-            .find(|x| x.series == "b" && x.level == "8")
+            .find(|x| x.series == "b" && x.level == Load::Concurrency(8))
             .unwrap();
         assert_eq!(b8.dominated_by.as_deref(), Some("a @ 8"));
         let c1 = got
             .iter()
-            .find(|x| x.series == "c" && x.level == "1")
+            .find(|x| x.series == "c" && x.level == Load::Concurrency(1))
             .unwrap();
         assert_eq!(c1.dominated_by.as_deref(), Some("a @ 1"));
         assert_eq!(pareto(Vec::new()), Vec::new());

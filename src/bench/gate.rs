@@ -33,20 +33,20 @@ use super::significance::{
 use super::stats::{LevelStats, Summary};
 
 /// The metrics compared with a baseline (costs only where both runs have a price).
-pub const COMPARED: [&str; 13] = [
-    "ttft_p50",
-    "ttft_p95",
-    "tpot_p50",
-    "tpot_p95",
-    "e2e_p50",
-    "e2e_p95",
-    "tps_p50",
-    "agg_tps",
-    "rps",
-    "goodput",
-    "error_rate",
-    "cost_per_request",
-    "cost_per_mtok",
+pub const COMPARED: [Metric; 13] = [
+    Metric::of(Base::Ttft, Stat::P50),
+    Metric::of(Base::Ttft, Stat::P95),
+    Metric::of(Base::Tpot, Stat::P50),
+    Metric::of(Base::Tpot, Stat::P95),
+    Metric::of(Base::E2e, Stat::P50),
+    Metric::of(Base::E2e, Stat::P95),
+    Metric::of(Base::Tps, Stat::P50),
+    Metric::level(Base::AggTps),
+    Metric::level(Base::Rps),
+    Metric::level(Base::Goodput),
+    Metric::level(Base::ErrorRate),
+    Metric::level(Base::CostPerRequest),
+    Metric::level(Base::CostPerMtok),
 ];
 
 /// Why a whole level is not judged against its baseline, or `None` when it can be: the client
@@ -285,7 +285,7 @@ pub fn compare(
     c: &Criteria,
     baseline_name: &str,
 ) -> Comparison {
-    let metrics: Vec<Metric> = COMPARED.iter().filter_map(|m| m.parse().ok()).collect();
+    let metrics = COMPARED;
     let slo: Vec<String> = c.slos.iter().map(ToString::to_string).collect();
     let same_slos = slo == baseline_slo;
     let mut out = Comparison {
@@ -342,8 +342,8 @@ pub fn compare(
                 };
                 let mut v = Regression {
                     model: name.clone(),
-                    level: l.key.label(),
-                    metric: metric.to_string(),
+                    level: l.key.load(),
+                    metric: *metric,
                     baseline: old,
                     current: cur,
                     change,
@@ -395,6 +395,34 @@ pub fn compare(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The values compared are named as reports have always named them, each the metric its
+    /// name reads as.
+    #[test]
+    fn the_compared_metrics_are_named_as_before() {
+        let names = COMPARED.map(|m| m.to_string());
+        assert_eq!(
+            names,
+            [
+                "ttft_p50",
+                "ttft_p95",
+                "tpot_p50",
+                "tpot_p95",
+                "e2e_p50",
+                "e2e_p95",
+                "tps_p50",
+                "agg_tps",
+                "rps",
+                "goodput",
+                "error_rate",
+                "cost_per_request",
+                "cost_per_mtok",
+            ]
+        );
+        for (m, name) in COMPARED.iter().zip(&names) {
+            assert_eq!(name.parse::<Metric>().as_ref(), Ok(m));
+        }
+    }
     use crate::bench::report::tests::samples;
     use crate::bench::select::tests::{level, model};
     use crate::bench::stats::LevelKey;
@@ -423,17 +451,17 @@ mod tests {
         )
     }
 
-    fn verdicts(r: &Comparison) -> Vec<(&str, &str, Option<Verdict>)> {
+    fn verdicts(r: &Comparison) -> Vec<(String, String, Option<Verdict>)> {
         r.values
             .iter()
-            .map(|v| (v.level.as_str(), v.metric.as_str(), v.verdict))
+            .map(|v| (v.level.to_string(), v.metric.to_string(), v.verdict))
             .collect()
     }
 
     fn verdict(r: &Comparison, level: &str, metric: &str) -> Regression {
         r.values
             .iter()
-            .find(|v| v.level == level && v.metric == metric)
+            .find(|v| v.level.to_string() == level && v.metric.to_string() == metric)
             .unwrap_or_else(|| panic!("{level} {metric} not compared: {:?}", verdicts(r)))
             .clone()
     }
@@ -454,10 +482,14 @@ mod tests {
             vec![measured(1, 100, 0.13, 0), measured(4, 100, 0.1, 0)],
         )];
         let r = compare(&slower, &base, &[], &c, "old.json");
-        let regressed: Vec<(&str, &str)> = r
+        let regressed: Vec<(String, String)> = r
             .regressions
             .iter()
-            .map(|g| (g.level.as_str(), g.metric.as_str()))
+            .map(|g| (g.level.to_string(), g.metric.to_string()))
+            .collect();
+        let regressed: Vec<(&str, &str)> = regressed
+            .iter()
+            .map(|(l, m)| (l.as_str(), m.as_str()))
             .collect();
         assert_eq!(
             regressed,

@@ -93,7 +93,7 @@ fn identity(r: &Report) -> Vec<(&'static str, String)> {
             "load mode",
             format!(
                 "{} {:?} requests {:?} duration {:?} warmup {} ramp {:?} prewarm {}",
-                mode.kind,
+                mode.kind.as_str(),
                 mode.arrival,
                 mode.requests_per_level,
                 mode.duration_per_level_s,

@@ -17,7 +17,8 @@
 //!   beyond the tolerance and significant), on [`significance`]'s tests.
 //! - [`report`]: the typed report every renderer reads ([`crate::render`] writes it out).
 //! - [`shard`]: one run split across processes (`--shard i/N`, `--start-at`), the run id.
-//! - [`merge`]: `bench merge`, the shards' reports made into the whole run's.
+//! - [`merge`]: `bench merge`, the shards' reports made into the whole run's; [`combine`]:
+//!   `bench report`'s runs side by side, judged again.
 //! - [`crosscheck`]: `--cross-check`, streaming vs non-streaming E2E beside each level.
 //! - [`server_view`]: the LLM server's metrics beside every level; [`findings`]: what client and server numbers
 //!   mean together.
@@ -38,6 +39,7 @@ pub mod answer;
 pub mod baseline;
 pub mod canary;
 pub mod capacity;
+pub mod combine;
 pub mod confidence;
 pub mod criteria;
 pub mod crosscheck;
@@ -600,7 +602,7 @@ mod tests {
         assert!(
             c.regressions
                 .iter()
-                .all(|r| r.level != "8" || r.model != "alpha"),
+                .all(|r| r.level != stats::Load::Concurrency(8) || r.model != "alpha"),
             "{c:?}"
         );
     }

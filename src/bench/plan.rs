@@ -166,7 +166,7 @@ impl BenchPlan {
                 .map(|m| (m.target.name.clone(), m.model.clone()))
                 .collect(),
             workload: baseline::WorkloadKey {
-                api: self.sent.head().api.to_string(),
+                api: super::report::Apis::one(self.sent.head().api),
                 prompt: self.prompt_names().join(","),
                 workload: Some(baseline::describe_all(self.sent.prompts())),
                 max_tokens: self.sent.spec().max_tokens,
@@ -273,7 +273,7 @@ impl BenchPlan {
             command: None,
             target: target_names,
             base_url: base_urls,
-            api: head.api.to_string(),
+            api: super::report::Apis::one(head.api),
             prompt: self.prompt_names().join(","),
             max_tokens: spec.max_tokens,
             workload: Some(baseline::describe_all(self.sent.prompts())),
@@ -514,7 +514,7 @@ fn with_trace(mode: LoadMode, spec: &ProbeSpec) -> LoadMode {
 fn load_mode(open: bool, load: &LoadPlan, amount: Amount) -> LoadMode {
     let arrival = load.arrival;
     LoadMode {
-        kind: if open { "open" } else { "closed" }.into(),
+        kind: super::report::LoadKind::of(open),
         arrival: open.then(|| arrival.as_str().to_owned()),
         seed: (open && arrival.random()).then_some(load.seed),
         burstiness: arrival.burstiness().filter(|_| open),

@@ -2,9 +2,10 @@
 //! ([`crate::render`] writes it as a table, Markdown, CSV, JSON and HTML). One model's sweep is a
 //! [`ModelReport`]; the run is a [`Report`].
 
-use super::criteria::{CriteriaRecord, KneeRule};
-use super::stats::{LevelKey, LevelStats};
+use super::criteria::{CriteriaRecord, KneeRule, Metric};
+use super::stats::{CapacityLimit, LevelKey, LevelStats, Load};
 use crate::config::Price;
+use crate::protocol::Api;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -74,11 +75,45 @@ impl ModelReport {
     }
 }
 
+/// Closed loop (a fixed number of streams) or open loop (an arrival rate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LoadKind {
+    /// `closed`: each level keeps a fixed number of requests in flight (its concurrency).
+    Closed,
+    /// `open`: each level's requests arrive at a rate, whether earlier ones ended or not.
+    Open,
+}
+
+impl LoadKind {
+    /// Open loop when `open`, else closed.
+    pub fn of(open: bool) -> LoadKind {
+        if open {
+            LoadKind::Open
+        } else {
+            LoadKind::Closed
+        }
+    }
+
+    /// True for open loop.
+    pub fn is_open(self) -> bool {
+        self == LoadKind::Open
+    }
+
+    /// `closed` or `open`, as the report writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LoadKind::Closed => "closed",
+            LoadKind::Open => "open",
+        }
+    }
+}
+
 /// How load was generated.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LoadMode {
-    /// `closed` (fixed concurrency) or `open` (arrival rate).
-    pub kind: String,
+    /// Closed or open loop.
+    pub kind: LoadKind,
     /// Open loop: `poisson`, `gamma` or `constant`.
     #[serde(default)]
     pub arrival: Option<String>,
@@ -117,6 +152,51 @@ pub struct LoadMode {
     pub prewarm: bool,
 }
 
+/// The API protocol of a run (its first model's target's), or of each run a combination was
+/// made from, once each in order; written as its name, joined by `, ` (`openai-chat`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Apis(pub Vec<Api>);
+
+impl Apis {
+    /// One protocol.
+    pub fn one(api: Api) -> Apis {
+        Apis(vec![api])
+    }
+}
+
+impl std::fmt::Display for Apis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, api) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            f.write_str(api.as_str())?;
+        }
+        Ok(())
+    }
+}
+
+impl Serialize for Apis {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Apis {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::IntoDeserializer;
+        let names = std::borrow::Cow::<str>::deserialize(d)?;
+        names
+            .split(", ")
+            .map(|name| {
+                Api::deserialize(name.into_deserializer())
+                    .map_err(|e: serde::de::value::Error| serde::de::Error::custom(e))
+            })
+            .collect::<Result<_, _>>()
+            .map(Apis)
+    }
+}
+
 /// A whole bench run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {
@@ -134,8 +214,8 @@ pub struct Report {
     pub target: String,
     /// Their base URLs, likewise.
     pub base_url: String,
-    /// Its protocol.
-    pub api: String,
+    /// Its protocol (a combination of runs: each of theirs).
+    pub api: Apis,
     /// The prompt's name.
     pub prompt: String,
     /// The prompt's output cap.
@@ -311,7 +391,7 @@ pub struct ModelCapacity {
     pub failed_interval: Option<[f64; 2]>,
     /// What the failing level missed most: an objective (`ttft<=2.00 s`), or `errors`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub missed: Option<String>,
+    pub missed: Option<CapacityLimit>,
     /// Whether the two intervals decide the capacity at 95% confidence
     /// ([`super::capacity::clear`]).
     pub clear: bool,
@@ -403,9 +483,9 @@ pub struct Ranked {
     /// Weighted score in `[0, 1]`.
     pub score: f64,
     /// The weighted metrics' values.
-    pub values: BTreeMap<String, Option<f64>>,
+    pub values: BTreeMap<Metric, Option<f64>>,
     /// Their normalized values in `[0, 1]` (1 = best among the eligible models).
-    pub normalized: BTreeMap<String, f64>,
+    pub normalized: BTreeMap<Metric, f64>,
 }
 
 /// A model that failed a hard limit.
@@ -417,7 +497,7 @@ pub struct Rejected {
     pub reasons: Vec<String>,
     /// The highest level of its sweep at which it meets every limit (absent: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub passes_at: Option<String>,
+    pub passes_at: Option<Load>,
     /// Each limit it failed, with its distance to it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub misses: Vec<Miss>,
@@ -445,19 +525,57 @@ pub struct Miss {
     pub distance: Option<f64>,
 }
 
+/// The level a selection is read at: one load, or each model's last level.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SelectedLevel {
+    /// Every model's level at this load.
+    At(Load),
+    /// Each model's last level (written `last`).
+    Last,
+}
+
+impl std::fmt::Display for SelectedLevel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SelectedLevel::At(l) => l.fmt(f),
+            SelectedLevel::Last => f.write_str("last"),
+        }
+    }
+}
+
+impl Serialize for SelectedLevel {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for SelectedLevel {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let label = std::borrow::Cow::<str>::deserialize(d)?;
+        match label.as_ref() {
+            // Older versions left it empty when no model had a level.
+            "last" | "" => Ok(SelectedLevel::Last),
+            l => l
+                .parse()
+                .map(SelectedLevel::At)
+                .map_err(serde::de::Error::custom),
+        }
+    }
+}
+
 /// The outcome of selection at one level.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Selection {
-    /// The level label selection used (`8`, or `4/s` in open loop; `last` at each model's last
+    /// The level selection used (`8`, or `4/s` in open loop; `last` at each model's last
     /// level).
-    pub level: String,
+    pub level: SelectedLevel,
     /// Why that load (absent in reports of older versions).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load: Option<AnswerLoad>,
     /// The hard limits, as text.
     pub limits: Vec<String>,
     /// The weights, by metric.
-    pub weights: BTreeMap<String, f64>,
+    pub weights: BTreeMap<Metric, f64>,
     /// Models that passed every limit, best first.
     pub ranked: Vec<Ranked>,
     /// Models that failed a limit.
@@ -502,10 +620,10 @@ impl Verdict {
 pub struct Regression {
     /// The model.
     pub model: String,
-    /// The level's label.
-    pub level: String,
+    /// The level.
+    pub level: Load,
     /// The metric.
-    pub metric: String,
+    pub metric: Metric,
     /// The baseline's value.
     pub baseline: f64,
     /// This run's value.
@@ -578,16 +696,93 @@ impl Comparison {
     }
 }
 
+/// What a finding is about ([`super::findings`] says when each fires); written as its code,
+/// `queueing`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FindingCode {
+    /// `client_bound`: the client could not measure the level.
+    ClientBound,
+    /// `gpu_underutilized`: the GPU was mostly idle at the knee.
+    GpuUnderutilized,
+    /// `memory_pressure`: GPU memory, the KV cache or host memory was nearly full.
+    MemoryPressure,
+    /// `queueing`: the server's queue grew while throughput did not.
+    Queueing,
+    /// `ttft_growth`: TTFT grew well past the lowest load's.
+    TtftGrowth,
+    /// `long_tail`: p95 far above p50.
+    LongTail,
+    /// `errors_past_knee`: requests failed past the knee.
+    ErrorsPastKnee,
+    /// `client_server_gap`: the client's and the server's figures differ.
+    ClientServerGap,
+    /// A code this version does not know (a report of another version), kept as written.
+    Other(String),
+}
+
+impl FindingCode {
+    const KNOWN: [FindingCode; 8] = [
+        FindingCode::ClientBound,
+        FindingCode::GpuUnderutilized,
+        FindingCode::MemoryPressure,
+        FindingCode::Queueing,
+        FindingCode::TtftGrowth,
+        FindingCode::LongTail,
+        FindingCode::ErrorsPastKnee,
+        FindingCode::ClientServerGap,
+    ];
+
+    /// The code as the report writes it.
+    pub fn as_str(&self) -> &str {
+        match self {
+            FindingCode::ClientBound => "client_bound",
+            FindingCode::GpuUnderutilized => "gpu_underutilized",
+            FindingCode::MemoryPressure => "memory_pressure",
+            FindingCode::Queueing => "queueing",
+            FindingCode::TtftGrowth => "ttft_growth",
+            FindingCode::LongTail => "long_tail",
+            FindingCode::ErrorsPastKnee => "errors_past_knee",
+            FindingCode::ClientServerGap => "client_server_gap",
+            FindingCode::Other(code) => code,
+        }
+    }
+
+    /// The code written `code`.
+    pub fn of(code: &str) -> FindingCode {
+        Self::KNOWN
+            .into_iter()
+            .find(|k| k.as_str() == code)
+            .unwrap_or_else(|| FindingCode::Other(code.to_owned()))
+    }
+}
+
+impl std::fmt::Display for FindingCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for FindingCode {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for FindingCode {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(FindingCode::of(&std::borrow::Cow::<str>::deserialize(d)?))
+    }
+}
+
 /// One finding.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Finding {
-    /// `gpu_underutilized`, `memory_pressure`, `queueing`, `ttft_growth`, `long_tail`,
-    /// `errors_past_knee`, `client_server_gap`.
-    pub code: String,
+    /// What it is about.
+    pub code: FindingCode,
     /// The model.
     pub model: String,
-    /// The level's label (`8`, `4/s`).
-    pub level: String,
+    /// The level (`8`, `4/s`).
+    pub level: Load,
     /// What it means and what to do.
     pub message: String,
     /// In a combination of runs (`bench report a.json b.json`): the run it came from, `#2`.
@@ -598,6 +793,7 @@ pub struct Finding {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::bench::capacity::SearchStop;
     use crate::bench::criteria::Criteria;
     use crate::bench::gate::compare;
     use crate::bench::select::find_knee;
@@ -654,6 +850,86 @@ pub(crate) mod tests {
                 }
             })
             .collect()
+    }
+
+    /// The report's typed leaves are written as the strings older versions wrote, and read
+    /// back from them (a finding's code this version does not know is kept as written).
+    #[test]
+    fn typed_leaves_are_written_and_read_as_the_strings_they_were() {
+        let mut r = synthetic();
+        r.findings = vec![Finding {
+            code: FindingCode::Queueing,
+            model: "alpha".into(),
+            level: Load::Concurrency(8),
+            message: "waits".into(),
+            run: None,
+        }];
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["mode"]["kind"], "closed");
+        assert_eq!(json["api"], "openai-chat");
+        assert_eq!(json["selection"]["level"], "8");
+        assert_eq!(json["selection"]["weights"]["ttft_p95"], 0.5);
+        assert_eq!(json["selection"]["ranked"][0]["values"]["tps_p50"], 50.0);
+        let first = &json["comparison"]["values"][0];
+        assert_eq!(
+            (&first["level"], &first["metric"]),
+            (&"2".into(), &"ttft_p50".into())
+        );
+        assert_eq!(json["findings"][0]["code"], "queueing");
+        assert_eq!(json["findings"][0]["level"], "8");
+        let mut older = json.clone();
+        older["mode"]["kind"] = "open".into();
+        older["api"] = "openai-chat, anthropic-messages".into();
+        older["selection"]["level"] = "last".into();
+        older["findings"][0]["code"] = "kv_cache_pressure".into();
+        older["findings"][0]["level"] = "2.5/s".into();
+        older["models"][0]["capacity"] = serde_json::json!({
+            "concurrency": 4, "target_attainment": 0.95, "attainment": 1.0,
+            "attainment_interval": [0.9, 1.0], "limited_by": "errors", "failed_at": 8.0,
+            "clear": true, "levels_tried": [1.0, 2.0, 4.0, 8.0], "requests": 80, "seconds": 4.0,
+            "stopped": "even 8 failed; a higher load passed again, so the capacity is kept below the lowest failure",
+        });
+        older["models"][1]["capacity"] = older["models"][0]["capacity"].clone();
+        older["models"][1]["capacity"]["limited_by"] = "ttft<=300.0 ms".into();
+        older["models"][1]["capacity"]["stopped"] = "the search was stopped".into();
+        let back: Report = serde_json::from_value(older.clone()).unwrap();
+        assert_eq!(back.mode.kind, LoadKind::Open);
+        assert_eq!(
+            back.api,
+            Apis(vec![Api::OpenaiChat, Api::AnthropicMessages])
+        );
+        assert_eq!(back.selection.as_ref().unwrap().level, SelectedLevel::Last);
+        assert_eq!(
+            (&back.findings[0].code, back.findings[0].level),
+            (
+                &FindingCode::Other("kv_cache_pressure".into()),
+                Load::Rate(2.5)
+            )
+        );
+        let (a, b) = (
+            back.models[0].capacity.as_ref().unwrap(),
+            back.models[1].capacity.as_ref().unwrap(),
+        );
+        assert_eq!(
+            (&a.limited_by, &a.stopped),
+            (
+                &Some(CapacityLimit::Errors),
+                &SearchStop::EvenFailed {
+                    load: 8.0,
+                    passed_above: true
+                }
+            )
+        );
+        assert_eq!(
+            (&b.limited_by, &b.stopped),
+            (
+                &Some(CapacityLimit::Objective("ttft<=300.0 ms".into())),
+                &SearchStop::Other("the search was stopped".into())
+            )
+        );
+        assert_eq!(serde_json::to_value(&back).unwrap(), older);
+        older["findings"][0]["level"] = "fast".into();
+        assert!(serde_json::from_value::<Report>(older).is_err());
     }
 
     /// A synthetic two-model sweep with a knee, selection and a comparison.
@@ -732,12 +1008,12 @@ pub(crate) mod tests {
             command: None,
             target: "local".into(),
             base_url: "http://127.0.0.1:8000/v1".into(),
-            api: "openai-chat".into(),
+            api: Apis::one(Api::OpenaiChat),
             prompt: "hello".into(),
             max_tokens: Some(64),
             workload: None,
             mode: LoadMode {
-                kind: "closed".into(),
+                kind: LoadKind::Closed,
                 arrival: None,
                 burstiness: None,
                 seed: None,

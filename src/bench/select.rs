@@ -2,8 +2,10 @@
 //! score (the comparison with a baseline run is [`super::gate`]'s).
 
 use super::criteria::{Base, Criteria, KneeRule, Metric};
-use super::report::{Knee, Miss, ModelReport, Ranked, Rejected, Selection, model_names};
-use super::stats::LevelStats;
+use super::report::{
+    Knee, Miss, ModelReport, Ranked, Rejected, SelectedLevel, Selection, model_names,
+};
+use super::stats::{LevelStats, Load};
 use std::collections::BTreeMap;
 
 /// The server's mean requests waiting from which a growing queue marks a knee.
@@ -287,12 +289,12 @@ fn level_at(m: &ModelReport, at: Option<f64>) -> Option<&LevelStats> {
 }
 
 /// The highest level of `m`'s sweep at which it meets every limit of `c` (with a success).
-fn passes_at(m: &ModelReport, c: &Criteria) -> Option<String> {
+fn passes_at(m: &ModelReport, c: &Criteria) -> Option<Load> {
     m.levels
         .iter()
         .filter(|l| l.successes > 0 && c.limits.iter().all(|lim| lim.violation(l).is_none()))
         .max_by(|a, b| a.key.x().total_cmp(&b.key.x()))
-        .map(|l| l.key.label())
+        .map(|l| l.key.load())
 }
 
 /// Scores within this of each other are a tie: one rank.
@@ -317,8 +319,8 @@ fn scores(models: &[(&str, &LevelStats)], c: &Criteria) -> Vec<Ranked> {
             for ((metric, w), col) in weights.iter().zip(&columns) {
                 let n = normalize(metric, col[i], col);
                 sum += w * n;
-                values.insert(metric.to_string(), col[i]);
-                normalized.insert(metric.to_string(), n);
+                values.insert(*metric, col[i]);
+                normalized.insert(*metric, n);
             }
             Ranked {
                 rank: 0,
@@ -377,7 +379,7 @@ pub fn select(models: &[ModelReport], c: &Criteria) -> Selection {
     let weights = c.effective_weights();
     let mut rejected: Vec<(Rejected, Option<&LevelStats>)> = Vec::new();
     let mut eligible: Vec<(&str, &LevelStats)> = Vec::new();
-    let mut label = c.select_at.map(crate::units::trim_float);
+    let mut level: Option<Load> = None;
     let names = model_names(models);
     for (m, name) in models.iter().zip(&names) {
         let Some(l) = level_at(m, c.select_at) else {
@@ -386,7 +388,8 @@ pub fn select(models: &[ModelReport], c: &Criteria) -> Selection {
                     model: name.clone(),
                     reasons: vec![format!(
                         "no level at {}",
-                        label.clone().unwrap_or_else(|| "the end".into())
+                        c.select_at
+                            .map_or_else(|| "the end".into(), crate::units::trim_float)
                     )],
                     passes_at: passes_at(m, c),
                     misses: Vec::new(),
@@ -397,7 +400,7 @@ pub fn select(models: &[ModelReport], c: &Criteria) -> Selection {
             ));
             continue;
         };
-        label.get_or_insert_with(|| l.key.label());
+        level.get_or_insert_with(|| l.key.load());
         let misses: Vec<Miss> = c
             .limits
             .iter()
@@ -481,11 +484,17 @@ pub fn select(models: &[ModelReport], c: &Criteria) -> Selection {
             r.score = scored.iter().find(|s| s.model == r.model).map(|s| s.score);
         }
     }
+    // Asked for a load no model ran: that load, open loop when the sweeps are.
+    let open = models
+        .iter()
+        .flat_map(|m| &m.levels)
+        .any(|l| l.key.rate.is_some());
+    let level = level.or_else(|| c.select_at.map(|x| Load::at(x, open)));
     Selection {
-        level: label.unwrap_or_default(),
+        level: level.map_or(SelectedLevel::Last, SelectedLevel::At),
         load: None,
         limits: c.limits.iter().map(ToString::to_string).collect(),
-        weights: weights.iter().map(|(m, w)| (m.to_string(), *w)).collect(),
+        weights: weights.iter().copied().collect(),
         ranked,
         rejected: rejected.into_iter().map(|(r, _)| r).collect(),
         length_mismatch: length_mismatch(models),
@@ -751,7 +760,7 @@ pub(crate) mod tests {
             ..Criteria::default()
         };
         let s = select(&models, &c);
-        assert_eq!(s.level, "8");
+        assert_eq!(s.level, SelectedLevel::At(Load::Concurrency(8)));
         assert_eq!(s.rejected.len(), 1);
         assert_eq!(s.rejected[0].model, "flaky");
         assert!(s.rejected[0].reasons[0].contains("error_rate = 5.00%"));
@@ -792,7 +801,7 @@ pub(crate) mod tests {
         };
         let s = select(std::slice::from_ref(&m), &c);
         assert!(s.ranked.is_empty());
-        assert_eq!(s.rejected[0].passes_at.as_deref(), Some("4"));
+        assert_eq!(s.rejected[0].passes_at, Some(Load::Concurrency(4)));
         let strict = Criteria {
             limits: vec!["ttft_p95<100ms".parse().unwrap()],
             ..Criteria::default()
@@ -904,5 +913,34 @@ pub(crate) mod tests {
         };
         let s = select(&models, &c);
         assert_eq!(s.rejected[0].reasons, vec!["no level at 16".to_owned()]);
+        assert_eq!(s.level, SelectedLevel::At(Load::Concurrency(16)));
+    }
+
+    /// In open loop the load asked for is a rate, written `4/s` as every level's label (it was
+    /// `4`, which read as four streams).
+    #[test]
+    fn an_open_loop_selection_is_at_a_rate() {
+        let at = |rate: f64| LevelStats {
+            key: crate::bench::stats::LevelKey {
+                concurrency: 100,
+                rate: Some(rate),
+            },
+            ..level(1, 400.0, 0.5, 0.0)
+        };
+        let models = vec![model("a", vec![at(2.0), at(4.0)])];
+        for (select_at, load) in [(Some(4.0), 4.0), (Some(3.0), 3.0), (None, 4.0)] {
+            let c = Criteria {
+                select_at,
+                ..Criteria::default()
+            };
+            let s = select(&models, &c);
+            assert_eq!(
+                s.level,
+                SelectedLevel::At(Load::Rate(load)),
+                "{select_at:?}"
+            );
+            let json = serde_json::to_value(&s).unwrap();
+            assert_eq!(json["level"], format!("{load}/s"));
+        }
     }
 }

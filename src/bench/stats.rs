@@ -224,18 +224,53 @@ impl Attainment {
         })
     }
 
-    /// What kept the most requests out: `errors`, or the objective missed most often (`None`
+    /// What kept the most requests out: errors, or the objective missed most often (`None`
     /// when every request met every objective).
-    pub fn limited_by(&self) -> Option<String> {
+    pub fn limited_by(&self) -> Option<CapacityLimit> {
         let worst = self
             .missed
             .iter()
             .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)));
         match worst {
-            Some((name, &n)) if n > self.failed => Some(name.clone()),
-            _ if self.failed > 0 => Some("errors".into()),
+            Some((name, &n)) if n > self.failed => Some(CapacityLimit::Objective(name.clone())),
+            _ if self.failed > 0 => Some(CapacityLimit::Errors),
             _ => None,
         }
+    }
+}
+
+/// What kept a level's requests from its SLO attainment ([`Attainment::limited_by`]), and so
+/// limited a capacity: written `errors`, or as the objective (`ttft<=2.00 s`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CapacityLimit {
+    /// Failed requests.
+    Errors,
+    /// An objective, as the report writes it (`ttft<=2.00 s`).
+    Objective(String),
+}
+
+impl std::fmt::Display for CapacityLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CapacityLimit::Errors => f.write_str("errors"),
+            CapacityLimit::Objective(o) => f.write_str(o),
+        }
+    }
+}
+
+impl Serialize for CapacityLimit {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for CapacityLimit {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = std::borrow::Cow::<str>::deserialize(d)?;
+        Ok(match text.as_ref() {
+            "errors" => CapacityLimit::Errors,
+            o => CapacityLimit::Objective(o.to_owned()),
+        })
     }
 }
 
@@ -295,7 +330,23 @@ pub const CLIENT_STARVED_READ_LAG_S: f64 = 0.002;
 /// the kernel received them (the reading task waited to run).
 pub const CLIENT_READ_LAG_P50_S: f64 = 0.005;
 
+/// How much longer TTFT p95 counted from the schedule must be than from the send for an
+/// open-loop level to have fallen behind its schedule: over this share of it...
+pub const BEHIND_SCHEDULE_SHARE: f64 = 0.05;
+/// ...and over this, s.
+pub const BEHIND_SCHEDULE_MIN_S: f64 = 0.001;
+
 impl LevelStats {
+    /// Open loop: the TTFT p95 from the schedule and from the send when requests left behind
+    /// their scheduled arrival enough to matter (the first longer than the second by over
+    /// [`BEHIND_SCHEDULE_SHARE`] and [`BEHIND_SCHEDULE_MIN_S`]): a user arriving on time waited
+    /// that too. `None` otherwise.
+    pub fn behind_schedule(&self) -> Option<(f64, f64)> {
+        let (sent, sched) = (self.ttft_s?.p95, self.ttft_from_schedule_s?.p95);
+        (sched - sent > BEHIND_SCHEDULE_MIN_S.max(BEHIND_SCHEDULE_SHARE * sent))
+            .then_some((sched, sent))
+    }
+
     /// The mean wait for a CPU each time the bench's threads were ready to run, s (`None`
     /// without schedstats or without a time slice).
     pub fn cpu_wait_per_timeslice_s(&self) -> Option<f64> {
@@ -343,6 +394,76 @@ impl LevelStats {
     }
 }
 
+/// A level's load as what the report judges names it (a finding's level, a value compared with
+/// the baseline, where a rejected model still passes): a concurrency, or in open loop an arrival
+/// rate. Written and read as its label, `8` or `4/s` ([`LevelKey::label`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Load {
+    /// Closed loop: the streams kept in flight.
+    Concurrency(u32),
+    /// Open loop: the arrival rate, requests/s.
+    Rate(f64),
+}
+
+impl Load {
+    /// The load `x` of a sweep in open loop (`open`) or closed loop: a rate, or a concurrency
+    /// (a rate too when `x` is no whole number of streams, as no closed-loop level is).
+    pub fn at(x: f64, open: bool) -> Load {
+        if !open && x.fract() == 0.0 && (0.0..=f64::from(u32::MAX)).contains(&x) {
+            Load::Concurrency(x as u32)
+        } else {
+            Load::Rate(x)
+        }
+    }
+
+    /// The x coordinate of plots: the concurrency, or the rate.
+    pub fn x(self) -> f64 {
+        match self {
+            Load::Concurrency(n) => f64::from(n),
+            Load::Rate(r) => r,
+        }
+    }
+}
+
+impl std::fmt::Display for Load {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Load::Concurrency(n) => write!(f, "{n}"),
+            Load::Rate(r) => write!(f, "{}/s", crate::units::trim_float(*r)),
+        }
+    }
+}
+
+impl std::str::FromStr for Load {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("{s:?} is no level (a concurrency such as 8, or a rate such as 4/s)");
+        match s.strip_suffix("/s") {
+            Some(r) => r
+                .parse::<f64>()
+                .ok()
+                .filter(|r| r.is_finite() && *r >= 0.0)
+                .map(Load::Rate)
+                .ok_or_else(bad),
+            None => s.parse().map(Load::Concurrency).map_err(|_| bad()),
+        }
+    }
+}
+
+impl Serialize for Load {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Load {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let label = std::borrow::Cow::<str>::deserialize(d)?;
+        label.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 /// Which load a level applied.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct LevelKey {
@@ -356,9 +477,14 @@ pub struct LevelKey {
 impl LevelKey {
     /// A short label: `8` (closed loop) or `4/s` (open loop).
     pub fn label(&self) -> String {
+        self.load().to_string()
+    }
+
+    /// The load it applied: its concurrency, or in open loop its rate.
+    pub fn load(&self) -> Load {
         match self.rate {
-            None => self.concurrency.to_string(),
-            Some(r) => format!("{}/s", crate::units::trim_float(r)),
+            None => Load::Concurrency(self.concurrency),
+            Some(r) => Load::Rate(r),
         }
     }
 
@@ -744,6 +870,50 @@ impl LevelStats {
 mod tests {
     use super::*;
     use crate::bench::criteria::NO_SLO;
+
+    /// An open-loop level is behind its schedule when TTFT p95 from the schedule is longer than
+    /// from the send by over 5% and 1 ms; the rule is bench's, the page and the text say it.
+    #[test]
+    fn behind_schedule_is_over_five_percent_and_a_millisecond() {
+        let mut l = crate::bench::select::tests::level(1, 100.0, 0.1, 0.0);
+        let base = l.ttft_s.unwrap();
+        let p95 = |v: f64| Summary { p95: v, ..base };
+        assert_eq!(l.behind_schedule(), None, "closed loop: no schedule");
+        for (sched, behind) in [(0.104, false), (0.1051, true), (0.09, false)] {
+            l.ttft_from_schedule_s = Some(p95(sched));
+            assert_eq!(l.behind_schedule().is_some(), behind, "{sched}");
+        }
+        l.ttft_s = Some(p95(0.01));
+        l.ttft_from_schedule_s = Some(p95(0.0109));
+        assert_eq!(l.behind_schedule(), None, "0.9 ms is under a millisecond");
+        l.ttft_from_schedule_s = Some(p95(0.0111));
+        assert_eq!(l.behind_schedule(), Some((0.0111, 0.01)));
+    }
+
+    /// A level is named by its label, read back to the same load; what is no label is refused.
+    #[test]
+    fn a_load_is_written_and_read_as_its_label() {
+        for (load, label) in [
+            (Load::Concurrency(8), "8"),
+            (Load::Rate(4.0), "4/s"),
+            (Load::Rate(1.0 / 3.0), "0.3333333333333333/s"),
+        ] {
+            assert_eq!(load.to_string(), label);
+            assert_eq!(label.parse::<Load>(), Ok(load));
+            let json = serde_json::to_string(&load).unwrap();
+            assert_eq!(serde_json::from_str::<Load>(&json).unwrap(), load);
+        }
+        for bad in ["", "last", "-1", "4/h", "-2/s", "inf/s", "8.5"] {
+            assert!(bad.parse::<Load>().is_err(), "{bad}");
+        }
+        let key = LevelKey {
+            concurrency: 64,
+            rate: Some(2.5),
+        };
+        assert_eq!((key.load(), key.label()), (Load::Rate(2.5), "2.5/s".into()));
+        assert_eq!(Load::at(3.0, false), Load::Concurrency(3));
+        assert_eq!(Load::at(3.0, true), Load::Rate(3.0));
+    }
 
     #[test]
     fn quantiles_interpolate_between_ranks() {

@@ -375,9 +375,9 @@ impl Sweep {
             }
             let Some(level) = next else {
                 if let Some(c) = &series.capacity {
+                    let load = c.load().map_or_else(|| "none".into(), |l| l.to_string());
                     self.progress.println(&format!(
-                        "  {name}: capacity {} ({}; {}, {} requests, {:.1} s)",
-                        super::capacity::describe(c),
+                        "  {name}: capacity {load} ({}; {}, {} requests, {:.1} s)",
                         c.stopped,
                         crate::units::count(c.levels_tried.len(), "level"),
                         c.requests,

@@ -859,7 +859,7 @@ impl MergeArgs {
                 })
                 .collect(),
             workload: crate::bench::baseline::WorkloadKey::of(&merged),
-            open_loop: merged.mode.kind == "open",
+            open_loop: merged.mode.kind.is_open(),
             levels: Some(
                 merged
                     .models

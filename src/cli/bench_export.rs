@@ -105,7 +105,7 @@ impl Exports {
     /// # Errors
     /// [`BenchError`] for a bad flag or variable, or a client that cannot be built.
     pub fn start(args: &ExportArgs, plan: &mut BenchPlan) -> Result<Self, BenchError> {
-        let mode = if plan.open() { "open" } else { "closed" };
+        let mode = crate::bench::report::LoadKind::of(plan.open()).as_str();
         let remote = match args.remote_write()? {
             Some(spec) => {
                 let part = plan.part();

@@ -3,9 +3,9 @@
 //! [`super::bench::BenchAction`]).
 
 use crate::bench::BenchError;
+use crate::bench::combine;
 use crate::bench::criteria::{Criteria, parse_weights};
 use crate::exit::Exit;
-use crate::render::combine;
 use std::path::PathBuf;
 
 /// Flags of `tokenprobe bench report`.
@@ -102,7 +102,8 @@ pub fn run(a: &ReportArgs) -> Result<Exit, BenchError> {
     if a.no_samples {
         combine::drop_samples(&mut report);
     }
-    crate::render::write_outputs(&report, &outputs, &criteria.unwrap_or_default())?;
+    let shown = crate::render::shown::Shown::of(&report);
+    crate::render::write_outputs(&shown, &outputs, &criteria.unwrap_or_default())?;
     Ok(Exit::Done)
 }
 

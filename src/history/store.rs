@@ -740,7 +740,7 @@ fn insert_run(tx: &Transaction<'_>, r: &Report, json: &str) -> rusqlite::Result<
             r.run.as_ref().map(|i| &i.id),
             r.target,
             r.prompt,
-            r.mode.kind == "open",
+            r.mode.kind.is_open(),
             r.interrupted.is_some(),
             r.comparison.as_ref().map(|c| &c.baseline),
             r.comparison

@@ -9,6 +9,7 @@
 //! [`LOG_SPAN`], so a 100 ms model is not flattened to 0 beside a 4.5 s one. The page and the
 //! `--plot` SVG (`render::plot`) draw with this one engine.
 
+use crate::bench::report::LoadKind;
 use std::fmt::Write as _;
 
 /// Values spanning more than this factor get a logarithmic y axis.
@@ -274,6 +275,15 @@ pub fn tick_label(v: f64) -> String {
         s.trim_end_matches('0').trim_end_matches('.').to_owned()
     } else {
         s
+    }
+}
+
+/// The axis of charts against the level: `concurrency`, or in open loop `arrival rate
+/// (requests/s)`.
+pub fn load_axis(kind: LoadKind) -> &'static str {
+    match kind {
+        LoadKind::Closed => "concurrency",
+        LoadKind::Open => "arrival rate (requests/s)",
     }
 }
 

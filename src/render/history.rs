@@ -331,6 +331,31 @@ mod tests {
     }
 
     #[test]
+    fn the_listing_says_what_changed_beside_the_regressions() {
+        let run = StoredRun {
+            id: 2,
+            started_at: "2026-10-02T00:00:00Z".into(),
+            version: "0.1.0".into(),
+            run_id: None,
+            target: "t".into(),
+            prompt: "p".into(),
+            open_loop: false,
+            models: vec!["alpha".into()],
+            levels: vec!["1".into(), "4".into()],
+            interrupted: false,
+            baseline: Some("run 1".into()),
+            regressions: Some(1),
+            command: None,
+            changed: vec!["vLLM 0.10.1 → 0.11.0".into(), "GPUs 8 → 4".into()],
+        };
+        let text = runs_text(&[run]);
+        assert!(
+            text.contains("run 1: 1 regressed; changed: vLLM 0.10.1 → 0.11.0; GPUs 8 → 4"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn a_sparkline_scales_to_its_range_and_leaves_gaps() {
         assert_eq!(sparkline(&[Some(1.0), Some(2.0), None, Some(8.0)]), "▂▃ █");
         assert_eq!(sparkline(&[Some(5.0), Some(5.0)]), "██");

@@ -1,25 +1,21 @@
 //! The rendering half of `bench` (pure, apart from writing the files it is given): a judged
-//! [`Report`] becomes the terminal table, Markdown, CSV and JSON ([`text`]), the server's and the
-//! cross-checks' blocks ([`server_view`], [`crosscheck`]), the comparison with a baseline
-//! ([`gate`]), the self-contained HTML page ([`html`]) and
-//! the SVG plot ([`plot`]), both drawn by the one chart engine ([`chart`]); [`combine`] puts
-//! several runs' reports side by side for `bench report`; [`history`] renders the run store's listings and trends. Nothing here measures or judges: it
-//! reads the typed report [`crate::bench`] made, and numbers are written by [`crate::units`].
+//! [`Report`], [`shown`] once with what every output reads, becomes the terminal table,
+//! Markdown, CSV and JSON ([`text`]), the self-contained HTML page ([`html`]) and the SVG plot
+//! ([`plot`]), both drawn by the one chart engine ([`chart`]); [`history`] renders the run
+//! store's listings and trends. Nothing here measures or judges: it reads the typed report
+//! [`crate::bench`] made, and numbers are written by [`crate::units`].
 
 pub mod chart;
-pub mod combine;
-pub mod crosscheck;
-pub mod efficiency;
-pub mod gate;
 pub mod history;
 pub mod html;
 pub mod plot;
-pub mod server_view;
+pub mod shown;
 pub mod text;
 
 use crate::bench::BenchError;
 use crate::bench::criteria::Criteria;
 use crate::bench::report::Report;
+use shown::Shown;
 use std::path::{Path, PathBuf};
 
 /// An output file's format, by its extension.
@@ -119,26 +115,27 @@ fn write(path: &Path, text: &str) -> Result<(), BenchError> {
 /// # Errors
 /// [`BenchError::Output`] when a file cannot be written.
 pub fn write_outputs(
-    report: &Report,
+    shown: &Shown<'_>,
     outputs: &Outputs,
     criteria: &Criteria,
 ) -> Result<(), BenchError> {
+    let report = shown.report;
     for (o, format) in &outputs.files {
         let failed = |e: String| BenchError::Output {
             path: o.clone(),
             reason: e,
         };
         let text = match format {
-            FileFormat::Json => text::render_json(report),
-            FileFormat::Csv => text::render_csv(report).map_err(|e| failed(e.to_string()))?,
-            FileFormat::Markdown => text::render_markdown(report),
-            FileFormat::Html => html::page(report).map_err(|e| failed(e.to_string()))?,
+            FileFormat::Json => text::json(report),
+            FileFormat::Csv => text::csv::render(report).map_err(|e| failed(e.to_string()))?,
+            FileFormat::Markdown => text::markdown::render(shown),
+            FileFormat::Html => html::page(shown).map_err(|e| failed(e.to_string()))?,
         };
         write(o, &text)?;
     }
     if let Some(p) = &outputs.plot {
         let lines = plot::ref_lines(criteria);
-        let svg = plot::render_svg(report, &lines).map_err(|e| BenchError::Output {
+        let svg = plot::render_svg(shown, &lines).map_err(|e| BenchError::Output {
             path: p.clone(),
             reason: e.to_string(),
         })?;
@@ -154,15 +151,17 @@ pub fn write_outputs(
 /// # Errors
 /// [`BenchError::Output`] when a file cannot be written.
 pub fn deliver(report: &Report, outputs: &Outputs, criteria: &Criteria) -> Result<(), BenchError> {
-    crate::output::print_stdout(&text::render_table(report));
-    let written = write_outputs(report, outputs, criteria);
-    say_stopped(report, &outputs.files);
+    let shown = Shown::of(report);
+    crate::output::print_stdout(&text::table::render(&shown));
+    let written = write_outputs(&shown, outputs, criteria);
+    say_stopped(&shown, &outputs.files);
     written
 }
 
 /// For a stopped run, its stderr line: what it kept (the levels finished and the one kept
 /// partial), where, and what it left out.
-fn say_stopped(report: &Report, outputs: &[(PathBuf, FileFormat)]) {
+fn say_stopped(shown: &Shown<'_>, outputs: &[(PathBuf, FileFormat)]) {
+    let report = shown.report;
     let Some(i) = &report.interrupted else {
         return;
     };
@@ -172,11 +171,8 @@ fn say_stopped(report: &Report, outputs: &[(PathBuf, FileFormat)]) {
         .flat_map(|m| &m.levels)
         .filter(|l| !l.partial)
         .count();
-    let names = crate::bench::report::model_names(&report.models);
-    let partial: Vec<String> = report
-        .models
-        .iter()
-        .zip(&names)
+    let partial: Vec<String> = shown
+        .models()
         .flat_map(|(m, name)| {
             m.levels.iter().filter(|l| l.partial).map(move |l| {
                 format!(

@@ -9,6 +9,8 @@
 use super::chart::{self, Chart, HLine, Marker, Point, Ring, Series, XAxis};
 use crate::bench::criteria::{Base, Criteria};
 use crate::bench::report::Report;
+use crate::render::shown::Shown;
+use crate::render::text::loop_words;
 use std::fmt::Write as _;
 
 /// Why a plot could not be drawn.
@@ -158,11 +160,7 @@ fn level_chart(
 /// Every panel of the plot: TTFT p95 and tokens/s with the knee and the thresholds, then the
 /// server's panels that have data (a llama.cpp server has a queue but no GPU signal).
 fn panels(r: &Report, names: &[String], labels: &[String], lines: &[RefLine]) -> Vec<PanelChart> {
-    let x_label = if r.mode.kind == "open" {
-        "arrival rate (requests/s)"
-    } else {
-        "concurrency"
-    };
+    let x_label = chart::load_axis(r.mode.kind);
     let on = |p: Panel| -> Vec<HLine> {
         lines
             .iter()
@@ -304,7 +302,8 @@ fn legend(o: &mut String, entries: &[(Glyph, String)], top: f64) -> f64 {
 ///
 /// # Errors
 /// [`PlotError::Empty`] when no level has a result.
-pub fn render_svg(r: &Report, lines: &[RefLine]) -> Result<String, PlotError> {
+pub fn render_svg(shown: &Shown<'_>, lines: &[RefLine]) -> Result<String, PlotError> {
+    let r = shown.report;
     // The levels of the longest sweep label the x axis (every model runs the same levels).
     let labels: Vec<String> = r
         .models
@@ -315,17 +314,15 @@ pub fn render_svg(r: &Report, lines: &[RefLine]) -> Result<String, PlotError> {
     if labels.is_empty() {
         return Err(PlotError::Empty);
     }
-    let names = crate::bench::report::model_names(&r.models);
-    let panels = panels(r, &names, &labels, lines);
+    let names = &shown.names;
+    let panels = panels(r, names, &labels, lines);
     let mut entries: Vec<(Glyph, String)> = names
         .iter()
         .enumerate()
         .map(|(i, n)| (Glyph::Model(chart::color(i)), n.clone()))
         .collect();
-    let knees: Vec<String> = r
-        .models
-        .iter()
-        .zip(&names)
+    let knees: Vec<String> = shown
+        .models()
         .map(
             |(m, name)| match m.knee.as_ref().and_then(|k| m.levels.get(k.index)) {
                 Some(l) => format!("{name} at {}", l.key.label()),
@@ -342,16 +339,13 @@ pub fn render_svg(r: &Report, lines: &[RefLine]) -> Result<String, PlotError> {
         };
         entries.push((Glyph::Line(c), l.label.clone()));
     }
-    let mode = match r.mode.kind.as_str() {
-        "open" => format!(
-            "open loop, {} arrivals",
-            r.mode.arrival.as_deref().unwrap_or("poisson")
-        ),
-        _ => "closed loop".to_owned(),
-    };
     let title = format!(
-        "tokenprobe bench: {} ({}), prompt {}, {mode}; started {}",
-        r.target, r.api, r.prompt, r.started_at
+        "tokenprobe bench: {} ({}), prompt {}, {}; started {}",
+        r.target,
+        r.api,
+        r.prompt,
+        loop_words(&r.mode),
+        r.started_at
     );
     let rows = panels.len().div_ceil(PER_ROW);
     let row_h = PANEL_TITLE + chart::HEIGHT + GAP;
@@ -460,7 +454,7 @@ mod tests {
 
     #[test]
     fn svg_has_both_panels_and_every_model() {
-        let svg = render_svg(&synthetic(), &[]).unwrap();
+        let svg = render_svg(&Shown::of(&synthetic()), &[]).unwrap();
         assert!(svg.starts_with("<svg"), "{}", &svg[..80.min(svg.len())]);
         for s in ["TTFT p95", "aggregate output tokens/s", "alpha", "beta"] {
             assert!(svg.contains(s), "no {s:?} in the SVG");
@@ -473,7 +467,7 @@ mod tests {
     #[test]
     fn the_server_row_appears_only_when_collected() {
         use crate::servermetrics::level::{ServerLevel, SignalStats};
-        let plain = render_svg(&synthetic(), &[]).unwrap();
+        let plain = render_svg(&Shown::of(&synthetic()), &[]).unwrap();
         assert!(!plain.contains("server: GPU utilisation"));
         let mut r = synthetic();
         let mut s = ServerLevel::default();
@@ -488,7 +482,7 @@ mod tests {
             );
         }
         r.models[0].levels[0].server = Some(s);
-        let svg = render_svg(&r, &[]).unwrap();
+        let svg = render_svg(&Shown::of(&r), &[]).unwrap();
         for t in [
             "server: GPU utilisation (mean)",
             "server: requests waiting (mean)",
@@ -506,14 +500,14 @@ mod tests {
             .unwrap()
             .signals
             .remove("gpu_utilization");
-        let svg = render_svg(&r, &[]).unwrap();
+        let svg = render_svg(&Shown::of(&r), &[]).unwrap();
         assert!(svg.contains("server: requests waiting (mean)"));
         assert!(!svg.contains("server: GPU utilisation"), "an empty panel");
     }
 
     #[test]
     fn svg_has_a_title_and_a_knee_legend_entry() {
-        let svg = render_svg(&synthetic(), &[]).unwrap();
+        let svg = render_svg(&Shown::of(&synthetic()), &[]).unwrap();
         let t = texts(&svg);
         assert!(
             t.iter().any(|s| s.starts_with("tokenprobe bench: local (openai-chat), prompt hello, closed loop; started 2025-01-01T00:00:00Z")),
@@ -538,7 +532,7 @@ mod tests {
 
     #[test]
     fn the_legend_lies_below_every_panel() {
-        let svg = render_svg(&synthetic(), &[]).unwrap();
+        let svg = render_svg(&Shown::of(&synthetic()), &[]).unwrap();
         let rects: Vec<_> = elements(&svg, "rect")
             .into_iter()
             .filter(|(_, e)| e.contains(&format!(r#"stroke="{LEGEND_BORDER}""#)))
@@ -573,7 +567,7 @@ mod tests {
             ],
             &["ttft=300ms"],
         );
-        let svg = render_svg(&synthetic(), &ref_lines(&c)).unwrap();
+        let svg = render_svg(&Shown::of(&synthetic()), &ref_lines(&c)).unwrap();
         let height = attr(elements(&svg, "svg")[0].1, "height");
         let border = format!(r#"stroke="{LEGEND_BORDER}""#);
         let (at, rect) = elements(&svg, "rect")
@@ -606,7 +600,7 @@ mod tests {
         let c = criteria(&["ttft_p95<500ms", "agg_tps>150"], &["ttft=300ms"]);
         let lines = ref_lines(&c);
         assert_eq!(lines.len(), 3);
-        let svg = render_svg(&synthetic(), &lines).unwrap();
+        let svg = render_svg(&Shown::of(&synthetic()), &lines).unwrap();
         let t = texts(&svg);
         for l in ["limit ttft_p95 < 500.0 ms", "limit agg_tps > 150.0 tok/s"] {
             assert!(t.iter().any(|s| s == l), "no {l:?} in {t:?}");
@@ -637,7 +631,7 @@ mod tests {
 
     #[test]
     fn ttft_axis_is_logarithmic_when_values_span_more_than_10x() {
-        let linear = render_svg(&synthetic(), &[]).unwrap();
+        let linear = render_svg(&Shown::of(&synthetic()), &[]).unwrap();
         assert!(!linear.contains("log scale"), "synthetic spans 190–761 ms");
         // beta 20× slower: 100 ms next to seconds.
         let mut r = synthetic();
@@ -646,7 +640,7 @@ mod tests {
                 s.p95 *= 20.0;
             }
         }
-        let svg = render_svg(&r, &ref_lines(&criteria(&["ttft_p95<2s"], &[]))).unwrap();
+        let svg = render_svg(&Shown::of(&r), &ref_lines(&criteria(&["ttft_p95<2s"], &[]))).unwrap();
         let t = texts(&svg);
         assert!(
             t.iter().any(|s| s.starts_with("ms (log scale")),

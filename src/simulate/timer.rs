@@ -137,7 +137,7 @@ impl Future for Sleep {
 
 #[cfg(target_os = "linux")]
 mod precise {
-    use super::*;
+    use super::{AUTO_WINDOW, Context, Duration, Future, Instant, Pin, Poll, Slack, auto_grid};
     use futures_util::task::AtomicWaker;
     use rustix::time::{
         Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags, Timespec, timerfd_create,

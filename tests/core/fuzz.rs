@@ -459,7 +459,12 @@ fn fuzz_shard_reports() {
                             prop_assert!(l.wall_s.is_finite() && l.output_tokens_per_s.is_finite());
                         }
                         // The page renders whatever merged.
-                        prop_assert!(tokenprobe::render::html::page(&m).is_ok());
+                        prop_assert!(
+                            tokenprobe::render::html::page(&tokenprobe::render::shown::Shown::of(
+                                &m
+                            ))
+                            .is_ok()
+                        );
                     }
                     Err(e) => prop_assert!(!e.to_string().trim().is_empty()),
                 }

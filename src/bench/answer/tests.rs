@@ -56,7 +56,7 @@ fn one_answer_at_the_highest_load_every_model_serves_within_the_slos() {
     );
     let (s, also) = answer(&models, &c);
     assert_eq!(
-        (s.level.as_str(), s.load),
+        (s.level.to_string().as_str(), s.load),
         ("1", Some(AnswerLoad::WithinSlos))
     );
     let ranked: Vec<(usize, &str)> = s
@@ -67,7 +67,7 @@ fn one_answer_at_the_highest_load_every_model_serves_within_the_slos() {
     assert_eq!(ranked, [(1, "gemma3"), (2, "smollm2")]);
     let also = also.expect("a view at the highest load run");
     assert_eq!(
-        (also.level.as_str(), also.load),
+        (also.level.to_string().as_str(), also.load),
         ("20", Some(AnswerLoad::HighestCommon))
     );
     assert_eq!(also.ranked[0].model, "smollm2");
@@ -77,8 +77,11 @@ fn one_answer_at_the_highest_load_every_model_serves_within_the_slos() {
         ..c.clone()
     };
     let (s, also) = answer(&models, &at4);
-    assert_eq!((s.level.as_str(), s.load), ("4", Some(AnswerLoad::Asked)));
-    assert_eq!(also.map(|a| a.level), Some("20".to_owned()));
+    assert_eq!(
+        (s.level.to_string().as_str(), s.load),
+        ("4", Some(AnswerLoad::Asked))
+    );
+    assert_eq!(also.map(|a| a.level.to_string()), Some("20".to_owned()));
     // Asked for the highest load itself: no second view.
     let at20 = Criteria {
         select_at: Some(20.0),
@@ -98,7 +101,7 @@ fn one_answer_at_the_highest_load_every_model_serves_within_the_slos() {
         .collect();
     let (s, also) = answer(&plain, &c);
     assert_eq!(
-        (s.level.as_str(), s.load),
+        (s.level.to_string().as_str(), s.load),
         ("20", Some(AnswerLoad::HighestCommon))
     );
     assert!(also.is_none());
@@ -123,7 +126,7 @@ fn the_answer_compares_like_loads() {
     );
     let (s, also) = answer(&[b.clone(), a.clone()], &Criteria::default());
     assert_eq!(
-        (s.level.as_str(), s.load),
+        (s.level.to_string().as_str(), s.load),
         ("10", Some(AnswerLoad::HighestCommon))
     );
     assert!(also.is_none());
@@ -137,7 +140,7 @@ fn the_answer_compares_like_loads() {
     let apart = model("c", vec![level(7, 100.0, 0.1, 0.0)]);
     let (s, _) = answer(&[a, apart], &Criteria::default());
     assert_eq!(
-        (s.level.as_str(), s.load),
+        (s.level.to_string().as_str(), s.load),
         ("last", Some(AnswerLoad::LastLevels))
     );
 }
@@ -345,7 +348,10 @@ fn a_capacity_says_what_limited_it() {
         (c.level.map(|k| k.x()), c.failed_at.map(|k| k.x())),
         (Some(2.0), Some(4.0))
     );
-    assert_eq!(c.missed.as_deref(), Some("ttft<=200.0 ms"));
+    assert_eq!(
+        c.missed,
+        Some(CapacityLimit::Objective("ttft<=200.0 ms".into()))
+    );
     let l = c.limited_by.as_ref().expect("a limiter");
     assert_eq!((l.cause, l.view), (Cause::SharedCompute, View::Server));
     assert!(l.evidence.starts_with("from 2 to 4:"), "{}", l.evidence);
@@ -366,7 +372,10 @@ fn a_capacity_says_what_limited_it() {
     });
     let caps = slo_capacity(&[model("b", vec![failing])]).expect("SLOs");
     let c = &caps.models[0];
-    assert_eq!((c.level, c.missed.as_deref()), (None, Some("errors")));
+    assert_eq!(
+        (c.level, c.missed.clone()),
+        (None, Some(CapacityLimit::Errors))
+    );
     assert_eq!(
         c.limited_by
             .as_ref()

@@ -5,7 +5,7 @@
 //! [`Search`]: crate::bench::capacity::Search
 
 use super::{Extension, Level, Schedule};
-use crate::bench::capacity::{CapacityPlan, Next, Verdict};
+use crate::bench::capacity::{CapacityPlan, Next, SearchStop, Verdict};
 use crate::bench::report::ModelReport;
 use crate::bench::stats::LevelKey;
 use std::time::Instant;
@@ -85,13 +85,7 @@ impl Schedule for CapacitySearch {
         let began = *self.began.get_or_insert_with(Instant::now);
         let tried = self.tried(series);
         let next = match self.plan.budget.filter(|b| began.elapsed() >= *b) {
-            Some(b) => Next::Done(self.plan.search.stopped(
-                &tried,
-                &format!(
-                    "its time budget ({}) was spent",
-                    humantime::format_duration(b)
-                ),
-            )),
+            Some(b) => Next::Done(self.plan.search.stopped(&tried, SearchStop::OutOfTime(b))),
             None => self.plan.search.next(&tried),
         };
         match next {

@@ -43,7 +43,7 @@ pub(super) fn frontier_chart(r: &Report) -> Option<(String, String, Chart)> {
                 num(p.tokens_per_s_per_user),
                 num(p.tokens_per_s_per_gpu)
             ),
-            tag: p.level.clone(),
+            tag: p.level.to_string(),
         });
     }
     let mut front: Vec<Point> = f
@@ -111,7 +111,7 @@ fn frontier_table(o: &mut String, r: &Report) {
             o,
             r#"<tr><td class="t">{}</td><td class="t">{}</td>{}{}{}<td class="t">{}</td></tr>"#,
             esc(&p.series),
-            esc(&p.level),
+            esc(&p.level.to_string()),
             td(
                 Some(p.tokens_per_s_per_user),
                 &format!("{at}/tokens_per_s_per_user"),
@@ -137,14 +137,14 @@ fn frontier_table(o: &mut String, r: &Report) {
 }
 
 /// Each level's GPUs, self-hosted cost, API price, energy and server cache (when some level has
-/// a GPU count, an energy figure or a cache that is not simply warm).
-fn spend_table(o: &mut String, r: &Report) {
-    if !crate::render::efficiency::csv_any(r) {
+/// a GPU count, an energy figure or a cache that is not simply warm); the load named `axis`.
+fn spend_table(o: &mut String, r: &Report, axis: &str) {
+    if !crate::render::text::efficiency::csv_any(r) {
         return;
     }
     let heads = strs(&[
         "model",
-        super::plots::load_label(r),
+        axis,
         "GPUs",
         "output tokens/s per GPU",
         "GPU cost per Mtok",
@@ -228,15 +228,15 @@ fn provenance(o: &mut String, r: &Report) {
         return;
     };
     o.push_str(r#"<h3 id="provenance">What served the run</h3><ul>"#);
-    for l in crate::render::efficiency::provenance_lines(p) {
+    for l in crate::render::text::efficiency::provenance_lines(p) {
         let _ = write!(o, "<li>{}</li>", esc(&l));
     }
     o.push_str("</ul>");
 }
 
-/// The page's part of this module, after the other tables.
-pub(super) fn section(o: &mut String, r: &Report) {
+/// The page's part of this module, after the other tables (the load named `axis`, as theirs).
+pub(super) fn section(o: &mut String, r: &Report, axis: &str) {
     frontier_table(o, r);
-    spend_table(o, r);
+    spend_table(o, r, axis);
     provenance(o, r);
 }

@@ -16,7 +16,10 @@
 //! level" when some level has them, server signals to their own table and charts.
 
 use super::chart::esc;
+use crate::bench::criteria::{Base, Metric, Unit as MetricUnit};
 use crate::bench::report::Report;
+use crate::render::shown::Shown;
+use crate::render::text::{self, Style};
 use std::fmt::Write as _;
 
 mod efficiency;
@@ -82,30 +85,25 @@ pub(super) enum Unit {
     Plain,
 }
 
-/// A metric name (`ttft_p95`, `error_rate`, `agg_tps`)'s unit on the page.
-pub(super) fn metric_unit(m: &str) -> Unit {
-    let base = m.split('_').next().unwrap_or(m);
-    if m == "error_rate" {
-        Unit::Pct
-    } else if ["ttft", "ttfo", "tpot", "e2e", "lag"].contains(&base) {
-        Unit::Ms
-    } else {
-        Unit::Plain
+/// A metric's unit on the page: seconds in ms, shares in %, the rest as they are.
+pub(super) fn metric_unit(m: Metric) -> Unit {
+    match m.unit() {
+        MetricUnit::Seconds => Unit::Ms,
+        MetricUnit::Share => Unit::Pct,
+        _ => Unit::Plain,
     }
 }
 
 /// The unit written after a value of `metric` shown as `u`: ` ms`, ` %`, or the metric's own
 /// (` tok/s`, ` req/s`, ` per Mtok`; nothing for a cost per request).
-pub(super) fn unit_after(metric: &str, u: Unit) -> String {
+pub(super) fn unit_after(metric: Metric, u: Unit) -> String {
     match u {
         Unit::Ms => " ms".into(),
         Unit::Pct => " %".into(),
-        Unit::Plain => metric
-            .parse::<crate::bench::criteria::Metric>()
-            .map(|m| m.unit())
-            .ok()
-            .filter(|u| !u.is_empty())
-            .map_or_else(String::new, |u| format!(" {u}")),
+        Unit::Plain => match metric.unit().symbol() {
+            "" => String::new(),
+            s => format!(" {s}"),
+        },
     }
 }
 
@@ -191,14 +189,14 @@ document.documentElement.setAttribute('data-js','ok');
 ///
 /// # Errors
 /// [`HtmlError::NotAReport`] if the report does not serialize (it always does).
-pub fn page(report: &Report) -> Result<String, HtmlError> {
+pub fn page(shown: &Shown<'_>) -> Result<String, HtmlError> {
+    let report = shown.report;
     // The embedded report, as the JSON output writes it: every `data-k` points into it.
     let json = serde_json::to_string(report).map_err(|e| HtmlError::NotAReport(e.to_string()))?;
     let mut r = report.clone();
     // Models are named as every other rendering names them (`target/model` when targets differ).
-    let names = crate::bench::report::model_names(&r.models);
-    for (m, n) in r.models.iter_mut().zip(names) {
-        m.model = n;
+    for (m, n) in r.models.iter_mut().zip(&shown.names) {
+        m.model.clone_from(n);
     }
     let mut o = String::with_capacity(64 * 1024);
     // Every target of the run, in the order its models ran.
@@ -223,7 +221,7 @@ pub fn page(report: &Report) -> Result<String, HtmlError> {
         esc(&title)
     );
     let _ = write!(o, "<h1>{}</h1>", esc(&title));
-    if let Some(sentence) = crate::render::text::interrupted_sentence(&r) {
+    if let Some(sentence) = text::notes::interrupted_sentence(shown) {
         let _ = write!(
             o,
             r#"<p class="warn" id="interrupted">{}</p>"#,
@@ -232,10 +230,11 @@ pub fn page(report: &Report) -> Result<String, HtmlError> {
     }
     run_info(&mut o, &r);
     o.push_str(r#"<h2 id="answer">The answer</h2><div class="answer">"#);
-    answer(&mut o, &r, report);
+    answer(&mut o, &r, shown);
     o.push_str("</div>");
     o.push_str(r#"<h2 id="plots">Plots</h2><div class="plots">"#);
-    for (id, caption, c) in charts(&r) {
+    let axis = crate::render::chart::load_axis(r.mode.kind);
+    for (id, caption, c) in charts(&r, axis) {
         let _ = write!(
             o,
             r#"<figure class="plot" id="{id}"><figcaption>{}</figcaption>{}{}</figure>"#,
@@ -246,13 +245,13 @@ pub fn page(report: &Report) -> Result<String, HtmlError> {
     }
     o.push_str("</div>");
     o.push_str(r#"<h2 id="levels">Per model and level</h2>"#);
-    main_table(&mut o, &r);
-    percentile_table(&mut o, &r);
-    load_table(&mut o, &r);
-    server_table(&mut o, &r);
-    more_table(&mut o, &r);
-    efficiency::section(&mut o, &r);
-    baseline_table(&mut o, &r);
+    main_table(&mut o, &r, axis);
+    percentile_table(&mut o, &r, axis);
+    load_table(&mut o, &r, axis);
+    server_table(&mut o, &r, axis);
+    more_table(&mut o, &r, axis);
+    efficiency::section(&mut o, &r, axis);
+    baseline_table(&mut o, &r, axis);
     // `<` only occurs inside JSON strings, where `\u003c` means the same: no `</script>` can
     // end the element early.
     let _ = write!(
@@ -298,7 +297,7 @@ pub(super) fn run_info(o: &mut String, r: &Report) {
             "{} <code>{}</code> ({})",
             esc(&r.target),
             esc(&r.base_url),
-            esc(&r.api)
+            esc(&r.api.to_string())
         ),
     ));
     let mut workload = format!("prompt {}", esc(&r.prompt));
@@ -310,7 +309,7 @@ pub(super) fn run_info(o: &mut String, r: &Report) {
     }
     rows.push(("workload".into(), workload));
     let m = &r.mode;
-    let mut load = if m.kind == "open" {
+    let mut load = if m.kind.is_open() {
         format!(
             "open loop, {} arrivals",
             esc(m.arrival.as_deref().unwrap_or("poisson"))
@@ -377,28 +376,29 @@ fn text_block(o: &mut String, text: &str, id: &str) {
 /// The answer, first: the ranking at its stated load with scores (ties as ties; when no model
 /// passes, every model by its distance to the limits, with its score), the rejected models with
 /// each limit failed and how far, each model's knee beside its capacity within the SLOs, the view
-/// at another load, the knees, the findings and the regressions, in sentences. `text` is the
-/// report as the text outputs read it (the page's copy names its models for display).
-pub(super) fn answer(o: &mut String, r: &Report, text: &Report) {
+/// at another load, the knees, the findings and the regressions, in sentences. `shown` is the
+/// report as the text outputs read it (the page's copy `r` names its models for display).
+pub(super) fn answer(o: &mut String, r: &Report, shown: &Shown<'_>) {
     if let Some(s) = &r.selection {
         let _ = write!(
             o,
             r#"<h3>Answer {}</h3><p class="note">{}</p>"#,
-            esc(&crate::render::text::stated_at(r, s)),
-            esc(&crate::render::text::criteria_words(s))
+            esc(&text::answer::stated_at(s)),
+            esc(&text::answer::criteria_words(s))
         );
         if s.ranked.is_empty() {
             o.push_str("<p>No model passed every limit: closest first (fewest limits failed, then the smallest relative miss |value / limit − 1|).</p>");
         } else {
-            let metrics: Vec<&String> = s.weights.keys().collect();
+            let metrics: Vec<Metric> = s.weights.keys().copied().collect();
             o.push_str(r#"<div class="wrap"><table class="sortable" id="ranking"><thead><tr><th>rank</th><th>model</th><th>score</th>"#);
             for m in &metrics {
-                let u = match metric_unit(m) {
+                let u = match metric_unit(*m) {
                     Unit::Ms => " (ms)",
                     Unit::Pct => " (%)",
                     Unit::Plain => "",
                 };
-                let _ = write!(o, "<th>{}{u}</th><th>{} normalized</th>", esc(m), esc(m));
+                let m = esc(&m.to_string());
+                let _ = write!(o, "<th>{m}{u}</th><th>{m} normalized</th>");
             }
             o.push_str("</tr></thead><tbody>");
             for (i, k) in s.ranked.iter().enumerate() {
@@ -414,16 +414,13 @@ pub(super) fn answer(o: &mut String, r: &Report, text: &Report) {
                     td(Some(k.score), &format!("{p}/score"), Unit::Plain)
                 );
                 for m in &metrics {
-                    let value = k.values.get(*m).copied().flatten();
-                    o.push_str(&td(
-                        value,
-                        &format!("{p}/values/{}", seg(m)),
-                        metric_unit(m),
-                    ));
-                    let normalized = k.normalized.get(*m).copied();
+                    let value = k.values.get(m).copied().flatten();
+                    let key = seg(&m.to_string());
+                    o.push_str(&td(value, &format!("{p}/values/{key}"), metric_unit(*m)));
+                    let normalized = k.normalized.get(m).copied();
                     o.push_str(&td(
                         normalized,
-                        &format!("{p}/normalized/{}", seg(m)),
+                        &format!("{p}/normalized/{key}"),
                         Unit::Plain,
                     ));
                 }
@@ -440,7 +437,7 @@ pub(super) fn answer(o: &mut String, r: &Report, text: &Report) {
                     k.closest.map_or_else(String::new, |n| format!("{n}. ")),
                     esc(&k.model),
                     esc(&k.reasons.join("; ")),
-                    esc(&crate::render::text::passes(k)),
+                    esc(&text::answer::passes(k)),
                     k.score.map_or_else(String::new, |v| format!(
                         "; weighted score {} among the models measured there (not a pass)",
                         span(
@@ -456,14 +453,10 @@ pub(super) fn answer(o: &mut String, r: &Report, text: &Report) {
     } else {
         o.push_str(r#"<p class="note">Not judged (one model and no limits, weights or bench file): no ranking.</p>"#);
     }
-    text_block(
-        o,
-        &crate::render::text::render_limits(text, false),
-        "capacity",
-    );
-    text_block(o, &crate::render::text::render_also(text, ""), "also-at");
+    text_block(o, &text::answer::limits(shown, Style::Terminal), "capacity");
+    text_block(o, &text::answer::also(r, Style::Terminal), "also-at");
     knees(o, r);
-    level_sections(o, text);
+    level_sections(o, shown);
     model_notes(o, r);
     findings(o, r);
     if let Some(c) = &r.comparison {
@@ -530,9 +523,9 @@ fn baseline_summary(o: &mut String, c: &crate::bench::report::Comparison) {
     for (i, label) in listed {
         let g = &c.values[i];
         let p = format!("/comparison/values/{i}");
-        let u = metric_unit(&g.metric);
+        let u = metric_unit(g.metric);
         // The error rate changes in points; goodput's interval is its SLO attainments'.
-        let points = g.metric == "error_rate";
+        let points = g.metric.base == Base::ErrorRate;
         let interval = g.interval.map_or_else(String::new, |_| {
             format!(
                 ", 95% interval {} to {} {}",
@@ -546,9 +539,9 @@ fn baseline_summary(o: &mut String, c: &crate::bench::report::Comparison) {
                     &format!("{p}/interval/1"),
                     Unit::Pct
                 ),
-                match g.metric.as_str() {
-                    "error_rate" => "points",
-                    "goodput" => "points of SLO attainment",
+                match g.metric.base {
+                    Base::ErrorRate => "points",
+                    Base::Goodput => "points of SLO attainment",
                     _ => "%",
                 }
             )
@@ -557,11 +550,11 @@ fn baseline_summary(o: &mut String, c: &crate::bench::report::Comparison) {
             o,
             "<li>{label} {} at {}: {} {} → {}{} ({} {}{interval}; p {}, {} after Holm)</li>",
             esc(&g.model),
-            esc(&g.level),
-            esc(&g.metric),
+            esc(&g.level.to_string()),
+            esc(&g.metric.to_string()),
             span(Some(g.baseline), &format!("{p}/baseline"), u),
             span(Some(g.current), &format!("{p}/current"), u),
-            unit_after(&g.metric, u),
+            unit_after(g.metric, u),
             span(Some(g.change), &format!("{p}/change"), Unit::Pct),
             if points { "points" } else { "%" },
             span(g.p_value, &format!("{p}/p_value"), Unit::Plain),
@@ -616,8 +609,8 @@ fn knees(o: &mut String, r: &Report) {
 
 /// Behind schedule, canaries, steady state and per second (as the text outputs say them), each a
 /// heading and a list.
-pub(super) fn level_sections(o: &mut String, r: &Report) {
-    let text = crate::render::text::level_sections(r, "");
+pub(super) fn level_sections(o: &mut String, shown: &Shown<'_>) {
+    let text = text::notes::level_sections(shown, Style::Terminal);
     for block in text.split("\n\n").filter(|b| !b.trim().is_empty()) {
         let mut lines = block.trim().lines();
         let Some(head) = lines.next() else { continue };
@@ -695,9 +688,14 @@ pub(super) fn findings(o: &mut String, r: &Report) {
     for f in &r.findings {
         let level = match &f.run {
             Some(run) => format!("{} (run {run})", f.level),
-            None => f.level.clone(),
+            None => f.level.to_string(),
         };
-        all.push((f.model.clone(), level, f.message.clone(), f.code.clone()));
+        all.push((
+            f.model.clone(),
+            level,
+            f.message.clone(),
+            f.code.to_string(),
+        ));
     }
     for m in &r.models {
         for l in &m.levels {
@@ -788,9 +786,9 @@ pub(crate) mod tests {
             }
         }
         r.findings = vec![Finding {
-            code: "kv_cache_full".into(),
+            code: crate::bench::report::FindingCode::of("kv_cache_full"),
             model: "alpha".into(),
-            level: "8".into(),
+            level: crate::bench::stats::Load::Concurrency(8),
             message: "the KV cache was 95% full: requests queue".into(),
             run: None,
         }];
@@ -906,7 +904,7 @@ pub(crate) mod tests {
     #[test]
     fn every_number_shown_is_the_reports() {
         let r = rich();
-        let html = page(&r).unwrap();
+        let html = page(&Shown::of(&r)).unwrap();
         let n = check_numbers(&json_of(&r), &html);
         // 2 models × 3 levels: 15 comparison columns, 7 × 8 statistics, the load table, the
         // server and other tables, the ranking, knees, the baseline.
@@ -928,7 +926,7 @@ pub(crate) mod tests {
     fn the_page_embeds_the_report_and_escapes_what_it_shows() {
         let mut r = rich();
         r.models[1].model = "</script><script>alert(1)</script>".into();
-        let html = page(&r).unwrap();
+        let html = page(&Shown::of(&r)).unwrap();
         assert_eq!(embedded(&html), json_of(&r));
         assert!(
             !html.contains("<script>alert(1)"),
@@ -939,7 +937,7 @@ pub(crate) mod tests {
 
     #[test]
     fn the_page_fetches_nothing() {
-        let html = page(&rich()).unwrap();
+        let html = page(&Shown::of(&rich())).unwrap();
         assert!(html.contains("Content-Security-Policy\" content=\"default-src 'none'"));
         for bad in [
             "src=", "href=", "url(", "@import", "<link", "<img", "<iframe",
@@ -967,7 +965,7 @@ pub(crate) mod tests {
             start_at: None,
             merged_from: Vec::new(),
         });
-        let html = page(&r).unwrap();
+        let html = page(&Shown::of(&r)).unwrap();
         assert!(html.contains("<dt>run</dt><dd>id <code>abc123</code>, shard 1/2</dd>"));
         let at = |s: &str| html.find(s).unwrap_or_else(|| panic!("no {s:?}"));
         assert!(at(r#"id="answer""#) < at(r#"id="plots""#));
@@ -994,7 +992,7 @@ pub(crate) mod tests {
             ratio: Some(1.0 / 0.6),
             finding: Some("non-streaming E2E 40% below streaming".into()),
         });
-        let html = page(&r).unwrap();
+        let html = page(&Shown::of(&r)).unwrap();
         assert!(html.contains("<b>beta</b> at 2: non-streaming E2E 40% below streaming"));
         assert!(html.contains(r#"data-k="/models/1/levels/0/cross_check/ratio""#));
         assert!(
@@ -1009,7 +1007,7 @@ pub(crate) mod tests {
 
     #[test]
     fn every_plot_is_there_with_labelled_axes() {
-        let html = page(&rich()).unwrap();
+        let html = page(&Shown::of(&rich())).unwrap();
         let ids = [
             "plot-ttft",
             "plot-tps",
@@ -1092,7 +1090,7 @@ pub(crate) mod tests {
         let r = spent();
         let f = r.frontier.as_ref().unwrap();
         assert!(!f.points.is_empty() && f.points.iter().any(|p| p.on_frontier));
-        let html = page(&r).unwrap();
+        let html = page(&Shown::of(&r)).unwrap();
         // Every number shown (the frontier's points, each level's GPU figures, cost and energy)
         // is the report's.
         let n = check_numbers(&json_of(&r), &html);
@@ -1144,7 +1142,7 @@ pub(crate) mod tests {
                 ("ttft", 1500.0, false)
             ]
         );
-        let html = page(&r).unwrap();
+        let html = page(&Shown::of(&r)).unwrap();
         assert!(
             html.contains("limit ttft_p95 &lt; 500.0 ms")
                 && html.contains("SLO ttft&lt;=1.50 s (per request)")
@@ -1173,7 +1171,7 @@ pub(crate) mod tests {
         if let Some(k) = r.models[0].knee.as_mut() {
             k.agg_tps_growth = 0.0000253;
         }
-        let html = page(&r).unwrap();
+        let html = page(&Shown::of(&r)).unwrap();
         assert!(
             html.contains("<li>other/beta: no knee within the sweep</li>"),
             "{html}"
@@ -1198,7 +1196,7 @@ pub(crate) mod tests {
     /// ("goodput 2.08 → 0"); every value now has one.
     #[test]
     fn baseline_lines_have_units() {
-        let html = page(&synthetic()).unwrap();
+        let html = page(&Shown::of(&synthetic())).unwrap();
         let start = html
             .find("<h3>Baseline</h3>")
             .expect("the baseline section");
@@ -1240,7 +1238,7 @@ pub(crate) mod tests {
         twin.model = "gamma".into();
         s.ranked.push(twin);
         r.selection = Some(s);
-        let html = page(&r).unwrap();
+        let html = page(&Shown::of(&r)).unwrap();
         assert!(
             html.contains(r#"<td class="t">alpha (tied)</td>"#),
             "{html}"
@@ -1251,7 +1249,7 @@ pub(crate) mod tests {
             ..Default::default()
         };
         r.selection = Some(crate::bench::answer::answer(&r.models, &c).0);
-        let html = page(&r).unwrap();
+        let html = page(&Shown::of(&r)).unwrap();
         assert!(html.contains("<p>No model passed every limit: closest first"));
         assert!(
             html.contains("<li>1. <b>beta</b> failed: ttft_p95 = 476.9 ms (limit ttft_p95 &lt; 100.0 ms), 376.87% beyond; passes every limit at no level run; weighted score <span data-k=\"/selection/rejected/0/score\" data-v=\"1.0\">1</span> among the models measured there (not a pass)</li><li>2. <b>alpha</b> failed"),
@@ -1266,7 +1264,7 @@ pub(crate) mod tests {
         r.selection = None;
         r.comparison = None;
         r.command = None;
-        let html = page(&r).unwrap();
+        let html = page(&Shown::of(&r)).unwrap();
         assert!(html.contains("Not judged"));
         assert!(
             !html.contains("plot-scatter")
@@ -1279,7 +1277,7 @@ pub(crate) mod tests {
     #[test]
     fn an_open_loop_report_is_labelled_by_rate() {
         let mut r = synthetic();
-        r.mode.kind = "open".into();
+        r.mode.kind = crate::bench::report::LoadKind::Open;
         r.mode.arrival = Some("constant".into());
         for m in &mut r.models {
             for l in &mut m.levels {
@@ -1289,7 +1287,7 @@ pub(crate) mod tests {
                 k.level = m.levels[k.index].key;
             }
         }
-        let html = page(&r).unwrap();
+        let html = page(&Shown::of(&r)).unwrap();
         assert!(html.contains("open loop, constant arrivals"));
         assert!(html.contains(">arrival rate (requests/s)</text>"));
         assert!(html.contains("<th>arrival rate (requests/s)</th>"));
@@ -1340,7 +1338,7 @@ pub(crate) mod tests {
             s.p50 = -5.0;
         }
         r.models[0].levels[0].output_tokens_per_s = 1e306;
-        let html = page(&r).unwrap();
+        let html = page(&Shown::of(&r)).unwrap();
         for bad in ["NaN", "inf", "Infinity"] {
             let in_charts = html
                 .split("<svg")

@@ -3,19 +3,11 @@
 //! and the server's signals, each a [`chart::Chart`].
 
 use super::{Unit, num};
+use crate::bench::criteria::{Base, Metric, Stat};
 use crate::bench::report::{ModelReport, Report};
 use crate::bench::stats::LevelStats;
 use crate::render::chart::{self, Chart, HLine, Marker, Point, Ring, Series, XAxis};
 use std::collections::BTreeMap;
-
-/// The x axis label of plots against the level.
-pub(super) fn load_label(r: &Report) -> &'static str {
-    if r.mode.kind == "open" {
-        "arrival rate (requests/s)"
-    } else {
-        "concurrency"
-    }
-}
 
 /// Every level any model ran, in load order (merged runs may differ in their levels).
 pub(super) fn level_labels(r: &Report) -> Vec<String> {
@@ -113,12 +105,12 @@ pub(super) fn hline(t: &(String, f64, String, bool)) -> HLine {
 }
 
 /// Baseline values of one metric per (model, level label), from `comparison.values`.
-pub(super) fn baseline_values(r: &Report, metric: &str) -> BTreeMap<(String, String), f64> {
+pub(super) fn baseline_values(r: &Report, metric: Metric) -> BTreeMap<(String, String), f64> {
     r.comparison
         .iter()
         .flat_map(|c| &c.values)
         .filter(|v| v.metric == metric)
-        .map(|v| ((v.model.clone(), v.level.clone()), v.baseline))
+        .map(|v| ((v.model.clone(), v.level.to_string()), v.baseline))
         .collect()
 }
 
@@ -135,7 +127,7 @@ pub(super) fn pt(x: f64, y: f64, title: String) -> Point {
 pub(super) fn baseline_series(
     r: &Report,
     labels: &[String],
-    metric: &str,
+    metric: Metric,
     scale: f64,
 ) -> Vec<Series> {
     let b = baseline_values(r, metric);
@@ -203,7 +195,7 @@ pub(super) fn knee_rings(
 }
 
 /// Every chart: `(id, caption, chart)`.
-pub(super) fn charts(r: &Report) -> Vec<(String, String, Chart)> {
+pub(super) fn charts(r: &Report, axis: &str) -> Vec<(String, String, Chart)> {
     let labels = level_labels(r);
     let lines = thresholds(r);
     let mut out = Vec::new();
@@ -246,13 +238,14 @@ pub(super) fn charts(r: &Report) -> Vec<(String, String, Chart)> {
             });
         }
     }
-    series.extend(baseline_series(r, &labels, "ttft_p95", 1e3));
+    let ttft_p95 = Metric::of(Base::Ttft, Stat::P95);
+    series.extend(baseline_series(r, &labels, ttft_p95, 1e3));
     out.push((
         "plot-ttft".into(),
         "TTFT p50 / p95 / p99 against the load".into(),
         Chart {
             x: XAxis::Levels(labels.clone()),
-            x_label: load_label(r).into(),
+            x_label: axis.into(),
             y_label: "TTFT (ms)".into(),
             series,
             hlines: lines
@@ -264,7 +257,7 @@ pub(super) fn charts(r: &Report) -> Vec<(String, String, Chart)> {
             ring_label: String::new(),
         },
     ));
-    out.push(tps_chart(r, &labels, &lines));
+    out.push(tps_chart(r, (&labels, axis), &lines));
     out.push(curve_chart(r, &lines));
     out.extend(super::efficiency::frontier_chart(r));
     for (mi, m) in r.models.iter().enumerate() {
@@ -276,14 +269,14 @@ pub(super) fn charts(r: &Report) -> Vec<(String, String, Chart)> {
             ));
         }
     }
-    out.extend(server_charts(r, &labels));
+    out.extend(server_charts(r, (&labels, axis)));
     out
 }
 
 /// Aggregate tokens/s against the level, the knee circled and named in the legend.
 pub(super) fn tps_chart(
     r: &Report,
-    labels: &[String],
+    (labels, axis): (&[String], &str),
     lines: &[(String, f64, String, bool)],
 ) -> (String, String, Chart) {
     let mut series: Vec<Series> = r
@@ -315,14 +308,14 @@ pub(super) fn tps_chart(
                 .collect(),
         })
         .collect();
-    series.extend(baseline_series(r, labels, "agg_tps", 1.0));
+    series.extend(baseline_series(r, labels, Metric::level(Base::AggTps), 1.0));
     let (rings, ring_label) = knee_rings(r, labels, |l| Some(l.output_tokens_per_s));
     (
         "plot-tps".into(),
         "Aggregate output tokens/s against the load".into(),
         Chart {
             x: XAxis::Levels(labels.to_vec()),
-            x_label: load_label(r).into(),
+            x_label: axis.into(),
             y_label: "aggregate output tokens/s".into(),
             series,
             hlines: lines
@@ -509,7 +502,10 @@ pub(super) fn signal_display(sig: &str) -> (String, Unit) {
 }
 
 /// One chart per server signal: its mean (solid) and max (dashed) per model against the level.
-pub(super) fn server_charts(r: &Report, labels: &[String]) -> Vec<(String, String, Chart)> {
+pub(super) fn server_charts(
+    r: &Report,
+    (labels, axis): (&[String], &str),
+) -> Vec<(String, String, Chart)> {
     let mut out = Vec::new();
     for sig in server_signals(r) {
         let (label, unit) = signal_display(&sig);
@@ -564,7 +560,7 @@ pub(super) fn server_charts(r: &Report, labels: &[String]) -> Vec<(String, Strin
             format!("Server: {label} against the load"),
             Chart {
                 x: XAxis::Levels(labels.to_vec()),
-                x_label: load_label(r).into(),
+                x_label: axis.into(),
                 y_label: label,
                 series,
                 hlines: Vec::new(),

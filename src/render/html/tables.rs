@@ -1,7 +1,7 @@
 //! The page's tables: the main table, percentiles, load, the server's view, other values and
 //! the baseline, every number carrying its JSON Pointer.
 
-use super::plots::{load_label, server_signals, signal_display};
+use super::plots::{server_signals, signal_display};
 use super::{Unit, metric_unit, raw, seg, span, td};
 use crate::bench::report::{ModelReport, Report};
 use crate::bench::stats::{LevelStats, Summary};
@@ -113,8 +113,8 @@ const MAIN_COLUMNS: [Column; 18] = [
 ];
 
 /// The comparison table: one row per model and level.
-pub(super) fn main_table(o: &mut String, r: &Report) {
-    let mut heads = strs(&["model", load_label(r)]);
+pub(super) fn main_table(o: &mut String, r: &Report, axis: &str) {
+    let mut heads = strs(&["model", axis]);
     heads.extend(MAIN_COLUMNS.iter().map(|c| c.1.to_owned()));
     heads.extend(strs(&["errors by type", "knee"]));
     table_head(
@@ -166,7 +166,7 @@ pub(super) fn main_table(o: &mut String, r: &Report) {
 }
 
 /// Every statistic of every distribution, per model and level.
-pub(super) fn percentile_table(o: &mut String, r: &Report) {
+pub(super) fn percentile_table(o: &mut String, r: &Report, axis: &str) {
     type Metric = (
         &'static str,
         &'static str,
@@ -198,7 +198,7 @@ pub(super) fn percentile_table(o: &mut String, r: &Report) {
         ("p99", |s| s.p99),
         ("max", |s| s.max),
     ];
-    let mut heads = strs(&["model", load_label(r), "metric"]);
+    let mut heads = strs(&["model", axis, "metric"]);
     heads.extend(STATS.iter().map(|s| s.0.to_owned()));
     table_head(o, "percentiles-table", "Percentiles", &heads);
     for (mi, m) in r.models.iter().enumerate() {
@@ -220,7 +220,7 @@ pub(super) fn percentile_table(o: &mut String, r: &Report) {
 }
 
 /// What each level sent and how long it took.
-pub(super) fn load_table(o: &mut String, r: &Report) {
+pub(super) fn load_table(o: &mut String, r: &Report, axis: &str) {
     const COLUMNS: [Column; 7] = [
         ("successes", "successes", Unit::Plain, |l| {
             Some(l.successes as f64)
@@ -238,7 +238,7 @@ pub(super) fn load_table(o: &mut String, r: &Report) {
             p(l.lag_s, |s| s.max)
         }),
     ];
-    let mut heads = strs(&["model", load_label(r)]);
+    let mut heads = strs(&["model", axis]);
     heads.extend(COLUMNS.iter().map(|c| c.1.to_owned()));
     table_head(o, "load-table", "Load", &heads);
     for (mi, m) in r.models.iter().enumerate() {
@@ -255,12 +255,12 @@ pub(super) fn load_table(o: &mut String, r: &Report) {
 }
 
 /// The server's signals per model and level, when collected (`levels[].server`).
-pub(super) fn server_table(o: &mut String, r: &Report) {
+pub(super) fn server_table(o: &mut String, r: &Report, axis: &str) {
     let sigs = server_signals(r);
     if sigs.is_empty() {
         return;
     }
-    let mut heads = strs(&["model", load_label(r)]);
+    let mut heads = strs(&["model", axis]);
     for s in &sigs {
         let (label, _) = signal_display(s);
         heads.push(format!("{label} mean"));
@@ -417,7 +417,7 @@ const MORE_COLUMNS: [Column; 19] = [
 ];
 
 /// More per level: [`MORE_COLUMNS`] that some level has.
-pub(super) fn more_table(o: &mut String, r: &Report) {
+pub(super) fn more_table(o: &mut String, r: &Report, axis: &str) {
     let levels = || r.models.iter().flat_map(|m| &m.levels);
     let cols: Vec<Column> = MORE_COLUMNS
         .into_iter()
@@ -426,7 +426,7 @@ pub(super) fn more_table(o: &mut String, r: &Report) {
     if cols.is_empty() {
         return;
     }
-    let mut heads = strs(&["model", load_label(r)]);
+    let mut heads = strs(&["model", axis]);
     heads.extend(cols.iter().map(|c| c.1.to_owned()));
     table_head(o, "extras-table", "More per level", &heads);
     for (mi, m) in r.models.iter().enumerate() {
@@ -443,7 +443,7 @@ pub(super) fn more_table(o: &mut String, r: &Report) {
 
 /// Every value compared with the baseline, both beside each other (`comparison.values`), with
 /// the change's interval, the p-values and the verdict (and why a value was not judged).
-pub(super) fn baseline_table(o: &mut String, r: &Report) {
+pub(super) fn baseline_table(o: &mut String, r: &Report, axis: &str) {
     let Some(c) = &r.comparison else {
         return;
     };
@@ -452,7 +452,7 @@ pub(super) fn baseline_table(o: &mut String, r: &Report) {
     }
     let heads = strs(&[
         "model",
-        load_label(r),
+        axis,
         "metric",
         "baseline",
         "current",
@@ -470,7 +470,7 @@ pub(super) fn baseline_table(o: &mut String, r: &Report) {
         &heads,
     );
     for (i, v) in c.values.iter().enumerate() {
-        let u = metric_unit(&v.metric);
+        let u = metric_unit(v.metric);
         let p = format!("/comparison/values/{i}");
         let verdict = match (v.verdict, &v.not_judged) {
             (Some(_), Some(why)) => format!("not judged: {why}"),
@@ -489,8 +489,8 @@ pub(super) fn baseline_table(o: &mut String, r: &Report) {
             o,
             r#"<tr><td class="t">{}</td><td class="t">{}</td><td class="t">{}</td>{}{}{}{}{}{}{}<td class="t">{}</td></tr>"#,
             esc(&v.model),
-            esc(&v.level),
-            esc(&v.metric),
+            esc(&v.level.to_string()),
+            esc(&v.metric.to_string()),
             td(Some(v.baseline), &format!("{p}/baseline"), u),
             td(Some(v.current), &format!("{p}/current"), u),
             td(Some(v.change), &format!("{p}/change"), Unit::Pct),

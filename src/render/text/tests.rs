@@ -2,8 +2,10 @@
 
 use super::*;
 use crate::bench::criteria::Criteria;
+use crate::bench::report::model_names;
 use crate::bench::report::tests::synthetic;
 use crate::bench::select::select;
+use crate::render::shown::Shown;
 
 #[test]
 fn a_client_bound_level_is_marked_beside_its_knee() {
@@ -11,9 +13,9 @@ fn a_client_bound_level_is_marked_beside_its_knee() {
     // alpha's knee is at 8 (its third level); its first level is not a knee.
     r.models[0].levels[2].client_bound = Some("starved".into());
     r.models[0].levels[0].client_bound = Some("starved".into());
-    let t = render_table(&r);
+    let t = table::render(&Shown::of(&r));
     assert!(t.contains("◆ knee, CLIENT-BOUND"), "{t}");
-    let md = render_markdown(&r);
+    let md = markdown::render(&Shown::of(&r));
     assert!(md.contains("| **knee**, **CLIENT-BOUND** |"), "{md}");
     assert!(md.contains("| **CLIENT-BOUND** |"), "{md}");
 }
@@ -24,7 +26,7 @@ fn a_client_bound_level_is_marked_beside_its_knee() {
 #[test]
 fn one_answer_first_and_other_loads_labelled() {
     let mut r = synthetic();
-    let t = render_table(&r);
+    let t = table::render(&Shown::of(&r));
     assert!(
         t.starts_with("Answer at 8 concurrent streams, the highest load every model ran (limits: error_rate < 1.00%; weights: "),
         "{t}"
@@ -58,7 +60,7 @@ fn one_answer_first_and_other_loads_labelled() {
     second.model = "gamma".into();
     s.ranked.push(second);
     r.selection = Some(s);
-    let t = render_answer(&r, false);
+    let t = answer::render(&Shown::of(&r), Style::Terminal);
     assert!(
         t.contains("  1. alpha score 1.000, tied\n  1. gamma score 1.000, tied\n"),
         "{t}"
@@ -77,7 +79,7 @@ fn no_pass_is_ordered_by_distance_and_another_load_is_a_view() {
     };
     let (s, also) = crate::bench::answer::answer(&r.models, &c);
     (r.selection, r.also_at) = (Some(s), also);
-    let t = render_table(&r);
+    let t = table::render(&Shown::of(&r));
     assert!(
         t.starts_with("Answer at 4 concurrent streams, as asked (select_at) (limits: ttft_p95 < 100.0 ms; weights: "),
         "{t}"
@@ -99,7 +101,7 @@ fn no_pass_is_ordered_by_distance_and_another_load_is_a_view() {
 
 #[test]
 fn markdown_snapshot() {
-    insta::assert_snapshot!(render_markdown(&synthetic()));
+    insta::assert_snapshot!(markdown::render(&Shown::of(&synthetic())));
 }
 
 /// The table's header line and its cells.
@@ -118,9 +120,9 @@ fn header_cells(t: &str) -> (&str, Vec<&str>) {
 
 #[test]
 fn every_table_column_has_a_header() {
-    let t = render_table(&synthetic());
+    let t = table::render(&Shown::of(&synthetic()));
     let (header, cells) = header_cells(&t);
-    assert_eq!(cells.len(), TABLE_HEADER.len(), "{header}");
+    assert_eq!(cells.len(), 16, "{header}");
     assert!(cells.iter().all(|c| !c.is_empty()), "{header}");
     assert_eq!(cells.last(), Some(&"knee"));
     // The knee row (alpha @ 8) carries the marker under that header.
@@ -141,9 +143,9 @@ fn mixed_targets_and_prices_get_their_columns_and_names() {
     }
     assert_eq!(model_names(&r.models), ["local/alpha", "other/alpha"]);
     r.selection = Some(select(&r.models, &Criteria::default()));
-    let t = render_table(&r);
+    let t = table::render(&Shown::of(&r));
     let (header, cells) = header_cells(&t);
-    assert_eq!(cells.len(), TABLE_HEADER.len() + 3, "{header}");
+    assert_eq!(cells.len(), 16 + 3, "{header}");
     assert_eq!(&cells[..2], ["model", "target"]);
     assert_eq!(&cells[cells.len() - 3..], ["cost/req", "cost/Mtok", "knee"]);
     let row_cells = |l: &str| -> Vec<String> {
@@ -172,20 +174,20 @@ fn mixed_targets_and_prices_get_their_columns_and_names() {
         "{t}"
     );
     assert!(t.contains("local/alpha -/64.0, other/alpha -/60.8"), "{t}");
-    let md = render_markdown(&r);
+    let md = markdown::render(&Shown::of(&r));
     let head = md
         .lines()
         .find(|l| l.starts_with("| model"))
         .expect("md header");
     assert!(head.starts_with("| model | target | concurrency"), "{head}");
     assert!(head.ends_with("| cost/req | cost/Mtok | knee |"), "{head}");
-    let csv = render_csv(&r).unwrap();
+    let csv = csv::render(&r).unwrap();
     let line = csv.lines().nth(1).expect("a CSV row");
     assert!(line.starts_with("alpha,local,2,"), "{line}");
     assert!(line.contains(",0.0035,35,"), "{line}");
     // One target: no target column, plain names.
     let one = synthetic();
-    let table = render_table(&one);
+    let table = table::render(&Shown::of(&one));
     let head = table
         .lines()
         .find(|l| l.starts_with("│ model"))
@@ -196,12 +198,12 @@ fn mixed_targets_and_prices_get_their_columns_and_names() {
 
 #[test]
 fn table_snapshot() {
-    insta::assert_snapshot!(render_table(&synthetic()));
+    insta::assert_snapshot!(table::render(&Shown::of(&synthetic())));
 }
 
 #[test]
 fn csv_snapshot() {
-    insta::assert_snapshot!(render_csv(&synthetic()).unwrap());
+    insta::assert_snapshot!(csv::render(&synthetic()).unwrap());
 }
 
 /// A sweep that asked for lengths shows requested→reached input and output lengths in the
@@ -210,7 +212,7 @@ fn csv_snapshot() {
 fn lengths_are_shown_when_asked_for() {
     let mut r = synthetic();
     assert!(
-        !render_table(&r).contains("ISL"),
+        !table::render(&Shown::of(&r)).contains("ISL"),
         "no lengths asked: no columns"
     );
     let m = &mut r.models[0];
@@ -233,7 +235,7 @@ fn lengths_are_shown_when_asked_for() {
     l.input_length_off = 2;
     r.models[1].calibration = r.models[0].calibration.clone();
     r.models[1].model = "alpha".into();
-    let table = render_table(&r);
+    let table = table::render(&Shown::of(&r));
     assert_eq!(
         table.matches("calibrated with").count(),
         1,
@@ -249,7 +251,7 @@ fn lengths_are_shown_when_asked_for() {
         table.contains("alpha · isl512 @ 2: 2 of 20 successes off the requested input length"),
         "{table}"
     );
-    let md = render_markdown(&r);
+    let md = markdown::render(&Shown::of(&r));
     assert!(
         md.contains("| ISL req→got | OSL req→got |") && md.contains("| 512→514 | 64→64 |"),
         "{md}"
@@ -258,7 +260,7 @@ fn lengths_are_shown_when_asked_for() {
         md.contains("| -→- | -→64 |"),
         "unasked levels show what they have: {md}"
     );
-    let csv = render_csv(&r).unwrap();
+    let csv = csv::render(&r).unwrap();
     assert!(
         csv.lines()
             .nth(1)
@@ -266,7 +268,7 @@ fn lengths_are_shown_when_asked_for() {
             .ends_with(",isl512,512,514,64,64,2"),
         "{csv}"
     );
-    let back: Report = serde_json::from_str(&render_json(&r)).unwrap();
+    let back: Report = serde_json::from_str(&json(&r)).unwrap();
     let (a, b) = (&back.models[0], &r.models[0]);
     assert_eq!((&a.prompt, &a.calibration), (&b.prompt, &b.calibration));
     assert_eq!(a.levels[0].lengths, b.levels[0].lengths);
@@ -275,7 +277,7 @@ fn lengths_are_shown_when_asked_for() {
 #[test]
 fn json_round_trips() {
     let r = synthetic();
-    let back: Report = serde_json::from_str(&render_json(&r)).unwrap();
+    let back: Report = serde_json::from_str(&json(&r)).unwrap();
     // serde_json parses floats to within an ulp, not always bit-exactly: compare the shape
     // and values to 1e-12.
     assert_eq!(back.models.len(), r.models.len());
@@ -298,7 +300,8 @@ fn json_round_trips() {
 /// interval [86.2%, 97.3%], which reaches across 95%. With `search`, the capacity search's
 /// report of it (none passed, 2 failed).
 fn seventy_five_of_eighty(search: bool) -> Report {
-    use crate::bench::capacity::{CapacityPlan, Search, SearchEnd, Verdict};
+    use crate::bench::capacity::{CapacityPlan, Search, SearchEnd, SearchStop, Verdict};
+    use crate::bench::stats::CapacityLimit;
     let mut r = synthetic();
     r.models.truncate(1);
     let m = &mut r.models[0];
@@ -324,11 +327,14 @@ fn seventy_five_of_eighty(search: bool) -> Report {
             budget: None,
             extensions: 0,
         };
-        let tried = [(2.0, Verdict::Fail("errors".into()))];
+        let tried = [(2.0, Verdict::Fail(Some(CapacityLimit::Errors)))];
         let outcome = SearchEnd {
             load: None,
-            failed_at: Some((2.0, "errors".into())),
-            stopped: "even 2 failed".into(),
+            failed_at: Some((2.0, Some(CapacityLimit::Errors))),
+            stopped: SearchStop::EvenFailed {
+                load: 2.0,
+                passed_above: false,
+            },
         };
         m.capacity = Some(plan.capacity(&outcome, &tried, &m.levels));
     }
@@ -344,20 +350,20 @@ fn seventy_five_of_eighty(search: bool) -> Report {
 fn a_none_capacity_states_its_doubt() {
     let doubt = " (not clear at 95% confidence: an interval reaches across the target; longer levels would decide)";
     let r = seventy_five_of_eighty(true);
-    let json: serde_json::Value = serde_json::from_str(&render_json(&r)).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&json(&r)).unwrap();
     let c = &json["models"][0]["capacity"];
     assert_eq!(c["clear"], false, "{c:#}");
     assert!(c.get("concurrency").is_none(), "{c:#}");
-    let t = render_answer(&r, false);
+    let t = answer::render(&Shown::of(&r), Style::Terminal);
     assert!(
         t.contains(&format!(
             "  alpha: SLO capacity none: no load tried met the target{doubt}; even 2 failed (1 level, 20 requests, "
         )),
         "{t}"
     );
-    assert!(render_markdown(&r).contains(&format!("target{doubt}; even 2 failed")));
+    assert!(markdown::render(&Shown::of(&r)).contains(&format!("target{doubt}; even 2 failed")));
     // A fixed sweep's answer of none, by the same rule.
-    let t = render_answer(&seventy_five_of_eighty(false), false);
+    let t = answer::render(&Shown::of(&seventy_five_of_eighty(false)), Style::Terminal);
     assert!(
         t.contains(&format!(
             "  alpha: SLO capacity none of the levels run; at 2, 93.8% [86.2%, 97.3%], limited by errors{doubt}; why: errors, from the client's view (at 2: 5 of 80 requests failed)\n"
@@ -406,7 +412,7 @@ fn each_turn_shows_its_input_and_cached_share() {
         },
     );
     l.server = Some(server);
-    let t = render_table(&r);
+    let t = table::render(&Shown::of(&r));
     assert!(
         t.contains("  alpha @ 2: TTFT p50 by turn: turn 1 922.8 ms at 38 input tokens, 0.00% cached; turn 2 1.37 s at 412 input tokens, 69.00% cached; the server's prefix-cache hits over the level 69.12%\n"),
         "{t}"
@@ -414,11 +420,12 @@ fn each_turn_shows_its_input_and_cached_share() {
 }
 
 /// Issue 42 item 1: the cached share of the input and the mean reasoning tokens get a column when
-/// some level has them (a `-` for a level without), and travel in the JSON.
+/// some level has them (a `-` for a level without), in the terminal and in Markdown, and travel
+/// in the JSON.
 #[test]
 fn cached_share_and_reasoning_get_columns_when_some_level_has_them() {
     let mut r = synthetic();
-    let table = render_table(&r);
+    let table = table::render(&Shown::of(&r));
     assert!(
         !table.contains("cached in") && !table.contains("reasoning"),
         "{table}"
@@ -426,7 +433,7 @@ fn cached_share_and_reasoning_get_columns_when_some_level_has_them() {
     let l = &mut r.models[0].levels[0].lengths;
     l.cached_input_share = Some(0.9375);
     l.reasoning_tokens_mean = Some(41.6);
-    let table = render_table(&r);
+    let table = table::render(&Shown::of(&r));
     let (header, _) = header_cells(&table);
     assert!(
         header.contains("cached in") && header.contains("reasoning"),
@@ -436,10 +443,75 @@ fn cached_share_and_reasoning_get_columns_when_some_level_has_them() {
         table.contains("93.75%") && table.contains(" 42 "),
         "{table}"
     );
-    let back: Report = serde_json::from_str(&render_json(&r)).unwrap();
+    // Markdown's columns are chosen by the same rule: the same two, last.
+    let md = markdown::render(&Shown::of(&r));
+    let head = md.lines().find(|l| l.starts_with("| model")).unwrap();
+    assert!(head.ends_with("| knee | cached in | reasoning |"), "{head}");
+    assert!(md.contains("| 93.75% | 42 |"), "{md}");
+    assert!(md.contains("|  | - | - |"), "{md}");
+    let back: Report = serde_json::from_str(&json(&r)).unwrap();
     let l = &back.models[0].levels[0].lengths;
     assert_eq!(
         (l.cached_input_share, l.reasoning_tokens_mean),
         (Some(0.9375), Some(41.6))
+    );
+}
+
+/// A capacity search's answer in words: the load, its attainment and interval, what failed first
+/// above it, and its doubt when the intervals do not decide; a capacity of none says its doubt
+/// as a load does.
+#[test]
+fn capacity_words_say_the_load_what_limited_it_and_the_doubt() {
+    use crate::bench::capacity::{Capacity, SearchStop};
+    use crate::bench::stats::CapacityLimit;
+    let doubt = " (not clear at 95% confidence: an interval reaches across the target; longer levels would decide)";
+    let mut c = Capacity {
+        concurrency: Some(5),
+        rate: None,
+        target_attainment: 0.95,
+        attainment: Some(1.0),
+        attainment_interval: Some([0.839, 1.0]),
+        limited_by: Some(CapacityLimit::Objective("ttft<=1.00 s".into())),
+        failed_at: Some(6.0),
+        clear: false,
+        levels_tried: vec![1.0, 2.0, 4.0, 8.0, 6.0, 5.0],
+        stopped: SearchStop::Bisected {
+            passed: 5.0,
+            failed: 6.0,
+            within: None,
+            passed_above: false,
+        },
+        requests: 120,
+        seconds: 6.0,
+        gpu_cost_per_mtok: None,
+    };
+    assert_eq!(
+        answer::capacity_words(&c),
+        format!(
+            "up to 5 concurrent streams at 100.0% attainment [83.9%, 100.0%], limited by ttft<=1.00 s (failed at 6){doubt}"
+        )
+    );
+    (c.concurrency, c.rate, c.attainment_interval) = (None, Some(2.5004), None);
+    c.clear = true;
+    assert_eq!(
+        answer::capacity_words(&c),
+        "up to 2.5 requests/s at 100.0% attainment, limited by ttft<=1.00 s (failed at 6)"
+    );
+    // With the model's GPU count and price, the cost at the capacity is stated.
+    c.gpu_cost_per_mtok = Some(1.496);
+    assert_eq!(
+        answer::capacity_words(&c),
+        "up to 2.5 requests/s at 100.0% attainment, limited by ttft<=1.00 s (failed at 6), 1.496 per million output tokens on its GPUs there"
+    );
+    c.gpu_cost_per_mtok = None;
+    c.rate = None;
+    assert_eq!(
+        answer::capacity_words(&c),
+        "none: no load tried met the target"
+    );
+    c.clear = false;
+    assert_eq!(
+        answer::capacity_words(&c),
+        format!("none: no load tried met the target{doubt}")
     );
 }

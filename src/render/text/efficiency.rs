@@ -1,10 +1,12 @@
 //! The frontier, each level's energy and self-hosted cost, its server cache, and what served
-//! the run, as text (pure; the terminal and Markdown print [`block`], the page shows the same
-//! lines beside its chart and tables).
+//! the run, as text (pure; the terminal and Markdown print [`render`], the CSV has its columns,
+//! the page shows the same lines beside its chart and tables).
 
+use super::Style;
 use crate::bench::efficiency::CacheKind;
 use crate::bench::provenance::{Provenance, ServerInfo};
-use crate::bench::report::{Report, model_names};
+use crate::bench::report::Report;
+use crate::render::shown::Shown;
 use crate::units::fmt_cost;
 use std::fmt::Write as _;
 
@@ -50,9 +52,9 @@ pub fn frontier_lines(r: &Report) -> Vec<String> {
 }
 
 /// Each level's energy and self-hosted cost, one line per level that has either.
-pub fn spend_lines(r: &Report) -> Vec<String> {
+pub fn spend_lines(shown: &Shown<'_>) -> Vec<String> {
     let mut out = Vec::new();
-    for (m, name) in r.models.iter().zip(model_names(&r.models)) {
+    for (m, name) in shown.models() {
         for l in &m.levels {
             let e = &l.efficiency;
             let mut parts = Vec::new();
@@ -99,7 +101,8 @@ pub fn spend_lines(r: &Report) -> Vec<String> {
 
 /// Each level's server cache, when some level's is not simply warm: `reset`, `busted`, and
 /// why a reset did not happen.
-pub fn cache_lines(r: &Report) -> Vec<String> {
+pub fn cache_lines(shown: &Shown<'_>) -> Vec<String> {
+    let r = shown.report;
     let levels = || r.models.iter().flat_map(|m| &m.levels);
     let plain = |l: &crate::bench::stats::LevelStats| {
         l.efficiency
@@ -120,7 +123,7 @@ pub fn cache_lines(r: &Report) -> Vec<String> {
         return vec![format!("every level: {}", c.state.as_str())];
     }
     let mut out = Vec::new();
-    for (m, name) in r.models.iter().zip(model_names(&r.models)) {
+    for (m, name) in shown.models() {
         for l in &m.levels {
             let Some(c) = &l.efficiency.server_cache else {
                 continue;
@@ -236,14 +239,15 @@ pub fn provenance_lines(p: &Provenance) -> Vec<String> {
 }
 
 /// The block the terminal and Markdown print after the table: the frontier, energy and cost,
-/// the server cache, what served the run. `md`: Markdown headings and lists.
-pub fn block(r: &Report, md: bool) -> String {
+/// the server cache, what served the run.
+pub fn render(shown: &Shown<'_>, style: Style) -> String {
+    let r = shown.report;
     let mut out = String::new();
     let mut section = |heading: &str, lines: Vec<String>| {
         if lines.is_empty() {
             return;
         }
-        if md {
+        if style == Style::Markdown {
             let _ = writeln!(out, "\n**{heading}**\n");
             for l in lines {
                 let _ = writeln!(out, "- {}", l.trim_start());
@@ -259,8 +263,8 @@ pub fn block(r: &Report, md: bool) -> String {
         "Frontier: tokens/s per user against output tokens/s per GPU (◆ on the Pareto frontier)",
         frontier_lines(r),
     );
-    section("Energy and GPU cost per level", spend_lines(r));
-    section("Server cache per level", cache_lines(r));
+    section("Energy and GPU cost per level", spend_lines(shown));
+    section("Server cache per level", cache_lines(shown));
     if let Some(p) = &r.provenance {
         section("What served the run", provenance_lines(p));
     }
@@ -343,7 +347,7 @@ mod tests {
     #[test]
     fn the_block_says_the_frontier_the_spend_the_cache_and_what_served() {
         let r = crate::render::html::tests::spent();
-        let text = block(&r, false);
+        let text = render(&Shown::of(&r), Style::Terminal);
         let f = r.frontier.as_ref().unwrap();
         let first = &f.points[0];
         assert!(
@@ -385,13 +389,14 @@ mod tests {
         );
         assert!(text.contains("t: vLLM 0.11.0"), "{text}");
         // Markdown: a bold heading and a list.
-        let md = block(&r, true);
+        let md = render(&Shown::of(&r), Style::Markdown);
         assert!(
             md.contains("\n**What served the run**\n\n- t: vLLM 0.11.0"),
             "{md}"
         );
         // A report without any of it has no block.
-        assert_eq!(block(&crate::bench::report::tests::synthetic(), false), "");
+        let plain = crate::bench::report::tests::synthetic();
+        assert_eq!(render(&Shown::of(&plain), Style::Terminal), "");
     }
 
     #[test]

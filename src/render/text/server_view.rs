@@ -1,6 +1,7 @@
 //! The server's view of a bench run as text (pure): the terminal or Markdown block beside the
 //! client's figures and the CSV columns of each signal.
 
+use super::Style;
 use crate::bench::report::{ModelReport, Report};
 use crate::bench::stats::LevelStats;
 use crate::servermetrics::level::{ServerLevel, SignalStats};
@@ -66,7 +67,7 @@ fn server_row(m: &ModelReport, l: &LevelStats, s: &ServerLevel) -> [String; 13] 
 
 /// The compact server block (GPU %, KV %, waiting, prefill tokens/s, prefix-cache hits, ...) and
 /// the findings: empty when no level has server metrics and there are no findings.
-pub fn render_server(r: &Report, md: bool) -> String {
+pub fn render(r: &Report, style: Style) -> String {
     let mut out = String::new();
     let rows: Vec<[String; 13]> = r
         .models
@@ -79,7 +80,7 @@ pub fn render_server(r: &Report, md: bool) -> String {
         .collect();
     if !rows.is_empty() {
         let _ = writeln!(out, "\nServer metrics:");
-        if md {
+        if style == Style::Markdown {
             let _ = writeln!(out, "\n| {} |", SERVER_HEADER.join(" | "));
             let _ = writeln!(
                 out,
@@ -102,7 +103,7 @@ pub fn render_server(r: &Report, md: bool) -> String {
     }
     if !r.findings.is_empty() {
         let _ = writeln!(out, "\nFindings:");
-        let bullet = if md { "- " } else { "  " };
+        let bullet = style.bullet();
         for f in &r.findings {
             let run = f
                 .run
@@ -190,7 +191,8 @@ mod tests {
     use crate::bench::report::Finding;
     use crate::bench::report::tests::synthetic;
     use crate::bench::server_view::compare_with_client;
-    use crate::render::text::{render_csv, render_markdown, render_table};
+    use crate::render::shown::Shown;
+    use crate::render::text::{csv, markdown, table};
 
     fn with_server() -> Report {
         let mut r = synthetic();
@@ -237,9 +239,9 @@ mod tests {
         compare_with_client(&mut s, l);
         l.server = Some(s);
         r.findings.push(Finding {
-            code: "queueing".into(),
+            code: crate::bench::report::FindingCode::Queueing,
             model: "alpha".into(),
-            level: "4".into(),
+            level: crate::bench::stats::Load::Concurrency(4),
             message: "m".into(),
             run: None,
         });
@@ -249,10 +251,10 @@ mod tests {
     #[test]
     fn the_server_block_renders_only_when_collected() {
         let plain = synthetic();
-        assert_eq!(render_server(&plain, false), "");
+        assert_eq!(render(&plain, Style::Terminal), "");
         assert!(csv_header(&plain).is_empty());
-        let r = with_server();
-        let t = render_table(&r);
+        let mut r = with_server();
+        let t = table::render(&Shown::of(&r));
         assert!(
             t.contains("Server metrics:") && t.contains("Findings:"),
             "{t}"
@@ -276,12 +278,16 @@ mod tests {
             "{header}"
         );
         assert_eq!(&cells[8..10], ["1234.5", "69.00"], "{row}");
-        let md = render_markdown(&r);
+        let md = markdown::render(&Shown::of(&r));
         assert!(
             md.contains("| alpha | 4 | 42/90 | - | 61/97 | 88 | 1.5/3.0 | - | 1234.5 | 69.00 |"),
             "{md}"
         );
         assert!(md.contains("- [queueing] alpha @ 4: m"), "{md}");
+        // A combination of runs names the run a finding came from.
+        r.findings[0].run = Some("#2".into());
+        let t = table::render(&Shown::of(&r));
+        assert!(t.contains("  [queueing] alpha @ 4 (run #2): m"), "{t}");
     }
 
     #[test]
@@ -297,7 +303,7 @@ mod tests {
             (s.mean("server_client_tokens_ratio").unwrap() - 250.0 / l.output_tokens_per_s).abs()
                 < 1e-12
         );
-        let csv = render_csv(&r).unwrap();
+        let csv = csv::render(&r).unwrap();
         let mut lines = csv.lines();
         let header: Vec<&str> = lines.next().unwrap().split(',').collect();
         let i = header

@@ -1,6 +1,7 @@
 //! A bench run's cross-checks as text (pure): one line per level, the findings, and the CSV
 //! columns.
 
+use super::Style;
 use crate::bench::report::Report;
 use crate::bench::stats::CrossCheck;
 use std::fmt::Write as _;
@@ -38,12 +39,12 @@ pub fn any(r: &Report) -> bool {
 
 /// The report's cross-check section (plain text or Markdown): one line per level, then the
 /// findings; empty without cross-checks.
-pub fn render_notes(r: &Report, md: bool) -> String {
+pub fn render(r: &Report, style: Style) -> String {
     let mut out = String::new();
     if !any(r) {
         return out;
     }
-    let bullet = if md { "- " } else { "  " };
+    let bullet = style.bullet();
     let s = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), crate::units::fmt_secs);
     let _ = writeln!(
         out,

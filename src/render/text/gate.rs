@@ -3,7 +3,8 @@
 //! a table (baseline, current, change, its 95% interval, the p-values, the verdict, and why a
 //! value was not judged).
 
-use super::text::fmt_value as value;
+use super::Style;
+use crate::bench::criteria::{Base, Metric};
 use crate::bench::report::{Comparison, Regression, Verdict};
 use std::fmt::Write as _;
 
@@ -17,8 +18,8 @@ fn pct(x: f64, decimals: usize) -> String {
 }
 
 /// A change in the metric's terms: points for the error rate, else relative.
-fn change(metric: &str, x: f64) -> String {
-    if metric == "error_rate" {
+fn change(metric: Metric, x: f64) -> String {
+    if metric.base == Base::ErrorRate {
         format!("{} pp", pct(x, 2))
     } else {
         format!("{}%", pct(x, 1))
@@ -30,9 +31,9 @@ fn interval(g: &Regression) -> String {
     let Some([lo, hi]) = g.interval else {
         return String::new();
     };
-    match g.metric.as_str() {
-        "error_rate" => format!("{} to {} pp", pct(lo, 2), pct(hi, 2)),
-        "goodput" => format!("{} to {} pp (SLO attainment)", pct(lo, 1), pct(hi, 1)),
+    match g.metric.base {
+        Base::ErrorRate => format!("{} to {} pp", pct(lo, 2), pct(hi, 2)),
+        Base::Goodput => format!("{} to {} pp (SLO attainment)", pct(lo, 1), pct(hi, 1)),
         _ => format!("{}% to {}%", pct(lo, 1), pct(hi, 1)),
     }
 }
@@ -78,7 +79,7 @@ fn plural(n: usize, one: &str, many: &str) -> String {
 /// One value in a sentence: `sim-a @ 1: ttft_p50 100.2 ms → 130.5 ms (+30.2%, 95% interval
 /// +27.9% to +32.6%; p 1e-20, 2e-19 after Holm)`.
 fn sentence(g: &Regression) -> String {
-    let mut detail = change(&g.metric, g.change);
+    let mut detail = change(g.metric, g.change);
     let i = interval(g);
     if !i.is_empty() {
         let _ = write!(detail, ", 95% interval {i}");
@@ -92,15 +93,15 @@ fn sentence(g: &Regression) -> String {
         g.model,
         g.level,
         g.metric,
-        value(&g.metric, g.baseline),
-        value(&g.metric, g.current)
+        g.metric.format(g.baseline),
+        g.metric.format(g.current)
     )
 }
 
-/// The comparison block of the terminal (`md` false) or Markdown output.
-pub fn render(c: &Comparison, md: bool) -> String {
+/// The comparison block of the terminal or Markdown output.
+pub fn render(c: &Comparison, style: Style) -> String {
     let mut out = String::new();
-    let bullet = if md { "- " } else { "  " };
+    let bullet = style.bullet();
     let n = |v: Verdict| c.with(v).count();
     match (c.confidence, c.judged) {
         (Some(conf), Some(judged)) => {
@@ -158,14 +159,14 @@ pub fn render(c: &Comparison, md: bool) -> String {
         );
     }
     if !c.values.is_empty() {
-        out.push_str(&table(c, md));
+        out.push_str(&table(c, style));
     }
     out
 }
 
 /// Every value compared, one row each, with the reasons values were not judged as numbered
 /// notes under it.
-fn table(c: &Comparison, md: bool) -> String {
+fn table(c: &Comparison, style: Style) -> String {
     let header = [
         "model",
         "level",
@@ -192,11 +193,11 @@ fn table(c: &Comparison, md: bool) -> String {
             }
             [
                 g.model.clone(),
-                g.level.clone(),
-                g.metric.clone(),
-                value(&g.metric, g.baseline),
-                value(&g.metric, g.current),
-                change(&g.metric, g.change),
+                g.level.to_string(),
+                g.metric.to_string(),
+                g.metric.format(g.baseline),
+                g.metric.format(g.current),
+                change(g.metric, g.change),
                 interval(g),
                 match (g.p_value, g.p_holm) {
                     (Some(p), Some(h)) => format!("{} ({})", fmt_p(p), fmt_p(h)),
@@ -207,7 +208,7 @@ fn table(c: &Comparison, md: bool) -> String {
         })
         .collect();
     let mut out = String::new();
-    if md {
+    if style == Style::Markdown {
         out.push('\n');
         let _ = writeln!(out, "| {} |", header.join(" | "));
         let _ = writeln!(out, "|---|---:|---|---:|---:|---:|---:|---:|---|");
@@ -230,7 +231,7 @@ fn table(c: &Comparison, md: bool) -> String {
         }
         let _ = writeln!(out, "{t}");
     }
-    let bullet = if md { "- " } else { "  " };
+    let bullet = style.bullet();
     for (i, why) in reasons.iter().enumerate() {
         let _ = writeln!(out, "{bullet}[{}] not judged: {why}", i + 1);
     }
@@ -244,8 +245,8 @@ mod tests {
     fn value_of(metric: &str, verdict: Verdict) -> Regression {
         Regression {
             model: "sim-a".into(),
-            level: "1".into(),
-            metric: metric.into(),
+            level: crate::bench::stats::Load::Concurrency(1),
+            metric: metric.parse().unwrap(),
             baseline: 0.1,
             current: 0.13,
             change: 0.3,
@@ -275,7 +276,7 @@ mod tests {
             changed: Vec::new(),
             values: vec![r, value_of("agg_tps", Verdict::NotJudged)],
         };
-        let text = render(&c, false);
+        let text = render(&c, Style::Terminal);
         assert!(
             text.contains(
                 "2 values compared, 1 regression, 0 inconclusive, 0 within tolerance, 1 not judged"
@@ -294,7 +295,7 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("0.1 tok/s"), "{text}");
-        let md = render(&c, true);
+        let md = render(&c, Style::Markdown);
         assert!(
             md.contains("| sim-a | 1 | ttft_p50 | 100.0 ms | 130.0 ms | +30.0% | +25.0% to +35.0% | 1e-12 (2e-11) | REGRESSION |"),
             "{md}"
@@ -303,9 +304,10 @@ mod tests {
 
     #[test]
     fn changes_that_round_to_zero_have_no_minus() {
-        assert_eq!(change("ttft_p50", -1e-9), "+0.0%");
-        assert_eq!(change("ttft_p50", -0.0123), "-1.2%");
-        assert_eq!(change("error_rate", -0.00001), "+0.00 pp");
+        let m = |s: &str| s.parse::<Metric>().unwrap();
+        assert_eq!(change(m("ttft_p50"), -1e-9), "+0.0%");
+        assert_eq!(change(m("ttft_p50"), -0.0123), "-1.2%");
+        assert_eq!(change(m("error_rate"), -0.00001), "+0.00 pp");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! `bench report`'s combination (pure): several runs' JSON reports as one, their models side by
 //! side (each keeping its levels, knee and any field another part of the bench added), judged
-//! again when criteria are given. Not `bench merge` ([`crate::bench::merge`]), which makes the shards of
+//! again when criteria are given. Not `bench merge` ([`super::merge`]), which makes the shards of
 //! one run into that run.
 //!
 //! One report and no criteria: the report as it is. Several: the first report's run fields, the
@@ -12,8 +12,8 @@
 //! when several reports are combined without any; each model's capacity within the SLOs too;
 //! and the frontier of tokens/s per user against per GPU over every run's levels.
 
-use crate::bench::criteria::Criteria;
-use crate::bench::report::Report;
+use super::criteria::Criteria;
+use super::report::Report;
 
 /// Combines `(name, report)` pairs; `criteria` judges the combined models again.
 ///
@@ -80,7 +80,13 @@ pub fn combine(docs: Vec<(String, Report)>, criteria: Option<&Criteria>) -> Resu
         }
         out.target = joined(&|d| &d.target);
         out.base_url = joined(&|d| &d.base_url);
-        out.api = joined(&|d| &d.api);
+        let mut apis = Vec::new();
+        for api in all.iter().flat_map(|d| &d.api.0) {
+            if !apis.contains(api) {
+                apis.push(*api);
+            }
+        }
+        out.api = super::report::Apis(apis);
         out.prompt = joined(&|d| &d.prompt);
         out.started_at = joined(&|d| &d.started_at);
         out.combined_from = names;
@@ -99,10 +105,10 @@ pub fn combine(docs: Vec<(String, Report)>, criteria: Option<&Criteria>) -> Resu
     let judge = criteria.or((n > 1).then_some(&default));
     if n > 1 {
         // Each model's capacity within the SLOs, named as the combination names it.
-        out.slo_capacity = crate::bench::answer::slo_capacity(&out.models);
+        out.slo_capacity = super::answer::slo_capacity(&out.models);
     }
     if let Some(c) = judge {
-        let (selection, also_at) = crate::bench::answer::answer(&out.models, c);
+        let (selection, also_at) = super::answer::answer(&out.models, c);
         (out.selection, out.also_at) = (Some(selection), also_at);
         // What it was judged by now (the page draws its limits from this); the SLOs stay the
         // run's, as its goodput was counted by them.
@@ -140,9 +146,9 @@ mod tests {
 
     fn finding(code: &str, model: &str) -> Finding {
         Finding {
-            code: code.into(),
+            code: crate::bench::report::FindingCode::of(code),
             model: model.into(),
-            level: "8".into(),
+            level: crate::bench::stats::Load::Concurrency(8),
             message: "m".into(),
             run: None,
         }
@@ -234,11 +240,6 @@ mod tests {
             .map(|f| (f.model.as_str(), f.run.as_deref().unwrap()))
             .collect();
         assert_eq!(f, [("alpha #1", "#1"), ("alpha #2", "#2")]);
-        let text = crate::render::server_view::render_server(&m, false);
-        assert!(
-            text.contains("[long_tail] alpha #2 @ 8 (run #2): m"),
-            "{text}"
-        );
         let names: Vec<&str> = m.models.iter().map(|m| m.model.as_str()).collect();
         assert_eq!(names, ["alpha #1", "alpha #2"]);
     }
