@@ -94,3 +94,29 @@ pub enum AuthStyle {
     /// `api-key: KEY` (Azure OpenAI).
     ApiKey,
 }
+
+impl AuthStyle {
+    /// The header that carries `key` in this style, its value marked sensitive (no debug output
+    /// shows it): the one place a key becomes a header.
+    ///
+    /// # Errors
+    /// When the key is not a valid header value (never quoting it).
+    pub fn header(
+        self,
+        key: &Secret,
+    ) -> Result<(hyper::header::HeaderName, hyper::header::HeaderValue), String> {
+        use hyper::header::{AUTHORIZATION, HeaderName, HeaderValue};
+        let (name, value) = match self {
+            AuthStyle::Bearer => (AUTHORIZATION, format!("Bearer {}", key.expose())),
+            AuthStyle::XApiKey => (
+                HeaderName::from_static("x-api-key"),
+                key.expose().to_owned(),
+            ),
+            AuthStyle::ApiKey => (HeaderName::from_static("api-key"), key.expose().to_owned()),
+        };
+        let mut value = HeaderValue::from_str(&value)
+            .map_err(|_| "the key is not a valid header value".to_owned())?;
+        value.set_sensitive(true);
+        Ok((name, value))
+    }
+}

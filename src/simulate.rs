@@ -5,7 +5,8 @@
 //! Endpoints: `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/messages`
 //! (Anthropic), `POST /v1/responses` (OpenAI Responses), each also without the `/v1` prefix;
 //! `GET /v1/models` (the default model `tokenprobe-simulated`, then every `--profile`),
-//! `GET /health`. `"stream": true` gets an SSE stream, anything else one JSON
+//! `GET /health`, and vLLM's `POST /reset_prefix_cache` (every prefix cache emptied; the call
+//! is a line of the event log with its path). `"stream": true` gets an SSE stream, anything else one JSON
 //! body once the whole answer would have been generated.
 //!
 //! Timing. A request *arrives* when its body has been read in full; its head is written at once.

@@ -136,6 +136,9 @@ pub fn describe(spec: &ProbeSpec) -> String {
     if spec.prompt.nonce {
         w.push_str(", nonce");
     }
+    if spec.cache_bust {
+        w.push_str(", cache busted");
+    }
     if !spec.stream {
         w.push_str(", not streamed");
     }

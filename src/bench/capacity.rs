@@ -147,6 +147,7 @@ impl CapacityPlan {
             requests: ran.iter().map(|l| l.requests).sum(),
             seconds: ran.iter().map(|l| l.wall_s).sum(),
             sessions: false,
+            gpu_cost_per_mtok: None,
         }
     }
 }
@@ -404,6 +405,10 @@ pub struct Capacity {
     /// sessions started per second in open loop), judged by their sessions' attainment.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub sessions: bool,
+    /// The self-hosted cost per million output tokens at the capacity (its level's, with the
+    /// model's GPU count and `gpu_hour_price:`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_cost_per_mtok: Option<f64>,
 }
 
 impl Capacity {

@@ -9,7 +9,8 @@
 //! target and model twice get their input's number, `MODEL #2`), the findings of all, and no baseline
 //! comparison (it belonged to one run). The answer (the selection at its load, and the view at
 //! another) is made again from the criteria given, or from the default weights without limits
-//! when several reports are combined without any; each model's capacity within the SLOs too.
+//! when several reports are combined without any; each model's capacity within the SLOs too;
+//! and the frontier of tokens/s per user against per GPU over every run's levels.
 
 use super::criteria::Criteria;
 use super::report::Report;
@@ -91,10 +92,14 @@ pub fn combine(docs: Vec<(String, Report)>, criteria: Option<&Criteria>) -> Resu
         out.combined_from = names;
         out.models = models;
         out.findings = findings;
-        // The comparison, command line and run identity belonged to one run.
+        // The comparison, command line, run identity and provenance belonged to one run.
         out.comparison = None;
         out.command = None;
         out.run = None;
+        out.provenance = None;
+        // One frontier over every run's levels, the models named as the combination names
+        // them.
+        out.frontier = crate::bench::frontier::of(&out.models);
     }
     let default = Criteria::default();
     let judge = criteria.or((n > 1).then_some(&default));
@@ -175,6 +180,42 @@ mod tests {
         let s = m.selection.expect("judged");
         assert_eq!(s.ranked.len(), 3, "{:?}", s.ranked);
         assert!(s.limits.is_empty());
+    }
+
+    /// `bench report` over two runs (two GPUs each): one frontier over both runs' levels, each
+    /// point named as the combination names its model.
+    #[test]
+    fn the_frontier_is_over_every_run_combined() {
+        // Each level a trade: less per user, more per GPU as the load rises.
+        let gpus = |mut d: Report, n: u32| {
+            for m in &mut d.models {
+                m.gpus = Some(crate::bench::efficiency::GpuCount {
+                    count: n,
+                    source: crate::bench::efficiency::GpuSource::Config,
+                });
+                for (li, l) in m.levels.iter_mut().enumerate() {
+                    if let Some(s) = &mut l.decode_tokens_per_s {
+                        s.p50 = 100.0 / (li + 1) as f64;
+                    }
+                }
+            }
+            crate::bench::efficiency::derive(&mut d.models);
+            d
+        };
+        let a = gpus(doc("h100", &["alpha"]), 1);
+        let b = gpus(doc("a100", &["alpha"]), 4);
+        let m = combine(vec![("a.json".into(), a), ("b.json".into(), b)], None).unwrap();
+        let f = m.frontier.expect("a frontier over both runs");
+        let levels = m.models[0].levels.len();
+        assert_eq!(f.points.len(), 2 * levels);
+        // Per user alike, the run on one GPU makes 4× the tokens per GPU: its levels dominate.
+        assert!(
+            f.points
+                .iter()
+                .all(|p| p.on_frontier == p.series.starts_with("h100/")),
+            "{f:?}"
+        );
+        assert!(m.provenance.is_none());
     }
 
     #[test]

@@ -7,7 +7,10 @@
 //! `_p99`). Level-wide metrics without a suffix: `agg_tps` (aggregate output tokens/s),
 //! `rps` (requests/s), `goodput` (requests/s that met every SLO), `error_rate` (0..1), and, when
 //! the model has a price, `cost_per_request` (mean cost of a successful request) and
-//! `cost_per_mtok` (cost per million output tokens), lower is better.
+//! `cost_per_mtok` (cost per million output tokens), lower is better; with a GPU count,
+//! `agg_tps_per_gpu` (aggregate output tokens/s per GPU), with a `gpu_hour_price:` too,
+//! `gpu_cost_per_mtok` (the self-hosted cost per million output tokens), and with the server's
+//! energy, `joules_per_token` (per output token), the last two lower is better.
 
 use super::stats::{LevelStats, Objective, Sample, Summary};
 use crate::units::{fmt_cost, fmt_secs};
@@ -72,6 +75,12 @@ pub enum Base {
     CostPerRequest,
     /// Cost per million output tokens.
     CostPerMtok,
+    /// Aggregate output tokens/s per GPU (the model's GPU count).
+    AggTpsPerGpu,
+    /// Cost per million output tokens on the model's own GPUs (`gpu_hour_price:`).
+    GpuCostPerMtok,
+    /// Joules per output token (the server's energy over the level).
+    JoulesPerToken,
 }
 
 /// A statistic of a per-request distribution.
@@ -130,6 +139,9 @@ impl Base {
             Base::ErrorRate => "error_rate",
             Base::CostPerRequest => "cost_per_request",
             Base::CostPerMtok => "cost_per_mtok",
+            Base::AggTpsPerGpu => "agg_tps_per_gpu",
+            Base::GpuCostPerMtok => "gpu_cost_per_mtok",
+            Base::JoulesPerToken => "joules_per_token",
         }
     }
 
@@ -147,6 +159,9 @@ impl Base {
             "error_rate" | "errors" => Base::ErrorRate,
             "cost_per_request" | "cost" => Base::CostPerRequest,
             "cost_per_mtok" => Base::CostPerMtok,
+            "agg_tps_per_gpu" | "tps_per_gpu" => Base::AggTpsPerGpu,
+            "gpu_cost_per_mtok" => Base::GpuCostPerMtok,
+            "joules_per_token" | "j_per_token" => Base::JoulesPerToken,
             _ => return None,
         })
     }
@@ -172,7 +187,9 @@ impl Base {
             Base::Tps | Base::AggTps => Unit::TokensPerSecond,
             Base::Rps | Base::Goodput => Unit::RequestsPerSecond,
             Base::CostPerRequest => Unit::Cost,
-            Base::CostPerMtok => Unit::CostPerMtok,
+            Base::CostPerMtok | Base::GpuCostPerMtok => Unit::CostPerMtok,
+            Base::AggTpsPerGpu => Unit::TokensPerSecondPerGpu,
+            Base::JoulesPerToken => Unit::JoulesPerToken,
         }
     }
 
@@ -181,7 +198,11 @@ impl Base {
         self.is_time()
             || matches!(
                 self,
-                Base::ErrorRate | Base::CostPerRequest | Base::CostPerMtok
+                Base::ErrorRate
+                    | Base::CostPerRequest
+                    | Base::CostPerMtok
+                    | Base::GpuCostPerMtok
+                    | Base::JoulesPerToken
             )
     }
 
@@ -245,6 +266,10 @@ pub enum Unit {
     Cost,
     /// The config's currency, per million output tokens.
     CostPerMtok,
+    /// Output tokens per second per GPU.
+    TokensPerSecondPerGpu,
+    /// Joules per output token.
+    JoulesPerToken,
 }
 
 impl Unit {
@@ -256,6 +281,8 @@ impl Unit {
             Unit::TokensPerSecond => "tok/s",
             Unit::RequestsPerSecond => "req/s",
             Unit::CostPerMtok => "per Mtok",
+            Unit::TokensPerSecondPerGpu => "tok/s per GPU",
+            Unit::JoulesPerToken => "J/tok",
             Unit::Seconds | Unit::Share | Unit::Cost => "",
         }
     }
@@ -292,7 +319,8 @@ impl FromStr for Metric {
             invalid(format!(
                 "unknown metric {s:?}: expected ttft, ttfo, tpot, e2e, tps or lag (optionally with \
                  _mean, _p50, _p90, _p95, _p99, _max), agg_tps, rps, goodput, error_rate, \
-                 cost_per_request or cost_per_mtok"
+                 cost_per_request, cost_per_mtok, agg_tps_per_gpu, gpu_cost_per_mtok or \
+                 joules_per_token"
             ))
         })
     }
@@ -342,6 +370,13 @@ impl Metric {
             Base::ErrorRate => Some(l.error_rate),
             Base::CostPerRequest => l.cost_per_request,
             Base::CostPerMtok => l.cost_per_mtok,
+            Base::AggTpsPerGpu => l.efficiency.output_tokens_per_s_per_gpu,
+            Base::GpuCostPerMtok => l.efficiency.gpu_cost.as_ref().map(|c| c.cost_per_mtok),
+            Base::JoulesPerToken => l
+                .efficiency
+                .energy
+                .as_ref()
+                .and_then(|e| e.joules_per_output_token),
         }
     }
 
@@ -356,7 +391,10 @@ impl Metric {
         match unit {
             Unit::Seconds => fmt_secs(v),
             Unit::Share => crate::units::fmt_pct(v),
-            Unit::TokensPerSecond => format!("{v:.1} {}", unit.symbol()),
+            Unit::TokensPerSecond | Unit::TokensPerSecondPerGpu => {
+                format!("{v:.1} {}", unit.symbol())
+            }
+            Unit::JoulesPerToken => format!("{v:.3} {}", unit.symbol()),
             Unit::Cost => fmt_cost(v),
             Unit::CostPerMtok => format!("{} {}", fmt_cost(v), unit.symbol()),
             Unit::RequestsPerSecond => format!("{v:.2} {}", unit.symbol()),

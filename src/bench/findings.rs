@@ -468,6 +468,8 @@ mod tests {
             model: "m".into(),
             target: None,
             price: None,
+            gpus: None,
+            gpu_hour_price: None,
             input_tokens_mean: None,
             output_tokens_mean: None,
             prompt: None,

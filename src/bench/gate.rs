@@ -264,7 +264,8 @@ fn test(
             })
         }
         Base::AggTps | Base::Rps => Err(ONE_FIGURE.into()),
-        Base::CostPerRequest | Base::CostPerMtok => Err(ONE_COST.into()),
+        Base::CostPerRequest | Base::CostPerMtok | Base::GpuCostPerMtok => Err(ONE_COST.into()),
+        Base::AggTpsPerGpu | Base::JoulesPerToken => Err(ONE_FIGURE.into()),
         Base::Ttfo | Base::Lag => Err(format!("{m} is not compared")),
     }
 }
@@ -296,6 +297,7 @@ pub fn compare(
         judged: Some(0),
         regressions: Vec::new(),
         not_in_baseline: Vec::new(),
+        changed: Vec::new(),
         values: Vec::new(),
     };
     // Whether each value is worse beyond the tolerance.

@@ -13,6 +13,7 @@ use super::progress::Progress;
 use super::report::ModelReport;
 use super::runner::{self, Amount, Arrival, LevelRun, LoadRamp, Runner};
 use super::schedule::{Extension, Level};
+use super::server_cache::{BeforeLevel, CachePlan};
 use super::server_view::ServerSide;
 use super::session::SessionLevel;
 use super::shard::{Shard, StartPlan};
@@ -53,6 +54,8 @@ pub struct LoadPlan {
     /// A session prompt: how its sessions are sent and judged (each level's amount is then
     /// sessions, and each worker or arrival runs whole sessions).
     pub sessions: Option<super::session::SessionMode>,
+    /// `--reset-prefix-cache`, `--cache-bust`: the server cache each level starts from.
+    pub cache: CachePlan,
 }
 
 impl LoadPlan {
@@ -127,6 +130,8 @@ pub(super) struct LevelStep {
     criteria: Criteria,
     extension: Option<Extension>,
     sinks: Vec<Arc<dyn LevelSink>>,
+    /// Before each level's measured requests: its server's prefix cache reset, when asked for.
+    cache: BeforeLevel,
     progress: Progress,
     stop: Stop,
     /// The levels named for having more workers than requests.
@@ -135,15 +140,15 @@ pub(super) struct LevelStep {
 
 impl LevelStep {
     /// Each level sent as `load` says by this `shard` (from its shared `start` instants), judged
-    /// by `criteria` and run on as `extension` says, handed to `sinks`, shown on `progress`,
-    /// stopped by `stop`.
+    /// by `criteria` and run on as `extension` says, its server's cache first made as `cache`
+    /// makes it, handed to `sinks`, shown on `progress`, stopped by `stop`.
     pub(super) fn new(
         load: LoadPlan,
         (shard, start): (Shard, Option<StartPlan>),
         (criteria, extension): (Criteria, Option<Extension>),
+        cache: BeforeLevel,
         sinks: Vec<Arc<dyn LevelSink>>,
-        progress: Progress,
-        stop: Stop,
+        (progress, stop): (Progress, Stop),
     ) -> LevelStep {
         let share = load.share(shard);
         LevelStep {
@@ -154,6 +159,7 @@ impl LevelStep {
             criteria,
             extension,
             sinks,
+            cache,
             progress,
             stop,
             warned: std::sync::Mutex::default(),
@@ -444,9 +450,10 @@ impl LevelStep {
         Ok(run)
     }
 
-    /// Sends a level's first run through `runner`: the warm-up, the wait for the level's shared
-    /// start, then the level (with its canaries). What it measured, and how late it started
-    /// after its shared instant (with `--start-at`).
+    /// Sends a level's first run through `runner`: the warm-up, the server cache's reset, the
+    /// wait for the level's shared start, then the level (with its canaries). What it measured
+    /// (with the cache it started from), and how late it started after its shared instant (with
+    /// `--start-at`).
     async fn first(
         &self,
         runner: &mut Runner,
@@ -484,6 +491,7 @@ impl LevelStep {
                 }
             }
         }
+        let cache = self.cache.run(&runner.spec().target, &self.progress).await;
         if let Some(p) = &self.start {
             tokio::select! {
                 () = tokio::time::sleep(p.wait(at.slot, chrono::Utc::now())) => {}
@@ -520,7 +528,13 @@ impl LevelStep {
                 .to_std()
                 .map_or(0.0, |d| d.as_secs_f64())
         });
-        Ok((run, late))
+        Ok((
+            LevelRun {
+                cache: Some(cache),
+                ..run
+            },
+            late,
+        ))
     }
 }
 
@@ -580,6 +594,7 @@ fn fold_level(
     stats.client_bound = stats.client_bound_reason();
     stats.start_offset_s = late;
     stats.canary = run.canary;
+    stats.efficiency.server_cache = run.cache;
     let mut s = run.samples;
     s.sort_by(|x, y| x.sent_s.total_cmp(&y.sent_s));
     stats.samples = Some(s);

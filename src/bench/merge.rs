@@ -347,6 +347,7 @@ fn merge_level(
     // Every shard scraped the same server over the same (aligned) level: any shard's view is the
     // whole load's; the first one's is kept.
     out.server = parts.iter().find_map(|l| l.server.clone());
+    out.efficiency.server_cache = parts.iter().find_map(|l| l.efficiency.server_cache.clone());
     for n in parts.iter().flat_map(|l| &l.notes) {
         if !out.notes.contains(n) {
             out.notes.push(n.clone());
@@ -501,6 +502,8 @@ mod tests {
             model: "m".into(),
             target: Some("local".into()),
             price: None,
+            gpus: None,
+            gpu_hour_price: None,
             input_tokens_mean: None,
             output_tokens_mean: None,
             levels,

@@ -43,13 +43,16 @@ pub mod combine;
 pub mod confidence;
 pub mod criteria;
 pub mod crosscheck;
+pub mod efficiency;
 pub mod findings;
+pub mod frontier;
 pub mod gate;
 pub mod health;
 mod level;
 pub mod merge;
 pub mod plan;
 pub mod progress;
+pub mod provenance;
 pub mod report;
 pub mod run_exit;
 pub mod runner;
@@ -57,6 +60,7 @@ pub mod sample;
 pub mod schedule;
 pub mod select;
 pub mod served;
+pub mod server_cache;
 pub mod server_view;
 pub mod session;
 pub mod shard;
@@ -497,6 +501,9 @@ pub fn judge(
     baseline: Option<&(Report, String)>,
     thresholds: &findings::Thresholds,
 ) {
+    // Per GPU, the self-hosted cost and the energy first: limits and weights may read them.
+    efficiency::derive(&mut report.models);
+    report.frontier = frontier::of(&report.models);
     let knees: Vec<Option<report::Knee>> = health::whole_levels(&report.models)
         .iter()
         .zip(&report.models)
@@ -519,13 +526,18 @@ pub fn judge(
     let slo_capacity = answer::slo_capacity(&whole);
     let found = findings::findings(&whole, thresholds);
     let comparison = baseline.map(|(b, name)| {
-        gate::compare(
+        let mut c = gate::compare(
             &whole,
             &health::whole_levels(&b.models),
             &b.slo,
             criteria,
             name,
-        )
+        );
+        // What changed in what served the two runs, beside their regressions.
+        if let (Some(old), Some(new)) = (&b.provenance, &report.provenance) {
+            c.changed = provenance::changes(old, new);
+        }
+        c
     });
     drop(whole);
     report.selection = selection;

@@ -3,8 +3,9 @@
 //! ([`Judging`]), this process's part of the run ([`RunPart`]) and what watches it ([`Watch`]).
 //! Everything that can be wrong with an invocation was checked when these were made
 //! ([`crate::cli::bench`]), before any request is sent. The plan keeps its parts to itself: it
-//! hands out what is read of it, and [`run`] has it build the run's sweep and the report that
-//! sweep fills, runs the one and finishes the other.
+//! hands out what is read of it, and [`run`] has it say the run's start, read what serves the run
+//! ([`Provenance`]), build the run's sweep and the report that sweep fills, run the one and
+//! finish the other.
 
 pub use super::level::LoadPlan;
 pub use super::sweep::Sent;
@@ -14,9 +15,11 @@ use super::findings::Thresholds;
 use super::health::HealthPlan;
 use super::level::{LevelStep, Stop};
 use super::progress::{Progress, ProgressMode};
+use super::provenance::{Provenance, ServedTally};
 use super::report::{Interrupted, LoadMode, ModelReport, Report, RunInfo};
 use super::runner::{Amount, Arrival};
 use super::schedule::Schedule;
+use super::server_cache::BeforeLevel;
 use super::server_view::ServerPlan;
 use super::shard::{Shard, StartPlan};
 use super::sweep::Sweep;
@@ -191,22 +194,40 @@ impl BenchPlan {
             .collect()
     }
 
-    /// The run this plan makes: its sweep (every series, on the levels the schedule chooses,
-    /// each sent by one level step, the progress counting the most levels each may run), and
-    /// the report the sweep's series fill, judged.
-    fn build(self) -> (Sweep, ReportDraft) {
+    /// The run's progress display, counting the most levels each series may run.
+    fn progress(&self) -> Progress {
+        Progress::new(self.progress_units(), self.watch.progress)
+    }
+
+    /// What serves the run and what sends it, read before its first level (within
+    /// [`super::provenance::collect::TIMEOUT`]).
+    async fn provenance(&self) -> Provenance {
+        let redactor = command_redactor(self.sent.spec(), self.sent.models()).await;
+        super::provenance::collect::collect(
+            self.sent.models(),
+            &self.watch.server.endpoints,
+            &redactor,
+        )
+        .await
+    }
+
+    /// The run this plan makes, shown on `progress`, its servers as `provenance` records them:
+    /// its sweep (every series, on the levels the schedule chooses, each sent by one level
+    /// step), and the report the sweep's series fill, judged.
+    fn build(mut self, progress: Progress, provenance: Provenance) -> (Sweep, ReportDraft) {
         let open = self.open();
-        let progress = Progress::new(self.progress_units(), self.watch.progress);
         let stop = Stop::default();
-        let draft = self.draft(open);
-        let start_line = self.start_line(open, &draft.report);
+        // What answered, level by level.
+        let served = ServedTally::sink(&mut self.sinks);
+        let cache = BeforeLevel::new(self.load.cache, self.part.shard.index, Some(&provenance));
+        let draft = self.draft(open, provenance, served);
         let step = LevelStep::new(
             self.load,
             (self.part.shard, self.part.start),
             (self.judging.criteria.clone(), self.schedule.extension()),
+            cache,
             self.sinks,
-            progress.clone(),
-            stop.clone(),
+            (progress.clone(), stop.clone()),
         );
         let sweep = Sweep::new(
             self.sent,
@@ -214,15 +235,15 @@ impl BenchPlan {
             step,
             (self.watch.health, self.watch.server),
             (progress, stop),
-            start_line,
         );
         (sweep, draft)
     }
 
     /// What the run says first: its targets, prompts, models, levels and load, and for a shard
     /// which part of which run it is.
-    fn start_line(&self, open: bool, report: &Report) -> String {
-        let (_, _, urls) = targets_of(self.sent.head(), self.sent.models());
+    fn start_line(&self) -> String {
+        let open = self.open();
+        let (targets, _, urls) = targets_of(self.sent.head(), self.sent.models());
         let recorded = self.load.sessions.is_some_and(|m| m.recorded);
         let (load, part) = run_words(
             self.sent.spec(),
@@ -232,16 +253,16 @@ impl BenchPlan {
             &self.part.run_id,
         );
         format!(
-            "tokenprobe bench: target {} ({urls}), prompt {}, models {}, {} ({load}){part}",
-            report.target,
+            "tokenprobe bench: target {targets} ({urls}), prompt {}, models {}, {} ({load}){part}",
             self.prompt_names().join(", "),
             self.sent.names().join(", "),
             self.schedule.words(),
         )
     }
 
-    /// The report as far as the plan knows it before a level is run.
-    fn draft(&self, open: bool) -> ReportDraft {
+    /// The report as far as the plan knows it before a level is run: what served the run as
+    /// `provenance` records it, completed by what `served` saw answer.
+    fn draft(&self, open: bool, provenance: Provenance, served: Arc<ServedTally>) -> ReportDraft {
         let (spec, head) = (self.sent.spec(), self.sent.head());
         let (target_names, base_urls, _) = targets_of(head, self.sent.models());
         let criteria = &self.judging.criteria;
@@ -283,6 +304,8 @@ impl BenchPlan {
             findings: Vec::new(),
             interrupted: None,
             combined_from: Vec::new(),
+            frontier: None,
+            provenance: None,
         };
         ReportDraft {
             report,
@@ -290,6 +313,8 @@ impl BenchPlan {
             sent: self.sent.clone(),
             judging: self.judging.clone(),
             thresholds: self.watch.server.thresholds,
+            provenance,
+            served,
         }
     }
 }
@@ -302,7 +327,10 @@ impl BenchPlan {
 /// [`BenchError`] when the prober cannot be built, a prompt cannot be calibrated or a level's
 /// sending broke.
 pub async fn run(plan: BenchPlan) -> Result<Finished, BenchError> {
-    let (sweep, draft) = plan.build();
+    let progress = plan.progress();
+    progress.println(&plan.start_line());
+    let provenance = plan.provenance().await;
+    let (sweep, draft) = plan.build(progress, provenance);
     let swept = sweep.run().await?;
     let report = draft.finish(swept.models, swept.interrupted).await;
     Ok(Finished {
@@ -337,17 +365,33 @@ struct ReportDraft {
     sent: Sent,
     judging: Judging,
     thresholds: Thresholds,
+    /// What served the run, read before its first level.
+    provenance: Provenance,
+    /// The served names and fingerprints its levels carried.
+    served: Arc<ServedTally>,
 }
 
 impl ReportDraft {
-    /// The run's judged report, with its series' `models` and, when a stop signal came, what it
-    /// `interrupted`.
-    async fn finish(self, models: Vec<ModelReport>, interrupted: Option<Interrupted>) -> Report {
+    /// The run's judged report, with its series' `models` (what served each beside it) and, when
+    /// a stop signal came, what it `interrupted`.
+    async fn finish(
+        self,
+        mut models: Vec<ModelReport>,
+        interrupted: Option<Interrupted>,
+    ) -> Report {
         let redactor = command_redactor(self.sent.spec(), self.sent.models()).await;
+        let mut provenance = self.provenance;
+        served_by(
+            &mut models,
+            self.sent.models(),
+            &mut provenance,
+            &self.served,
+        );
         let mut report = Report {
             command: Some(crate::redact::command_line(&self.command, &redactor)),
             models,
             interrupted,
+            provenance: Some(provenance),
             ..self.report
         };
         let j = &self.judging;
@@ -359,6 +403,32 @@ impl ReportDraft {
             &self.thresholds,
         );
         report
+    }
+}
+
+/// What served each series, after the sweep: the served names and fingerprints its levels
+/// carried into `provenance`, and each series' GPU count (its target's, as the provenance
+/// records it: declared, else DCGM's) and GPU price.
+fn served_by(
+    reports: &mut [ModelReport],
+    models: &[BenchModel],
+    provenance: &mut Provenance,
+    served: &ServedTally,
+) {
+    for s in &mut provenance.servers {
+        s.served = served.served(&s.target);
+    }
+    for r in reports {
+        let Some(t) = r.target.clone() else { continue };
+        r.gpus = provenance
+            .server(&t)
+            .and_then(|s| s.gpus.as_ref())
+            .map(|g| g.count);
+        r.gpu_hour_price = models
+            .iter()
+            .find(|m| m.target.name == t)
+            .and_then(|m| m.target.gpu_hour_price)
+            .map(|p| p.0);
     }
 }
 

@@ -20,6 +20,13 @@ pub struct ModelReport {
     /// Its price at that target, when the config gives one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub price: Option<Price>,
+    /// The GPUs that serve it: its target's `gpus:`, else the device count of its DCGM metrics
+    /// (absent: neither, and no per-GPU figure is given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<super::efficiency::GpuCount>,
+    /// What one of those GPUs costs per hour (its target's `gpu_hour_price:`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_hour_price: Option<f64>,
     /// Achieved input length: mean input tokens of the successful requests that reported them.
     #[serde(default)]
     pub input_tokens_mean: Option<f64>,
@@ -261,6 +268,14 @@ pub struct Report {
     /// A combination of runs (`bench report a.json b.json`): the reports it was made from.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub combined_from: Vec<String>,
+    /// Tokens/s per user against tokens/s per GPU: every level a point, the Pareto frontier
+    /// marked (absent when no model has a GPU count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frontier: Option<super::frontier::Frontier>,
+    /// What served the run and what sent it, recorded without asking (absent in reports of
+    /// older versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<super::provenance::Provenance>,
 }
 
 /// How a run that was stopped by a signal ended: the levels it finished are in the report, and
@@ -669,6 +684,10 @@ pub struct Comparison {
     pub regressions: Vec<Regression>,
     /// (model, level) pairs of this run that the baseline does not have.
     pub not_in_baseline: Vec<String>,
+    /// What changed in what served the runs (server version, GPUs, settings, fingerprints),
+    /// from the two runs' provenance: read beside a regression.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed: Vec<String>,
     /// Every value compared, with the baseline's beside it and its verdict (absent in older
     /// reports).
     #[serde(default)]
@@ -942,6 +961,8 @@ pub(crate) mod tests {
                 model: "alpha".into(),
                 target: Some("local".into()),
                 price: None,
+                gpus: None,
+                gpu_hour_price: None,
                 input_tokens_mean: None,
                 output_tokens_mean: Some(64.0),
                 levels: vec![mk(2, 0.1, 10.0, 0), mk(4, 0.1, 5.0, 0), mk(8, 0.4, 4.8, 0)],
@@ -956,6 +977,8 @@ pub(crate) mod tests {
                 model: "beta".into(),
                 target: Some("local".into()),
                 price: None,
+                gpus: None,
+                gpu_hour_price: None,
                 input_tokens_mean: None,
                 output_tokens_mean: Some(60.8),
                 levels: vec![
@@ -1024,6 +1047,8 @@ pub(crate) mod tests {
             findings: Vec::new(),
             interrupted: None,
             combined_from: Vec::new(),
+            frontier: None,
+            provenance: None,
         }
     }
 }

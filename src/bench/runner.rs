@@ -100,6 +100,8 @@ pub struct LevelRun {
     pub cpu: Option<CpuWait>,
     /// Requests still in flight when a stopped level's grace ran out: cut, not in `samples`.
     pub unfinished: u64,
+    /// The server cache the level started from (its first run's).
+    pub cache: Option<super::efficiency::CacheState>,
 }
 
 impl LevelRun {
@@ -721,6 +723,7 @@ impl Runner {
             started_unix_s,
             cpu,
             unfinished: unfinished.load(Ordering::Relaxed),
+            cache: None,
         })
     }
 
@@ -877,6 +880,7 @@ impl Runner {
             started_unix_s,
             cpu,
             unfinished: unfinished.load(Ordering::Relaxed),
+            cache: None,
         })
     }
 }

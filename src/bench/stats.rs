@@ -684,6 +684,10 @@ pub struct LevelStats {
     /// What a reader of the level must know (a shard that had no worker at it, say).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// Its output tokens/s per GPU, self-hosted cost, energy per token and the server cache it
+    /// started from ([`super::efficiency`]).
+    #[serde(flatten)]
+    pub efficiency: super::efficiency::LevelEfficiency,
     /// Stopped before its amount (a stop signal, or the early stop): its figures are those of
     /// the requests that finished, and it is never ranked, compared, nor taken for a knee or a
     /// capacity.
@@ -857,6 +861,7 @@ impl LevelStats {
             cross_check: None,
             canary: None,
             server: None,
+            efficiency: super::efficiency::LevelEfficiency::default(),
             notes: Vec::new(),
             partial: false,
             stopped: None,

@@ -112,8 +112,6 @@ pub(super) struct Sweep {
     stop: Stop,
     /// The level running now (`model @ load`), for the report of a stopped run.
     running: Mutex<Option<String>>,
-    /// What the run says first.
-    start_line: String,
 }
 
 /// A series' name: the model's, with ` · prompt` in a prompt sweep.
@@ -127,15 +125,14 @@ fn series_name(name: &str, prompt: &ProbeSpec, sweep: bool) -> String {
 
 impl Sweep {
     /// The series of `sent`, each on levels `schedule` chooses and `step` runs, with `health`'s
-    /// check and early stop and `server`'s view; shown on `progress`, stopped by `stop`, said
-    /// first by `start_line`.
+    /// check and early stop and `server`'s view; shown on `progress` (the run's start line
+    /// already said), stopped by `stop`.
     pub(super) fn new(
         sent: Sent,
         schedule: Box<dyn Schedule>,
         step: LevelStep,
         (health, server): (HealthPlan, ServerPlan),
         (progress, stop): (Progress, Stop),
-        start_line: String,
     ) -> Sweep {
         Sweep {
             sent,
@@ -146,7 +143,6 @@ impl Sweep {
             progress,
             stop,
             running: Mutex::new(None),
-            start_line,
         }
     }
 
@@ -157,7 +153,6 @@ impl Sweep {
     /// [`BenchError`] when the server's view cannot start, a prober cannot be built, a prompt
     /// cannot be calibrated or a level's sending broke.
     pub(super) async fn run(&self) -> Result<Swept, BenchError> {
-        self.progress.println(&self.start_line);
         let mut server_side = ServerSide::start(&self.server)?;
         let watch =
             StopSignals::install().watch_naming(self.stop.token.clone(), self.stop.signal.clone());
@@ -440,6 +435,8 @@ fn series_report(bm: &BenchModel) -> ModelReport {
         model: bm.model.clone(),
         target: Some(bm.target.name.clone()),
         price: bm.target.price_of(&bm.model),
+        gpus: None,
+        gpu_hour_price: None,
         input_tokens_mean: None,
         output_tokens_mean: None,
         levels: Vec::new(),

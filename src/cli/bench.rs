@@ -9,6 +9,7 @@ use crate::bench::progress::ProgressMode;
 use crate::bench::run_exit::ExitRules;
 use crate::bench::runner::{Amount, Arrival};
 use crate::bench::schedule::{CapacitySearch, FixedSweep, Replay, Schedule};
+use crate::bench::server_cache::CachePlan;
 use crate::bench::session::SessionMode;
 use crate::bench::shard::{Shard, StartPlan};
 use crate::bench::stats::LevelKey;
@@ -137,6 +138,15 @@ pub struct BenchArgs {
     /// a connection set-up that its later ones do not).
     #[arg(long)]
     pub no_prewarm: bool,
+    /// Empty the server's prefix cache before each level, after its warm-up (vLLM's POST
+    /// /reset_prefix_cache, SGLang's POST /flush_cache; other servers: said, and the run goes
+    /// on), so every level starts from the same server state.
+    #[arg(long)]
+    pub reset_prefix_cache: bool,
+    /// Give every request a unique leading block, so no two requests share a prefix the server
+    /// could serve from its cache (adds about 10 tokens to each request's input).
+    #[arg(long)]
+    pub cache_bust: bool,
     /// Open loop: arrival rates in requests/s, e.g. 1,2,4 (the levels; --concurrency caps in-flight, default 1000).
     #[arg(long, value_delimiter = ',')]
     pub rate: Vec<f64>,
@@ -1267,6 +1277,7 @@ impl BenchArgs {
                 if a.max_tokens.is_some() {
                     spec.max_tokens = a.max_tokens;
                 }
+                spec.cache_bust = a.cache_bust;
                 spec
             })
             .collect();
@@ -1348,6 +1359,7 @@ impl BenchArgs {
             cross_check,
             samples: a.samples || shard.count > 1,
             sessions,
+            cache: CachePlan::new(a.reset_prefix_cache, a.cache_bust),
         };
         let schedule = schedule(
             a,

@@ -90,6 +90,25 @@ pub fn record(store: Option<Store>, report: &Report, exit: Exit) -> Exit {
 /// The most stored runs `--baseline last` reads, newest first, for one that fits.
 pub const MAX_BASELINE_CANDIDATES: usize = 100;
 
+/// Stored run `id` of the store `history` names (else the default store), for `bench report`.
+///
+/// # Errors
+/// [`BenchError::Usage`] when there is no store, no such run, or its report cannot be read.
+pub fn stored(history: Option<&Path>, id: i64) -> Result<Report, BenchError> {
+    let Some(path) = history.map(Path::to_owned).or_else(default_path) else {
+        return Err(BenchError::Usage(format!(
+            "run {id}: no run store (no data directory); give --history FILE"
+        )));
+    };
+    let Some(s) = Store::open_existing(&path).map_err(|e| usage(&e))? else {
+        return Err(BenchError::Usage(format!(
+            "run {id}: no run is recorded ({} does not exist)",
+            path.display()
+        )));
+    };
+    s.report(id).map_err(|e| usage(&e))
+}
+
 /// The baseline `--baseline` names, if it fits the run (`fit`: the same effective workload and
 /// a (model, level) in common): a JSON report's file, or a stored run (`last`, or its id, when no
 /// file has that name) of `store`. `last` is the newest complete run of the same load kind that

@@ -11,9 +11,14 @@ use std::path::PathBuf;
 /// Flags of `tokenprobe bench report`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ReportArgs {
-    /// JSON reports written by `bench -o FILE.json` (several: their models side by side).
+    /// JSON reports written by `bench -o FILE.json`, or stored runs by their id in the run store
+    /// (`bench history` lists them); several: their models side by side.
     #[arg(required = true)]
     pub inputs: Vec<PathBuf>,
+    /// The run store stored runs are read from (default: runs.sqlite3 in the user's data
+    /// directory).
+    #[arg(long, env = "TOKENPROBE_HISTORY", value_name = "FILE")]
+    pub history: Option<PathBuf>,
     /// Write to FILE.html, FILE.md, FILE.csv or FILE.json (by extension; repeatable).
     #[arg(long = "output", short = 'o', required = true)]
     pub outputs: Vec<PathBuf>,
@@ -75,9 +80,23 @@ pub fn run(a: &ReportArgs) -> Result<Exit, BenchError> {
     let criteria = a.criteria()?;
     let mut docs = Vec::new();
     for p in &a.inputs {
-        let r = crate::bench::read_report(p)
-            .map_err(|reason| BenchError::Usage(format!("{}: {reason}", p.display())))?;
-        docs.push((p.display().to_string(), r));
+        // A run id that names no file is a stored run.
+        let stored = p
+            .to_str()
+            .and_then(crate::history::RunRef::parse)
+            .filter(|_| !p.exists());
+        let (name, r) = match stored {
+            Some(crate::history::RunRef::Id(id)) => (
+                format!("run {id}"),
+                super::bench_history::stored(a.history.as_deref(), id)?,
+            ),
+            _ => (
+                p.display().to_string(),
+                crate::bench::read_report(p)
+                    .map_err(|reason| BenchError::Usage(format!("{}: {reason}", p.display())))?,
+            ),
+        };
+        docs.push((name, r));
     }
     let mut report = combine::combine(docs, criteria.as_ref()).map_err(BenchError::Usage)?;
     if a.no_samples {

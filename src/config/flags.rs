@@ -196,6 +196,8 @@ impl FlagTarget {
                 cold_after: None,
                 price: None,
                 model_prices: BTreeMap::new(),
+                gpus: None,
+                gpu_hour_price: None,
                 stream: true,
                 exact_output: self.exact_output,
                 tokenizer: None,

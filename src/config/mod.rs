@@ -19,10 +19,10 @@ mod validate;
 
 pub use flags::FlagTarget;
 pub use types::{
-    AuditCount, AuthStyle, Buckets, Config, ConfigError, ConnectionMode, Expect, HistogramFamily,
-    Histograms, Issue, Job, KEY_FILE_MAX_BYTES, KEY_FILE_TIMEOUT, KeySource, MismatchAction,
-    NumberCheck, Price, Prompt, ProxySetting, Schedule, Secret, SyntaxError, Target, Timeouts,
-    TlsOptions, UsageAuditSettings,
+    AuditCount, AuthStyle, Buckets, Config, ConfigError, ConnectionMode, Expect, GpuHourPrice,
+    HistogramFamily, Histograms, Issue, Job, KEY_FILE_MAX_BYTES, KEY_FILE_TIMEOUT, KeySource,
+    MismatchAction, NumberCheck, Price, Prompt, ProxySetting, Schedule, Secret, SyntaxError,
+    Target, Timeouts, TlsOptions, UsageAuditSettings,
 };
 pub use validate::{
     MAX_BUCKETS, MAX_INTERVAL, MAX_LOCATION_CHARS, MAX_TIMEOUT, MIN_INTERVAL, check_location,

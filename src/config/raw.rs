@@ -349,6 +349,10 @@ pub(super) struct RawTarget {
     pub(super) model_mismatch: super::types::MismatchAction,
     /// How the answers' usage is audited.
     pub(super) usage_audit: Option<S<RawUsageAudit>>,
+    /// `bench`: the GPUs that serve the target (the frontier's and the GPU cost's divisor).
+    pub(super) gpus: Option<S<u32>>,
+    /// `bench`: what one of those GPUs costs per hour (the cost of self-hosted tokens).
+    pub(super) gpu_hour_price: Option<S<f64>>,
 }
 
 /// A target's `price:` or an entry of its `model_prices:`.

@@ -183,6 +183,14 @@ impl Price {
     }
 }
 
+/// What one GPU costs per hour (validated finite and non-negative, so equality is an
+/// equivalence).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct GpuHourPrice(pub f64);
+
+impl Eq for GpuHourPrice {}
+
 /// A validated target. Its `Debug` hides what may be secret (userinfo, non-public header and
 /// query values, a proxy's credentials), as every output does.
 #[derive(Clone, PartialEq, Eq)]
@@ -221,6 +229,12 @@ pub struct Target {
     pub price: Option<Price>,
     /// `model_prices:`: per-model prices.
     pub model_prices: Vec<(String, Price)>,
+    /// `gpus:` (`bench`): how many GPUs serve the target, the one declared count (else the
+    /// device count of its DCGM metrics; never guessed).
+    pub gpus: Option<u32>,
+    /// `gpu_hour_price:` (`bench`): what one of its GPUs costs per hour, in the config's
+    /// currency (validated finite and non-negative): the cost of self-hosted tokens.
+    pub gpu_hour_price: Option<GpuHourPrice>,
     /// Stream the answer (`stream: true`, the default) or ask for it whole (`false`).
     pub stream: bool,
     /// How requests ask for exactly `max_tokens` output tokens.
@@ -327,6 +341,8 @@ impl fmt::Debug for Target {
             .field("connection", &self.connection)
             .field("price", &self.price)
             .field("model_prices", &self.model_prices)
+            .field("gpus", &self.gpus)
+            .field("gpu_hour_price", &self.gpu_hour_price)
             .field("stream", &self.stream)
             .field("exact_output", &self.exact_output)
             .field("tokenizer", &self.tokenizer)

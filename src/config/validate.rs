@@ -8,8 +8,8 @@ use super::raw::{
     RawTarget, RawTimeouts, S,
 };
 use super::types::{
-    AuthStyle, Buckets, Config, ConfigError, Histograms, Issue, Job, KeySource, Price, Prompt,
-    ProxySetting, Schedule, Secret, Target, Timeouts, TlsOptions,
+    AuthStyle, Buckets, Config, ConfigError, GpuHourPrice, Histograms, Issue, Job, KeySource,
+    Price, Prompt, ProxySetting, Schedule, Secret, Target, Timeouts, TlsOptions,
 };
 use crate::protocol::{Api, Message};
 use crate::workload::{DatasetFormat, TraceFormat, Workload};
@@ -437,6 +437,30 @@ impl Validator {
             ),
             price,
             model_prices,
+            gpus: t.gpus.as_ref().and_then(|g| {
+                if (1..=100_000).contains(&g.value) {
+                    Some(g.value)
+                } else {
+                    self.push(
+                        format!("{path}.gpus"),
+                        g,
+                        "must be a whole number of GPUs between 1 and 100000",
+                    );
+                    None
+                }
+            }),
+            gpu_hour_price: t.gpu_hour_price.as_ref().and_then(|p| {
+                if p.value.is_finite() && p.value >= 0.0 {
+                    Some(GpuHourPrice(p.value))
+                } else {
+                    self.push(
+                        format!("{path}.gpu_hour_price"),
+                        p,
+                        "must be a non-negative number (what one GPU costs per hour)",
+                    );
+                    None
+                }
+            }),
             stream: t.stream,
             exact_output: t.exact_output,
             tokenizer: t

@@ -18,7 +18,7 @@ use std::time::Duration;
 const APPLICATION_ID: i64 = 0x746B_7072;
 
 /// The schema this build writes; the store's `user_version`.
-pub const SCHEMA: i64 = 2;
+pub const SCHEMA: i64 = 3;
 
 /// How long a write waits for another process's.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -28,6 +28,8 @@ pub const MAX_LIST: usize = 10_000;
 
 /// Schema 1: each run's row and its report. Schema 2: every run's models and levels as columns
 /// (what listings, filters and trends read), filled from the stored reports when migrating.
+/// Schema 3: each run's provenance (what served it) and what changed in it since its baseline,
+/// as columns, filled from the stored reports when migrating.
 const SCHEMA_1: &str = "
 CREATE TABLE runs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -45,6 +47,11 @@ CREATE TABLE runs (
     report TEXT NOT NULL
 );
 CREATE INDEX runs_by_start ON runs(started_at);
+";
+
+const SCHEMA_3: &str = "
+ALTER TABLE runs ADD COLUMN provenance TEXT;
+ALTER TABLE runs ADD COLUMN changed TEXT;
 ";
 
 const SCHEMA_2: &str = "
@@ -106,6 +113,10 @@ pub struct StoredRun {
     pub regressions: Option<u64>,
     /// Its command line.
     pub command: Option<String>,
+    /// What changed in what served it since its baseline ("vLLM 0.10.1 → 0.11.0", "GPUs 8 →
+    /// 4"), beside its regressions.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub changed: Vec<String>,
 }
 
 /// One model's level in a stored run, as the trend reads it.
@@ -148,6 +159,8 @@ pub struct ModelRun {
     pub capacity: Option<f64>,
     /// Its levels, by load.
     pub levels: Vec<StoredLevel>,
+    /// What served the run (absent for runs of older versions).
+    pub provenance: Option<crate::bench::provenance::Provenance>,
 }
 
 /// An open run store.
@@ -421,7 +434,7 @@ impl Store {
     pub fn list(&self, f: &Filter) -> Result<Vec<StoredRun>, HistoryError> {
         let limit = if f.limit == 0 { MAX_LIST } else { f.limit };
         let sql = "SELECT id, started_at, version, run_id, target, prompt, open_loop, interrupted,
-                baseline, regressions, command FROM runs r
+                baseline, regressions, command, changed FROM runs r
             WHERE (?1 IS NULL OR EXISTS (SELECT 1 FROM models m WHERE m.run = r.id
                     AND (m.model = ?1 OR m.target || '/' || m.model = ?1)))
               AND (?2 IS NULL OR EXISTS (SELECT 1 FROM models m WHERE m.run = r.id AND m.target = ?2))
@@ -455,6 +468,10 @@ impl Store {
                             .get::<_, Option<i64>>(9)?
                             .map(|n| u64::try_from(n).unwrap_or(0)),
                         command: r.get(10)?,
+                        changed: r
+                            .get::<_, Option<String>>(11)?
+                            .and_then(|j| serde_json::from_str(&j).ok())
+                            .unwrap_or_default(),
                         models: Vec::new(),
                         levels: Vec::new(),
                     })
@@ -523,12 +540,20 @@ impl Store {
                 continue;
             };
             let levels = self.levels(run.id, ord)?;
+            let provenance = self
+                .conn
+                .query_row("SELECT provenance FROM runs WHERE id = ?1", [run.id], |r| {
+                    r.get::<_, Option<String>>(0)
+                })
+                .map_err(self.err())?
+                .and_then(|j| serde_json::from_str(&j).ok());
             out.push(ModelRun {
                 run,
                 target,
                 prompt,
                 capacity,
                 levels,
+                provenance,
             });
         }
         Ok(out)
@@ -665,16 +690,49 @@ fn migrate(tx: &Transaction<'_>, from: i64) -> rusqlite::Result<()> {
             }
             Ok(())
         }
+        2 => {
+            tx.execute_batch(SCHEMA_3)?;
+            let mut stmt = tx.prepare("SELECT id, report FROM runs ORDER BY id")?;
+            let runs: Vec<(i64, String)> = stmt
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<Result<_, _>>()?;
+            let mut set =
+                tx.prepare("UPDATE runs SET provenance = ?2, changed = ?3 WHERE id = ?1")?;
+            for (id, json) in runs {
+                // A report this build cannot read keeps its row, without them.
+                if let Ok(report) = serde_json::from_str::<Report>(&json) {
+                    let (provenance, changed) = recorded(&report);
+                    set.execute(params![id, provenance, changed])?;
+                }
+            }
+            Ok(())
+        }
         _ => Err(rusqlite::Error::InvalidQuery),
     }
 }
 
+/// A report's provenance and what changed since its baseline, as the columns keep them (JSON);
+/// `None` each when it has none.
+fn recorded(r: &Report) -> (Option<String>, Option<String>) {
+    let provenance = r
+        .provenance
+        .as_ref()
+        .and_then(|p| serde_json::to_string(p).ok());
+    let changed = r
+        .comparison
+        .as_ref()
+        .filter(|c| !c.changed.is_empty())
+        .and_then(|c| serde_json::to_string(&c.changed).ok());
+    (provenance, changed)
+}
+
 fn insert_run(tx: &Transaction<'_>, r: &Report, json: &str) -> rusqlite::Result<i64> {
     let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let (provenance, changed) = recorded(r);
     tx.execute(
         "INSERT INTO runs (started_at, recorded_at, version, run_id, target, prompt, open_loop,
-            interrupted, baseline, regressions, command, report)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+            interrupted, baseline, regressions, command, report, provenance, changed)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
         params![
             utc(&r.started_at),
             now,
@@ -690,6 +748,8 @@ fn insert_run(tx: &Transaction<'_>, r: &Report, json: &str) -> rusqlite::Result<
                 .map(|c| i64::try_from(c.regressions.len()).unwrap_or(i64::MAX)),
             r.command,
             json,
+            provenance,
+            changed,
         ],
     )?;
     Ok(tx.last_insert_rowid())

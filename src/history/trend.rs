@@ -49,6 +49,10 @@ pub struct Point {
     pub capacity: Option<f64>,
     /// Relative change of each figure from the last earlier run that has it.
     pub change: Change,
+    /// What changed in what served it since the last earlier run that recorded it ("vLLM
+    /// 0.10.1 → 0.11.0", "GPUs 8 → 4"): read beside its figures' change.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub changed: Vec<String>,
 }
 
 /// Relative changes (`0.25` = 25% higher) from the last earlier run with the figure.
@@ -95,9 +99,20 @@ pub fn trend(model: &str, runs: &[ModelRun], level: Option<&str>) -> Trend {
                 client_bound: at.is_some_and(|l| l.client_bound),
                 capacity: r.capacity,
                 change: Change::default(),
+                changed: Vec::new(),
             }
         })
         .collect();
+    // What served each run against the last earlier one that recorded it.
+    let mut before: Option<&crate::bench::provenance::Provenance> = None;
+    for (p, r) in points.iter_mut().zip(runs.iter().rev()) {
+        if let Some(now) = &r.provenance {
+            if let Some(b) = before {
+                p.changed = crate::bench::provenance::changes(b, now);
+            }
+            before = Some(now);
+        }
+    }
     let mut last = Change::default();
     for p in &mut points {
         let step = |now: Option<f64>, before: &mut Option<f64>| {
@@ -147,6 +162,7 @@ mod tests {
                 baseline: None,
                 regressions: None,
                 command: None,
+                changed: Vec::new(),
             },
             target: "local".into(),
             prompt: "p".into(),
@@ -167,6 +183,7 @@ mod tests {
                     client_bound: false,
                 })
                 .collect(),
+            provenance: None,
         }
     }
 
@@ -191,6 +208,32 @@ mod tests {
         assert!((c.output_tokens_per_s.unwrap() + 0.25).abs() < 1e-12);
         assert!((c.capacity.unwrap() + 0.25).abs() < 1e-12);
         assert_eq!(t.points[0].change, Change::default());
+    }
+
+    /// What served each run is compared with the last earlier run that recorded it.
+    #[test]
+    fn what_changed_beside_each_runs_figures() {
+        use crate::bench::provenance::{Provenance, ServerInfo, ServerKind};
+        let served = |v: &str| {
+            Some(Provenance {
+                tokenprobe: "0.1.0".into(),
+                servers: vec![ServerInfo {
+                    target: "local".into(),
+                    server: Some(ServerKind::Vllm),
+                    version: Some(v.into()),
+                    ..ServerInfo::default()
+                }],
+                ..Provenance::default()
+            })
+        };
+        let mut r3 = run(3, &[("1", 0.2, 50.0)], None);
+        r3.provenance = served("0.11.0");
+        let r2 = run(2, &[("1", 0.1, 50.0)], None);
+        let mut r1 = run(1, &[("1", 0.1, 50.0)], None);
+        r1.provenance = served("0.10.1");
+        let t = trend("m", &[r3, r2, r1], None);
+        assert!(t.points[0].changed.is_empty() && t.points[1].changed.is_empty());
+        assert_eq!(t.points[2].changed, ["vLLM 0.10.1 → 0.11.0"]);
     }
 
     #[test]

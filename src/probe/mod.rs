@@ -132,6 +132,9 @@ pub struct ProbeSpec {
     pub tokens: TokenModel,
     /// Numbers the requests of this spec and its clones (each draws the next).
     seq: Arc<AtomicU64>,
+    /// `bench --cache-bust`: every request starts with a unique block (before its first
+    /// message's text), so no two share a cached prefix.
+    pub cache_bust: bool,
     /// `bench`: each request is sent with `x-request-id: <prefix>-<n>` (`n` shared by the
     /// spec's clones), the sample's identity (a merge of shards checks it) and the key to match
     /// it with the server's own log or a capture. `None`: no request id is sent.
@@ -184,6 +187,7 @@ impl ProbeSpec {
             workload: job.prompt.workload.with_seeds(fresh_seed()),
             tokens: TokenModel::UNCALIBRATED,
             seq: Arc::default(),
+            cache_bust: false,
             request_ids: None,
             answers: Arc::default(),
         }

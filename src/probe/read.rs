@@ -856,6 +856,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_known_answer_is_checked_exactly_and_by_its_number() {
+        let e = Expect {
+            regex: None,
+            min_output_tokens: None,
+            exact: Some("4".into()),
+            number: Some(crate::config::NumberCheck {
+                value: 4.0,
+                tolerance: 0.5,
+            }),
+            json_schema: None,
+        };
+        assert_eq!(check_expect(&e, " 4\n", None), None);
+        let why = check_expect(&e, "four", None).unwrap_or_default();
+        assert!(why.contains("is not \"4\""), "{why}");
+        let number_only = Expect { exact: None, ..e };
+        assert_eq!(check_expect(&number_only, "about 4.4 then", None), None);
+        let why = check_expect(&number_only, "4.6", None).unwrap_or_default();
+        assert!(why.contains("the answer's number 4.6 is not 4 ± 0.5"), "{why}");
+    }
+
+    #[test]
     fn deadlines_pick_the_earliest_and_prefer_first_token_on_ties() {
         let t0 = Instant::now();
         let m = Measurement::new(t0);

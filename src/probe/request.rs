@@ -2,7 +2,7 @@
 //! an optional nonce, and the protocol's JSON body (docs/measurement.md, "What requests look like").
 
 use super::ProbeSpec;
-use crate::auth::{AuthStyle, Secret};
+use crate::auth::Secret;
 use crate::protocol::{Api, BodyParams, Message};
 use crate::transport::Body;
 use crate::workload::RequestContent;
@@ -33,6 +33,15 @@ fn with_nonce(messages: &[Message]) -> Vec<Message> {
     out
 }
 
+/// `bench --cache-bust`: a unique block before everything the request sends (its first message,
+/// system or not), so no two requests share a prefix a server could serve from its cache.
+fn busted(mut messages: Vec<Message>) -> Vec<Message> {
+    if let Some(m) = messages.first_mut() {
+        m.content = format!("[cache-bust {}] {}", nonce(), m.content);
+    }
+    messages
+}
+
 /// Builds the request of one probe of `spec` sending `content` to `url` with `key`.
 ///
 /// # Errors
@@ -44,11 +53,14 @@ pub(super) fn build(
     key: Option<&Secret>,
 ) -> Result<Request, BuildError> {
     let (target, prompt) = (&spec.target, &spec.prompt);
-    let messages = if prompt.nonce {
+    let mut messages = if prompt.nonce {
         with_nonce(&content.messages)
     } else {
         content.messages.clone()
     };
+    if spec.cache_bust {
+        messages = busted(messages);
+    }
     let body = target.api.request_body(&BodyParams {
         model: &spec.model,
         messages: &messages,
@@ -114,14 +126,6 @@ fn new_request(method: hyper::Method, url: &str, body: String) -> Result<Request
     Ok(req)
 }
 
-/// A header value that is never logged by the HTTP library.
-fn sensitive(v: &str, what: &str) -> Result<HeaderValue, BuildError> {
-    let mut v = HeaderValue::from_str(v)
-        .map_err(|_| BuildError(format!("{what}: not a valid header value")))?;
-    v.set_sensitive(true);
-    Ok(v)
-}
-
 /// The headers every request to the target carries: identity encoding, the key in its
 /// protocol's header only, the protocol's version header and the target's own headers.
 fn with_target_headers(
@@ -136,12 +140,8 @@ fn with_target_headers(
         HeaderValue::from_static("identity"),
     );
     if let Some(k) = key {
-        let (name, value) = match target.auth {
-            AuthStyle::XApiKey => (HeaderName::from_static("x-api-key"), k.expose().to_owned()),
-            AuthStyle::ApiKey => (HeaderName::from_static("api-key"), k.expose().to_owned()),
-            AuthStyle::Bearer => (header::AUTHORIZATION, format!("Bearer {}", k.expose())),
-        };
-        h.insert(name, sensitive(&value, "the key")?);
+        let (name, value) = target.auth.header(k).map_err(BuildError)?;
+        h.insert(name, value);
     }
     if target.api == Api::AnthropicMessages
         && !target
@@ -162,4 +162,29 @@ fn with_target_headers(
         h.append(name, value);
     }
     Ok(req)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_busted_request_starts_with_a_block_of_its_own() {
+        let m = |role: &str, content: &str| Message {
+            role: role.into(),
+            content: content.into(),
+            ..Message::default()
+        };
+        let msgs = vec![m("system", "You are terse."), m("user", "hi")];
+        let a = busted(msgs.clone());
+        let b = busted(msgs.clone());
+        for x in [&a, &b] {
+            assert!(x[0].content.starts_with("[cache-bust "), "{x:?}");
+            assert!(x[0].content.ends_with("] You are terse."), "{x:?}");
+            assert_eq!(x[1], msgs[1]);
+        }
+        // Unique from the first characters on: no prefix block is shared.
+        assert_ne!(a[0].content[..28], b[0].content[..28]);
+        assert!(busted(Vec::new()).is_empty());
+    }
 }

@@ -45,12 +45,16 @@ pub fn runs_text(runs: &[StoredRun]) -> String {
         "run", "started", "target", "prompt", "models", "load", "levels", "baseline",
     ]);
     for r in runs {
-        let baseline = match (&r.baseline, r.regressions) {
+        let mut baseline = match (&r.baseline, r.regressions) {
             (Some(b), Some(0)) => format!("{b}: no regression"),
             (Some(b), Some(n)) => format!("{b}: {n} regressed"),
             (Some(b), None) => b.clone(),
             (None, _) => String::new(),
         };
+        if !r.changed.is_empty() {
+            // Beside the regressions: what served the two runs is not the same.
+            let _ = write!(baseline, "; changed: {}", r.changed.join("; "));
+        }
         let mut load = if r.open_loop { "open" } else { "closed" }.to_owned();
         if r.interrupted {
             load.push_str(", interrupted");
@@ -161,6 +165,14 @@ pub fn trend_text(t: &Trend) -> String {
         }
     }
     let _ = writeln!(out, "{table}");
+    for p in t.points.iter().filter(|p| !p.changed.is_empty()) {
+        let _ = writeln!(
+            out,
+            "run {}: what served it changed: {}",
+            p.run,
+            p.changed.join("; ")
+        );
+    }
     let line = |name: &str, f: fn(&Point) -> Option<f64>| {
         let v: Vec<Option<f64>> = t.points.iter().map(f).collect();
         format!("{name:<10} {}\n", sparkline(&v))
@@ -315,7 +327,33 @@ mod tests {
             client_bound: false,
             capacity: None,
             change: Change::default(),
+            changed: Vec::new(),
         }
+    }
+
+    #[test]
+    fn the_listing_says_what_changed_beside_the_regressions() {
+        let run = StoredRun {
+            id: 2,
+            started_at: "2026-10-02T00:00:00Z".into(),
+            version: "0.1.0".into(),
+            run_id: None,
+            target: "t".into(),
+            prompt: "p".into(),
+            open_loop: false,
+            models: vec!["alpha".into()],
+            levels: vec!["1".into(), "4".into()],
+            interrupted: false,
+            baseline: Some("run 1".into()),
+            regressions: Some(1),
+            command: None,
+            changed: vec!["vLLM 0.10.1 → 0.11.0".into(), "GPUs 8 → 4".into()],
+        };
+        let text = runs_text(&[run]);
+        assert!(
+            text.contains("run 1: 1 regressed; changed: vLLM 0.10.1 → 0.11.0; GPUs 8 → 4"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -335,7 +373,12 @@ mod tests {
             points: vec![point(1, Some(0.1)), point(2, None), point(3, Some(0.25))],
         };
         t.points[2].change.ttft_p95 = Some(1.5);
+        t.points[2].changed = vec!["vLLM 0.10.1 → 0.11.0".into(), "GPUs 8 → 4".into()];
         let text = trend_text(&t);
+        assert!(
+            text.contains("run 3: what served it changed: vLLM 0.10.1 → 0.11.0; GPUs 8 → 4"),
+            "{text}"
+        );
         assert!(
             text.contains("Trend of m at level 4, 3 runs, oldest first"),
             "{text}"

@@ -96,6 +96,10 @@ pub struct ServerLevel {
     /// signal left out and why).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// The energy the level took, from the DCGM energy counters, DCGM power × time, or RAPL
+    /// ([`super::energy`]); absent when none of them was scraped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy: Option<super::energy::EnergyReading>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -420,6 +424,8 @@ pub struct LevelFold {
     invalid: BTreeMap<(String, &'static str), u64>,
     /// The server's requests running and waiting in the scrape right before the level.
     busy_before: Vec<(&'static str, f64)>,
+    /// The level's energy, scrape by scrape.
+    energy: super::energy::EnergyFold,
     /// Endpoint scrapes attempted, and failed.
     pub scrapes: u64,
     /// Of those, failed.
@@ -464,6 +470,7 @@ impl LevelFold {
             endpoints: BTreeMap::new(),
             invalid: BTreeMap::new(),
             busy_before: Vec::new(),
+            energy: super::energy::EnergyFold::default(),
             scrapes: 0,
             scrape_errors: 0,
             errors: Vec::new(),
@@ -490,6 +497,7 @@ impl LevelFold {
                 }
                 None => true,
             });
+        self.energy.add(phase, &snap);
         for (si, sig) in self.signals.iter().enumerate() {
             for (ri, rule) in sig.rules.iter().enumerate() {
                 let key = rule.key_metric();
@@ -729,6 +737,9 @@ impl LevelFold {
                 q.join(", ")
             ));
         }
+        let (energy, energy_notes) = self.energy.finish(wall_s);
+        out.energy = energy;
+        notes.extend(energy_notes);
         for ((metric, why), n) in &self.invalid {
             out.invalid_samples += n;
             if notes.len() < 16 {

@@ -6,12 +6,15 @@
 //! - [`signals`]: the vocabulary and the one table of known families (DCGM, vLLM, SGLang, TGI,
 //!   llama.cpp, node_exporter), plus custom families.
 //! - [`level`]: one level's scrapes → its `server` block (pure).
+//! - [`energy`]: the energy a level took: DCGM's energy counter, else its power × time, else
+//!   RAPL (pure).
 //! - [`scrape`]: the collector: its own thread and runtime, bounded time and size per scrape, so
 //!   a slow, dead or huge endpoint never delays a probe.
 //! - [`promql`]: the Prometheus query-API source (`--prometheus URL`).
 //!
 //! `docs/bench.md` ("Server metrics") is the user guide.
 
+pub mod energy;
 pub mod expo;
 pub mod level;
 pub mod promql;

@@ -13,10 +13,9 @@ use super::expo;
 use super::level::{ENDPOINT_LABEL, Folded, LevelFold, Phase, Snapshot};
 use super::signals::Signal;
 use super::{Endpoint, MAX_SCRAPE_BYTES};
-use crate::auth::AuthStyle;
 use crate::redact::redact_url;
 use crate::transport::{Fetcher, TlsOptions};
-use hyper::header::{ACCEPT, AUTHORIZATION, HeaderName, HeaderValue};
+use hyper::header::{ACCEPT, HeaderValue};
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
@@ -37,15 +36,7 @@ pub async fn scrape_once(client: &mut Fetcher, ep: &Endpoint) -> ScrapeResult {
         let mut headers = vec![(ACCEPT, HeaderValue::from_static(ACCEPT_METRICS))];
         if let Some((style, key)) = &ep.auth {
             let k = key.load().await?;
-            let (name, value) = match style {
-                AuthStyle::Bearer => (AUTHORIZATION, format!("Bearer {}", k.expose())),
-                AuthStyle::XApiKey => (HeaderName::from_static("x-api-key"), k.expose().to_owned()),
-                AuthStyle::ApiKey => (HeaderName::from_static("api-key"), k.expose().to_owned()),
-            };
-            let mut value = HeaderValue::from_str(&value)
-                .map_err(|_| "the key is not a valid header value".to_owned())?;
-            value.set_sensitive(true);
-            headers.push((name, value));
+            headers.push(style.header(&k)?);
         }
         let got = client
             .get(&ep.url, &headers, MAX_SCRAPE_BYTES)

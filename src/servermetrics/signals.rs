@@ -311,13 +311,14 @@ pub fn known() -> Vec<Signal> {
     ]
 }
 
-/// Every sample name the signals read: what a collector keeps of a scrape (the rest of an
+/// Every sample name the signals (and the energy, [`super::energy`]) read: what a collector keeps of a scrape (the rest of an
 /// exposition, e.g. node_exporter's thousands of series, is dropped as soon as it is parsed).
 pub fn sample_names(signals: &[Signal]) -> std::collections::HashSet<String> {
     signals
         .iter()
         .flat_map(|s| &s.rules)
         .flat_map(Rule::sample_names)
+        .chain(super::energy::SAMPLE_NAMES.iter().map(|n| (*n).to_owned()))
         .collect()
 }
 

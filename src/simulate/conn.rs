@@ -80,22 +80,15 @@ async fn handle(
         "/v1/messages" | "/messages" => Proto::Messages,
         "/v1/responses" | "/responses" => Proto::Responses,
         "/health" | "/healthz" | "/v1/models" | "/models" if req.method == "GET" => {
-            let body = if path.ends_with("models") {
-                // The default model, then every --profile.
-                let ids = std::iter::once(MODEL)
-                    .chain(shared.profiles.iter().filter_map(|p| p.name.as_deref()));
-                let data: Vec<Value> = ids
-                    .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "tokenprobe"}))
-                    .collect();
-                json!({"object": "list", "data": data})
-            } else {
-                json!({"status": "ok"})
-            };
-            return simple(stream, &req, 200, None, &body.to_string().into_bytes(), &[]).await;
+            let body = info_body(path, shared).to_string().into_bytes();
+            return simple(stream, &req, 200, None, &body, &[]).await;
         }
         "/health" | "/healthz" | "/v1/models" | "/models" => {
             let body = body::error_body(None, 405, "method not allowed");
             return simple(stream, &req, 405, None, &body, &[("allow", "GET")]).await;
+        }
+        "/reset_prefix_cache" if req.method == "POST" => {
+            return reset_prefix_cache(stream, &req, (arrival, wall, conn), shared).await;
         }
         _ => {
             let body = body::error_body(
@@ -228,6 +221,21 @@ async fn handle(
     keep
 }
 
+/// The answer to `GET /v1/models` (the default model, then every `--profile`) or to a health
+/// check.
+fn info_body(path: &str, shared: &Shared) -> Value {
+    if path.ends_with("models") {
+        let ids =
+            std::iter::once(MODEL).chain(shared.profiles.iter().filter_map(|p| p.name.as_deref()));
+        let data: Vec<Value> = ids
+            .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "tokenprobe"}))
+            .collect();
+        json!({"object": "list", "data": data})
+    } else {
+        json!({"status": "ok"})
+    }
+}
+
 /// The event log's name of a request's fault: a context refusal's, else its plan's.
 fn fault_name(refused: bool, fault: Option<Fault>) -> Option<String> {
     if refused {
@@ -264,6 +272,33 @@ fn finish(shared: &Shared, rec: Record) {
     if let Some(log) = &shared.log {
         log.send(rec);
     }
+}
+
+/// vLLM's `POST /reset_prefix_cache`: every prefix cache emptied, the call logged as a request
+/// of its own; true when the connection may carry another.
+async fn reset_prefix_cache(
+    stream: &mut SentStream,
+    req: &Request,
+    (arrival, wall, conn): (Instant, SystemTime, u64),
+    shared: &Shared,
+) -> bool {
+    for served in shared
+        .profiles
+        .iter()
+        .chain(std::iter::once(&shared.default))
+    {
+        served.reset_cache();
+    }
+    let seq = shared.seq.fetch_add(1, Ordering::Relaxed);
+    let id = req
+        .request_id
+        .clone()
+        .unwrap_or_else(|| format!("sim-{seq}-reset"));
+    let mut rec = Record::arrived(id, (seq, conn), &req.path, wall, req.received);
+    let keep = simple(stream, req, 200, None, b"{}", &[]).await;
+    rec.head_written = Some(arrival.elapsed());
+    finish(shared, rec);
+    keep
 }
 
 /// A small complete response: head and body in one write.

@@ -502,6 +502,13 @@ impl Served {
         self
     }
 
+    /// Empties its prefix cache (`POST /reset_prefix_cache`).
+    pub(crate) fn reset_cache(&self) {
+        if let Some(mut c) = self.cache.as_ref().and_then(|c| c.lock().ok()) {
+            *c = PrefixCache::new(c.capacity);
+        }
+    }
+
     /// Admits a request's rendered input (see [`PrefixCache::admit`]).
     pub(crate) fn admit(&self, input: &[u8]) -> Admitted {
         let input_tokens = token_count(input);
@@ -528,6 +535,16 @@ impl Served {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_reset_empties_the_prefix_cache() {
+        let served = Served::new(None, timing(), Duration::from_millis(10), true);
+        let input = vec![b'a'; 64 * 4];
+        assert_eq!(served.admit(&input).cached_tokens, 0);
+        assert!(served.admit(&input).cached_tokens > 0);
+        served.reset_cache();
+        assert_eq!(served.admit(&input).cached_tokens, 0);
+    }
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)

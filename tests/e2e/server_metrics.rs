@@ -32,7 +32,8 @@ fn fixtures() -> PathBuf {
 }
 
 /// A plain HTTP/1.1 server on loopback: `/f/NAME` serves the fixture file NAME; `/llama/N` is a
-/// llama.cpp server with N requests running; `/slow` answers
+/// llama.cpp server with N requests running; `/dcgm-energy/W` two DCGM GPUs drawing W watts
+/// between them (their energy counters rising by the clock); `/slow` answers
 /// after 3 s; `/garbage` is an HTML page; `/huge` streams 40 MiB of valid samples. Returns its
 /// base URL; the thread lives as long as the test process.
 fn fixture_server() -> String {
@@ -94,6 +95,27 @@ fn fixture_server() -> String {
                         body.push_str(&format!(
                             "node_cpu_seconds_total{{cpu=\"{}\",mode=\"{mode}\"}} {t:.3}\n",
                             i / 2
+                        ));
+                    }
+                    send(&mut conn, "text/plain; version=0.0.4", body.as_bytes());
+                } else if let Some(w) = path.strip_prefix("/dcgm-energy/") {
+                    // DCGM exporter's shape (the fixture's labels), two GPUs drawing `w` watts
+                    // between them: each energy counter (mJ) rises at w/2 W by the clock, its
+                    // power gauge reads w/2.
+                    let w: f64 = w.parse().unwrap_or(0.0);
+                    let t = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0.0, |d| d.as_secs_f64())
+                        - 1.7e9;
+                    let mut body = String::new();
+                    for gpu in 0..2 {
+                        let labels = format!(
+                            "gpu=\"{gpu}\",UUID=\"GPU-{gpu}\",device=\"nvidia{gpu}\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"gpu-node-1\",DCGM_FI_DRIVER_VERSION=\"535.129.03\""
+                        );
+                        body.push_str(&format!(
+                            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{labels}}} {:.0}\nDCGM_FI_DEV_POWER_USAGE{{{labels}}} {}\nDCGM_FI_DEV_GPU_UTIL{{{labels}}} 50\n",
+                            t * w / 2.0 * 1000.0,
+                            w / 2.0
                         ));
                     }
                     send(&mut conn, "text/plain; version=0.0.4", body.as_bytes());
@@ -310,6 +332,146 @@ fn dcgm_vllm_sglang_tgi_fixtures_map_every_signal() {
     // Nothing TGI does not have.
     assert!(!s.signals.contains_key("server_ttft_s"));
     assert!(!s.signals.contains_key("gpu_utilization"));
+}
+
+/// Issue 44: a two-model run on the simulator with a DCGM endpoint whose energy counters rise at
+/// 600 W between its two GPUs, a GPU-hour price and `--reset-prefix-cache`: every level's joules
+/// per output token is 600 W × its wall time ÷ its output tokens within 1%; its GPU count (2)
+/// is DCGM's, its cost per million output tokens the price × 2 GPUs ÷ its tokens/s; the
+/// frontier has every level; the simulator's prefix cache was reset before each level (its log);
+/// the page shows the frontier, the energy and the cost; the run records what served it.
+#[test]
+fn a_two_model_run_has_its_frontier_energy_cost_and_provenance() {
+    let _serial = serial();
+    let _wd = Watchdog::new(
+        "a_two_model_run_has_its_frontier_energy_cost_and_provenance",
+        Duration::from_secs(120),
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("events.jsonl");
+    let (_sim, url) = simulate(
+        dir.path(),
+        &[
+            "--profile",
+            "model-a:ttft=20ms,itl=4ms,output_tokens=24,prefix_cache=on",
+            "--profile",
+            "model-b:ttft=40ms,itl=8ms,output_tokens=24,prefix_cache=on",
+            "--event-log",
+            log.to_str().expect("path"),
+        ],
+    );
+    let m = fixture_server();
+    let cfg = dir.path().join("two.yml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "prompts:\n  - name: hi\n    messages: [{{role: user, content: \"{STORY_PROMPT}\"}}]\n    max_tokens: 24\n\
+             targets:\n  - name: gpu-box\n    base_url: {url}/v1\n    models: [model-a, model-b]\n    gpu_hour_price: 2.5\n    server_metrics: [\"{m}/dcgm-energy/600\"]\n"
+        ),
+    )
+    .expect("config");
+    let json = dir.path().join("r.json");
+    let html = dir.path().join("r.html");
+    let (code, out, err) = bench(
+        &[
+            "--config.file",
+            cfg.to_str().expect("path"),
+            "--concurrency",
+            "1,4",
+            "--duration-per-level",
+            "2s",
+            "--server-metrics-interval",
+            "250ms",
+            "--reset-prefix-cache",
+            "--no-history",
+            "-o",
+            json.to_str().expect("path"),
+            "-o",
+            html.to_str().expect("path"),
+        ],
+        Duration::from_secs(90),
+    );
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let r = read_json(&json);
+    let mut levels = 0;
+    for mr in r["models"].as_array().expect("models") {
+        assert_eq!(
+            mr["gpus"],
+            serde_json::json!({"count": 2, "source": "dcgm"}),
+            "{mr}"
+        );
+        for l in mr["levels"].as_array().expect("levels") {
+            levels += 1;
+            let e = &l["energy"];
+            assert_eq!(e["source"], "dcgm_energy_counter", "{l}");
+            let wall = l["wall_s"].as_f64().expect("wall_s");
+            let tokens = l["output_tokens"].as_f64().expect("output_tokens");
+            let want = 600.0 * wall / tokens;
+            let got = e["joules_per_output_token"].as_f64().expect("J/token");
+            eprintln!(
+                "{} @ {}: {got:.4} J per output token, expected {want:.4}",
+                mr["model"], l["concurrency"]
+            );
+            assert!((got / want - 1.0).abs() < 0.01, "{got} vs {want}: {l}");
+            let tps = l["output_tokens_per_s"].as_f64().expect("tps");
+            let cost = l["gpu_cost"]["cost_per_mtok"].as_f64().expect("GPU cost");
+            assert!(
+                (cost - 2.5 * 2.0 / 3600.0 / tps * 1e6).abs() < 1e-9 * cost,
+                "{l}"
+            );
+            assert_eq!(
+                l["output_tokens_per_s_per_gpu"].as_f64(),
+                Some(tps / 2.0),
+                "{l}"
+            );
+            assert_eq!(l["server_cache"]["state"], "reset", "{l}");
+        }
+    }
+    assert_eq!(levels, 4);
+    let f = &r["frontier"];
+    let points = f["points"].as_array().expect("frontier points");
+    assert_eq!(points.len(), 4, "{f}");
+    assert!(points.iter().any(|p| p["on_frontier"] == true), "{f}");
+    // The prefix cache was reset before each level: a reset, then that level's requests.
+    let lines = std::fs::read_to_string(&log).expect("event log");
+    let resets = lines
+        .lines()
+        .filter(|l| l.contains(r#""path":"/reset_prefix_cache""#))
+        .count();
+    assert_eq!(resets, 4, "one reset before each level");
+    // What served it: the GPUs from DCGM's labels, the models the simulator lists, the client.
+    let p = &r["provenance"];
+    let server = &p["servers"][0];
+    assert_eq!(server["target"], "gpu-box");
+    assert_eq!(server["gpus"]["models"][0], "NVIDIA H100 80GB HBM3", "{p}");
+    assert_eq!(server["gpus"]["driver"], "535.129.03", "{p}");
+    assert!(
+        server["models"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|m| m["id"] == "model-b")),
+        "{p}"
+    );
+    assert!(p["client"]["cores"].as_u64().is_some_and(|c| c > 0), "{p}");
+    eprintln!(
+        "frontier: {}\nprovenance: {}",
+        serde_json::to_string_pretty(f).unwrap_or_default(),
+        serde_json::to_string_pretty(p).unwrap_or_default()
+    );
+    let page = std::fs::read_to_string(&html).expect("page");
+    for want in [
+        r#"id="plot-frontier""#,
+        r#"id="frontier-table""#,
+        r#"id="spend-table""#,
+        r#"data-k="/models/1/levels/1/energy/joules_per_output_token""#,
+        r#"data-k="/models/0/levels/0/gpu_cost/cost_per_mtok""#,
+        "What served the run",
+    ] {
+        assert!(page.contains(want), "{want} not on the page");
+    }
+    assert!(
+        err.contains("Frontier: tokens/s per user") || out.contains("Frontier: tokens/s per user"),
+        "stdout:\n{out}"
+    );
 }
 
 #[test]

@@ -18,7 +18,10 @@
 //! - `probe --format json` says what the prefix cache served (the event log's cached tokens) and
 //!   what answered (the served model, response id and request id the simulator sent), through
 //!   the chat and the Anthropic endpoints (where the whole input is the cached tokens and the
-//!   rest, added up).
+//!   rest, added up);
+//! - `bench --cache-bust`: one prompt sent ten times to a prefix-cached simulator, none of its
+//!   requests served from the cache (the event log), where without it every one but the first
+//!   is; each level states `busted`, and the workload says so.
 
 use crate::common;
 use common::e2e::*;
@@ -676,4 +679,79 @@ fn a_bad_profile_is_refused_naming_the_bad_part() {
     );
     assert_ne!(code, Some(0), "{err}");
     assert!(err.contains("\"a\" is given twice"), "{err}");
+}
+
+/// Issue 44 item 5: `--cache-bust` gives each request a unique leading block, so a prefix cache
+/// serves none of them (the simulator's event log), and the level says it started busted.
+#[test]
+fn cache_bust_leaves_nothing_for_the_prefix_cache() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = |port_url: &str| {
+        write(
+            dir.path(),
+            "bust.yml",
+            &format!(
+                "prompts:\n  - name: long\n    messages: [{{role: system, content: \"{}\"}}, {{role: user, content: hi}}]\n    max_tokens: 4\n\
+                 targets:\n  - name: sim\n    base_url: {port_url}/v1\n    models: [m]\n",
+                "You answer every question about dragons at length. ".repeat(4)
+            ),
+        )
+    };
+    for (bust, log_name) in [(false, "warm.jsonl"), (true, "bust.jsonl")] {
+        let log = dir.path().join(log_name);
+        let (_sim, url) = start_simulate(
+            dir.path(),
+            &[
+                "--ttft",
+                "5ms",
+                "--itl",
+                "1ms",
+                "--output-tokens",
+                "4",
+                "--prefix-cache",
+                "--event-log",
+                log.to_str().expect("path"),
+            ],
+        );
+        let config = cfg(&url);
+        let json = dir.path().join(format!("{log_name}.json"));
+        let mut args = vec![
+            "bench",
+            "--config.file",
+            config.to_str().expect("path"),
+            "--concurrency",
+            "1",
+            "--requests-per-level",
+            "10",
+            "--no-check",
+            "--no-history",
+            "-o",
+            json.to_str().expect("path"),
+        ];
+        if bust {
+            args.push("--cache-bust");
+        }
+        let (code, out, err) = run(&args, Duration::from_secs(60));
+        assert_eq!(code, Some(0), "{out}{err}");
+        let cached: Vec<f64> = event_log(&log, 10)
+            .iter()
+            .map(|l| f(&l["cached_tokens"]))
+            .collect();
+        let r = read_json(&json);
+        let state = &r["models"][0]["levels"][0]["server_cache"]["state"];
+        if bust {
+            assert!(cached.iter().all(|c| *c == 0.0), "busted: {cached:?}");
+            assert_eq!(state, "busted");
+            assert!(
+                r["workload"]
+                    .as_str()
+                    .is_some_and(|w| w.ends_with(", cache busted")),
+                "{}",
+                r["workload"]
+            );
+        } else {
+            assert!(cached[1..].iter().all(|c| *c > 0.0), "warm: {cached:?}");
+            assert_eq!(state, "warm");
+        }
+    }
 }

@@ -180,8 +180,8 @@ fn a_newer_schema_another_applications_database_and_what_is_no_file_are_refused(
         matches!(
             e,
             HistoryError::Newer {
-                found: 3,
-                known: 2,
+                found: 4,
+                known: 3,
                 ..
             }
         ),
@@ -189,7 +189,7 @@ fn a_newer_schema_another_applications_database_and_what_is_no_file_are_refused(
     );
     assert!(
         e.to_string()
-            .contains("written by a newer tokenprobe (schema 3; this one reads up to 2)")
+            .contains("written by a newer tokenprobe (schema 4; this one reads up to 3)")
     );
 
     let foreign = d.path().join("other.db");
@@ -288,6 +288,72 @@ fn a_schema_1_store_is_migrated_with_its_runs_indexed() {
     ));
     s.record(report("2026-10-03T00:00:00Z", 1.0)).unwrap();
     assert_eq!(s.model_runs("alpha", &Filter::default()).unwrap().len(), 2);
+}
+
+/// Issue 44: a schema 2 store gains each run's provenance and what changed since its baseline,
+/// filled from the stored reports; a run recorded now keeps them too, and the listing shows what
+/// changed beside the regressions.
+#[test]
+fn a_schema_2_store_gains_what_served_each_run() {
+    use crate::bench::provenance::{Provenance, ServerInfo, ServerKind};
+    let d = dir();
+    let path = d.path().join("v2.sqlite3");
+    let served = |v: &str| Provenance {
+        tokenprobe: "0.1.0".into(),
+        servers: vec![ServerInfo {
+            target: "local".into(),
+            server: Some(ServerKind::Vllm),
+            version: Some(v.into()),
+            ..ServerInfo::default()
+        }],
+        ..Provenance::default()
+    };
+    let mut old = report("2026-10-01T00:00:00Z", 1.0);
+    old.provenance = Some(served("0.10.1"));
+    if let Some(c) = &mut old.comparison {
+        c.changed = vec!["GPUs 8 → 4".into()];
+    }
+    {
+        let c = Connection::open(&path).unwrap();
+        c.execute_batch(SCHEMA_1).unwrap();
+        c.execute_batch(SCHEMA_2).unwrap();
+        c.pragma_update(None, "application_id", APPLICATION_ID)
+            .unwrap();
+        c.pragma_update(None, "user_version", 2).unwrap();
+        let json = serde_json::to_string(&old).unwrap();
+        c.execute(
+            "INSERT INTO runs (started_at, recorded_at, version, target, prompt, open_loop, interrupted, baseline, regressions, report)
+             VALUES ('2026-10-01T00:00:00Z', '2026-10-01T00:01:00Z', '0.1.0', 'local', 'hello', 0, 0, 'old.json', 1, ?1)",
+            [json],
+        )
+        .unwrap();
+        let id = c.last_insert_rowid();
+        let tx = c.unchecked_transaction().unwrap();
+        index(&tx, id, &old).unwrap();
+        tx.commit().unwrap();
+    }
+    let mut s = Store::open(&path).unwrap();
+    let mut new = report("2026-10-02T00:00:00Z", 2.0);
+    new.provenance = Some(served("0.11.0"));
+    if let Some(c) = &mut new.comparison {
+        c.changed = vec!["vLLM 0.10.1 → 0.11.0".into()];
+    }
+    s.record(new).unwrap();
+    let runs = s.list(&Filter::default()).unwrap();
+    assert_eq!(runs[0].changed, ["vLLM 0.10.1 → 0.11.0"]);
+    assert_eq!(runs[1].changed, ["GPUs 8 → 4"]);
+    let m = s.model_runs("alpha", &Filter::default()).unwrap();
+    let versions: Vec<Option<&str>> = m
+        .iter()
+        .map(|r| {
+            r.provenance
+                .as_ref()
+                .and_then(|p| p.servers[0].version.as_deref())
+        })
+        .collect();
+    assert_eq!(versions, [Some("0.11.0"), Some("0.10.1")]);
+    let t = crate::history::trend::trend("alpha", &m, None);
+    assert_eq!(t.points[1].changed, ["vLLM 0.10.1 → 0.11.0"]);
 }
 
 /// Issue 39 item 9: a store `--history` names in a directory that does not exist makes no

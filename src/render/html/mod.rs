@@ -22,6 +22,7 @@ use crate::render::text::{self, Style};
 use html_escape::encode_quoted_attribute as esc;
 use std::fmt::Write as _;
 
+mod efficiency;
 mod plots;
 mod tables;
 use plots::charts;
@@ -249,6 +250,7 @@ pub fn page(shown: &Shown<'_>) -> Result<String, HtmlError> {
     load_table(&mut o, &r, axis);
     server_table(&mut o, &r, axis);
     more_table(&mut o, &r, axis);
+    efficiency::section(&mut o, &r, axis);
     baseline_table(&mut o, &r, axis);
     // `<` only occurs inside JSON strings, where `\u003c` means the same: no `</script>` can
     // end the element early.
@@ -493,6 +495,14 @@ fn baseline_summary(o: &mut String, c: &crate::bench::report::Comparison) {
         n(Verdict::WithinTolerance),
         n(Verdict::NotJudged),
     );
+    if !c.changed.is_empty() {
+        // Beside the regressions: what served the two runs is not the same.
+        let _ = write!(
+            o,
+            r#"<p class="warn" id="changed">What served it changed since the baseline: {}</p>"#,
+            esc(&c.changed.join("; "))
+        );
+    }
     let listed: Vec<(usize, &str)> = c
         .values
         .iter()
@@ -1031,6 +1041,87 @@ pub(crate) mod tests {
             html.contains("alpha baseline ttft_p95") && html.contains(r#"id="baseline-table""#)
         );
         assert!(html.contains(">REGRESSION</td>"));
+    }
+
+    /// `rich()` with alpha on 2 GPUs at 2.50 an hour, beta without a GPU count, every level's
+    /// energy, a reset cache, and a provenance: as `bench::judge` leaves it.
+    pub(crate) fn spent() -> Report {
+        use crate::bench::efficiency::{CacheKind, CacheState, GpuCount, GpuSource};
+        use crate::servermetrics::energy::{EnergyReading, EnergySource};
+        let mut r = rich();
+        r.models[0].gpus = Some(GpuCount {
+            count: 2,
+            source: GpuSource::Config,
+        });
+        r.models[0].gpu_hour_price = Some(2.5);
+        for m in &mut r.models {
+            for (li, l) in m.levels.iter_mut().enumerate() {
+                if let Some(s) = &mut l.server {
+                    s.energy = Some(EnergyReading {
+                        joules: 700.0 * (li + 1) as f64,
+                        source: EnergySource::DcgmEnergyCounter,
+                        devices: 2,
+                    });
+                }
+                l.efficiency.server_cache = Some(CacheState {
+                    state: CacheKind::Reset,
+                    note: None,
+                });
+            }
+        }
+        crate::bench::efficiency::derive(&mut r.models);
+        r.frontier = crate::bench::frontier::of(&r.models);
+        r.provenance = Some(crate::bench::provenance::Provenance {
+            tokenprobe: "0.1.0".into(),
+            client: crate::bench::provenance::ClientHost {
+                cores: Some(8),
+                kernel: Some("6.8.0".into()),
+                os: "linux x86_64".into(),
+            },
+            servers: vec![crate::bench::provenance::ServerInfo {
+                target: "t".into(),
+                server: Some(crate::bench::provenance::ServerKind::Vllm),
+                version: Some("0.11.0".into()),
+                ..Default::default()
+            }],
+        });
+        r
+    }
+
+    #[test]
+    fn the_frontier_energy_and_cost_are_on_the_page() {
+        let r = spent();
+        let f = r.frontier.as_ref().unwrap();
+        assert!(!f.points.is_empty() && f.points.iter().any(|p| p.on_frontier));
+        let html = page(&Shown::of(&r)).unwrap();
+        // Every number shown (the frontier's points, each level's GPU figures, cost and energy)
+        // is the report's.
+        let n = check_numbers(&json_of(&r), &html);
+        for ptr in [
+            "/frontier/points/0/tokens_per_s_per_user",
+            "/frontier/points/0/tokens_per_s_per_gpu",
+            "/models/0/levels/0/output_tokens_per_s_per_gpu",
+            "/models/0/levels/0/gpu_cost/cost_per_mtok",
+            "/models/0/levels/0/energy/joules_per_output_token",
+            "/models/1/levels/0/energy/joules",
+            "/models/0/gpus/count",
+        ] {
+            assert!(
+                html.contains(&format!(r#"data-k="{ptr}""#)),
+                "{ptr} not shown ({n} numbers)"
+            );
+        }
+        let start = html
+            .find(r#"<figure class="plot" id="plot-frontier">"#)
+            .expect("the frontier's chart");
+        let fig = &html[start..start + html[start..].find("</figure>").unwrap()];
+        assert!(fig.contains("Pareto frontier") && fig.contains("tokens/s per user"));
+        assert!(html.contains(r#"id="frontier-table""#) && html.contains(r#"id="spend-table""#));
+        assert!(html.contains("left out: beta: no GPU count"));
+        assert!(html.contains("DCGM energy counter"));
+        assert!(html.contains(">reset</td>"));
+        assert!(html.contains("t: vLLM 0.11.0"), "the provenance");
+        assert!(html.contains("client: tokenprobe 0.1.0 on linux x86_64, 8 cores, kernel 6.8.0"));
     }
 
     #[test]

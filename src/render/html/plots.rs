@@ -259,6 +259,7 @@ pub(super) fn charts(r: &Report, axis: &str) -> Vec<(String, String, Chart)> {
     ));
     out.push(tps_chart(r, (&labels, axis), &lines));
     out.push(curve_chart(r, &lines));
+    out.extend(super::efficiency::frontier_chart(r));
     for (mi, m) in r.models.iter().enumerate() {
         if let Some(c) = scatter(m) {
             out.push((

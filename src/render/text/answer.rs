@@ -187,7 +187,8 @@ fn thousandths(x: f64) -> String {
 
 /// A capacity search's answer in words: `up to 8 concurrent streams at 96.0% attainment
 /// [89.1%, 98.9%], limited by ttft<=2.00 s (failed at 9)`, or `none: no load tried met the
-/// target` when no load passed; either with its [`doubt`] when it is not clear.
+/// target` when no load passed; either with its [`doubt`] when it is not clear. With the model's
+/// GPU count and price, the self-hosted cost per million output tokens there is said.
 pub fn capacity_words(c: &Capacity) -> String {
     let unclear = doubt(c.clear);
     let load = match c.load() {
@@ -213,7 +214,13 @@ pub fn capacity_words(c: &Capacity) -> String {
         (Some(l), Some(f)) => format!(", limited by {l} (failed at {})", thousandths(f)),
         _ => String::new(),
     };
-    format!("{load}{att}{limit}{unclear}")
+    let cost = c.gpu_cost_per_mtok.map_or_else(String::new, |v| {
+        format!(
+            ", {} per million output tokens on its GPUs there",
+            crate::units::fmt_cost(v)
+        )
+    });
+    format!("{load}{att}{limit}{cost}{unclear}")
 }
 
 /// One model's capacity within the SLOs, as a sentence: the search's, or a fixed sweep's highest

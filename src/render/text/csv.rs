@@ -1,7 +1,7 @@
 //! The report as CSV (pure): one row per model and level, every statistic of every metric
 //! (seconds, tokens/s), the cross-checks' and the server's columns when the run has them.
 
-use super::{columns::is_knee, crosscheck, served, server_view};
+use super::{columns::is_knee, crosscheck, efficiency, served, server_view};
 use crate::bench::report::Report;
 
 const CSV_SUMMARIES: [&str; 12] = [
@@ -32,6 +32,7 @@ pub fn render(r: &Report) -> Result<String, ::csv::Error> {
         header.extend(crosscheck::CSV_HEADER.map(str::to_owned));
     }
     header.extend(super::session::csv_header(r));
+    let spend = efficiency::csv_columns(r, &mut header);
     let server_cols = server_view::csv_header(r);
     header.extend(server_cols.iter().cloned());
     w.write_record(&header)?;
@@ -116,6 +117,7 @@ pub fn render(r: &Report) -> Result<String, ::csv::Error> {
                 row.extend(crosscheck::csv_cells(l.cross_check.as_ref()));
             }
             row.extend(super::session::csv_row(r, l));
+            row.extend(efficiency::csv_cells(spend, m, l));
             row.extend(server_view::csv_cells(&server_cols, l));
             w.write_record(&row)?;
         }

@@ -131,6 +131,14 @@ pub fn render(c: &Comparison, style: Style) -> String {
             );
         }
     }
+    if !c.changed.is_empty() {
+        // Beside the regressions: what served the two runs is not the same.
+        let _ = writeln!(
+            out,
+            "{bullet}what served it changed: {}",
+            c.changed.join("; ")
+        );
+    }
     for g in &c.regressions {
         let _ = writeln!(out, "{bullet}REGRESSION {}", sentence(g));
     }
@@ -265,6 +273,7 @@ mod tests {
             judged: Some(1),
             regressions: vec![r.clone()],
             not_in_baseline: Vec::new(),
+            changed: Vec::new(),
             values: vec![r, value_of("agg_tps", Verdict::NotJudged)],
         };
         let text = render(&c, Style::Terminal);

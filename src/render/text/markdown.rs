@@ -1,7 +1,7 @@
 //! The report as Markdown (pure), the comparison teams paste into docs: the run in a sentence,
 //! the answer, the level table (times in ms), the server's view and the notes.
 
-use super::{Style, answer, columns, loop_words, notes, server_view};
+use super::{Style, answer, columns, efficiency, loop_words, notes, server_view};
 use crate::render::shown::Shown;
 use std::fmt::Write as _;
 
@@ -49,6 +49,7 @@ pub fn render(shown: &Shown<'_>) -> String {
         }
     }
     out.push_str(&server_view::render(r, Style::Markdown));
+    out.push_str(&efficiency::render(shown, Style::Markdown));
     out.push_str(&notes::render(shown, Style::Markdown));
     out
 }

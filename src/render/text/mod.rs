@@ -2,7 +2,8 @@
 //! comparison teams paste into docs), CSV ([`csv`], one row per model and level) and JSON
 //! ([`json`], everything; the input of `--baseline`). The terminal and Markdown say the same in
 //! their own style: the answer ([`answer`]), the level table's columns, chosen once for both
-//! ([`columns`]), the server's view ([`server_view`]), and the notes under the table ([`notes`]),
+//! ([`columns`]), the server's view ([`server_view`]), the frontier, energy, GPU cost, server
+//! cache and what served the run ([`efficiency`]), and the notes under the table ([`notes`]),
 //! with the comparison with a baseline ([`gate`]), the cross-checks ([`crosscheck`]), what
 //! answered ([`served`]) and a session workload's sessions ([`session`]).
 
@@ -10,6 +11,7 @@ pub mod answer;
 pub mod columns;
 pub mod crosscheck;
 pub mod csv;
+pub mod efficiency;
 pub mod gate;
 pub mod markdown;
 pub mod notes;

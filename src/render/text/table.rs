@@ -1,7 +1,7 @@
 //! The report as the terminal's table (pure): the answer, one row per model and level (the knee
 //! marked), the server's view and the notes.
 
-use super::{Style, answer, columns, notes, server_view};
+use super::{Style, answer, columns, efficiency, notes, server_view};
 use crate::render::shown::Shown;
 use std::fmt::Write as _;
 
@@ -27,6 +27,7 @@ pub fn render(shown: &Shown<'_>) -> String {
     let mut out = answer::render(shown, Style::Terminal);
     let _ = writeln!(out, "{t}");
     out.push_str(&server_view::render(r, Style::Terminal));
+    out.push_str(&efficiency::render(shown, Style::Terminal));
     out.push_str(&notes::render(shown, Style::Terminal));
     out
 }

@@ -484,6 +484,7 @@ fn capacity_words_say_the_load_what_limited_it_and_the_doubt() {
         requests: 120,
         seconds: 6.0,
         sessions: false,
+        gpu_cost_per_mtok: None,
     };
     assert_eq!(
         answer::capacity_words(&c),
@@ -513,6 +514,13 @@ fn capacity_words_say_the_load_what_limited_it_and_the_doubt() {
         answer::capacity_words(&c),
         "up to 2.5 requests/s at 100.0% attainment, limited by ttft<=1.00 s (failed at 6)"
     );
+    // With the model's GPU count and price, the cost at the capacity is stated.
+    c.gpu_cost_per_mtok = Some(1.496);
+    assert_eq!(
+        answer::capacity_words(&c),
+        "up to 2.5 requests/s at 100.0% attainment, limited by ttft<=1.00 s (failed at 6), 1.496 per million output tokens on its GPUs there"
+    );
+    c.gpu_cost_per_mtok = None;
     c.rate = None;
     assert_eq!(
         answer::capacity_words(&c),

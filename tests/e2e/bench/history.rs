@@ -535,3 +535,83 @@ fn the_baseline_is_a_run_of_the_same_workload_with_a_level_in_common() {
         "{err}"
     );
 }
+
+/// Issue 44: what served two runs is recorded without asking; the second, on half the GPUs
+/// (`gpus: 8` → `gpus: 4`) and ten times slower to its first token, regresses against the
+/// first, and its comparison and `bench history`'s listing say what changed beside it.
+#[test]
+fn bench_history_shows_what_changed_beside_a_regression() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("runs.sqlite3");
+    let s = store.to_str().unwrap();
+    let (_fast_sim, fast) = simulate(dir.path(), &slots("8", "20ms", "2ms", "4"));
+    let (_slow_sim, slow) = simulate(dir.path(), &slots("8", "200ms", "2ms", "4"));
+    let run = |url: &str, gpus: u32, n: usize, extra: &[&str]| {
+        let cfg = hello_config(
+            dir.path(),
+            &format!("{url}/v1"),
+            64,
+            "",
+            &format!("    gpus: {gpus}\n"),
+        );
+        let json = dir.path().join(format!("run{n}.json"));
+        let mut args = vec![
+            "--config.file",
+            cfg.to_str().unwrap(),
+            "--concurrency",
+            "1,2",
+            "--requests-per-level",
+            "8",
+            "--max-tokens",
+            "4",
+            "--history",
+            s,
+            "-o",
+            json.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let (code, out, err) = bench(&args, Duration::from_secs(60));
+        (code, read_json(&json), format!("{out}{err}"))
+    };
+    let (code, r1, out) = run(&fast, 8, 1, &[]);
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(r1["provenance"]["servers"][0]["gpus"]["count"], 8, "{r1}");
+    let (code, r2, out) = run(&slow, 4, 2, &["--baseline", "last"]);
+    assert_eq!(code, Some(3), "a regression: {out}");
+    assert_eq!(
+        r2["comparison"]["changed"],
+        serde_json::json!(["GPUs 8 → 4"]),
+        "{}",
+        r2["comparison"]
+    );
+    assert!(
+        out.contains("what served it changed: GPUs 8 → 4"),
+        "beside the regressions: {out}"
+    );
+    let (code, listing, err) = history(&["--history", s]);
+    assert_eq!(code, Some(0), "{err}");
+    let line = listing
+        .lines()
+        .find(|l| l.contains("changed: GPUs 8 → 4"))
+        .unwrap_or_else(|| panic!("no change in the listing:\n{listing}"));
+    assert!(line.contains("regressed"), "{line}");
+    eprintln!("{listing}");
+    // `bench report` over the two stored runs: one frontier over both runs' levels.
+    let both = dir.path().join("both.json");
+    let mut cmd = Command::new(tokenprobe_bin());
+    cmd.args(["bench", "report", "1", "2", "--history", s, "-o"])
+        .arg(&both);
+    let (st, out, err) = run_with_timeout(cmd, None, Duration::from_secs(20));
+    assert_eq!(st.code(), Some(0), "{out}{err}");
+    let r = read_json(&both);
+    let points = r["frontier"]["points"].as_array().unwrap();
+    let series: std::collections::BTreeSet<&str> =
+        points.iter().filter_map(|p| p["series"].as_str()).collect();
+    assert_eq!(
+        series.into_iter().collect::<Vec<_>>(),
+        ["sim-a #1", "sim-a #2"],
+        "{}",
+        r["frontier"]
+    );
+    assert_eq!(points.len(), 4);
+}
