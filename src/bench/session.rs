@@ -228,18 +228,7 @@ pub fn attainment(
             (o.name(), n)
         })
         .collect();
-    Some(Attainment {
-        met,
-        counted,
-        share: if counted == 0 {
-            0.0
-        } else {
-            met as f64 / counted as f64
-        },
-        interval: super::confidence::wilson(met, counted),
-        missed,
-        failed,
-    })
+    Some(Attainment::counted(met, counted, missed, failed))
 }
 
 /// The sessions of a level, together.

@@ -210,7 +210,18 @@ impl Attainment {
                 (o.name(), n)
             })
             .collect();
-        Some(Attainment {
+        Some(Attainment::counted(met, counted, missed, failed))
+    }
+
+    /// `met` of `counted` (the share and its Wilson interval worked out here), with the
+    /// successes that `missed` each objective and the `failed`.
+    pub fn counted(
+        met: u64,
+        counted: u64,
+        missed: BTreeMap<String, u64>,
+        failed: u64,
+    ) -> Attainment {
+        Attainment {
             met,
             counted,
             share: if counted == 0 {
@@ -221,7 +232,7 @@ impl Attainment {
             interval: super::confidence::wilson(met, counted),
             missed,
             failed,
-        })
+        }
     }
 
     /// What kept the most requests out: errors, or the objective missed most often (`None`

@@ -873,7 +873,10 @@ mod tests {
         let number_only = Expect { exact: None, ..e };
         assert_eq!(check_expect(&number_only, "about 4.4 then", None), None);
         let why = check_expect(&number_only, "4.6", None).unwrap_or_default();
-        assert!(why.contains("the answer's number 4.6 is not 4 ± 0.5"), "{why}");
+        assert!(
+            why.contains("the answer's number 4.6 is not 4 ± 0.5"),
+            "{why}"
+        );
     }
 
     #[test]
