@@ -152,13 +152,17 @@ fn a_mooncake_replay_sends_each_request_at_its_instant_with_its_lengths_and_shar
         arrived.push((kernel, i));
     }
     // Input lengths as the server counts them. The simulator counts 4 bytes a token, and the
-    // calibration learns the words' mean from three prompts of up to 256 words, so its slope is
-    // off by a percent or two in a run (the same for every request of it); the prompts are built
-    // to the asked lengths through it, so each request's count is the asked length times that one
-    // factor, within its own words' spread (a few hundred words of its own: a percent or two).
+    // calibration learns the words' mean from three prompts of up to 256 random words (a word
+    // and its space: 5.13 bytes on average, 1.29 their spread), and the trace's shared blocks
+    // are the same few texts in every request that names them, so the run's counted/asked is
+    // off 1 by a few percent, the same for every request of it (25 runs: standard deviation
+    // 1.95%, from -3.9% to +4.8%; +5.86% once in CI): within 10%, five standard deviations. The
+    // prompts are built to the asked lengths through the calibration's slope, so each request's
+    // count is the asked length times that one factor, within its own words' spread (a few
+    // hundred words of its own: a percent or two).
     let all = counted as f64 / asked as f64;
     assert!(
-        (all - 1.0).abs() < 0.05,
+        (all - 1.0).abs() < 0.10,
         "the server counted {counted} input tokens in all, the trace asks {asked}"
     );
     for (i, ratio) in ratios {
