@@ -525,6 +525,7 @@ def main():
                                    own_wire_err_p99=quantile(own, 0.99),
                                    own_wire_err_max=max(own, key=abs, default=float("nan")))
                     res.update(connections=syns, wire_requests=len(wire), matched=how,
+                               matched_n=len(errs), measured_n=len(res["ttft"]),
                                wire_ttft_p50=quantile([w[1] for w in wire], 0.5),
                                wire_err_p50=quantile(errs, 0.5),
                                wire_err_p99=quantile(errs, 0.99),
@@ -548,7 +549,8 @@ def main():
                     print(f"{tool} @ {c}: the wire: {res['wire_requests']} requests on "
                           f"{res['connections']} new connections, wire TTFT p50 "
                           f"{res['wire_ttft_p50'] * 1e3:.2f} ms; per-request error (by "
-                          f"{res['matched']}) p50 {res['wire_err_p50'] * 1e3:+.3f} ms p99 "
+                          f"{res['matched']}, {res['matched_n']} of {res['measured_n']} "
+                          f"requests) p50 {res['wire_err_p50'] * 1e3:+.3f} ms p99 "
                           f"{res['wire_err_p99'] * 1e3:+.3f} ms max "
                           f"{res['wire_err_max'] * 1e3:+.3f} ms", flush=True)
                 print(f"{tool} @ {c}: {res['requests']} requests, {res['errors']} errors, "
