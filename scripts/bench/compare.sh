@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Compares `tokenprobe bench` with GuideLLM and AIPerf (both from PyPI) driving the same loopback
+# Compares `tokenprobe bench` with GuideLLM and AIPerf (both from PyPI) and, when its binary is
+# given, vllm-bench (vLLM's Rust benchmark client) driving the same loopback
 # server (`tokenprobe simulate`) at the same closed-loop concurrency: client CPU, each tool's own
 # scheduling lag, and each tool's TTFT error against the wire: a packet capture of the simulator's
 # port (tcpdump), beside the simulator's event log. A level whose capture lost packets is void.
@@ -10,6 +11,10 @@
 #   TOKENPROBE_ARGS="--ramp 100ms" TOKENPROBE_CONNECTION=new TOOLS=tokenprobe scripts/bench/compare.sh
 #   WARMUP_ROUNDS=1 scripts/bench/compare.sh   # one unmeasured round before each level, equal for
 #                                              # the tools that have a warm-up (not GuideLLM 0.8.1)
+#   VLLM_BENCH=/path/to/vllm-bench TOOLS=tokenprobe,vllm-bench,vllm-bench-warm scripts/bench/compare.sh
+#     # vllm-bench on the completions API, without warm-up and with one round of it (`-warm`);
+#     # with VLLM_BENCH set and TOOLS unset, both entries join the default three. Not installed
+#     # here: build it from vLLM's Rust workspace (`cargo build --release -p vllm-bench`).
 #
 # Installs the tools into .venv-compare/ (git-ignored; created here, several GB: GuideLLM depends
 # on torch, which PyPI ships with CUDA libraries) and writes a small local tokenizer for them
@@ -20,7 +25,26 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$repo"
 
 LEVELS="${LEVELS:-1,4,16,64,256}"
-TOOLS="${TOOLS:-tokenprobe,guidellm,aiperf}"
+VLLM_BENCH="${VLLM_BENCH:-}"
+if [ -n "$VLLM_BENCH" ]; then
+    TOOLS="${TOOLS:-tokenprobe,guidellm,aiperf,vllm-bench,vllm-bench-warm}"
+else
+    TOOLS="${TOOLS:-tokenprobe,guidellm,aiperf}"
+fi
+case ",$TOOLS," in
+*,vllm-bench,* | *,vllm-bench-warm,*)
+    if [ -z "$VLLM_BENCH" ]; then
+        echo "bench-compare: TOOLS has vllm-bench but VLLM_BENCH is not set: build vLLM's Rust" \
+            "benchmark client (cargo build --release -p vllm-bench in vLLM's rust/ workspace)" \
+            "and set VLLM_BENCH=/path/to/vllm-bench" >&2
+        exit 2
+    fi
+    if [ ! -x "$VLLM_BENCH" ]; then
+        echo "bench-compare: VLLM_BENCH=$VLLM_BENCH is not an executable file" >&2
+        exit 2
+    fi
+    ;;
+esac
 GUIDELLM_VERSION="${GUIDELLM_VERSION:-0.8.1}"
 AIPERF_VERSION="${AIPERF_VERSION:-0.13.0}"
 DPKT_VERSION="${DPKT_VERSION:-1.9.8}"
@@ -41,7 +65,17 @@ case ",$TOOLS," in
         echo "bench-compare: installing guidellm==$GUIDELLM_VERSION and aiperf==$AIPERF_VERSION into $venv"
         "$venv/bin/pip" install --quiet "aiperf==$AIPERF_VERSION" "guidellm==$GUIDELLM_VERSION"
     fi
+    if [ ! -f "$venv/tokenizer/tokenizer_config.json" ]; then
+        "$venv/bin/python" scripts/bench/compare/make_tokenizer.py "$venv/tokenizer"
+    fi
+    ;;
+esac
+# vllm-bench reads the same tokenizer's tokenizer.json, which needs only `tokenizers`.
+case ",$TOOLS," in
+*,vllm-bench,* | *,vllm-bench-warm,*)
     if [ ! -f "$venv/tokenizer/tokenizer.json" ]; then
+        "$venv/bin/python" -c 'import tokenizers' >/dev/null 2>&1 ||
+            "$venv/bin/pip" install --quiet "tokenizers==${TOKENIZERS_VERSION:-0.23.3}"
         "$venv/bin/python" scripts/bench/compare/make_tokenizer.py "$venv/tokenizer"
     fi
     ;;
@@ -55,4 +89,4 @@ exec "$venv/bin/python" scripts/bench/compare/compare.py \
     --tokenprobe "$repo/target/release/tokenprobe" --venv "$venv" --tokenizer "$venv/tokenizer" \
     --out "$out" --levels "$LEVELS" --tools "$TOOLS" \
     --tokenprobe-connection "${TOKENPROBE_CONNECTION:-reuse}" --tokenprobe-args="${TOKENPROBE_ARGS:-}" \
-    --warmup-rounds "${WARMUP_ROUNDS:-0}"
+    --warmup-rounds "${WARMUP_ROUNDS:-0}" --vllm-bench "$VLLM_BENCH"

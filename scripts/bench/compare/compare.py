@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Drives tokenprobe bench, GuideLLM and AIPerf against the same `tokenprobe simulate` server at the
-same closed-loop concurrency, and compares what each costs and how exactly each measures.
+"""Drives tokenprobe bench, GuideLLM, AIPerf and vllm-bench against the same `tokenprobe simulate`
+server at the same closed-loop concurrency, and compares what each costs and how exactly each
+measures.
 
 For every (tool, concurrency) it starts a fresh simulator on loopback with `--event-log`, runs the
 tool for N = max(MIN_REQUESTS, ROUNDS x concurrency) requests, stops the simulator, and reads:
@@ -9,7 +10,8 @@ tool for N = max(MIN_REQUESTS, ROUNDS x concurrency) requests, stops the simulat
   and the marginal CPU per request between the two largest levels (start-up cancels out);
 - the tool's own scheduling lag, as the tool itself reports it: tokenprobe `lag_s` (send instant
   minus intended send instant), GuideLLM `root_dispatch_delay` (request_start - targeted_start),
-  AIPerf `request_start_ns - credit_issued_ns`;
+  AIPerf `request_start_ns - credit_issued_ns`; vllm-bench reports none (its closed loop has no
+  intended instant to be late against), so its column stays empty;
 - TTFT error against the server: the simulator logs, per request, the instant at which it wrote
   the first token event, after the kernel received the request's last bytes (SO_TIMESTAMPNS; the
   simulator's own delay in reading the request is the server's); the error is the client's TTFT percentile minus
@@ -19,27 +21,46 @@ tool for N = max(MIN_REQUESTS, ROUNDS x concurrency) requests, stops the simulat
 
 - TTFT error against the wire: tcpdump captures the simulator's port on loopback during each run
   (`Capture`), and each request's TTFT as the tool reports it is compared with the wire's (its
-  request's last segment to the first segment holding a token); tokenprobe's and AIPerf's requests
-  are matched by the `x-request-id` they send and record, GuideLLM's by the response id it records
-  (read from each response's first chunk on the wire); a tool without either would be paired in
-  send order. The capture also shows how many connections each tool opened, and a
-  capture that lost packets makes its level void.
+  request's last segment to the first segment holding a token: a non-empty chat `content` or
+  completions `text`); tokenprobe's and AIPerf's requests are matched by the `x-request-id` they
+  send and record, GuideLLM's by the response id it records (read from each response's first chunk
+  on the wire), vllm-bench's by the `x-request-id` it sends (its prefix, which we choose, and the
+  request's index: its saved result lists the requests in that order); a tool without either
+  would be paired in send order. Where one id went out more than once (vllm-bench's warm-up
+  repeats its first request, id and all), the last request with it on the wire is the measured
+  one. The capture also shows how many connections each tool opened, and a capture that lost
+  packets makes its level void.
 
 - decode span error, for every per-event instant after the first: each request's first-to-last
   token time as the client saw it (tokenprobe TPOT x (N - 1), GuideLLM last_token_iteration -
-  first_token_iteration, AIPerf decode_duration) minus the server's (its last token event's write
-  instant minus its first's), at p50 and p99 of the two distributions.
+  first_token_iteration, AIPerf decode_duration, vllm-bench the sum of its per-request ITLs) minus
+  the server's (its last token event's write instant minus its first's), at p50 and p99 of the two
+  distributions.
 
 The highest concurrency a tool "sustains" is the highest level with no errors whose own lag p99
 and TTFT error p50 both stay at or under 1 ms. (The p99 error is printed too; in a closed loop
 against a server without jitter every worker starts at once and stays in step, so the p99 is the
 burst of simultaneous connections, on both ends, more than the tool.)
 
-tokenprobe runs with `connection: reuse` here, as GuideLLM and AIPerf keep connections alive;
-its default (`new`, a cold connection per request, as `serve` measures) adds the TCP connect to
-its TTFT and so to the error (`--tokenprobe-connection new`).
+Connections, as the capture shows them: tokenprobe runs with `connection: reuse` here, its
+connections opened before the level; AIPerf and vllm-bench keep one connection per worker, opened
+by their first requests (in their warm-up when they have one); GuideLLM 0.8.1 opens a new
+connection for every request (N + 1 for N: one more for its health check) and has no option to
+keep them, so like for like with it is tokenprobe's default, `new` (a cold connection per request,
+as `serve` measures: the TCP connect is inside its TTFT and so in the error;
+`--tokenprobe-connection new`).
+
+vllm-bench (vLLM's Rust benchmark client, a drop-in for `vllm bench serve`; not installed here:
+give its binary with `--vllm-bench`) runs on the completions API (`--backend vllm`): on chat its
+client takes the first chunk with a choice, the role-only one, as the first token. Two entries:
+`vllm-bench`, no warm-up (its first round opens the connections, inside those requests' TTFT), and
+`vllm-bench-warm`, with `--num-warmups` of one round (concurrency x max(1, --warmup-rounds)
+requests, at the level's concurrency), which opens and leaves in its pool one kept connection per
+worker before the measured requests: the nearest its options come to tokenprobe's pre-opened
+`reuse`. It reads the same local tokenizer (`--tokenizer DIR`, the directory's tokenizer.json).
 
     compare.py --tokenprobe BIN --venv DIR --tokenizer DIR --out DIR [--levels 1,4,16,64,256]
+               [--tools tokenprobe,vllm-bench,vllm-bench-warm --vllm-bench BIN]
 """
 
 import argparse
@@ -117,7 +138,9 @@ class Simulator:
         return out
 
 
-TOKEN_SEGMENT = re.compile(rb'"content":"[^"]')
+# A token event on the wire: a non-empty chat `content` or completions `text` (the simulator's chat
+# stream starts with the role alone, and its completions stream ends with an empty `text`).
+TOKEN_SEGMENT = re.compile(rb'"(?:content|text)":"[^"]')
 REQUEST_ID = re.compile(rb"(?i)\r\nx-request-id: *([^\r]+)\r\n")
 # The response's own id, in its first chunk (GuideLLM records it as `response_id`).
 RESPONSE_ID = re.compile(rb'"id":"([^"]+)"')
@@ -137,7 +160,8 @@ class Capture:
 
     Per request (an HTTP/1.1 request starts with a client segment beginning `POST `), the wire's
     TTFT runs from the request's last client segment to the first server segment holding a token
-    (a non-empty `"content":"`; the simulator's first event is the role alone), on the capture's
+    (a non-empty `"content":"` or `"text":"`; the simulator's first chat event is the role alone),
+    on the capture's
     own clock (the kernel's instant as the packet is handed to the loopback device). The capture
     also counts the connections the tool opened (client SYNs). A capture that lost packets
     (tcpdump's "dropped by kernel") is void.
@@ -209,8 +233,11 @@ def read_capture(path, port):
 
 def per_request_errors(res, wire):
     """Each request's TTFT minus the wire's: matched by x-request-id where the tool sent one
-    (tokenprobe), else paired in send order (the tool's own start instants against the wire's,
-    after the wire's first `warmup` requests, the tool's unmeasured warm-up)."""
+    (tokenprobe, AIPerf, vllm-bench) or by the response id it recorded (GuideLLM), else paired in
+    send order (the tool's own start instants against the wire's, after the wire's first `warmup`
+    requests, the tool's unmeasured warm-up). An id seen on the wire more than once (vllm-bench's
+    warm-up sends copies of its first request, id and all) stands for the last request with it:
+    `wire` is in start order, so the later request overwrites the earlier ones."""
     for key, col in (("ids", 2), ("response_ids", 3)):
         by_id = {w[col]: w[1] for w in wire if w[col]}
         if res.get(key):
@@ -370,7 +397,61 @@ def run_aiperf(a, url, c, n, work):
             "lag": lag, "span": span, "starts": starts}
 
 
-TOOLS = {"tokenprobe": run_tokenprobe, "guidellm": run_guidellm, "aiperf": run_aiperf}
+def vllm_bench_missing(path):
+    """Why the vllm-bench binary cannot be run (None: it can)."""
+    if not path:
+        return ("no vllm-bench binary given: build vLLM's Rust benchmark client and pass "
+                "--vllm-bench BIN (compare.sh: VLLM_BENCH=BIN)")
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        return f"the vllm-bench binary {path} does not exist or is not executable"
+    return None
+
+
+def run_vllm_bench(a, url, c, n, work, warm=False):
+    """vLLM's Rust benchmark client on the completions API, closed loop at concurrency c. Its saved
+    result (`--save-detailed`) lists per request, in request order, its TTFT, ITLs, errors and
+    start instant; request i went out with the `x-request-id` PREFIX + i (the random dataset numbers
+    them so), so each is matched to the wire by that id."""
+    why = vllm_bench_missing(a.vllm_bench)
+    if why:
+        return {"error": why}
+    warmup = max(1, a.warmup_rounds) * c if warm else 0
+    prefix = f"vb{'w' if warm else ''}-{c}-"
+    out = work / "vllm-bench.json"
+    rc, cpu, wall, peak, tail = timed(
+        [a.vllm_bench, "--backend", "vllm", "--base-url", url, "--model", "sim",
+         "--tokenizer", a.tokenizer, "--dataset-name", "random", "--random-input-len", "32",
+         "--random-output-len", str(TOKENS), "--num-prompts", str(n), "--max-concurrency", str(c),
+         "--request-id-prefix", prefix, "--seed", "1", "--disable-tqdm",
+         "--save-result", "--save-detailed", "--result-dir", str(work),
+         "--result-filename", out.name,
+         *(["--num-warmups", str(warmup)] if warmup else [])],
+        a.env, work)
+    if rc != 0 or not out.exists():
+        return {"error": f"exit {rc}: {tail}"}
+    r = json.load(open(out))
+    ttfts, itls, starts, errs = r["ttfts"], r["itls"], r["start_times"], r["errors"]
+    ttft, span, ok_starts, ids, errors = [], [], [], [], 0
+    for i, (t, itl, st, e) in enumerate(zip(ttfts, itls, starts, errs)):
+        if e or not t:
+            errors += 1
+            continue
+        ttft.append(t)
+        ok_starts.append(st)
+        ids.append(f"{prefix}{i}")
+        if itl:
+            span.append(sum(itl))
+    return {"warmup": warmup, "cpu_s": cpu, "wall_s": wall, "peak_mib": peak,
+            "requests": len(ttfts), "errors": errors, "ttft": ttft, "ids": ids,
+            "lag": [], "span": span, "starts": ok_starts}
+
+
+def run_vllm_bench_warm(a, url, c, n, work):
+    return run_vllm_bench(a, url, c, n, work, warm=True)
+
+
+TOOLS = {"tokenprobe": run_tokenprobe, "guidellm": run_guidellm, "aiperf": run_aiperf,
+         "vllm-bench": run_vllm_bench, "vllm-bench-warm": run_vllm_bench_warm}
 
 
 def main():
@@ -389,10 +470,20 @@ def main():
     ap.add_argument("--warmup-rounds", dest="warmup_rounds", type=int, default=0,
                     help="unmeasured rounds (concurrency x N requests) before each level, for "
                          "the tools that have a warm-up (tokenprobe --warmup, AIPerf "
-                         "--warmup-request-count; GuideLLM 0.8.1 has none)")
+                         "--warmup-request-count; GuideLLM 0.8.1 has none; vllm-bench never, "
+                         "vllm-bench-warm always at least one round: --num-warmups)")
+    ap.add_argument("--vllm-bench", dest="vllm_bench", default=os.environ.get("VLLM_BENCH"),
+                    help="vLLM's Rust benchmark client (the tools vllm-bench and vllm-bench-warm; "
+                         "default: $VLLM_BENCH)")
     ap.add_argument("--no-capture", dest="capture", action="store_false",
                     help="no packet capture (tcpdump needs root); the simulator's log only")
     a = ap.parse_args()
+    tools = a.tools.split(",")
+    unknown = [t for t in tools if t not in TOOLS]
+    if unknown:
+        ap.error(f"unknown tool(s) {', '.join(unknown)} (known: {', '.join(TOOLS)})")
+    if any(t.startswith("vllm-bench") for t in tools) and vllm_bench_missing(a.vllm_bench):
+        ap.error(vllm_bench_missing(a.vllm_bench))
     if a.capture and not shutil.which("tcpdump"):
         ap.error("tcpdump is not installed (or pass --no-capture)")
     env = {k: v for k, v in os.environ.items()
@@ -404,7 +495,7 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     levels = [int(x) for x in a.levels.split(",")]
     rows = []
-    for tool in a.tools.split(","):
+    for tool in tools:
         for c in levels:
             n = max(MIN_REQUESTS, ROUNDS * c)
             work = out / f"{tool}-{c}"
@@ -434,6 +525,7 @@ def main():
                                    own_wire_err_p99=quantile(own, 0.99),
                                    own_wire_err_max=max(own, key=abs, default=float("nan")))
                     res.update(connections=syns, wire_requests=len(wire), matched=how,
+                               matched_n=len(errs), measured_n=len(res["ttft"]),
                                wire_ttft_p50=quantile([w[1] for w in wire], 0.5),
                                wire_err_p50=quantile(errs, 0.5),
                                wire_err_p99=quantile(errs, 0.99),
@@ -457,7 +549,8 @@ def main():
                     print(f"{tool} @ {c}: the wire: {res['wire_requests']} requests on "
                           f"{res['connections']} new connections, wire TTFT p50 "
                           f"{res['wire_ttft_p50'] * 1e3:.2f} ms; per-request error (by "
-                          f"{res['matched']}) p50 {res['wire_err_p50'] * 1e3:+.3f} ms p99 "
+                          f"{res['matched']}, {res['matched_n']} of {res['measured_n']} "
+                          f"requests) p50 {res['wire_err_p50'] * 1e3:+.3f} ms p99 "
                           f"{res['wire_err_p99'] * 1e3:+.3f} ms max "
                           f"{res['wire_err_max'] * 1e3:+.3f} ms", flush=True)
                 print(f"{tool} @ {c}: {res['requests']} requests, {res['errors']} errors, "

@@ -1,17 +1,21 @@
 #!/usr/bin/env python3
 """Writes a small Hugging Face tokenizer (byte-level BPE, trained here on generated text) to the
-directory given, for load generators that insist on a tokenizer (GuideLLM, AIPerf) on a machine
-that cannot download one. Token counts it gives are its own; the comparison uses the server's usage
-and timing, not these counts.
+directory given, for load generators that insist on a tokenizer (GuideLLM, AIPerf, vllm-bench) on a
+machine that cannot download one. Token counts it gives are its own; the comparison uses the
+server's usage and timing, not these counts.
+
+DIR/tokenizer.json (what vllm-bench reads) needs only the `tokenizers` package; the rest of a
+Hugging Face tokenizer directory (what GuideLLM and AIPerf load, through `transformers`) is written
+when `transformers` is installed.
 
     python make_tokenizer.py DIR
 """
 
+import os
 import random
 import sys
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import PreTrainedTokenizerFast
 
 WORDS = (
     "the a of to and in is it you that he was for on are with as his they be at one have this "
@@ -41,6 +45,14 @@ def main() -> None:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tok.train_from_iterator(corpus(5000), trainer=trainer)
+    os.makedirs(out, exist_ok=True)
+    try:
+        from transformers import PreTrainedTokenizerFast
+    except ImportError:
+        tok.save(os.path.join(out, "tokenizer.json"))
+        print(f"tokenizer.json written to {out} ({tok.get_vocab_size()} tokens; "
+              "no transformers here: no tokenizer_config.json)")
+        return
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token="<|endoftext|>",
