@@ -451,24 +451,12 @@ fn trace_replay(
     }) else {
         return Ok(None);
     };
-    let refused = [
+    let own = [
         (prompts.len() > 1, "--prompt with several prompts"),
-        (!a.rate.is_empty(), "--rate"),
-        (a.concurrency.len() > 1, "several --concurrency values"),
         (a.requests_per_level.is_some(), "--requests-per-level"),
-        (a.duration_per_level.is_some(), "--duration-per-level"),
         (a.burstiness.is_some(), "--burstiness"),
-        (a.ramp_up.is_some(), "--ramp-up"),
-        (a.warmup > 0, "--warmup"),
-        (a.warmup_duration.is_some(), "--warmup-duration"),
-        (a.find_capacity, "--find-capacity"),
-        (a.until_clear > 0, "--until-clear"),
-        (
-            a.shard.is_some() || a.start_at.is_some(),
-            "--shard and --start-at",
-        ),
     ];
-    if let Some((_, flag)) = refused.iter().find(|(on, _)| *on) {
+    if let Some(flag) = one_level_refusal(a, &own) {
         return Err(BenchError::Usage(format!(
             "a trace prompt replays its requests at their own instants, one level of the whole trace (pick a part with its start and duration, the pace with time_scale, the in-flight cap with one --concurrency); {flag} does not apply"
         )));
@@ -562,22 +550,8 @@ fn session_plan(a: &BenchArgs, prompts: &[ProbeSpec]) -> Result<SessionPlanned, 
             ));
         }
     };
-    let refused = [
-        (!a.rate.is_empty(), "--rate"),
-        (a.concurrency.len() > 1, "several --concurrency values"),
-        (a.sessions_per_level.is_some(), "--sessions-per-level"),
-        (a.duration_per_level.is_some(), "--duration-per-level"),
-        (a.ramp_up.is_some(), "--ramp-up"),
-        (a.warmup > 0, "--warmup"),
-        (a.warmup_duration.is_some(), "--warmup-duration"),
-        (a.find_capacity, "--find-capacity"),
-        (a.until_clear > 0, "--until-clear"),
-        (
-            a.shard.is_some() || a.start_at.is_some(),
-            "--shard and --start-at",
-        ),
-    ];
-    if let Some((_, flag)) = refused.iter().find(|(on, _)| *on) {
+    let own = [(a.sessions_per_level.is_some(), "--sessions-per-level")];
+    if let Some(flag) = one_level_refusal(a, &own) {
         return usage(format!(
             "--arrival recorded replays the trace's sessions at their recorded starts, one level of the whole trace (the pace with its time_scale, the sessions in flight with one --concurrency); {flag} does not apply"
         ));
@@ -663,6 +637,30 @@ fn parse_burstiness(v: &str) -> Result<f64, String> {
             "{v:?} is not a shape above 0 (e.g. 0.5 for bursts, 1 for Poisson, 4 for smoother)"
         )),
     }
+}
+
+/// The first flag given that a one-level replay (a trace, or a session trace's recorded starts)
+/// cannot take: the replay's `own` (its level's amount, ...), then what every such replay
+/// refuses: levels, their pace and length, warm-ups, searches, shards.
+fn one_level_refusal(a: &BenchArgs, own: &[(bool, &'static str)]) -> Option<&'static str> {
+    let shared = [
+        (!a.rate.is_empty(), "--rate"),
+        (a.concurrency.len() > 1, "several --concurrency values"),
+        (a.duration_per_level.is_some(), "--duration-per-level"),
+        (a.ramp_up.is_some(), "--ramp-up"),
+        (a.warmup > 0, "--warmup"),
+        (a.warmup_duration.is_some(), "--warmup-duration"),
+        (a.find_capacity, "--find-capacity"),
+        (a.until_clear > 0, "--until-clear"),
+        (
+            a.shard.is_some() || a.start_at.is_some(),
+            "--shard and --start-at",
+        ),
+    ];
+    own.iter()
+        .chain(&shared)
+        .find(|(on, _)| *on)
+        .map(|(_, flag)| *flag)
 }
 
 /// The open-loop arrivals from `--arrival` and `--burstiness` (K = 1 is Poisson).
