@@ -254,6 +254,28 @@ def per_request_errors(res, wire):
     return [ordered[i] - wire[i][1] for i in range(n)], "order"
 
 
+def off_by_mark(res, wire, key, limit=0.001):
+    """tokenprobe's requests more than `limit` s off the wire (by `res[key]`, its TTFT or its own
+    wire TTFT), split by the mark of a first token read together with the event after it
+    (`first_token_shared_read`: the kernel stamps such a read with its last packet, ruling 28):
+    (marked in all, off, off and marked, largest error of a marked request, largest of the
+    others), s."""
+    by_id = {w[2]: w[1] for w in wire if w[2]}
+    marked = unmarked = float("nan")
+    off = off_marked = 0
+    for i, t, m in zip(res["ids"], res[key], res["shared"]):
+        if i not in by_id or t is None:
+            continue
+        e = t - by_id[i]
+        off += abs(e) > limit
+        off_marked += abs(e) > limit and m
+        if m:
+            marked = e if marked != marked or abs(e) > abs(marked) else marked
+        else:
+            unmarked = e if unmarked != unmarked or abs(e) > abs(unmarked) else unmarked
+    return sum(res["shared"]), off, off_marked, marked, unmarked
+
+
 def tree_rss_kib(root):
     """Resident memory of `root` and all its descendants, KiB: a walk down /proc's `children`
     lists (cheap: no scan of every process, so the sampling costs the run little)."""
@@ -304,8 +326,11 @@ def run_tokenprobe(a, url, c, n, work):
         f"    connection: {a.tp_connection}\n")
     out = work / "tp.json"
     rc, cpu, wall, peak, tail = timed(
+        # A level the client could not measure is measured all the same (it says why, in
+        # `client_bound`, printed below): the capture is the judge here.
         [a.tokenprobe, "bench", "--config.file", str(cfg), "--concurrency", str(c),
          "--requests-per-level", str(n), "--no-progress", "--samples", "-o", str(out),
+         "--accept-client-bound", "--history", str(work / "runs.sqlite3"),
          *(["--warmup", str(a.warmup_rounds * c)] if a.warmup_rounds else []),
          *a.tp_args.split()],
         a.env, work)
@@ -321,6 +346,8 @@ def run_tokenprobe(a, url, c, n, work):
         "ttft": [x["ttft_s"] for x in ok],
         "ids": [x.get("request_id") for x in ok],
         "wire_ttft": [x.get("wire_ttft_s") for x in ok],
+        "shared": [bool(x.get("first_token_shared_read")) for x in ok],
+        "client_bound": lv.get("client_bound"),
         "lag": [x["lag_s"] for x in s if not x.get("first")],
         "span": [x["tpot_s"] * (x["output_tokens"] - 1) for x in s
                  if x.get("tpot_s") is not None and x["output_tokens"] >= 2],
@@ -464,7 +491,9 @@ def main():
     ap.add_argument("--tools", default="tokenprobe,guidellm,aiperf")
     ap.add_argument("--tokenprobe-connection", dest="tp_connection", default="reuse",
                     choices=["new", "reuse"],
-                    help="tokenprobe's connection mode (GuideLLM and AIPerf keep connections alive)")
+                    help="tokenprobe's connection mode (AIPerf and vllm-bench keep a connection per "
+                         "worker; GuideLLM 0.8.1 opens one per request: like for like with it "
+                         "is `new`)")
     ap.add_argument("--tokenprobe-args", dest="tp_args", default="",
                     help="extra `tokenprobe bench` arguments, e.g. \"--ramp 10ms --warmup 64\"")
     ap.add_argument("--warmup-rounds", dest="warmup_rounds", type=int, default=0,
@@ -524,6 +553,11 @@ def main():
                         res.update(own_wire_err_p50=quantile(own, 0.5),
                                    own_wire_err_p99=quantile(own, 0.99),
                                    own_wire_err_max=max(own, key=abs, default=float("nan")))
+                        for key, name in (("ttft", "ttft"), ("wire_ttft", "own_wire")):
+                            n, off, off_m, big_m, big_u = off_by_mark(res, wire, key)
+                            res[f"{name}_marks"] = dict(marked=n, off_1ms=off, off_marked=off_m,
+                                                        largest_marked=big_m,
+                                                        largest_unmarked=big_u)
                     res.update(connections=syns, wire_requests=len(wire), matched=how,
                                matched_n=len(errs), measured_n=len(res["ttft"]),
                                wire_ttft_p50=quantile([w[1] for w in wire], 0.5),
@@ -543,7 +577,8 @@ def main():
                 spans = sim.server_spans()
                 res["span_err_p50"] = quantile(res["span"], 0.5) - quantile(spans, 0.5)
                 res["span_err_p99"] = quantile(res["span"], 0.99) - quantile(spans, 0.99)
-                for k in ("ttft", "lag", "span", "ids", "response_ids", "starts", "wire_ttft"):
+                for k in ("ttft", "lag", "span", "ids", "response_ids", "starts", "wire_ttft",
+                          "shared"):
                     res.pop(k, None)
                 if "wire_err_p50" in res:
                     print(f"{tool} @ {c}: the wire: {res['wire_requests']} requests on "
@@ -553,6 +588,16 @@ def main():
                           f"requests) p50 {res['wire_err_p50'] * 1e3:+.3f} ms p99 "
                           f"{res['wire_err_p99'] * 1e3:+.3f} ms max "
                           f"{res['wire_err_max'] * 1e3:+.3f} ms", flush=True)
+                for name, what in (("ttft", "TTFT"), ("own_wire", "own wire TTFT")):
+                    if f"{name}_marks" in res:
+                        m = res[f"{name}_marks"]
+                        print(f"{tool} @ {c}: {what} vs the wire: {m['off_1ms']} requests > 1 ms "
+                              f"off, {m['off_marked']} of them marked shared reads "
+                              f"({m['marked']} marked in all); largest marked "
+                              f"{m['largest_marked'] * 1e3:+.3f} ms, largest unmarked "
+                              f"{m['largest_unmarked'] * 1e3:+.3f} ms", flush=True)
+                if res.get("client_bound"):
+                    print(f"{tool} @ {c}: client-bound: {res['client_bound']}", flush=True)
                 print(f"{tool} @ {c}: {res['requests']} requests, {res['errors']} errors, "
                       f"CPU {res['cpu_s']:.1f} s, TTFT p50 {res['ttft_p50'] * 1e3:.2f} ms "
                       f"(server {res['server_ttft_p50'] * 1e3:.2f}), error p50 "
