@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # How `tokenprobe serve`'s memory grows with its jobs: for each count in $JOBS, one target with
 # that many models on `tokenprobe simulate` (16 tokens, 10 ms apart), each probed every
-# $INTERVAL, for $SECONDS_TO_RUN s; then prints the process's VmRSS, split into RssAnon (its own
+# $INTERVAL, for $SECONDS_TO_RUN s; then prints the process's VmRSS, its PSS (shared pages divided
+# among the processes mapping them), and the RSS split into RssAnon (its own
 # heap and stacks) and RssFile (mapped pages of the binary and libraries, shared and
 # reclaimable), the series per job on /metrics, and the CPU the exporter used per probe (the time
 # its threads ran over the run's second half, summed from /proc/PID/task/*/schedstat in
@@ -30,10 +31,12 @@ trap 'kill $tp 2>/dev/null && wait $tp 2>/dev/null; kill $stub 2>/dev/null || tr
 for _ in $(seq 50); do grep -q "listening on" "$tmp/stub.out" && break; sleep 0.1; done
 url="$(sed -n 's#^listening on \(http://.*\)#\1/v1#p' "$tmp/stub.out")"
 kib() { awk -v k="$1" '$1 == k":" {print $2}' "/proc/$tp/status"; }
+# PSS: the resident pages with the shared ones divided among the processes mapping them.
+pss() { awk '$1 == "Pss:" {print $2}' "/proc/$tp/smaps_rollup"; }
 mib() { echo "$(($1 / 1024)).$(( ($1 % 1024) * 10 / 1024 ))"; }
 # Nanoseconds every thread of PID has run (serve's threads live as long as it does).
 cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%.0f", s}'; }
-printf '%6s %10s %10s %10s %10s %8s %12s %14s\n' jobs probes VmRSS RssAnon RssFile series series/job "CPU/probe ms"
+printf '%6s %10s %10s %10s %10s %10s %8s %12s %14s\n' jobs probes VmRSS Pss RssAnon RssFile series series/job "CPU/probe ms"
 for n in $JOBS; do
     models="$(seq -s, -f 'm%g' 0 $((n - 1)))"
     {
@@ -55,8 +58,8 @@ for n in $JOBS; do
     probes="$(awk '/^tokenprobe_probes_total/ {s+=$2} END {printf "%.0f", s}' "$tmp/m.txt")"
     series="$(grep -c 'model="m' "$tmp/m.txt" || true)"
     per_probe="$(awk -v t="$cpu" -v p="$((probes - probes0))" 'BEGIN {printf "%.3f", (p > 0 ? t / 1e6 / p : 0)}')"
-    printf '%6s %10s %10s %10s %10s %8s %12s %14s\n' "$n" "$probes" "$(mib "$(kib VmRSS)") MiB" \
-        "$(mib "$(kib RssAnon)") MiB" "$(mib "$(kib RssFile)") MiB" "$series" "$((series / n))" "$per_probe"
+    printf '%6s %10s %10s %10s %10s %10s %8s %12s %14s\n' "$n" "$probes" "$(mib "$(kib VmRSS)") MiB" \
+        "$(mib "$(pss)") MiB" "$(mib "$(kib RssAnon)") MiB" "$(mib "$(kib RssFile)") MiB" "$series" "$((series / n))" "$per_probe"
     kill "$tp"
     wait "$tp" 2>/dev/null || true
     tp=""

@@ -2,7 +2,8 @@
 # Memory of `tokenprobe serve` with 10 jobs (target: under 10 MiB RSS), plus the release binary's
 # size (debug info stripped, the symbol table kept: link/symbol-order.sh profiles this very build).
 # Probes `tokenprobe simulate` (16 tokens, 10 ms apart) every second for
-# ${SECONDS_TO_RUN:-30} s, then prints VmRSS / VmHWM and the probe count, and records them in
+# ${SECONDS_TO_RUN:-30} s, then prints VmRSS, PSS and the anonymous part (/proc/PID/smaps_rollup),
+# VmHWM and the probe count, and records them in
 # docs/figures.md and README.md (scripts/bench/figures.py). Loopback only; stops itself.
 # `--check`: measure the same way and compare with the recorded figures instead (the binary's size
 # within 5%, the RSS within 30%: it depends on the run's length and the allocator); exit 1 if a
@@ -42,10 +43,15 @@ probes="$(curl -fsS "http://127.0.0.1:$port/metrics" | awk '/^tokenprobe_probes_
 errors="$(curl -fsS "http://127.0.0.1:$port/metrics" | awk '/^tokenprobe_probe_errors_total/ {s+=$2} END {printf "%.0f", s}')"
 rss="$(awk '/VmRSS/ {print $2}' /proc/$tp/status)"
 hwm="$(awk '/VmHWM/ {print $2}' /proc/$tp/status)"
+# RSS counts every mapped page of the binary that is resident, shared or not, and which are
+# differs from one machine to another; PSS shares them out between the processes mapping them,
+# and the anonymous part (heap, stacks) is the process's own.
+pss="$(awk '$1 == "Pss:" {print $2}' /proc/$tp/smaps_rollup)"
+anon="$(awk '$1 == "Anonymous:" {print $2}' /proc/$tp/smaps_rollup)"
 size="$(stat -c %s "$bin")"
-echo "serve, 10 jobs, ${run_for}s: probes=$probes errors=$errors VmRSS=$((rss / 1024)).$(( (rss % 1024) * 10 / 1024 )) MiB VmHWM=$((hwm / 1024)).$(( (hwm % 1024) * 10 / 1024 )) MiB"
-echo "release binary: $size bytes ($(( size / 1000000 )).$(( (size % 1000000) / 100000 )) MB)"
 mib() { echo "$(($1 / 1024)).$(( ($1 % 1024) * 10 / 1024 ))"; }
+echo "serve, 10 jobs, ${run_for}s: probes=$probes errors=$errors VmRSS=$(mib "$rss") MiB Pss=$(mib "$pss") MiB Anonymous=$(mib "$anon") MiB VmHWM=$(mib "$hwm") MiB"
+echo "release binary: $size bytes ($(( size / 1000000 )).$(( (size % 1000000) / 100000 )) MB)"
 # The layout build.rs asks for: how many of link/symbol-order.txt's functions the binary has by
 # those names (they change with Cargo.lock, the release profile or the toolchain).
 order=link/symbol-order.txt
@@ -67,5 +73,5 @@ fi
 # Record both in docs/figures.md and README.md (scripts/bench/figures.py).
 python3 scripts/bench/figures.py set binary_size "$(( size / 1000000 )).$(( (size % 1000000) / 100000 )) MB" \
     --what "release binary (symbol table kept)" --by scripts/bench/rss.sh
-python3 scripts/bench/figures.py set serve_rss "$(mib "$rss") MiB RSS (peak $(mib "$hwm") MiB)" \
+python3 scripts/bench/figures.py set serve_rss "$(mib "$rss") MiB RSS (PSS $(mib "$pss") MiB, anonymous $(mib "$anon") MiB; peak RSS $(mib "$hwm") MiB)" \
     --what "\`serve\` with 10 jobs probing every second, after ${run_for} s ($probes probes)" --by scripts/bench/rss.sh
