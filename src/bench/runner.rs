@@ -1114,6 +1114,23 @@ struct OpenRequest {
 }
 
 impl OpenRequest {
+    /// An in-flight slot for the arrival, with the instant it was meant to leave: its own, or,
+    /// when every slot was taken (counted as capped), the instant one came free. `None` when the
+    /// level was stopped while it waited.
+    async fn slot(&self) -> Option<(Option<tokio::sync::OwnedSemaphorePermit>, Instant)> {
+        match self.slots.clone().try_acquire_owned() {
+            Ok(p) => Some((Some(p), self.intended)),
+            Err(_) => {
+                self.capped.fetch_add(1, Ordering::Relaxed);
+                let p = tokio::select! {
+                    p = self.slots.clone().acquire_owned() => p.ok(),
+                    () = self.halt.stop.cancelled() => return None,
+                };
+                Some((p, Instant::now().max(self.intended)))
+            }
+        }
+    }
+
     /// The arrival's samples: its request's (none when the level was stopped before it was
     /// sent, or it was cut in flight, counted as unfinished), or a session prompt's session's
     /// turns; why it failed, when a sub-agent's prober could not be built.
@@ -1128,16 +1145,8 @@ impl OpenRequest {
     /// through an in-flight slot and probers of the pool, to its end.
     async fn session(self) -> Result<Vec<Sample>, String> {
         let stop = &self.halt.stop;
-        let (permit, intended) = match self.slots.clone().try_acquire_owned() {
-            Ok(p) => (Some(p), self.intended),
-            Err(_) => {
-                self.capped.fetch_add(1, Ordering::Relaxed);
-                let p = tokio::select! {
-                    p = self.slots.clone().acquire_owned() => p.ok(),
-                    () = stop.cancelled() => return Ok(Vec::new()),
-                };
-                (p, Instant::now().max(self.intended))
-            }
+        let Some((permit, intended)) = self.slot().await else {
+            return Ok(Vec::new());
         };
         let prober = tokio::select! {
             p = self.pool.take(&self.spec) => p,
@@ -1176,17 +1185,7 @@ impl OpenRequest {
     /// in flight (counted as unfinished).
     async fn request(self) -> Option<Sample> {
         let stop = &self.halt.stop;
-        let (permit, intended) = match self.slots.clone().try_acquire_owned() {
-            Ok(p) => (Some(p), self.intended),
-            Err(_) => {
-                self.capped.fetch_add(1, Ordering::Relaxed);
-                let p = tokio::select! {
-                    p = self.slots.clone().acquire_owned() => p.ok(),
-                    () = stop.cancelled() => return None,
-                };
-                (p, Instant::now().max(self.intended))
-            }
-        };
+        let (permit, intended) = self.slot().await?;
         let mut prober = tokio::select! {
             p = self.pool.take(&self.spec) => p,
             () = stop.cancelled() => return None,
