@@ -231,6 +231,13 @@ def read_capture(path, port):
     return done, syns
 
 
+def wire_by(wire, col):
+    """The wire's TTFT by the request's id in column `col` of `wire` (2: x-request-id, 3: the
+    response id); an id seen more than once stands for its last request (`wire` is in start
+    order)."""
+    return {w[col]: w[1] for w in wire if w[col]}
+
+
 def per_request_errors(res, wire):
     """Each request's TTFT minus the wire's: matched by x-request-id where the tool sent one
     (tokenprobe, AIPerf, vllm-bench) or by the response id it recorded (GuideLLM), else paired in
@@ -239,7 +246,7 @@ def per_request_errors(res, wire):
     warm-up sends copies of its first request, id and all) stands for the last request with it:
     `wire` is in start order, so the later request overwrites the earlier ones."""
     for key, col in (("ids", 2), ("response_ids", 3)):
-        by_id = {w[col]: w[1] for w in wire if w[col]}
+        by_id = wire_by(wire, col)
         if res.get(key):
             got = [t - by_id[i] for i, t in zip(res[key], res["ttft"]) if i in by_id]
             # An id the tool records but the wire does not carry: the next way of pairing.
@@ -260,20 +267,13 @@ def off_by_mark(res, wire, key, limit=0.001):
     (`first_token_shared_read`: the kernel stamps such a read with its last packet, ruling 28):
     (marked in all, off, off and marked, largest error of a marked request, largest of the
     others), s."""
-    by_id = {w[2]: w[1] for w in wire if w[2]}
-    marked = unmarked = float("nan")
-    off = off_marked = 0
-    for i, t, m in zip(res["ids"], res[key], res["shared"]):
-        if i not in by_id or t is None:
-            continue
-        e = t - by_id[i]
-        off += abs(e) > limit
-        off_marked += abs(e) > limit and m
-        if m:
-            marked = e if marked != marked or abs(e) > abs(marked) else marked
-        else:
-            unmarked = e if unmarked != unmarked or abs(e) > abs(unmarked) else unmarked
-    return sum(res["shared"]), off, off_marked, marked, unmarked
+    by_id = wire_by(wire, 2)
+    errs = [(t - by_id[i], m) for i, t, m in zip(res["ids"], res[key], res["shared"])
+            if i in by_id and t is not None]
+    off = [m for e, m in errs if abs(e) > limit]
+    largest = lambda marked: max((e for e, m in errs if m == marked), key=abs,
+                                 default=float("nan"))
+    return sum(res["shared"]), len(off), sum(off), largest(True), largest(False)
 
 
 def tree_rss_kib(root):
